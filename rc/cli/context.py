@@ -1,0 +1,51 @@
+"""What every client command needs: the controller client and small helpers."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from rc.cli import config as client_config
+from rc.proto.client import Client
+from rc.proto.duration import DurationError, parse_duration
+from rc.proto.errors import RcError
+
+__all__ = ["client", "duration_seconds", "whole_seconds_arg", "UsageError", "stderr"]
+
+
+class UsageError(RcError):
+    """The command line is wrong in a way argparse cannot see (exit 2)."""
+
+
+def client(args: argparse.Namespace, *, timeout: float = 60.0) -> Client:
+    """A Client for the configured controller, honouring --controller/--token."""
+    cfg = client_config.load()
+    url = getattr(args, "controller", None) or cfg.controller
+    token = getattr(args, "token", None) or cfg.token
+    cacert = getattr(args, "cacert", None) or cfg.cacert or None
+    if not token:
+        raise RcError(
+            f"no token: set RC_TOKEN, or put token = \"...\" in {cfg.path} (rc up writes one)"
+        )
+    return Client(url, token, timeout=timeout, cacert=cacert)
+
+
+def duration_seconds(text: str) -> float:
+    """argparse type: a duration ("90s", "5m", "1h30m") in seconds."""
+    try:
+        return parse_duration(text)
+    except DurationError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def whole_seconds_arg(text: str) -> int:
+    """argparse type: a duration of whole seconds (the wire's unit; "1500ms" is refused)."""
+    seconds = duration_seconds(text)
+    if seconds != int(seconds):
+        raise argparse.ArgumentTypeError(f"{text!r}: use whole seconds (the smallest unit is 1s)")
+    return int(seconds)
+
+
+def stderr(*parts: object) -> None:
+    """A diagnostic line on stderr, prefixed "rc: "."""
+    print("rc:", *parts, file=sys.stderr, flush=True)

@@ -1,0 +1,394 @@
+"""`rc serve`, `rc worker`, and the one-box deployment `rc up` / `rc down`.
+
+`rc serve` is one of the two entry points allowed to load rc.controller
+(DESIGN.md §2); it does so by name at run time, so the zipapp (which carries
+no controller) still parses every command. `rc up` runs the controller and a
+worker as child processes of its own (`python -m rc serve` / `worker`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import importlib
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from rc.cli.context import UsageError, duration_seconds, stderr
+from rc.proto.errors import RcError
+
+__all__ = ["add_parsers", "default_data_dir"]
+
+UP_STATE = "up.json"
+WORKER_TOKEN_FILE = "worker.token"
+START_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 60.0
+
+
+def default_data_dir() -> Path:
+    """$XDG_DATA_HOME/rc, else ~/.local/share/rc."""
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return Path(base) / "rc"
+
+
+def add_parsers(sub) -> None:
+    from rc.cli import add_client_flags  # noqa: F401  (kept for symmetry)
+
+    p = sub.add_parser("serve", help="run the controller",
+                       description="Run the controller: API, scheduler, sweeper, dashboard.")
+    p.add_argument("--listen", default="127.0.0.1:8080", metavar="HOST:PORT",
+                   help="address to listen on (port 0 picks a free one; default %(default)s)")
+    p.add_argument("--data", default="/var/lib/rc", metavar="DIR",
+                   help="data directory: rc.db, logs/, admin.token (default %(default)s)")
+    p.add_argument("--certfile", default="", help="TLS certificate (PEM); enables https")
+    p.add_argument("--keyfile", default="", help="TLS private key (PEM)")
+    p.add_argument("--webhook-url", default=os.environ.get("RC_WEBHOOK_URL", ""),
+                   help="POST every activity-feed event here (default: $RC_WEBHOOK_URL)")
+    p.add_argument("--retain-disconnected-jobs", action="store_true",
+                   help="keep jobs of silent workers running instead of marking them lost")
+    p.add_argument("--aging", type=duration_seconds, default=600.0, metavar="D",
+                   help="a queued job gains one priority step per D waited (0: off; default 10m)")
+    p.add_argument("--max-devices-per-user", type=int, default=0, metavar="N",
+                   help="most devices one user may hold at once (0: no cap)")
+    p.add_argument("--unknown-after", type=duration_seconds, default=30.0, metavar="D",
+                   help="silence after which a device shows unknown (default 30s)")
+    p.add_argument("--lost-after", type=duration_seconds, default=300.0, metavar="D",
+                   help="silence after which a device is quarantined and its jobs lost (5m)")
+    p.add_argument("--startup-grace", type=duration_seconds, default=30.0, metavar="D",
+                   help="after a start, nothing expires for this long (default 30s)")
+    p.add_argument("--lease-renewal", type=duration_seconds, default=900.0, metavar="D",
+                   help="a heartbeat keeps a running job's lease at least this long (15m)")
+    p.add_argument("--heartbeat-interval", type=duration_seconds, default=10.0, metavar="D",
+                   help="how often workers are told to heartbeat (default 10s)")
+    p.add_argument("--sweep-interval", type=duration_seconds, default=10.0, metavar="D",
+                   help="how often silent workers and expired leases are swept (10s)")
+    p.add_argument("--flap-limit", type=int, default=3, metavar="N",
+                   help="automatic recoveries per device per hour before a human must clear")
+    p.add_argument("--log-cap", type=int, default=256 << 20, metavar="BYTES",
+                   help="per-job log cap in bytes (default 256 MiB)")
+    p.add_argument("--ready-fd", type=int, default=None, help=argparse.SUPPRESS)
+    p.set_defaults(handler="local:cmd_serve")
+
+    p = sub.add_parser("worker", help="run the device agent on a GPU host",
+                       description="Run the worker: registers this host's devices, runs jobs.")
+    p.add_argument("--config", default=None, metavar="PATH",
+                   help="worker config (TOML; default /etc/rc/worker.toml when it exists)")
+    p.add_argument("--controller", default=None, metavar="URL", help="controller URL")
+    p.add_argument("--token-file", default=None, metavar="FILE",
+                   help="file holding the worker token (else $RC_TOKEN)")
+    p.add_argument("--devices", default=None, metavar="SPEC",
+                   help="auto (GPUs from nvidia-smi, else 2 CPU devices), cpu:N, or NAME,NAME...")
+    p.add_argument("--host", default=None, help="host name to register as (default: hostname)")
+    p.add_argument("--cacert", default=None, metavar="PEM", help="CA certificate for https")
+    p.add_argument("--print-config", action="store_true", help="print the effective config, exit")
+    p.set_defaults(handler="local:cmd_worker")
+
+    p = sub.add_parser("up", help="start a controller and a local worker (one-box deployment)",
+                       description="Start a controller and a worker for this host's devices. "
+                       "Writes the client config so the next rc run needs no flags.")
+    p.add_argument("-d", "--detach", action="store_true", help="run in the background")
+    p.add_argument("--data", default=None, metavar="DIR",
+                   help=f"data directory (default {default_data_dir()})")
+    p.add_argument("--listen", default="127.0.0.1:8080", metavar="HOST:PORT",
+                   help="controller address (default %(default)s; loopback unless --certfile "
+                   "or --insecure)")
+    p.add_argument("--devices", default="auto", metavar="auto|N",
+                   help="auto: the GPUs nvidia-smi lists, else 2 CPU devices; N: N CPU devices")
+    p.add_argument("--certfile", default="", help="TLS certificate for the controller")
+    p.add_argument("--keyfile", default="", help="TLS private key for the controller")
+    p.add_argument("--insecure", action="store_true",
+                   help="allow a non-loopback --listen without TLS")
+    p.set_defaults(handler="local:cmd_up")
+
+    p = sub.add_parser("down", help="stop what rc up -d started")
+    p.add_argument("--data", default=None, metavar="DIR",
+                   help=f"data directory (default {default_data_dir()})")
+    p.set_defaults(handler="local:cmd_down")
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    try:
+        config = importlib.import_module("rc.controller.config")
+        serve = importlib.import_module("rc.controller.serve")
+    except ImportError as e:
+        raise RcError(f"rc serve needs the controller's packages ({e.name}); "
+                      "install rc with pip (the zipapp carries only worker and client)") from None
+    cfg = config.ControllerConfig(
+        data_dir=args.data,
+        listen=args.listen,
+        certfile=args.certfile,
+        keyfile=args.keyfile,
+        webhook_url=args.webhook_url,
+        retain_disconnected_jobs=args.retain_disconnected_jobs,
+        aging=args.aging,
+        max_devices_per_user=args.max_devices_per_user,
+        unknown_after=args.unknown_after,
+        lost_after=args.lost_after,
+        startup_grace=args.startup_grace,
+        lease_renewal=args.lease_renewal,
+        heartbeat_interval=args.heartbeat_interval,
+        sweep_interval=args.sweep_interval,
+        flap_limit=args.flap_limit,
+        limits=config.Limits(log_cap_bytes=args.log_cap),
+    )
+    return serve.run(cfg, args.ready_fd)
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from rc.worker.main import run
+
+    return run(args)
+
+
+# ---------------------------------------------------------------- rc up / down
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _is_loopback(listen: str) -> bool:
+    host = listen.rpartition(":")[0].strip("[]")
+    if host in ("localhost", ""):
+        return host == "localhost"
+    try:
+        import ipaddress
+
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _start_controller(args, data: Path, log) -> tuple[subprocess.Popen, str]:
+    r, w = os.pipe()
+    cmd = [sys.executable, "-m", "rc", "serve", "--listen", args.listen, "--data", str(data),
+           "--ready-fd", str(w)]
+    if args.certfile:
+        cmd += ["--certfile", args.certfile, "--keyfile", args.keyfile]
+    proc = subprocess.Popen(cmd, pass_fds=(w,), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                            start_new_session=args.detach)
+    os.close(w)
+    deadline = time.monotonic() + START_TIMEOUT_S
+    buf = b""
+    os.set_blocking(r, False)
+    try:
+        while b"\n" not in buf:
+            if proc.poll() is not None:
+                raise RcError("the controller did not start" + _tail(data / "serve.log", args))
+            if time.monotonic() > deadline:
+                proc.terminate()
+                raise RcError(f"the controller did not start within {START_TIMEOUT_S:.0f}s")
+            try:
+                chunk = os.read(r, 4096)
+                if not chunk and proc.poll() is not None:
+                    continue
+                buf += chunk
+            except BlockingIOError:
+                time.sleep(0.05)
+    finally:
+        os.close(r)
+    return proc, buf.decode().strip()
+
+
+def _tail(path: Path, args) -> str:
+    if not args.detach:
+        return " (see the messages above)"
+    try:
+        lines = path.read_text(errors="replace").strip().splitlines()[-5:]
+    except OSError:
+        return ""
+    return ":\n  " + "\n  ".join(lines)
+
+
+def _token_name(base: str) -> str:
+    name = re.sub(r"[^A-Za-z0-9._@-]", "-", base).strip("-.") or "user"
+    return name[:48]
+
+
+def _ensure_token(admin, name: str, role: str, taken_ok: bool = True) -> str:
+    from rc.proto.errors import ApiError
+
+    for n in range(100):
+        candidate = name if n == 0 else f"{name}-{n}"
+        try:
+            made = admin.post("/v1/tokens", {"name": candidate, "role": role})
+            return made["secret"]
+        except ApiError as e:
+            if e.code != "token_exists":
+                raise
+            if role == "worker" and n == 0:
+                admin.delete(f"/v1/tokens/{candidate}")
+                made = admin.post("/v1/tokens", {"name": candidate, "role": role})
+                return made["secret"]
+    raise RcError(f"could not find a free token name like {name!r}")
+
+
+def _write_secret(path: Path, secret: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(secret + "\n")
+
+
+def _wait_for_devices(user_client, host: str, deadline: float, worker: subprocess.Popen, data: Path, args) -> list[str]:
+    while True:
+        devices = user_client.get("/v1/devices")["devices"]
+        mine = [d["device"]["id"] for d in devices if d["device"]["host"] == host]
+        if mine:
+            return mine
+        if worker.poll() is not None:
+            raise RcError("the worker exited" + _tail(data / "worker.log", args))
+        if time.monotonic() > deadline:
+            raise RcError(f"the worker did not register within {START_TIMEOUT_S:.0f}s")
+        time.sleep(0.1)
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    from rc.cli import config as client_config
+    from rc.proto.client import Client
+
+    data = Path(args.data) if args.data else default_data_dir()
+    if not _is_loopback(args.listen) and not args.certfile and not args.insecure:
+        raise UsageError(f"--listen {args.listen} is not a loopback address: give --certfile and "
+                         "--keyfile for TLS, or --insecure to serve plain HTTP on the network")
+    if args.devices != "auto" and not (args.devices.isdigit() and int(args.devices) > 0):
+        raise UsageError(f"--devices {args.devices!r}: use auto or a number of CPU devices")
+    data.mkdir(parents=True, exist_ok=True)
+    state_path = data / UP_STATE
+    if state_path.exists():
+        try:
+            st = json.loads(state_path.read_text())
+            if _alive(st["serve_pid"]):
+                stderr(f"already up: controller at {st['url']} (pid {st['serve_pid']}); "
+                       f"stop it with rc down --data {data}")
+                return 1
+        except (ValueError, KeyError, OSError):
+            pass
+    serve_log = open(data / "serve.log", "ab") if args.detach else None
+    worker_log = open(data / "worker.log", "ab") if args.detach else None
+    controller, url = _start_controller(args, data, serve_log)
+    worker = None
+    try:
+        admin = Client(url, (data / "admin.token").read_text().strip())
+        host = socket.gethostname().split(".")[0] or "localhost"
+        host = re.sub(r"[^A-Za-z0-9._-]", "-", host)
+        token_file = data / WORKER_TOKEN_FILE
+        if not token_file.exists():
+            _write_secret(token_file, _ensure_token(admin, f"worker-{host}", "worker"))
+        cfg_path = client_config.config_path()
+        user_token = None
+        existing = client_config.read_file(cfg_path)
+        if not cfg_path.exists():
+            user_token = _ensure_token(admin, _token_name(getpass.getuser()), "user")
+            client_config.write_config(cfg_path, url, user_token)
+            stderr(f"wrote {cfg_path} (controller {url}, a user token)")
+        elif existing.get("controller") != url:
+            stderr(f"note: {cfg_path} points at {existing.get('controller', 'nothing')}, not {url};"
+                   " set RC_CONTROLLER or edit it")
+        devices = "cpu:2" if args.devices == "auto" else f"cpu:{args.devices}"
+        if args.devices == "auto":
+            devices = "auto"
+        wcmd = [sys.executable, "-m", "rc", "worker", "--controller", url,
+                "--token-file", str(token_file), "--devices", devices, "--host", host]
+        worker = subprocess.Popen(wcmd, stdin=subprocess.DEVNULL, stdout=worker_log,
+                                  stderr=worker_log, start_new_session=args.detach)
+        viewer = Client(url, user_token or (data / "admin.token").read_text().strip())
+        mine = _wait_for_devices(viewer, host, time.monotonic() + START_TIMEOUT_S, worker, data, args)
+        state_path.write_text(json.dumps({"url": url, "serve_pid": controller.pid,
+                                          "worker_pid": worker.pid, "data": str(data)}))
+        stderr(f"up: controller at {url}, worker on {host} with {', '.join(mine)}")
+    except BaseException:
+        for proc in (worker, controller):
+            if proc is not None and proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(STOP_TIMEOUT_S)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+        raise
+    if args.detach:
+        stderr(f"running in the background (logs in {data}); stop with: rc down"
+               + (f" --data {data}" if args.data else ""))
+        return 0
+    stderr("press Ctrl-C to stop")
+    return _supervise(controller, worker, state_path)
+
+
+def _supervise(controller: subprocess.Popen, worker: subprocess.Popen, state_path: Path) -> int:
+    stop = {"now": False}
+
+    def on_signal(signum, frame):
+        stop["now"] = True
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        while not stop["now"] and controller.poll() is None and worker.poll() is None:
+            try:
+                worker.wait(0.5)
+            except subprocess.TimeoutExpired:
+                pass
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+        _stop(worker, "worker")
+        _stop(controller, "controller")
+        state_path.unlink(missing_ok=True)
+    return 0 if stop["now"] else 1
+
+
+def _stop(proc: subprocess.Popen, what: str) -> None:
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(STOP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        stderr(f"{what} did not stop within {STOP_TIMEOUT_S:.0f}s; killing it")
+        proc.kill()
+        proc.wait()
+
+
+def _stop_pid(pid: int, what: str) -> None:
+    if not _alive(pid):
+        return
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    while _alive(pid):
+        if time.monotonic() > deadline:
+            stderr(f"{what} (pid {pid}) did not stop within {STOP_TIMEOUT_S:.0f}s; killing it")
+            os.kill(pid, signal.SIGKILL)
+            return
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+        time.sleep(0.05)
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    data = Path(args.data) if args.data else default_data_dir()
+    state_path = data / UP_STATE
+    try:
+        st = json.loads(state_path.read_text())
+    except FileNotFoundError:
+        stderr(f"nothing to stop: no {UP_STATE} in {data}")
+        return 1
+    except ValueError:
+        raise RcError(f"{state_path} is corrupt; stop the processes by hand") from None
+    _stop_pid(int(st["worker_pid"]), "worker")
+    _stop_pid(int(st["serve_pid"]), "controller")
+    state_path.unlink(missing_ok=True)
+    stderr(f"stopped the controller at {st['url']} and its worker")
+    return 0

@@ -1,0 +1,93 @@
+"""Rendering for humans and machines: tables, JSON, ages, durations."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from rc.proto.codec import encode
+from rc.proto.duration import format_duration
+
+__all__ = ["table", "print_json", "age", "when", "duration", "command_text", "add_output_flag"]
+
+
+def add_output_flag(p) -> None:
+    """The `-o text|json` option every listing takes."""
+    p.add_argument("-o", "--output", choices=("text", "json"), default="text",
+                   help="output format (json prints the records on stdout)")
+
+
+def print_json(obj: Any) -> None:
+    """Records as indented JSON on stdout."""
+    json.dump(encode(obj), sys.stdout, indent=2, ensure_ascii=False)
+    sys.stdout.write("\n")
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+    """A left-aligned table on stdout; None and "" render as "-"."""
+    cells = [[_cell(v) for v in row] for row in rows]
+    widths = [len(h) for h in headers]
+    for row in cells:
+        for i, v in enumerate(row):
+            widths[i] = max(widths[i], len(v))
+    out = sys.stdout
+    out.write("  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip() + "\n")
+    for row in cells:
+        out.write("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() + "\n")
+
+
+def _cell(v: Any) -> str:
+    if v is None or v == "":
+        return "-"
+    text = str(v)
+    return text.replace("\n", "\\n").replace("\t", " ")
+
+
+def duration(seconds: float | None) -> str:
+    """Seconds as "1h2m3s" (None → "-")."""
+    if seconds is None:
+        return "-"
+    return format_duration(round(max(0.0, seconds)))
+
+
+def age(seconds: float | None) -> str:
+    """An age on the inventory's ladder: 45s / 12m / 3h / 5d / 2mo ago.
+
+    A negative age (a timestamp from the future) says so; None says the
+    controller did not send one.
+    """
+    if seconds is None:
+        return "age unknown (controller may be out of date)"
+    if seconds < 0:
+        return f"{_ladder(-seconds)} in the future (clock skew?)"
+    return f"{_ladder(seconds)} ago"
+
+
+def _ladder(s: float) -> str:
+    if s < 60:
+        return f"{int(s)}s"
+    if s < 3600:
+        return f"{int(s // 60)}m"
+    if s < 86400:
+        return f"{int(s // 3600)}h"
+    if s < 30 * 86400:
+        return f"{int(s // 86400)}d"
+    return f"{int(s // (30 * 86400))}mo"
+
+
+def when(ts: float | None) -> str:
+    """A timestamp as UTC RFC 3339 to the second ("-" for None)."""
+    if ts is None:
+        return "-"
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
+
+
+def command_text(argv: Sequence[str], limit: int = 60) -> str:
+    """A command line shortened for a table column."""
+    import shlex
+
+    text = " ".join(shlex.quote(a) for a in argv)
+    return text if len(text) <= limit else text[: limit - 1] + "…"

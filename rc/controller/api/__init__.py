@@ -1,0 +1,145 @@
+"""HTTP routes of the controller, one module per group of routes.
+
+Helpers shared by the route modules: authentication, bounded body reading,
+strict JSON decoding into rc.proto records, JSON responses. Every refusal is
+a `Refused`, rendered by rc.controller.app as the single error shape.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+
+from rc.controller.auth import Caller, require
+from rc.controller.core import Controller
+from rc.controller.errors import Refused
+from rc.proto.codec import decode, encode
+from rc.proto.errors import ErrorCode, WireError
+from rc.proto.model import Role
+
+__all__ = [
+    "ctl",
+    "caller",
+    "read_body",
+    "json_body",
+    "reply",
+    "path_int",
+    "query_float",
+    "query_int",
+    "Role",
+]
+
+T = TypeVar("T")
+
+
+def ctl(request: Request) -> Controller:
+    """The Controller serving this request."""
+    return request.app.state.ctl
+
+
+def caller(request: Request, *roles: Role) -> Caller:
+    """Authenticate the request and check its role (admin always passes).
+
+    Raises Refused 401 / 403. A token in the query string is refused (tokens
+    travel in the Authorization header only; SSE is the one exception).
+    """
+    c = ctl(request)
+    who = c.tokens.authenticate(request.headers.get("authorization"), c.clock())
+    request.state.caller = who
+    return require(who, *roles)
+
+
+async def read_body(request: Request, limit: int, code: ErrorCode = ErrorCode.BODY_TOO_LARGE) -> bytes:
+    """The whole request body, refusing more than `limit` bytes (413 `code`)."""
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        try:
+            n = int(declared)
+        except ValueError:
+            raise Refused.bad(ErrorCode.BAD_REQUEST, "Content-Length is not a number") from None
+        if n > limit:
+            raise Refused(413, code, f"request body of {n} bytes is over the {limit}-byte limit")
+    chunks, total = [], 0
+    async for chunk in request.stream():
+        total += len(chunk)
+        if total > limit:
+            raise Refused(413, code, f"request body is over the {limit}-byte limit")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def json_body(request: Request, cls: type[T], limit: int, *, empty_ok: bool = False) -> T:
+    """Decode the body into a `cls` record, strictly.
+
+    400 bad_json for malformed JSON, 400 bad_request naming the field for
+    unknown fields, missing fields and wrong types. An empty body decodes as
+    {} when `empty_ok`.
+    """
+    raw = await read_body(request, limit)
+    if not raw.strip():
+        if not empty_ok:
+            raise Refused.bad(ErrorCode.BAD_JSON, "the request needs a JSON body")
+        raw = b"{}"
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as e:
+        raise Refused.bad(ErrorCode.BAD_JSON, f"the body is not valid JSON: {e}") from None
+    try:
+        return decode(cls, data)
+    except WireError as e:
+        raise Refused.bad(ErrorCode.BAD_REQUEST, str(e)) from None
+
+
+def reply(obj: Any, status: int = 200) -> Response:
+    """A JSON response of a record (or plain JSON data)."""
+    return Response(
+        orjson.dumps(encode(obj), option=orjson.OPT_NON_STR_KEYS),
+        status_code=status,
+        media_type="application/json",
+    )
+
+
+def path_int(request: Request, name: str = "job_id") -> int:
+    """An integer path parameter; 404 when it is not one (no such job)."""
+    raw = request.path_params[name]
+    try:
+        value = int(raw)
+    except ValueError:
+        raise Refused.not_found(f"no job {raw!r} (job ids are numbers)") from None
+    if value <= 0 or value >= 1 << 62:
+        raise Refused.not_found(f"no job {raw!r}")
+    return value
+
+
+def query_float(request: Request, name: str, default: float, lo: float, hi: float) -> float:
+    """A numeric query parameter in seconds ("30", "30s", "1m"), clamped to [lo, hi].
+
+    400 bad_request when it does not parse.
+    """
+    from rc.proto.duration import DurationError, parse_duration
+
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = parse_duration(raw)
+    except DurationError as e:
+        raise Refused.bad(ErrorCode.BAD_REQUEST, f"query parameter {name}: {e}") from None
+    return min(max(value, lo), hi)
+
+
+def query_int(request: Request, name: str, default: int, lo: int, hi: int) -> int:
+    """An integer query parameter that must lie in [lo, hi] (400 otherwise)."""
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise Refused.bad(ErrorCode.BAD_REQUEST, f"query parameter {name} must be an integer") from None
+    if not lo <= value <= hi:
+        raise Refused.bad(ErrorCode.BAD_REQUEST, f"query parameter {name} must be in {lo}..{hi}")
+    return value

@@ -1,0 +1,107 @@
+"""Identity and tokens (DESIGN.md §6.1), and the activity feed (§6.6)."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+
+from starlette.requests import Request
+from starlette.routing import Route
+
+from rc.controller import feed, rows, tokens
+from rc.controller.api import Role, caller, ctl, json_body, query_float, query_int, reply
+from rc.controller.auth import hash_secret, new_secret
+from rc.controller.errors import Refused
+from rc.proto.errors import ErrorCode
+from rc.proto.wire import (
+    ActionResult,
+    EventList,
+    TokenCreate,
+    TokenCreated,
+    TokenList,
+    WhoAmI,
+)
+
+__all__ = ["routes", "TOKEN_NAME_RE"]
+
+TOKEN_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,63}")
+
+
+async def whoami(request: Request):
+    """GET /v1/whoami: the caller's token name and role."""
+    who = caller(request, Role.USER, Role.WORKER)
+    return reply(WhoAmI(who.name, who.role, who.host))
+
+
+async def create_token(request: Request):
+    """POST /v1/tokens (admin): the response is the only place the secret appears."""
+    c = ctl(request)
+    who = caller(request)
+    req = await json_body(request, TokenCreate, c.cfg.limits.body_bytes)
+    if not TOKEN_NAME_RE.fullmatch(req.name):
+        raise Refused.bad(ErrorCode.BAD_REQUEST, f"token name {req.name!r} is not valid "
+                          "(letters, digits, '.', '_', '@', '-'; at most 64)")
+    if req.expires_in_seconds < 0:
+        raise Refused.bad(ErrorCode.BAD_REQUEST, "expires_in_seconds cannot be negative")
+    secret = new_secret()
+    expires = c.clock() + req.expires_in_seconds if req.expires_in_seconds else None
+    await c.db.write(tokens.create, req.name, req.role, hash_secret(secret), who.name, expires)
+    await c.reload_tokens()
+    made = await c.db.read(lambda tx: rows.token(tx.one("token_live_by_name", (req.name,))))
+    return reply(TokenCreated(made, secret), 201)
+
+
+async def list_tokens(request: Request):
+    """GET /v1/tokens (admin): names, roles, dates; never secrets."""
+    c = ctl(request)
+    caller(request)
+    found = await c.db.read(lambda tx: [rows.token(r) for r in tx.all("tokens_all")])
+    return reply(TokenList(tuple(found)))
+
+
+async def revoke_token(request: Request):
+    """DELETE /v1/tokens/{name} (admin)."""
+    c = ctl(request)
+    who = caller(request)
+    name = request.path_params["name"]
+    await c.db.write(tokens.revoke, name, who.name)
+    await c.reload_tokens()
+    return reply(ActionResult(True, f"revoked token {name!r}"))
+
+
+async def events(request: Request):
+    """GET /v1/events?after=ID&since=SECONDS&limit=N&wait=S: feed rows, oldest first.
+
+    `since` keeps rows newer than that many seconds ago; with `wait`, a long
+    poll that answers as soon as a row after `after` exists.
+    """
+    c = ctl(request)
+    caller(request, Role.USER)
+    after = query_int(request, "after", 0, 0, 1 << 62)
+    limit = query_int(request, "limit", 100, 1, 1000)
+    since = query_float(request, "since", 0.0, 0.0, 1e10)
+    wait = query_float(request, "wait", 0.0, 0.0, 60.0)
+    deadline = time.monotonic() + wait
+    while True:
+        ev = c.hub.waiter("events")
+        since_at = c.clock() - since if since else 0.0
+        found = await c.db.read(
+            lambda tx: [rows.event(r) for r in feed.since(tx, after, since_at, limit)]
+        )
+        left = deadline - time.monotonic()
+        if found or left <= 0:
+            return reply(EventList(tuple(found)))
+        try:
+            await asyncio.wait_for(ev.wait(), left)
+        except TimeoutError:
+            return reply(EventList(()))
+
+
+routes = [
+    Route("/v1/whoami", whoami, methods=["GET"]),
+    Route("/v1/tokens", create_token, methods=["POST"]),
+    Route("/v1/tokens", list_tokens, methods=["GET"]),
+    Route("/v1/tokens/{name}", revoke_token, methods=["DELETE"]),
+    Route("/v1/events", events, methods=["GET"]),
+]

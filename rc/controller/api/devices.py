@@ -1,0 +1,96 @@
+"""Routes on the fleet: devices, describe, explain, state; admin verbs
+clear, retire, drain, undrain (inventory §3.3, §3.4)."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.routing import Route
+
+from rc.controller import fleet, views
+from rc.controller.api import Role, caller, ctl, json_body, reply
+from rc.controller.errors import Refused
+from rc.proto.errors import ErrorCode
+from rc.proto.wire import ActionResult, DeviceList, DrainRequest
+
+__all__ = ["routes"]
+
+
+async def list_devices(request: Request):
+    """GET /v1/devices: every device with who holds it."""
+    c = ctl(request)
+    caller(request, Role.USER, Role.WORKER)
+    return reply(DeviceList(tuple(await c.db.read(views.device_views))))
+
+
+async def describe(request: Request):
+    """GET /v1/devices/{id}/describe: labels with source and age, sheet, recent jobs."""
+    c = ctl(request)
+    caller(request, Role.USER)
+    return reply(await c.db.read(views.describe, request.path_params["device_id"]))
+
+
+async def explain(request: Request):
+    """GET /v1/explain?selector=S: matching devices, free ones, queue depth."""
+    c = ctl(request)
+    caller(request, Role.USER)
+    text = request.query_params.get("selector", "")
+    if not text:
+        raise Refused.bad(ErrorCode.BAD_SELECTOR, "give a selector (?selector=...)")
+    return reply(await c.db.read(views.explain_selector, text, c.policy))
+
+
+async def state(request: Request):
+    """GET /v1/state: devices, active jobs, the queue in scheduling order."""
+    c = ctl(request)
+    caller(request, Role.USER)
+    return reply(await c.db.read(views.state, c.policy))
+
+
+async def clear(request: Request):
+    """POST /v1/devices/{id}/clear (admin): return a quarantined device to the pool."""
+    c = ctl(request)
+    who = caller(request)
+    device_id = request.path_params["device_id"]
+    await c.db.write(fleet.clear, device_id, who.name)
+    return reply(ActionResult(True, f"cleared {device_id}"))
+
+
+async def retire(request: Request):
+    """DELETE /v1/devices/{id} (admin): remove a device; job history stays."""
+    c = ctl(request)
+    who = caller(request)
+    device_id = request.path_params["device_id"]
+    await c.db.write(fleet.retire, device_id, who.name, c.fleet)
+    return reply(ActionResult(True, f"retired {device_id}; a worker that still declares it "
+                                    "brings it back at its next registration"))
+
+
+async def drain(request: Request):
+    """POST /v1/devices/{id}/drain (admin): the current job finishes, no new one starts."""
+    c = ctl(request)
+    who = caller(request)
+    device_id = request.path_params["device_id"]
+    req = await json_body(request, DrainRequest, c.cfg.limits.body_bytes, empty_ok=True)
+    await c.db.write(fleet.drain, device_id, True, req.reason[: c.cfg.limits.text_bytes], who.name)
+    return reply(ActionResult(True, f"draining {device_id}"))
+
+
+async def undrain(request: Request):
+    """POST /v1/devices/{id}/undrain (admin): schedulable again."""
+    c = ctl(request)
+    who = caller(request)
+    device_id = request.path_params["device_id"]
+    await c.db.write(fleet.drain, device_id, False, "", who.name)
+    return reply(ActionResult(True, f"{device_id} is back in the pool"))
+
+
+routes = [
+    Route("/v1/devices", list_devices, methods=["GET"]),
+    Route("/v1/devices/{device_id}/describe", describe, methods=["GET"]),
+    Route("/v1/explain", explain, methods=["GET"]),
+    Route("/v1/state", state, methods=["GET"]),
+    Route("/v1/devices/{device_id}/clear", clear, methods=["POST"]),
+    Route("/v1/devices/{device_id}", retire, methods=["DELETE"]),
+    Route("/v1/devices/{device_id}/drain", drain, methods=["POST"]),
+    Route("/v1/devices/{device_id}/undrain", undrain, methods=["POST"]),
+]

@@ -1,0 +1,288 @@
+"""Client routes on jobs (inventory §3.3): submit, list, get, kill, logs, explain."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import StreamingResponse
+from starlette.routing import Route
+
+from rc.controller import jobs, views
+from rc.controller.api import (
+    Role,
+    caller,
+    ctl,
+    json_body,
+    path_int,
+    query_float,
+    query_int,
+    reply,
+)
+from rc.controller.auth import Caller
+from rc.controller.config import Limits
+from rc.controller.errors import Refused
+from rc.proto import selector as selectors
+from rc.proto.codec import encode
+from rc.proto.errors import ErrorCode
+from rc.proto.model import PRIORITY_MAX, PRIORITY_MIN, JobKind, JobState, Stdio
+from rc.proto.wire import JobList, KillRequest, SubmitRequest
+
+__all__ = ["routes", "validate_submit"]
+
+LOG_READ_CHUNK = 256 << 10
+NO_WAIT_REASON = "no-wait: no device was free"
+
+
+def validate_submit(req: SubmitRequest, who: Caller, lim: Limits) -> jobs.NewJob:
+    """Check a submission and turn it into a NewJob. Raises Refused (400/403)."""
+    bad = Refused.bad
+    if bool(req.device_id) == bool(req.selector):
+        raise bad(ErrorCode.BAD_REQUEST, "give exactly one of device_id and selector")
+    submitter = who.name
+    if req.as_user:
+        if not who.admin:
+            raise Refused.forbidden("only an admin may submit as someone else")
+        submitter = req.as_user
+    for what, text in (("cwd", req.cwd), ("reason", req.reason), ("device_id", req.device_id),
+                       ("as_user", req.as_user), ("idempotency_key", req.idempotency_key or "")):
+        if len(text) > lim.text_bytes:
+            raise bad(ErrorCode.LIMIT_EXCEEDED, f"{what} is longer than {lim.text_bytes} characters")
+        if "\0" in text:
+            raise bad(ErrorCode.BAD_REQUEST, f"{what} contains a NUL character")
+    if not PRIORITY_MIN <= req.priority <= PRIORITY_MAX:
+        raise bad(ErrorCode.PRIORITY_OUT_OF_RANGE,
+                  f"priority {req.priority} is outside {PRIORITY_MIN}..{PRIORITY_MAX}")
+    if req.max_runtime_seconds < 0 or req.idle_timeout_seconds < 0:
+        raise bad(ErrorCode.BAD_REQUEST, "durations cannot be negative")
+    if req.kind is JobKind.HOLD:
+        extras = [name for name, present in (
+            ("a command", bool(req.command)), ("a cwd", bool(req.cwd)), ("env", bool(req.env)),
+            ("an idle timeout", bool(req.idle_timeout_seconds)),
+            ("a terminal or pipe", req.stdio is not Stdio.LOGS)) if present]
+        if extras:
+            raise bad(ErrorCode.BAD_REQUEST,
+                      f"a hold runs the worker's own sleeper; it cannot carry {', '.join(extras)}")
+        if req.max_runtime_seconds <= 0:
+            raise bad(ErrorCode.BAD_REQUEST, "a hold needs a ttl (max_runtime_seconds > 0)")
+        if not req.reason.strip():
+            raise bad(ErrorCode.BAD_REQUEST, "a hold needs a reason (say what it is for)")
+        command: tuple[str, ...] = ("hold",)
+    else:
+        command = req.command
+        if not command and req.stdio is not Stdio.TTY:
+            raise bad(ErrorCode.BAD_REQUEST, "the command is empty")
+        if len(command) > lim.argv_items:
+            raise bad(ErrorCode.LIMIT_EXCEEDED,
+                      f"the command has {len(command)} arguments; the limit is {lim.argv_items}")
+        if sum(len(a.encode()) for a in command) > lim.argv_bytes:
+            raise bad(ErrorCode.LIMIT_EXCEEDED,
+                      f"the command is over the {lim.argv_bytes}-byte limit")
+        if any("\0" in a for a in command):
+            raise bad(ErrorCode.BAD_REQUEST, "a command argument contains a NUL character")
+        if command and not command[0]:
+            raise bad(ErrorCode.BAD_REQUEST, "the program name (first argument) is empty")
+        if len(req.env) > lim.env_items:
+            raise bad(ErrorCode.LIMIT_EXCEEDED,
+                      f"{len(req.env)} environment entries; the limit is {lim.env_items}")
+        if sum(len(k.encode()) + len(v.encode()) for k, v in req.env.items()) > lim.env_bytes:
+            raise bad(ErrorCode.LIMIT_EXCEEDED, f"the environment is over {lim.env_bytes} bytes")
+        for k, v in req.env.items():
+            if not k or "=" in k or "\0" in k or "\0" in v:
+                raise bad(ErrorCode.BAD_REQUEST, f"environment entry {k[:40]!r} is not valid")
+    sel = ""
+    if req.selector:
+        try:
+            sel = str(selectors.parse(req.selector))
+        except selectors.SelectorError as e:
+            raise bad(ErrorCode.BAD_SELECTOR, str(e)) from None
+    canon = encode(req)
+    canon.pop("idempotency_key", None)
+    digest = hashlib.sha256(orjson.dumps(canon, option=orjson.OPT_SORT_KEYS)).hexdigest()
+    return jobs.NewJob(
+        kind=req.kind,
+        submitter=submitter,
+        token_name=who.name,
+        command=command,
+        selector=sel,
+        device_id=req.device_id if not sel else "",
+        cwd=req.cwd,
+        env=dict(req.env) if req.kind is JobKind.JOB else {},
+        idempotency_key=req.idempotency_key or None,
+        digest=digest,
+        priority=req.priority,
+        max_runtime=req.max_runtime_seconds,
+        idle_timeout=req.idle_timeout_seconds,
+        reason=req.reason.strip() if req.kind is JobKind.HOLD else req.reason,
+        stdio=req.stdio.value,
+        queued_limit=lim.queued_per_user,
+    )
+
+
+async def submit(request: Request):
+    """POST /v1/jobs: 201 with the job (200 for an idempotent replay).
+
+    With no_wait, a job that cannot start at once is cancelled and the answer
+    is 409 no_device_available: nothing is left in the queue.
+    """
+    c = ctl(request)
+    who = caller(request, Role.USER)
+    req = await json_body(request, SubmitRequest, c.cfg.limits.body_bytes)
+    new = validate_submit(req, who, c.cfg.limits)
+    job_id, created = await c.db.write(jobs.enqueue, new, c.fleet)
+    view = await c.db.read(views.job_view, job_id, c.policy)
+    if req.no_wait:
+        if view.job.state is JobState.QUEUED and created:
+            if await c.db.write(jobs.cancel_queued, job_id, NO_WAIT_REASON):
+                _no_device(req, job_id)
+            view = await c.db.read(views.job_view, job_id, c.policy)
+        elif view.job.state is JobState.KILLED and view.job.kill_reason == NO_WAIT_REASON:
+            _no_device(req, job_id)
+    return reply(view, 201 if created else 200)
+
+
+def _no_device(req: SubmitRequest, job_id: int):
+    target = req.device_id or f"selector {req.selector!r}"
+    raise Refused.conflict(
+        ErrorCode.NO_DEVICE_AVAILABLE,
+        f"{target}: no device free right now (no-wait); job {job_id} was not queued",
+    )
+
+
+async def get_job(request: Request):
+    """GET /v1/jobs/{id}[?wait=S&state=X&position=N]: the job and its queue position.
+
+    With `wait`, a long poll: answers as soon as the state differs from `state`
+    or the queue position from `position`, or after `wait` seconds (max 60).
+    """
+    c = ctl(request)
+    caller(request, Role.USER)
+    job_id = path_int(request)
+    wait = query_float(request, "wait", 0.0, 0.0, 60.0)
+    seen_state = request.query_params.get("state", "")
+    seen_pos = request.query_params.get("position", "")
+    deadline = time.monotonic() + wait
+    while True:
+        ev_job = c.hub.waiter(f"job:{job_id}")
+        ev_jobs = c.hub.waiter("jobs")
+        view = await c.db.read(views.job_view, job_id, c.policy)
+        changed = view.job.state.value != seen_state or str(view.queue_position) != seen_pos
+        left = deadline - time.monotonic()
+        if not wait or changed or left <= 0:
+            return reply(view)
+        waiters = [asyncio.ensure_future(ev_job.wait())]
+        if view.job.state is JobState.QUEUED:
+            waiters.append(asyncio.ensure_future(ev_jobs.wait()))
+        done, pending = await asyncio.wait(waiters, timeout=left,
+                                           return_when=asyncio.FIRST_COMPLETED)
+        for p in pending:
+            p.cancel()
+
+
+async def list_jobs(request: Request):
+    """GET /v1/jobs?limit=&device=&submitter=&state=&before=: newest first."""
+    c = ctl(request)
+    caller(request, Role.USER)
+    limit = query_int(request, "limit", 20, 1, 1000)
+    before = query_int(request, "before", 0, 0, 1 << 62)
+    state = request.query_params.get("state", "")
+    if state and state not in {s.value for s in JobState}:
+        raise Refused.bad(ErrorCode.BAD_REQUEST, f"unknown state {state!r}")
+    params = {
+        "device": request.query_params.get("device", ""),
+        "submitter": request.query_params.get("submitter", ""),
+        "state": state,
+        "before": before,
+        "limit": limit,
+    }
+    from rc.controller import rows
+
+    found = await c.db.read(lambda tx: [rows.job(r) for r in tx.all("jobs_list", params)])
+    return reply(JobList(tuple(found)))
+
+
+async def kill(request: Request):
+    """POST /v1/jobs/{id}/kill: the owner or an admin kills (or cancels) a job."""
+    c = ctl(request)
+    who = caller(request, Role.USER)
+    job_id = path_int(request)
+    req = await json_body(request, KillRequest, c.cfg.limits.body_bytes, empty_ok=True)
+    what = await c.db.write(jobs.kill, job_id, who.name, who.admin,
+                            req.reason[: c.cfg.limits.text_bytes])
+    return reply({"ok": True, "message": f"{what} for job {job_id}"})
+
+
+async def read_logs(request: Request):
+    """GET /v1/jobs/{id}/logs?offset=N&follow=1: stored output from byte N.
+
+    Without follow: what is stored now. With follow (the default): then every
+    new byte until the job has ended and its last bytes are out. Only the
+    job's owner or an admin may read; a terminal session stores nothing (409
+    logs_not_stored).
+    """
+    c = ctl(request)
+    who = caller(request, Role.USER)
+    job_id = path_int(request)
+    follow = request.query_params.get("follow", "1")
+    if follow not in ("0", "1", "true", "false"):
+        raise Refused.bad(ErrorCode.BAD_REQUEST, "follow must be 0, 1, true or false")
+    follow_on = follow in ("1", "true")
+    offset = query_int(request, "offset", 0, 0, 1 << 62)
+    row = await c.db.read(lambda tx: tx.one("job_brief", (job_id,)))
+    if row is None:
+        raise Refused.not_found(f"no job {job_id}")
+    if not who.admin and row["submitter"] != who.name:
+        raise Refused.forbidden(f"job {job_id} belongs to {row['submitter']}; only its owner "
+                                "or an admin may read its logs", ErrorCode.NOT_JOB_OWNER)
+    if row["stdio"] == Stdio.TTY:
+        raise Refused.conflict(ErrorCode.LOGS_NOT_STORED,
+                               f"job {job_id} is a terminal session; its output is not stored")
+    return StreamingResponse(_log_stream(c, job_id, offset, follow_on),
+                             media_type="application/octet-stream",
+                             headers={"Cache-Control": "no-store"})
+
+
+async def _log_stream(c, job_id: int, offset: int, follow: bool):
+    key = f"log:{job_id}"
+    while True:
+        ev = c.hub.waiter(key)
+        data = c.logs.read(job_id, offset, LOG_READ_CHUNK)
+        if data:
+            offset += len(data)
+            yield data
+            continue
+        if not follow:
+            return
+        state = await c.db.read(lambda tx: tx.scalar("job_state", (job_id,)))
+        if state is None or JobState(state).terminal:
+            tail = c.logs.read(job_id, offset, LOG_READ_CHUNK)
+            while tail:
+                offset += len(tail)
+                yield tail
+                tail = c.logs.read(job_id, offset, LOG_READ_CHUNK)
+            return
+        try:
+            await asyncio.wait_for(ev.wait(), c.cfg.log_follow_check)
+        except TimeoutError:
+            pass
+
+
+async def explain_job(request: Request):
+    """GET /v1/jobs/{id}/explain: why a queued job is not running."""
+    c = ctl(request)
+    caller(request, Role.USER)
+    job_id = path_int(request)
+    return reply(await c.db.read(views.explain_job, job_id, c.policy))
+
+
+routes = [
+    Route("/v1/jobs", submit, methods=["POST"]),
+    Route("/v1/jobs", list_jobs, methods=["GET"]),
+    Route("/v1/jobs/{job_id}", get_job, methods=["GET"]),
+    Route("/v1/jobs/{job_id}/kill", kill, methods=["POST"]),
+    Route("/v1/jobs/{job_id}/logs", read_logs, methods=["GET"]),
+    Route("/v1/jobs/{job_id}/explain", explain_job, methods=["GET"]),
+]

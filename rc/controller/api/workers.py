@@ -1,0 +1,290 @@
+"""Worker routes (inventory §3.2): register, labels, heartbeat, long poll,
+reports, log appends, faults.
+
+A worker token is bound to its host at its first registration (DESIGN.md
+§6.1): afterwards it may only act for that host's worker, devices and jobs
+(403 wrong_host / not_worker_job otherwise). Admin tokens pass.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+
+from starlette.requests import Request
+from starlette.routing import Route
+
+from rc.controller import fleet, jobs, tokens
+from rc.controller.api import Role, caller, ctl, json_body, path_int, query_float, read_body, reply
+from rc.controller.auth import Caller
+from rc.controller.config import Limits
+from rc.controller.errors import Refused
+from rc.proto.errors import ErrorCode
+from rc.proto.model import JobKind, JobState, Stdio
+from rc.proto.wire import (
+    Assignment,
+    Assignments,
+    FaultRequest,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    LabelsRequest,
+    LogAppended,
+    RegisterRequest,
+    RegisterResponse,
+    ReportResult,
+    ReportResults,
+    Reports,
+    StatusReport,
+)
+
+__all__ = ["routes", "NAME_RE"]
+
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
+"""Host and device names: letters, digits, '.', '_', '-' (no ':' or '/')."""
+
+
+def _check_name(what: str, value: str) -> None:
+    if not NAME_RE.fullmatch(value):
+        raise Refused.bad(
+            ErrorCode.BAD_REQUEST,
+            f"{what} {value!r} is not valid (letters, digits, '.', '_', '-'; at most 63)",
+        )
+
+
+def _check_labels(lim: Limits, labels: dict[str, dict[str, str]] | None, what: str) -> None:
+    if labels is None:
+        return
+    for scope, facts in labels.items():
+        if len(facts) > lim.labels_per_device:
+            raise Refused.bad(ErrorCode.LIMIT_EXCEEDED,
+                              f"{what}[{scope!r}] has {len(facts)} labels; the limit is "
+                              f"{lim.labels_per_device}")
+        for k, v in facts.items():
+            if not k or len(k) > lim.label_bytes or len(v) > lim.label_bytes:
+                raise Refused.bad(ErrorCode.LIMIT_EXCEEDED,
+                                  f"{what}[{scope!r}] label {k[:40]!r}: keys must be non-empty "
+                                  f"and keys and values at most {lim.label_bytes} characters")
+
+
+def _check_sheets(lim: Limits, sheet: str | None, device_sheets: dict[str, str]) -> None:
+    for name, body in [("host.md", sheet or ""), *device_sheets.items()]:
+        if len(body.encode()) > lim.sheet_bytes:
+            raise Refused(413, ErrorCode.SHEET_TOO_LARGE,
+                          f"usage sheet {name} is over the {lim.sheet_bytes}-byte limit")
+
+
+def _bound(request: Request, who: Caller, host: str) -> None:
+    """A worker token may act only for the host it is bound to."""
+    if who.role is Role.WORKER and who.host != host:
+        bound = who.host or "no host yet (register first)"
+        raise Refused.forbidden(
+            f"worker token {who.name!r} is bound to {bound}, not {host!r}", ErrorCode.WRONG_HOST
+        )
+
+
+async def register(request: Request):
+    """POST /v1/workers/register."""
+    c = ctl(request)
+    who = caller(request, Role.WORKER)
+    lim = c.cfg.limits
+    req = await json_body(request, RegisterRequest, lim.register_body_bytes)
+    _check_name("host", req.host)
+    if len(req.devices) > lim.devices_per_worker:
+        raise Refused.bad(ErrorCode.LIMIT_EXCEEDED,
+                          f"{len(req.devices)} devices; a worker may declare {lim.devices_per_worker}")
+    names = set()
+    for d in req.devices:
+        _check_name("device name", d.name)
+        if d.name in names:
+            raise Refused.bad(ErrorCode.BAD_REQUEST, f"device {d.name!r} is declared twice")
+        if d.max_runtime_seconds < 0:
+            raise Refused.bad(ErrorCode.BAD_REQUEST, f"device {d.name}: negative max_runtime")
+        names.add(d.name)
+    _check_labels(lim, req.labels, "labels")
+    _check_labels(lim, req.declared_labels, "declared_labels")
+    _check_sheets(lim, req.sheet, req.device_sheets)
+    if who.role is Role.WORKER and not who.host:
+        bound = await c.db.write(tokens.bind_host, who.token_id, req.host)
+        await c.reload_tokens()
+        who = Caller(who.token_id, who.name, who.role, bound, who.expires_at)
+    _bound(request, who, req.host)
+    await c.db.write(fleet.register, req, c.fleet, c.thresholds)
+    c.delivered.pop(req.host, None)
+    return reply(RegisterResponse(req.host, c.instance, c.cfg.heartbeat_interval))
+
+
+async def labels(request: Request):
+    """POST /v1/workers/{worker_id}/labels: a periodic re-probe (labels and sheets only)."""
+    c = ctl(request)
+    who = caller(request, Role.WORKER)
+    worker_id = request.path_params["worker_id"]
+    _bound(request, who, worker_id)
+    lim = c.cfg.limits
+    req = await json_body(request, LabelsRequest, lim.register_body_bytes)
+    if req.host != worker_id:
+        raise Refused.forbidden(f"labels for {req.host!r} sent to worker {worker_id!r}",
+                                ErrorCode.WRONG_HOST)
+    _check_labels(lim, req.labels, "labels")
+    _check_labels(lim, req.declared_labels, "declared_labels")
+    _check_sheets(lim, req.sheet, req.device_sheets)
+
+    def store(tx):
+        if tx.one("worker_get", (worker_id,)) is None:
+            raise Refused.not_found(f"worker {worker_id} is not registered")
+        known = {r["name"] for r in tx.all("devices_of_worker", (worker_id,))}
+        names = tuple(n for n in req.devices if n in known) if req.devices else tuple(known)
+        fleet.set_labels(tx, worker_id, names, req.labels, req.declared_labels,
+                         req.sheet, req.device_sheets)
+        c.fleet.invalidate()
+        tx.schedule = True
+        tx.notify("devices")
+
+    await c.db.write(store)
+    return reply({"ok": True})
+
+
+async def heartbeat(request: Request):
+    """POST /v1/workers/{worker_id}/heartbeat."""
+    c = ctl(request)
+    who = caller(request, Role.WORKER)
+    worker_id = request.path_params["worker_id"]
+    _bound(request, who, worker_id)
+    req = await json_body(request, HeartbeatRequest, c.cfg.limits.heartbeat_body_bytes,
+                          empty_ok=True)
+    stop = await c.db.write(fleet.heartbeat, worker_id, req.running_job_ids, c.thresholds)
+    if c.forget_delivered(worker_id, set(req.running_job_ids)):
+        c.hub.notify([f"worker:{worker_id}"])
+    return reply(HeartbeatResponse(c.instance, tuple(stop)))
+
+
+async def assignments(request: Request):
+    """GET /v1/workers/{worker_id}/assignments?wait=30s: the long poll.
+
+    Answers as soon as the worker has a job or a kill to act on, else 204
+    after `wait` (default 30 s, at most 60 s).
+    """
+    c = ctl(request)
+    who = caller(request, Role.WORKER)
+    worker_id = request.path_params["worker_id"]
+    _bound(request, who, worker_id)
+    wait = query_float(request, "wait", c.cfg.poll_wait_default, 0.0, c.cfg.poll_wait_max)
+    deadline = time.monotonic() + wait
+    key = f"worker:{worker_id}"
+    while True:
+        ev = c.hub.waiter(key)
+        fresh, kills = await c.handout(worker_id)
+        if fresh or kills:
+            return reply(Assignments(tuple(_assignment(r) for r in fresh), tuple(kills)))
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return _no_content()
+        try:
+            await asyncio.wait_for(ev.wait(), left)
+        except TimeoutError:
+            return _no_content()
+
+
+def _no_content():
+    from starlette.responses import Response
+
+    return Response(status_code=204)
+
+
+def _assignment(r) -> Assignment:
+    from rc.controller.db import loads
+
+    return Assignment(
+        job_id=r["id"],
+        device_id=r["device_id"],
+        kind=JobKind(r["kind"]),
+        command=tuple(loads(r["command"])),
+        cwd=r["cwd"],
+        env=loads(r["env"]),
+        submitter=r["submitter"],
+        max_runtime_seconds=r["max_runtime"],
+        idle_timeout_seconds=r["idle_timeout"],
+        stdio=Stdio(r["stdio"]),
+    )
+
+
+async def reports(request: Request):
+    """POST /v1/workers/{worker_id}/reports: running and terminal reports, batched."""
+    c = ctl(request)
+    who = caller(request, Role.WORKER)
+    worker_id = request.path_params["worker_id"]
+    _bound(request, who, worker_id)
+    req = await json_body(request, Reports, c.cfg.limits.body_bytes)
+    results = await c.db.write(jobs.apply_reports, worker_id, req.reports)
+    return reply(ReportResults(tuple(ReportResult(j, not code, code, msg) for j, code, msg in results)))
+
+
+async def status(request: Request):
+    """POST /v1/jobs/{job_id}/status: one report (inventory §3.2)."""
+    c = ctl(request)
+    who = caller(request, Role.WORKER)
+    job_id = path_int(request)
+    req = await json_body(request, StatusReport, c.cfg.limits.body_bytes)
+    _bound(request, who, req.worker_id)
+    if req.state is not JobState.RUNNING and not req.state.terminal:
+        raise Refused.bad(ErrorCode.BAD_REQUEST,
+                          f"a worker reports running or a terminal state, not {req.state}")
+    from rc.proto.wire import JobReport
+
+    rep = JobReport(job_id, req.state, req.exit_code, req.reason, req.started_at)
+    [(_, code, msg)] = await c.db.write(jobs.apply_reports, req.worker_id, (rep,))
+    if code:
+        status_code = {"not_found": 404, "not_worker_job": 403}.get(code, 400)
+        raise Refused(status_code, code, msg)
+    return reply({"ok": True})
+
+
+async def append_log(request: Request):
+    """POST /v1/jobs/{job_id}/logs?offset=N: append output starting at byte N."""
+    c = ctl(request)
+    who = caller(request, Role.WORKER)
+    job_id = path_int(request)
+    raw_offset = request.query_params.get("offset", "")
+    if not raw_offset.isdigit():
+        raise Refused.bad(ErrorCode.BAD_REQUEST, "offset must be a non-negative integer")
+    row = await c.db.read(lambda tx: tx.one("job_brief", (job_id,)))
+    if row is None:
+        raise Refused.not_found(f"no job {job_id}")
+    if who.role is Role.WORKER and row["worker_id"] != who.host:
+        raise Refused.forbidden(f"job {job_id} does not run on {who.host or 'this worker'}",
+                                ErrorCode.NOT_WORKER_JOB)
+    if row["stdio"] == Stdio.TTY:
+        raise Refused.conflict(ErrorCode.LOGS_NOT_STORED,
+                               f"job {job_id} is a terminal session; its output is not stored")
+    data = await read_body(request, c.cfg.limits.log_chunk_bytes, ErrorCode.CHUNK_TOO_LARGE)
+    end = await c.logs.append(job_id, int(raw_offset), data)
+    return reply(LogAppended(end))
+
+
+async def device_fault(request: Request):
+    """POST /v1/devices/{device_id}/fault: quarantine a device as `fault`."""
+    c = ctl(request)
+    who = caller(request, Role.WORKER)
+    device_id = request.path_params["device_id"]
+    req = await json_body(request, FaultRequest, c.cfg.limits.body_bytes)
+    if not req.reason.strip():
+        raise Refused.bad(ErrorCode.BAD_REQUEST, "a fault needs a reason")
+    host = device_id.rpartition(":")[0]
+    if who.role is Role.WORKER and who.host != host:
+        raise Refused.forbidden(f"worker token {who.name!r} may not fault {device_id} "
+                                f"(bound to {who.host or 'no host'})", ErrorCode.WRONG_HOST)
+    await c.db.write(fleet.fault, device_id, req.reason[: c.cfg.limits.text_bytes],
+                     req.job_id, who.name)
+    return reply({"ok": True})
+
+
+routes = [
+    Route("/v1/workers/register", register, methods=["POST"]),
+    Route("/v1/workers/{worker_id}/labels", labels, methods=["POST"]),
+    Route("/v1/workers/{worker_id}/heartbeat", heartbeat, methods=["POST"]),
+    Route("/v1/workers/{worker_id}/assignments", assignments, methods=["GET"]),
+    Route("/v1/workers/{worker_id}/reports", reports, methods=["POST"]),
+    Route("/v1/jobs/{job_id}/status", status, methods=["POST"]),
+    Route("/v1/jobs/{job_id}/logs", append_log, methods=["POST"]),
+    Route("/v1/devices/{device_id}/fault", device_fault, methods=["POST"]),
+]

@@ -1,0 +1,113 @@
+"""Builds the Starlette app: routes, the one error shape, the instance header.
+
+No business logic lives here (STYLE.md §14): routes are in rc.controller.api,
+state changes in the transaction modules.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import orjson
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from rc.controller.api import admin, devices, jobs, workers
+from rc.controller.core import Controller
+from rc.controller.errors import Refused
+from rc.proto.errors import ErrorCode
+from rc.proto.wire import INSTANCE_HEADER
+
+__all__ = ["build_app", "error_response"]
+
+log = logging.getLogger("rc.http")
+
+_STATUS_CODES = {
+    400: ErrorCode.BAD_REQUEST,
+    401: ErrorCode.UNAUTHORIZED,
+    403: ErrorCode.FORBIDDEN,
+    404: ErrorCode.NOT_FOUND,
+    405: ErrorCode.METHOD_NOT_ALLOWED,
+    413: ErrorCode.BODY_TOO_LARGE,
+}
+
+
+def error_response(status: int, code: str, message: str) -> Response:
+    """The single error shape: {"error": code, "message": text} (DESIGN.md §5)."""
+    return Response(
+        orjson.dumps({"error": code, "message": message}),
+        status_code=status,
+        media_type="application/json",
+        headers={"Cache-Control": "no-store"},
+    )
+
+
+async def _refused(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, Refused)
+    return error_response(exc.status, exc.code, exc.message)
+
+
+async def _http_exception(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    code = _STATUS_CODES.get(exc.status_code, ErrorCode.BAD_REQUEST)
+    if exc.status_code == 404:
+        message = f"no route {request.method} {request.url.path}"
+    elif exc.status_code == 405:
+        message = f"{request.method} is not allowed on {request.url.path}"
+    else:
+        message = str(exc.detail)
+    return error_response(exc.status_code, code, message)
+
+
+class _Envelope:
+    """Outermost middleware: the instance header on every response, and any
+    unexpected exception turned into a 500 in the error shape (logged once,
+    never a traceback to the client)."""
+
+    def __init__(self, app: ASGIApp, instance: str) -> None:
+        self.app = app
+        self.header = (INSTANCE_HEADER.lower().encode(), instance.encode())
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def send_with_header(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+                message["headers"] = [*message.get("headers", []), self.header]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_header)
+        except Exception:
+            log.exception("unhandled error in %s %s", scope.get("method"), scope.get("path"))
+            if not started:
+                resp = error_response(500, ErrorCode.INTERNAL,
+                                      "internal error (the controller log has the details)")
+                await resp(scope, receive, send_with_header)
+
+
+async def _internal(request: Request, exc: Exception) -> Response:
+    return error_response(500, ErrorCode.INTERNAL,
+                          "internal error (the controller log has the details)")
+
+
+def build_app(ctl: Controller) -> ASGIApp:
+    """The ASGI application serving `ctl`."""
+    app = Starlette(
+        routes=[*workers.routes, *jobs.routes, *devices.routes, *admin.routes],
+        exception_handlers={
+            Refused: _refused,
+            HTTPException: _http_exception,
+            Exception: _internal,
+        },
+    )
+    app.state.ctl = ctl
+    return _Envelope(app, ctl.instance)

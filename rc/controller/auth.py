@@ -1,0 +1,95 @@
+"""Who is calling: bearer tokens → a Caller, and the role rules (DESIGN.md §6.1).
+
+Secrets look like `rc_<43 url-safe characters>`; the database keeps their
+sha256 only. Lookups go through an in-memory map from hash to token, rebuilt
+after every token change; the stored hash is compared with
+hmac.compare_digest. A token is never logged or echoed.
+
+Roles: admin passes every route; otherwise the token's role must be one the
+route allows. 401 unauthorized for a missing, malformed, unknown, revoked or
+expired token; 403 forbidden for the wrong role.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from rc.controller.errors import Refused
+from rc.proto.errors import ErrorCode
+from rc.proto.model import Role
+
+__all__ = ["Caller", "TokenCache", "new_secret", "hash_secret"]
+
+SECRET_PREFIX = "rc_"
+
+
+def new_secret() -> str:
+    """A fresh token secret (256 bits of randomness)."""
+    return SECRET_PREFIX + secrets.token_urlsafe(32)
+
+
+def hash_secret(secret: str) -> str:
+    """The stored form of a secret: sha256, hex."""
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """An authenticated caller: token id and name, role, bound host (workers)."""
+
+    token_id: int
+    name: str
+    role: Role
+    host: str = ""
+    expires_at: float | None = None
+
+    @property
+    def admin(self) -> bool:
+        return self.role is Role.ADMIN
+
+
+class TokenCache:
+    """hash → Caller for every live token; `load()` replaces the whole map."""
+
+    def __init__(self) -> None:
+        self._by_hash: dict[str, tuple[str, Caller]] = {}
+
+    def load(self, rows: Iterable) -> None:
+        self._by_hash = {
+            r["secret_hash"]: (
+                r["secret_hash"],
+                Caller(r["id"], r["name"], Role(r["role"]), r["host"], r["expires_at"]),
+            )
+            for r in rows
+        }
+
+    def authenticate(self, header: str | None, now: float) -> Caller:
+        """The Caller for an Authorization header value. Raises Refused(401)."""
+        if not header:
+            raise Refused(401, ErrorCode.UNAUTHORIZED, "missing bearer token (set RC_TOKEN)")
+        scheme, _, secret = header.partition(" ")
+        secret = secret.strip()
+        if scheme.lower() != "bearer" or not secret:
+            raise Refused(401, ErrorCode.UNAUTHORIZED, "Authorization must be 'Bearer <token>'")
+        digest = hash_secret(secret)
+        hit = self._by_hash.get(digest)
+        if hit is None or not hmac.compare_digest(hit[0], digest):
+            raise Refused(401, ErrorCode.UNAUTHORIZED, "unknown or revoked token")
+        caller = hit[1]
+        if caller.expires_at is not None and now >= caller.expires_at:
+            raise Refused(401, ErrorCode.UNAUTHORIZED, f"token {caller.name!r} has expired")
+        return caller
+
+
+def require(caller: Caller, *roles: Role) -> Caller:
+    """Admin passes; anyone else must hold one of `roles`. Raises Refused(403)."""
+    if caller.role is Role.ADMIN or caller.role in roles:
+        return caller
+    allowed = " or ".join(r.value for r in roles) or "admin"
+    raise Refused.forbidden(
+        f"this route needs a {allowed} token; {caller.name!r} is a {caller.role.value} token"
+    )

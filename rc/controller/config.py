@@ -1,0 +1,93 @@
+"""The controller's settings, every threshold in one place (inventory §10).
+
+All durations are seconds. `rc serve` builds a ControllerConfig from its
+flags; tests build one directly (with small thresholds and a fake clock).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["ControllerConfig", "Limits"]
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Every size limit the controller enforces, each with its own error code
+    (issue "Multi-user security": limits explicit and documented)."""
+
+    body_bytes: int = 1 << 20
+    """Largest JSON request body (413 body_too_large)."""
+    heartbeat_body_bytes: int = 64 << 10
+    """Largest heartbeat body (413 body_too_large)."""
+    register_body_bytes: int = 4 << 20
+    """Largest registration or labels body, sheets included (413 body_too_large)."""
+    log_chunk_bytes: int = 1 << 20
+    """Largest single log append (413 chunk_too_large)."""
+    log_cap_bytes: int = 256 << 20
+    """Per-job log cap; output past it is dropped and a marker says so."""
+    argv_items: int = 4096
+    """Most arguments in a command (400 limit_exceeded)."""
+    argv_bytes: int = 256 << 10
+    """Most bytes in a command's arguments together (400 limit_exceeded)."""
+    env_items: int = 256
+    """Most environment entries per job (400 limit_exceeded)."""
+    env_bytes: int = 64 << 10
+    """Most bytes in a job's environment together (400 limit_exceeded)."""
+    text_bytes: int = 4096
+    """Longest free-text field: reason, cwd, selector, names (400 limit_exceeded)."""
+    labels_per_device: int = 256
+    """Most labels per device and source (400 limit_exceeded)."""
+    label_bytes: int = 1024
+    """Longest label key or value (400 limit_exceeded)."""
+    sheet_bytes: int = 64 << 10
+    """Largest usage sheet (413 sheet_too_large)."""
+    devices_per_worker: int = 1024
+    """Most devices one worker may declare (400 limit_exceeded)."""
+    queued_per_user: int = 10000
+    """Most queued jobs per submitter (429 queue_full)."""
+    relay_sessions_per_user: int = 16
+    """Most open relay sessions per user (429 limit_exceeded)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerConfig:
+    """What `rc serve` was told; defaults follow inventory §10 unless noted."""
+
+    data_dir: str
+    listen: str = "127.0.0.1:8080"
+    certfile: str = ""
+    keyfile: str = ""
+    schedule_interval: float = 1.0
+    sweep_interval: float = 10.0
+    heartbeat_interval: float = 10.0
+    """What workers are told to use."""
+    unknown_after: float = 30.0
+    """Silence after which a device shows `unknown`."""
+    lost_after: float = 300.0
+    """Silence after which a device is quarantined worker_lost and its jobs lost."""
+    startup_grace: float = 30.0
+    """After a controller start, no lease expires and no worker is written off."""
+    lease_default: float = 300.0
+    """Lease of a job without a runtime, until its first renewal."""
+    lease_grace: float = 600.0
+    """A lease outlives the job's max runtime by this much (the worker's
+    watchdog fires first)."""
+    lease_renewal: float = 900.0
+    """A heartbeat naming a job extends its lease to at least now + this."""
+    kill_redelivery: float = 30.0
+    poll_wait_default: float = 30.0
+    poll_wait_max: float = 60.0
+    aging: float = 600.0
+    """A queued job gains one priority step per `aging` seconds waited (0: off)."""
+    max_devices_per_user: int = 0
+    """Most devices one submitter may hold at once (0: no cap)."""
+    flap_limit: int = 3
+    """Automatic recoveries per device per flap_window before a human must clear."""
+    flap_window: float = 3600.0
+    retain_disconnected_jobs: bool = False
+    webhook_url: str = ""
+    webhook_queue: int = 256
+    log_follow_check: float = 0.5
+    relay_alone_timeout: float = 60.0
+    limits: Limits = Limits()

@@ -1,0 +1,205 @@
+"""The running controller: database, caches, wake-ups and background loops.
+
+One `Controller` per `rc serve` process. Route handlers reach it through
+`request.app.state.ctl`; they validate input, then call transaction functions
+through `ctl.db.write(...)` and views through `ctl.db.read(...)`.
+
+Background loops (each turn reads the clock once, every wait has a deadline):
+- the scheduling tick: a pass every `schedule_interval` seconds, besides the
+  pass that follows every submit, release and registration;
+- the sweeper: `fleet.sweep` every `sweep_interval` seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+from rc.controller import fleet, jobs, scheduler, tokens
+from rc.controller.auth import TokenCache, hash_secret, new_secret
+from rc.controller.config import ControllerConfig
+from rc.controller.db import Database, Tx
+from rc.controller.errors import StartupError
+from rc.controller.hub import Hub
+from rc.controller.logstore import LogStore
+from rc.proto.model import Role
+
+__all__ = ["Controller", "ADMIN_TOKEN_FILE"]
+
+log = logging.getLogger("rc.controller")
+
+ADMIN_TOKEN_FILE = "admin.token"
+DB_FILE = "rc.db"
+
+
+def _request_pass(tx: Tx) -> None:
+    tx.schedule = True
+
+
+class Controller:
+    """State shared by every request of one controller process.
+
+    `clock` returns wall time in seconds (tests pass a fake one). `instance`
+    is a random id sent on every response so workers notice a restart.
+    """
+
+    def __init__(self, config: ControllerConfig, clock: Callable[[], float] = time.time) -> None:
+        self.cfg = config
+        self.clock = clock
+        self.instance = uuid.uuid4().hex
+        self.data = Path(config.data_dir)
+        self.db = Database(str(self.data / DB_FILE), clock)
+        self.hub = Hub()
+        self.fleet = scheduler.Fleet()
+        self.tokens = TokenCache()
+        self.logs: LogStore | None = None
+        self.policy = scheduler.Policy(
+            aging=config.aging,
+            cap=config.max_devices_per_user,
+            lease_default=config.lease_default,
+            lease_grace=config.lease_grace,
+        )
+        self.thresholds = fleet.Thresholds(
+            unknown_after=config.unknown_after,
+            lost_after=config.lost_after,
+            startup_grace=config.startup_grace,
+            lease_renewal=config.lease_renewal,
+            flap_limit=config.flap_limit,
+            flap_window=config.flap_window,
+            retain=config.retain_disconnected_jobs,
+        )
+        self.delivered: dict[str, set[int]] = {}
+        self.started_at = 0.0
+        self.created_admin_token = False
+        self._loops: list[asyncio.Task] = []
+        self.on_assign: list[Callable[[list[tuple[int, str]]], None]] = []
+
+    # -- life cycle ------------------------------------------------------
+
+    async def start(self, loops: bool = True) -> None:
+        """Open the data dir and database, bootstrap the admin token, start loops.
+
+        Raises StartupError / StoreError with a message naming the problem.
+        """
+        try:
+            self.data.mkdir(parents=True, exist_ok=True)
+            probe = self.data / ".rc-write-test"
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as e:
+            raise StartupError(f"data dir {self.data} is not writable: {e.strerror or e}") from None
+        self.logs = LogStore(
+            self.data / "logs", self.cfg.limits.log_cap_bytes, lambda j: self.hub.notify([f"log:{j}"])
+        )
+        self.db.after_batch = self._pass
+        self.db.on_commit = self.hub.notify
+        await self.db.open()
+        self.started_at = self.clock()
+        await self._bootstrap_admin()
+        await self.reload_tokens()
+        if loops:
+            self._loops = [
+                asyncio.create_task(self._tick_loop(), name="rc-schedule-tick"),
+                asyncio.create_task(self._sweep_loop(), name="rc-sweeper"),
+            ]
+
+    async def stop(self) -> None:
+        """Stop the loops, finish queued writes, close the database."""
+        for t in self._loops:
+            t.cancel()
+        for t in self._loops:
+            try:
+                await t
+            except asyncio.CancelledError:
+                pass
+        self._loops = []
+        await self.db.close()
+
+    async def _bootstrap_admin(self) -> None:
+        """On an empty database, create the `admin` token and write it to
+        DATA/admin.token (mode 0600): the only time that secret is shown."""
+        if await self.db.read(lambda tx: tx.scalar("tokens_count")):
+            return
+        secret = new_secret()
+        path = self.data / ADMIN_TOKEN_FILE
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secret + "\n")
+        os.chmod(path, 0o600)
+        await self.db.write(tokens.create, "admin", Role.ADMIN, hash_secret(secret), "", None)
+        self.created_admin_token = True
+        log.info("created the admin token in %s", path)
+
+    async def reload_tokens(self) -> None:
+        """Rebuild the in-memory token map from the database."""
+        self.tokens.load(await self.db.read(tokens.live))
+
+    # -- scheduling ------------------------------------------------------
+
+    def _pass(self, tx: Tx) -> None:
+        done = scheduler.schedule(tx, self.fleet, self.policy)
+        if done:
+            for hook in self.on_assign:
+                hook(done)
+
+    async def kick(self) -> None:
+        """Run a scheduling pass now (in the next write batch)."""
+        await self.db.write(_request_pass)
+
+    async def _tick_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.cfg.schedule_interval)
+            try:
+                await self.kick()
+            except Exception:
+                log.exception("scheduling tick failed")
+
+    async def _sweep_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.cfg.sweep_interval)
+            try:
+                await self.sweep()
+            except Exception:
+                log.exception("sweep failed")
+
+    async def sweep(self) -> int:
+        """One sweep now; returns how many things changed."""
+        return await self.db.write(fleet.sweep, self.thresholds, self.started_at)
+
+    # -- hand-out ----------------------------------------------------------
+
+    async def handout(self, worker_id: str):
+        """Assignments not yet handed to this worker, and kills due.
+
+        Hand-out writes nothing for assignments: the controller remembers in
+        memory which assigned jobs it already handed out (the worker never
+        starts a job id twice, so a re-delivery after a restart is harmless).
+        """
+        def read(tx: Tx):
+            assigned = tx.all("jobs_assigned_to", (worker_id,))
+            due = tx.scalar("count_kills_due", (worker_id, tx.now - self.cfg.kill_redelivery))
+            return assigned, due
+
+        assigned, due = await self.db.read(read)
+        seen = self.delivered.setdefault(worker_id, set())
+        fresh = [r for r in assigned if r["id"] not in seen]
+        self.delivered[worker_id] = {r["id"] for r in assigned}
+        kills: list[int] = []
+        if due:
+            _, kills = await self.db.write(jobs.handout, worker_id, set(), self.cfg.kill_redelivery)
+        return fresh, kills
+
+    def forget_delivered(self, worker_id: str, keep: set[int]) -> bool:
+        """After a heartbeat: assigned jobs the worker does not name are handed
+        out again at its next poll. Returns whether anything was forgotten."""
+        seen = self.delivered.get(worker_id)
+        if not seen:
+            return False
+        kept = seen & keep
+        self.delivered[worker_id] = kept
+        return kept != seen

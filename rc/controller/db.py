@@ -1,0 +1,366 @@
+"""The SQLite database: one writer with group commit, a few readers (DESIGN.md §4).
+
+Every state change is a *transaction function* `fn(tx, *args)` written against
+`Tx` (named queries from queries.sql). `Database.write(fn, ...)` queues it for
+the single writer, which runs a batch of queued functions inside one
+`BEGIN IMMEDIATE ... COMMIT` with `synchronous=FULL`: every function gets its
+own SAVEPOINT (one that raises is rolled back alone and its caller gets the
+exception), and the batch costs one fsync. Nothing is acknowledged before the
+commit that holds it is durable.
+
+Why transaction functions run whole on the connection's thread instead of one
+`await` per statement (STYLE.md §3's form): aiosqlite hops to its thread for
+each statement, about 200 µs per hop on the 2-core machine we target (the hop
+itself: a bare executor measures the same). A ten-statement transaction would
+cost 2 ms of hops; run whole, a batch of transactions costs one hop. We keep
+aiosqlite for what it is good at (owning the connection's thread, opening and
+closing it) and hand that thread whole functions; `_on_thread` is the one
+place that relies on its dispatch method.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.resources
+import logging
+import re
+import sqlite3
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+import orjson
+
+from rc.controller.errors import StoreError
+
+__all__ = ["Database", "Tx", "QUERIES", "SCHEMA_VERSION", "load_queries", "dumps", "loads"]
+
+log = logging.getLogger("rc.store")
+
+BATCH_MAX = 256
+"""Most transaction functions one commit carries."""
+
+BUSY_TIMEOUT_MS = 5000
+
+
+def load_queries(text: str) -> dict[str, str]:
+    """Split a .sql file into {name: statement} on `-- name: NAME` headers."""
+    out: dict[str, str] = {}
+    name = None
+    buf: list[str] = []
+    for line in text.splitlines():
+        m = re.match(r"--\s*name:\s*([a-z0-9_]+)\s*$", line)
+        if m:
+            if name:
+                out[name] = "\n".join(buf).strip()
+            name, buf = m.group(1), []
+            if name in out:
+                raise ValueError(f"query {name} defined twice")
+        elif name is not None:
+            buf.append(line)
+    if name:
+        out[name] = "\n".join(buf).strip()
+    return out
+
+
+def _resource(package: str, name: str) -> str:
+    return importlib.resources.files(package).joinpath(name).read_text(encoding="utf-8")
+
+
+QUERIES: dict[str, str] = load_queries(_resource("rc.controller", "queries.sql"))
+SCHEMA_SQL: str = _resource("rc", "store.sql")
+
+# Ordered migrations: (version, file) under rc/controller/migrations/. Version 1
+# is store.sql itself; a later version appends its file here and edits
+# store.sql to match (tests/test_schema.py proves the two paths agree).
+MIGRATIONS: list[tuple[int, str]] = []
+SCHEMA_VERSION = 1 + len(MIGRATIONS)
+
+
+class Tx:
+    """A transaction in progress, handed to transaction functions.
+
+    `now` is the batch's clock reading (seconds since the epoch): a function
+    reads the clock once, through it. `notify(key)` records a change to
+    announce once the transaction has committed (worker pokes, job watchers).
+    """
+
+    __slots__ = ("conn", "now", "notes", "schedule")
+
+    def __init__(self, conn: sqlite3.Connection, now: float) -> None:
+        self.conn = conn
+        self.now = now
+        self.notes: set[str] = set()
+        self.schedule = False
+
+    def notify(self, *keys: str) -> None:
+        """Announce these keys after commit (see rc.controller.hub)."""
+        self.notes.update(keys)
+
+    def one(self, name: str, params: Any = ()) -> sqlite3.Row | None:
+        """First row of a named query, or None."""
+        return self.conn.execute(QUERIES[name], params).fetchone()
+
+    def all(self, name: str, params: Any = ()) -> list[sqlite3.Row]:
+        """All rows of a named query."""
+        return self.conn.execute(QUERIES[name], params).fetchall()
+
+    def scalar(self, name: str, params: Any = ()) -> Any:
+        """First column of the first row, or None."""
+        row = self.conn.execute(QUERIES[name], params).fetchone()
+        return None if row is None else row[0]
+
+    def exec(self, name: str, params: Any = ()) -> int:
+        """Run a named statement; returns the number of rows changed."""
+        return self.conn.execute(QUERIES[name], params).rowcount
+
+    def many(self, name: str, rows: Iterable[Any]) -> int:
+        """Run a named statement once per parameter set; returns rows changed."""
+        return self.conn.executemany(QUERIES[name], rows).rowcount
+
+
+@dataclass(slots=True)
+class _Op:
+    fn: Callable[..., Any]
+    args: tuple
+    future: asyncio.Future
+    result: Any = None
+    error: BaseException | None = None
+    notes: set[str] = field(default_factory=set)
+
+
+def _configure(conn: sqlite3.Connection) -> None:
+    conn.row_factory = sqlite3.Row
+    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    conn.execute("PRAGMA foreign_keys = ON")
+    conn.execute("PRAGMA synchronous = FULL")
+
+
+def _migrate(conn: sqlite3.Connection, path: str) -> None:
+    """Create or upgrade the schema; refuse a database from a newer rc."""
+    mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+    if mode.lower() != "wal":
+        raise StoreError(f"{path}: could not switch the database to WAL mode (got {mode})")
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    if version > SCHEMA_VERSION:
+        raise StoreError(
+            f"{path} was written by a newer rc (schema version {version}; this rc knows "
+            f"versions up to {SCHEMA_VERSION}). Upgrade rc, or point --data elsewhere."
+        )
+    if version == 0:
+        tables = conn.execute("SELECT count(*) FROM sqlite_master WHERE type='table'").fetchone()[0]
+        if tables:
+            raise StoreError(f"{path} is not an rc database (it has tables but no schema version)")
+        conn.execute("BEGIN IMMEDIATE")
+        for stmt in _statements(SCHEMA_SQL):
+            conn.execute(stmt)
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        conn.execute("COMMIT")
+        return
+    for target, name in MIGRATIONS:
+        if target <= version:
+            continue
+        conn.execute("BEGIN IMMEDIATE")
+        for stmt in _statements(_resource("rc.controller.migrations", name)):
+            conn.execute(stmt)
+        conn.execute(f"PRAGMA user_version = {target}")
+        conn.execute("COMMIT")
+        log.info("migrated %s to schema version %d", path, target)
+
+
+def _statements(script: str) -> list[str]:
+    """Split a schema script into statements (triggers keep their inner `;`)."""
+    out, buf = [], []
+    for line in script.splitlines():
+        if line.strip().startswith("--") and not buf:
+            continue
+        buf.append(line)
+        joined = "\n".join(buf)
+        if sqlite3.complete_statement(joined):
+            if joined.strip():
+                out.append(joined.strip())
+            buf = []
+    if "\n".join(buf).strip():
+        raise StoreError("schema script ends in an incomplete statement")
+    return out
+
+
+def _run_batch(conn: sqlite3.Connection, ops: list[_Op], now: float, after: Callable | None):
+    """Run queued transaction functions in one transaction (on the writer thread)."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        schedule = False
+        for op in ops:
+            tx = Tx(conn, now)
+            conn.execute("SAVEPOINT op")
+            try:
+                op.result = op.fn(tx, *op.args)
+                conn.execute("RELEASE op")
+                op.notes = tx.notes
+                schedule = schedule or tx.schedule
+            except BaseException as e:  # noqa: BLE001 - handed back to the caller
+                conn.execute("ROLLBACK TO op")
+                conn.execute("RELEASE op")
+                op.error = e
+        extra: set[str] = set()
+        if schedule and after is not None:
+            tx = Tx(conn, now)
+            conn.execute("SAVEPOINT after")
+            try:
+                after(tx)
+                conn.execute("RELEASE after")
+                extra = tx.notes
+            except Exception:  # a failed pass must not undo the batch's writes
+                conn.execute("ROLLBACK TO after")
+                conn.execute("RELEASE after")
+                log.exception("scheduling pass failed; the next pass retries")
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    return extra
+
+
+def _run_read(conn: sqlite3.Connection, fn: Callable, args: tuple, now: float):
+    conn.execute("BEGIN")
+    try:
+        return fn(Tx(conn, now), *args)
+    finally:
+        conn.execute("COMMIT")
+
+
+class Database:
+    """The controller's SQLite file with one writer and `readers` readers.
+
+    `clock()` returns wall time in seconds; each write batch reads it once.
+    `on_commit(notes)` is called on the event loop with the keys transaction
+    functions announced, after their commit. `after_batch(tx)` runs at the end
+    of any batch in which a function set `tx.schedule` (the scheduling pass).
+    Raises StoreError when the file cannot be opened, is not an rc database or
+    comes from a newer rc.
+    """
+
+    def __init__(self, path: str, clock: Callable[[], float], readers: int = 2) -> None:
+        self.path = path
+        self.clock = clock
+        self.n_readers = readers
+        self.on_commit: Callable[[set[str]], None] = lambda notes: None
+        self.after_batch: Callable[[Tx], None] | None = None
+        self._writer: aiosqlite.Connection | None = None
+        self._readers: list[aiosqlite.Connection] = []
+        self._next_reader = 0
+        self._queue: asyncio.Queue[_Op] | None = None
+        self._task: asyncio.Task | None = None
+
+    async def open(self) -> Database:
+        Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._writer = await aiosqlite.connect(self.path, isolation_level=None)
+            await self._on_thread(self._writer, _configure)
+            await self._on_thread(self._writer, _migrate, self.path)
+            for _ in range(self.n_readers):
+                r = await aiosqlite.connect(self.path, isolation_level=None)
+                await self._on_thread(r, _configure)
+                await r.execute("PRAGMA query_only = ON")
+                self._readers.append(r)
+        except sqlite3.Error as e:
+            await self.close()
+            raise StoreError(f"cannot open database {self.path}: {e}") from None
+        except StoreError:
+            await self.close()
+            raise
+        self._queue = asyncio.Queue()
+        self._task = asyncio.create_task(self._write_loop(), name="rc-db-writer")
+        return self
+
+    async def close(self) -> None:
+        """Finish queued writes, then close every connection."""
+        if self._task is not None:
+            await self._queue.put(None)  # type: ignore[arg-type]
+            await self._task
+            self._task = None
+        for c in [self._writer, *self._readers]:
+            if c is not None:
+                await c.close()
+        self._writer, self._readers = None, []
+
+    @staticmethod
+    async def _on_thread(conn: aiosqlite.Connection, fn: Callable, *args: Any) -> Any:
+        # aiosqlite's dispatch: run fn on the connection's own thread, one hop.
+        return await conn._execute(fn, conn._conn, *args)
+
+    async def write(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run `fn(tx, *args)` in the next durable write batch and return its result.
+
+        Raises whatever fn raised (its savepoint rolled back, the rest of the
+        batch unaffected), or StoreError if the commit itself failed.
+        """
+        if self._queue is None:
+            raise StoreError("the database is closed")
+        fut = asyncio.get_running_loop().create_future()
+        self._queue.put_nowait(_Op(fn, args, fut))
+        return await fut
+
+    async def read(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run `fn(tx, *args)` in a read transaction (a consistent snapshot)."""
+        conn = self._readers[self._next_reader % len(self._readers)]
+        self._next_reader += 1
+        return await self._on_thread(conn, _run_read, fn, args, self.clock())
+
+    async def _write_loop(self) -> None:
+        assert self._queue is not None and self._writer is not None
+        stopping = False
+        while not stopping:
+            first = await self._queue.get()
+            if first is None:
+                break
+            ops = [first]
+            while len(ops) < BATCH_MAX and not self._queue.empty():
+                op = self._queue.get_nowait()
+                if op is None:
+                    stopping = True
+                    break
+                ops.append(op)
+            await self._commit(ops)
+
+    async def _commit(self, ops: list[_Op]) -> None:
+        try:
+            extra = await self._on_thread(
+                self._writer, _run_batch, ops, self.clock(), self.after_batch
+            )
+        except Exception as e:  # the commit failed: nothing in the batch happened
+            log.error("write batch of %d failed: %s", len(ops), e)
+            err = StoreError(f"database write failed: {e}")
+            for op in ops:
+                if not op.future.done():
+                    op.future.set_exception(err)
+            return
+        notes: set[str] = set(extra)
+        for op in ops:
+            if op.error is None:
+                notes |= op.notes
+        if notes:
+            try:
+                self.on_commit(notes)
+            except Exception:
+                log.exception("on_commit hook failed")
+        for op in ops:
+            if op.future.done():
+                continue
+            if op.error is not None:
+                op.future.set_exception(op.error)
+            else:
+                op.future.set_result(op.result)
+
+
+def dumps(obj: Any) -> str:
+    """JSON text for a column (compact, stable key order)."""
+    return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS).decode()
+
+
+def loads(text: str) -> Any:
+    """Decode a JSON column."""
+    return orjson.loads(text)

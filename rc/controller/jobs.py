@@ -1,0 +1,267 @@
+"""Transactions on jobs: enqueue, cancel, kill, hand-out, running, release.
+
+Each function takes a `Tx` first and is run whole by the writer (rc.controller.
+db). Refusals raise `Refused` with the inventory's codes (§3.3).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rc.controller import feed
+from rc.controller.db import Tx, dumps
+from rc.controller.errors import Refused
+from rc.controller.scheduler import Fleet, fits_ceiling
+from rc.proto.errors import ErrorCode
+from rc.proto.model import EventKind, JobKind, JobState
+
+__all__ = [
+    "NewJob",
+    "enqueue",
+    "cancel_queued",
+    "kill",
+    "handout",
+    "mark_running",
+    "release",
+    "apply_reports",
+    "WATCHDOG_PREFIXES",
+]
+
+WATCHDOG_PREFIXES = ("max_runtime exceeded", "idle: no output for")
+"""Kill reasons that mean a watchdog fired (inventory §8.1 watchdog_trip)."""
+
+
+@dataclass(frozen=True, slots=True)
+class NewJob:
+    """A validated submission, ready to enqueue.
+
+    selector is normalised ('' for a pinned job); digest is the sha256 of the
+    canonical request, compared when an idempotency key is reused.
+    """
+
+    kind: JobKind
+    submitter: str
+    token_name: str
+    command: tuple[str, ...]
+    selector: str
+    device_id: str
+    cwd: str
+    env: dict[str, str]
+    idempotency_key: str | None
+    digest: str
+    priority: int
+    max_runtime: int
+    idle_timeout: int
+    reason: str
+    stdio: str
+    queued_limit: int
+
+
+def enqueue(tx: Tx, job: NewJob, fleet: Fleet) -> tuple[int, bool]:
+    """Insert a queued job and ask for a scheduling pass.
+
+    Returns (job id, created). The same idempotency key with the same request
+    returns the existing job (created False); with a different request it is
+    409 idempotency_conflict. Refuses (400) an unknown pinned device, a selector
+    matching no device now, a runtime above every candidate's ceiling (never
+    clamped); 429 queue_full past the per-user queued limit.
+    """
+    if job.idempotency_key is not None:
+        row = tx.one("job_by_idempotency_key", (job.idempotency_key,))
+        if row is not None:
+            if row["request_digest"] != job.digest:
+                raise Refused.conflict(
+                    ErrorCode.IDEMPOTENCY_CONFLICT,
+                    f"idempotency key {job.idempotency_key!r} was used for a different "
+                    f"request (job {row['id']})",
+                )
+            return row["id"], False
+    if job.queued_limit and tx.scalar("count_queued_by", (job.submitter,)) >= job.queued_limit:
+        raise Refused(
+            429,
+            ErrorCode.QUEUE_FULL,
+            f"{job.submitter} already has {job.queued_limit} queued jobs (the per-user limit)",
+        )
+    max_runtime = job.max_runtime
+    if job.device_id:
+        dev = tx.one("device_ceiling", (job.device_id,))
+        if dev is None:
+            raise Refused.bad(ErrorCode.UNKNOWN_DEVICE, f"no device {job.device_id!r}")
+        ceiling = dev["max_runtime"]
+        if not fits_ceiling(max_runtime, ceiling):
+            raise Refused.bad(
+                ErrorCode.RUNTIME_ABOVE_CEILING,
+                f"{job.device_id} allows at most {ceiling}s; asked for {max_runtime}s",
+            )
+        max_runtime = max_runtime or ceiling
+    else:
+        matching = fleet.matching(tx, job.selector)
+        if not matching:
+            raise Refused.bad(
+                ErrorCode.NO_MATCHING_DEVICE, f"no device matches selector {job.selector!r}"
+            )
+        if max_runtime:
+            ceilings = {r["id"]: r["max_runtime"] for r in tx.all("device_slots")}
+            if not any(fits_ceiling(max_runtime, ceilings.get(d, 0)) for d in matching):
+                top = max(ceilings.get(d, 0) for d in matching)
+                raise Refused.bad(
+                    ErrorCode.RUNTIME_ABOVE_CEILING,
+                    f"asked for {max_runtime}s but the highest ceiling among devices "
+                    f"matching {job.selector!r} is {top}s",
+                )
+    job_id = tx.scalar(
+        "job_insert",
+        (
+            job.kind.value,
+            job.submitter,
+            job.token_name,
+            job.selector,
+            job.device_id,
+            dumps(list(job.command)),
+            job.cwd,
+            dumps(job.env),
+            job.idempotency_key,
+            job.digest,
+            job.priority,
+            max_runtime,
+            job.idle_timeout,
+            job.reason,
+            job.stdio,
+            tx.now,
+            tx.now,
+        ),
+    )
+    tx.schedule = True
+    tx.notify("jobs", f"job:{job_id}")
+    return job_id, True
+
+
+def cancel_queued(tx: Tx, job_id: int, reason: str) -> bool:
+    """queued → killed with `reason`; False when the job was no longer queued."""
+    if tx.exec("job_cancel_queued", (reason, tx.now, job_id)) == 0:
+        return False
+    tx.notify("jobs", f"job:{job_id}", f"log:{job_id}")
+    return True
+
+
+def kill(tx: Tx, job_id: int, caller: str, admin: bool, reason: str = "") -> str:
+    """Kill or cancel a job for `caller`; returns what happened, in words.
+
+    Only the submitter or an admin (403 not_job_owner otherwise). A queued job
+    is cancelled now; an active one gets a kill request the worker picks up
+    from its long poll. A terminal job: 409 not_cancellable. An admin killing
+    someone else's job leaves a job_killed event naming both.
+    """
+    row = tx.one("job_brief", (job_id,))
+    if row is None:
+        raise Refused.not_found(f"no job {job_id}")
+    owner = row["submitter"]
+    if not admin and owner != caller:
+        raise Refused.forbidden(
+            f"job {job_id} belongs to {owner}; only its owner or an admin may kill it",
+            ErrorCode.NOT_JOB_OWNER,
+        )
+    why = f"killed by {caller}" if owner == caller else f"killed by admin {caller}"
+    if reason:
+        why += f": {reason}"
+    state = JobState(row["state"])
+    if state.terminal:
+        raise Refused.conflict(
+            ErrorCode.NOT_CANCELLABLE, f"job {job_id} already ended ({state.value})"
+        )
+    if owner != caller:
+        feed.record(tx, EventKind.JOB_KILLED, job_id=job_id, device_id=row["device_id"],
+                    actor=caller, text=f"{caller} killed {owner}'s job {job_id}")
+    if state is JobState.QUEUED:
+        cancel_queued(tx, job_id, why)
+        return "cancelled"
+    tx.exec("job_request_kill", (why, job_id))
+    tx.notify(f"worker:{row['worker_id']}", f"job:{job_id}", "jobs")
+    return "kill requested"
+
+
+def handout(tx: Tx, worker_id: str, delivered: set[int], redelivery: float):
+    """What a worker's long poll returns: assigned jobs not yet handed out in
+    this controller process, and kill requests due (first time, or again after
+    `redelivery` seconds). Stamps the kills it hands out.
+    """
+    assigned = [r for r in tx.all("jobs_assigned_to", (worker_id,)) if r["id"] not in delivered]
+    kills = [r["id"] for r in tx.all("kills_due", (worker_id, tx.now - redelivery))]
+    if kills:
+        tx.many("kill_delivered", [(tx.now, k) for k in kills])
+    return assigned, kills
+
+
+def mark_running(tx: Tx, job_id: int, worker_id: str, started_at: float) -> bool:
+    """assigned → running (a no-op when already past assigned)."""
+    _own(tx, job_id, worker_id)
+    n = tx.exec("job_mark_running", (started_at or tx.now, job_id))
+    if n:
+        tx.notify(f"job:{job_id}", "jobs")
+    return bool(n)
+
+
+def release(
+    tx: Tx,
+    job_id: int,
+    worker_id: str,
+    state: JobState,
+    exit_code: int | None,
+    reason: str,
+    started_at: float | None,
+) -> bool:
+    """A terminal report: record the outcome, release the lease, free the device.
+
+    Idempotent: a job already terminal is left as it is (returns False). The
+    device goes busy → ready; a quarantined device stays quarantined. A kill
+    that was requested keeps its "killed by ..." reason. The first report with
+    a watchdog reason leaves a watchdog_trip event (never for holds).
+    """
+    row = _own(tx, job_id, worker_id)
+    if JobState(row["state"]).terminal:
+        return False
+    final_reason = row["kill_reason"] if (row["kill_requested"] and state is JobState.KILLED) else reason
+    tx.exec(
+        "job_finish",
+        (state.value, exit_code, final_reason, tx.now, started_at, job_id),
+    )
+    device_id = row["device_id"]
+    tx.exec("lease_release_by_job", (tx.now, job_id))
+    tx.exec("device_free", (device_id,))
+    if row["kind"] == JobKind.JOB and reason.startswith(WATCHDOG_PREFIXES):
+        feed.record(tx, EventKind.WATCHDOG_TRIP, job_id=job_id, device_id=device_id, text=reason)
+    tx.schedule = True
+    tx.notify(f"job:{job_id}", f"log:{job_id}", "jobs", "devices")
+    return True
+
+
+def _own(tx: Tx, job_id: int, worker_id: str):
+    row = tx.one("job_brief", (job_id,))
+    if row is None:
+        raise Refused.not_found(f"no job {job_id}")
+    if row["worker_id"] != worker_id:
+        raise Refused.forbidden(
+            f"job {job_id} is not assigned to worker {worker_id}", ErrorCode.NOT_WORKER_JOB
+        )
+    return row
+
+
+def apply_reports(tx: Tx, worker_id: str, reports) -> list[tuple[int, str, str]]:
+    """Apply a worker's batch of JobReports; returns (job id, error code,
+    message) per report, with an empty code for success. One refused report
+    does not affect the others (each check happens before any change)."""
+    out = []
+    for rep in reports:
+        try:
+            if rep.state is JobState.RUNNING:
+                mark_running(tx, rep.job_id, worker_id, rep.started_at or 0.0)
+            elif rep.state.terminal:
+                release(tx, rep.job_id, worker_id, rep.state, rep.exit_code, rep.reason,
+                        rep.started_at)
+            else:
+                raise Refused.bad(ErrorCode.BAD_REQUEST,
+                                  f"a worker reports running or a terminal state, not {rep.state}")
+            out.append((rep.job_id, "", ""))
+        except Refused as e:
+            out.append((rep.job_id, e.code, e.message))
+    return out

@@ -1,0 +1,348 @@
+-- Named queries of the controller, loaded once by rc.controller.db.
+-- Each starts at a `-- name: NAME` header; tests check every name the code
+-- uses is defined here. Lists travel as JSON arrays through json_each().
+
+-- ---------------------------------------------------------------- jobs
+
+-- name: job_insert
+INSERT INTO jobs (kind, state, submitter, token_name, selector, device_id, command, cwd, env,
+                  idempotency_key, request_digest, priority, max_runtime, idle_timeout, reason,
+                  stdio, submitted_at, queued_at)
+VALUES (?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+RETURNING id
+
+-- name: job_get
+SELECT * FROM jobs WHERE id = ?
+
+-- name: job_state
+SELECT state FROM jobs WHERE id = ?
+
+-- name: job_brief
+SELECT id, state, kind, submitter, device_id, worker_id, kill_requested, kill_reason, stdio
+FROM jobs WHERE id = ?
+
+-- name: job_by_idempotency_key
+SELECT id, request_digest FROM jobs WHERE idempotency_key = ?
+
+-- name: count_queued_by
+SELECT count(*) FROM jobs WHERE state = 'queued' AND submitter = ?
+
+-- name: job_cancel_queued
+UPDATE jobs SET state = 'killed', kill_reason = ?, finished_at = ?
+WHERE id = ? AND state = 'queued'
+
+-- name: job_request_kill
+UPDATE jobs SET kill_requested = 1, kill_delivered_at = 0, kill_reason = ?
+WHERE id = ? AND state IN ('assigned', 'running')
+
+-- name: jobs_assigned_to
+SELECT * FROM jobs WHERE worker_id = ? AND state = 'assigned' ORDER BY id
+
+-- name: kills_due
+SELECT id FROM jobs
+WHERE worker_id = ? AND kill_requested = 1 AND state IN ('assigned', 'running')
+  AND kill_delivered_at <= ?
+
+-- name: count_kills_due
+SELECT count(*) FROM jobs
+WHERE worker_id = ? AND kill_requested = 1 AND state IN ('assigned', 'running')
+  AND kill_delivered_at <= ?
+
+-- name: kill_delivered
+UPDATE jobs SET kill_delivered_at = ? WHERE id = ?
+
+-- name: job_mark_running
+UPDATE jobs SET state = 'running', started_at = ? WHERE id = ? AND state = 'assigned'
+
+-- name: job_finish
+UPDATE jobs SET state = ?, exit_code = ?, kill_reason = ?, finished_at = ?,
+                started_at = coalesce(started_at, ?)
+WHERE id = ? AND state IN ('assigned', 'running')
+
+-- name: job_lose
+UPDATE jobs SET state = 'lost', kill_reason = ?, finished_at = ?
+WHERE id = ? AND state IN ('assigned', 'running')
+
+-- name: jobs_active_on_worker
+SELECT id, device_id, kind FROM jobs WHERE worker_id = ? AND state IN ('assigned', 'running')
+
+-- name: jobs_queued_pinned_to
+SELECT id FROM jobs WHERE state = 'queued' AND selector = '' AND device_id = ?
+
+-- name: jobs_to_stop
+SELECT id FROM jobs
+WHERE id IN (SELECT value FROM json_each(?))
+  AND (state IN ('succeeded', 'failed', 'killed', 'lost') OR worker_id != ?)
+
+-- name: jobs_list
+SELECT * FROM jobs
+WHERE (:device = '' OR device_id = :device)
+  AND (:submitter = '' OR submitter = :submitter)
+  AND (:state = '' OR state = :state)
+  AND (:before = 0 OR id < :before)
+ORDER BY id DESC
+LIMIT :limit
+
+-- name: jobs_active
+SELECT * FROM jobs WHERE state IN ('assigned', 'running') ORDER BY id DESC
+
+-- name: jobs_queued_full
+SELECT * FROM jobs WHERE state = 'queued' ORDER BY priority DESC, id
+
+-- name: jobs_recent_on_device
+SELECT * FROM jobs WHERE device_id = ? AND state != 'queued' ORDER BY id DESC LIMIT ?
+
+-- ---------------------------------------------------------------- scheduling
+
+-- name: queued_jobs
+SELECT id, submitter, priority, queued_at, selector, device_id, max_runtime
+FROM jobs WHERE state = 'queued' ORDER BY priority DESC, id
+
+-- name: count_queued
+SELECT count(*) FROM jobs WHERE state = 'queued'
+
+-- name: count_schedulable
+SELECT count(*) FROM devices WHERE state = 'ready' AND draining = 0
+
+-- name: device_slots
+SELECT id, state, max_runtime, draining FROM devices
+
+-- name: device_identities
+SELECT id, host, name FROM devices
+
+-- name: all_labels
+SELECT device_id, key, value FROM device_labels
+ORDER BY CASE source WHEN 'declared' THEN 0 ELSE 1 END
+
+-- name: live_leases_per_holder
+SELECT holder, count(*) AS n FROM leases WHERE released_at IS NULL GROUP BY holder
+
+-- name: device_for_assign
+SELECT id, state, draining, worker_id, max_runtime FROM devices WHERE id = ?
+
+-- name: job_for_assign
+SELECT id, state, kind, submitter, max_runtime, reason FROM jobs WHERE id = ?
+
+-- name: device_set_busy
+UPDATE devices SET state = 'busy' WHERE id = ? AND state = 'ready'
+
+-- name: job_assign
+UPDATE jobs SET state = 'assigned', device_id = ?, worker_id = ?, max_runtime = ?, assigned_at = ?
+WHERE id = ? AND state = 'queued'
+
+-- ---------------------------------------------------------------- leases
+
+-- name: lease_insert
+INSERT INTO leases (device_id, job_id, holder, kind, reason, acquired_at, expires_at)
+VALUES (?, ?, ?, ?, ?, ?, ?)
+
+-- name: lease_release_by_job
+UPDATE leases SET released_at = ? WHERE job_id = ? AND released_at IS NULL
+
+-- name: lease_release
+UPDATE leases SET released_at = ? WHERE id = ? AND released_at IS NULL
+
+-- name: leases_renew
+UPDATE leases SET expires_at = max(expires_at, ?)
+WHERE released_at IS NULL
+  AND job_id IN (SELECT value FROM json_each(?))
+  AND job_id IN (SELECT id FROM jobs WHERE worker_id = ? AND state IN ('assigned', 'running'))
+
+-- name: leases_expired
+SELECT id, device_id, job_id, kind FROM leases
+WHERE released_at IS NULL AND expires_at <= ?
+
+-- name: leases_live
+SELECT l.*, j.command AS command, j.max_runtime AS job_max_runtime
+FROM leases AS l JOIN jobs AS j ON j.id = l.job_id
+WHERE l.released_at IS NULL
+
+-- name: device_has_live_lease
+SELECT count(*) FROM leases WHERE device_id = ? AND released_at IS NULL
+
+-- ---------------------------------------------------------------- devices
+
+-- name: device_ceiling
+SELECT id, max_runtime FROM devices WHERE id = ?
+
+-- name: device_state
+SELECT id, state, quarantine_reason, worker_id FROM devices WHERE id = ?
+
+-- name: device_get
+SELECT * FROM devices WHERE id = ?
+
+-- name: devices_all
+SELECT * FROM devices ORDER BY host, name
+
+-- name: device_free
+UPDATE devices SET state = 'ready'
+WHERE id = ? AND state = 'busy'
+  AND NOT EXISTS (SELECT 1 FROM leases WHERE device_id = devices.id AND released_at IS NULL)
+
+-- name: device_quarantine
+UPDATE devices SET state = 'unhealthy', quarantine_reason = ?, quarantine_detail = ?,
+                   quarantined_at = ?
+WHERE id = ?
+
+-- name: device_unquarantine
+UPDATE devices SET state = 'ready', quarantine_reason = '', quarantine_detail = '',
+                   quarantined_at = NULL
+WHERE id = ? AND state = 'unhealthy'
+
+-- name: device_ready_if_busy_or_unknown
+UPDATE devices SET state = 'ready'
+WHERE id = ? AND state IN ('busy', 'unknown')
+  AND NOT EXISTS (SELECT 1 FROM leases WHERE device_id = devices.id AND released_at IS NULL)
+
+-- name: devices_recoverable_on_worker
+SELECT id, quarantine_reason FROM devices
+WHERE worker_id = ? AND state = 'unhealthy'
+  AND quarantine_reason IN ('worker_lost', 'lease_expired', 'registration')
+  AND NOT EXISTS (SELECT 1 FROM leases WHERE device_id = devices.id AND released_at IS NULL)
+
+-- name: devices_of_worker
+SELECT id, name, state FROM devices WHERE worker_id = ?
+
+-- name: device_insert
+INSERT INTO devices (id, host, name, worker_id, state, max_runtime, last_heartbeat_at, created_at)
+VALUES (?, ?, ?, ?, 'ready', ?, ?, ?)
+
+-- name: device_reregister
+UPDATE devices SET max_runtime = ?, last_heartbeat_at = ?,
+    state = CASE WHEN state = 'unhealthy' THEN 'unhealthy'
+                 WHEN EXISTS (SELECT 1 FROM leases WHERE device_id = devices.id
+                              AND released_at IS NULL) THEN 'busy'
+                 ELSE 'ready' END
+WHERE id = ?
+
+-- name: devices_touch
+UPDATE devices SET last_heartbeat_at = ? WHERE worker_id = ?
+
+-- name: devices_unknown_to_busy
+UPDATE devices SET state = 'busy'
+WHERE worker_id = ? AND state = 'unknown'
+  AND EXISTS (SELECT 1 FROM leases WHERE device_id = devices.id AND released_at IS NULL)
+
+-- name: devices_unknown_to_ready
+UPDATE devices SET state = 'ready'
+WHERE worker_id = ? AND state = 'unknown'
+  AND NOT EXISTS (SELECT 1 FROM leases WHERE device_id = devices.id AND released_at IS NULL)
+
+-- name: devices_worker_lost_to_busy
+UPDATE devices SET state = 'busy', quarantine_reason = '', quarantine_detail = '',
+                   quarantined_at = NULL
+WHERE state = 'unhealthy' AND quarantine_reason = 'worker_lost' AND worker_id = ?2
+  AND id IN (SELECT l.device_id FROM leases AS l
+             WHERE l.released_at IS NULL AND l.job_id IN (SELECT value FROM json_each(?1)))
+
+-- name: devices_to_unknown
+UPDATE devices SET state = 'unknown' WHERE worker_id = ? AND state IN ('ready', 'busy')
+
+-- name: device_drain
+UPDATE devices SET draining = ?, drain_reason = ? WHERE id = ?
+
+-- name: device_delete
+DELETE FROM devices WHERE id = ?
+
+-- ---------------------------------------------------------------- workers
+
+-- name: worker_get
+SELECT * FROM workers WHERE id = ?
+
+-- name: worker_upsert
+INSERT INTO workers (id, host, boot_id, version, registered_at, last_heartbeat_at)
+VALUES (?, ?, ?, ?, ?, ?)
+ON CONFLICT (id) DO UPDATE SET boot_id = excluded.boot_id, version = excluded.version,
+    registered_at = excluded.registered_at, last_heartbeat_at = excluded.last_heartbeat_at
+
+-- name: worker_touch
+UPDATE workers SET last_heartbeat_at = ? WHERE id = ?
+
+-- name: workers_silent
+SELECT id, last_heartbeat_at FROM workers WHERE last_heartbeat_at <= ?
+
+-- name: workers_all
+SELECT * FROM workers ORDER BY id
+
+-- ---------------------------------------------------------------- recovery
+
+-- name: recoveries_prune
+DELETE FROM device_recoveries WHERE at < ?
+
+-- name: recoveries_count
+SELECT count(*) FROM device_recoveries WHERE device_id = ? AND at >= ?
+
+-- name: recovery_insert
+INSERT INTO device_recoveries (device_id, at, reason) VALUES (?, ?, ?)
+
+-- ---------------------------------------------------------------- labels and sheets
+
+-- name: labels_of
+SELECT key, value FROM device_labels WHERE device_id = ? AND source = ?
+
+-- name: labels_of_device
+SELECT * FROM device_labels WHERE device_id = ? ORDER BY key, source DESC
+
+-- name: labels_all_rows
+SELECT * FROM device_labels ORDER BY device_id, key, source DESC
+
+-- name: labels_touch
+UPDATE device_labels SET updated_at = ? WHERE device_id = ? AND source = ?
+
+-- name: labels_delete
+DELETE FROM device_labels WHERE device_id = ? AND source = ?
+
+-- name: labels_delete_all
+DELETE FROM device_labels WHERE device_id = ?
+
+-- name: label_insert
+INSERT INTO device_labels (device_id, key, value, source, updated_at) VALUES (?, ?, ?, ?, ?)
+
+-- name: sheet_upsert
+INSERT INTO sheets (host, device_name, body, updated_at) VALUES (?, ?, ?, ?)
+ON CONFLICT (host, device_name) DO UPDATE SET body = excluded.body, updated_at = excluded.updated_at
+
+-- name: sheet_delete
+DELETE FROM sheets WHERE host = ? AND device_name = ?
+
+-- name: sheets_for_device
+SELECT device_name, body, updated_at FROM sheets WHERE host = ? AND device_name IN ('', ?)
+
+-- ---------------------------------------------------------------- events
+
+-- name: event_insert
+INSERT INTO events (at, kind, device_id, job_id, actor, text) VALUES (?, ?, ?, ?, ?, ?)
+RETURNING id
+
+-- name: events_since
+SELECT * FROM events WHERE id > ? AND at >= ? ORDER BY id LIMIT ?
+
+-- name: events_last_id
+SELECT coalesce(max(id), 0) FROM events
+
+-- ---------------------------------------------------------------- tokens
+
+-- name: tokens_live
+SELECT * FROM tokens WHERE revoked_at IS NULL
+
+-- name: tokens_all
+SELECT * FROM tokens ORDER BY revoked_at IS NOT NULL, name
+
+-- name: tokens_count
+SELECT count(*) FROM tokens
+
+-- name: token_live_by_name
+SELECT * FROM tokens WHERE name = ? AND revoked_at IS NULL
+
+-- name: token_insert
+INSERT INTO tokens (name, role, secret_hash, created_by, created_at, expires_at)
+VALUES (?, ?, ?, ?, ?, ?)
+
+-- name: token_revoke
+UPDATE tokens SET revoked_at = ? WHERE name = ? AND revoked_at IS NULL
+
+-- name: token_bind_host
+UPDATE tokens SET host = ? WHERE id = ? AND host = '' AND role = 'worker'
+
+-- name: token_host
+SELECT host FROM tokens WHERE id = ?

@@ -1,0 +1,101 @@
+"""Database rows → rc.proto records."""
+
+from __future__ import annotations
+
+import sqlite3
+
+from rc.controller.db import loads
+from rc.proto.model import (
+    Device,
+    DeviceState,
+    Event,
+    EventKind,
+    Job,
+    JobKind,
+    JobState,
+    Label,
+    LabelSource,
+    QuarantineReason,
+    Role,
+    Stdio,
+    Token,
+)
+
+__all__ = ["job", "device", "label", "event", "token"]
+
+
+def job(r: sqlite3.Row) -> Job:
+    """A jobs row as a Job."""
+    return Job(
+        id=r["id"],
+        kind=JobKind(r["kind"]),
+        state=JobState(r["state"]),
+        submitter=r["submitter"],
+        command=tuple(loads(r["command"])),
+        selector=r["selector"],
+        device_id=r["device_id"],
+        worker_id=r["worker_id"],
+        cwd=r["cwd"],
+        env=loads(r["env"]),
+        idempotency_key=r["idempotency_key"],
+        priority=r["priority"],
+        max_runtime_seconds=r["max_runtime"],
+        idle_timeout_seconds=r["idle_timeout"],
+        reason=r["reason"],
+        stdio=Stdio(r["stdio"]),
+        exit_code=r["exit_code"],
+        kill_reason=r["kill_reason"],
+        submitted_at=r["submitted_at"],
+        queued_at=r["queued_at"],
+        started_at=r["started_at"],
+        finished_at=r["finished_at"],
+    )
+
+
+def label(r: sqlite3.Row) -> Label:
+    """A device_labels row as a Label."""
+    return Label(r["key"], r["value"], LabelSource(r["source"]), r["updated_at"])
+
+
+def device(r: sqlite3.Row, labels: tuple[Label, ...] = ()) -> Device:
+    """A devices row as a Device."""
+    return Device(
+        id=r["id"],
+        host=r["host"],
+        name=r["name"],
+        worker_id=r["worker_id"],
+        state=DeviceState(r["state"]),
+        last_heartbeat_at=r["last_heartbeat_at"],
+        max_runtime_seconds=r["max_runtime"],
+        quarantine_reason=QuarantineReason(r["quarantine_reason"]),
+        quarantine_detail=r["quarantine_detail"],
+        draining=bool(r["draining"]),
+        drain_reason=r["drain_reason"],
+        labels=labels,
+    )
+
+
+def event(r: sqlite3.Row) -> Event:
+    """An events row as an Event."""
+    return Event(
+        id=r["id"],
+        at=r["at"],
+        kind=EventKind(r["kind"]),
+        device_id=r["device_id"],
+        job_id=r["job_id"],
+        actor=r["actor"],
+        text=r["text"],
+    )
+
+
+def token(r: sqlite3.Row) -> Token:
+    """A tokens row as a Token (never the secret)."""
+    return Token(
+        name=r["name"],
+        role=Role(r["role"]),
+        created_at=r["created_at"],
+        created_by=r["created_by"],
+        expires_at=r["expires_at"],
+        revoked_at=r["revoked_at"],
+        host=r["host"],
+    )

@@ -1,0 +1,275 @@
+"""Scheduling: who gets which free device (inventory §5, DESIGN.md §6.5).
+
+`plan()` is a pure function over a snapshot of the queue and the fleet, so the
+same code decides assignments, queue positions and `rc explain`:
+
+- order: effective priority first (priority plus one step per `aging` seconds
+  waited, when aging is on), then submission order (job id);
+- each job's candidates: its pinned device, or the devices its selector
+  matches, minus devices whose runtime ceiling is below the job's ask;
+- a job takes its first free candidate (by device id) unless its submitter is
+  at the per-user device cap;
+- a job that cannot be placed reserves all its remaining candidates, so no
+  later job jumps onto them when they free (head-of-line reservation: a broad
+  job is not overtaken forever). A job held back by the user cap reserves
+  nothing.
+
+`schedule()` is the transaction that loads the snapshot, plans and applies the
+assignments.
+"""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from rc.controller.db import Tx
+from rc.proto import selector as selectors
+from rc.proto.model import DeviceState
+
+__all__ = [
+    "QueuedJob",
+    "Slot",
+    "Plan",
+    "plan",
+    "effective_priority",
+    "fits_ceiling",
+    "Fleet",
+    "schedule",
+    "assign",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class QueuedJob:
+    """What planning needs of a queued job."""
+
+    id: int
+    submitter: str
+    priority: int
+    queued_at: float
+    selector: str = ""
+    device_id: str = ""
+    max_runtime: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Slot:
+    """What planning needs of a device: schedulable means ready and not draining."""
+
+    id: str
+    state: DeviceState
+    max_runtime: int = 0
+    draining: bool = False
+
+    @property
+    def schedulable(self) -> bool:
+        return self.state is DeviceState.READY and not self.draining
+
+
+@dataclass(slots=True)
+class Plan:
+    """The outcome of a pass.
+
+    order: queued job ids in scheduling order. assignments: (job id, device id).
+    reserved: device id → the job that reserved it. capped: jobs held back by
+    the per-user cap. candidates: job id → its candidate device ids (ceiling
+    applied, reservations not).
+    """
+
+    order: list[int] = field(default_factory=list)
+    assignments: list[tuple[int, str]] = field(default_factory=list)
+    reserved: dict[str, int] = field(default_factory=dict)
+    capped: set[int] = field(default_factory=set)
+    candidates: dict[int, tuple[str, ...]] = field(default_factory=dict)
+
+
+def effective_priority(job: QueuedJob, now: float, aging: float) -> int:
+    """Priority plus one step per `aging` seconds waited (aging 0: no aging)."""
+    if aging <= 0:
+        return job.priority
+    waited = max(0.0, now - job.queued_at)
+    return job.priority + int(math.floor(waited / aging))
+
+
+def fits_ceiling(ask: int, ceiling: int) -> bool:
+    """Whether a job asking `ask` seconds (0: none) may run under `ceiling` (0: none)."""
+    return ceiling == 0 or ask == 0 or ask <= ceiling
+
+
+def plan(
+    queue: Iterable[QueuedJob],
+    slots: Mapping[str, Slot],
+    matches: Mapping[str, frozenset[str]],
+    now: float,
+    *,
+    aging: float = 0.0,
+    cap: int = 0,
+    usage: Mapping[str, int] | None = None,
+) -> Plan:
+    """Decide assignments for one pass.
+
+    `matches` maps each selector (normalised text) to the device ids it
+    matches; `usage` maps a submitter to the devices they hold now. Pure: reads
+    nothing else, changes nothing.
+    """
+    out = Plan()
+    used = dict(usage or {})
+    free = {d for d, s in slots.items() if s.schedulable}
+    ordered = sorted(queue, key=lambda j: (-effective_priority(j, now, aging), j.id))
+    for job in ordered:
+        out.order.append(job.id)
+        if job.device_id and not job.selector:
+            pool: Iterable[str] = (job.device_id,) if job.device_id in slots else ()
+        else:
+            pool = matches.get(job.selector, frozenset())
+        cands = tuple(
+            sorted(d for d in pool if fits_ceiling(job.max_runtime, slots[d].max_runtime))
+        )
+        out.candidates[job.id] = cands
+        if cap and used.get(job.submitter, 0) >= cap:
+            out.capped.add(job.id)
+            continue
+        open_ = [d for d in cands if d not in out.reserved]
+        for d in open_:
+            if d in free:
+                free.discard(d)
+                out.assignments.append((job.id, d))
+                used[job.submitter] = used.get(job.submitter, 0) + 1
+                break
+        else:
+            for d in open_:
+                out.reserved[d] = job.id
+    return out
+
+
+class Fleet:
+    """The writer's cache of effective labels and selector matches.
+
+    Effective labels of a device: its declared labels overlaid by detected
+    ones (detected wins), plus `host`, `device` (its name) and `id`. Any
+    transaction that changes labels or the device set calls `invalidate()`;
+    the next use reloads from the database inside the current transaction.
+    """
+
+    def __init__(self) -> None:
+        self._labels: dict[str, dict[str, str]] | None = None
+        self._matches: dict[str, frozenset[str]] = {}
+
+    def invalidate(self) -> None:
+        self._labels = None
+        self._matches = {}
+
+    def labels(self, tx: Tx) -> dict[str, dict[str, str]]:
+        """device id → effective labels (loaded on first use after invalidate)."""
+        if self._labels is None:
+            self._labels = load_labels(tx)
+        return self._labels
+
+    def matching(self, tx: Tx, sel: str) -> frozenset[str]:
+        """Ids of the devices a normalised selector matches."""
+        hit = self._matches.get(sel)
+        if hit is None:
+            parsed = selectors.parse(sel)
+            hit = frozenset(d for d, ls in self.labels(tx).items() if parsed.matches(ls))
+            self._matches[sel] = hit
+        return hit
+
+
+def load_labels(tx: Tx) -> dict[str, dict[str, str]]:
+    """Effective labels of every device, read in one pass."""
+    out: dict[str, dict[str, str]] = {}
+    for r in tx.all("device_identities"):
+        out[r["id"]] = {"host": r["host"], "device": r["name"], "id": r["id"]}
+    for r in tx.all("all_labels"):  # declared first, then detected overwrites
+        d = out.get(r["device_id"])
+        if d is not None:
+            d[r["key"]] = r["value"]
+    return out
+
+
+def queued_jobs(rows: Iterable[sqlite3.Row]) -> list[QueuedJob]:
+    return [
+        QueuedJob(
+            id=r["id"],
+            submitter=r["submitter"],
+            priority=r["priority"],
+            queued_at=r["queued_at"],
+            selector=r["selector"],
+            device_id=r["device_id"],
+            max_runtime=r["max_runtime"],
+        )
+        for r in rows
+    ]
+
+
+def slots(rows: Iterable[sqlite3.Row]) -> dict[str, Slot]:
+    return {
+        r["id"]: Slot(r["id"], DeviceState(r["state"]), r["max_runtime"], bool(r["draining"]))
+        for r in rows
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """The scheduling knobs of ControllerConfig."""
+
+    aging: float = 0.0
+    cap: int = 0
+    lease_default: float = 300.0
+    lease_grace: float = 600.0
+
+
+def snapshot_plan(tx: Tx, fleet_matching, policy: Policy) -> tuple[Plan, list[QueuedJob]]:
+    """Load the queue and the fleet and plan (used by the pass and by explain)."""
+    queue = queued_jobs(tx.all("queued_jobs"))
+    fleet_slots = slots(tx.all("device_slots"))
+    matches = {j.selector: fleet_matching(j.selector) for j in queue if j.selector}
+    usage = {r["holder"]: r["n"] for r in tx.all("live_leases_per_holder")} if policy.cap else {}
+    return (
+        plan(queue, fleet_slots, matches, tx.now, aging=policy.aging, cap=policy.cap, usage=usage),
+        queue,
+    )
+
+
+def schedule(tx: Tx, fleet: Fleet, policy: Policy) -> list[tuple[int, str]]:
+    """The scheduling pass: assign queued jobs to free devices, durably.
+
+    Cheap when nothing can move: no queued job or no schedulable device means
+    no planning at all.
+    """
+    if tx.scalar("count_schedulable") == 0 or tx.scalar("count_queued") == 0:
+        return []
+    p, _ = snapshot_plan(tx, lambda s: fleet.matching(tx, s), policy)
+    done = []
+    for job_id, device_id in p.assignments:
+        if assign(tx, job_id, device_id, policy):
+            done.append((job_id, device_id))
+    return done
+
+
+def assign(tx: Tx, job_id: int, device_id: str, policy: Policy) -> bool:
+    """Give a queued job a ready device: job assigned, device busy, lease taken.
+
+    A selector job with no runtime of its own inherits the device's ceiling
+    (inventory §4.5). Returns False, changing nothing, when the job is no longer
+    queued or the device no longer ready.
+    """
+    dev = tx.one("device_for_assign", (device_id,))
+    if dev is None or dev["state"] != "ready" or dev["draining"]:
+        return False
+    job = tx.one("job_for_assign", (job_id,))
+    if job is None or job["state"] != "queued":
+        return False
+    runtime = job["max_runtime"] or dev["max_runtime"]
+    ttl = runtime + policy.lease_grace if runtime else policy.lease_default
+    tx.exec("device_set_busy", (device_id,))
+    tx.exec("job_assign", (device_id, dev["worker_id"], runtime, tx.now, job_id))
+    tx.exec(
+        "lease_insert",
+        (device_id, job_id, job["submitter"], job["kind"], job["reason"], tx.now, tx.now + ttl),
+    )
+    tx.notify(f"worker:{dev['worker_id']}", f"job:{job_id}", "jobs", "devices")
+    return True

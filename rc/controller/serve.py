@@ -1,0 +1,144 @@
+"""`rc serve`: run the controller under Hypercorn, started programmatically.
+
+We bind the listening socket ourselves (so "address already in use" is a
+clear one-line error, and port 0 reports the port it got), then hand it to
+Hypercorn. Once listening, the controller writes DATA/controller.json
+({url, pid, instance}) for `rc up`, `rc down` and tests, and prints the URL.
+SIGINT/SIGTERM stop it gracefully: HTTP first (5 s for in-flight requests),
+then the loops, then the database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+from pathlib import Path
+
+from hypercorn.asyncio import serve as hypercorn_serve
+from hypercorn.config import Config as HypercornConfig
+
+from rc.controller.app import build_app
+from rc.controller.config import ControllerConfig
+from rc.controller.core import ADMIN_TOKEN_FILE, Controller
+from rc.controller.errors import ControllerError, StartupError
+
+__all__ = ["run", "bind", "STATE_FILE"]
+
+log = logging.getLogger("rc.serve")
+
+STATE_FILE = "controller.json"
+SHUTDOWN_GRACE_S = 5.0
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """"HOST:PORT", "[::1]:PORT" or ":PORT" (all interfaces). Raises StartupError."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise StartupError(f"listen address {text!r} must look like HOST:PORT (e.g. 127.0.0.1:8080)")
+    host = host.strip("[]") or "0.0.0.0"
+    return host, int(port)
+
+
+def bind(listen: str) -> socket.socket:
+    """A bound, listening TCP socket. Raises StartupError naming the problem."""
+    host, port = parse_listen(listen)
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as e:
+        raise StartupError(f"cannot resolve listen host {host!r}: {e.strerror}") from None
+    family, _, _, _, addr = infos[0]
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    try:
+        sock.bind(addr)
+        sock.listen(1024)
+    except OSError as e:
+        sock.close()
+        if e.errno == 98:
+            raise StartupError(f"cannot listen on {listen}: address already in use "
+                               "(another rc serve? pick another port with --listen)") from None
+        raise StartupError(f"cannot listen on {listen}: {e.strerror}") from None
+    return sock
+
+
+def _url(sock: socket.socket, tls: bool) -> str:
+    host, port = sock.getsockname()[:2]
+    if host in ("0.0.0.0", "::"):
+        host = "127.0.0.1" if host == "0.0.0.0" else "::1"
+    shown = f"[{host}]" if ":" in host else host
+    return f"{'https' if tls else 'http'}://{shown}:{port}"
+
+
+async def _serve(cfg: ControllerConfig, ready_fd: int | None) -> None:
+    tls = bool(cfg.certfile)
+    for f in (cfg.certfile, cfg.keyfile):
+        if f and not os.access(f, os.R_OK):
+            raise StartupError(f"cannot read TLS file {f}")
+    if bool(cfg.certfile) != bool(cfg.keyfile):
+        raise StartupError("--certfile and --keyfile go together")
+    sock = bind(cfg.listen)
+    ctl = Controller(cfg)
+    try:
+        await ctl.start()
+    except BaseException:
+        sock.close()
+        raise
+    app = build_app(ctl)
+    hc = HypercornConfig()
+    hc.bind = [f"fd://{sock.fileno()}"]
+    hc.accesslog = None
+    hc.errorlog = logging.getLogger("rc.hypercorn")
+    hc.graceful_timeout = SHUTDOWN_GRACE_S
+    hc.keep_alive_timeout = 75.0
+    hc.include_server_header = False
+    if tls:
+        hc.certfile, hc.keyfile = cfg.certfile, cfg.keyfile
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    url = _url(sock, tls)
+    state = Path(cfg.data_dir) / STATE_FILE
+    state.write_text(json.dumps({"url": url, "pid": os.getpid(), "instance": ctl.instance}))
+    print(f"rc serve: listening on {url} (data {cfg.data_dir})", file=sys.stderr, flush=True)
+    if ctl.created_admin_token:
+        print(f"rc serve: admin token written to {Path(cfg.data_dir) / ADMIN_TOKEN_FILE}",
+              file=sys.stderr, flush=True)
+    if ready_fd is not None:
+        os.write(ready_fd, (url + "\n").encode())
+        os.close(ready_fd)
+    try:
+        await hypercorn_serve(app, hc, shutdown_trigger=stop.wait)
+    finally:
+        await ctl.stop()
+        try:
+            if json.loads(state.read_text()).get("pid") == os.getpid():
+                state.unlink()
+        except (OSError, ValueError):
+            pass
+        log.info("rc serve stopped")
+
+
+def run(cfg: ControllerConfig, ready_fd: int | None = None) -> int:
+    """Serve until SIGINT/SIGTERM. Returns 0, or 1 with a one-line error on stderr.
+
+    `ready_fd`, when given, receives the URL and a newline once listening.
+    """
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        asyncio.run(_serve(cfg, ready_fd))
+    except ControllerError as e:
+        print(f"rc serve: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        pass
+    return 0

@@ -1,0 +1,307 @@
+"""The entities shared by controller, worker and client (DESIGN.md §3).
+
+Frozen dataclasses and string enums holding JSON primitives only: timestamps
+are float seconds since the Unix epoch, durations whole seconds. Encode and
+decode them with rc.proto.codec.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+__all__ = [
+    "DeviceState",
+    "QuarantineReason",
+    "JobState",
+    "JobKind",
+    "Stdio",
+    "LabelSource",
+    "Role",
+    "EventKind",
+    "Label",
+    "Device",
+    "Job",
+    "Lease",
+    "Worker",
+    "RecoveryProof",
+    "Event",
+    "Token",
+    "PRIORITY_MIN",
+    "PRIORITY_MAX",
+]
+
+PRIORITY_MIN = -10
+PRIORITY_MAX = 10
+
+
+class DeviceState(enum.StrEnum):
+    """Where a device stands (inventory §7.1).
+
+    ready: schedulable. busy: a live lease is on it. unknown: its worker has
+    been quiet for a while; not schedulable, not a quarantine. unhealthy:
+    quarantined, with a QuarantineReason.
+    """
+
+    READY = "ready"
+    BUSY = "busy"
+    UNKNOWN = "unknown"
+    UNHEALTHY = "unhealthy"
+
+
+class QuarantineReason(enum.StrEnum):
+    """Why an unhealthy device is out of the pool (inventory §7.1, §7.5).
+
+    NONE ("") on an unhealthy device means the cause is unknown; only an admin
+    clears it.
+    """
+
+    NONE = ""
+    FAULT = "fault"
+    WORKER_LOST = "worker_lost"
+    LEASE_EXPIRED = "lease_expired"
+    REGISTRATION = "registration"
+
+    @property
+    def reboot_clearable(self) -> bool:
+        """Whether a reboot or a recovery proof may return the device (§7.5)."""
+        return self in (
+            QuarantineReason.WORKER_LOST,
+            QuarantineReason.LEASE_EXPIRED,
+            QuarantineReason.REGISTRATION,
+        )
+
+
+class JobState(enum.StrEnum):
+    """A job's life: queued → assigned → running → one terminal state."""
+
+    QUEUED = "queued"
+    ASSIGNED = "assigned"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    KILLED = "killed"
+    LOST = "lost"
+
+    @property
+    def terminal(self) -> bool:
+        """True for the four states that never change again."""
+        return self in _TERMINAL
+
+    @property
+    def active(self) -> bool:
+        """True while the job holds a device (assigned or running)."""
+        return self in (JobState.ASSIGNED, JobState.RUNNING)
+
+
+_TERMINAL = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.KILLED, JobState.LOST})
+
+
+class JobKind(enum.StrEnum):
+    """A job runs the submitted command; a hold runs the worker's own sleeper."""
+
+    JOB = "job"
+    HOLD = "hold"
+
+
+class Stdio(enum.StrEnum):
+    """Where a job's standard streams go (seed: StdioLogs / StdioTTY / StdioPipe).
+
+    LOGS: no input, output batched to the controller's log store. TTY: a
+    pseudo-terminal relayed to the client, never stored. PIPE: raw bytes both
+    ways through the relay, stderr stored; `rc cp` and `rc exec` ride on it.
+    """
+
+    LOGS = ""
+    TTY = "tty"
+    PIPE = "pipe"
+
+    @property
+    def attached(self) -> bool:
+        """Whether the process is wired to the relay rather than the log store."""
+        return self is not Stdio.LOGS
+
+
+class LabelSource(enum.StrEnum):
+    """Where a label came from: a probe saw it, or an operator wrote it."""
+
+    DETECTED = "detected"
+    DECLARED = "declared"
+
+
+class Role(enum.StrEnum):
+    """A token's role (DESIGN.md §6.1). Admin passes every route."""
+
+    ADMIN = "admin"
+    USER = "user"
+    WORKER = "worker"
+
+
+class EventKind(enum.StrEnum):
+    """Kinds of rows in the activity feed (DESIGN.md §6.6, inventory §8.1)."""
+
+    DEVICE_UNHEALTHY = "device_unhealthy"
+    VERIFY_FAILED = "verify_failed"
+    WORKER_LOST = "worker_lost"
+    JOB_LOST = "job_lost"
+    LEASE_EXPIRED = "lease_expired"
+    WATCHDOG_TRIP = "watchdog_trip"
+    DEVICE_RECOVERED = "device_recovered"
+    RECOVERY_REFUSED = "recovery_refused"
+    DEVICE_CLEARED = "device_cleared"
+    DEVICE_RETIRED = "device_retired"
+    DEVICE_DRAINED = "device_drained"
+    DEVICE_UNDRAINED = "device_undrained"
+    JOB_KILLED = "job_killed"
+    TOKEN_CREATED = "token_created"
+    TOKEN_REVOKED = "token_revoked"
+
+
+@dataclass(frozen=True, slots=True)
+class Label:
+    """One fact about a device, with its provenance and last confirmation."""
+
+    key: str
+    value: str
+    source: LabelSource = LabelSource.DETECTED
+    updated_at: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    """A schedulable unit on a host; id is "host:name"."""
+
+    id: str
+    host: str
+    name: str
+    worker_id: str
+    state: DeviceState
+    last_heartbeat_at: float = 0.0
+    max_runtime_seconds: int = 0
+    quarantine_reason: QuarantineReason = QuarantineReason.NONE
+    quarantine_detail: str = ""
+    draining: bool = False
+    drain_reason: str = ""
+    labels: tuple[Label, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A request to run a command (or hold a device) on one matching device.
+
+    Exactly one of `selector` and `device_id` names the target while queued;
+    once assigned, `device_id` is the device it landed on. Durations are whole
+    seconds, 0 meaning "none" (or, for max_runtime, the device's ceiling).
+    """
+
+    id: int
+    kind: JobKind
+    state: JobState
+    submitter: str
+    command: tuple[str, ...] = ()
+    selector: str = ""
+    device_id: str = ""
+    worker_id: str = ""
+    cwd: str = ""
+    env: dict[str, str] = field(default_factory=dict)
+    idempotency_key: str | None = None
+    priority: int = 0
+    max_runtime_seconds: int = 0
+    idle_timeout_seconds: int = 0
+    reason: str = ""
+    stdio: Stdio = Stdio.LOGS
+    exit_code: int | None = None
+    kill_reason: str = ""
+    submitted_at: float = 0.0
+    queued_at: float = 0.0
+    started_at: float | None = None
+    finished_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A job's claim on a device; at most one live (unreleased) per device."""
+
+    id: int
+    device_id: str
+    job_id: int
+    holder: str
+    kind: JobKind
+    acquired_at: float
+    expires_at: float
+    reason: str = ""
+    released_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Worker:
+    """The agent on one host; its id is the host name."""
+
+    id: str
+    host: str
+    boot_id: str = ""
+    last_heartbeat_at: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryProof:
+    """What a worker can prove at registration about an interrupted job's processes.
+
+    Every field is a positive claim and the zero value proves nothing: a worker
+    that could not look, or that declines to claim (require_manual_clear), sends
+    all-false. No field can force recovery (seed: model.RecoveryProof).
+
+    isolated: the worker is PID 1 alone in its PID namespace, so nothing from
+    before can exist. survivors_checked: a scan for processes carrying an
+    RC_JOB_ID ran to completion; survivors_found: it found some.
+    """
+
+    isolated: bool = False
+    survivors_checked: bool = False
+    survivors_found: bool = False
+
+    def proves(self) -> bool:
+        """Whether nothing of an interrupted job can still hold the device.
+
+        Isolation answers it outright; a survivor check only when it ran and
+        came back empty.
+        """
+        return self.isolated or (self.survivors_checked and not self.survivors_found)
+
+    def summary(self) -> str:
+        """Name the proof for an operator; empty when nothing is proven."""
+        if self.isolated:
+            return "the worker is alone in a fresh PID namespace, so no process of the old job exists"
+        if self.survivors_checked and not self.survivors_found:
+            return "a scan of every process found none left from an earlier job"
+        return ""
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One row of the activity feed."""
+
+    id: int
+    at: float
+    kind: EventKind
+    device_id: str = ""
+    job_id: int | None = None
+    actor: str = ""
+    text: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Token:
+    """A named API token as listed (the secret itself is never part of it).
+
+    `host` is the host a worker token is bound to ("" until its first
+    registration, and always "" for other roles).
+    """
+
+    name: str
+    role: Role
+    created_at: float
+    created_by: str = ""
+    expires_at: float | None = None
+    revoked_at: float | None = None
+    host: str = ""

@@ -1,0 +1,409 @@
+"""Request and response records of the HTTP API (inventory §3, DESIGN.md §5).
+
+One definition per record, imported by controller, worker and CLI. Paths and
+headers live here too, so the three sides cannot drift.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from rc.proto.model import (
+    Device,
+    Event,
+    Job,
+    JobKind,
+    JobState,
+    Label,
+    RecoveryProof,
+    Role,
+    Stdio,
+    Token,
+)
+
+__all__ = [
+    "INSTANCE_HEADER",
+    "API",
+    "SubmitRequest",
+    "JobView",
+    "JobList",
+    "KillRequest",
+    "DeviceDecl",
+    "RegisterRequest",
+    "RegisterResponse",
+    "LabelsRequest",
+    "HeartbeatRequest",
+    "HeartbeatResponse",
+    "Assignment",
+    "Assignments",
+    "StatusReport",
+    "JobReport",
+    "Reports",
+    "ReportResult",
+    "ReportResults",
+    "LogAppended",
+    "FaultRequest",
+    "DeviceView",
+    "DeviceList",
+    "DescribeResponse",
+    "ExplainResponse",
+    "JobExplanation",
+    "StateResponse",
+    "WhoAmI",
+    "TokenCreate",
+    "TokenCreated",
+    "TokenList",
+    "EventList",
+    "DrainRequest",
+    "ActionResult",
+]
+
+INSTANCE_HEADER = "Rc-Controller-Instance"
+"""Header on every response: a random id for this controller process."""
+
+API = "/v1"
+
+
+@dataclass(frozen=True, slots=True)
+class SubmitRequest:
+    """POST /v1/jobs. Exactly one of device_id and selector.
+
+    A hold (kind=hold) carries no command, cwd, env, idle timeout or attached
+    stdio, needs max_runtime_seconds (its TTL) and a non-blank reason.
+    `as_user` lets an admin submit on someone's behalf (DESIGN.md §6.1).
+    """
+
+    command: tuple[str, ...] = ()
+    device_id: str = ""
+    selector: str = ""
+    kind: JobKind = JobKind.JOB
+    cwd: str = ""
+    env: dict[str, str] = field(default_factory=dict)
+    idempotency_key: str | None = None
+    priority: int = 0
+    max_runtime_seconds: int = 0
+    idle_timeout_seconds: int = 0
+    no_wait: bool = False
+    reason: str = ""
+    stdio: Stdio = Stdio.LOGS
+    as_user: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class JobView:
+    """GET /v1/jobs/{id}: the job and, while queued, its 1-based position."""
+
+    job: Job
+    queue_position: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class JobList:
+    """GET /v1/jobs: newest first."""
+
+    jobs: tuple[Job, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class KillRequest:
+    """POST /v1/jobs/{id}/kill; `reason` is optional free text."""
+
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceDecl:
+    """A device as a worker declares it at registration.
+
+    max_runtime_seconds is the device's runtime ceiling (0: none).
+    """
+
+    name: str
+    max_runtime_seconds: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class RegisterRequest:
+    """POST /v1/workers/register (inventory §3.2).
+
+    labels: detected facts, "" → host-wide, device name → that device; None
+    means "say nothing" (keep what is stored). declared_labels: the operator's
+    labels, same shape. sheet: host.md (None keeps the stored copy);
+    device_sheets: device name → body.
+    """
+
+    host: str
+    devices: tuple[DeviceDecl, ...]
+    boot_id: str = ""
+    recovery: RecoveryProof = RecoveryProof()
+    labels: dict[str, dict[str, str]] | None = None
+    declared_labels: dict[str, dict[str, str]] | None = None
+    sheet: str | None = None
+    device_sheets: dict[str, str] = field(default_factory=dict)
+    version: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RegisterResponse:
+    """The worker's id (its host name), the controller's instance id and the
+    heartbeat interval the controller expects, in seconds."""
+
+    worker_id: str
+    instance: str
+    heartbeat_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class LabelsRequest:
+    """POST /v1/workers/{id}/labels: a periodic re-probe. Touches labels and
+    sheets only, never jobs or device states."""
+
+    host: str
+    devices: tuple[str, ...] = ()
+    labels: dict[str, dict[str, str]] | None = None
+    declared_labels: dict[str, dict[str, str]] | None = None
+    sheet: str | None = None
+    device_sheets: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatRequest:
+    """POST /v1/workers/{id}/heartbeat: the jobs this worker still supervises."""
+
+    running_job_ids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatResponse:
+    """Jobs the worker named that the controller no longer considers active
+    (so the worker can stop them), and the controller's instance id."""
+
+    instance: str
+    stop_job_ids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Assignment:
+    """One job handed to a worker by the long poll."""
+
+    job_id: int
+    device_id: str
+    kind: JobKind
+    command: tuple[str, ...]
+    cwd: str
+    env: dict[str, str]
+    submitter: str
+    max_runtime_seconds: int = 0
+    idle_timeout_seconds: int = 0
+    stdio: Stdio = Stdio.LOGS
+
+
+@dataclass(frozen=True, slots=True)
+class Assignments:
+    """GET /v1/workers/{id}/assignments: new jobs and jobs to kill."""
+
+    assignments: tuple[Assignment, ...] = ()
+    kills: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class StatusReport:
+    """POST /v1/jobs/{id}/status from the worker running the job.
+
+    state is "running" or a terminal state; exit_code is the process's code
+    (128+N for death by signal N); reason says why (kill reason, watchdog);
+    started_at is when the process started, by the worker's clock.
+    """
+
+    worker_id: str
+    state: JobState
+    exit_code: int | None = None
+    reason: str = ""
+    started_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JobReport:
+    """One job's status inside a batch of reports (fields as StatusReport)."""
+
+    job_id: int
+    state: JobState
+    exit_code: int | None = None
+    reason: str = ""
+    started_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Reports:
+    """POST /v1/workers/{id}/reports: several status reports in one request."""
+
+    reports: tuple[JobReport, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ReportResult:
+    """The outcome of one report: ok, or the error code and message."""
+
+    job_id: int
+    ok: bool
+    error: str = ""
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ReportResults:
+    """The answer to Reports, in the same order."""
+
+    results: tuple[ReportResult, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class LogAppended:
+    """POST /v1/jobs/{id}/logs?offset=N: the log's size after the append, in
+    bytes of the job's output stream (the offset the next append starts at)."""
+
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class FaultRequest:
+    """POST /v1/devices/{id}/fault: quarantine a device as `fault`."""
+
+    reason: str
+    job_id: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceView:
+    """A device with who holds it (GET /v1/devices, /v1/state).
+
+    elapsed_seconds: since the live lease was acquired; expires_at: the lease's
+    expiry (a hold's end at most). heartbeat_age_seconds: controller clock.
+    """
+
+    device: Device
+    holder: str = ""
+    job_id: int | None = None
+    kind: str = ""
+    reason: str = ""
+    command: tuple[str, ...] = ()
+    elapsed_seconds: float | None = None
+    max_runtime_seconds: int = 0
+    expires_at: float | None = None
+    heartbeat_age_seconds: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceList:
+    """GET /v1/devices."""
+
+    devices: tuple[DeviceView, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeResponse:
+    """GET /v1/devices/{id}/describe: everything about one device.
+
+    label_age_seconds is keyed "key/source". sheet is the device's usage sheet,
+    or the host-wide one when the device has none (sheet_is_host_wide).
+    """
+
+    view: DeviceView
+    labels: tuple[Label, ...] = ()
+    label_age_seconds: dict[str, float] = field(default_factory=dict)
+    sheet: str = ""
+    sheet_is_host_wide: bool = False
+    sheet_age_seconds: float | None = None
+    recent_jobs: tuple[Job, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ExplainResponse:
+    """GET /v1/explain?selector=S: which devices match, which are free, and how
+    many queued jobs compete for them."""
+
+    selector: str
+    matching: tuple[str, ...]
+    free: tuple[str, ...]
+    queue_depth: int
+
+
+@dataclass(frozen=True, slots=True)
+class JobExplanation:
+    """GET /v1/jobs/{id}/explain: why a queued job is not running, in words.
+
+    `reasons` are complete sentences, most important first; `blockers` maps a
+    matching device id to why it cannot take this job now.
+    """
+
+    job_id: int
+    state: str
+    reasons: tuple[str, ...]
+    queue_position: int = 0
+    blockers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class StateResponse:
+    """GET /v1/state: the fleet, active jobs and the queue in scheduling order."""
+
+    devices: tuple[DeviceView, ...]
+    jobs: tuple[Job, ...]
+    queued: tuple[Job, ...]
+    queued_waiting_seconds: dict[str, float] = field(default_factory=dict)
+    queue_positions: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class WhoAmI:
+    """GET /v1/whoami: the caller's token name and role (never the secret)."""
+
+    name: str
+    role: Role
+    host: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class TokenCreate:
+    """POST /v1/tokens. expires_in_seconds 0 means never."""
+
+    name: str
+    role: Role
+    expires_in_seconds: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TokenCreated:
+    """The only response that ever carries a token's secret."""
+
+    token: Token
+    secret: str
+
+
+@dataclass(frozen=True, slots=True)
+class TokenList:
+    """GET /v1/tokens."""
+
+    tokens: tuple[Token, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class EventList:
+    """GET /v1/events: feed rows with id > after, oldest first."""
+
+    events: tuple[Event, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DrainRequest:
+    """POST /v1/devices/{id}/drain."""
+
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ActionResult:
+    """The answer to an admin verb: what was done, in words."""
+
+    ok: bool
+    message: str = ""
