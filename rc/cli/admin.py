@@ -1,2 +1,177 @@
-def add_parsers(sub):
-    pass
+"""Admin verbs and the feed: `rc token`, `clear`, `retire`, `drain`,
+`undrain`, `events`, `whoami`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from rc.cli.context import UsageError, client, duration_seconds, whole_seconds_arg
+from rc.cli.output import add_output_flag, print_json, table, when
+
+__all__ = ["add_parsers"]
+
+
+def add_parsers(sub) -> None:
+    from rc.cli import add_client_flags
+
+    p = sub.add_parser("token", help="create, list and revoke API tokens (admin)")
+    tsub = p.add_subparsers(dest="token_command", metavar="ACTION")
+    tsub.required = True
+    c = tsub.add_parser("create", help="create a token; prints its secret once")
+    c.add_argument("name")
+    c.add_argument("--role", choices=("user", "worker", "admin"), default="user")
+    c.add_argument("--expires", type=whole_seconds_arg, default=0, metavar="D",
+                   help="expire after D (e.g. 30d; default never)")
+    add_client_flags(c)
+    c.set_defaults(handler="admin:cmd_token_create")
+    ls = tsub.add_parser("list", help="tokens without their secrets")
+    add_output_flag(ls)
+    add_client_flags(ls)
+    ls.set_defaults(handler="admin:cmd_token_list")
+    rv = tsub.add_parser("revoke", help="revoke a token by name")
+    rv.add_argument("name")
+    add_client_flags(rv)
+    rv.set_defaults(handler="admin:cmd_token_revoke")
+
+    p = sub.add_parser("whoami", help="which token you are using")
+    add_client_flags(p)
+    p.set_defaults(handler="admin:cmd_whoami")
+
+    p = sub.add_parser("clear", help="return a quarantined device to the pool (admin)")
+    p.add_argument("device")
+    add_client_flags(p)
+    p.set_defaults(handler="admin:cmd_clear")
+
+    p = sub.add_parser("retire", help="remove a device from the fleet (admin)")
+    p.add_argument("device")
+    p.add_argument("--yes", action="store_true", help="really retire it")
+    add_client_flags(p)
+    p.set_defaults(handler="admin:cmd_retire")
+
+    p = sub.add_parser("drain", help="let the current job finish, start no new one (admin)")
+    p.add_argument("device")
+    p.add_argument("--reason", default="", help="shown to everyone")
+    add_client_flags(p)
+    p.set_defaults(handler="admin:cmd_drain")
+
+    p = sub.add_parser("undrain", help="put a drained device back in the pool (admin)")
+    p.add_argument("device")
+    add_client_flags(p)
+    p.set_defaults(handler="admin:cmd_undrain")
+
+    p = sub.add_parser("events", help="the activity feed (-f to follow it)")
+    p.add_argument("-f", "--follow", action="store_true", help="keep printing new events")
+    p.add_argument("--since", type=duration_seconds, default=0.0, metavar="D",
+                   help="only events from the last D (e.g. 1h)")
+    p.add_argument("-n", "--limit", type=int, default=100, help="at most this many (default 100)")
+    add_output_flag(p)
+    add_client_flags(p)
+    p.set_defaults(handler="admin:cmd_events")
+
+
+def cmd_token_create(args: argparse.Namespace) -> int:
+    made = client(args).post("/v1/tokens", {"name": args.name, "role": args.role,
+                                            "expires_in_seconds": args.expires})
+    print(made["secret"])
+    return 0
+
+
+def cmd_token_list(args: argparse.Namespace) -> int:
+    tokens = client(args).get("/v1/tokens")["tokens"]
+    if args.output == "json":
+        print_json(tokens)
+        return 0
+    rows = []
+    for t in tokens:
+        status = "revoked" if t.get("revoked_at") else (
+            "expired" if t.get("expires_at") and t["expires_at"] <= time.time() else "live")
+        rows.append((t["name"], t["role"], status, t.get("host"), when(t["created_at"]),
+                     when(t.get("expires_at")), t.get("created_by")))
+    table(("NAME", "ROLE", "STATUS", "HOST", "CREATED", "EXPIRES", "BY"), rows)
+    return 0
+
+
+def cmd_token_revoke(args: argparse.Namespace) -> int:
+    print(client(args).delete(f"/v1/tokens/{args.name}")["message"])
+    return 0
+
+
+def cmd_whoami(args: argparse.Namespace) -> int:
+    me = client(args).get("/v1/whoami")
+    print(f"{me['name']} ({me['role']}" + (f", host {me['host']})" if me.get("host") else ")"))
+    return 0
+
+
+def cmd_clear(args: argparse.Namespace) -> int:
+    print(client(args).post(f"/v1/devices/{args.device}/clear")["message"])
+    return 0
+
+
+def cmd_retire(args: argparse.Namespace) -> int:
+    if not args.yes:
+        raise UsageError(f"retiring {args.device} removes it from the fleet; "
+                         f"run rc retire {args.device} --yes to do it")
+    print(client(args).delete(f"/v1/devices/{args.device}")["message"])
+    return 0
+
+
+def cmd_drain(args: argparse.Namespace) -> int:
+    print(client(args).post(f"/v1/devices/{args.device}/drain", {"reason": args.reason})["message"])
+    return 0
+
+
+def cmd_undrain(args: argparse.Namespace) -> int:
+    print(client(args).post(f"/v1/devices/{args.device}/undrain")["message"])
+    return 0
+
+
+def _event_line(e: dict) -> str:
+    parts = [when(e["at"]), e["kind"]]
+    if e.get("device_id"):
+        parts.append(e["device_id"])
+    if e.get("job_id"):
+        parts.append(f"job {e['job_id']}")
+    line = "  ".join(parts)
+    if e.get("text"):
+        line += f": {e['text']}"
+    return line
+
+
+def cmd_events(args: argparse.Namespace) -> int:
+    if not 1 <= args.limit <= 1000:
+        raise UsageError("--limit must be between 1 and 1000")
+    c = client(args, timeout=90)
+    params = {"limit": args.limit}
+    if args.since:
+        params["since"] = f"{args.since:g}s"
+    events = c.get("/v1/events", params=params)["events"]
+    if args.output == "json" and not args.follow:
+        print_json(events)
+        return 0
+    after = 0
+    for e in events:
+        _emit(e, args.output)
+        after = e["id"]
+    if not args.follow:
+        return 0
+    try:
+        while True:
+            got = c.get("/v1/events", params={"after": after, "wait": "50s", "limit": 1000},
+                        timeout=70)["events"]
+            for e in got:
+                _emit(e, args.output)
+                after = e["id"]
+    except KeyboardInterrupt:
+        return 130
+
+
+def _emit(e: dict, output: str) -> None:
+    if output == "json":
+        import json
+
+        print(json.dumps(e), flush=True)
+    else:
+        print(_event_line(e), flush=True)
+    sys.stdout.flush()

@@ -1,2 +1,126 @@
-def add_parsers(sub):
-    pass
+"""`rc devices` and `rc describe`."""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from rc.cli.context import client
+from rc.cli.output import add_output_flag, age, command_text, duration, print_json, table
+
+__all__ = ["add_parsers", "state_words"]
+
+NO_CONTACT_S = 30.0
+
+
+def add_parsers(sub) -> None:
+    from rc.cli import add_client_flags
+
+    p = sub.add_parser("devices", help="every device, its state and who holds it")
+    p.add_argument("-s", "--select", "--selector", dest="selector", metavar="SELECTOR",
+                   help="only devices matching this selector")
+    add_output_flag(p)
+    add_client_flags(p)
+    p.set_defaults(handler="devices:cmd_devices")
+
+    p = sub.add_parser("describe", help="everything about one device: labels, sheet, jobs")
+    p.add_argument("device", metavar="DEVICE")
+    add_output_flag(p)
+    add_client_flags(p)
+    p.set_defaults(handler="devices:cmd_describe")
+
+
+def state_words(view: dict) -> str:
+    """A device's state for a table: draining shown, quarantine reason added,
+    and "(no contact N)" when its worker has been quiet over 30 s."""
+    d = view["device"]
+    s = d["state"]
+    if d.get("draining") and s in ("ready", "busy"):
+        s = "draining" if s == "ready" else "busy, draining"
+    if s == "unhealthy":
+        s += f" ({d.get('quarantine_reason') or 'unknown cause'})"
+    hb = view.get("heartbeat_age_seconds")
+    if hb is not None and hb > NO_CONTACT_S:
+        s += f" (no contact {duration(hb)})"
+    return s
+
+
+def _holder(view: dict) -> str:
+    if not view.get("holder"):
+        return ""
+    if view.get("kind") == "hold" and view.get("reason"):
+        return f"{view['holder']} ({view['reason']})"
+    return view["holder"]
+
+
+def cmd_devices(args: argparse.Namespace) -> int:
+    c = client(args)
+    views = c.get("/v1/devices")["devices"]
+    if args.selector:
+        keep = set(c.get("/v1/explain", params={"selector": args.selector})["matching"])
+        views = [v for v in views if v["device"]["id"] in keep]
+    if args.output == "json":
+        print_json(views)
+        return 0
+    rows = []
+    for v in views:
+        elapsed = duration(v["elapsed_seconds"]) if v.get("elapsed_seconds") is not None else ""
+        if elapsed and v.get("max_runtime_seconds"):
+            elapsed += f"/{duration(v['max_runtime_seconds'])}"
+        what = "hold" if v.get("kind") == "hold" else command_text(v.get("command") or [], 40)
+        rows.append((v["device"]["id"], state_words(v), _holder(v), elapsed,
+                     what if v.get("holder") else ""))
+    table(("DEVICE", "STATE", "HOLDER", "ELAPSED", "COMMAND"), rows)
+    return 0
+
+
+def cmd_describe(args: argparse.Namespace) -> int:
+    c = client(args)
+    info = c.get(f"/v1/devices/{args.device}/describe")
+    if args.output == "json":
+        print_json(info)
+        return 0
+    v = info["view"]
+    d = v["device"]
+    print(f"{d['id']}: {state_words(v)}")
+    if v.get("holder"):
+        what = "holds it" if v.get("kind") == "hold" else f"runs job {v['job_id']}"
+        line = f"  {v['holder']} {what}, for {duration(v.get('elapsed_seconds'))}"
+        if v.get("reason"):
+            line += f" ({v['reason']})"
+        print(line)
+    else:
+        print("  free" if d["state"] == "ready" and not d.get("draining") else "  no holder")
+    print(f"  last heartbeat {age(v.get('heartbeat_age_seconds'))}")
+    if d["state"] == "unhealthy":
+        print(f"  out of the pool: {d.get('quarantine_detail') or d.get('quarantine_reason') or 'unknown cause'}")
+    if d.get("draining"):
+        print(f"  draining: {d.get('drain_reason') or 'no reason given'}")
+    if d.get("max_runtime_seconds"):
+        print(f"  runtime ceiling: {duration(d['max_runtime_seconds'])}")
+    print("LABELS")
+    ages = info.get("label_age_seconds", {})
+    for lb in sorted(info["labels"], key=lambda x: (x["key"], x["source"] != "detected")):
+        print(f"  {lb['key']}={lb['value']}  {lb['source']}  "
+              f"{age(ages.get(lb['key'] + '/' + lb['source']))}")
+    if not info["labels"]:
+        print("  (none)")
+    print("USAGE SHEET")
+    if info.get("sheet"):
+        scope = "host-wide note" if info.get("sheet_is_host_wide") else "device note"
+        print(f"  ({scope}, updated {age(info.get('sheet_age_seconds'))})")
+        for line in info["sheet"].splitlines():
+            print(f"  {line}")
+    else:
+        print("  (none on file)")
+    print("RECENT JOBS")
+    for j in info.get("recent_jobs", []):
+        took = ""
+        if j.get("started_at"):
+            took = duration((j.get("finished_at") or time.time()) - j["started_at"])
+        state = j["state"] + (f" ({j['kill_reason']})" if j.get("kill_reason") else "")
+        what = "hold" if j["kind"] == "hold" else command_text(j["command"], 50)
+        print(f"  {j['id']}  {state}  {took}  {what}")
+    if not info.get("recent_jobs"):
+        print("  (none)")
+    return 0

@@ -1,2 +1,166 @@
-def add_parsers(sub):
-    pass
+"""`rc jobs`, `rc logs`, `rc kill`, `rc ps`, `rc explain`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from rc.cli.context import UsageError, client, stderr
+from rc.cli.output import add_output_flag, command_text, duration, print_json, table, when
+
+__all__ = ["add_parsers"]
+
+STATES = ("queued", "assigned", "running", "succeeded", "failed", "killed", "lost")
+
+
+def add_parsers(sub) -> None:
+    from rc.cli import add_client_flags
+
+    p = sub.add_parser("jobs", help="list jobs, newest first (history included)")
+    p.add_argument("-n", "--limit", type=int, default=20, help="how many (1..1000, default 20)")
+    p.add_argument("--device", default="", help="only jobs on this device")
+    p.add_argument("--submitter", default="", help="only this submitter's jobs")
+    p.add_argument("--state", default="", choices=("",) + STATES, metavar="STATE",
+                   help="only jobs in this state")
+    add_output_flag(p)
+    add_client_flags(p)
+    p.set_defaults(handler="jobs:cmd_jobs")
+
+    p = sub.add_parser("logs", help="print a job's output (-f to follow it to the end)")
+    p.add_argument("job", type=int, metavar="JOB")
+    p.add_argument("-f", "--follow", action="store_true", help="keep printing until it ends")
+    add_client_flags(p)
+    p.set_defaults(handler="jobs:cmd_logs")
+
+    p = sub.add_parser("kill", help="kill a job or cancel a queued one (yours, or any as admin)")
+    p.add_argument("job", type=int, metavar="JOB")
+    p.add_argument("--reason", default="", help="why (recorded with the job)")
+    add_client_flags(p)
+    p.set_defaults(handler="jobs:cmd_kill")
+
+    p = sub.add_parser("ps", help="running jobs and holds, then the queue in order")
+    add_output_flag(p)
+    add_client_flags(p)
+    p.set_defaults(handler="jobs:cmd_ps")
+
+    p = sub.add_parser("explain", help="why is my job waiting? (or: what does a selector match?)")
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("job", nargs="?", type=int, metavar="JOB", help="a queued job")
+    g.add_argument("-s", "--select", "--selector", dest="selector", metavar="SELECTOR",
+                   help="which devices match, which are free, how deep the queue is")
+    add_output_flag(p)
+    add_client_flags(p)
+    p.set_defaults(handler="jobs:cmd_explain")
+
+
+def _started_and_duration(j: dict) -> tuple[str, str]:
+    start = j.get("started_at")
+    if not start:
+        return "-", "-"
+    end = j.get("finished_at") or time.time()
+    return when(start), duration(end - start)
+
+
+def _state(j: dict) -> str:
+    s = j["state"]
+    if j.get("kill_reason") and s in ("killed", "lost", "failed"):
+        s += f" ({j['kill_reason']})"
+    return s
+
+
+def _command(j: dict) -> str:
+    if j["kind"] == "hold":
+        return f"hold: {j.get('reason', '')}"
+    return command_text(j["command"])
+
+
+def cmd_jobs(args: argparse.Namespace) -> int:
+    if not 1 <= args.limit <= 1000:
+        raise UsageError("--limit must be between 1 and 1000")
+    c = client(args)
+    params = {"limit": args.limit, "device": args.device or None,
+              "submitter": args.submitter or None, "state": args.state or None}
+    jobs = c.get("/v1/jobs", params=params)["jobs"]
+    if args.output == "json":
+        print_json(jobs)
+        return 0
+    rows = []
+    for j in jobs:
+        started, took = _started_and_duration(j)
+        rows.append((j["id"], j["device_id"] or j["selector"], _state(j), j["submitter"],
+                     started, took, _command(j)))
+    table(("JOB", "DEVICE", "STATE", "SUBMITTER", "STARTED", "DURATION", "COMMAND"), rows)
+    return 0
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    from rc.cli.run import follow_log
+
+    c = client(args)
+    try:
+        follow_log(c, args.job, sys.stdout.buffer, follow=args.follow)
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+def cmd_kill(args: argparse.Namespace) -> int:
+    c = client(args)
+    resp = c.post(f"/v1/jobs/{args.job}/kill", {"reason": args.reason})
+    print(resp.get("message") or f"kill requested for {args.job}")
+    return 0
+
+
+def cmd_ps(args: argparse.Namespace) -> int:
+    c = client(args)
+    st = c.get("/v1/state")
+    if args.output == "json":
+        print_json({"jobs": st["jobs"], "queued": st["queued"],
+                    "queue_positions": st["queue_positions"],
+                    "queued_waiting_seconds": st["queued_waiting_seconds"]})
+        return 0
+    rows = []
+    now = time.time()
+    for j in st["jobs"]:
+        since = j.get("started_at") or j.get("queued_at")
+        rows.append((j["id"], j["device_id"], j["state"], j["submitter"], j["priority"],
+                     duration(now - since) if since else "-", _command(j)))
+    for j in st["queued"]:
+        key = str(j["id"])
+        pos = st["queue_positions"].get(key, 0)
+        rows.append((j["id"], j["device_id"] or j["selector"], f"queued (#{pos})",
+                     j["submitter"], j["priority"],
+                     duration(st["queued_waiting_seconds"].get(key)), _command(j)))
+    table(("JOB", "DEVICE", "STATE", "SUBMITTER", "PRIO", "FOR", "COMMAND"), rows)
+    return 0
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    c = client(args)
+    if args.selector:
+        ex = c.get("/v1/explain", params={"selector": args.selector})
+        if args.output == "json":
+            print_json(ex)
+            return 0
+        print(f"selector: {ex['selector']}")
+        for d in ex["matching"]:
+            print(f"  {d}  {'free' if d in ex['free'] else 'not free'}")
+        print(f"free: {len(ex['free'])}/{len(ex['matching'])}")
+        print(f"queue depth: {ex['queue_depth']}")
+        return 0
+    ex = c.get(f"/v1/jobs/{args.job}/explain")
+    if args.output == "json":
+        print_json(ex)
+        return 0
+    head = f"job {ex['job_id']}: {ex['state']}"
+    if ex.get("queue_position"):
+        head += f", position {ex['queue_position']} in the queue"
+    print(head)
+    for r in ex["reasons"]:
+        print(f"  - {r}")
+    if ex.get("blockers"):
+        print("devices:")
+        for d, why in sorted(ex["blockers"].items()):
+            print(f"  {d}: {why}")
+    return 0

@@ -1,2 +1,340 @@
-def add_parsers(sub):
-    pass
+"""`rc run`, `rc hold`, `rc release`: submit, wait in the queue, follow.
+
+`rc run` submits with a fresh idempotency key (a retried submit can never make
+two jobs), prints its queue position while it waits, then streams the log and
+exits with the job's own exit code. The log stream resumes from the byte
+offset it reached after a broken connection or a controller restart, so
+nothing is shown twice or lost. Ctrl-C while queued cancels the job; while it
+runs, Ctrl-C only detaches (the job keeps its device) and exits 130.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import uuid
+
+from rc.cli.context import UsageError, client, stderr, whole_seconds_arg
+from rc.proto.client import Client
+from rc.proto.errors import ApiError, RcError, TransportError
+from rc.proto.selector import ANY
+
+__all__ = ["add_parsers", "wait_started", "follow_log", "exit_status"]
+
+SUBMIT_RETRY_S = 30.0
+RECONNECT_MAX_S = 300.0
+QUEUE_POLL_WAIT_S = 20.0
+CANCEL_TIMEOUT_S = 10.0
+
+
+def _target_flags(p: argparse.ArgumentParser, required: bool) -> None:
+    g = p.add_mutually_exclusive_group(required=required)
+    g.add_argument("-d", "--device", metavar="DEVICE", help="a specific device, host:name")
+    g.add_argument("-s", "--select", "--selector", dest="selector", metavar="SELECTOR",
+                   help="any device matching the selector, e.g. 'model=h100,vram>=40G'")
+
+
+def add_parsers(sub) -> None:
+    from rc.cli import add_client_flags
+
+    p = sub.add_parser("run", help="run a command on a device and stream its output",
+                       description="Run CMD on a device matching the target (any device by "
+                       "default), stream its output, exit with its exit code.")
+    _target_flags(p, required=False)
+    p.add_argument("--priority", type=int, default=0, help="-10..10, higher first (default 0)")
+    p.add_argument("--max-runtime", type=whole_seconds_arg, default=0, metavar="D",
+                   help="kill it after D (default: the device's ceiling)")
+    p.add_argument("--idle-timeout", type=whole_seconds_arg, default=0, metavar="D",
+                   help="kill it after D without output")
+    p.add_argument("--cwd", default=None, help="working directory on the device's host "
+                   "(default: the current directory)")
+    p.add_argument("-e", "--env", action="append", default=[], metavar="KEY=VALUE",
+                   help="an environment variable for the job (repeatable)")
+    p.add_argument("--no-wait", action="store_true",
+                   help="fail at once (exit 1) unless a device is free now")
+    p.add_argument("--detach", action="store_true",
+                   help="print the job id once submitted and return")
+    p.add_argument("--tty", action="store_true", help="an interactive terminal on the device")
+    p.add_argument("--as", dest="as_user", default="", metavar="NAME",
+                   help="submit on someone's behalf (admin tokens only)")
+    p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD",
+                   help="the command and its arguments")
+    add_client_flags(p)
+    p.set_defaults(handler="run:cmd_run")
+
+    p = sub.add_parser("hold", help="hold a device for yourself (with --ttl and --reason)",
+                       description="Take a device for a person: it stays yours until the ttl, "
+                       "rc release, or Ctrl-C.")
+    _target_flags(p, required=True)
+    p.add_argument("--ttl", type=whole_seconds_arg, required=True, metavar="D",
+                   help="how long to hold it (e.g. 2h)")
+    p.add_argument("--reason", required=True, help="what it is for (shown to everyone)")
+    p.add_argument("--priority", type=int, default=0, help="-10..10 (default 0)")
+    p.add_argument("--detach", action="store_true",
+                   help="print the hold id once granted and return")
+    p.add_argument("--as", dest="as_user", default="", metavar="NAME", help=argparse.SUPPRESS)
+    add_client_flags(p)
+    p.set_defaults(handler="run:cmd_hold")
+
+    p = sub.add_parser("release", help="end a hold (or kill a job) you own")
+    p.add_argument("job", type=int, metavar="ID")
+    add_client_flags(p)
+    p.set_defaults(handler="run:cmd_release")
+
+
+def _parse_env(items: list[str]) -> dict[str, str]:
+    env = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"-e {item!r}: use KEY=VALUE")
+        env[key] = value
+    return env
+
+
+def _target(args) -> tuple[dict, str]:
+    if args.device:
+        return {"device_id": args.device}, args.device
+    sel = args.selector or ANY
+    return {"selector": sel}, ("any device" if sel == ANY else f"selector {sel!r}")
+
+
+def submit(c: Client, body: dict) -> dict:
+    """POST /v1/jobs, retrying transport failures for up to 30 s (the
+    idempotency key makes a retry return the same job)."""
+    deadline = time.monotonic() + SUBMIT_RETRY_S
+    delay = 0.2
+    while True:
+        try:
+            return c.post("/v1/jobs", body)
+        except TransportError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 2.0)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command and not args.tty:
+        raise UsageError("give a command after --, e.g. rc run -- python3 train.py")
+    if args.tty:
+        from rc.cli.relay import cmd_run_tty
+
+        return cmd_run_tty(args, command)
+    c = client(args)
+    target, label = _target(args)
+    body = {
+        **target,
+        "command": command,
+        "cwd": args.cwd if args.cwd is not None else os.getcwd(),
+        "env": _parse_env(args.env),
+        "idempotency_key": uuid.uuid4().hex,
+        "priority": args.priority,
+        "max_runtime_seconds": args.max_runtime,
+        "idle_timeout_seconds": args.idle_timeout,
+        "no_wait": args.no_wait,
+        "as_user": args.as_user,
+    }
+    try:
+        view = submit(c, body)
+    except ApiError as e:
+        if e.code == "no_device_available":
+            raise RcError(f"{label} is busy and --no-wait was given: {e.message}") from None
+        raise
+    job = view["job"]
+    if args.detach:
+        print(job["id"], flush=True)
+        return 0
+    job = wait_started(c, job, view.get("queue_position", 0), label)
+    if job is None:
+        return 130
+    stderr(f"job {job['id']} on {job['device_id']}")
+    try:
+        follow_log(c, job["id"], sys.stdout.buffer)
+    except KeyboardInterrupt:
+        stderr(f"detached; job {job['id']} is still running on {job['device_id']} "
+               f"(rc logs -f {job['id']} to follow it, rc kill {job['id']} to stop it)")
+        return 130
+    return exit_status(wait_terminal(c, job["id"]))
+
+
+def wait_started(c: Client, job: dict, position: int, label: str) -> dict | None:
+    """Wait while the job is queued, printing its position when it changes.
+
+    Returns the job once it is assigned or running; None after Ctrl-C (the
+    queued job is then cancelled). Raises RcError when it ended without
+    starting (cancelled by someone, no-wait).
+    """
+    shown = None
+    failures = 0
+    try:
+        while job["state"] == "queued":
+            if position != shown:
+                stderr(f"queued at position {position} for {label} (job {job['id']})")
+                shown = position
+            try:
+                view = c.get(f"/v1/jobs/{job['id']}",
+                             params={"wait": f"{QUEUE_POLL_WAIT_S:g}s", "state": "queued",
+                                     "position": position}, timeout=QUEUE_POLL_WAIT_S + 15)
+                failures = 0
+            except TransportError:
+                failures += 1
+                if failures >= 16:
+                    raise RcError(f"lost track of job {job['id']} (it may still be queued or "
+                                  "running; see rc ps)") from None
+                time.sleep(min(0.5 * failures, 5.0))
+                continue
+            job, position = view["job"], view.get("queue_position", 0)
+    except KeyboardInterrupt:
+        _cancel_queued(c, job)
+        return None
+    if job["state"] in ("assigned", "running"):
+        return job
+    reason = job.get("kill_reason") or "no reason given"
+    raise RcError(f"job {job['id']} ended without starting ({job['state']}: {reason})")
+
+
+def _cancel_queued(c: Client, job: dict) -> None:
+    try:
+        c.post(f"/v1/jobs/{job['id']}/kill", {"reason": "cancelled while queued (Ctrl-C)"},
+               timeout=CANCEL_TIMEOUT_S)
+        now = c.get(f"/v1/jobs/{job['id']}", timeout=CANCEL_TIMEOUT_S)["job"]
+        if now["state"] == "killed" and not now.get("started_at"):
+            stderr(f"cancelled queued job {job['id']}")
+        else:
+            stderr(f"job {job['id']} started just as it was being cancelled; kill requested")
+    except ApiError as e:
+        if e.code == "not_cancellable":
+            stderr(f"job {job['id']} could not be cancelled: {e.message}")
+        else:
+            stderr(f"could not cancel job {job['id']}: {e.code}: {e.message}")
+    except TransportError as e:
+        stderr(f"could not cancel job {job['id']}: {e} (it may still be queued: rc ps)")
+
+
+def follow_log(c: Client, job_id: int, out, offset: int = 0, follow: bool = True) -> int:
+    """Copy the job's stored output to `out` until it has ended and every byte
+    was shown; reconnects from the byte offset reached. Returns the offset."""
+    failures_since = None
+    delay = 0.2
+    while True:
+        try:
+            for chunk in c.stream("GET", f"/v1/jobs/{job_id}/logs",
+                                  params={"offset": offset, "follow": "1" if follow else "0"},
+                                  timeout=60.0):
+                out.write(chunk)
+                out.flush()
+                offset += len(chunk)
+                failures_since, delay = None, 0.2
+            if not follow:
+                return offset
+            state = c.get(f"/v1/jobs/{job_id}", timeout=10.0)["job"]["state"]
+            if state in TERMINAL:
+                rest = c.request("GET", f"/v1/jobs/{job_id}/logs",
+                                 params={"offset": offset, "follow": "0"}).body
+                if rest:
+                    out.write(rest)
+                    out.flush()
+                    offset += len(rest)
+                return offset
+        except TransportError:
+            now = time.monotonic()
+            failures_since = failures_since or now
+            if now - failures_since > RECONNECT_MAX_S:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
+        except ApiError as e:
+            if e.status >= 500:
+                time.sleep(delay)
+                delay = min(delay * 2, 5.0)
+                continue
+            raise
+
+
+TERMINAL = ("succeeded", "failed", "killed", "lost")
+
+
+def wait_terminal(c: Client, job_id: int, give_up_after: float | None = RECONNECT_MAX_S) -> dict:
+    """The job once it has ended, by long poll; transport failures are retried
+    (for up to `give_up_after` seconds in a row; None: forever)."""
+    state, failing_since, delay = "", None, 0.5
+    while True:
+        try:
+            job = c.get(f"/v1/jobs/{job_id}", params={"wait": "50s", "state": state,
+                                                        "position": 0}, timeout=65)["job"]
+            failing_since, delay = None, 0.5
+            if job["state"] in TERMINAL:
+                return job
+            state = job["state"]
+        except TransportError:
+            now = time.monotonic()
+            failing_since = failing_since or now
+            if give_up_after is not None and now - failing_since > give_up_after:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 10.0)
+
+
+def exit_status(job: dict) -> int:
+    """rc run's exit code for a finished job: its own code; never 0 unless it
+    succeeded; a code that is a multiple of 256 (or over 255) becomes 1."""
+    code = job.get("exit_code")
+    state = job["state"]
+    reason = job.get("kill_reason") or ""
+    if state == "succeeded":
+        return 0
+    if code and code % 256 != 0 and 0 < code < 256:
+        if reason:
+            stderr(f"job {job['id']} {state}: {reason}")
+        return code
+    stderr(f"job {job['id']} {state}" + (f": {reason}" if reason else ""))
+    return 1
+
+
+def cmd_hold(args: argparse.Namespace) -> int:
+    if not args.reason.strip():
+        raise UsageError("--reason cannot be blank: say what the hold is for")
+    if args.ttl <= 0:
+        raise UsageError("--ttl must be positive")
+    c = client(args)
+    target, label = _target(args)
+    body = {**target, "kind": "hold", "max_runtime_seconds": args.ttl, "reason": args.reason,
+            "priority": args.priority, "idempotency_key": uuid.uuid4().hex,
+            "as_user": args.as_user}
+    view = submit(c, body)
+    job = wait_started(c, view["job"], view.get("queue_position", 0), label)
+    if job is None:
+        return 130
+    hold_id = job["id"]
+    if args.detach:
+        print(hold_id, flush=True)
+        return 0
+    started = job.get("started_at") or time.time()
+    until = time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(started + args.ttl))
+    stderr(f"hold {hold_id} granted on {job['device_id']} until about {until}; "
+           f"end it with rc release {hold_id} or Ctrl-C")
+    try:
+        job = wait_terminal(c, hold_id, give_up_after=None)
+    except KeyboardInterrupt:
+        try:
+            c.post(f"/v1/jobs/{hold_id}/kill", {"reason": "released (Ctrl-C)"},
+                   timeout=CANCEL_TIMEOUT_S)
+            stderr(f"released hold {hold_id}")
+        except (ApiError, TransportError) as e:
+            stderr(f"could not release hold {hold_id}: {e}; run rc release {hold_id}")
+        return 130
+    stderr(f"hold {hold_id} ended: {job.get('kill_reason') or job['state']}")
+    return 0
+
+
+def cmd_release(args: argparse.Namespace) -> int:
+    c = client(args)
+    c.post(f"/v1/jobs/{args.job}/kill", {"reason": "released"})
+    print(f"released {args.job}")
+    return 0

@@ -29,5 +29,8 @@ def record(
 
 
 def since(tx: Tx, after_id: int, since_at: float, limit: int):
-    """Rows with id > after_id and at >= since_at, oldest first."""
+    """Rows with id > after_id and at >= since_at, oldest first; with
+    after_id 0, the newest `limit` such rows (still oldest first)."""
+    if after_id == 0:
+        return tx.all("events_tail", (since_at, limit))
     return tx.all("events_since", (after_id, since_at, limit))

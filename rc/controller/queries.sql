@@ -317,6 +317,9 @@ RETURNING id
 -- name: events_since
 SELECT * FROM events WHERE id > ? AND at >= ? ORDER BY id LIMIT ?
 
+-- name: events_tail
+SELECT * FROM (SELECT * FROM events WHERE at >= ? ORDER BY id DESC LIMIT ?) ORDER BY id
+
 -- name: events_last_id
 SELECT coalesce(max(id), 0) FROM events
 

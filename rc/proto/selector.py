@@ -13,6 +13,9 @@ Matching a term against a device's labels:
 - an ordered comparison with exactly one side a quantity never matches (so
   `vram>=40G` never matches `[N/A]`); `=` and `!=` then compare as strings.
 
+A lone `*` is the selector that matches every device (what `rc run` uses
+when given neither a device nor a selector).
+
 `parse()` raises SelectorError naming the bad term; `str(selector)` is the
 normalised form that is stored and shown (`key<op>value` joined by commas, no
 spaces), and parsing it again gives the same selector.
@@ -26,9 +29,10 @@ from dataclasses import dataclass
 
 from rc.proto.errors import RcError
 
-__all__ = ["SelectorError", "Term", "Selector", "parse", "quantity", "MAX_SELECTOR_LENGTH"]
+__all__ = ["SelectorError", "Term", "Selector", "parse", "quantity", "MAX_SELECTOR_LENGTH", "ANY"]
 
 MAX_SELECTOR_LENGTH = 4096
+ANY = "*"
 OPERATORS = ("!=", ">=", "<=", "=", ">", "<")
 _FORBIDDEN = set("=!<>,")
 _QUANTITY = re.compile(r"([+-]?\d+(?:\.\d+)?)([kmgt]?)", re.IGNORECASE)
@@ -99,7 +103,7 @@ class Selector:
     terms: tuple[Term, ...]
 
     def __str__(self) -> str:
-        return ",".join(str(t) for t in self.terms)
+        return ",".join(str(t) for t in self.terms) if self.terms else ANY
 
     def matches(self, labels: Mapping[str, str]) -> bool:
         """Whether a device with these effective labels satisfies every term."""
@@ -114,6 +118,8 @@ def parse(text: str) -> Selector:
         raise SelectorError(text[:40] + "...", f"longer than {MAX_SELECTOR_LENGTH} characters")
     if not text.strip():
         raise SelectorError(text, "the selector is empty")
+    if text.strip() == ANY:
+        return Selector(())
     return Selector(tuple(_parse_term(raw) for raw in text.split(",")))
 
 

@@ -1,0 +1,340 @@
+"""The worker's configuration: /etc/rc/worker.toml (inventory §6.1, in TOML).
+
+Every key, its default and unit:
+
+    controller_url      = "http://ctl:8080"   # required (or --controller)
+    token               = "..."               # else token_file, else $RC_TOKEN
+    token_file          = "/etc/rc/worker.token"
+    cacert              = ""                  # PEM bundle for an https controller
+    host                = "gpu-host-1"        # default: the hostname
+    devices             = ["gpu0", { name = "gpu1", max_runtime = "24h",
+                            on_acquire = "/etc/rc/hooks/acquire", on_release = "...",
+                            timeout = "60s", release_linger = "30s",
+                            labels = { tier = "a" } }]
+                          # or the string "auto" / "cpu:N" (default "auto")
+    labels              = { site = "b2" }     # declared host-wide labels
+    heartbeat_interval  = "10s"
+    poll_wait           = "30s"
+    kill_grace          = "10s"               # SIGTERM → SIGKILL
+    hooks               = { timeout = "60s", release_linger = "30s" }
+    probe_dir           = "/etc/rc/probe.d"
+    probe_interval      = "5m"
+    probe_timeout       = "5s"
+    verify_dir          = "/etc/rc/verify.d"
+    verify_timeout      = "30s"
+    verify_pass_budget  = "2m"
+    sheet_dir           = "/etc/rc"
+    require_manual_clear = false
+    spool_dir           = ""                  # default: a temporary directory
+    spool_max_bytes     = 268435456           # log spool while the controller is away
+
+Durations are strings such as "30s", "5m" (or plain seconds). Defaults are
+applied to configs built in code too (`WorkerConfig()`), so no timeout is ever
+zero-means-unbounded by accident. RC_TOKEN fills a missing token (the file
+wins); RC_REQUIRE_MANUAL_CLEAR can only switch require_manual_clear on (an
+unparseable non-blank value counts as true).
+
+Errors raise ConfigError naming the file, the key and the problem.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+import sys
+import tomllib
+from dataclasses import dataclass, field
+from typing import Any
+
+from rc.proto.duration import DurationError, parse_duration
+from rc.proto.errors import RcError
+
+__all__ = ["ConfigError", "DeviceConfig", "WorkerConfig", "load", "parse_bool_env", "DEFAULT_PATH"]
+
+DEFAULT_PATH = "/etc/rc/worker.toml"
+
+
+class ConfigError(RcError):
+    """The worker configuration is wrong; the message names file, key and problem."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceConfig:
+    """One device this worker offers. Durations in seconds; hooks are paths."""
+
+    name: str
+    max_runtime: float = 0.0
+    on_acquire: str = ""
+    on_release: str = ""
+    timeout: float = 0.0
+    release_linger: float = -1.0
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerConfig:
+    """The effective worker configuration (see the module docstring)."""
+
+    controller_url: str = ""
+    token: str = ""
+    token_file: str = ""
+    cacert: str = ""
+    host: str = ""
+    devices: tuple[DeviceConfig, ...] | str = "auto"
+    labels: dict[str, str] = field(default_factory=dict)
+    heartbeat_interval: float = 10.0
+    poll_wait: float = 30.0
+    kill_grace: float = 10.0
+    hook_timeout: float = 60.0
+    release_linger: float = 30.0
+    probe_dir: str = "/etc/rc/probe.d"
+    probe_interval: float = 300.0
+    probe_timeout: float = 5.0
+    verify_dir: str = "/etc/rc/verify.d"
+    verify_timeout: float = 30.0
+    verify_pass_budget: float = 120.0
+    sheet_dir: str = "/etc/rc"
+    require_manual_clear: bool = False
+    spool_dir: str = ""
+    spool_max_bytes: int = 256 << 20
+
+    def __post_init__(self) -> None:
+        # Defaults for configs built in code: a zero or negative timeout never
+        # means "unbounded".
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        for name in ("heartbeat_interval", "poll_wait", "kill_grace", "hook_timeout",
+                     "probe_interval", "probe_timeout", "verify_timeout", "verify_pass_budget"):
+            if getattr(self, name) <= 0:
+                object.__setattr__(self, name, defaults[name])
+        if self.release_linger < 0:
+            object.__setattr__(self, "release_linger", defaults["release_linger"])
+        if not self.host:
+            object.__setattr__(self, "host", default_host())
+
+    def device_timeout(self, d: DeviceConfig) -> float:
+        """A device's hook timeout (its own, else the host default)."""
+        return d.timeout if d.timeout > 0 else self.hook_timeout
+
+    def device_linger(self, d: DeviceConfig) -> float:
+        """A device's release linger (its own, else the host default)."""
+        return d.release_linger if d.release_linger >= 0 else self.release_linger
+
+    def as_toml(self) -> str:
+        """The effective configuration as TOML (the token shown as "<set>")."""
+        lines = []
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name == "token":
+                value = "<set>" if value else ""
+            lines.append(f"{f.name} = {_toml_value(value)}")
+        return "\n".join(lines) + "\n"
+
+
+def default_host() -> str:
+    """The short hostname, as a valid rc host name."""
+    name = socket.gethostname().split(".")[0] or "localhost"
+    return "".join(c if c.isalnum() or c in "._-" else "-" for c in name)
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, str):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f"{k} = {_toml_value(x)}" for k, x in v.items()) + " }"
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if dataclasses.is_dataclass(v):
+        return _toml_value({f.name: getattr(v, f.name) for f in dataclasses.fields(v)})
+    return repr(v)
+
+
+def parse_bool_env(value: str | None) -> bool | None:
+    """RC_REQUIRE_MANUAL_CLEAR: None/blank → None (unset); a boolean word → it;
+    anything else → True (the cautious reading), with a warning."""
+    if value is None or not value.strip():
+        return None
+    v = value.strip().lower()
+    if v in ("1", "true", "yes", "on"):
+        return True
+    if v in ("0", "false", "no", "off"):
+        return False
+    print(f"rc worker: warning: RC_REQUIRE_MANUAL_CLEAR={value!r} is not a boolean; "
+          "treating it as true", file=sys.stderr)
+    return True
+
+
+_DURATIONS = {
+    "heartbeat_interval", "poll_wait", "kill_grace", "probe_interval", "probe_timeout",
+    "verify_timeout", "verify_pass_budget",
+}
+_STRINGS = {"controller_url", "token", "token_file", "cacert", "host", "probe_dir",
+            "verify_dir", "sheet_dir", "spool_dir"}
+_DEVICE_KEYS = {"name", "max_runtime", "on_acquire", "on_release", "timeout", "release_linger",
+                "labels"}
+
+
+def load(path: str | None, overrides: dict[str, Any] | None = None,
+         env: dict[str, str] | None = None) -> WorkerConfig:
+    """Read `path` (None: /etc/rc/worker.toml if it exists), apply command-line
+    `overrides` (keys as in the file) and the environment. Raises ConfigError."""
+    env = os.environ if env is None else env
+    where = path or DEFAULT_PATH
+    data: dict[str, Any] = {}
+    if path is not None or os.path.exists(DEFAULT_PATH):
+        try:
+            with open(where, "rb") as f:
+                data = tomllib.load(f)
+        except FileNotFoundError:
+            raise ConfigError(f"{where}: no such file") from None
+        except OSError as e:
+            raise ConfigError(f"{where}: cannot read: {e.strerror}") from None
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"{where}: not valid TOML: {e}") from None
+    kw = _parse(where, data)
+    for key, value in (overrides or {}).items():
+        if value is not None:
+            kw.update(_parse("command line", {key: value}))
+    cfg = WorkerConfig(**kw)
+    if not cfg.token and cfg.token_file:
+        try:
+            token = open(cfg.token_file, encoding="utf-8").read().strip()
+        except OSError as e:
+            raise ConfigError(f"{where}: token_file {cfg.token_file}: {e.strerror}") from None
+        cfg = dataclasses.replace(cfg, token=token)
+    if not cfg.token and env.get("RC_TOKEN", "").strip():
+        cfg = dataclasses.replace(cfg, token=env["RC_TOKEN"].strip())
+    if parse_bool_env(env.get("RC_REQUIRE_MANUAL_CLEAR")):
+        cfg = dataclasses.replace(cfg, require_manual_clear=True)
+    return cfg
+
+
+def _parse(where: str, data: dict[str, Any]) -> dict[str, Any]:
+    kw: dict[str, Any] = {}
+    for key, value in data.items():
+        if key in _DURATIONS:
+            kw[key] = _duration(where, key, value)
+        elif key in _STRINGS:
+            kw[key] = _string(where, key, value)
+        elif key == "require_manual_clear":
+            if not isinstance(value, bool):
+                raise ConfigError(f"{where}: {key} must be true or false")
+            kw[key] = value
+        elif key == "spool_max_bytes":
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ConfigError(f"{where}: {key} must be a non-negative integer (bytes)")
+            kw[key] = value
+        elif key == "labels":
+            kw[key] = _labels(where, key, value)
+        elif key == "hooks":
+            if not isinstance(value, dict):
+                raise ConfigError(f"{where}: hooks must be a table {{ timeout, release_linger }}")
+            for k, v in value.items():
+                if k == "timeout":
+                    kw["hook_timeout"] = _duration(where, "hooks.timeout", v)
+                elif k == "release_linger":
+                    kw["release_linger"] = _duration(where, "hooks.release_linger", v)
+                else:
+                    raise ConfigError(f"{where}: hooks.{k} is not a known key")
+        elif key == "devices":
+            kw[key] = _devices(where, value)
+        else:
+            raise ConfigError(f"{where}: {key} is not a known key")
+    return kw
+
+
+def _duration(where: str, key: str, value: Any) -> float:
+    if isinstance(value, bool):
+        raise ConfigError(f"{where}: {key} must be a duration such as \"30s\"")
+    if isinstance(value, (int, float)):
+        seconds = float(value)
+    elif isinstance(value, str):
+        try:
+            seconds = parse_duration(value)
+        except DurationError as e:
+            raise ConfigError(f"{where}: {key}: {e}") from None
+    else:
+        raise ConfigError(f"{where}: {key} must be a duration such as \"30s\"")
+    if seconds < 0:
+        raise ConfigError(f"{where}: {key} cannot be negative")
+    return seconds
+
+
+def _string(where: str, key: str, value: Any) -> str:
+    if not isinstance(value, str):
+        raise ConfigError(f"{where}: {key} must be a string")
+    return value.strip()
+
+
+def _labels(where: str, key: str, value: Any) -> dict[str, str]:
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: {key} must be a table of strings")
+    out = {}
+    for k, v in value.items():
+        if isinstance(v, bool):
+            v = "true" if v else "false"
+        elif isinstance(v, (int, float)):
+            v = str(v)
+        if not isinstance(v, str):
+            raise ConfigError(f"{where}: {key}.{k} must be a string")
+        out[str(k)] = v
+    return out
+
+
+def _devices(where: str, value: Any) -> tuple[DeviceConfig, ...] | str:
+    if isinstance(value, str):
+        spec = value.strip()
+        if spec == "auto" or (spec.startswith("cpu:") and spec[4:].isdigit() and int(spec[4:]) > 0):
+            return spec
+        names = [n.strip() for n in spec.split(",")]
+        if not all(names):
+            raise ConfigError(f"{where}: devices {value!r}: use auto, cpu:N or NAME,NAME,...")
+        value = names
+    if not isinstance(value, list) or not value:
+        raise ConfigError(f"{where}: devices must be \"auto\", \"cpu:N\" or a non-empty list")
+    out = []
+    seen = set()
+    for i, item in enumerate(value):
+        at = f"devices[{i}]"
+        if isinstance(item, str):
+            item = {"name": item}
+        if not isinstance(item, dict):
+            raise ConfigError(f"{where}: {at} must be a name or a table")
+        for k in item:
+            if k not in _DEVICE_KEYS:
+                raise ConfigError(f"{where}: {at}.{k} is not a known key")
+        name = item.get("name")
+        if not isinstance(name, str) or not name.strip():
+            raise ConfigError(f"{where}: {at} needs a name")
+        name = name.strip()
+        if not all(c.isalnum() or c in "._-" for c in name) or len(name) > 63:
+            raise ConfigError(f"{where}: {at}.name {name!r}: letters, digits, '.', '_', '-' only")
+        if name in seen:
+            raise ConfigError(f"{where}: {at}: device {name!r} is listed twice")
+        seen.add(name)
+        kw: dict[str, Any] = {"name": name}
+        if "max_runtime" in item:
+            mr = _duration(where, f"{at}.max_runtime", item["max_runtime"])
+            if 0 < mr < 1:
+                raise ConfigError(f"{where}: {at}.max_runtime must be 0 (none) or at least 1s")
+            if mr != int(mr):
+                raise ConfigError(f"{where}: {at}.max_runtime must be whole seconds")
+            kw["max_runtime"] = mr
+        for hook in ("on_acquire", "on_release"):
+            if hook in item:
+                path = item[hook]
+                if not isinstance(path, str) or not path.strip():
+                    raise ConfigError(f"{where}: {at}.{hook} is set but blank")
+                kw[hook] = path.strip()
+        if "timeout" in item:
+            kw["timeout"] = _duration(where, f"{at}.timeout", item["timeout"])
+        if "release_linger" in item:
+            kw["release_linger"] = _duration(where, f"{at}.release_linger", item["release_linger"])
+        if "labels" in item:
+            kw["labels"] = _labels(where, f"{at}.labels", item["labels"])
+        out.append(DeviceConfig(**kw))
+    return tuple(out)

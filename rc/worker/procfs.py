@@ -1,0 +1,180 @@
+"""Reading /proc (inventory §6.11): process status, groups, job escapees.
+
+The parsers are pure functions over captured text so tests can feed them
+anything; the scanners walk /proc and tolerate processes vanishing mid-read.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+__all__ = [
+    "ProcStat",
+    "parse_stat",
+    "parse_environ_value",
+    "processes",
+    "group_members",
+    "live_group_members",
+    "find_job_processes",
+    "ScanResult",
+    "ancestors",
+    "cmdline",
+]
+
+PROC = "/proc"
+
+
+@dataclass(frozen=True, slots=True)
+class ProcStat:
+    """The fields of /proc/PID/stat rc uses. state "Z" is a zombie."""
+
+    pid: int
+    comm: str
+    state: str
+    ppid: int
+    pgrp: int
+    session: int
+
+    @property
+    def live(self) -> bool:
+        """Not a zombie (and not dead)."""
+        return self.state not in ("Z", "X", "x")
+
+
+def parse_stat(text: str) -> ProcStat | None:
+    """Parse one /proc/PID/stat line; None if it does not parse.
+
+    comm may hold spaces and parentheses, so the fields after it are read
+    after the *last* ")".
+    """
+    try:
+        open_ = text.index("(")
+        close = text.rindex(")")
+        pid = int(text[:open_].strip())
+        comm = text[open_ + 1 : close]
+        rest = text[close + 1 :].split()
+        return ProcStat(pid, comm, rest[0], int(rest[1]), int(rest[2]), int(rest[3]))
+    except (ValueError, IndexError):
+        return None
+
+
+def parse_environ_value(data: bytes, name: bytes) -> bytes | None:
+    """The value of variable `name` in a NUL-separated environ block, or None."""
+    prefix = name + b"="
+    for entry in data.split(b"\0"):
+        if entry.startswith(prefix):
+            return entry[len(prefix) :]
+    return None
+
+
+def _pids() -> Iterator[int]:
+    for name in os.listdir(PROC):
+        if name.isdigit():
+            yield int(name)
+
+
+def read_stat(pid: int) -> ProcStat | None:
+    """The stat of one process, or None if it is gone."""
+    try:
+        with open(f"{PROC}/{pid}/stat", encoding="utf-8", errors="replace") as f:
+            return parse_stat(f.read())
+    except OSError:
+        return None
+
+
+def processes() -> Iterator[ProcStat]:
+    """Every process's stat (processes that vanish mid-scan are skipped)."""
+    for pid in _pids():
+        st = read_stat(pid)
+        if st is not None:
+            yield st
+
+
+def group_members(pgid: int) -> list[ProcStat]:
+    """Every process (zombies included) whose process group is `pgid`."""
+    return [p for p in processes() if p.pgrp == pgid]
+
+
+def live_group_members(pgid: int) -> list[ProcStat]:
+    """Non-zombie members of process group `pgid`."""
+    return [p for p in group_members(pgid) if p.live]
+
+
+def ancestors(pid: int | None = None) -> set[int]:
+    """`pid` (default: this process) and all its ancestors."""
+    out = set()
+    cur = os.getpid() if pid is None else pid
+    while cur > 0 and cur not in out:
+        out.add(cur)
+        st = read_stat(cur)
+        if st is None:
+            break
+        cur = st.ppid
+    return out
+
+
+def cmdline(pid: int, limit: int = 200) -> str:
+    """A process's command line, space-joined and shortened ("" if unreadable)."""
+    try:
+        with open(f"{PROC}/{pid}/cmdline", "rb") as f:
+            raw = f.read(4096)
+    except OSError:
+        return ""
+    text = raw.rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", "replace")
+    if not text:
+        st = read_stat(pid)
+        text = f"[{st.comm}]" if st else ""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+@dataclass(frozen=True, slots=True)
+class ScanResult:
+    """Processes found carrying an RC_JOB_ID, and whether the scan saw everything.
+
+    complete is False when /proc could not be listed or some live process's
+    environ could not be read: then "none found" proves nothing.
+    """
+
+    pids: tuple[int, ...]
+    complete: bool
+
+
+def find_job_processes(job_id: str | None = None, exclude: set[int] | None = None) -> ScanResult:
+    """Live processes whose environment has RC_JOB_ID (equal to `job_id` when
+    given, any non-empty value otherwise), excluding `exclude` (default: this
+    process and its ancestors)."""
+    skip = ancestors() if exclude is None else exclude
+    want = job_id.encode() if job_id is not None else None
+    found = []
+    complete = True
+    try:
+        pids = list(_pids())
+    except OSError:
+        return ScanResult((), False)
+    for pid in pids:
+        if pid in skip:
+            continue
+        st = read_stat(pid)
+        if st is None or not st.live:
+            continue
+        try:
+            with open(f"{PROC}/{pid}/environ", "rb") as f:
+                env = f.read()
+        except FileNotFoundError:
+            continue
+        except ProcessLookupError:
+            continue
+        except OSError:
+            if read_stat(pid) is not None:
+                complete = False
+            continue
+        if not env and st.ppid == 2:
+            continue  # kernel threads have no environment
+        value = parse_environ_value(env, b"RC_JOB_ID")
+        if value is None or value == b"":
+            continue
+        if want is None or value == want:
+            found.append(pid)
+    return ScanResult(tuple(found), complete)

@@ -1,0 +1,138 @@
+"""Job status reports, batched and retried (inventory §6.4 terminal report).
+
+One thread sends every pending report in one request to
+POST /v1/workers/{id}/reports. A terminal report replaces a running report
+not yet sent for the same job (it carries started_at). Transport errors and
+5xx are retried with backoff (200 ms doubling to 5 s) until the report's
+deadline (30 min: the controller may be restarting); a report the controller
+refuses (4xx) is logged and dropped. `on_done(job_id)` is called once a
+terminal report is settled either way, so the job stops being named in
+heartbeats.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from rc.proto.client import Client
+from rc.proto.errors import ApiError, TransportError
+
+__all__ = ["Reporter", "Report", "REPORT_DEADLINE_S"]
+
+log = logging.getLogger("rc.worker.reports")
+
+REPORT_DEADLINE_S = 1800.0
+RETRY_MIN_S = 0.2
+RETRY_MAX_S = 5.0
+
+
+@dataclass(slots=True)
+class Report:
+    """A pending report: state "running" or terminal."""
+
+    job_id: int
+    state: str
+    exit_code: int | None = None
+    reason: str = ""
+    started_at: float | None = None
+    deadline: float = 0.0
+
+    @property
+    def terminal(self) -> bool:
+        return self.state != "running"
+
+    def wire(self) -> dict:
+        return {"job_id": self.job_id, "state": self.state, "exit_code": self.exit_code,
+                "reason": self.reason, "started_at": self.started_at}
+
+
+class Reporter:
+    """Sends reports for one worker; thread-safe."""
+
+    def __init__(self, client: Client, worker_id: str, on_done: Callable[[int], None]) -> None:
+        self.client = client
+        self.worker_id = worker_id
+        self.on_done = on_done
+        self._pending: dict[int, Report] = {}
+        self._cond = threading.Condition()
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="rc-reporter", daemon=True)
+        self._thread.start()
+
+    def submit(self, report: Report) -> None:
+        """Queue a report (a terminal one supersedes a running one)."""
+        report.deadline = time.monotonic() + REPORT_DEADLINE_S
+        with self._cond:
+            old = self._pending.get(report.job_id)
+            if old is not None and old.terminal and not report.terminal:
+                return
+            self._pending[report.job_id] = report
+            self._cond.notify_all()
+
+    def pending(self) -> int:
+        with self._cond:
+            return len(self._pending)
+
+    def drain(self, timeout: float) -> bool:
+        """Wait up to `timeout` s for every queued report to settle."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._pending and time.monotonic() < deadline:
+                self._cond.wait(0.1)
+            return not self._pending
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        self._thread.join(RETRY_MAX_S + 2)
+
+    def _run(self) -> None:
+        delay = RETRY_MIN_S
+        while True:
+            with self._cond:
+                while not self._pending and not self._stopping:
+                    self._cond.wait()
+                if self._stopping and not self._pending:
+                    return
+                batch = list(self._pending.values())
+            try:
+                resp = self.client.post(f"/v1/workers/{self.worker_id}/reports",
+                                        {"reports": [r.wire() for r in batch]})
+            except (TransportError, ApiError) as e:
+                if isinstance(e, ApiError) and e.status < 500:
+                    log.error("reports refused: %s; dropping %d", e, len(batch))
+                    self._settle(batch)
+                    continue
+                now = time.monotonic()
+                expired = [r for r in batch if r.deadline <= now]
+                if expired:
+                    log.error("giving up on %d report(s) after %.0fs: %s",
+                              len(expired), REPORT_DEADLINE_S, e)
+                    self._settle(expired)
+                with self._cond:
+                    if self._stopping and not self._pending:
+                        return
+                    self._cond.wait(delay)
+                delay = min(delay * 2, RETRY_MAX_S)
+                continue
+            delay = RETRY_MIN_S
+            for res in resp.get("results", []):
+                if not res.get("ok"):
+                    log.warning("job %s: report refused: %s: %s", res.get("job_id"),
+                                res.get("error"), res.get("message"))
+            self._settle(batch)
+
+    def _settle(self, batch: list[Report]) -> None:
+        with self._cond:
+            for r in batch:
+                if self._pending.get(r.job_id) is r:
+                    del self._pending[r.job_id]
+            self._cond.notify_all()
+        for r in batch:
+            if r.terminal:
+                self.on_done(r.job_id)

@@ -1,0 +1,209 @@
+"""Running a process in its own session and making sure it is gone.
+
+A job (or hook, or verify script) is spawned with `setsid` so it leads a new
+session and process group. Ending it (inventory §6.4):
+
+1. SIGTERM to the whole group;
+2. up to `grace` seconds for the group to empty;
+3. SIGKILL to the group, then up to 2 s for the last members;
+4. whoever is still alive is a survivor, reported by pid and command.
+
+Zombies are never counted as alive. After a job, processes that left the
+group (setsid or double fork) but still carry the job's RC_JOB_ID are found in
+/proc and ended the same way (`sweep_job`). Every wait has a deadline.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import select
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from rc.worker import procfs
+
+__all__ = ["Group", "Outcome", "spawn", "kill_group", "sweep_job", "signal_name", "STRAGGLER_WAIT_S"]
+
+STRAGGLER_WAIT_S = 2.0
+SWEEP_GRACE_S = 2.0
+SWEEP_RESCAN_S = 0.02
+
+
+def signal_name(signum: int) -> str:
+    """"SIGKILL" for 9, "signal 64" for an unnamed one."""
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How a process ended: exit_code (128+N for signal N) and the signal, if any."""
+
+    exit_code: int
+    signal: int = 0
+
+
+class Group:
+    """A spawned process leading its own session and process group."""
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        self.proc = proc
+        self.pid = proc.pid
+        self.pgid = proc.pid
+        self._pidfd: int | None = None
+        try:
+            self._pidfd = os.pidfd_open(proc.pid)
+        except (AttributeError, OSError):
+            self._pidfd = None
+
+    def wait(self, timeout: float) -> Outcome | None:
+        """Wait up to `timeout` seconds for the leader; its Outcome once it exited."""
+        if self.proc.returncode is None:
+            if self._pidfd is not None:
+                ready, _, _ = select.select([self._pidfd], [], [], max(0.0, timeout))
+                if not ready:
+                    return None
+                self.proc.wait()
+            else:
+                try:
+                    self.proc.wait(timeout=max(0.0, timeout))
+                except subprocess.TimeoutExpired:
+                    return None
+        self.close()
+        rc = self.proc.returncode
+        if rc < 0:
+            return Outcome(128 - rc, -rc)
+        return Outcome(rc, 0)
+
+    def close(self) -> None:
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
+
+    def signal(self, signum: int) -> bool:
+        """Send a signal to the whole group; False if the group is gone."""
+        return _killpg(self.pgid, signum)
+
+    def live_members(self) -> list[procfs.ProcStat]:
+        """Group members that are not zombies."""
+        return procfs.live_group_members(self.pgid)
+
+
+def _killpg(pgid: int, signum: int) -> bool:
+    try:
+        os.killpg(pgid, signum)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+def spawn(
+    argv: Sequence[str],
+    *,
+    cwd: str | None,
+    env: Mapping[str, str],
+    stdin=subprocess.DEVNULL,
+    stdout=None,
+    stderr=None,
+    pass_fds: Sequence[int] = (),
+) -> Group:
+    """Start `argv` as the leader of a new session. Raises OSError when it
+    cannot be started (missing program, bad cwd, not executable)."""
+    proc = subprocess.Popen(
+        list(argv),
+        cwd=cwd or None,
+        env=dict(env),
+        stdin=stdin,
+        stdout=stdout,
+        stderr=stderr,
+        start_new_session=True,
+        close_fds=True,
+        pass_fds=tuple(pass_fds),
+    )
+    return Group(proc)
+
+
+def _wait_gone(check: Callable[[], list], deadline: float, step: float = 0.02) -> list:
+    left = check()
+    while left and time.monotonic() < deadline:
+        time.sleep(step)
+        left = check()
+    return left
+
+
+def kill_group(group: Group, grace: float) -> tuple[Outcome | None, list[procfs.ProcStat]]:
+    """SIGTERM the group, SIGKILL after `grace` s, then the stragglers.
+
+    Returns the leader's Outcome (None if it could not be reaped) and the
+    members still alive after everything (survivors).
+    """
+    deadline = time.monotonic() + grace
+    group.signal(signal.SIGTERM)
+    outcome = group.wait(grace)
+    if outcome is not None:
+        _wait_gone(group.live_members, deadline)
+    if group.live_members() or outcome is None:
+        group.signal(signal.SIGKILL)
+        if outcome is None:
+            outcome = group.wait(STRAGGLER_WAIT_S)
+    survivors = _wait_gone(group.live_members, time.monotonic() + STRAGGLER_WAIT_S)
+    if survivors:
+        group.signal(signal.SIGKILL)
+        survivors = _wait_gone(group.live_members, time.monotonic() + STRAGGLER_WAIT_S)
+    return outcome, survivors
+
+
+def reap_stragglers(group: Group) -> tuple[bool, list[procfs.ProcStat]]:
+    """After the leader exited: SIGKILL live group members. Returns (there were
+    stragglers, survivors)."""
+    if not group.live_members():
+        return False, []
+    group.signal(signal.SIGKILL)
+    return True, _wait_gone(group.live_members, time.monotonic() + STRAGGLER_WAIT_S)
+
+
+def _signal_pid(pid: int, signum: int) -> None:
+    try:
+        os.kill(pid, signum)
+    except OSError as e:
+        if e.errno not in (errno.ESRCH, errno.EPERM):
+            raise
+
+
+def sweep_job(job_id: str) -> tuple[list[int], bool]:
+    """End every process that carries RC_JOB_ID=job_id (setsid and double-fork
+    escapees), excluding this worker and its ancestors.
+
+    SIGTERM, up to 2 s (rescanning every 20 ms and signalling newcomers),
+    SIGKILL, up to 2 s. Returns (pids still alive, whether the scan could read
+    every process). An empty job id never sweeps.
+    """
+    if not job_id:
+        return [], True
+    exclude = procfs.ancestors()
+    signalled: set[int] = set()
+    deadline = time.monotonic() + SWEEP_GRACE_S
+    scan = procfs.find_job_processes(job_id, exclude)
+    while scan.pids and time.monotonic() < deadline:
+        for pid in scan.pids:
+            if pid not in signalled:
+                _signal_pid(pid, signal.SIGTERM)
+                signalled.add(pid)
+        time.sleep(SWEEP_RESCAN_S)
+        scan = procfs.find_job_processes(job_id, exclude)
+    if scan.pids:
+        deadline = time.monotonic() + SWEEP_GRACE_S
+        while scan.pids and time.monotonic() < deadline:
+            for pid in scan.pids:
+                _signal_pid(pid, signal.SIGKILL)
+            time.sleep(SWEEP_RESCAN_S)
+            scan = procfs.find_job_processes(job_id, exclude)
+    return list(scan.pids), scan.complete
