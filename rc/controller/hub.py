@@ -22,12 +22,25 @@ class Hub:
     def __init__(self) -> None:
         self._events: dict[str, asyncio.Event] = {}
         self.listeners: list = []
+        self.closing = False
+
+    def close(self) -> None:
+        """Shutting down: wake every waiter now and from now on (long polls and
+        streams see `closing` and answer at once)."""
+        self.closing = True
+        events, self._events = self._events, {}
+        for ev in events.values():
+            ev.set()
 
     def waiter(self, key: str) -> asyncio.Event:
         """The event the next notify(key) sets."""
         ev = self._events.get(key)
         if ev is None:
-            ev = self._events[key] = asyncio.Event()
+            ev = asyncio.Event()
+            if self.closing:
+                ev.set()
+            else:
+                self._events[key] = ev
         return ev
 
     def notify(self, keys: Iterable[str]) -> None:

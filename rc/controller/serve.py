@@ -113,8 +113,12 @@ async def _serve(cfg: ControllerConfig, ready_fd: int | None) -> None:
     if ready_fd is not None:
         os.write(ready_fd, (url + "\n").encode())
         os.close(ready_fd)
+    async def shutdown_trigger() -> None:
+        await stop.wait()
+        ctl.hub.close()  # long polls and log follows answer now, not at their deadline
+
     try:
-        await hypercorn_serve(app, hc, shutdown_trigger=stop.wait)
+        await hypercorn_serve(app, hc, shutdown_trigger=shutdown_trigger)
     finally:
         await ctl.stop()
         try:

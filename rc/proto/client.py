@@ -131,6 +131,8 @@ class Client:
         if self.url.scheme == "https":
             self._ssl = ssl.create_default_context(cafile=cacert)
         self._local = threading.local()
+        self._lock = threading.Lock()
+        self._open: list[http.client.HTTPConnection] = []
         self.instance: str = ""
 
     # -- connections -----------------------------------------------------
@@ -151,6 +153,8 @@ class Client:
             return conn, True
         conn = self._new_connection(read_timeout)
         self._local.conn = conn
+        with self._lock:
+            self._open.append(conn)
         return conn, False
 
     def close(self) -> None:
@@ -159,6 +163,22 @@ class Client:
         if conn is not None:
             conn.close()
             self._local.conn = None
+            with self._lock:
+                if conn in self._open:
+                    self._open.remove(conn)
+
+    def close_all(self) -> None:
+        """Close every thread's kept-alive connection (when done with the client)."""
+        with self._lock:
+            conns, self._open = self._open, []
+        for conn in conns:
+            conn.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close_all()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
 
     def _headers(self, extra: dict[str, str] | None) -> dict[str, str]:
         h = {"Accept": "application/json"}

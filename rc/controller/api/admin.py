@@ -90,7 +90,7 @@ async def events(request: Request):
             lambda tx: [rows.event(r) for r in feed.since(tx, after, since_at, limit)]
         )
         left = deadline - time.monotonic()
-        if found or left <= 0:
+        if found or left <= 0 or c.hub.closing:
             return reply(EventList(tuple(found)))
         try:
             await asyncio.wait_for(ev.wait(), left)

@@ -171,7 +171,7 @@ async def get_job(request: Request):
         view = await c.db.read(views.job_view, job_id, c.policy)
         changed = view.job.state.value != seen_state or str(view.queue_position) != seen_pos
         left = deadline - time.monotonic()
-        if not wait or changed or left <= 0:
+        if not wait or changed or left <= 0 or c.hub.closing:
             return reply(view)
         waiters = [asyncio.ensure_future(ev_job.wait())]
         if view.job.state is JobState.QUEUED:
@@ -254,7 +254,7 @@ async def _log_stream(c, job_id: int, offset: int, follow: bool):
             offset += len(data)
             yield data
             continue
-        if not follow:
+        if not follow or c.hub.closing:
             return
         state = await c.db.read(lambda tx: tx.scalar("job_state", (job_id,)))
         if state is None or JobState(state).terminal:

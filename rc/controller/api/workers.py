@@ -177,7 +177,7 @@ async def assignments(request: Request):
         if fresh or kills:
             return reply(Assignments(tuple(_assignment(r) for r in fresh), tuple(kills)))
         left = deadline - time.monotonic()
-        if left <= 0:
+        if left <= 0 or c.hub.closing:
             return _no_content()
         try:
             await asyncio.wait_for(ev.wait(), left)

@@ -1,0 +1,239 @@
+"""Test helpers: real processes on loopback, conditions with deadlines.
+
+`wait_until(predicate, timeout, what)` polls and fails saying what never
+happened. `Controller` runs `python -m rc serve` on port 0 with a fresh data
+dir; `Worker` runs the worker from the built zipapp under `python3 -I`;
+`Cli.run(...)` runs `python -m rc ...` as a subprocess. Everything started is
+stopped: terminate → wait(timeout) → kill.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rc.proto.client import Client
+
+REPO = Path(__file__).resolve().parent.parent
+PY = sys.executable
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, what: str = "condition",
+               interval: float = 0.02) -> Any:
+    """Poll `predicate` until it returns something truthy; return that value.
+
+    Raises AssertionError naming `what` after `timeout` seconds.
+    """
+    deadline = time.monotonic() + timeout
+    last_error: Exception | None = None
+    while True:
+        try:
+            value = predicate()
+            if value:
+                return value
+        except AssertionError:
+            raise
+        except Exception as e:  # noqa: BLE001 - report the last one if we time out
+            last_error = e
+        if time.monotonic() > deadline:
+            extra = f" (last error: {last_error!r})" if last_error else ""
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}{extra}")
+        time.sleep(interval)
+
+
+def stop_process(proc: subprocess.Popen, timeout: float = 15.0, sig: int = signal.SIGTERM) -> int:
+    """Signal, wait up to `timeout`, then SIGKILL. Returns the exit status."""
+    if proc.poll() is None:
+        try:
+            proc.send_signal(sig)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+    return proc.returncode
+
+
+def base_env(home: Path) -> dict[str, str]:
+    """An environment isolated from the developer's: own HOME and config dirs."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RC_")}
+    env.update({
+        "HOME": str(home),
+        "XDG_CONFIG_HOME": str(home / ".config"),
+        "XDG_DATA_HOME": str(home / ".local" / "share"),
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONPATH": str(REPO),
+    })
+    return env
+
+
+class Controller:
+    """`rc serve` on 127.0.0.1:0 over `data`; `extra` are more serve flags."""
+
+    def __init__(self, data: Path, env: dict[str, str], extra: list[str] | None = None,
+                 listen: str = "127.0.0.1:0") -> None:
+        self.data = data
+        self.env = env
+        self.extra = extra or []
+        self.listen = listen
+        self.proc: subprocess.Popen | None = None
+        self.url = ""
+        self.log_path = data.parent / f"{data.name}-serve.log"
+
+    def start(self, timeout: float = 30.0) -> Controller:
+        self.data.mkdir(parents=True, exist_ok=True)
+        r, w = os.pipe()
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            [PY, "-m", "rc", "serve", "--listen", self.listen, "--data", str(self.data),
+             "--ready-fd", str(w), *self.extra],
+            env=self.env, pass_fds=(w,), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+            cwd=REPO,
+        )
+        os.close(w)
+        log.close()
+        buf = b""
+        deadline = time.monotonic() + timeout
+        os.set_blocking(r, False)
+        try:
+            while b"\n" not in buf:
+                if self.proc.poll() is not None:
+                    raise AssertionError(f"rc serve exited {self.proc.returncode}:\n{self.log()}")
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"rc serve did not start:\n{self.log()}")
+                try:
+                    buf += os.read(r, 1024)
+                except BlockingIOError:
+                    time.sleep(0.02)
+        finally:
+            os.close(r)
+        self.url = buf.decode().strip()
+        return self
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    @property
+    def admin_token(self) -> str:
+        return (self.data / "admin.token").read_text().strip()
+
+    def client(self, token: str | None = None, timeout: float = 30.0) -> Client:
+        return Client(self.url, token or self.admin_token, timeout=timeout)
+
+    def token(self, name: str, role: str = "user") -> str:
+        """Create a token and return its secret."""
+        return self.client().post("/v1/tokens", {"name": name, "role": role})["secret"]
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        return stop_process(self.proc, sig=sig) if self.proc else 0
+
+    def kill9(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+
+class Worker:
+    """A worker process (from the zipapp under python3 -I by default)."""
+
+    def __init__(self, url: str, token: str, workdir: Path, env: dict[str, str],
+                 host: str = "testhost", devices: str = "cpu:2", extra: list[str] | None = None,
+                 pyz: Path | None = None, config: Path | None = None) -> None:
+        self.url, self.token, self.workdir, self.env = url, token, workdir, dict(env)
+        self.host, self.devices, self.extra, self.pyz = host, devices, extra or [], pyz
+        self.config = config
+        self.proc: subprocess.Popen | None = None
+        self.log_path = workdir / f"worker-{host}.log"
+
+    def command(self) -> list[str]:
+        token_file = self.workdir / f"worker-{self.host}.token"
+        token_file.write_text(self.token)
+        os.chmod(token_file, 0o600)
+        base = [PY, "-I", str(self.pyz)] if self.pyz else [PY, "-m", "rc"]
+        args = ["worker", "--controller", self.url, "--token-file", str(token_file),
+                "--host", self.host, "--devices", self.devices]
+        if self.config:
+            args += ["--config", str(self.config)]
+        return base + args + self.extra
+
+    def start(self) -> Worker:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(self.command(), env=self.env, stdin=subprocess.DEVNULL,
+                                     stdout=log, stderr=log, cwd=self.workdir)
+        log.close()
+        return self
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 60.0) -> int:
+        return stop_process(self.proc, timeout=timeout, sig=sig) if self.proc else 0
+
+    def kill9(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+
+class Cli:
+    """Runs `python -m rc ...` against one controller with one token."""
+
+    def __init__(self, url: str, token: str, env: dict[str, str], cwd: Path) -> None:
+        self.env = dict(env)
+        self.env["RC_CONTROLLER"] = url
+        self.env["RC_TOKEN"] = token
+        self.cwd = cwd
+
+    def run(self, *args: str, timeout: float = 60.0, input: bytes | None = None,
+            check: bool = False) -> subprocess.CompletedProcess:
+        res = subprocess.run([PY, "-m", "rc", *args], env=self.env, cwd=self.cwd,
+                             capture_output=True, timeout=timeout, input=input)
+        if check and res.returncode != 0:
+            raise AssertionError(f"rc {' '.join(args)} exited {res.returncode}:\n"
+                                 f"{res.stderr.decode(errors='replace')}")
+        return res
+
+    def popen(self, *args: str, **kw) -> subprocess.Popen:
+        return subprocess.Popen([PY, "-m", "rc", *args], env=self.env, cwd=self.cwd,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw)
+
+    def json(self, *args: str, timeout: float = 60.0) -> Any:
+        res = self.run(*args, "-o", "json", timeout=timeout, check=True)
+        return json.loads(res.stdout)
+
+
+def device_state(c: Client, device_id: str) -> str:
+    for v in c.get("/v1/devices")["devices"]:
+        if v["device"]["id"] == device_id:
+            return v["device"]["state"]
+    return ""
+
+
+def job(c: Client, job_id: int) -> dict:
+    return c.get(f"/v1/jobs/{job_id}")["job"]
+
+
+def pid_alive(pid: int) -> bool:
+    """True while `pid` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rpartition(")")[2].split()[0]
+        return state not in ("Z", "X")
+    except (OSError, IndexError):
+        return False

@@ -1,0 +1,151 @@
+"""End to end through the CLI: real `rc serve`, a real worker from the zipapp
+under `python3 -I`, real `rc` invocations (issue "rc runs a job end to end")."""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+
+import pytest
+
+from rc.proto.errors import ApiError
+from tests.harness import Cli, job, pid_alive, wait_until
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+def fleet(controller, make_worker):
+    return make_worker(controller, host="box", devices="cpu:2")
+
+
+def test_output_and_exit_code_come_back(fleet, cli):
+    res = cli.run("run", "--", "sh", "-c", "echo to-out; echo to-err >&2; exit 7")
+    assert res.returncode == 7
+    assert b"to-out\n" in res.stdout and b"to-err\n" in res.stdout
+    assert b"job " in res.stderr and b"exited with code 7" in res.stderr
+
+
+def test_hello_from_device(fleet, cli):
+    res = cli.run("run", "--", "python3", "-c",
+                  'import os; print("hello from", os.environ["RC_DEVICE"])')
+    assert res.returncode == 0, res.stderr
+    assert res.stdout in (b"hello from box:cpu0\n", b"hello from box:cpu1\n")
+
+
+ODD_ARGS = ["a b", '"quoted"', "'single'", "$(echo no)", "", "new\nline", "tab\tx", "ünï",
+            "--", "*", "\\"]
+
+
+def test_argv_reaches_the_process_exactly(fleet, cli):
+    res = cli.run("run", "--", "python3", "-c",
+                  "import json, sys; print(json.dumps(sys.argv[1:]))", *ODD_ARGS)
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout) == ODD_ARGS
+
+
+def test_non_utf8_output_is_stored_byte_exact(fleet, cli, controller):
+    payload = bytes(range(256)) * 3 + b"\xff\xfe\x00end"
+    script = f"import sys; sys.stdout.buffer.write({payload!r})"
+    res = cli.run("run", "--", "python3", "-c", script)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == payload
+    job_id = int(res.stderr.split(b"job ")[1].split()[0])
+    again = cli.run("logs", str(job_id))
+    assert again.stdout == payload
+
+
+def test_killed_job_leaves_no_process_of_its_group(fleet, cli, controller, tmp_path):
+    pids = tmp_path / "pids"
+    script = (f"for i in 1 2 3; do (trap '' TERM; sleep 300) & echo $! >> {pids}; done; "
+              f"echo $$ >> {pids}; wait")
+    res = cli.run("run", "--detach", "--", "sh", "-c", script)
+    job_id = int(res.stdout)
+    wait_until(lambda: pids.exists() and len(pids.read_text().split()) >= 4, 20,
+               "the job to write its pids")
+    started = [int(p) for p in pids.read_text().split()]
+    assert all(pid_alive(p) for p in started)
+    assert cli.run("kill", str(job_id)).returncode == 0
+    c = controller.client()
+    wait_until(lambda: job(c, job_id)["state"] == "killed", 30, "the job to be killed")
+    assert not [p for p in started if pid_alive(p)]
+    # nothing else in that process group either
+    pgid = started[-1]
+    left = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat") as f:
+                    stat = f.read().rpartition(")")[2].split()
+            except OSError:
+                continue
+            if int(stat[2]) == pgid and stat[0] != "Z":
+                left.append(int(name))
+    assert left == []
+
+
+def test_same_idempotency_key_returns_same_job(fleet, controller):
+    c = controller.client(controller.token("bob"))
+    body = {"command": ["true"], "selector": "*", "idempotency_key": uuid.uuid4().hex}
+    first = c.post("/v1/jobs", body)["job"]
+    second = c.post("/v1/jobs", body)["job"]
+    assert first["id"] == second["id"]
+    with pytest.raises(ApiError) as e:
+        c.post("/v1/jobs", {**body, "command": ["false"]})
+    assert e.value.status == 409 and e.value.code == "idempotency_conflict"
+
+
+def test_user_cannot_kill_another_users_job(fleet, controller, env, tmp_path):
+    alice = Cli(controller.url, controller.token("alice"), env, tmp_path)
+    mallory = Cli(controller.url, controller.token("mallory"), env, tmp_path)
+    job_id = int(alice.run("run", "--detach", "--", "sleep", "60").stdout)
+    res = mallory.run("kill", str(job_id))
+    assert res.returncode == 1
+    assert b"not_job_owner" in res.stderr
+    c = controller.client()
+    assert job(c, job_id)["state"] in ("assigned", "running", "queued")
+    assert alice.run("kill", str(job_id)).returncode == 0
+    wait_until(lambda: job(c, job_id)["state"] == "killed", 30, "alice's kill")
+
+
+def test_submitter_is_the_token_name(fleet, cli, controller):
+    job_id = int(cli.run("run", "--detach", "--", "true").stdout)
+    assert job(controller.client(), job_id)["submitter"] == "alice"
+
+
+def test_bad_input_is_one_line_and_nonzero(fleet, cli):
+    cases = [
+        (("run", "-d", "box:nope", "--", "true"), b"unknown_device"),
+        (("run", "-s", "kind=tpu", "--", "true"), b"no_matching_device"),
+        (("run", "-s", "kind==x", "--", "true"), b"bad_selector"),
+        (("run", "--priority", "99", "--", "true"), b"priority_out_of_range"),
+        (("logs", "999999"), b"not_found"),
+        (("kill", "999999"), b"not_found"),
+    ]
+    for args, code in cases:
+        res = cli.run(*args)
+        assert res.returncode == 1, (args, res)
+        assert code in res.stderr, (args, res.stderr)
+        assert len(res.stderr.strip().splitlines()) == 1, res.stderr
+        assert b"Traceback" not in res.stderr
+    res = cli.run("run")
+    assert res.returncode == 2 and b"give a command" in res.stderr
+
+
+def test_detach_prints_only_the_job_id(fleet, cli):
+    res = cli.run("run", "--detach", "--", "true")
+    assert res.returncode == 0
+    assert res.stdout.strip().isdigit()
+
+
+def test_no_wait_leaves_nothing_queued(fleet, cli, controller):
+    holders = [int(cli.run("run", "--detach", "--", "sleep", "60").stdout) for _ in range(2)]
+    c = controller.client()
+    wait_until(lambda: all(job(c, j)["state"] == "running" for j in holders), 30,
+               "both devices to be busy")
+    res = cli.run("run", "--no-wait", "--", "true")
+    assert res.returncode == 1 and b"busy" in res.stderr
+    assert c.get("/v1/state")["queued"] == []
+    for j in holders:
+        cli.run("kill", str(j))
