@@ -76,18 +76,9 @@ def add_parsers(sub) -> None:
     p.add_argument("--ready-fd", type=int, default=None, help=argparse.SUPPRESS)
     p.set_defaults(handler="local:cmd_serve")
 
-    p = sub.add_parser("worker", help="run the device agent on a GPU host",
-                       description="Run the worker: registers this host's devices, runs jobs.")
-    p.add_argument("--config", default=None, metavar="PATH",
-                   help="worker config (TOML; default /etc/rc/worker.toml when it exists)")
-    p.add_argument("--controller", default=None, metavar="URL", help="controller URL")
-    p.add_argument("--token-file", default=None, metavar="FILE",
-                   help="file holding the worker token (else $RC_TOKEN)")
-    p.add_argument("--devices", default=None, metavar="SPEC",
-                   help="auto (GPUs from nvidia-smi, else 2 CPU devices), cpu:N, or NAME,NAME...")
-    p.add_argument("--host", default=None, help="host name to register as (default: hostname)")
-    p.add_argument("--cacert", default=None, metavar="PEM", help="CA certificate for https")
-    p.add_argument("--print-config", action="store_true", help="print the effective config, exit")
+    p = sub.add_parser("worker", help="run the device agent on a GPU host (rc worker --help)",
+                       add_help=False)
+    p.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     p.set_defaults(handler="local:cmd_worker")
 
     p = sub.add_parser("up", help="start a controller and a local worker (one-box deployment)",
@@ -142,9 +133,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    from rc.worker.main import run
-
-    return run(args)
+    # `rc worker` is routed to rc.worker by rc/__main__.py before the client
+    # parser runs; this stub only lists it in `rc --help`.
+    raise UsageError("run the worker as `rc worker ...` or `python3 rc.pyz worker ...`")
 
 
 # ---------------------------------------------------------------- rc up / down

@@ -12,7 +12,32 @@ from rc.proto.errors import RcError
 from rc.worker import config as worker_config
 from rc.worker.agent import Agent
 
-__all__ = ["run"]
+__all__ = ["run", "main", "build_parser"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The `rc worker` command line."""
+    p = argparse.ArgumentParser(
+        prog="rc worker",
+        description="Run the worker: registers this host's devices with the controller and "
+        "runs the jobs it is given (standard library only; runs from rc.pyz).",
+    )
+    p.add_argument("--config", default=None, metavar="PATH",
+                   help="worker config (TOML; default /etc/rc/worker.toml when it exists)")
+    p.add_argument("--controller", default=None, metavar="URL", help="controller URL")
+    p.add_argument("--token-file", default=None, metavar="FILE",
+                   help="file holding the worker token (else $RC_TOKEN)")
+    p.add_argument("--devices", default=None, metavar="SPEC",
+                   help="auto (GPUs from nvidia-smi, else 2 CPU devices), cpu:N, or NAME,NAME...")
+    p.add_argument("--host", default=None, help="host name to register as (default: hostname)")
+    p.add_argument("--cacert", default=None, metavar="PEM", help="CA certificate for https")
+    p.add_argument("--print-config", action="store_true", help="print the effective config, exit")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`rc worker ...` (argv without the word "worker"); returns the exit code."""
+    return run(build_parser().parse_args(argv))
 
 
 def run(args: argparse.Namespace) -> int:
