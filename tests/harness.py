@@ -23,6 +23,8 @@ from rc.proto.client import Client
 
 REPO = Path(__file__).resolve().parent.parent
 PY = sys.executable
+BARE_PY = getattr(sys, "_base_executable", None) or sys.executable
+"""The interpreter without this venv's site-packages, like a bare GPU host's python3."""
 
 
 def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, what: str = "condition",
@@ -161,7 +163,7 @@ class Worker:
         token_file = self.workdir / f"worker-{self.host}.token"
         token_file.write_text(self.token)
         os.chmod(token_file, 0o600)
-        base = [PY, "-I", str(self.pyz)] if self.pyz else [PY, "-m", "rc"]
+        base = [BARE_PY, "-I", str(self.pyz)] if self.pyz else [PY, "-m", "rc"]
         args = ["worker", "--controller", self.url, "--token-file", str(token_file),
                 "--host", self.host, "--devices", self.devices]
         if self.config:

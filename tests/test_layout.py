@@ -1,0 +1,125 @@
+"""The layout and layering rules of DESIGN.md §2."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+import tomllib
+import zipfile
+from pathlib import Path
+
+import pytest
+
+import rc
+from tests.harness import BARE_PY, REPO
+
+STDLIB = set(sys.stdlib_module_names) | {"__future__"}
+LIGHT = {
+    "rc/proto": {"rc.proto"},
+    "rc/worker": {"rc.proto", "rc.worker"},
+    "rc/cli": {"rc.proto", "rc.cli"},
+    "rc/__init__.py": set(),
+    "rc/__main__.py": {"rc.cli", "rc.worker"},
+}
+OPTIONAL = {"argcomplete"}
+
+
+def _python_files(root: str) -> list[Path]:
+    p = REPO / root
+    return [p] if p.is_file() else sorted(p.rglob("*.py"))
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            out.append((node.lineno, node.module))
+        elif isinstance(node, ast.ImportFrom) and node.level:
+            out.append((node.lineno, "<relative>"))
+    return out
+
+
+@pytest.mark.parametrize("root", sorted(LIGHT))
+def test_zipapp_code_imports_only_stdlib_and_allowed_rc_packages(root):
+    allowed = LIGHT[root]
+    bad = []
+    for path in _python_files(root):
+        for line, name in _imports(path):
+            top = name.split(".")[0]
+            if top in STDLIB or top in OPTIONAL:
+                continue
+            if top == "rc" and (name == "rc" or any(name == a or name.startswith(a + ".")
+                                                    for a in allowed)):
+                continue
+            bad.append(f"{path.relative_to(REPO)}:{line}: {name}")
+    assert bad == [], "layering violations (DESIGN.md §2):\n" + "\n".join(bad)
+
+
+def test_nothing_imports_the_controller_but_itself():
+    bad = []
+    for path in sorted((REPO / "rc").rglob("*.py")):
+        if "controller" in path.parts:
+            continue
+        for line, name in _imports(path):
+            if name.startswith("rc.controller"):
+                bad.append(f"{path.relative_to(REPO)}:{line}: {name}")
+    assert bad == []
+
+
+def test_only_the_serve_entry_loads_the_controller_by_name():
+    users = [p.relative_to(REPO).as_posix() for p in (REPO / "rc").rglob("*.py")
+             if "controller" not in p.parts and '"rc.controller' in p.read_text()]
+    assert users == ["rc/cli/local.py"]
+
+
+def test_version_is_one_value():
+    meta = tomllib.loads((REPO / "pyproject.toml").read_text())
+    assert meta["project"]["version"] == rc.__version__
+
+
+def test_init_imports_nothing():
+    assert _imports(REPO / "rc/__init__.py") == []
+
+
+def test_zipapp_holds_proto_worker_cli_only(pyz):
+    names = zipfile.ZipFile(pyz).namelist()
+    assert "__main__.py" in names
+    assert any(n.startswith("rc/worker/") for n in names)
+    assert any(n.startswith("rc/cli/") for n in names)
+    assert any(n.startswith("rc/proto/") for n in names)
+    assert not [n for n in names if n.startswith("rc/controller")]
+
+
+def test_zipapp_runs_under_isolated_python(pyz, tmp_path):
+    res = subprocess.run([BARE_PY, "-I", str(pyz), "worker", "--help"],
+                         capture_output=True, timeout=30, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert b"--controller" in res.stdout
+    res = subprocess.run([BARE_PY, "-I", str(pyz), "--version"],
+                         capture_output=True, timeout=30, cwd=tmp_path)
+    assert res.stdout.strip() == f"rc {rc.__version__}".encode()
+    res = subprocess.run([BARE_PY, "-I", str(pyz), "serve", "--data", str(tmp_path)],
+                         capture_output=True, timeout=30, cwd=tmp_path)
+    assert res.returncode == 1 and b"install rc with pip" in res.stderr
+
+
+def test_rc_py_launcher_runs_the_same_entry_point(tmp_path):
+    res = subprocess.run([sys.executable, str(REPO / "rc.py"), "--version"],
+                         capture_output=True, timeout=30, cwd=tmp_path)
+    assert res.stdout.strip() == f"rc {rc.__version__}".encode()
+
+
+def test_every_cli_command_has_help():
+    from rc.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    for name, p in sub.choices.items():
+        assert (p.description or sub._choices_actions), name
+    assert {"run", "hold", "release", "kill", "logs", "ps", "jobs", "devices", "describe",
+            "explain", "clear", "retire", "drain", "undrain", "events", "token", "up",
+            "down", "serve", "worker"} <= set(sub.choices)

@@ -1,0 +1,170 @@
+"""The schema is the truth (STYLE.md §1, §2, §4): store.sql, its CHECK lists,
+its invariants, the named queries, and how an old or foreign database is met."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from rc.controller import db
+from rc.controller.errors import StoreError
+from rc.proto.model import (
+    DeviceState,
+    EventKind,
+    JobKind,
+    JobState,
+    LabelSource,
+    QuarantineReason,
+    Role,
+    Stdio,
+)
+from tests.harness import REPO
+
+CHECKED = {
+    ("devices", "state"): DeviceState,
+    ("devices", "quarantine_reason"): QuarantineReason,
+    ("jobs", "kind"): JobKind,
+    ("jobs", "state"): JobState,
+    ("jobs", "stdio"): Stdio,
+    ("leases", "kind"): JobKind,
+    ("device_labels", "source"): LabelSource,
+    ("events", "kind"): EventKind,
+    ("tokens", "role"): Role,
+}
+
+
+def _schema_db(path: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, isolation_level=None)
+    db._migrate(conn, str(path))
+    return conn
+
+
+def _table_sql(table: str) -> str:
+    m = re.search(rf"CREATE TABLE {table} \((.*?)\n\) STRICT", db.SCHEMA_SQL, re.S)
+    assert m, table
+    return m.group(1)
+
+
+@pytest.mark.parametrize("table,column", sorted(CHECKED))
+def test_check_lists_equal_the_python_enums(table, column):
+    body = _table_sql(table)
+    m = re.search(rf"\b{column}\s+TEXT[^,]*?CHECK \({column} IN \((.*?)\)\)", body, re.S)
+    assert m, f"{table}.{column} has no CHECK list"
+    values = set(re.findall(r"'([^']*)'", m.group(1)))
+    assert values == {e.value for e in CHECKED[(table, column)]}
+
+
+def test_every_table_is_strict():
+    tables = re.findall(r"CREATE TABLE (\w+) \(", db.SCHEMA_SQL)
+    assert len(tables) >= 8
+    for t in tables:
+        assert re.search(rf"CREATE TABLE {t} \(.*?\n\) STRICT", db.SCHEMA_SQL, re.S), t
+
+
+def test_the_schema_enforces_its_invariants(tmp_path):
+    conn = _schema_db(tmp_path / "rc.db")
+    conn.execute("PRAGMA foreign_keys = ON")
+    conn.execute("INSERT INTO devices (id, host, name, worker_id, state, last_heartbeat_at, "
+                 "created_at) VALUES ('h:d', 'h', 'd', 'h', 'ready', 0, 0)")
+    with pytest.raises(sqlite3.IntegrityError):
+        conn.execute("UPDATE devices SET state = 'broken' WHERE id = 'h:d'")
+    with pytest.raises(sqlite3.IntegrityError):  # a reason only on a quarantined device
+        conn.execute("UPDATE devices SET quarantine_reason = 'fault' WHERE id = 'h:d'")
+    for i in (1, 2):
+        conn.execute("INSERT INTO jobs (kind, state, submitter, device_id, command, "
+                     "submitted_at, queued_at) VALUES ('job', 'queued', 'u', 'h:d', '[]', 0, 0)")
+    conn.execute("INSERT INTO leases (device_id, job_id, holder, kind, acquired_at, expires_at) "
+                 "VALUES ('h:d', 1, 'u', 'job', 0, 10)")
+    with pytest.raises(sqlite3.IntegrityError):  # one live lease per device
+        conn.execute("INSERT INTO leases (device_id, job_id, holder, kind, acquired_at, "
+                     "expires_at) VALUES ('h:d', 2, 'u', 'job', 0, 10)")
+    conn.execute("UPDATE leases SET released_at = 5")
+    conn.execute("INSERT INTO leases (device_id, job_id, holder, kind, acquired_at, expires_at) "
+                 "VALUES ('h:d', 2, 'u', 'job', 0, 10)")
+    with pytest.raises(sqlite3.IntegrityError):  # leases point at real jobs
+        conn.execute("INSERT INTO leases (device_id, job_id, holder, kind, acquired_at, "
+                     "expires_at) VALUES ('x:y', 99, 'u', 'job', 0, 10)")
+    conn.execute("UPDATE jobs SET state = 'succeeded', finished_at = 1 WHERE id = 1")
+    with pytest.raises(sqlite3.IntegrityError, match="terminal"):
+        conn.execute("UPDATE jobs SET state = 'running' WHERE id = 1")
+    with pytest.raises(sqlite3.IntegrityError):  # finished_at exactly when terminal
+        conn.execute("UPDATE jobs SET state = 'failed', finished_at = NULL WHERE id = 2")
+    with pytest.raises(sqlite3.IntegrityError):  # idempotency keys are unique
+        for _ in (1, 2):
+            conn.execute("INSERT INTO jobs (kind, state, submitter, device_id, command, "
+                         "idempotency_key, submitted_at, queued_at) "
+                         "VALUES ('job', 'queued', 'u', 'h:d', '[]', 'k', 0, 0)")
+    with pytest.raises(sqlite3.IntegrityError):  # a hold carries no command environment
+        conn.execute("INSERT INTO jobs (kind, state, submitter, device_id, command, env, "
+                     "submitted_at, queued_at) "
+                     "VALUES ('hold', 'queued', 'u', 'h:d', '[]', '{\"A\":\"1\"}', 0, 0)")
+    conn.close()
+
+
+def _used_query_names() -> set[str]:
+    names = set()
+    pattern = re.compile(r"""tx\.(?:one|all|scalar|exec|many)\(\s*["']([a-z0-9_]+)["']""")
+    for path in (REPO / "rc" / "controller").rglob("*.py"):
+        names |= set(pattern.findall(path.read_text()))
+    return names
+
+
+def test_every_query_the_code_uses_exists():
+    missing = _used_query_names() - set(db.QUERIES)
+    assert missing == set()
+
+
+def test_every_query_compiles_against_the_schema(tmp_path):
+    conn = _schema_db(tmp_path / "rc.db")
+    for name, sql in db.QUERIES.items():
+        try:
+            conn.execute("EXPLAIN " + sql, _dummy_params(sql))
+        except sqlite3.Error as e:
+            pytest.fail(f"query {name} does not compile: {e}")
+    conn.close()
+
+
+def _dummy_params(sql: str):
+    named = re.findall(r":([a-z_]+)", sql)
+    if named:
+        return {n: "[]" for n in named}
+    numbered = re.findall(r"\?(\d+)", sql)
+    if numbered:
+        return ["[]"] * max(int(n) for n in numbered)
+    return ["[]"] * sql.count("?")
+
+
+def test_fresh_database_gets_the_current_version(tmp_path):
+    conn = _schema_db(tmp_path / "rc.db")
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == db.SCHEMA_VERSION
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    conn.close()
+
+
+def test_database_from_a_newer_rc_is_refused(tmp_path):
+    path = tmp_path / "rc.db"
+    _schema_db(path).close()
+    conn = sqlite3.connect(path)
+    conn.execute(f"PRAGMA user_version = {db.SCHEMA_VERSION + 1}")
+    conn.close()
+    store = db.Database(str(path), clock=lambda: 0.0)
+    with pytest.raises(StoreError, match="newer rc"):
+        asyncio.run(store.open())
+
+
+def test_foreign_database_is_refused(tmp_path):
+    path = tmp_path / "rc.db"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE other (x)")
+    conn.close()
+    with pytest.raises(StoreError, match="not an rc database"):
+        asyncio.run(db.Database(str(path), clock=lambda: 0.0).open())
+
+
+def test_query_file_has_no_duplicate_names():
+    with pytest.raises(ValueError, match="defined twice"):
+        db.load_queries("-- name: a\nSELECT 1\n-- name: a\nSELECT 2\n")
