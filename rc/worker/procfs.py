@@ -141,10 +141,14 @@ class ScanResult:
     complete: bool
 
 
-def find_job_processes(job_id: str | None = None, exclude: set[int] | None = None) -> ScanResult:
+def find_job_processes(job_id: str | None = None, exclude: set[int] | None = None,
+                       require: dict[bytes, bytes] | None = None) -> ScanResult:
     """Live processes whose environment has RC_JOB_ID (equal to `job_id` when
-    given, any non-empty value otherwise), excluding `exclude` (default: this
-    process and its ancestors)."""
+    given, any non-empty value otherwise) and every variable in `require` with
+    exactly that value, excluding `exclude` (default: this process and its
+    ancestors). `require` scopes the scan to one worker's jobs (RC_HOST,
+    RC_WORKER_INSTANCE), so two workers on one machine never touch each
+    other's jobs, whose ids come from different controllers."""
     skip = ancestors() if exclude is None else exclude
     want = job_id.encode() if job_id is not None else None
     found = []
@@ -174,6 +178,8 @@ def find_job_processes(job_id: str | None = None, exclude: set[int] | None = Non
             continue  # kernel threads have no environment
         value = parse_environ_value(env, b"RC_JOB_ID")
         if value is None or value == b"":
+            continue
+        if require and any(parse_environ_value(env, k) != v for k, v in require.items()):
             continue
         if want is None or value == want:
             found.append(pid)

@@ -36,8 +36,9 @@ def boot_id() -> str:
     return ""
 
 
-def recovery_proof(require_manual_clear: bool) -> RecoveryProof:
-    """What this worker can prove about processes of interrupted jobs.
+def recovery_proof(require_manual_clear: bool, host: str) -> RecoveryProof:
+    """What this worker can prove about processes of interrupted jobs of
+    `host` (those carrying RC_JOB_ID and RC_HOST=host).
 
     Computed only while the worker supervises nothing.
     """
@@ -51,7 +52,7 @@ def recovery_proof(require_manual_clear: bool) -> RecoveryProof:
             others = None
         if others is not None and not others:
             return RecoveryProof(isolated=True)
-    scan = procfs.find_job_processes(None)
+    scan = procfs.find_job_processes(None, require={b"RC_HOST": host.encode()})
     if not scan.complete:
         return RecoveryProof()
     return RecoveryProof(survivors_checked=True, survivors_found=bool(scan.pids))

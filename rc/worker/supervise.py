@@ -178,9 +178,10 @@ def _signal_pid(pid: int, signum: int) -> None:
             raise
 
 
-def sweep_job(job_id: str) -> tuple[list[int], bool]:
+def sweep_job(job_id: str, require: dict[bytes, bytes] | None = None) -> tuple[list[int], bool]:
     """End every process that carries RC_JOB_ID=job_id (setsid and double-fork
-    escapees), excluding this worker and its ancestors.
+    escapees) and the `require` variables (this worker instance's marker),
+    excluding this worker and its ancestors.
 
     SIGTERM, up to 2 s (rescanning every 20 ms and signalling newcomers),
     SIGKILL, up to 2 s. Returns (pids still alive, whether the scan could read
@@ -191,19 +192,19 @@ def sweep_job(job_id: str) -> tuple[list[int], bool]:
     exclude = procfs.ancestors()
     signalled: set[int] = set()
     deadline = time.monotonic() + SWEEP_GRACE_S
-    scan = procfs.find_job_processes(job_id, exclude)
+    scan = procfs.find_job_processes(job_id, exclude, require)
     while scan.pids and time.monotonic() < deadline:
         for pid in scan.pids:
             if pid not in signalled:
                 _signal_pid(pid, signal.SIGTERM)
                 signalled.add(pid)
         time.sleep(SWEEP_RESCAN_S)
-        scan = procfs.find_job_processes(job_id, exclude)
+        scan = procfs.find_job_processes(job_id, exclude, require)
     if scan.pids:
         deadline = time.monotonic() + SWEEP_GRACE_S
         while scan.pids and time.monotonic() < deadline:
             for pid in scan.pids:
                 _signal_pid(pid, signal.SIGKILL)
             time.sleep(SWEEP_RESCAN_S)
-            scan = procfs.find_job_processes(job_id, exclude)
+            scan = procfs.find_job_processes(job_id, exclude, require)
     return list(scan.pids), scan.complete
