@@ -16,6 +16,7 @@ import logging
 import random
 import threading
 import time
+import uuid
 
 from rc import __version__
 from rc.proto.client import Client
@@ -75,6 +76,11 @@ class Agent:
         self.instance = ""
         self.reregister = False
         self.reporter = Reporter(client, self.worker_id, self._report_done)
+        # Every job carries these, so sweeps and survivor scans only ever see
+        # this host's jobs (and post-job sweeps only this worker process's).
+        self.instance_id = uuid.uuid4().hex
+        self.markers = {"RC_HOST": cfg.host, "RC_WORKER_INSTANCE": self.instance_id}
+        self.sweep_scope = {b"RC_WORKER_INSTANCE": self.instance_id.encode()}
 
     # -- registration -----------------------------------------------------
 
@@ -91,7 +97,7 @@ class Agent:
             self.devices[d.name] = probe.Device(d, labels)
         with self._lock:
             idle = not self.jobs
-        proof = recovery.recovery_proof(self.cfg.require_manual_clear) if idle else None
+        proof = recovery.recovery_proof(self.cfg.require_manual_clear, self.cfg.host) if idle else None
         return RegisterRequest(
             host=self.cfg.host,
             devices=tuple(DeviceDecl(d.name, int(d.max_runtime)) for d in configs),

@@ -49,12 +49,14 @@ def job_env(
     job_id: int,
     device_id: str,
     cuda: str | None,
+    markers: dict[str, str] | None = None,
 ) -> dict[str, str]:
     """A job's environment: the worker's own (minus RC_* settings), the job's
-    entries, then RC_JOB_ID, RC_DEVICE and CUDA_VISIBLE_DEVICES, which always
-    win over the job's."""
+    entries, then RC_JOB_ID, RC_DEVICE, CUDA_VISIBLE_DEVICES and the worker's
+    `markers` (RC_HOST, RC_WORKER_INSTANCE), which always win over the job's."""
     env = {k: v for k, v in base.items() if not k.startswith(STRIPPED_ENV_PREFIX)}
     env.update(requested)
+    env.update(markers or {})
     env["RC_JOB_ID"] = str(job_id)
     env["RC_DEVICE"] = device_id
     if cuda is not None:
@@ -113,7 +115,8 @@ class JobRun:
                           f"this worker cannot run {a.stdio.value} sessions yet")
         hold = a.kind is JobKind.HOLD
         argv = HOLD_COMMAND if hold else a.command
-        env = job_env(dict(os.environ), {} if hold else a.env, a.job_id, a.device_id, self.cuda)
+        env = job_env(dict(os.environ), {} if hold else a.env, a.job_id, a.device_id, self.cuda,
+                      self.agent.markers)
         sink = LogSink(self.agent.client, a.job_id)
         cwd, note = _working_dir(a.cwd, self.agent.cfg.host)
         if note:
@@ -139,7 +142,7 @@ class JobRun:
         if why is None:
             stragglers, left = supervise.reap_stragglers(group)
             survivors = survivors or left
-        escaped, complete = supervise.sweep_job(str(a.job_id))
+        escaped, complete = supervise.sweep_job(str(a.job_id), self.agent.sweep_scope)
         if escaped:
             log.warning("job %d: %d process(es) escaped its group and survived", a.job_id, len(escaped))
         reader.join(READER_DRAIN_S)
