@@ -205,8 +205,10 @@ def heartbeat(tx: Tx, worker_id: str, running: tuple[int, ...], th: Thresholds) 
 
     Renews the leases of the named jobs that are this worker's and active (to
     at least now + lease_renewal; naming another worker's job renews nothing),
-    returns `unknown` devices to busy (live lease) or ready, and in retention
-    mode returns `worker_lost` devices whose named job still holds a lease.
+    returns `unknown` devices to busy (live lease) or ready (never a device on
+    which the worker still runs a job the controller has ended), and in
+    retention mode returns `worker_lost` devices whose named job still holds a
+    lease.
     Returns the named jobs the worker should stop: ended on the controller,
     or not this worker's. 404 for a worker that never registered.
     """
@@ -217,7 +219,7 @@ def heartbeat(tx: Tx, worker_id: str, running: tuple[int, ...], th: Thresholds) 
     if running:
         tx.exec("leases_renew", (tx.now + th.lease_renewal, ids, worker_id))
     changed = tx.exec("devices_unknown_to_busy", (worker_id,))
-    freed = tx.exec("devices_unknown_to_ready", (worker_id,))
+    freed = tx.exec("devices_unknown_to_ready", (worker_id, ids))
     if th.retain and running:
         changed += tx.exec("devices_worker_lost_to_busy", (ids, worker_id))
     if freed:

@@ -225,8 +225,9 @@ WHERE worker_id = ? AND state = 'unknown'
 
 -- name: devices_unknown_to_ready
 UPDATE devices SET state = 'ready'
-WHERE worker_id = ? AND state = 'unknown'
+WHERE worker_id = ?1 AND state = 'unknown'
   AND NOT EXISTS (SELECT 1 FROM leases WHERE device_id = devices.id AND released_at IS NULL)
+  AND id NOT IN (SELECT device_id FROM jobs WHERE id IN (SELECT value FROM json_each(?2)))
 
 -- name: devices_worker_lost_to_busy
 UPDATE devices SET state = 'busy', quarantine_reason = '', quarantine_detail = '',
@@ -349,3 +350,27 @@ UPDATE tokens SET host = ? WHERE id = ? AND host = '' AND role = 'worker'
 
 -- name: token_host
 SELECT host FROM tokens WHERE id = ?
+
+-- ---------------------------------------------------------------- metrics (rc/controller/metrics.py)
+
+-- name: metrics_devices_by_state
+SELECT state, count(*) AS n FROM devices GROUP BY state
+
+-- name: metrics_devices_quarantined
+SELECT quarantine_reason, count(*) AS n FROM devices WHERE state = 'unhealthy'
+GROUP BY quarantine_reason
+
+-- name: metrics_devices_draining
+SELECT count(*) FROM devices WHERE draining = 1
+
+-- name: metrics_queue_by_priority
+SELECT priority, count(*) AS n FROM jobs WHERE state = 'queued' GROUP BY priority
+
+-- name: metrics_jobs_by_state
+SELECT state, count(*) AS n FROM jobs GROUP BY state
+
+-- name: metrics_events_by_kind
+SELECT kind, count(*) AS n FROM events GROUP BY kind
+
+-- name: job_submitted_at
+SELECT submitted_at FROM jobs WHERE id = ?
