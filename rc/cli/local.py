@@ -70,7 +70,14 @@ def add_parsers(sub) -> None:
     p.add_argument("--sweep-interval", type=duration_seconds, default=10.0, metavar="D",
                    help="how often silent workers and expired leases are swept (10s)")
     p.add_argument("--flap-limit", type=int, default=3, metavar="N",
-                   help="automatic recoveries per device per hour before a human must clear")
+                   help="automatic recoveries per device per --flap-window before a human "
+                   "must clear it (default 3)")
+    p.add_argument("--flap-window", type=duration_seconds, default=3600.0, metavar="D",
+                   help="the window of --flap-limit (default 1h)")
+    p.add_argument("--lease-default", type=duration_seconds, default=300.0, metavar="D",
+                   help="first lease of a job without a runtime, until a heartbeat renews it (5m)")
+    p.add_argument("--lease-grace", type=duration_seconds, default=600.0, metavar="D",
+                   help="a job's lease outlives its max runtime by this much (10m)")
     p.add_argument("--log-cap", type=int, default=256 << 20, metavar="BYTES",
                    help="per-job log cap in bytes (default 256 MiB)")
     p.add_argument("--ready-fd", type=int, default=None, help=argparse.SUPPRESS)
@@ -127,6 +134,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         heartbeat_interval=args.heartbeat_interval,
         sweep_interval=args.sweep_interval,
         flap_limit=args.flap_limit,
+        flap_window=args.flap_window,
+        lease_default=args.lease_default,
+        lease_grace=args.lease_grace,
         limits=config.Limits(log_cap_bytes=args.log_cap),
     )
     return serve.run(cfg, args.ready_fd)
