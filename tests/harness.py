@@ -165,7 +165,9 @@ class Worker:
         os.chmod(token_file, 0o600)
         base = [BARE_PY, "-I", str(self.pyz)] if self.pyz else [PY, "-m", "rc"]
         args = ["worker", "--controller", self.url, "--token-file", str(token_file),
-                "--host", self.host, "--devices", self.devices]
+                "--host", self.host]
+        if self.devices:  # "" → the devices of the config file
+            args += ["--devices", self.devices]
         if self.config:
             args += ["--config", str(self.config)]
         return base + args + self.extra
