@@ -1,0 +1,242 @@
+"""A hypothesis state machine over the real store with a fake clock: heartbeat,
+sweep, register, reboot, proof, clear, fault, drain, kill, beside submits and
+completions (issue "Recovery").
+
+Invariants after every step:
+- at most one live lease per device, and a device with a live lease is never ready;
+- every active job holds exactly one live lease, every live lease an active job;
+- a quarantined device always carries a reason;
+- terminal job states never change;
+- a device never returns to the pool without a proof, a reboot or an admin
+  clear, and `fault` never clears without an admin.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+import uuid
+
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from rc.controller import fleet, jobs
+from rc.controller.api.jobs import validate_submit
+from rc.controller.auth import Caller
+from rc.controller.config import ControllerConfig, Limits
+from rc.controller.core import Controller
+from rc.controller.errors import Refused
+from rc.proto.model import JobKind, JobState, RecoveryProof, Role
+from rc.proto.wire import DeviceDecl, RegisterRequest, SubmitRequest
+
+HOSTS = ("h0", "h1")
+DEVICES = ("cpu0", "cpu1")
+CLEARABLE = {"worker_lost", "lease_expired", "registration"}
+PROOFS = {
+    "none": RecoveryProof(),
+    "clean": RecoveryProof(survivors_checked=True),
+    "survivors": RecoveryProof(survivors_checked=True, survivors_found=True),
+    "isolated": RecoveryProof(isolated=True),
+}
+USER = Caller(1, "alice", Role.USER)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1_800_000_000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class FleetMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.dir = tempfile.mkdtemp(prefix="rc-fleet-model-")
+        self.clock = Clock()
+        self.loop = asyncio.new_event_loop()
+        cfg = ControllerConfig(data_dir=self.dir, limits=Limits())
+        self.ctl = Controller(cfg, clock=self.clock)
+        self.run(self.ctl.start(loops=False))
+        self.boot = {h: uuid.uuid4().hex for h in HOSTS}
+        self.terminal: dict[int, str] = {}
+        self.faulted: set[str] = set()
+        for h in HOSTS:
+            self._register(h, RecoveryProof())
+
+    def teardown(self) -> None:
+        self.run(self.ctl.stop())
+        self.loop.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def run(self, coro):
+        return self.loop.run_until_complete(coro)
+
+    def write(self, fn, *args):
+        return self.run(self.ctl.db.write(fn, *args))
+
+    def read(self, fn, *args):
+        return self.run(self.ctl.db.read(fn, *args))
+
+    # -- observation --------------------------------------------------------
+
+    def devices(self) -> dict[str, tuple[str, str]]:
+        return {r["id"]: (r["state"], r["quarantine_reason"])
+                for r in self.read(lambda tx: tx.all("devices_all"))}
+
+    def active_jobs(self) -> list:
+        return self.read(lambda tx: tx.all("jobs_active"))
+
+    def guarded(self, allowed, fn, *args):
+        """Run a step and check that quarantined devices left quarantine only
+        in the ways `allowed(device_id, reason)` permits."""
+        before = self.devices()
+        result = fn(*args)
+        after = self.devices()
+        for d, (state, reason) in before.items():
+            if state == "unhealthy" and d in after and after[d][0] != "unhealthy":
+                assert allowed(d, reason), f"{d} left quarantine ({reason}) by {fn.__name__}"
+                if reason == "fault":
+                    self.faulted.discard(d)
+        return result
+
+    # -- rules -------------------------------------------------------------------
+
+    def _register(self, host: str, proof: RecoveryProof):
+        req = RegisterRequest(host=host, devices=tuple(DeviceDecl(n) for n in DEVICES),
+                              boot_id=self.boot[host], recovery=proof,
+                              labels={n: {"kind": "cpu"} for n in DEVICES})
+        return self.write(fleet.register, req, self.ctl.fleet, self.ctl.thresholds)
+
+    @rule(host=st.sampled_from(HOSTS), reboot=st.booleans(), proof=st.sampled_from(sorted(PROOFS)))
+    def register(self, host, reboot, proof):
+        if reboot:
+            self.boot[host] = uuid.uuid4().hex
+        p = PROOFS[proof]
+
+        def allowed(d, reason):
+            mine = d.startswith(host + ":")
+            return mine and reason in CLEARABLE and (reboot or p.proves())
+
+        self.guarded(allowed, self._register, host, p)
+
+    @rule(host=st.sampled_from(HOSTS), name_all=st.booleans())
+    def heartbeat(self, host, name_all):
+        named = tuple(r["id"] for r in self.active_jobs() if r["worker_id"] == host) \
+            if name_all else ()
+
+        def beat():
+            try:
+                return self.write(fleet.heartbeat, host, named, self.ctl.thresholds)
+            except Refused:
+                return None
+
+        self.guarded(lambda d, reason: False, beat)
+
+    @rule(priority=st.integers(-2, 2), pinned=st.sampled_from([None, *[
+        f"{h}:{n}" for h in HOSTS for n in DEVICES]]), hold=st.booleans())
+    def submit(self, priority, pinned, hold):
+        req = SubmitRequest(
+            command=() if hold else ("true",), kind=JobKind.HOLD if hold else JobKind.JOB,
+            device_id=pinned or "", selector="" if pinned else "kind=cpu", priority=priority,
+            max_runtime_seconds=600 if hold else 0, reason="r" if hold else "")
+        new = validate_submit(req, USER, self.ctl.cfg.limits)
+        try:
+            self.guarded(lambda d, r: False, self.write, jobs.enqueue, new, self.ctl.fleet)
+        except Refused:
+            pass
+
+    @rule()
+    def schedule(self):
+        self.guarded(lambda d, r: False, self.run, self.ctl.kick())
+
+    @rule(data=st.data(), outcome=st.sampled_from(["succeeded", "failed", "killed"]))
+    def finish(self, data, outcome):
+        active = self.active_jobs()
+        if not active:
+            return
+        r = data.draw(st.sampled_from(active))
+        self.guarded(lambda d, reason: False, self.write, jobs.release, r["id"], r["worker_id"],
+                     JobState(outcome), 0, "", self.clock())
+
+    @rule(data=st.data())
+    def kill(self, data):
+        active = self.active_jobs()
+        if not active:
+            return
+        r = data.draw(st.sampled_from(active))
+        self.guarded(lambda d, reason: False, self.write, jobs.kill, r["id"], "admin", True, "")
+
+    @rule(seconds=st.sampled_from([1.0, 20.0, 40.0, 200.0, 400.0, 1000.0]))
+    def tick(self, seconds):
+        self.clock.t += seconds
+
+    @rule()
+    def sweep(self):
+        self.guarded(lambda d, r: False, self.write, fleet.sweep, self.ctl.thresholds,
+                     self.ctl.started_at)
+
+    @rule(host=st.sampled_from(HOSTS), name=st.sampled_from(DEVICES))
+    def fault(self, host, name):
+        d = f"{host}:{name}"
+        self.guarded(lambda dd, r: False, self.write, fleet.fault, d, "verify failed: x", None, host)
+        self.faulted.add(d)
+
+    @rule(host=st.sampled_from(HOSTS), name=st.sampled_from(DEVICES))
+    def clear(self, host, name):
+        d = f"{host}:{name}"
+
+        def admin_clear():
+            try:
+                self.write(fleet.clear, d, "admin")
+            except Refused:
+                pass
+
+        self.guarded(lambda dd, r: dd == d, admin_clear)
+
+    @rule(host=st.sampled_from(HOSTS), name=st.sampled_from(DEVICES), on=st.booleans())
+    def drain(self, host, name, on):
+        self.guarded(lambda d, r: False, self.write, fleet.drain, f"{host}:{name}", on, "", "admin")
+
+    # -- invariants -----------------------------------------------------------------
+
+    @invariant()
+    def leases_and_states_agree(self):
+        def check(tx):
+            live = tx.all("leases_live")
+            per_device: dict[str, int] = {}
+            for lease in live:
+                per_device[lease["device_id"]] = per_device.get(lease["device_id"], 0) + 1
+            assert all(n == 1 for n in per_device.values()), per_device
+            for r in tx.all("devices_all"):
+                if r["id"] in per_device:
+                    assert r["state"] != "ready", f"{r['id']} is ready with a live lease"
+                if r["state"] == "unhealthy":
+                    assert r["quarantine_reason"], f"{r['id']} quarantined without a reason"
+            active = {r["id"] for r in tx.all("jobs_active")}
+            leased = [lease["job_id"] for lease in live]
+            assert sorted(leased) == sorted(active), (leased, active)
+            return [(r["id"], r["state"]) for r in tx.all("jobs_list", {
+                "device": "", "submitter": "", "state": "", "before": 0, "limit": 10000})]
+
+        for job_id, state in self.read(check):
+            if job_id in self.terminal:
+                assert state == self.terminal[job_id], f"job {job_id} left {self.terminal[job_id]}"
+            elif JobState(state).terminal:
+                self.terminal[job_id] = state
+
+    @precondition(lambda self: True)
+    @invariant()
+    def faults_stay_until_an_admin(self):
+        states = self.devices()
+        for d in self.faulted:
+            if d in states:
+                assert states[d] == ("unhealthy", "fault"), (d, states[d])
+
+
+FleetMachine.TestCase.settings = settings(
+    max_examples=60, stateful_step_count=30, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+TestFleetMachine = FleetMachine.TestCase

@@ -1,0 +1,333 @@
+"""The exits from quarantine, rule by rule (inventory §7.5), the sweeper's
+thresholds and startup grace (§7.2), heartbeat renewal (§7.3), registration
+reconciliation (§7.4) and the flap guard, on the real store with a fake clock."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from rc.controller import fleet, jobs
+from rc.controller.api.jobs import validate_submit
+from rc.controller.auth import Caller
+from rc.controller.config import ControllerConfig
+from rc.controller.core import Controller
+from rc.controller.errors import Refused
+from rc.proto.model import JobState, RecoveryProof, Role
+from rc.proto.wire import DeviceDecl, RegisterRequest, SubmitRequest
+
+CLEAN = RecoveryProof(survivors_checked=True)
+FOUND = RecoveryProof(survivors_checked=True, survivors_found=True)
+ISOLATED = RecoveryProof(isolated=True)
+NONE = RecoveryProof()
+
+
+class Fleet:
+    """One controller in-process with a fake clock and a host `h` with cpu0."""
+
+    def __init__(self, tmp_path, **cfg) -> None:
+        self.t = 1_800_000_000.0
+        self.loop = asyncio.new_event_loop()
+        self.ctl = Controller(ControllerConfig(data_dir=str(tmp_path), **cfg), clock=lambda: self.t)
+        self.run(self.ctl.start(loops=False))
+        self.boot = "boot-1"
+
+    def run(self, coro):
+        return self.loop.run_until_complete(coro)
+
+    def w(self, fn, *args):
+        return self.run(self.ctl.db.write(fn, *args))
+
+    def r(self, fn, *args):
+        return self.run(self.ctl.db.read(fn, *args))
+
+    def close(self):
+        self.run(self.ctl.stop())
+        self.loop.close()
+
+    def register(self, proof=NONE, boot=None):
+        if boot is not None:
+            self.boot = boot
+        req = RegisterRequest(host="h", devices=(DeviceDecl("cpu0"),), boot_id=self.boot,
+                              recovery=proof, labels={"cpu0": {"kind": "cpu"}})
+        return self.w(fleet.register, req, self.ctl.fleet, self.ctl.thresholds)
+
+    def device(self):
+        row = self.r(lambda tx: tx.one("device_get", ("h:cpu0",)))
+        return row["state"], row["quarantine_reason"]
+
+    def submit(self):
+        req = SubmitRequest(command=("sleep", "1"), device_id="h:cpu0")
+        new = validate_submit(req, Caller(1, "alice", Role.USER), self.ctl.cfg.limits)
+        job_id, _ = self.w(jobs.enqueue, new, self.ctl.fleet)
+        return job_id
+
+    def job(self, job_id):
+        return self.r(lambda tx: tx.one("job_get", (job_id,)))
+
+    def events(self, kind):
+        rows = self.r(lambda tx: tx.all("events_since", (0, 0.0, 1000)))
+        return [r["text"] for r in rows if r["kind"] == kind]
+
+    def heartbeat(self, named=()):
+        return self.w(fleet.heartbeat, "h", tuple(named), self.ctl.thresholds)
+
+    def sweep(self):
+        return self.w(fleet.sweep, self.ctl.thresholds, self.ctl.started_at)
+
+    def quarantine(self, reason):
+        """Put h:cpu0 in quarantine for `reason` the way the system does."""
+        if reason == "registration":
+            self.submit()
+            self.register()
+        elif reason == "worker_lost":
+            self.t += 400
+            self.sweep()
+        elif reason == "lease_expired":
+            self.submit()
+            self.t += 301
+            self.heartbeat()       # alive, but naming nothing: the lease is not renewed
+            self.sweep()
+        elif reason == "fault":
+            self.w(fleet.fault, "h:cpu0", "verify failed: gpu memory errors", None, "h")
+        assert self.device() == ("unhealthy", reason), self.device()
+
+
+@pytest.fixture
+def f(tmp_path):
+    fl = Fleet(tmp_path, startup_grace=0.0)
+    fl.register()
+    yield fl
+    fl.close()
+
+
+# -- exits from quarantine (inventory §7.5) ---------------------------------
+
+CLEARABLE = ["worker_lost", "lease_expired", "registration"]
+
+
+@pytest.mark.parametrize("reason", CLEARABLE)
+def test_reboot_returns_a_reboot_clearable_device(f, reason):
+    f.quarantine(reason)
+    f.register(boot="boot-2")
+    assert f.device() == ("ready", "")
+
+
+@pytest.mark.parametrize("reason", CLEARABLE)
+@pytest.mark.parametrize("proof", [CLEAN, ISOLATED], ids=["clean-scan", "isolated"])
+def test_proof_returns_a_reboot_clearable_device(f, reason, proof):
+    f.quarantine(reason)
+    f.register(proof)
+    assert f.device() == ("ready", "")
+    [text] = f.events("device_recovered")
+    assert text == f"was quarantined for {reason}; {proof.summary()}"
+
+
+@pytest.mark.parametrize("reason", CLEARABLE)
+@pytest.mark.parametrize("proof", [NONE, FOUND], ids=["no-proof", "survivors-found"])
+def test_no_proof_keeps_the_device_out(f, reason, proof):
+    f.quarantine(reason)
+    f.register(proof)
+    assert f.device() == ("unhealthy", reason)
+    assert f.events("device_recovered") == []
+
+
+@pytest.mark.parametrize("how", ["reboot", "clean-scan", "isolated"])
+def test_fault_never_clears_without_an_admin(f, how):
+    f.quarantine("fault")
+    if how == "reboot":
+        f.register(boot="boot-2")
+    else:
+        f.register(CLEAN if how == "clean-scan" else ISOLATED)
+    f.heartbeat()
+    assert f.device() == ("unhealthy", "fault")
+    f.w(fleet.clear, "h:cpu0", "admin")
+    assert f.device() == ("ready", "")
+    assert f.events("device_cleared") == ["cleared by admin (was quarantined for fault)"]
+
+
+def test_fault_overrides_a_clearable_reason_but_not_the_reverse(f):
+    f.quarantine("worker_lost")
+    f.w(fleet.fault, "h:cpu0", "acquire hook failed", None, "h")
+    assert f.device() == ("unhealthy", "fault")
+    f.t += 400
+    f.sweep()
+    assert f.device() == ("unhealthy", "fault")
+
+
+def test_silence_never_promotes_a_device(f):
+    f.quarantine("worker_lost")
+    for _ in range(5):
+        f.t += 60
+        f.sweep()
+        f.heartbeat()
+    assert f.device() == ("unhealthy", "worker_lost")
+
+
+def test_clear_refuses_a_noop_and_a_live_lease(f):
+    with pytest.raises(Refused) as e:
+        f.w(fleet.clear, "h:cpu0", "admin")
+    assert e.value.code == "device_not_cleared"
+    job_id = f.submit()
+    f.w(fleet.fault, "h:cpu0", "bad", job_id, "h")
+    with pytest.raises(Refused, match="live lease"):
+        f.w(fleet.clear, "h:cpu0", "admin")
+
+
+def test_flap_guard_waits_for_a_human_after_three_recoveries(f):
+    for i in range(3):
+        f.quarantine("registration")
+        f.register(CLEAN)
+        assert f.device() == ("ready", ""), i
+        f.t += 60
+    f.quarantine("registration")
+    f.register(CLEAN)
+    assert f.device() == ("unhealthy", "registration")
+    assert len(f.events("device_recovered")) == 3
+    assert f.events("recovery_refused")
+    f.t += 3601  # the window slides
+    f.register(CLEAN)
+    assert f.device() == ("ready", "")
+
+
+# -- the sweeper (inventory §7.2) ---------------------------------------------
+
+
+def test_unknown_after_30s_then_worker_lost_after_5m(f):
+    job_id = f.submit()
+    f.t += 31
+    f.sweep()
+    assert f.device() == ("unknown", "")
+    f.t += 270
+    f.sweep()
+    assert f.device() == ("unhealthy", "worker_lost")
+    job = f.job(job_id)
+    assert job["state"] == "lost" and job["kill_reason"] == "worker lost"
+    assert f.events("worker_lost") and f.events("job_lost")
+
+
+def test_unknown_device_returns_on_heartbeat(f):
+    f.t += 31
+    f.sweep()
+    assert f.device() == ("unknown", "")
+    f.heartbeat()
+    assert f.device() == ("ready", "")
+
+
+def test_lapsed_lease_quarantines_and_loses_the_job(f):
+    job_id = f.submit()
+    f.t += 250
+    f.heartbeat()          # names nothing
+    f.t += 51
+    f.heartbeat()
+    f.sweep()
+    assert f.device() == ("unhealthy", "lease_expired")
+    assert f.job(job_id)["state"] == "lost"
+    assert f.job(job_id)["kill_reason"] == "lease expired"
+
+
+def test_heartbeat_renews_only_named_jobs_of_that_worker(f):
+    job_id = f.submit()
+    for _ in range(5):
+        f.t += 200
+        f.heartbeat([job_id])
+        f.sweep()
+    assert f.job(job_id)["state"] == "assigned"
+    # another worker naming this job renews nothing
+    other = RegisterRequest(host="g", devices=(DeviceDecl("cpu0"),), boot_id="x")
+    f.w(fleet.register, other, f.ctl.fleet, f.ctl.thresholds)
+    for _ in range(5):
+        f.t += 200
+        f.heartbeat([job_id])  # h still alive ...
+        f.w(fleet.heartbeat, "g", (job_id,), f.ctl.thresholds)
+    assert f.job(job_id)["state"] == "assigned"
+    stop = f.w(fleet.heartbeat, "g", (job_id,), f.ctl.thresholds)
+    assert stop == [job_id]  # not g's job: g is told to stop it
+
+
+def test_startup_grace_expires_nothing(tmp_path):
+    fl = Fleet(tmp_path, startup_grace=30.0)
+    try:
+        fl.register()
+        job_id = fl.submit()
+        fl.t += 1000  # as if the controller had been down for a long time
+        fl.ctl.started_at = fl.t
+        fl.sweep()
+        assert fl.job(job_id)["state"] == "assigned"
+        assert fl.device()[0] == "unknown"  # demotion still happens
+        fl.heartbeat([job_id])
+        fl.t += 31
+        fl.sweep()
+        assert fl.job(job_id)["state"] == "assigned"
+    finally:
+        fl.close()
+
+
+# -- registration (inventory §7.4) ---------------------------------------------
+
+
+def test_reregistration_loses_in_flight_jobs(f):
+    job_id = f.submit()
+    f.register()
+    job = f.job(job_id)
+    assert job["state"] == "lost" and job["kill_reason"] == "worker re-registered"
+    assert f.device() == ("unhealthy", "registration")
+
+
+def test_reboot_loses_in_flight_jobs_and_readies_their_devices(f):
+    job_id = f.submit()
+    f.register(boot="boot-2")
+    assert f.job(job_id)["kill_reason"] == "host rebooted"
+    assert f.device() == ("ready", "")
+
+
+def test_a_first_boot_id_is_not_a_reboot(tmp_path):
+    fl = Fleet(tmp_path, startup_grace=0.0)
+    try:
+        fl.boot = ""
+        fl.register()
+        fl.submit()
+        fl.register(boot="boot-9")
+        assert fl.device() == ("unhealthy", "registration")
+    finally:
+        fl.close()
+
+
+# -- retention mode ---------------------------------------------------------------
+
+
+def test_retention_keeps_jobs_of_silent_workers(tmp_path):
+    fl = Fleet(tmp_path, startup_grace=0.0, retain_disconnected_jobs=True)
+    try:
+        fl.register()
+        job_id = fl.submit()
+        fl.t += 2000
+        fl.sweep()
+        assert fl.device() == ("unhealthy", "worker_lost")
+        assert fl.job(job_id)["state"] == "assigned"
+        fl.heartbeat([job_id])
+        assert fl.device() == ("busy", "")
+        fl.w(jobs.release, job_id, "h", JobState.SUCCEEDED, 0, "", None)
+        assert fl.device() == ("ready", "")
+    finally:
+        fl.close()
+
+
+def test_retention_kill_of_a_silent_workers_job_finalizes_now(tmp_path):
+    fl = Fleet(tmp_path, startup_grace=0.0, retain_disconnected_jobs=True)
+    try:
+        fl.register()
+        job_id = fl.submit()
+        fl.t += 31
+        fl.sweep()
+        assert fl.device() == ("unknown", "")
+        fl.w(jobs.kill, job_id, "alice", False, "", True)
+        assert fl.job(job_id)["state"] == "killed"
+        # the worker comes back still running it: told to stop, device not freed yet
+        assert fl.heartbeat([job_id]) == [job_id]
+        assert fl.device() == ("unknown", "")
+        fl.heartbeat([])
+        assert fl.device() == ("ready", "")
+    finally:
+        fl.close()
