@@ -16,6 +16,7 @@ import json
 import socket
 import ssl
 import threading
+import time
 import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -134,6 +135,8 @@ class Client:
         self._lock = threading.Lock()
         self._open: list[http.client.HTTPConnection] = []
         self.instance: str = ""
+        self.last_response: float = 0.0
+        """time.monotonic() of the last response of any status (contact)."""
 
     # -- connections -----------------------------------------------------
 
@@ -247,6 +250,7 @@ class Client:
         raise AssertionError("unreachable")
 
     def _finish(self, status: int, headers: dict[str, str], payload: bytes) -> Response:
+        self.last_response = time.monotonic()
         inst = headers.get(INSTANCE_HEADER.lower(), "")
         if inst:
             self.instance = inst
