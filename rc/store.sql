@@ -14,6 +14,7 @@ CREATE TABLE workers (
     id                TEXT PRIMARY KEY,           -- the host name
     host              TEXT NOT NULL,
     boot_id           TEXT NOT NULL DEFAULT '',
+    instance          TEXT NOT NULL DEFAULT '',   -- the worker process's random id
     version           TEXT NOT NULL DEFAULT '',
     registered_at     REAL NOT NULL,
     last_heartbeat_at REAL NOT NULL

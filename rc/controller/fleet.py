@@ -81,7 +81,10 @@ def register(tx: Tx, req: RegisterRequest, fleet: Fleet, th: Thresholds) -> bool
     Inventory §7.4: every job the controller believes runs on this worker is
     lost ("host rebooted" when the boot id changed, else "worker re-registered")
     and its device goes ready after a reboot, else is quarantined
-    `registration`. A reboot also returns devices quarantined for a
+    `registration`. Except when the same worker process registers again
+    (same `instance`, no reboot): the jobs it names go on, and assigned jobs
+    it never started are handed out to it again (a controller restart forgot
+    what it had handed out; the worker never starts a job id twice). A reboot also returns devices quarantined for a
     reboot-clearable reason. Devices no longer declared are removed (when no
     lease is live on them). Then a recovery proof may return reboot-clearable
     devices (flap-limited). Returns whether the host rebooted.
@@ -90,9 +93,14 @@ def register(tx: Tx, req: RegisterRequest, fleet: Fleet, th: Thresholds) -> bool
     prev = tx.one("worker_get", (host,))
     prev_boot = prev["boot_id"] if prev is not None else ""
     rebooted = bool(prev_boot and req.boot_id and prev_boot != req.boot_id)
-    tx.exec("worker_upsert", (host, host, req.boot_id, req.version, tx.now, tx.now))
+    same_process = bool(prev is not None and req.instance and not rebooted
+                        and prev["instance"] == req.instance)
+    tx.exec("worker_upsert", (host, host, req.boot_id, req.instance, req.version, tx.now, tx.now))
     why = "host rebooted" if rebooted else "worker re-registered"
+    named = set(req.running_job_ids)
     for j in tx.all("jobs_active_on_worker", (host,)):
+        if same_process and (j["id"] in named or j["state"] == "assigned"):
+            continue
         lose_job(tx, j["id"], j["device_id"], why)
         if rebooted:
             tx.exec("device_ready_if_busy_or_unknown", (j["device_id"],))
