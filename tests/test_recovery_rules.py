@@ -331,3 +331,34 @@ def test_retention_kill_of_a_silent_workers_job_finalizes_now(tmp_path):
         assert fl.device() == ("ready", "")
     finally:
         fl.close()
+
+
+def test_the_same_worker_process_registering_again_keeps_its_jobs(f):
+    def register(instance, running=()):
+        req = RegisterRequest(host="h", devices=(DeviceDecl("cpu0"),), boot_id=f.boot,
+                              instance=instance, running_job_ids=tuple(running))
+        f.w(fleet.register, req, f.ctl.fleet, f.ctl.thresholds)
+
+    register("proc-1")
+    job_id = f.submit()                      # assigned, never handed out
+    register("proc-1")                       # e.g. after a controller restart
+    assert f.job(job_id)["state"] == "assigned"
+    assert f.device() == ("busy", "")
+    register("proc-2")                       # a restarted worker: the job may have run
+    assert f.job(job_id)["state"] == "lost"
+    assert f.device() == ("unhealthy", "registration")
+
+
+def test_the_same_process_keeps_a_running_job_it_names(f):
+    def register(instance, running=()):
+        req = RegisterRequest(host="h", devices=(DeviceDecl("cpu0"),), boot_id=f.boot,
+                              instance=instance, running_job_ids=tuple(running))
+        f.w(fleet.register, req, f.ctl.fleet, f.ctl.thresholds)
+
+    register("proc-1")
+    job_id = f.submit()
+    f.w(jobs.mark_running, job_id, "h", f.t)
+    register("proc-1", [job_id])
+    assert f.job(job_id)["state"] == "running"
+    register("proc-1", [])                   # running but not named: unknown fate
+    assert f.job(job_id)["state"] == "lost"
