@@ -1,0 +1,87 @@
+"""Tokens never appear in logs, events, error messages or the database, and
+secret files are 0600 (issue "Multi-user security", DESIGN.md §6.1)."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+
+from rc.proto.client import Client
+from rc.proto.errors import ApiError
+from tests.harness import Cli, wait_until
+
+pytestmark = pytest.mark.e2e
+
+
+def test_no_secret_leaks_after_a_busy_run(controller, make_worker, env, tmp_path):
+    admin = controller.client()
+    secrets = {controller.admin_token}
+    user = controller.token("alice")
+    other = controller.token("mallory")
+    secrets |= {user, other}
+    w = make_worker(controller, host="leaky", devices="cpu:1")
+    secrets.add(w.token)
+    alice = Cli(controller.url, user, env, tmp_path)
+    assert alice.run("run", "--", "sh", "-c", "echo hi; env | grep -c RC_TOKEN || true"
+                     ).returncode == 0
+    job_id = int(alice.run("run", "--detach", "--", "sleep", "30").stdout)
+    mallory = Cli(controller.url, other, env, tmp_path)
+    assert mallory.run("kill", str(job_id)).returncode == 1
+    assert mallory.run("logs", str(job_id)).returncode == 1
+    expiring = admin.post("/v1/tokens", {"name": "temp", "role": "user",
+                                         "expires_in_seconds": 1})["secret"]
+    secrets.add(expiring)
+    admin.delete("/v1/tokens/mallory")
+    messages = []
+    for bad in (other, expiring + "x", "rc_" + "A" * 43, expiring):
+        try:
+            Client(controller.url, bad).get("/v1/devices")
+        except ApiError as e:
+            messages.append(e.message)
+    assert len(messages) >= 3
+    alice.run("kill", str(job_id))
+    wait_until(lambda: admin.get(f"/v1/jobs/{job_id}")["job"]["state"] == "killed", 30,
+               "the kill")
+    events = admin.request("GET", "/v1/events", params={"limit": 1000}).body.decode()
+    tokens_listing = admin.request("GET", "/v1/tokens").body.decode()
+    w.stop()
+    controller.stop()
+    db_bytes = b"".join((controller.data / name).read_bytes()
+                        for name in os.listdir(controller.data) if name.startswith("rc.db"))
+    haystacks = {
+        "controller log": controller.log(),
+        "worker log": w.log(),
+        "events": events,
+        "token list": tokens_listing,
+        "error messages": "\n".join(messages),
+        "database": db_bytes.decode("latin-1"),
+    }
+    for secret in secrets:
+        for where, text in haystacks.items():
+            assert secret not in text, f"a token appears in the {where}"
+    job_output = (controller.data / "logs").glob("*.log")
+    assert all(b"rc_" not in p.read_bytes() for p in job_output)
+
+
+def test_secret_files_are_private(controller, tmp_path, env):
+    mode = stat.S_IMODE(os.stat(controller.data / "admin.token").st_mode)
+    assert mode == 0o600
+    res = Cli(controller.url, controller.admin_token, env, tmp_path).run(
+        "token", "create", "bob", "--role", "user")
+    assert res.returncode == 0
+    secret = res.stdout.decode().strip()
+    assert secret.startswith("rc_") and len(res.stdout.splitlines()) == 1
+    assert Client(controller.url, secret).get("/v1/whoami")["name"] == "bob"
+
+
+def test_a_job_never_sees_the_worker_token(controller, make_worker, cli, env):
+    token = controller.token("w-env", "worker")
+    make_worker(controller, host="envcheck", devices="cpu:1", token=token,
+                worker_env=dict(env, RC_TOKEN=token, RC_OTHER_SETTING="x"))
+    res = cli.run("run", "--", "sh", "-c", "env | grep '^RC_' | cut -d= -f1 | sort")
+    names = res.stdout.decode().split()
+    assert "RC_TOKEN" not in names and "RC_OTHER_SETTING" not in names
+    assert token.encode() not in res.stdout
+    assert {"RC_JOB_ID", "RC_DEVICE"} <= set(names)
