@@ -1,13 +1,18 @@
 """The worker's main loop (inventory §6.2): register, heartbeat, long-poll, run.
 
-Threads: the main thread waits for a signal; the poll thread long-polls for
-assignments and kills; the heartbeat thread names the jobs this worker
-supervises every `heartbeat_interval`; the reporter sends status reports; one
-thread per job (rc.worker.job). The worker only dials out.
+Threads: the main thread waits for a signal; the poll thread runs the startup
+release pass (every device's on_release, rc.worker.hooks) and then long-polls
+for assignments and kills; the heartbeat thread names the jobs this worker
+supervises every `heartbeat_interval`; the probe thread re-probes every
+`probe_interval` and pushes labels and usage sheets (POST
+/v1/workers/{id}/labels, never a re-registration); the reporter sends faults
+and status reports; one thread per job (rc.worker.job). The worker only dials
+out.
 
-A job id is never started twice by one worker process. SIGTERM/SIGINT: stop
+A job id is never started twice by one worker process. A job's lingering
+release is armed once its terminal report is settled. SIGTERM/SIGINT: stop
 polling, end running jobs (their terminal reports go out), wait for the
-reports, exit 0.
+reports (45 s at most), fire pending releases (20 s at most), exit 0.
 """
 
 from __future__ import annotations
@@ -23,11 +28,14 @@ from rc.proto.client import Client
 from rc.proto.codec import decode, encode
 from rc.proto.errors import ApiError, TransportError
 from rc.proto.model import RecoveryProof
-from rc.proto.wire import Assignments, DeviceDecl, RegisterRequest
-from rc.worker import probe, recovery
-from rc.worker.config import WorkerConfig
-from rc.worker.job import JobRun
+from rc.proto.wire import Assignments, DeviceDecl, LabelsRequest, RegisterRequest
+from rc.worker import recovery, sheets
+from rc.worker.config import DeviceConfig, WorkerConfig
+from rc.worker.hooks import Leases, hook_env
+from rc.worker.job import JobRun, Result
+from rc.worker.labels import Prober, ProbeResult
 from rc.worker.reporter import Report, Reporter
+from rc.worker.spool import Spool
 
 __all__ = ["Agent"]
 
@@ -37,7 +45,6 @@ RETRY_MIN_S = 1.0
 RETRY_MAX_S = 30.0
 POLL_FLOOR_S = 0.25
 SHUTDOWN_GRACE_S = 45.0
-FAULT_ATTEMPTS = 5
 
 
 class _Episode:
@@ -71,7 +78,7 @@ class Agent:
         self.reporting: set[int] = set()
         self.started: set[int] = set()
         self._lock = threading.Lock()
-        self.devices: dict[str, probe.Device] = {}
+        self.devices: dict[str, DeviceConfig] = {}
         self.heartbeat_interval = cfg.heartbeat_interval
         self.instance = ""
         self.reregister = False
@@ -81,20 +88,35 @@ class Agent:
         self.instance_id = uuid.uuid4().hex
         self.markers = {"RC_HOST": cfg.host, "RC_WORKER_INSTANCE": self.instance_id}
         self.sweep_scope = {b"RC_WORKER_INSTANCE": self.instance_id.encode()}
+        self.prober = Prober(cfg)
+        self._probe_lock = threading.Lock()
+        self.leases = Leases(cfg)
+        self.spool = Spool(cfg.spool_dir, cfg.spool_max_bytes)
+        self._arms: dict[int, JobRun] = {}
 
     # -- registration -----------------------------------------------------
 
-    def _registration(self) -> RegisterRequest:
-        gpus = probe.query_gpus()
-        configs = probe.discover(self.cfg.devices, gpus)
-        detected: dict[str, dict[str, str]] = {"": probe.host_facts()}
-        declared: dict[str, dict[str, str]] = {"": dict(self.cfg.labels)}
-        self.devices = {}
+    def _probe(self, devices: list[DeviceConfig] | None) -> tuple[ProbeResult, str | None,
+                                                                   dict[str, str]]:
+        """One probe pass plus the usage sheets (inventory §6.8, §6.9)."""
+        with self._probe_lock:
+            res = self.prober.run(devices)
+        host_sheet, device_sheets = sheets.read_sheets(self.cfg.sheet_dir,
+                                                       [d.name for d in res.devices])
+        return res, host_sheet, device_sheets
+
+    def _declared(self, configs: list[DeviceConfig]) -> dict[str, dict[str, str]]:
+        """Declared labels, always sent verbatim (so removing one clears it)."""
+        declared = {"": dict(self.cfg.labels)}
         for d in configs:
-            labels = probe.device_labels(d, gpus)
-            detected[d.name] = labels
             declared[d.name] = dict(d.labels)
-            self.devices[d.name] = probe.Device(d, labels)
+        return declared
+
+    def _registration(self) -> RegisterRequest:
+        res, host_sheet, device_sheets = self._probe(None)
+        configs = res.devices
+        self.devices = {d.name: d for d in configs}
+        self.leases.configure(configs)
         with self._lock:
             idle = not self.jobs
         proof = recovery.recovery_proof(self.cfg.require_manual_clear, self.cfg.host) if idle else None
@@ -103,10 +125,42 @@ class Agent:
             devices=tuple(DeviceDecl(d.name, int(d.max_runtime)) for d in configs),
             boot_id=recovery.boot_id(),
             recovery=proof or RecoveryProof(),
-            labels=detected,
-            declared_labels=declared,
+            labels=res.labels,
+            declared_labels=self._declared(configs),
+            sheet=host_sheet,
+            device_sheets=device_sheets,
             version=__version__,
+            instance=self.instance_id,
+            running_job_ids=tuple(sorted(set(self.jobs) | self.reporting)),
         )
+
+    def push_labels(self) -> bool:
+        """Re-probe and send labels and sheets (never re-registers). True when
+        the controller took them."""
+        configs = list(self.devices.values())
+        res, host_sheet, device_sheets = self._probe(configs)
+        req = LabelsRequest(host=self.cfg.host, devices=tuple(d.name for d in configs),
+                            labels=res.labels, declared_labels=self._declared(configs),
+                            sheet=host_sheet, device_sheets=device_sheets)
+        try:
+            self.client.post(f"/v1/workers/{self.worker_id}/labels", encode(req))
+        except ApiError as e:
+            log.warning("labels push refused: %s", e)
+            if e.status == 404:
+                self.reregister = True
+            return False
+        except TransportError as e:
+            log.warning("labels push failed: %s", e)
+            return False
+        return True
+
+    def gpu_uuid(self, device_name: str) -> str:
+        """The UUID of a device's GPU, as nvidia-smi last listed it ("" if never)."""
+        return self.prober.uuids.get(device_name, "")
+
+    def script_env(self, event: str, run: JobRun) -> dict[str, str]:
+        """The environment of a hook or verify script run for `run`'s job."""
+        return hook_env(event, run.a.device_id, run.hook_context)
 
     def register(self) -> bool:
         """Register until it works or the worker is told to stop."""
@@ -139,10 +193,18 @@ class Agent:
         if not self.register():
             return 0
         threading.Thread(target=self._heartbeat_loop, name="rc-heartbeat", daemon=True).start()
+        threading.Thread(target=self._probe_loop, name="rc-probe", daemon=True).start()
         threading.Thread(target=self._poll_loop, name="rc-poll", daemon=True).start()
         while not self.stop_event.wait(1.0):
             pass
         return self._shutdown()
+
+    def _probe_loop(self) -> None:
+        while not self.stop_event.wait(self.cfg.probe_interval):
+            try:
+                self.push_labels()
+            except Exception:  # a probe bug must not end the loop
+                log.exception("probe pass failed")
 
     def stop(self) -> None:
         """Ask the worker to shut down (signal handlers call this)."""
@@ -184,6 +246,7 @@ class Agent:
             self.reregister = True
 
     def _poll_loop(self) -> None:
+        self.leases.startup_release_pass()
         episode = _Episode(f"cannot reach {self.client.url}")
         delay = RETRY_MIN_S
         path = f"/v1/workers/{self.worker_id}/assignments"
@@ -227,6 +290,10 @@ class Agent:
         kills = set(got.kills)
         for job_id in kills:
             self._cancel(job_id, "")
+        if got.sessions:  # sessions inside holds (rc shell / rc exec / rc cp --hold)
+            from rc.worker import attached
+
+            attached.dispatch_sessions(self, got.sessions)
         for a in got.assignments:
             with self._lock:
                 if a.job_id in self.started:
@@ -238,9 +305,7 @@ class Agent:
                 with self._lock:
                     self.reporting.add(a.job_id)
                 continue
-            device = self.devices.get(a.device_id.rpartition(":")[2])
-            cuda = probe.cuda_index(device.name) if device else None
-            run = JobRun(self, a, cuda)
+            run = JobRun(self, a, self.devices.get(a.device_id.rpartition(":")[2]))
             with self._lock:
                 self.jobs[a.job_id] = run
             run.start()
@@ -253,36 +318,31 @@ class Agent:
 
     # -- job completion -----------------------------------------------------
 
-    def finished(self, run: JobRun, state: str, exit_code: int | None, reason: str,
-                 started_at: float | None) -> None:
-        """Called by a JobRun when its process is gone and its logs flushed."""
+    def finished(self, run: JobRun, result: Result) -> None:
+        """Called by a JobRun when its process is gone, the teardown checks and
+        the verify pass are done and its logs flushed: queue the terminal
+        report (after any fault queued before it)."""
         with self._lock:
             self.jobs.pop(run.job_id, None)
             self.reporting.add(run.job_id)
-        self.reporter.submit(Report(run.job_id, state, exit_code, reason, started_at))
+            if run.release_epoch is not None:
+                self._arms[run.job_id] = run
+        self.reporter.submit(Report(run.job_id, result.state.value, result.exit_code,
+                                    result.reason, run.started_at))
 
     def _report_done(self, job_id: int) -> None:
         with self._lock:
             self.reporting.discard(job_id)
+            run = self._arms.pop(job_id, None)
+        if run is not None:
+            hooks = self.leases.device(run.device_name)
+            if hooks is not None and run.release_epoch is not None:
+                hooks.arm_release(run.release_epoch, run.hook_context)
 
     def fault(self, device_id: str, reason: str, job_id: int | None) -> None:
-        """Quarantine a device (`fault`), retrying transport errors and 5xx."""
-        delay = 0.2
-        for _ in range(FAULT_ATTEMPTS):
-            try:
-                self.client.post(f"/v1/devices/{device_id}/fault",
-                                 {"reason": reason[:4000], "job_id": job_id})
-                log.error("faulted %s: %s", device_id, reason)
-                return
-            except ApiError as e:
-                if e.status < 500:
-                    log.error("fault report for %s refused: %s", device_id, e)
-                    return
-            except TransportError:
-                pass
-            time.sleep(delay)
-            delay *= 2
-        log.error("could not report a fault on %s: %s", device_id, reason)
+        """Quarantine a device (`fault`): queued, retried, and sent before any
+        later report (rc.worker.reporter)."""
+        self.reporter.submit_fault(device_id, reason, job_id)
 
     def _shutdown(self) -> int:
         log.info("shutting down: ending %d running job(s)", len(self.jobs))
@@ -296,5 +356,7 @@ class Agent:
         if not self.reporter.drain(max(1.0, deadline - time.monotonic())):
             log.error("some job reports could not be delivered before shutdown")
         self.reporter.stop()
+        self.leases.drain()
+        self.spool.close()
         log.info("worker stopped")
         return 0

@@ -1,38 +1,44 @@
 """The worker's configuration: /etc/rc/worker.toml (inventory §6.1, in TOML).
 
-Every key, its default and unit:
+Every key, its default and unit (top-level keys first, as TOML requires):
 
     controller_url      = "http://ctl:8080"   # required (or --controller)
     token               = "..."               # else token_file, else $RC_TOKEN
     token_file          = "/etc/rc/worker.token"
     cacert              = ""                  # PEM bundle for an https controller
-    host                = "gpu-host-1"        # default: the hostname
-    devices             = ["gpu0", { name = "gpu1", max_runtime = "24h",
-                            on_acquire = "/etc/rc/hooks/acquire", on_release = "...",
-                            timeout = "60s", release_linger = "30s",
-                            labels = { tier = "a" } }]
-                          # or the string "auto" / "cpu:N" (default "auto")
+    host                = "gpu-host-1"        # default: the short hostname
+    devices             = "auto"              # "auto", "cpu:N", "gpu0,gpu1", or tables:
     labels              = { site = "b2" }     # declared host-wide labels
     heartbeat_interval  = "10s"
-    poll_wait           = "30s"
+    poll_wait           = "30s"               # long-poll wait
     kill_grace          = "10s"               # SIGTERM → SIGKILL
     hooks               = { timeout = "60s", release_linger = "30s" }
     probe_dir           = "/etc/rc/probe.d"
     probe_interval      = "5m"
-    probe_timeout       = "5s"
+    probe_timeout       = "5s"                # per drop-in
     verify_dir          = "/etc/rc/verify.d"
-    verify_timeout      = "30s"
-    verify_pass_budget  = "2m"
-    sheet_dir           = "/etc/rc"
+    verify_timeout      = "30s"               # per script
+    verify_pass_budget  = "2m"                # the whole pass
+    sheet_dir           = "/etc/rc"           # host.md and host.d/DEVICE.md
     require_manual_clear = false
-    spool_dir           = ""                  # default: a temporary directory
-    spool_max_bytes     = 268435456           # log spool while the controller is away
+    spool_dir           = ""                  # default: a private temporary directory
+    spool_max_bytes     = 268435456           # on-disk log spool (all jobs); 0: none
 
-Durations are strings such as "30s", "5m" (or plain seconds). Defaults are
-applied to configs built in code too (`WorkerConfig()`), so no timeout is ever
-zero-means-unbounded by accident. RC_TOKEN fills a missing token (the file
-wins); RC_REQUIRE_MANUAL_CLEAR can only switch require_manual_clear on (an
-unparseable non-blank value counts as true).
+    [[devices]]                               # one table per device, or a list of names
+    name           = "gpu0"
+    max_runtime    = "24h"                    # the device's ceiling; 0 or >= 1s
+    on_acquire     = "/etc/rc/hooks/acquire"  # lease hooks (inventory §6.6)
+    on_release     = "/etc/rc/hooks/release"
+    timeout        = "60s"                    # this device's hook timeout
+    release_linger = "30s"
+    labels         = { tier = "a" }           # declared labels of this device
+
+Durations are strings such as "30s", "5m", "500ms" (or plain seconds).
+Defaults are applied to configs built in code too (`WorkerConfig()`), so no
+timeout is ever zero-means-unbounded by accident. RC_TOKEN fills a missing
+token (the file wins; blank is ignored); RC_REQUIRE_MANUAL_CLEAR can only
+switch require_manual_clear on (an unparseable non-blank value counts as true).
+Command-line flags (--controller, --devices, --host, ...) override the file.
 
 Errors raise ConfigError naming the file, the key and the problem.
 """
@@ -40,6 +46,7 @@ Errors raise ConfigError naming the file, the key and the problem.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import socket
 import sys
@@ -47,7 +54,8 @@ import tomllib
 from dataclasses import dataclass, field
 from typing import Any
 
-from rc.proto.duration import DurationError, parse_duration
+from rc.proto.client import parse_controller_url
+from rc.proto.duration import DurationError, format_duration, parse_duration
 from rc.proto.errors import RcError
 
 __all__ = ["ConfigError", "DeviceConfig", "WorkerConfig", "load", "parse_bool_env", "DEFAULT_PATH"]
@@ -121,20 +129,40 @@ class WorkerConfig:
         return d.release_linger if d.release_linger >= 0 else self.release_linger
 
     def as_toml(self) -> str:
-        """The effective configuration as TOML (the token shown as "<set>")."""
-        lines = []
+        """The effective configuration as TOML that `load` reads back to the
+        same config (durations as "30s", the token left out: only whether one
+        is set is shown, in a comment)."""
+        lines = ["# rc worker: effective configuration"]
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
+            if f.name in ("hook_timeout", "release_linger"):
+                continue
             if f.name == "token":
-                value = "<set>" if value else ""
-            lines.append(f"{f.name} = {_toml_value(value)}")
+                lines.append(f"# token: {'set' if value else 'not set'} (never printed)")
+                continue
+            if f.name == "devices":
+                lines.append(f"devices = {_toml_devices(value)}")
+            elif f.name in _DURATIONS:
+                lines.append(f"{f.name} = {_toml_value(_duration_text(value))}")
+            else:
+                lines.append(f"{f.name} = {_toml_value(value)}")
+            if f.name == "kill_grace":
+                lines.append(f"hooks = {{ timeout = {_toml_value(_duration_text(self.hook_timeout))}, "
+                             f"release_linger = {_toml_value(_duration_text(self.release_linger))} }}")
         return "\n".join(lines) + "\n"
 
 
 def default_host() -> str:
     """The short hostname, as a valid rc host name."""
     name = socket.gethostname().split(".")[0] or "localhost"
-    return "".join(c if c.isalnum() or c in "._-" else "-" for c in name)
+    return "".join(c if c.isalnum() or c in "._-" else "-" for c in name)[:63]
+
+
+def _duration_text(seconds: float) -> str:
+    """Seconds as a duration string that parses back exactly ("1m30s", "1500ms")."""
+    if seconds == int(seconds):
+        return format_duration(seconds)
+    return f"{round(seconds * 1000)}ms"
 
 
 def _toml_value(v: Any) -> str:
@@ -143,14 +171,36 @@ def _toml_value(v: Any) -> str:
     if isinstance(v, (int, float)):
         return repr(v)
     if isinstance(v, str):
-        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        return json.dumps(v, ensure_ascii=False)  # a JSON string is a TOML basic string
     if isinstance(v, dict):
-        return "{ " + ", ".join(f"{k} = {_toml_value(x)}" for k, x in v.items()) + " }"
+        if not v:
+            return "{}"
+        return "{ " + ", ".join(f"{_toml_value(str(k))} = {_toml_value(x)}"
+                                for k, x in v.items()) + " }"
     if isinstance(v, (list, tuple)):
         return "[" + ", ".join(_toml_value(x) for x in v) + "]"
-    if dataclasses.is_dataclass(v):
-        return _toml_value({f.name: getattr(v, f.name) for f in dataclasses.fields(v)})
-    return repr(v)
+    return _toml_value(str(v))
+
+
+def _toml_devices(spec: tuple[DeviceConfig, ...] | str) -> str:
+    if isinstance(spec, str):
+        return _toml_value(spec)
+    rows = []
+    for d in spec:
+        item: dict[str, Any] = {"name": d.name}
+        if d.max_runtime:
+            item["max_runtime"] = _duration_text(d.max_runtime)
+        for key in ("on_acquire", "on_release"):
+            if getattr(d, key):
+                item[key] = getattr(d, key)
+        if d.timeout > 0:
+            item["timeout"] = _duration_text(d.timeout)
+        if d.release_linger >= 0:
+            item["release_linger"] = _duration_text(d.release_linger)
+        if d.labels:
+            item["labels"] = d.labels
+        rows.append("  " + _toml_value(item) + ",")
+    return "[\n" + "\n".join(rows) + "\n]"
 
 
 def parse_bool_env(value: str | None) -> bool | None:
@@ -202,7 +252,8 @@ def load(path: str | None, overrides: dict[str, Any] | None = None,
     cfg = WorkerConfig(**kw)
     if not cfg.token and cfg.token_file:
         try:
-            token = open(cfg.token_file, encoding="utf-8").read().strip()
+            with open(cfg.token_file, encoding="utf-8") as f:
+                token = f.read().strip()
         except OSError as e:
             raise ConfigError(f"{where}: token_file {cfg.token_file}: {e.strerror}") from None
         cfg = dataclasses.replace(cfg, token=token)
@@ -220,6 +271,14 @@ def _parse(where: str, data: dict[str, Any]) -> dict[str, Any]:
             kw[key] = _duration(where, key, value)
         elif key in _STRINGS:
             kw[key] = _string(where, key, value)
+            if key == "host" and kw[key] and not _valid_name(kw[key]):
+                raise ConfigError(f"{where}: host {kw[key]!r}: letters, digits, '.', '_', '-' "
+                                  "only, at most 63")
+            if key == "controller_url" and kw[key]:
+                try:
+                    parse_controller_url(kw[key])
+                except RcError as e:
+                    raise ConfigError(f"{where}: controller_url: {e}") from None
         elif key == "require_manual_clear":
             if not isinstance(value, bool):
                 raise ConfigError(f"{where}: {key} must be true or false")
@@ -245,6 +304,13 @@ def _parse(where: str, data: dict[str, Any]) -> dict[str, Any]:
         else:
             raise ConfigError(f"{where}: {key} is not a known key")
     return kw
+
+
+def _valid_name(name: str) -> bool:
+    """Host and device names: ASCII letters, digits, '.', '_', '-'; 1 to 63, not
+    starting with a punctuation mark (the controller's rule)."""
+    return (0 < len(name) <= 63 and name[0].isascii() and name[0].isalnum()
+            and all(c.isascii() and (c.isalnum() or c in "._-") for c in name))
 
 
 def _duration(where: str, key: str, value: Any) -> float:
@@ -311,7 +377,7 @@ def _devices(where: str, value: Any) -> tuple[DeviceConfig, ...] | str:
         if not isinstance(name, str) or not name.strip():
             raise ConfigError(f"{where}: {at} needs a name")
         name = name.strip()
-        if not all(c.isalnum() or c in "._-" for c in name) or len(name) > 63:
+        if not _valid_name(name):
             raise ConfigError(f"{where}: {at}.name {name!r}: letters, digits, '.', '_', '-' only")
         if name in seen:
             raise ConfigError(f"{where}: {at}: device {name!r} is listed twice")

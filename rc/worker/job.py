@@ -1,16 +1,25 @@
-"""Running one assignment, from spawn to terminal report (inventory §6.4).
+"""Running one assignment, from acquire hook to terminal report (inventory §6.4).
 
-The job runs in its own session and process group, stdin from /dev/null,
-stdout and stderr merged into the LogSink. Watchdogs tick every 100 ms:
-max runtime (wall clock), idle timeout (no output), and cancellation (a kill
-request, the controller ending the job, worker shutdown). Ending it is
-SIGTERM to the group, SIGKILL after the grace, then stragglers; afterwards
-processes that escaped the group but carry RC_JOB_ID are swept. If anything
-of the job survives, the device is faulted with the survivors named
-(DESIGN.md §6.4). Logs are flushed before the terminal report is queued.
+1. The device's on_acquire hook (rc.worker.hooks). Cancelled by our own kill
+   or shutdown → killed, device untouched; failed → the job fails with the
+   hook's output and the device is faulted.
+2. The job, in its own session and process group, stdin from /dev/null,
+   stdout and stderr merged into the LogSink. Watchdogs tick every 100 ms:
+   max runtime (wall clock; the device's ceiling when the job has none or a
+   larger one), idle timeout (no output), and cancellation (a kill request,
+   the controller ending the job, worker shutdown). Ending it is SIGTERM to
+   the group, SIGKILL after the kill grace, then stragglers.
+3. Teardown checks (rc.worker.leftovers): processes that escaped the group
+   but carry RC_JOB_ID are swept; where nvidia-smi knows the device's GPU no
+   compute process may remain on it. Anything that survives faults the
+   device, with the survivors named.
+4. The verify pass (rc.worker.verify); a failure faults the device.
+5. Logs flushed, then the terminal report is queued (faults go out first);
+   once it is settled the agent arms the lingering release.
 
 State: killed (we ended it, or a signal did) > failed (start error or a
-non-zero exit) > succeeded. Death by signal N is exit code 128+N.
+non-zero exit) > succeeded. Death by signal N is exit code 128+N. A job that
+exits on its own while a kill is on its way is labelled by how it exited.
 """
 
 from __future__ import annotations
@@ -20,16 +29,19 @@ import os
 import select
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from rc.proto.duration import format_duration
 from rc.proto.model import JobKind, JobState, Stdio
 from rc.proto.wire import Assignment
-from rc.worker import procfs, supervise
+from rc.worker import leftovers, supervise, verify
+from rc.worker.config import DeviceConfig
+from rc.worker.hooks import HookContext
 from rc.worker.logsink import LogSink
+from rc.worker.probe import device_env
 from rc.worker.reporter import Report
 
-__all__ = ["JobRun", "job_env", "HOLD_COMMAND", "WATCHDOG_TICK_S"]
+__all__ = ["JobRun", "Result", "job_env", "label", "HOLD_COMMAND", "WATCHDOG_TICK_S"]
 
 log = logging.getLogger("rc.worker.job")
 
@@ -52,39 +64,64 @@ def job_env(
     markers: dict[str, str] | None = None,
 ) -> dict[str, str]:
     """A job's environment: the worker's own (minus RC_* settings), the job's
-    entries, then RC_JOB_ID, RC_DEVICE, CUDA_VISIBLE_DEVICES and the worker's
-    `markers` (RC_HOST, RC_WORKER_INSTANCE), which always win over the job's."""
+    entries, then RC_JOB_ID, RC_DEVICE, the CUDA variables and the worker's
+    `markers` (RC_HOST, RC_WORKER_INSTANCE), which always win over the job's.
+
+    `cuda` is the device's GPU index (JobRun.cuda, from probe.device_env): set
+    with CUDA_DEVICE_ORDER=PCI_BUS_ID so CUDA numbers GPUs as nvidia-smi does;
+    "" for a CPU device (no GPU visible); None removes the variables.
+    """
     env = {k: v for k, v in base.items() if not k.startswith(STRIPPED_ENV_PREFIX)}
     env.update(requested)
     env.update(markers or {})
     env["RC_JOB_ID"] = str(job_id)
     env["RC_DEVICE"] = device_id
-    if cuda is not None:
-        env["CUDA_VISIBLE_DEVICES"] = cuda
-        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
-    else:
+    env.pop("CUDA_DEVICE_ORDER", None)
+    if cuda is None:
         env.pop("CUDA_VISIBLE_DEVICES", None)
+    else:
+        env["CUDA_VISIBLE_DEVICES"] = cuda
+        if cuda:  # number GPUs as nvidia-smi does
+            env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     return env
 
 
 @dataclass(slots=True)
 class Result:
+    """How a job ended: its state, exit code (None: never started or never
+    reaped), reason, and the pids of its process group still alive after
+    SIGKILL (survivors, for the teardown checks)."""
+
     state: JobState
     exit_code: int | None
     reason: str
+    survivors: list[int] = field(default_factory=list)
 
 
 class JobRun:
-    """One assignment being run; `cancel()` may be called from any thread."""
+    """One assignment being run; `cancel()` may be called from any thread.
 
-    def __init__(self, agent, a: Assignment, cuda: str | None) -> None:
+    `device` is the configuration of the device it runs on (None if the
+    worker does not know it: then no hooks and no ceiling apply).
+    """
+
+    def __init__(self, agent, a: Assignment, device: DeviceConfig | None) -> None:
         self.agent = agent
         self.a = a
+        self.device = device
+        self.device_name = a.device_id.rpartition(":")[2]
+        cuda = device_env(self.device_name)["CUDA_VISIBLE_DEVICES"]
         self.cuda = cuda
         self.job_id = a.job_id
+        self.started_at: float | None = None
         self._cancel_reason: str | None = None
         self._cancel = threading.Event()
         self.last_output = time.monotonic()
+        self._in_write = False
+        self._swept: list[int] | None = None
+        self.release_epoch: int | None = None
+        """The ownership epoch to arm this job's release with (None: none)."""
+        self.hook_context = HookContext(a.job_id, a.submitter)
         self.thread = threading.Thread(target=self._run, name=f"rc-job-{a.job_id}", daemon=True)
 
     def start(self) -> None:
@@ -99,25 +136,69 @@ class JobRun:
     # -- the run ------------------------------------------------------------
 
     def _run(self) -> None:
+        self.started_at = time.time()
         try:
-            result = self._execute()
+            result = self._lifecycle()
         except Exception as e:  # a bug must still end in a report
             log.exception("job %d: worker error", self.job_id)
             result = Result(JobState.FAILED, None, f"worker error: {e}")
-        self.agent.finished(self, result.state.value, result.exit_code, result.reason,
-                            self.started_at)
+        self.agent.finished(self, result)
+
+    def _lifecycle(self) -> Result:
+        a = self.a
+        hooks = self.agent.leases.device(self.device_name)
+        if hooks is not None:
+            got = hooks.acquire(self.hook_context, self._cancel)
+            if got.cancelled:
+                self.release_epoch = got.epoch
+                return Result(JobState.KILLED, None, got.error)
+            if not got.ok:
+                self.agent.reporter.submit_fault(a.device_id, got.error, a.job_id)
+                return Result(JobState.FAILED, None, got.error)
+            self.release_epoch = got.epoch
+        result = self._execute()
+        problems = []
+        alive = list(result.survivors) + self.sweep_escapees()
+        if alive:
+            problems.append(f"processes of job {a.job_id} survived teardown: "
+                            f"{leftovers.describe_pids(alive)}")
+        uuid = self.agent.gpu_uuid(self.device_name)
+        if uuid:
+            gpu = leftovers.gpu_leftovers(uuid)
+            if gpu:
+                problems.append(gpu)
+        if problems:
+            self.agent.reporter.submit_fault(a.device_id, "; ".join(problems), a.job_id)
+        cfg = self.agent.cfg
+        failed = verify.run_pass(cfg.verify_dir, self.agent.script_env("verify", self),
+                                 timeout=cfg.verify_timeout, budget=cfg.verify_pass_budget,
+                                 grace=cfg.kill_grace)
+        if failed:
+            self.agent.reporter.submit_fault(a.device_id, failed, a.job_id)
+        return result
+
+    def sweep_escapees(self) -> list[int]:
+        """End processes outside the group that carry this job's RC_JOB_ID (and
+        this worker's marker); the pids still alive. Runs once per job."""
+        if self._swept is None:
+            escaped, _complete = supervise.sweep_job(str(self.a.job_id), self.agent.sweep_scope)
+            if escaped:
+                log.warning("job %d: %d process(es) escaped its group and survived",
+                            self.a.job_id, len(escaped))
+            self._swept = list(escaped)
+        return self._swept
 
     def _execute(self) -> Result:
         a = self.a
-        self.started_at = time.time()
-        if a.stdio is not Stdio.LOGS:
-            return Result(JobState.FAILED, None,
-                          f"this worker cannot run {a.stdio.value} sessions yet")
+        if a.stdio is not Stdio.LOGS:  # a terminal or pipe on the relay
+            from rc.worker import attached
+
+            return attached.run_job(self)
         hold = a.kind is JobKind.HOLD
         argv = HOLD_COMMAND if hold else a.command
         env = job_env(dict(os.environ), {} if hold else a.env, a.job_id, a.device_id, self.cuda,
                       self.agent.markers)
-        sink = LogSink(self.agent.client, a.job_id)
+        sink = LogSink(self.agent.client, a.job_id, spool=self.agent.spool)
         cwd, note = _working_dir(a.cwd, self.agent.cfg.host)
         if note:
             sink.write(note)
@@ -142,9 +223,7 @@ class JobRun:
         if why is None:
             stragglers, left = supervise.reap_stragglers(group)
             survivors = survivors or left
-        escaped, complete = supervise.sweep_job(str(a.job_id), self.agent.sweep_scope)
-        if escaped:
-            log.warning("job %d: %d process(es) escaped its group and survived", a.job_id, len(escaped))
+        self.sweep_escapees()  # before draining: an escapee may hold the pipe open
         reader.join(READER_DRAIN_S)
         if reader.is_alive():
             self._reader_stop = True
@@ -152,17 +231,25 @@ class JobRun:
         os.close(r)
         if not sink.close(LOG_FLUSH_SHUTDOWN_S if self.agent.stopping else LOG_FLUSH_S):
             log.error("job %d: %d log bytes could not be delivered", a.job_id, sink.lost)
-        alive = [p.pid for p in survivors] + list(escaped)
-        if alive:
-            names = "; ".join(f"pid {p} {procfs.cmdline(p)!r}" for p in alive[:10])
-            self.agent.fault(a.device_id, f"processes of job {a.job_id} survived teardown: {names}",
-                             a.job_id)
-        return _label(outcome, why, stragglers, hold, a)
+        result = label(outcome, why, stragglers, hold)
+        result.survivors = [p.pid for p in survivors]
+        return result
+
+    def runtime_limit(self) -> int:
+        """The wall-clock limit in seconds (0: none): the job's, capped by the
+        device's ceiling, which also applies to a job that gave none."""
+        limit = self.a.max_runtime_seconds
+        ceiling = int(self.device.max_runtime) if self.device is not None else 0
+        if ceiling and (not limit or limit > ceiling):
+            return ceiling
+        return limit
 
     def _supervise(self, group: supervise.Group, hold: bool):
+        """Wait for the group's leader under the watchdogs; returns (outcome,
+        why we ended it or None, survivors)."""
         a = self.a
         start = time.monotonic()
-        limit = a.max_runtime_seconds
+        limit = self.runtime_limit()
         idle = a.idle_timeout_seconds if not hold else 0
         why: str | None = None
         while True:
@@ -175,9 +262,12 @@ class JobRun:
             elif limit and now - start >= limit:
                 why = (f"hold ended: its ttl of {format_duration(limit)} was reached" if hold
                        else f"max_runtime exceeded ({format_duration(limit)})")
-            elif idle and now - self.last_output >= idle:
+            elif idle and not self._in_write and now - self.last_output >= idle:
                 why = f"idle: no output for {format_duration(idle)}"
             if why is not None:
+                outcome = group.wait(0)  # it may have just exited on its own
+                if outcome is not None:
+                    return outcome, None, []
                 outcome, survivors = supervise.kill_group(group, self.agent.cfg.kill_grace)
                 return outcome, why, survivors
 
@@ -194,7 +284,12 @@ class JobRun:
             if not data:
                 return
             self.last_output = time.monotonic()
-            sink.write(data)
+            self._in_write = True  # a write blocked by us is not the job being idle
+            try:
+                sink.write(data)
+            finally:
+                self._in_write = False
+                self.last_output = time.monotonic()
 
 
 def _working_dir(cwd: str, host: str) -> tuple[str | None, bytes]:
@@ -206,8 +301,15 @@ def _working_dir(cwd: str, host: str) -> tuple[str | None, bytes]:
     return home, f"[rc: {cwd} does not exist on {host}; running in {home}]\n".encode()
 
 
-def _label(outcome: supervise.Outcome | None, why: str | None, stragglers: bool, hold: bool,
-           a: Assignment) -> Result:
+def label(outcome: supervise.Outcome | None, why: str | None, stragglers: bool,
+          hold: bool) -> Result:
+    """The state, exit code and reason of a job that ended (inventory §6.4).
+
+    `why` is our reason for ending it (kill, watchdog) or None; a hold ended
+    by its TTL succeeded. Otherwise: death by signal → killed; stragglers in
+    the group after the leader's exit → killed; an exit code other than
+    exactly 0 (including a status whose low byte is 0) → failed.
+    """
     code = outcome.exit_code if outcome is not None else None
     if why is not None:
         if hold and why.startswith("hold ended"):

@@ -2,13 +2,21 @@
 
 Bytes written to a LogSink are uploaded in order by one thread per job: a
 batch goes out when 64 KiB are waiting or 1 s after its first byte, whichever
-is first. Every upload names the stream offset it starts at, so a retry after
-a lost answer can never duplicate or drop bytes (the controller skips what it
-already has). Bytes leave the sink only once the controller acknowledged them.
+is first, in chunks of at most 1 MiB. Every upload names the stream offset it
+starts at, so a retry after a lost answer can never duplicate or drop bytes
+(the controller skips what it already has). Bytes leave the sink only once the
+controller acknowledged them.
 
-Memory is bounded: at most `max_buffer` bytes wait in memory; past that,
-`write` blocks, which stalls the job's output pipe (backpressure), unless a
-spool is attached (rc.worker.spool), which takes the overflow on disk.
+Memory is bounded: at most `max_buffer` bytes wait in memory, however long a
+line is. Past that, while uploads work, `write` blocks (backpressure: the job's
+output pipe stalls, nothing is lost). While the controller is unreachable (an
+upload failed, or a write has been blocked for SPILL_AFTER_S), waiting bytes go
+to the on-disk spool (rc.worker.spool) so the job keeps running and writing;
+once anything is on disk, later bytes follow it there, so order is kept, and
+the spool drains in order when the controller is back. If the spool is full
+while the controller is still away, output is dropped and a marker line in the
+log says how many bytes were lost there. Without a spool (spool_max_bytes = 0,
+or an unusable directory) writes block until the controller is back.
 """
 
 from __future__ import annotations
@@ -19,8 +27,10 @@ import time
 
 from rc.proto.client import Client
 from rc.proto.errors import ApiError, TransportError
+from rc.worker.spool import Spool, SpoolFile
 
-__all__ = ["LogSink", "BATCH_BYTES", "BATCH_SECONDS", "CHUNK_MAX"]
+__all__ = ["LogSink", "BATCH_BYTES", "BATCH_SECONDS", "CHUNK_MAX", "MEMORY_BYTES",
+           "SPILL_AFTER_S", "lost_marker"]
 
 log = logging.getLogger("rc.worker.logs")
 
@@ -28,8 +38,18 @@ BATCH_BYTES = 64 << 10
 BATCH_SECONDS = 1.0
 CHUNK_MAX = 1 << 20
 """Largest single upload (the controller's log chunk limit)."""
+MEMORY_BYTES = 1 << 20
+"""Output waiting in memory per job, at most."""
+SPILL_AFTER_S = 2.0
+"""A write blocked this long on a full buffer goes to the spool instead."""
 RETRY_MIN_S = 0.2
 RETRY_MAX_S = 5.0
+
+
+def lost_marker(n: int) -> bytes:
+    """The line written into a log where `n` bytes of output were dropped."""
+    return (f"\n[rc: {n} bytes of output lost here: the controller was unreachable and "
+            f"the worker's log spool was full]\n").encode()
 
 
 class LogSink:
@@ -40,69 +60,146 @@ class LogSink:
         client: Client,
         job_id: int,
         *,
-        max_buffer: int = 4 << 20,
+        spool: Spool | None = None,
+        max_buffer: int = MEMORY_BYTES,
         batch_bytes: int = BATCH_BYTES,
         batch_seconds: float = BATCH_SECONDS,
     ) -> None:
         self.client = client
         self.job_id = job_id
+        self.spool = spool
         self.max_buffer = max_buffer
         self.batch_bytes = batch_bytes
         self.batch_seconds = batch_seconds
-        self.offset = 0          # stream offset of buf[0]
-        self.buf = bytearray()
+        self.offset = 0          # stream offset of the first unacknowledged byte
+        self.mem = bytearray()
+        self.file: SpoolFile | None = None
         self.first_at: float | None = None
+        self.failing = False     # the last upload attempt got no answer (or a 5xx)
+        self.dropped = 0         # bytes dropped since the last marker
+        self.lost = 0            # bytes that will never reach the controller
+        self.spilled = 0         # bytes that went through the spool
         self.closing = False
         self.abandon = False
-        self.lost = 0
+        self._chunk = bytearray(CHUNK_MAX)  # every upload is copied here: no churn
         self._cond = threading.Condition()
+        self._abandoned = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"rc-logs-{job_id}", daemon=True)
         self._thread.start()
 
+    # -- the writer's side ---------------------------------------------------
+
+    def _pending(self) -> int:
+        return (self.file.pending if self.file else 0) + len(self.mem)
+
+    def _to_disk(self, data: bytes | bytearray) -> bool:
+        if self.file is None:
+            if self.spool is None:
+                return False
+            self.file = self.spool.open(self.job_id)
+            if self.file is None:
+                self.spool = None
+                return False
+        if not self.file.append(data):
+            return False
+        if not self.spilled:
+            log.info("job %d: the controller is not taking output; it waits in the disk spool",
+                     self.job_id)
+        self.spilled += len(data)
+        return True
+
     def write(self, data: bytes) -> None:
-        """Queue output bytes; blocks while `max_buffer` bytes are waiting."""
+        """Queue output bytes (see the module docstring for when this blocks)."""
         if not data:
             return
         with self._cond:
-            while len(self.buf) >= self.max_buffer and not self.abandon:
-                self._cond.wait(0.5)
-            if self.abandon:
-                self.lost += len(data)
-                return
-            if self.first_at is None:
+            payload = lost_marker(self.dropped) + data if self.dropped else data
+            blocked_since: float | None = None
+            while True:
+                if self.abandon:
+                    self.lost += len(data)
+                    return
+                was_empty = self._pending() == 0
+                if self.file is not None and self.file.pending:
+                    if self._to_disk(payload):
+                        break
+                elif len(self.mem) + len(payload) <= self.max_buffer or not self.mem:
+                    self.mem += payload
+                    break
+                elif self.failing or (blocked_since is not None
+                                      and time.monotonic() - blocked_since >= SPILL_AFTER_S):
+                    if self._to_disk(self.mem):
+                        self.mem.clear()
+                        continue
+                if self.failing and (self.file is not None or self.spool is not None):
+                    # the spool is full and the controller away: drop, and say so
+                    self.dropped += len(data)
+                    self.lost += len(data)
+                    return
+                if blocked_since is None:
+                    blocked_since = time.monotonic()
+                self._cond.wait(0.1)
+            if self.dropped:
+                log.warning("job %d: %d bytes of output lost: the log spool is full",
+                            self.job_id, self.dropped)
+            self.dropped = 0
+            if was_empty:
                 self.first_at = time.monotonic()
-            self.buf += data
-            if len(self.buf) >= self.batch_bytes:
-                self._cond.notify_all()
+            if was_empty or self._pending() >= self.batch_bytes:
+                self._cond.notify_all()  # an idle uploader starts the batch_seconds timer
 
     def close(self, timeout: float) -> bool:
         """Flush everything; True when every byte was acknowledged within
         `timeout` seconds (else the rest is abandoned and counted lost)."""
         with self._cond:
+            if self.dropped:
+                log.warning("job %d: %d bytes of output lost: the log spool is full",
+                            self.job_id, self.dropped)
+                marker = lost_marker(self.dropped)
+                if not (self.file is not None and self.file.pending and self._to_disk(marker)):
+                    self.mem += marker  # a few bytes over the bound, once
+                if self.first_at is None:
+                    self.first_at = time.monotonic()
+                self.dropped = 0
             self.closing = True
             self._cond.notify_all()
         self._thread.join(timeout)
         if self._thread.is_alive():
             with self._cond:
                 self.abandon = True
-                self.lost += len(self.buf)
+                self.lost += self._pending()
                 self._cond.notify_all()
+            self._abandoned.set()
             self._thread.join(RETRY_MAX_S + 1)
-            return False
+        with self._cond:
+            if self.file is not None:
+                self.file.close()
+                self.file = None
+            self.mem = bytearray()
         return self.lost == 0
 
-    def _next_chunk(self) -> tuple[int, bytes] | None:
+    # -- the uploader's side -------------------------------------------------
+
+    def _next_chunk(self) -> tuple[int, memoryview] | None:
+        """The next upload: (stream offset, the bytes in the sink's one reusable
+        chunk buffer), once a batch is due; None when done."""
         with self._cond:
             while True:
                 if self.abandon:
                     return None
-                if self.buf:
-                    due = self.first_at is not None and (
-                        time.monotonic() - self.first_at >= self.batch_seconds
-                    )
-                    if self.closing or due or len(self.buf) >= self.batch_bytes:
-                        return self.offset, bytes(self.buf[:CHUNK_MAX])
-                    self._cond.wait(self.batch_seconds - (time.monotonic() - self.first_at))
+                n = self._pending()
+                if n:
+                    waited = time.monotonic() - (self.first_at or 0.0)
+                    if (self.closing or self.failing or n >= self.batch_bytes
+                            or waited >= self.batch_seconds):
+                        out = memoryview(self._chunk)
+                        if self.file is not None and self.file.pending:
+                            return self.offset, out[: self.file.peek_into(out)]
+                        k = min(len(self.mem), CHUNK_MAX)
+                        with memoryview(self.mem) as view:
+                            out[:k] = view[:k]
+                        return self.offset, out[:k]
+                    self._cond.wait(self.batch_seconds - waited)
                     continue
                 if self.closing:
                     return None
@@ -110,40 +207,51 @@ class LogSink:
 
     def _acked(self, n: int) -> None:
         with self._cond:
-            del self.buf[:n]
+            # the chunk came from the front: the spool if it holds anything
+            # (memory moved there keeps its place), else memory
+            if self.file is not None and self.file.pending:
+                self.file.consume(n)
+            else:
+                del self.mem[:n]
             self.offset += n
-            self.first_at = time.monotonic() if self.buf else None
+            self.first_at = time.monotonic() if self._pending() else None
             self._cond.notify_all()
+
+    def _set_failing(self, value: bool) -> None:
+        with self._cond:
+            if self.failing != value:
+                self.failing = value
+                self._cond.notify_all()
 
     def _run(self) -> None:
         path = f"/v1/jobs/{self.job_id}/logs"
+        delay = RETRY_MIN_S
         while True:
             nxt = self._next_chunk()
             if nxt is None:
                 return
             offset, chunk = nxt
-            delay = RETRY_MIN_S
-            while True:
-                try:
-                    self.client.request("POST", path, raw=chunk, params={"offset": offset})
+            try:
+                self.client.request("POST", path, raw=chunk, params={"offset": offset})
+            except ApiError as e:
+                if e.status < 500:
+                    # Refused for good (job gone, gap): drop these bytes rather
+                    # than block the job forever.
+                    log.error("job %d: log upload refused (%s); %d bytes dropped",
+                              self.job_id, e, len(chunk))
+                    with self._cond:
+                        self.lost += len(chunk)
                     self._acked(len(chunk))
-                    break
-                except ApiError as e:
-                    if e.status >= 500:
-                        pass
-                    else:
-                        # The controller refused these bytes for good (job gone,
-                        # gap): drop them rather than block the job forever.
-                        log.error("job %d: log upload refused (%s); %d bytes dropped",
-                                  self.job_id, e, len(chunk))
-                        with self._cond:
-                            self.lost += len(chunk)
-                        self._acked(len(chunk))
-                        break
-                except TransportError as e:
-                    log.debug("job %d: log upload failed: %s", self.job_id, e)
-                with self._cond:
-                    if self.abandon:
-                        return
-                    self._cond.wait(delay)
-                delay = min(delay * 2, RETRY_MAX_S)
+                    continue
+                self._set_failing(True)
+            except TransportError as e:
+                log.debug("job %d: log upload failed: %s", self.job_id, e)
+                self._set_failing(True)
+            else:
+                self._set_failing(False)
+                delay = RETRY_MIN_S
+                self._acked(len(chunk))
+                continue
+            if self._abandoned.wait(delay):
+                return
+            delay = min(delay * 2, RETRY_MAX_S)

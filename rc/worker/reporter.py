@@ -1,7 +1,9 @@
-"""Job status reports, batched and retried (inventory §6.4 terminal report).
+"""Job status reports and device faults, retried (inventory §6.4, §6.5).
 
-One thread sends every pending report in one request to
-POST /v1/workers/{id}/reports. A terminal report replaces a running report
+One thread sends every pending fault (POST /v1/devices/{id}/fault), then every
+pending report in one request to POST /v1/workers/{id}/reports. No report goes
+out while a fault is still pending, so a job's terminal report (which frees
+its device) can never overtake the fault that must quarantine the device. A terminal report replaces a running report
 not yet sent for the same job (it carries started_at). Transport errors and
 5xx are retried with backoff (200 ms doubling to 5 s) until the report's
 deadline (30 min: the controller may be restarting); a report the controller
@@ -21,7 +23,7 @@ from dataclasses import dataclass
 from rc.proto.client import Client
 from rc.proto.errors import ApiError, TransportError
 
-__all__ = ["Reporter", "Report", "REPORT_DEADLINE_S"]
+__all__ = ["Reporter", "Report", "Fault", "REPORT_DEADLINE_S"]
 
 log = logging.getLogger("rc.worker.reports")
 
@@ -50,6 +52,20 @@ class Report:
                 "reason": self.reason, "started_at": self.started_at}
 
 
+@dataclass(slots=True)
+class Fault:
+    """A pending quarantine of a device (`fault`), with its reason."""
+
+    device_id: str
+    reason: str
+    job_id: int | None = None
+    deadline: float = 0.0
+
+
+FAULT_REASON_MAX = 4000
+"""Longest fault reason sent (the controller's free-text limit is 4096)."""
+
+
 class Reporter:
     """Sends reports for one worker; thread-safe."""
 
@@ -58,6 +74,7 @@ class Reporter:
         self.worker_id = worker_id
         self.on_done = on_done
         self._pending: dict[int, Report] = {}
+        self._faults: list[Fault] = []
         self._cond = threading.Condition()
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name="rc-reporter", daemon=True)
@@ -73,17 +90,26 @@ class Reporter:
             self._pending[report.job_id] = report
             self._cond.notify_all()
 
-    def pending(self) -> int:
+    def submit_fault(self, device_id: str, reason: str, job_id: int | None = None) -> None:
+        """Queue a fault; it goes out before any report queued after it."""
+        log.error("faulting %s: %s", device_id, reason)
         with self._cond:
-            return len(self._pending)
+            self._faults.append(Fault(device_id, reason[:FAULT_REASON_MAX], job_id,
+                                      time.monotonic() + REPORT_DEADLINE_S))
+            self._cond.notify_all()
+
+    def pending(self) -> int:
+        """Reports and faults not yet settled."""
+        with self._cond:
+            return len(self._pending) + len(self._faults)
 
     def drain(self, timeout: float) -> bool:
         """Wait up to `timeout` s for every queued report to settle."""
         deadline = time.monotonic() + timeout
         with self._cond:
-            while self._pending and time.monotonic() < deadline:
+            while (self._pending or self._faults) and time.monotonic() < deadline:
                 self._cond.wait(0.1)
-            return not self._pending
+            return not self._pending and not self._faults
 
     def stop(self) -> None:
         with self._cond:
@@ -95,11 +121,21 @@ class Reporter:
         delay = RETRY_MIN_S
         while True:
             with self._cond:
-                while not self._pending and not self._stopping:
+                while not self._pending and not self._faults and not self._stopping:
                     self._cond.wait()
-                if self._stopping and not self._pending:
+                if self._stopping and not self._pending and not self._faults:
                     return
                 batch = list(self._pending.values())
+            if not self._send_faults():
+                with self._cond:
+                    if self._stopping and not self._faults:
+                        return
+                    self._cond.wait(delay)
+                delay = min(delay * 2, RETRY_MAX_S)
+                continue
+            if not batch:
+                delay = RETRY_MIN_S
+                continue
             try:
                 resp = self.client.post(f"/v1/workers/{self.worker_id}/reports",
                                         {"reports": [r.wire() for r in batch]})
@@ -126,6 +162,28 @@ class Reporter:
                     log.warning("job %s: report refused: %s: %s", res.get("job_id"),
                                 res.get("error"), res.get("message"))
             self._settle(batch)
+
+    def _send_faults(self) -> bool:
+        """Send pending faults in order; False when one must be retried."""
+        while True:
+            with self._cond:
+                if not self._faults:
+                    return True
+                f = self._faults[0]
+            try:
+                self.client.post(f"/v1/devices/{f.device_id}/fault",
+                                 {"reason": f.reason, "job_id": f.job_id})
+            except ApiError as e:
+                if e.status >= 500 and time.monotonic() < f.deadline:
+                    return False
+                log.error("fault on %s refused: %s", f.device_id, e)
+            except TransportError as e:
+                if time.monotonic() < f.deadline:
+                    return False
+                log.error("giving up on the fault of %s: %s", f.device_id, e)
+            with self._cond:
+                self._faults.pop(0)
+                self._cond.notify_all()
 
     def _settle(self, batch: list[Report]) -> None:
         with self._cond:
