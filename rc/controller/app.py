@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from rc.controller.api import admin, devices, jobs, workers
+from rc.controller.api import admin, devices, jobs, relay, workers
 from rc.controller.core import Controller
 from rc.controller.errors import Refused
 from rc.proto.errors import ErrorCode
@@ -102,7 +102,7 @@ async def _internal(request: Request, exc: Exception) -> Response:
 def build_app(ctl: Controller) -> ASGIApp:
     """The ASGI application serving `ctl`."""
     app = Starlette(
-        routes=[*workers.routes, *jobs.routes, *devices.routes, *admin.routes],
+        routes=[*workers.routes, *jobs.routes, *devices.routes, *admin.routes, *relay.routes],
         exception_handlers={
             Refused: _refused,
             HTTPException: _http_exception,

@@ -27,6 +27,7 @@ from rc.controller.db import Database, Tx
 from rc.controller.errors import StartupError
 from rc.controller.hub import Hub
 from rc.controller.logstore import LogStore
+from rc.controller.relay import Relay
 from rc.proto.model import Role
 
 __all__ = ["Controller", "ADMIN_TOKEN_FILE"]
@@ -78,6 +79,8 @@ class Controller:
         self.created_admin_token = False
         self._loops: list[asyncio.Task] = []
         self.on_assign: list[Callable[[list[tuple[int, str]]], None]] = []
+        self.relay = Relay(config.relay_alone_timeout, config.limits.relay_sessions_per_user,
+                           self.hub.notify)
 
     # -- life cycle ------------------------------------------------------
 

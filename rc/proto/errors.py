@@ -64,6 +64,10 @@ class ErrorCode(enum.StrEnum):
     STORE_ERROR = "store_error"
     UNAVAILABLE = "unavailable"
     INTERNAL = "internal"
+    # the relay and sessions inside holds (issue 6)
+    NOT_ATTACHED = "not_attached"
+    SESSION_ENDED = "session_ended"
+    NOT_A_HOLD = "not_a_hold"
 
 
 class ApiError(RcError):

@@ -56,6 +56,10 @@ __all__ = [
     "EventList",
     "DrainRequest",
     "ActionResult",
+    "SessionRequest",
+    "SessionStart",
+    "SessionReport",
+    "SessionView",
 ]
 
 INSTANCE_HEADER = "Rc-Controller-Instance"
@@ -204,6 +208,7 @@ class Assignments:
 
     assignments: tuple[Assignment, ...] = ()
     kills: tuple[int, ...] = ()
+    sessions: tuple[SessionStart, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -407,3 +412,78 @@ class ActionResult:
 
     ok: bool
     message: str = ""
+
+# ---------------------------------------------------------------- sessions inside a hold
+# (issue 6: `rc shell HOLD`, `rc exec HOLD`, `rc cp --hold`). A session runs on
+# the device a hold already has, under the hold's lease: no second lease, no
+# job row. The controller keeps it in memory only and hands it to the hold's
+# worker through the assignments long poll (Assignments.sessions).
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRequest:
+    """POST /v1/jobs/{hold_id}/sessions: start a process inside a hold you own.
+
+    stdio is tty (a terminal; an empty command means the login shell of the
+    worker's user) or pipe (raw stdin and stdout, stderr kept). rows and cols
+    are the terminal's initial size (0: the default 24x80).
+    """
+
+    stdio: Stdio
+    command: tuple[str, ...] = ()
+    cwd: str = ""
+    env: dict[str, str] = field(default_factory=dict)
+    rows: int = 0
+    cols: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SessionStart:
+    """A session for a worker to start on a hold it runs (in Assignments)."""
+
+    session_id: int
+    hold_id: int
+    device_id: str
+    stdio: Stdio
+    command: tuple[str, ...]
+    cwd: str
+    env: dict[str, str]
+    submitter: str
+    rows: int = 0
+    cols: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SessionReport:
+    """POST /v1/jobs/{hold_id}/sessions/{id}/status from the hold's worker.
+
+    state is "running" or "ended"; exit_code is the process's code (128+N for
+    signal N; None when it never started); stderr is the tail of a pipe
+    session's standard error (at most 64 KiB, decoded as UTF-8 with
+    replacement), stderr_dropped how many bytes before it were not kept.
+    """
+
+    state: str
+    exit_code: int | None = None
+    reason: str = ""
+    stderr: str = ""
+    stderr_dropped: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SessionView:
+    """A session as the controller knows it (GET /v1/jobs/{hold}/sessions/{id}).
+
+    state: starting (waiting for the worker), running, ended. The record is
+    kept in memory for a while after it ended, then forgotten.
+    """
+
+    session_id: int
+    hold_id: int
+    device_id: str
+    stdio: Stdio
+    state: str
+    exit_code: int | None = None
+    reason: str = ""
+    stderr: str = ""
+    stderr_dropped: int = 0

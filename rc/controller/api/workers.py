@@ -174,8 +174,9 @@ async def assignments(request: Request):
     while True:
         ev = c.hub.waiter(key)
         fresh, kills = await c.handout(worker_id)
-        if fresh or kills:
-            return reply(Assignments(tuple(_assignment(r) for r in fresh), tuple(kills)))
+        starts = c.relay.starts_for(worker_id)  # sessions inside holds (rc.controller.relay)
+        if fresh or kills or starts:
+            return reply(Assignments(tuple(_assignment(r) for r in fresh), tuple(kills), starts))
         left = deadline - time.monotonic()
         if left <= 0 or c.hub.closing:
             return _no_content()

@@ -1,0 +1,202 @@
+"""The tar streams of `rc cp` and the remote commands at their other end.
+
+Sending (`scan`, then `send`): one top-level entry, the source's own name; a
+symlink given as the source is followed, every symlink inside the tree is
+stored as a link and never followed, and a link inside the tree that points
+outside it (absolute, or `..` past the top) is refused before anything is
+sent. Owners are zeroed; permission bits are kept (setuid, setgid and sticky
+bits are dropped); fifos, sockets and devices are skipped with a warning.
+GNU format, so any file name (spaces, newlines, non-UTF-8 bytes) travels
+byte for byte.
+
+Receiving (`receive`): extraction into an empty directory, refusing
+(ArchiveError) absolute names, `..` components, more than one top-level
+entry, links (symbolic or hard) that point outside that entry, and special
+files; tarfile's `data` filter then runs as well, with permission bits kept
+as sent.
+
+The remote side is GNU tar inside `sh` (UPLOAD_SCRIPT, DOWNLOAD_SCRIPT): it
+refuses `..` members and never writes outside its target by itself. Both
+ends extract into a temporary directory next to the destination and rename
+into place at the end, so a partial copy never carries the final name.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import stat
+import tarfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import BinaryIO
+
+from rc.proto.errors import RcError
+
+__all__ = ["ArchiveError", "Source", "scan", "send", "receive", "UPLOAD_SCRIPT",
+           "DOWNLOAD_SCRIPT", "BUFFER_BYTES"]
+
+BUFFER_BYTES = 1 << 20
+"""Chunk size of the tar stream in both directions."""
+MODE_BITS = 0o777
+"""Permission bits kept on both ends (no setuid, setgid, sticky)."""
+
+
+class ArchiveError(RcError):
+    """A source cannot be sent, or a received archive would write outside
+    its destination; the message names the entry."""
+
+
+@dataclass(slots=True)
+class Source:
+    """What `send` will send: `root` (the path read, the source's target if
+    the source is a symlink), `name` (the top-level entry's name), the bytes
+    and files in it, and the special files it skips."""
+
+    root: str
+    name: str
+    total_bytes: int = 0
+    files: int = 0
+    skipped: list[str] = field(default_factory=list)
+
+
+def _inside(top: str, member_dir: str, target: str) -> bool:
+    """Whether link `target`, found in directory `member_dir` (both relative
+    to the archive root), stays inside entry `top`."""
+    if posixpath.isabs(target):
+        return False
+    resolved = posixpath.normpath(posixpath.join(member_dir, target))
+    return resolved == top or resolved.startswith(top + "/")
+
+
+def scan(src: str) -> Source:
+    """Check a local source before anything is sent. Raises ArchiveError for
+    a missing source or a symlink inside it that leads out of it."""
+    try:
+        st = os.stat(src)  # follows a symlink given as the source
+    except OSError as e:
+        raise ArchiveError(f"{src}: {e.strerror}") from None
+    root = os.path.realpath(src) if os.path.islink(src) else src
+    name = os.path.basename(os.path.normpath(src))
+    if name in ("", ".", "..", "/"):
+        name = os.path.basename(os.path.realpath(src))
+    if not name:
+        raise ArchiveError(f"{src}: cannot copy the root directory")
+    out = Source(root, name)
+    if stat.S_ISREG(st.st_mode):
+        out.total_bytes, out.files = st.st_size, 1
+        return out
+    if not stat.S_ISDIR(st.st_mode):
+        raise ArchiveError(f"{src}: rc cp copies files, directories and symlinks")
+    for d, dirs, files in os.walk(root, onerror=_walk_error):
+        rel_dir = posixpath.join(name, os.path.relpath(d, root).replace(os.sep, "/"))
+        rel_dir = posixpath.normpath(rel_dir)
+        for entry in sorted(dirs + files):
+            path = os.path.join(d, entry)
+            lst = os.lstat(path)
+            rel = posixpath.join(rel_dir, entry)
+            if stat.S_ISLNK(lst.st_mode):
+                target = os.readlink(path)
+                if not _inside(name, rel_dir, target):
+                    raise ArchiveError(
+                        f"{rel!r} is a symlink to {target!r}, outside what is copied; rc cp "
+                        "never follows links out of the tree (copy the target itself, or "
+                        "remove the link)")
+            elif stat.S_ISREG(lst.st_mode):
+                out.total_bytes += lst.st_size
+                out.files += 1
+            elif not stat.S_ISDIR(lst.st_mode):
+                out.skipped.append(rel)
+    return out
+
+
+def _walk_error(e: OSError) -> None:
+    raise ArchiveError(f"{e.filename}: {e.strerror}")
+
+
+def _clean(ti: tarfile.TarInfo) -> tarfile.TarInfo | None:
+    if not (ti.isreg() or ti.isdir() or ti.issym() or ti.islnk()):
+        return None
+    ti.uid = ti.gid = 0
+    ti.uname = ti.gname = ""
+    ti.mode &= MODE_BITS
+    return ti
+
+
+def send(src: Source, out: BinaryIO) -> None:
+    """Write `src` as a tar stream to `out` (anything with write())."""
+    with tarfile.open(fileobj=out, mode="w|", format=tarfile.GNU_FORMAT, bufsize=BUFFER_BYTES,
+                      copybufsize=BUFFER_BYTES) as tar:
+        tar.add(src.root, arcname=src.name, recursive=True, filter=_clean)
+
+
+def _checker(state: dict) -> Callable[[tarfile.TarInfo, str], tarfile.TarInfo]:
+    def check(m: tarfile.TarInfo, dest: str) -> tarfile.TarInfo:
+        name = m.name
+        if name.startswith("/") or posixpath.isabs(name):
+            raise ArchiveError(f"refusing {name!r}: an absolute path in the archive")
+        parts = [p for p in name.split("/") if p not in ("", ".")]
+        if not parts or ".." in parts:
+            raise ArchiveError(f"refusing {name!r}: it would land outside the destination")
+        top = state.setdefault("top", parts[0])
+        if parts[0] != top:
+            raise ArchiveError(f"refusing {name!r}: the archive has more than one top-level "
+                               f"entry ({top!r} came first)")
+        clean_name = "/".join(parts)
+        if m.issym() and not _inside(top, posixpath.dirname(clean_name), m.linkname):
+            raise ArchiveError(f"refusing {name!r}: a symlink to {m.linkname!r}, outside "
+                               "what is copied")
+        if m.islnk() and not _inside(top, "", m.linkname):
+            raise ArchiveError(f"refusing {name!r}: a hard link to {m.linkname!r}, outside "
+                               "what is copied")
+        if not (m.isreg() or m.isdir() or m.issym() or m.islnk()):
+            raise ArchiveError(f"refusing {name!r}: a device, fifo or other special file")
+        safe = tarfile.data_filter(m, dest)
+        if m.isreg() or m.isdir():
+            safe = safe.replace(mode=m.mode & MODE_BITS, deep=False)
+        return safe
+
+    return check
+
+
+def receive(stream: BinaryIO, dest: str) -> str:
+    """Extract a tar stream (anything with read()) into the empty directory
+    `dest`; returns its top-level entry's name. Raises ArchiveError for an
+    entry that is refused and for an archive with nothing in it, and
+    tarfile.TarError for a damaged one."""
+    state: dict = {}
+    with tarfile.open(fileobj=stream, mode="r|", bufsize=BUFFER_BYTES,
+                      copybufsize=BUFFER_BYTES) as tar:
+        tar.extractall(dest, filter=_checker(state))
+    if "top" not in state:
+        raise ArchiveError("the archive is empty")
+    return state["top"]
+
+
+# Remote commands. $1 is the remote path as given (relative: to $HOME). An
+# interrupted copy (SIGTERM, SIGHUP) still removes its temporary directory.
+UPLOAD_SCRIPT = r"""set -e
+trap 'exit 129' HUP; trap 'exit 143' TERM; trap 'exit 130' INT
+case $1 in /*) ;; *) cd -- "$HOME" 2>/dev/null || cd / ;; esac
+if [ -d "$1" ] || [ "${1%/}" != "$1" ]; then dir=$1; final=$2
+else dir=$(dirname -- "$1"); final=$(basename -- "$1"); fi
+mkdir -p -- "$dir"
+tmp=$(mktemp -d "$dir/.rc-cp.XXXXXX")
+trap 'rm -rf -- "$tmp"' EXIT
+tar -x -p -B --no-same-owner -b 128 -f - -C "$tmp"
+mv -T -- "$tmp/$2" "$dir/$final"
+"""
+"""`sh -c UPLOAD_SCRIPT sh DEST NAME`: extract a tar of NAME from stdin and
+place it at DEST (into DEST when it is a directory or ends with '/')."""
+
+DOWNLOAD_SCRIPT = r"""set -e
+case $1 in /*) ;; *) cd -- "$HOME" 2>/dev/null || cd / ;; esac
+p=$1
+while [ "${p%/}" != "$p" ] && [ "${p%/}" != "" ]; do p=${p%/}; done
+[ -e "$p" ] || { echo "rc cp: $1: no such file or directory" >&2; exit 2; }
+if [ -L "$p" ]; then p=$(readlink -f -- "$p"); fi
+cd -- "$(dirname -- "$p")"
+exec tar -c -f - --format=gnu -b 128 -- "$(basename -- "$p")"
+"""
+"""`sh -c DOWNLOAD_SCRIPT sh PATH`: PATH (a symlink given as PATH followed) as
+a tar on stdout."""

@@ -1,0 +1,329 @@
+"""Relay routes (inventory §3.5) and sessions inside holds (issue 6).
+
+The four halves of a job's terminal or pipe session:
+
+    GET  /v1/jobs/{id}/tty/out   client reads output      (owner or admin)
+    POST /v1/jobs/{id}/tty/in    client writes input      (owner or admin)
+    POST /v1/jobs/{id}/tty/out   worker writes output     (the job's worker)
+    GET  /v1/jobs/{id}/tty/in    worker reads input       (the job's worker)
+
+and the same four under /v1/jobs/{hold}/sessions/{sid}/tty/... for a session
+inside a hold, which is started with POST /v1/jobs/{hold}/sessions, watched
+with GET /v1/jobs/{hold}/sessions/{sid}?wait=S&state=X and reported on by the
+worker with POST /v1/jobs/{hold}/sessions/{sid}/status.
+
+A job half reads the database once (does the job exist, who owns it, is it a
+tty or pipe job still running); a session half reads only relay memory.
+Someone else's token gets 403 not_job_owner (clients) or not_worker_job
+(workers). The halves are raw ASGI endpoints: a POST half answers its status
+line at once and streams its request body into the session while the
+response stays open (HTTP/1.1 full duplex), ending it with one JSON line,
+`{"ok": true}` or `{"ended": "<why>"}` (rc.proto.relay).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import orjson
+from starlette.requests import Request
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from rc.controller.api import Role, caller, ctl, json_body, path_int, query_float, reply
+from rc.controller.api.jobs import validate_submit
+from rc.controller.auth import Caller
+from rc.controller.errors import Refused
+from rc.controller.relay import Ended, Pipe, Relay, Session
+from rc.proto.errors import ErrorCode
+from rc.proto.model import JobKind, JobState, Stdio
+from rc.proto.wire import SessionReport, SessionRequest, SubmitRequest
+
+__all__ = ["routes"]
+
+DRAIN_S = 5.0
+"""After ending a POST half early, how long its leftover body is read and
+dropped while the sender notices (so the server never stalls on it)."""
+SESSION_STATES = ("running", "ended")
+
+
+def _owner_check(who: Caller, owner: str, what: str) -> None:
+    if not who.admin and who.name != owner:
+        raise Refused.forbidden(f"{what} belongs to {owner}; only its owner or an admin may "
+                                "attach to it", ErrorCode.NOT_JOB_OWNER)
+
+
+def _worker_check(who: Caller, worker: str, what: str) -> None:
+    if who.role is Role.WORKER and who.host != worker:
+        raise Refused.forbidden(f"{what} does not run on {who.host or 'this worker'}",
+                                ErrorCode.NOT_WORKER_JOB)
+
+
+async def _job_session(request: Request, who: Caller, side: str) -> Session:
+    c = ctl(request)
+    job_id = path_int(request)
+    row = await c.db.read(lambda tx: tx.one("job_brief", (job_id,)))
+    if row is None:
+        raise Refused.not_found(f"no job {job_id}")
+    what = f"job {job_id}"
+    if side == "client":
+        _owner_check(who, row["submitter"], what)
+    else:
+        _worker_check(who, row["worker_id"], what)
+    stdio = Stdio(row["stdio"])
+    if not stdio.attached:
+        raise Refused.conflict(ErrorCode.NOT_ATTACHED,
+                               f"{what} has no terminal or pipe; its output is in its log "
+                               f"(rc logs {job_id})")
+    if JobState(row["state"]).terminal:
+        raise Refused.conflict(ErrorCode.SESSION_ENDED, f"{what} has ended ({row['state']})")
+    return c.relay.for_job(job_id, row["submitter"], row["worker_id"], stdio)
+
+
+def _hold_session(request: Request) -> Session:
+    c = ctl(request)
+    hold_id, sid = path_int(request), path_int(request, "sid")
+    s = c.relay.get(hold_id, sid)
+    if s is None or s.start is None:
+        raise Refused.not_found(f"no session {sid} in hold {hold_id} (a session is forgotten "
+                                "10 minutes after it ends, and when the controller restarts)")
+    return s
+
+
+class _Half:
+    """One relay half as a raw ASGI endpoint: `half` is side_direction."""
+
+    def __init__(self, half: str, in_hold: bool) -> None:
+        self.half = half
+        self.side = half.partition("_")[0]
+        self.in_hold = in_hold
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        request = Request(scope, receive)
+        c = ctl(request)
+        who = caller(request, Role.USER if self.side == "client" else Role.WORKER)
+        if self.in_hold:
+            s = _hold_session(request)
+            what = f"session {s.key[1]} of hold {s.key[0]}"
+            if self.side == "client":
+                _owner_check(who, s.owner, what)
+            else:
+                _worker_check(who, s.worker, what)
+        else:
+            s = await _job_session(request, who, self.side)
+        relay: Relay = c.relay
+        relay.attach(s, self.half)
+        stop = c.hub.waiter("relay")  # set when the controller shuts down
+        try:
+            if self.half == "client_out":
+                await _reader(relay, s, s.out, self.half, receive, send, stop)
+            elif self.half == "worker_in":
+                await _reader(relay, s, s.inp, self.half, receive, send, stop)
+            elif self.half == "worker_out":
+                await _writer(relay, s, s.out, self.half, receive, send, stop)
+            else:
+                await _writer(relay, s, s.inp, self.half, receive, send, stop)
+        finally:
+            relay.detach(s, self.half)
+
+
+async def _start(send: Send, media_type: str) -> None:
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"content-type", media_type.encode()),
+                            (b"cache-control", b"no-store")]})
+
+
+async def _disconnected(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _first(*aws) -> set:
+    tasks = [asyncio.ensure_future(a) for a in aws]
+    done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    for t in pending:
+        t.cancel()
+    return {tasks.index(t) for t in done}
+
+
+async def _reader(relay: Relay, s: Session, pipe: Pipe, half: str, receive: Receive, send: Send,
+                  stop: asyncio.Event) -> None:
+    """A GET half: the pipe's bytes as a streamed response. A clean end of the
+    output (everything read) ends the session; the reader going away ends it
+    too (client) or closes the process's input (worker)."""
+    await _start(send, "application/octet-stream")
+    gone = asyncio.ensure_future(_first(_disconnected(receive), stop.wait()))
+    try:
+        while True:
+            get = asyncio.ensure_future(pipe.get())
+            done, _ = await asyncio.wait({get, gone}, return_when=asyncio.FIRST_COMPLETED)
+            if get not in done:
+                get.cancel()
+                break
+            try:
+                data = get.result()
+            except Ended:
+                return  # abrupt: no closing chunk, so the reader knows it broke
+            if data is None:
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+                if half == "client_out":
+                    relay.finish(s, "the output ended", clean=True)
+                return
+            await send({"type": "http.response.body", "body": data, "more_body": True})
+    finally:
+        if not gone.done():
+            gone.cancel()
+    why = gone.result()
+    if 1 in why:
+        relay.finish(s, "the controller is shutting down")
+    elif half == "client_out":
+        relay.finish(s, "the client went away")
+    else:
+        pipe.breaks("the process's input was closed")
+
+
+async def _pump(receive: Receive, pipe: Pipe) -> str:
+    while True:
+        msg = await receive()
+        if msg["type"] == "http.disconnect":
+            return "disconnect"
+        body = msg.get("body")
+        if body:
+            await pipe.put(body)
+        if not msg.get("more_body", False):
+            return "complete"
+
+
+async def _writer(relay: Relay, s: Session, pipe: Pipe, half: str, receive: Receive, send: Send,
+                  stop: asyncio.Event) -> None:
+    """A POST half: its body into the pipe. The response's status line goes
+    out at once; its one JSON line when the half ends."""
+    await _start(send, "application/x-ndjson")
+    pump = asyncio.ensure_future(_pump(receive, pipe))
+    which = await _first(pump, s.done.wait(), stop.wait())
+    outcome = None
+    if 0 in which:
+        try:
+            outcome = pump.result()
+        except Ended:
+            outcome = None
+    elif not pump.done():
+        pump.cancel()
+    if outcome == "complete":
+        pipe.close()
+        await _line(send, {"ok": True})
+        return
+    if outcome == "disconnect":
+        if half == "worker_out":
+            relay.finish(s, "the worker's output connection broke")
+        else:
+            pipe.close()  # the client's input ended: end of file for the process
+        return
+    if 2 in which:
+        relay.finish(s, "the controller is shutting down")
+    await _line(send, {"ended": s.end_reason or pipe.broken or "the session ended"})
+    await _drain(receive)
+
+
+async def _line(send: Send, obj: dict) -> None:
+    await send({"type": "http.response.body", "body": orjson.dumps(obj) + b"\n",
+                "more_body": False})
+
+
+async def _drain(receive: Receive) -> None:
+    try:
+        async with asyncio.timeout(DRAIN_S):
+            while True:
+                msg = await receive()
+                if msg["type"] == "http.disconnect" or not msg.get("more_body", False):
+                    return
+    except TimeoutError:
+        pass
+
+
+# -- sessions inside a hold ---------------------------------------------------
+
+
+async def open_session(request: Request):
+    """POST /v1/jobs/{hold}/sessions: start a tty or pipe session in a running
+    hold you own (201 with its SessionView). No second lease: it runs under
+    the hold's, on the hold's device, and ends when the hold ends."""
+    c = ctl(request)
+    who = caller(request, Role.USER)
+    hold_id = path_int(request)
+    req = await json_body(request, SessionRequest, c.cfg.limits.body_bytes)
+    row = await c.db.read(lambda tx: tx.one("job_brief", (hold_id,)))
+    if row is None:
+        raise Refused.not_found(f"no job {hold_id}")
+    _owner_check(who, row["submitter"], f"hold {hold_id}")
+    if row["kind"] != JobKind.HOLD:
+        raise Refused.conflict(ErrorCode.NOT_A_HOLD,
+                               f"job {hold_id} is not a hold (sessions run inside holds; "
+                               "rc run --tty starts a terminal job of its own)")
+    if row["state"] != JobState.RUNNING:
+        raise Refused.conflict(ErrorCode.SESSION_ENDED,
+                               f"hold {hold_id} is {row['state']}, not running")
+    if not req.stdio.attached:
+        raise Refused.bad(ErrorCode.BAD_REQUEST, "a session's stdio is tty or pipe")
+    if not (0 <= req.rows < 65536 and 0 <= req.cols < 65536):
+        raise Refused.bad(ErrorCode.BAD_REQUEST, "rows and cols must be in 0..65535")
+    # the same checks as a job's command, cwd and environment
+    validate_submit(SubmitRequest(command=req.command, device_id=row["device_id"], cwd=req.cwd,
+                                  env=req.env, stdio=req.stdio), who, c.cfg.limits)
+    s = c.relay.open_in_hold(hold_id, row["device_id"], row["worker_id"], row["submitter"], req)
+    return reply(s.view(), 201)
+
+
+async def get_session(request: Request):
+    """GET /v1/jobs/{hold}/sessions/{sid}[?wait=S&state=X]: a session's state;
+    with `wait`, answers when it differs from X (or after S seconds, max 60)."""
+    c = ctl(request)
+    who = caller(request, Role.USER)
+    s = _hold_session(request)
+    _owner_check(who, s.owner, f"session {s.key[1]} of hold {s.key[0]}")
+    wait = query_float(request, "wait", 0.0, 0.0, 60.0)
+    seen = request.query_params.get("state", "")
+    deadline = time.monotonic() + wait
+    key = f"session:{s.key[0]}.{s.key[1]}"
+    while True:
+        ev = c.hub.waiter(key)
+        left = deadline - time.monotonic()
+        if s.state != seen or left <= 0 or c.hub.closing:
+            return reply(s.view())
+        try:
+            await asyncio.wait_for(ev.wait(), left)
+        except TimeoutError:
+            pass
+
+
+async def report_session(request: Request):
+    """POST /v1/jobs/{hold}/sessions/{sid}/status: the worker says a session
+    is running, or ended with an exit code (and a pipe session's stderr)."""
+    c = ctl(request)
+    who = caller(request, Role.WORKER)
+    s = _hold_session(request)
+    _worker_check(who, s.worker, f"session {s.key[1]} of hold {s.key[0]}")
+    rep = await json_body(request, SessionReport, c.cfg.limits.body_bytes)
+    if rep.state not in SESSION_STATES:
+        raise Refused.bad(ErrorCode.BAD_REQUEST, "a session report's state is running or ended")
+    c.relay.report(s, rep)
+    return reply({"ok": True})
+
+
+def _halves(prefix: str, in_hold: bool) -> list[Route]:
+    return [
+        Route(f"{prefix}/tty/out", _Half("client_out", in_hold), methods=["GET"]),
+        Route(f"{prefix}/tty/out", _Half("worker_out", in_hold), methods=["POST"]),
+        Route(f"{prefix}/tty/in", _Half("client_in", in_hold), methods=["POST"]),
+        Route(f"{prefix}/tty/in", _Half("worker_in", in_hold), methods=["GET"]),
+    ]
+
+
+routes = [
+    *_halves("/v1/jobs/{job_id}", False),
+    *_halves("/v1/jobs/{job_id}/sessions/{sid}", True),
+    Route("/v1/jobs/{job_id}/sessions", open_session, methods=["POST"]),
+    Route("/v1/jobs/{job_id}/sessions/{sid}", get_session, methods=["GET"]),
+    Route("/v1/jobs/{job_id}/sessions/{sid}/status", report_session, methods=["POST"]),
+]

@@ -1,0 +1,388 @@
+"""The relay: terminals and pipes spliced in controller memory (inventory §3.5).
+
+A *session* joins a client and a worker through two pipes: output (worker →
+client) and input (client → worker). Each pipe has a writing half and a
+reading half, each one streamed HTTP request (rc.controller.api.relay):
+
+    client GET  .../tty/out  ⇐  out pipe  ⇐  worker POST .../tty/out
+    client POST .../tty/in   ⇒  in pipe   ⇒  worker GET  .../tty/in
+
+Rules:
+- Nothing is stored and nothing touches the database: the routes check once,
+  at connect, that the job exists and who may attach; after that a session
+  lives in this process's memory only.
+- Either side may connect first. Each half takes at most one connection at a
+  time (a second one is refused 409 conflict).
+- Every pipe is bounded (`PIPE_BYTES`): a writer waits while it is full, so a
+  slow reader slows the remote process down instead of growing memory.
+  Keystrokes typed before the other side arrives wait in the pipe.
+- The output direction ending ends the session: cleanly once the worker's
+  output ended and the client read all of it; abruptly when either output
+  half goes away. The input direction ending is only end of file for the
+  process.
+- A session where only one side (client or worker) is attached, or nobody,
+  for `alone_timeout` seconds is ended and its memory freed.
+- An ended session is remembered (without its buffers) for `ENDED_LINGER_S`,
+  so a late connection is told it ended instead of starting a new one, and a
+  session inside a hold keeps its exit code for the client to read.
+
+Sessions inside a hold (`rc shell HOLD`, `rc exec HOLD`, `rc cp --hold`) are
+started here too: `open_in_hold` records one, `starts_for(worker)` hands it to
+the hold's worker through its long poll until the worker acknowledges it, and
+`report` records what the worker says about it (running, ended with an exit
+code and a pipe session's stderr tail).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from rc.controller.errors import Refused
+from rc.proto.errors import ErrorCode
+from rc.proto.model import Stdio
+from rc.proto.wire import SessionReport, SessionRequest, SessionStart, SessionView
+
+__all__ = [
+    "Relay",
+    "Session",
+    "Pipe",
+    "Ended",
+    "HALVES",
+    "PIPE_BYTES",
+    "ENDED_LINGER_S",
+    "REDELIVER_S",
+]
+
+PIPE_BYTES = 1 << 20
+"""Bytes one direction of a session buffers before its writer waits."""
+READ_BYTES = 1 << 20
+"""Most bytes handed to a reader at once."""
+ENDED_LINGER_S = 600.0
+"""How long an ended session is remembered (its outcome, not its buffers)."""
+REDELIVER_S = 10.0
+"""A session start the worker has not acknowledged is handed out again after this."""
+WATCH_TICK_S = 1.0
+STDERR_KEEP_BYTES = 64 << 10
+"""Most stderr (characters) a session inside a hold keeps."""
+
+HALVES = ("client_out", "client_in", "worker_out", "worker_in")
+"""The four connections of a session, named side_direction."""
+
+
+class Ended(Exception):
+    """The session ended while a half was waiting; `reason` says why."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class Pipe:
+    """One direction of a session: a bounded FIFO of byte chunks.
+
+    `put` waits while `limit` bytes are queued; `get` waits for bytes and
+    returns None at end of file (after `close`). `breaks(reason)` wakes both
+    sides with Ended: queued bytes are dropped.
+    """
+
+    def __init__(self, limit: int = PIPE_BYTES) -> None:
+        self.limit = limit
+        self.size = 0
+        self.total = 0
+        self.eof = False
+        self.broken: str | None = None
+        self._chunks: deque[bytes] = deque()
+        self._readable = asyncio.Event()
+        self._writable = asyncio.Event()
+        self._writable.set()
+
+    async def put(self, data: bytes) -> None:
+        """Queue `data` (waits while the pipe is full). Raises Ended."""
+        while True:
+            if self.broken is not None:
+                raise Ended(self.broken)
+            if self.size < self.limit:
+                break
+            self._writable.clear()
+            await self._writable.wait()
+        if data:
+            self._chunks.append(data)
+            self.size += len(data)
+            self._readable.set()
+
+    async def get(self, limit: int = READ_BYTES) -> bytes | None:
+        """Up to `limit` queued bytes (waiting for some); None at end of file.
+        Raises Ended."""
+        while not self._chunks:
+            if self.broken is not None:
+                raise Ended(self.broken)
+            if self.eof:
+                return None
+            self._readable.clear()
+            await self._readable.wait()
+        if self.broken is not None:
+            raise Ended(self.broken)
+        first = self._chunks.popleft()
+        if len(first) > limit:
+            self._chunks.appendleft(first[limit:])
+            first = first[:limit]
+        parts, n = [first], len(first)
+        while self._chunks and n + len(self._chunks[0]) <= limit:
+            part = self._chunks.popleft()
+            parts.append(part)
+            n += len(part)
+        self.size -= n
+        self.total += n
+        self._writable.set()
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def close(self) -> None:
+        """The writer is done: the reader gets end of file after the queued bytes."""
+        self.eof = True
+        self._readable.set()
+
+    def breaks(self, reason: str) -> None:
+        """End both sides now (queued bytes are dropped)."""
+        if self.broken is None:
+            self.broken = reason
+        self._chunks.clear()
+        self.size = 0
+        self._readable.set()
+        self._writable.set()
+
+
+@dataclass(eq=False)
+class Session:
+    """One terminal or pipe session.
+
+    key is (job id, session id); session id 0 is a job's own stdio, any other
+    a session inside the hold `key[0]`. `start` is set for sessions inside a
+    hold (what the worker is told to run), with their lifecycle in `state`
+    (starting, running, ended), `exit_code`, `reason` and `stderr`.
+    """
+
+    key: tuple[int, int]
+    owner: str
+    worker: str
+    stdio: Stdio
+    created: float
+    out: Pipe = field(default_factory=Pipe)
+    inp: Pipe = field(default_factory=Pipe)
+    attached: set[str] = field(default_factory=set)
+    used: set[str] = field(default_factory=set)
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+    end_reason: str = ""
+    clean: bool = False
+    ended_at: float = 0.0
+    alone_since: float | None = None
+    start: SessionStart | None = None
+    delivered_at: float = 0.0
+    acked: bool = False
+    state: str = "starting"
+    exit_code: int | None = None
+    reason: str = ""
+    stderr: str = ""
+    stderr_dropped: int = 0
+
+    @property
+    def name(self) -> str:
+        job, sid = self.key
+        return f"session {sid} of hold {job}" if sid else f"job {job}'s {self.stdio.value} session"
+
+    @property
+    def ended(self) -> bool:
+        return self.done.is_set()
+
+    def view(self) -> SessionView:
+        job, sid = self.key
+        return SessionView(
+            session_id=sid, hold_id=job, device_id=self.start.device_id if self.start else "",
+            stdio=self.stdio, state=self.state, exit_code=self.exit_code, reason=self.reason,
+            stderr=self.stderr, stderr_dropped=self.stderr_dropped)
+
+
+class Relay:
+    """Every session of this controller process.
+
+    `alone_timeout` (seconds) ends a session only one side attends;
+    `per_user` caps the sessions a user has open (429 limit_exceeded);
+    `notify(keys)` announces session changes ("session:<job>.<sid>" and
+    "worker:<id>" for a new start) to long polls; `clock` is monotonic seconds.
+    """
+
+    def __init__(self, alone_timeout: float, per_user: int,
+                 notify: Callable[[list[str]], None] = lambda keys: None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.alone_timeout = alone_timeout
+        self.per_user = per_user
+        self.notify = notify
+        self.clock = clock
+        self.sessions: dict[tuple[int, int], Session] = {}
+        self._ids = itertools.count(1)
+        self._watch: asyncio.Task | None = None
+
+    # -- sessions ----------------------------------------------------------
+
+    def _new(self, key: tuple[int, int], owner: str, worker: str, stdio: Stdio) -> Session:
+        live = sum(1 for s in self.sessions.values() if s.owner == owner and not s.ended)
+        if self.per_user and live >= self.per_user:
+            raise Refused(429, ErrorCode.LIMIT_EXCEEDED,
+                          f"{owner} already has {live} terminal or pipe sessions open "
+                          f"(the limit is {self.per_user})")
+        s = Session(key, owner, worker, stdio, self.clock())
+        s.alone_since = s.created
+        self.sessions[key] = s
+        if self._watch is None or self._watch.done():
+            self._watch = asyncio.create_task(self._watch_loop(), name="rc-relay-watch")
+        return s
+
+    def for_job(self, job_id: int, owner: str, worker: str, stdio: Stdio) -> Session:
+        """The session of a tty or pipe job, created at its first connection.
+
+        Raises Refused 409 session_ended when it already ended, 429 past the
+        per-user limit.
+        """
+        s = self.sessions.get((job_id, 0))
+        if s is None:
+            return self._new((job_id, 0), owner, worker, stdio)
+        if s.ended:
+            raise Refused.conflict(ErrorCode.SESSION_ENDED, f"{s.name} has ended ({s.end_reason})")
+        return s
+
+    def open_in_hold(self, hold_id: int, device_id: str, worker: str, owner: str,
+                     req: SessionRequest) -> Session:
+        """Record a session to start inside a running hold and wake its worker."""
+        sid = next(self._ids)
+        s = self._new((hold_id, sid), owner, worker, req.stdio)
+        s.start = SessionStart(session_id=sid, hold_id=hold_id, device_id=device_id,
+                               stdio=req.stdio, command=req.command, cwd=req.cwd,
+                               env=dict(req.env), submitter=owner, rows=req.rows, cols=req.cols)
+        self.notify([f"worker:{worker}"])
+        return s
+
+    def open_sessions(self) -> int:
+        """Sessions not ended yet (the rc_relay_sessions metric)."""
+        return sum(1 for s in self.sessions.values() if not s.ended)
+
+    def get(self, job_id: int, sid: int) -> Session | None:
+        """A session by key, ended ones included while remembered."""
+        return self.sessions.get((job_id, sid))
+
+    def starts_for(self, worker: str) -> tuple[SessionStart, ...]:
+        """Session starts to hand this worker now: never delivered, or not
+        acknowledged `REDELIVER_S` after the last delivery (the worker never
+        starts a session twice)."""
+        now = self.clock()
+        out = []
+        for s in self.sessions.values():
+            if (s.start is not None and s.worker == worker and not s.acked and not s.ended
+                    and now - s.delivered_at >= REDELIVER_S):
+                s.delivered_at = now
+                out.append(s.start)
+        return tuple(out)
+
+    def report(self, s: Session, rep: SessionReport) -> None:
+        """What the worker says about a session inside a hold. An ended session
+        stays ended; a report for it is kept only if it adds the exit code."""
+        s.acked = True
+        if s.state == "ended" and rep.state != "ended":
+            return
+        s.state = rep.state
+        if rep.state == "ended":
+            s.exit_code = rep.exit_code
+            s.reason = rep.reason
+            s.stderr = rep.stderr[-STDERR_KEEP_BYTES:]
+            s.stderr_dropped = rep.stderr_dropped + max(0, len(rep.stderr) - STDERR_KEEP_BYTES)
+            if not {"worker_out"} & (s.used | s.attached):
+                s.out.close()  # it never ran: its (empty) output is complete
+        self._changed(s)
+
+    def _changed(self, s: Session) -> None:
+        job, sid = s.key
+        self.notify([f"session:{job}.{sid}"])
+
+    # -- halves ------------------------------------------------------------
+
+    def attach(self, s: Session, half: str) -> None:
+        """Connect a half. Raises Refused 409 when the session ended, the half
+        is connected already, or (input) its direction was already closed."""
+        if s.ended:
+            raise Refused.conflict(ErrorCode.SESSION_ENDED, f"{s.name} has ended ({s.end_reason})")
+        if half in s.attached:
+            raise Refused.conflict(ErrorCode.CONFLICT,
+                                   f"{s.name} already has a {half.replace('_', ' ')} connection")
+        if half in s.used:
+            raise Refused.conflict(ErrorCode.SESSION_ENDED,
+                                   f"the {half.replace('_', ' ')} half of {s.name} was closed "
+                                   "and cannot be reopened")
+        s.attached.add(half)
+        s.used.add(half)
+        if half.startswith("worker"):
+            s.acked = True
+        self._recheck(s)
+
+    def detach(self, s: Session, half: str) -> None:
+        """A half's connection is gone."""
+        s.attached.discard(half)
+        self._recheck(s)
+        if s.ended and not s.attached:
+            s.out.breaks(s.end_reason)  # nobody will read what is left: free it
+
+    def _recheck(self, s: Session) -> None:
+        sides = {h.partition("_")[0] for h in s.attached}
+        if sides == {"client", "worker"}:
+            s.alone_since = None
+        elif s.alone_since is None:
+            s.alone_since = self.clock()
+
+    def finish(self, s: Session, reason: str, clean: bool = False) -> None:
+        """End a session: every waiting half wakes; queued bytes are dropped
+        unless the output was complete (`clean`)."""
+        if s.ended:
+            return
+        s.end_reason = reason
+        s.clean = clean
+        s.ended_at = self.clock()
+        if not clean or "client_out" not in s.attached:
+            s.out.breaks(reason)
+        s.inp.breaks(reason)
+        s.done.set()
+        self._changed(s)
+
+    def shutdown(self, reason: str = "the controller is shutting down") -> None:
+        """End every session (the controller is stopping)."""
+        for s in list(self.sessions.values()):
+            self.finish(s, reason)
+
+    # -- time ----------------------------------------------------------------
+
+    def tick(self, now: float) -> None:
+        """End sessions left alone too long; forget ended ones after their linger."""
+        for key, s in list(self.sessions.items()):
+            if s.ended:
+                if not s.attached and now - s.ended_at >= ENDED_LINGER_S:
+                    del self.sessions[key]
+                continue
+            if s.alone_since is not None and now - s.alone_since >= self.alone_timeout:
+                sides = {h.partition("_")[0] for h in s.attached}
+                waited = f"{self.alone_timeout:g}s"
+                if sides == {"client"}:
+                    why = f"the worker did not attach within {waited}"
+                elif sides == {"worker"}:
+                    why = f"no client attached within {waited}"
+                else:
+                    why = f"nobody attached within {waited}"
+                self.finish(s, why)
+                if s.start is not None and s.state != "ended":
+                    s.state, s.reason = "ended", why
+                    self._changed(s)
+
+    async def _watch_loop(self) -> None:
+        while self.sessions:
+            await asyncio.sleep(WATCH_TICK_S)
+            self.tick(self.clock())

@@ -1,0 +1,666 @@
+"""Terminal and pipe work on the worker (inventory §6.4, issue 6).
+
+Two kinds of work come here:
+
+- a job whose stdio is tty or pipe (`run_job`, called by JobRun._execute);
+- a session inside a hold (`dispatch_sessions`, called by the agent with
+  Assignments.sessions): `rc shell HOLD`, `rc exec HOLD`, `rc cp --hold`.
+  It runs on the hold's device (the hold's CUDA_VISIBLE_DEVICES) with
+  RC_JOB_ID set to the hold's id, under the hold's lease, and ends when the
+  hold ends: the session watches the hold, and the hold's teardown sweeps
+  every process carrying its RC_JOB_ID anyway. Its outcome goes to
+  POST /v1/jobs/{hold}/sessions/{sid}/status.
+
+Both dial the relay's two worker halves first (POST .../tty/out for output,
+GET .../tty/in for input; rc.proto.relay) and only then start the process,
+so nothing runs that nobody could reach.
+
+- tty: a pseudo-terminal. The process leads a new session with the terminal
+  as its controlling terminal (a two-line shim does TIOCSCTTY before exec, as
+  subprocess cannot do that without preexec_fn in a threaded worker), so
+  job control works and ^C/^Z reach the foreground process group. The
+  initial size comes with a session start, else from the client's first
+  resize frame (waiting at most TTY_SIZE_WAIT_S, then 24x80). Resize frames
+  are applied as they come (a zero row or column count is ignored). No
+  command means the login shell of the worker's user. After the process
+  exits its output gets TTY_DRAIN_S to drain; what is left of its terminal
+  session (background jobs) is hung up, then killed.
+- pipe: stdin from the relay (through a pipe the worker owns), stdout to the
+  relay byte for byte, stderr kept: a job's in its log (LogSink), a
+  session's last STDERR_TAIL_BYTES in its final report.
+
+Input ending never ends the process (a pipe sees end of file). The relay
+ending the session (the client went away, nobody attached in time) hangs the
+process up: a terminal is closed (SIGHUP), a pipe process is killed like a
+cancelled job. Nothing of a terminal's output is stored.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import logging
+import os
+import pwd
+import select
+import signal
+import struct
+import sys
+import termios
+import threading
+import time
+import weakref
+from collections.abc import Callable
+
+from rc.proto.errors import ApiError, RcError, TransportError
+from rc.proto.model import JobKind, JobState, Stdio
+from rc.proto.relay import Download, FrameDecoder, FrameError, Upload
+from rc.proto.wire import SessionStart
+from rc.worker import procfs, supervise
+from rc.worker.job import READER_DRAIN_S, Result, _working_dir, job_env, label
+from rc.worker.logsink import LogSink
+from rc.worker.reporter import Report
+
+__all__ = ["run_job", "dispatch_sessions", "end_terminal_session", "CTTY_SHIM",
+           "TTY_DEFAULT_SIZE", "TTY_SIZE_WAIT_S", "TTY_DRAIN_S", "STDERR_TAIL_BYTES"]
+
+log = logging.getLogger("rc.worker.attached")
+
+TTY_DEFAULT_SIZE = (24, 80)
+"""Rows and columns of a terminal whose client never said (inventory §10)."""
+TTY_SIZE_WAIT_S = 3.0
+"""How long a terminal job waits for its client's first resize frame."""
+TTY_DRAIN_S = 2.0
+"""After a terminal's process exits, how long its output may still drain."""
+STDERR_TAIL_BYTES = 64 << 10
+"""Stderr a pipe session inside a hold keeps for its final report."""
+ATTACH_ATTEMPTS = 3
+REPORT_ATTEMPTS = 5
+POLL_MS = 200
+READ_BYTES = 1 << 20
+PIPE_BYTES = 1 << 20
+"""Kernel buffer asked for the process's pipes (throughput of rc cp)."""
+FLUSH_S = 300.0
+
+CTTY_SHIM = (
+    "import fcntl,os,sys,termios\n"
+    "fcntl.ioctl(0,termios.TIOCSCTTY,0)\n"
+    "try:os.execvp(sys.argv[1],sys.argv[1:])\n"
+    "except OSError as e:\n"
+    " os.write(2,('rc: cannot start %r: %s\\r\\n'%(sys.argv[1],e.strerror or e)).encode())\n"
+    " os._exit(127 if isinstance(e,FileNotFoundError) else 126)\n"
+)
+"""Run as `python -I -S -c CTTY_SHIM argv...` with the terminal on fds 0-2 in a
+new session: make it the controlling terminal, then exec argv."""
+
+
+# -- the relay's worker halves ------------------------------------------------------
+
+
+class _Halves:
+    """The worker's two relay connections for one session, and the watch on
+    the output half's response that tells when the relay ended the session."""
+
+    def __init__(self, client, base: str, on_hangup: Callable[[str], None]) -> None:
+        self.out = Upload(client, base + "/tty/out")
+        try:
+            self.inp = Download(client, base + "/tty/in")
+        except RcError:
+            self.out.close()
+            raise
+        self.hung_up = ""
+        self.closing = False
+        self._on_hangup = on_hangup
+        threading.Thread(target=self._watch, daemon=True, name="rc-relay-watch").start()
+
+    @classmethod
+    def connect(cls, client, base: str, on_hangup: Callable[[str], None],
+                cancelled: threading.Event) -> _Halves:
+        """Connect both halves, retrying transport failures (not refusals)."""
+        delay = 0.5
+        for attempt in range(ATTACH_ATTEMPTS):
+            try:
+                return cls(client, base, on_hangup)
+            except TransportError:
+                if attempt == ATTACH_ATTEMPTS - 1 or cancelled.wait(delay):
+                    raise
+                delay *= 2
+        raise AssertionError("unreachable")
+
+    def _watch(self) -> None:
+        outcome = self.out.outcome()
+        if "ok" not in outcome and not self.closing:
+            self.hung_up = str(outcome.get("ended") or "the relay ended the session")
+            self._on_hangup(self.hung_up)
+
+    def close(self) -> None:
+        self.closing = True
+        self.inp.close()
+        self.out.close()
+
+
+# -- file descriptor plumbing ---------------------------------------------------------
+
+
+def _pump_reads(fd: int, stop: threading.Event, on_data: Callable[[bytes], None]) -> None:
+    """Read `fd` until end of file (or EIO: a terminal with nobody left), or `stop`."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
+    while not stop.is_set():
+        if not poller.poll(POLL_MS):
+            continue
+        try:
+            data = os.read(fd, READ_BYTES)
+        except BlockingIOError:
+            continue
+        except OSError:
+            return
+        if not data:
+            return
+        on_data(data)
+
+
+def _write_all(fd: int, data: bytes, stop: threading.Event) -> bool:
+    """Write all of `data` to a non-blocking `fd`, waiting while it is full;
+    False when the reader is gone or `stop` was set."""
+    view = memoryview(data)
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT | select.POLLERR)
+    while view:
+        if stop.is_set():
+            return False
+        try:
+            n = os.write(fd, view)
+        except BlockingIOError:
+            poller.poll(POLL_MS)
+            continue
+        except OSError:
+            return False
+        view = view[n:]
+    return True
+
+
+def _grow_pipe(fd: int) -> None:
+    try:
+        fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+    except (OSError, AttributeError):
+        pass  # the kernel's default size works too, only slower
+
+
+def _set_size(fd: int, rows: int, cols: int) -> None:
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+
+
+def login_shell() -> list[str]:
+    """The worker user's login shell as a login shell (`["/bin/bash", "-l"]`)."""
+    try:
+        shell = pwd.getpwuid(os.getuid()).pw_shell
+    except KeyError:
+        shell = ""
+    if not shell or not os.access(shell, os.X_OK) or shell.endswith(("/nologin", "/false")):
+        shell = "/bin/sh"
+    return [shell, "-l"]
+
+
+def _session_members(sid: int) -> list[procfs.ProcStat]:
+    me = os.getpid()
+    return [p for p in procfs.processes() if p.session == sid and p.live and p.pid != me]
+
+
+def _signal_session(sid: int, *signums: int) -> None:
+    for pg in {p.pgrp for p in _session_members(sid)}:
+        for signum in signums:
+            supervise._killpg(pg, signum)
+
+
+def end_terminal_session(sid: int, grace: float) -> list[int]:
+    """End what is left of terminal session `sid` (every process group in it):
+    SIGHUP and SIGCONT (a terminal hang-up) and SIGTERM, SIGKILL after `grace`
+    s, then up to supervise.STRAGGLER_WAIT_S. Returns the pids still alive."""
+    if not _session_members(sid):
+        return []
+    _signal_session(sid, signal.SIGHUP, signal.SIGCONT, signal.SIGTERM)
+    left = supervise._wait_gone(lambda: _session_members(sid), time.monotonic() + grace)
+    if left:
+        _signal_session(sid, signal.SIGKILL)
+        left = supervise._wait_gone(lambda: _session_members(sid),
+                                    time.monotonic() + supervise.STRAGGLER_WAIT_S)
+    return [p.pid for p in left]
+
+
+# -- the two kinds of process ---------------------------------------------------------
+
+
+class _Process:
+    """A process wired to the relay. `start()` spawns it (raises OSError) and
+    starts the pumps; `stop_pumps()` and `close()` tear the plumbing down."""
+
+    def __init__(self, halves: _Halves, on_output: Callable[[bool], None]) -> None:
+        self.halves = halves
+        self.on_output = on_output  # on_output(True) before a send, (False) after
+        self.stop = threading.Event()
+        self.group: supervise.Group | None = None
+        self.output_ended = False
+        self.out_thread = threading.Thread(target=self._pump_out, daemon=True, name="rc-relay-out")
+        self.in_thread = threading.Thread(target=self._pump_in, daemon=True, name="rc-relay-in")
+
+    def _send(self, data: bytes) -> None:
+        self.on_output(True)
+        try:
+            self.halves.out.send(data)
+        except TransportError:
+            self.stop.set()
+        finally:
+            self.on_output(False)
+
+    def _pump_out(self) -> None:
+        _pump_reads(self.out_fd, self.stop, self._send)
+        if not self.stop.is_set():
+            self.output_ended = True
+
+    def _pump_in(self) -> None:
+        try:
+            for chunk in self.halves.inp:
+                if self.stop.is_set() or not self._input(chunk):
+                    break
+        except (TransportError, FrameError) as e:
+            log.info("input stream ended: %s", e)
+        self._input_ended()
+
+    def drain(self, timeout: float) -> None:
+        """Let the output reach end of file for up to `timeout` seconds."""
+        self.out_thread.join(timeout)
+
+    def finish(self) -> None:
+        """Stop every pump; end the output cleanly if all of it was sent."""
+        self.stop.set()
+        self.out_thread.join(POLL_MS / 1000 * 3)
+        if self.output_ended:
+            try:
+                self.halves.out.finish()
+            except TransportError:
+                pass
+        self.halves.close()
+        if self.in_thread.is_alive():
+            self.in_thread.join(POLL_MS / 1000 * 3)
+        self.close()
+
+
+class _Terminal(_Process):
+    """A process on a pseudo-terminal, fed from input frames."""
+
+    def __init__(self, halves: _Halves, on_output: Callable[[bool], None],
+                 size: tuple[int, int] | None) -> None:
+        super().__init__(halves, on_output)
+        self.decoder = FrameDecoder()
+        self.cond = threading.Condition()
+        self.size = size if size and all(size) else None
+        self.master: int | None = None
+        self.input_done = False
+        self.in_thread.start()  # reads the first resize frame while we wait
+
+    def wait_size(self, timeout: float) -> tuple[int, int]:
+        with self.cond:
+            self.cond.wait_for(lambda: self.size is not None or self.input_done, timeout)
+            return self.size or TTY_DEFAULT_SIZE
+
+    def start(self, argv: list[str], env: dict[str, str], cwd: str | None, note: bytes) -> None:
+        rows, cols = self.wait_size(TTY_SIZE_WAIT_S)
+        master, slave = os.openpty()
+        try:
+            _set_size(master, rows, cols)
+            if note:
+                os.write(slave, note.replace(b"\n", b"\r\n"))
+            shim = [sys.executable, "-I", "-S", "-c", CTTY_SHIM, *argv]
+            self.group = supervise.spawn(shim, cwd=cwd, env=env, stdin=slave, stdout=slave,
+                                         stderr=slave)
+        except BaseException:
+            os.close(master)
+            raise
+        finally:
+            os.close(slave)
+        os.set_blocking(master, False)
+        self.out_fd = master
+        with self.cond:
+            self.master = master
+            self.cond.notify_all()
+        self.out_thread.start()
+
+    def _input(self, chunk: bytes) -> bool:
+        for ev in self.decoder.feed(chunk):
+            with self.cond:
+                if ev[0] == "r" and self.master is None and self.size is None:
+                    if ev[1] and ev[2]:
+                        self.size = (ev[1], ev[2])
+                        self.cond.notify_all()
+                    continue
+                self.cond.wait_for(lambda: self.master is not None or self.stop.is_set())
+                master = self.master
+            if master is None:
+                return False
+            if ev[0] == "r":
+                if ev[1] and ev[2]:
+                    try:
+                        _set_size(master, ev[1], ev[2])
+                    except OSError:
+                        return False
+            elif not _write_all(master, ev[1], self.stop):
+                return False
+        return True
+
+    def _input_ended(self) -> None:
+        with self.cond:
+            self.input_done = True
+            self.cond.notify_all()
+
+    def hangup(self) -> None:
+        """What a terminal does when its other end goes: SIGHUP (and SIGCONT,
+        for stopped jobs) to every process group of its session."""
+        if self.group is not None:
+            _signal_session(self.group.pgid, signal.SIGHUP, signal.SIGCONT)
+
+    def leftovers(self, grace: float) -> tuple[bool, list[int]]:
+        """After the leader exited: let the output drain, then end the rest of
+        its terminal session (background jobs do not make the job fail)."""
+        self.drain(TTY_DRAIN_S)
+        if self.group is None:
+            return False, []
+        return False, end_terminal_session(self.group.pgid, grace)
+
+    def close(self) -> None:
+        with self.cond:
+            master, self.master = self.master, None
+            self.stop.set()
+            self.cond.notify_all()
+        if master is not None:
+            if self.in_thread.is_alive():
+                self.in_thread.join(POLL_MS / 1000 * 3)
+            os.close(master)
+
+
+class _Pipes(_Process):
+    """A process on plain pipes: stdin from the relay, stdout to it, stderr to `err`."""
+
+    def __init__(self, halves: _Halves, on_output: Callable[[bool], None],
+                 err: Callable[[bytes], None]) -> None:
+        super().__init__(halves, on_output)
+        self.err = err
+        self.fds: list[int] = []
+        self.in_w = -1
+        self._in_lock = threading.Lock()
+        self.err_thread = threading.Thread(target=self._pump_err, daemon=True, name="rc-relay-err")
+
+    def start(self, argv: list[str], env: dict[str, str], cwd: str | None, note: bytes) -> None:
+        in_r, self.in_w = os.pipe()
+        self.out_fd, out_w = os.pipe()
+        self.err_fd, err_w = os.pipe()
+        self.fds = [self.in_w, self.out_fd, self.err_fd]
+        for fd in (self.in_w, self.out_fd):
+            _grow_pipe(fd)
+        if note:
+            self.err(note)
+        try:
+            self.group = supervise.spawn(argv, cwd=cwd, env=env, stdin=in_r, stdout=out_w,
+                                         stderr=err_w)
+        except BaseException:
+            self.close()
+            raise
+        finally:
+            for fd in (in_r, out_w, err_w):
+                os.close(fd)
+        for fd in self.fds:
+            os.set_blocking(fd, False)
+        self.out_thread.start()
+        self.err_thread.start()
+        self.in_thread.start()
+
+    def _pump_err(self) -> None:
+        _pump_reads(self.err_fd, self.stop, self.err)
+
+    def _input(self, chunk: bytes) -> bool:
+        return _write_all(self.in_w, chunk, self.stop)
+
+    def _input_ended(self) -> None:
+        with self._in_lock:
+            fd, self.in_w = self.in_w, -1
+        if fd >= 0:
+            try:
+                os.close(fd)  # end of file for the process
+            except OSError:
+                pass
+
+    def hangup(self) -> None:
+        pass  # a pipe process is killed like a cancelled job instead
+
+    def leftovers(self, grace: float) -> tuple[bool, list[int]]:
+        """After the leader exited: SIGKILL what is left of its group (as for
+        a logs job: stragglers make it killed), then let the output drain."""
+        if self.group is None:
+            return False, []
+        stragglers, left = supervise.reap_stragglers(self.group)
+        self.drain(READER_DRAIN_S)
+        return stragglers, [p.pid for p in left]
+
+    def drain(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        self.out_thread.join(timeout)
+        self.err_thread.join(max(0.0, deadline - time.monotonic()))
+
+    def close(self) -> None:
+        self.stop.set()
+        for t in (self.err_thread, self.in_thread):
+            if t.is_alive():
+                t.join(POLL_MS / 1000 * 3)
+        self._input_ended()
+        for fd in (self.out_fd, self.err_fd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self.fds = []
+
+
+# -- a job's own terminal or pipe -----------------------------------------------------------
+
+
+def run_job(run) -> Result:
+    """Run `run`'s tty or pipe job (JobRun._execute hands it over); the
+    Result, with the pids of its group that survived (for the teardown
+    checks JobRun runs next)."""
+    a = run.a
+    agent = run.agent
+    tty = a.stdio is Stdio.TTY
+    env = job_env(dict(os.environ), a.env, a.job_id, a.device_id, run.cuda, agent.markers)
+    cwd, note = _working_dir(a.cwd, agent.cfg.host)
+    procs: list[_Process] = []
+
+    def hung_up(reason: str) -> None:
+        if procs:
+            procs[0].hangup()
+        run.cancel(f"{'terminal hung up' if tty else 'pipe closed'}: {reason}")
+
+    try:
+        halves = _Halves.connect(agent.client, f"/v1/jobs/{a.job_id}", hung_up, run._cancel)
+    except RcError as e:
+        return Result(JobState.FAILED, None, f"cannot attach to the relay: {e}")
+
+    def on_output(sending: bool) -> None:
+        run.last_output = time.monotonic()
+        run._in_write = sending
+
+    sink = None
+    if tty:
+        proc: _Process = _Terminal(halves, on_output, None)
+        env.setdefault("TERM", "xterm")
+        argv = list(a.command) or login_shell()
+    else:
+        sink = LogSink(agent.client, a.job_id, spool=agent.spool)
+        proc = _Pipes(halves, on_output, sink.write)
+        argv = list(a.command)
+    try:
+        proc.start(argv, env, cwd, note)
+    except OSError as e:
+        proc.finish()
+        if sink is not None:
+            sink.write(f"rc: cannot start {argv[0]!r}: {e.strerror or e}\n".encode())
+            sink.close(FLUSH_S)
+        code = 127 if isinstance(e, FileNotFoundError) else 126
+        return Result(JobState.FAILED, code, f"cannot start: {e.strerror or e}")
+    procs.append(proc)
+    agent.reporter.submit(Report(a.job_id, "running", started_at=run.started_at))
+    if tty:  # a cancelled terminal is hung up first: an interactive shell ignores SIGTERM
+        threading.Thread(target=_hangup_on_cancel, args=(run, proc), daemon=True).start()
+    outcome, why, survivors = run._supervise(proc.group, False)
+    stragglers, left = proc.leftovers(agent.cfg.kill_grace) if why is None else (False, [])
+    run.sweep_escapees()  # before draining: an escapee may hold the output open
+    proc.drain(TTY_DRAIN_S if tty else READER_DRAIN_S)
+    if tty:
+        left += end_terminal_session(proc.group.pgid, agent.cfg.kill_grace)
+    proc.finish()
+    if sink is not None and not sink.close(FLUSH_S):
+        log.error("job %d: %d stderr bytes could not be stored", a.job_id, sink.lost)
+    result = label(outcome, why, stragglers, False)
+    if halves.hung_up and why is None and outcome is not None and outcome.signal:
+        result = Result(JobState.KILLED, result.exit_code, run._cancel_reason or result.reason)
+    result.survivors = [p.pid for p in survivors] + left
+    return result
+
+
+def _hangup_on_cancel(run, proc: _Process) -> None:
+    while not proc.stop.is_set():
+        if run._cancel.wait(0.1):
+            proc.hangup()
+            return
+
+
+# -- sessions inside a hold -----------------------------------------------------------------
+
+
+class _Started:
+    """Which sessions this agent started (a session is never started twice)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.keys: set[tuple[int, int]] = set()
+
+
+_STARTED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def dispatch_sessions(agent, starts: tuple[SessionStart, ...]) -> None:
+    """Start each session the long poll handed over (once per agent), each on
+    its own thread."""
+    reg = _STARTED.setdefault(agent, _Started())
+    for st in starts:
+        key = (st.hold_id, st.session_id)
+        with reg.lock:
+            if key in reg.keys:
+                continue
+            reg.keys.add(key)
+        threading.Thread(target=_run_session, args=(agent, st), daemon=True,
+                         name=f"rc-session-{st.hold_id}.{st.session_id}").start()
+
+
+class _StderrTail:
+    """The last `limit` bytes written, and how many came before them."""
+
+    def __init__(self, limit: int = STDERR_TAIL_BYTES) -> None:
+        self.limit = limit
+        self.buf = bytearray()
+        self.dropped = 0
+        self.lock = threading.Lock()
+
+    def write(self, data: bytes) -> None:
+        with self.lock:
+            self.buf += data
+            extra = len(self.buf) - self.limit
+            if extra > 0:
+                del self.buf[:extra]
+                self.dropped += extra
+
+
+def _report(agent, st: SessionStart, state: str, exit_code: int | None = None,
+            reason: str = "", tail: _StderrTail | None = None) -> None:
+    body = {"state": state, "exit_code": exit_code, "reason": reason[:4000]}
+    if tail is not None:
+        body["stderr"] = tail.buf.decode("utf-8", "replace")
+        body["stderr_dropped"] = tail.dropped
+    path = f"/v1/jobs/{st.hold_id}/sessions/{st.session_id}/status"
+    delay = 0.2
+    for _ in range(REPORT_ATTEMPTS):
+        try:
+            agent.client.post(path, body)
+            return
+        except ApiError as e:
+            if e.status < 500:
+                log.warning("session %d of hold %d: report refused: %s", st.session_id,
+                            st.hold_id, e)
+                return
+        except TransportError:
+            pass
+        time.sleep(delay)
+        delay *= 2
+    log.warning("session %d of hold %d: could not report %s", st.session_id, st.hold_id, state)
+
+
+def _run_session(agent, st: SessionStart) -> None:
+    try:
+        _session(agent, st)
+    except Exception as e:  # a bug must still end in a report
+        log.exception("session %d of hold %d: worker error", st.session_id, st.hold_id)
+        _report(agent, st, "ended", None, f"worker error: {e}")
+
+
+def _session(agent, st: SessionStart) -> None:
+    hold = agent.jobs.get(st.hold_id)
+    if hold is None or hold.a.kind is not JobKind.HOLD:
+        _report(agent, st, "ended", None, f"hold {st.hold_id} is not running on {agent.cfg.host}")
+        return
+    env = job_env(dict(os.environ), st.env, st.hold_id, st.device_id, hold.cuda, agent.markers)
+    cwd, note = _working_dir(st.cwd, agent.cfg.host)
+    hung = threading.Event()
+    base = f"/v1/jobs/{st.hold_id}/sessions/{st.session_id}"
+    try:
+        halves = _Halves.connect(agent.client, base, lambda reason: hung.set(), threading.Event())
+    except RcError as e:
+        _report(agent, st, "ended", None, f"cannot attach to the relay: {e}")
+        return
+    tail = None
+    if st.stdio is Stdio.TTY:
+        proc: _Process = _Terminal(halves, lambda sending: None, (st.rows, st.cols))
+        env.setdefault("TERM", "xterm")
+        argv = list(st.command) or login_shell()
+    else:
+        tail = _StderrTail()
+        proc = _Pipes(halves, lambda sending: None, tail.write)
+        argv = list(st.command)
+    try:
+        proc.start(argv, env, cwd, note)
+    except OSError as e:
+        proc.finish()
+        code = 127 if isinstance(e, FileNotFoundError) else 126
+        _report(agent, st, "ended", code, f"cannot start: {e.strerror or e}", tail)
+        return
+    _report(agent, st, "running")
+    why = None
+    while True:
+        outcome = proc.group.wait(0.1)
+        if outcome is not None:
+            break
+        if hung.is_set():
+            why = f"{'terminal hung up' if st.stdio is Stdio.TTY else 'pipe closed'}: {halves.hung_up}"
+        elif agent.jobs.get(st.hold_id) is not hold:
+            why = f"hold {st.hold_id} ended"
+        elif agent.stopping:
+            why = "the worker is shutting down"
+        if why is not None:
+            proc.hangup()
+            outcome, _ = supervise.kill_group(proc.group, agent.cfg.kill_grace)
+            break
+    stragglers, _ = proc.leftovers(agent.cfg.kill_grace) if why is None else (False, [])
+    proc.drain(TTY_DRAIN_S if st.stdio is Stdio.TTY else READER_DRAIN_S)
+    if st.stdio is Stdio.TTY:
+        end_terminal_session(proc.group.pgid, agent.cfg.kill_grace)
+    proc.finish()
+    result = label(outcome, why, stragglers and st.stdio is not Stdio.TTY, False)
+    _report(agent, st, "ended", result.exit_code, result.reason, tail)

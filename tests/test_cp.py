@@ -1,0 +1,227 @@
+"""`rc cp`: byte-exact copies both ways, odd trees, and archives that would
+escape their destination refused on both ends (issue 6)."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import stat
+import tarfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from rc.cli import archive
+from tests.harness import Cli
+from tests.test_relay_e2e import Fleet, hold, running_fleet
+
+ODD_NAMES = ["with space", "ünïcödé", "new\nline", "-dash", "tab\there"]
+
+
+def make_tree(root: Path) -> Path:
+    """A tree with odd names, nested and empty directories, inner symlinks,
+    a hard link and an executable."""
+    root.mkdir(parents=True)
+    (root / "sub" / "deeper").mkdir(parents=True)
+    (root / "empty").mkdir()
+    for i, name in enumerate(ODD_NAMES):
+        (root / name).write_bytes(os.urandom(1000 + i))
+        (root / "sub" / name).write_bytes(name.encode() * 3)
+    (root / "sub" / "deeper" / "big").write_bytes(os.urandom(3 << 20))
+    tool = root / "run.sh"
+    tool.write_text("#!/bin/sh\necho hi\n")
+    tool.chmod(0o750)
+    (root / "sub" / "private").write_text("x")
+    (root / "sub" / "private").chmod(0o600)
+    os.symlink("sub/deeper/big", root / "link to big")
+    os.symlink("../with space", root / "sub" / "up-link")
+    os.symlink("deeper", root / "sub" / "dirlink")
+    os.link(root / "run.sh", root / "hard")
+    return root
+
+
+def fingerprint(root: Path) -> dict[str, tuple]:
+    """Every entry: type, permission bits, link target or sha256."""
+    out = {}
+    for d, dirs, files in os.walk(root):
+        for name in dirs + files:
+            p = Path(d) / name
+            rel = str(p.relative_to(root))
+            st = os.lstat(p)
+            if stat.S_ISLNK(st.st_mode):
+                out[rel] = ("link", os.readlink(p))
+            elif stat.S_ISDIR(st.st_mode):
+                out[rel] = ("dir", stat.S_IMODE(st.st_mode))
+            else:
+                out[rel] = ("file", stat.S_IMODE(st.st_mode),
+                            hashlib.sha256(p.read_bytes()).hexdigest())
+    return out
+
+
+def sha(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+# -- the archive, without processes -------------------------------------------------------
+
+
+def test_tree_round_trips_through_the_archive(tmp_path):
+    src = make_tree(tmp_path / "tree")
+    buf = io.BytesIO()
+    archive.send(archive.scan(str(src)), buf)
+    buf.seek(0)
+    (tmp_path / "out").mkdir()
+    assert archive.receive(buf, str(tmp_path / "out")) == "tree"
+    assert fingerprint(tmp_path / "out" / "tree") == fingerprint(src)
+
+
+@pytest.mark.parametrize("target", ["/etc/passwd", "../../outside", "../sub/../../x"])
+def test_sending_a_tree_with_an_escaping_symlink_is_refused(tmp_path, target):
+    src = tmp_path / "tree"
+    (src / "sub").mkdir(parents=True)
+    os.symlink(target, src / "sub" / "bad")
+    with pytest.raises(archive.ArchiveError, match="outside what is copied"):
+        archive.scan(str(src))
+
+
+def _tar(*members: tuple[str, str, bytes | str]) -> io.BytesIO:
+    """A tar of (kind, name, data or link target) members."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.GNU_FORMAT) as tar:
+        for kind, name, data in members:
+            ti = tarfile.TarInfo(name)
+            if kind == "file":
+                ti.size = len(data)
+                tar.addfile(ti, io.BytesIO(data))
+                continue
+            ti.type = {"sym": tarfile.SYMTYPE, "hard": tarfile.LNKTYPE, "dir": tarfile.DIRTYPE,
+                       "fifo": tarfile.FIFOTYPE, "chr": tarfile.CHRTYPE}[kind]
+            ti.linkname = data if isinstance(data, str) else ""
+            tar.addfile(ti)
+    buf.seek(0)
+    return buf
+
+
+@pytest.mark.parametrize("members,why", [
+    ([("file", "../evil", b"x")], "outside the destination"),
+    ([("dir", "t", ""), ("file", "t/../../evil", b"x")], "outside the destination"),
+    ([("file", "/etc/evil", b"x")], "absolute path"),
+    ([("dir", "t", ""), ("sym", "t/l", "/etc")], "outside what is copied"),
+    ([("dir", "t", ""), ("sym", "t/l", "../.."), ("file", "t/l/evil", b"x")],
+     "outside what is copied"),
+    ([("dir", "t", ""), ("sym", "t/l", "../t2")], "outside what is copied"),
+    ([("dir", "t", ""), ("hard", "t/h", "etc/passwd")], "outside what is copied"),
+    ([("dir", "t", ""), ("fifo", "t/f", "")], "special file"),
+    ([("dir", "t", ""), ("chr", "t/c", "")], "special file"),
+    ([("file", "a", b"1"), ("file", "b", b"2")], "more than one top-level"),
+])
+def test_escaping_archives_are_refused(tmp_path, members, why):
+    dest = tmp_path / "dest" / "inner"
+    dest.mkdir(parents=True)
+    with pytest.raises(archive.ArchiveError, match=why):
+        archive.receive(_tar(*members), str(dest))
+    assert not (tmp_path / "evil").exists() and not (tmp_path / "dest" / "evil").exists()
+
+
+# -- end to end ----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory, pyz) -> Iterator[Fleet]:
+    with running_fleet(tmp_path_factory.mktemp("cp"), pyz) as f:
+        yield f
+
+
+def cp(cli: Cli, *args: str, timeout: float = 120):
+    return cli.run("cp", *args, timeout=timeout)
+
+
+def leftovers(d: Path) -> list[str]:
+    return [n for n in os.listdir(d) if n.startswith(".rc-cp")]
+
+
+@pytest.mark.e2e
+def test_a_200_mb_file_both_ways_through_a_job(fleet, tmp_path):
+    src = tmp_path / "big.bin"
+    with open(src, "wb") as f:
+        for _ in range(200):
+            f.write(os.urandom(1 << 20))
+    remote = tmp_path / "remote"
+    res = cp(fleet.alice, str(src), f"box:cpu0:{remote}/")
+    assert res.returncode == 0, res.stderr
+    assert sha(remote / "big.bin") == sha(src)
+    back = tmp_path / "back.bin"
+    res = cp(fleet.alice, f"box:cpu0:{remote}/big.bin", str(back))
+    assert res.returncode == 0, res.stderr
+    assert sha(back) == sha(src)
+    assert leftovers(remote) == [] and leftovers(tmp_path) == []
+
+
+@pytest.mark.e2e
+def test_an_odd_tree_both_ways_inside_a_hold(fleet, tmp_path):
+    src = make_tree(tmp_path / "tree")
+    held = hold(fleet.alice, "box:cpu1")
+    try:
+        res = cp(fleet.alice, "--hold", str(held), str(src), f"box:cpu1:{tmp_path}/remote/copy")
+        assert res.returncode == 0, res.stderr
+        assert fingerprint(tmp_path / "remote" / "copy") == fingerprint(src)
+        (tmp_path / "local").mkdir()
+        res = cp(fleet.alice, f"box:cpu1:{tmp_path}/remote/copy", str(tmp_path / "local"))
+        assert res.returncode == 0, res.stderr
+        assert b"inside your hold" in res.stderr  # found the caller's hold by itself
+        assert fingerprint(tmp_path / "local" / "copy") == fingerprint(src)
+        assert leftovers(tmp_path / "local") == [] and leftovers(tmp_path / "remote") == []
+    finally:
+        fleet.alice.run("release", str(held))
+
+
+@pytest.mark.e2e
+def test_a_remote_tree_with_an_escaping_symlink_is_refused_and_leaves_nothing(fleet, tmp_path):
+    bad = tmp_path / "bad"
+    (bad / "d").mkdir(parents=True)
+    (bad / "d" / "f").write_text("x")
+    os.symlink("/etc/passwd", bad / "d" / "passwd")
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    res = cp(fleet.alice, f"box:cpu0:{bad}", str(dest) + "/")
+    assert res.returncode == 1
+    assert b"refusing" in res.stderr and b"passwd" in res.stderr
+    assert os.listdir(dest) == [], "a refused copy leaves neither the copy nor its temporary"
+
+
+@pytest.mark.e2e
+def test_remote_errors_are_shown(fleet, tmp_path):
+    res = cp(fleet.alice, "box:cpu0:/no/such/thing", str(tmp_path) + "/")
+    assert res.returncode == 1
+    assert b"no such file or directory" in res.stderr
+    (tmp_path / "taken" / "x").mkdir(parents=True)
+    (tmp_path / "taken" / "x" / "keep").write_text("old")
+    (tmp_path / "x").mkdir()
+    res = cp(fleet.alice, str(tmp_path / "x"), f"box:cpu0:{tmp_path}/taken/")
+    assert res.returncode == 1 and b"Directory not empty" in res.stderr  # mv's own words
+    assert (tmp_path / "taken" / "x" / "keep").read_text() == "old"
+    assert leftovers(tmp_path / "taken") == []
+
+
+@pytest.mark.e2e
+def test_usage_errors_and_someone_elses_device(fleet, tmp_path):
+    for args, what in [(("a", "b"), b"one side must be on a device"),
+                       (("box:cpu0:/a", "box:cpu1:/b"), b"only one side"),
+                       (("dgx:/x", "."), b"dgx:gpu0:/x")]:
+        res = cp(fleet.alice, *args)
+        assert res.returncode == 2 and what in res.stderr, res.stderr
+    held = hold(fleet.bob, "box:cpu1")
+    try:
+        (tmp_path / "f").write_text("x")
+        res = cp(fleet.alice, str(tmp_path / "f"), "box:cpu1:/tmp/")
+        assert res.returncode == 1 and b"held by bob" in res.stderr
+        res = cp(fleet.alice, "--hold", str(held), str(tmp_path / "f"), "box:cpu1:/tmp/")
+        assert res.returncode == 1 and b"not_job_owner" in res.stderr
+    finally:
+        fleet.bob.run("release", str(held))

@@ -1,0 +1,214 @@
+"""The relay without processes: pipes, sessions, timeouts, frames, locations.
+
+The controller's Relay runs on a real event loop with a fake clock; the
+frame codec is the one the worker and the CLI share.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from rc.cli.context import UsageError
+from rc.cli.relay import Remote, parse_location
+from rc.controller.errors import Refused
+from rc.controller.relay import Ended, Pipe, Relay
+from rc.proto.model import Stdio
+from rc.proto.relay import FrameDecoder, FrameError, data_frame, resize_frame
+from rc.proto.wire import SessionReport, SessionRequest
+
+
+def run(coro):
+    return asyncio.run(asyncio.wait_for(coro, 10))
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+# -- pipes ------------------------------------------------------------------------------
+
+
+def test_pipe_keeps_order_and_ends_with_eof():
+    async def go():
+        p = Pipe(limit=100)
+        await p.put(b"ab")
+        await p.put(b"cd")
+        p.close()
+        assert await p.get() == b"abcd"
+        assert await p.get() is None
+    run(go())
+
+
+def test_pipe_writer_waits_while_full_then_continues():
+    async def go():
+        p = Pipe(limit=4)
+        await p.put(b"1234")
+        blocked = asyncio.ensure_future(p.put(b"5"))
+        await asyncio.sleep(0.05)
+        assert not blocked.done(), "a full pipe must make its writer wait"
+        assert await p.get(limit=2) == b"12"
+        await asyncio.wait_for(blocked, 1)
+        assert await p.get() == b"345"
+    run(go())
+
+
+def test_breaking_a_pipe_wakes_both_sides_and_drops_bytes():
+    async def go():
+        p = Pipe(limit=2)
+        await p.put(b"xy")
+        writer = asyncio.ensure_future(p.put(b"z"))
+        empty = Pipe()
+        reader = asyncio.ensure_future(empty.get())
+        await asyncio.sleep(0.01)
+        p.breaks("gone")
+        empty.breaks("gone")
+        for t in (writer, reader):
+            with pytest.raises(Ended, match="gone"):
+                await t
+        with pytest.raises(Ended):
+            await p.get()
+    run(go())
+
+
+# -- sessions ------------------------------------------------------------------------------
+
+
+def test_one_connection_per_half_and_no_reopening():
+    async def go():
+        r = Relay(60, 16)
+        s = r.for_job(7, "alice", "box", Stdio.TTY)
+        r.attach(s, "client_out")
+        with pytest.raises(Refused) as e:
+            r.attach(s, "client_out")
+        assert e.value.status == 409 and e.value.code == "conflict"
+        r.detach(s, "client_out")
+        with pytest.raises(Refused) as e:
+            r.attach(s, "client_out")
+        assert e.value.code == "session_ended"
+        r.finish(s, "done")
+        with pytest.raises(Refused) as e:
+            r.for_job(7, "alice", "box", Stdio.TTY)
+        assert e.value.code == "session_ended"
+    run(go())
+
+
+def test_a_side_left_alone_is_ended_after_the_timeout():
+    async def go():
+        clock = Clock()
+        r = Relay(60, 16, clock=clock)
+        s = r.for_job(1, "alice", "box", Stdio.PIPE)
+        r.attach(s, "worker_out")
+        clock.t += 59
+        r.tick(clock.t)
+        assert not s.ended
+        clock.t += 2
+        r.tick(clock.t)
+        assert s.ended and "no client attached" in s.end_reason
+        with pytest.raises(Ended):
+            await s.out.put(b"x")
+    run(go())
+
+
+def test_both_sides_attached_never_time_out_and_ended_sessions_are_forgotten():
+    async def go():
+        clock = Clock()
+        r = Relay(60, 16, clock=clock)
+        s = r.for_job(1, "alice", "box", Stdio.TTY)
+        r.attach(s, "client_out")
+        r.attach(s, "worker_out")
+        clock.t += 3600
+        r.tick(clock.t)
+        assert not s.ended
+        r.detach(s, "client_out")
+        r.detach(s, "worker_out")
+        r.finish(s, "the output ended", clean=True)
+        clock.t += 601
+        r.tick(clock.t)
+        assert r.get(1, 0) is None
+    run(go())
+
+
+def test_per_user_session_limit():
+    async def go():
+        r = Relay(60, 2)
+        r.for_job(1, "alice", "box", Stdio.TTY)
+        r.for_job(2, "alice", "box", Stdio.TTY)
+        r.for_job(3, "bob", "box", Stdio.TTY)
+        with pytest.raises(Refused) as e:
+            r.for_job(4, "alice", "box", Stdio.TTY)
+        assert e.value.status == 429
+    run(go())
+
+
+def test_hold_session_is_handed_out_until_acknowledged_and_keeps_its_outcome():
+    async def go():
+        clock = Clock()
+        woken = []
+        r = Relay(60, 16, notify=woken.extend, clock=clock)
+        s = r.open_in_hold(5, "box:cpu0", "box", "alice",
+                           SessionRequest(Stdio.PIPE, ("cat",), rows=0, cols=0))
+        assert "worker:box" in woken
+        assert [x.session_id for x in r.starts_for("box")] == [s.key[1]]
+        assert r.starts_for("box") == () and r.starts_for("other") == ()
+        clock.t += 11
+        assert len(r.starts_for("box")) == 1, "an unacknowledged start is handed out again"
+        r.report(s, SessionReport("running"))
+        clock.t += 11
+        assert r.starts_for("box") == ()
+        r.report(s, SessionReport("ended", 3, "exited with code 3", "oops\n"))
+        v = s.view()
+        assert (v.state, v.exit_code, v.stderr, v.hold_id) == ("ended", 3, "oops\n", 5)
+        assert await s.out.get() is None, "output of a session that never attached is complete"
+    run(go())
+
+
+# -- frames ------------------------------------------------------------------------------
+
+
+def test_frames_round_trip_across_chunk_boundaries():
+    raw = data_frame(b"ls\r\x03\x1a\xff") + resize_frame(40, 120) + b'{"t":"future"}\n'
+    d = FrameDecoder()
+    events = []
+    for i in range(len(raw)):
+        events += d.feed(raw[i:i + 1])
+    assert events == [("d", b"ls\r\x03\x1a\xff"), ("r", 40, 120)]
+
+
+@pytest.mark.parametrize("line", [b"not json\n", b'{"t":"d"}\n', b'{"t":"r","rows":-1,"cols":2}\n',
+                                  b"[1]\n", b'{"t":"d","b":"%%%"}\n'])
+def test_malformed_frames_are_errors(line):
+    with pytest.raises(FrameError):
+        FrameDecoder().feed(line)
+
+
+def test_an_overlong_frame_is_an_error():
+    with pytest.raises(FrameError, match="longer"):
+        FrameDecoder().feed(b"x" * ((1 << 20) + 1))
+
+
+# -- rc cp locations --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text,want", [
+    ("box:gpu0:/data/x", Remote("box:gpu0", "/data/x")),
+    ("box:gpu0:rel/x", Remote("box:gpu0", "rel/x")),
+    ("./a:b", "./a:b"),
+    ("C:\\x", "C:\\x"),
+    ("plain/path", "plain/path"),
+    ("a:b:c:d", "a:b:c:d"),
+])
+def test_parse_location(text, want):
+    assert parse_location(text) == want
+
+
+def test_location_typos_are_refused_with_a_correct_example():
+    with pytest.raises(UsageError, match="dgx:gpu0:/x"):
+        parse_location("dgx:/x")
+    with pytest.raises(UsageError, match="no path"):
+        parse_location("box:gpu0:")

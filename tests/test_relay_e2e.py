@@ -1,0 +1,297 @@
+"""Terminals and pipes end to end: a real controller, a worker from the
+zipapp, and the CLI running under a pseudo-terminal this test drives (issue 6).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import re
+import select
+import signal
+import struct
+import subprocess
+import termios
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from rc.proto.errors import ApiError
+from rc.proto.relay import Download, Upload
+from rc.worker.attached import CTTY_SHIM
+from tests.harness import PY, REPO, Cli, Controller, Worker, base_env, job, pid_alive, wait_until
+
+pytestmark = pytest.mark.e2e
+
+
+@dataclass
+class Fleet:
+    ctl: Controller
+    worker: Worker
+    alice: Cli
+    bob: Cli
+    tmp: Path
+
+
+@contextlib.contextmanager
+def running_fleet(tmp: Path, pyz: Path) -> Iterator[Fleet]:
+    """A controller and one worker (host "box", devices cpu0 and cpu1, a 1 s
+    kill grace) from the zipapp, with users alice and bob."""
+    home = tmp / "home"
+    home.mkdir()
+    env = base_env(home)
+    ctl = Controller(tmp / "data", env).start()
+    try:
+        cfg = tmp / "worker.toml"
+        cfg.write_text('kill_grace = "1s"\n')
+        w = Worker(ctl.url, ctl.token("box-worker", "worker"), tmp / "worker", env, host="box",
+                   devices="cpu:2", pyz=pyz, config=cfg).start()
+        try:
+            c = ctl.client()
+            wait_until(lambda: sum(v["device"]["state"] == "ready"
+                                   for v in c.get("/v1/devices")["devices"]) == 2,
+                       30, "the worker's two devices")
+            yield Fleet(ctl, w, Cli(ctl.url, ctl.token("alice"), env, tmp),
+                        Cli(ctl.url, ctl.token("bob"), env, tmp), tmp)
+        finally:
+            w.stop()
+    finally:
+        ctl.stop()
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory, pyz) -> Iterator[Fleet]:
+    with running_fleet(tmp_path_factory.mktemp("relay"), pyz) as f:
+        yield f
+
+
+def hold(cli: Cli, device: str) -> int:
+    res = cli.run("hold", "-d", device, "--ttl", "10m", "--reason", "test", "--detach",
+                  check=True)
+    return int(res.stdout)
+
+
+class PtyCli:
+    """`rc ARGS` with a pseudo-terminal as its controlling terminal; the test
+    holds the other end (and the terminal itself, to check its modes)."""
+
+    def __init__(self, cli: Cli, *args: str, rows: int = 24, cols: int = 80) -> None:
+        self.master, self.slave = os.openpty()
+        self.resize(rows, cols)
+        self.before = termios.tcgetattr(self.slave)
+        self.proc = subprocess.Popen([PY, "-c", CTTY_SHIM, PY, "-m", "rc", *args],
+                                     stdin=self.slave, stdout=self.slave, stderr=self.slave,
+                                     env=cli.env, cwd=cli.cwd, start_new_session=True)
+        self.buf = b""
+        self.seen = b""
+
+    def resize(self, rows: int, cols: int) -> None:
+        fcntl.ioctl(self.master, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+
+    def send(self, data: bytes) -> None:
+        os.write(self.master, data)
+
+    def _read(self, timeout: float) -> bool:
+        ready, _, _ = select.select([self.master], [], [], timeout)
+        if ready:
+            data = os.read(self.master, 65536)
+            self.buf += data
+            self.seen += data
+        return bool(ready)
+
+    def expect(self, pattern: bytes, timeout: float = 20.0) -> re.Match:
+        """Wait for `pattern` (a regex) in the output not yet consumed."""
+        deadline = time.monotonic() + timeout
+        while True:
+            m = re.search(pattern, self.buf)
+            if m:
+                self.buf = self.buf[m.end():]
+                return m
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"no {pattern!r} within {timeout}s; output: {self.seen[-800:]!r}")
+            self._read(min(left, 0.2))
+
+    def wait(self, timeout: float = 30.0) -> int:
+        deadline = time.monotonic() + timeout
+        while self.proc.poll() is None:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"rc did not exit within {timeout}s: {self.seen[-800:]!r}")
+            self._read(0.05)
+        while self._read(0):
+            pass
+        return self.proc.returncode
+
+    def restored(self) -> bool:
+        return termios.tcgetattr(self.slave) == self.before
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        os.close(self.master)
+        os.close(self.slave)
+
+
+@pytest.fixture
+def pty_cli():
+    made: list[PtyCli] = []
+
+    def make(cli: Cli, *args: str, **kw) -> PtyCli:
+        t = PtyCli(cli, *args, **kw)
+        made.append(t)
+        return t
+
+    yield make
+    for t in made:
+        t.close()
+
+
+BASH = ("bash", "--norc", "--noprofile", "-i")
+
+
+def proc_state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rpartition(")")[2].split()[0]
+
+
+def running(cmdline: str) -> int:
+    """Wait until a process with this command line (NUL-separated) runs; its pid."""
+    want = cmdline.encode() + b"\0"
+
+    def find() -> int:
+        for name in os.listdir("/proc"):
+            if name.isdigit():
+                with contextlib.suppress(OSError), open(f"/proc/{name}/cmdline", "rb") as f:
+                    if f.read() == want:
+                        return int(name)
+        return 0
+
+    return wait_until(find, 10, f"a process {cmdline!r}")
+
+
+def test_terminal_job_end_to_end(fleet, pty_cli):
+    t = pty_cli(fleet.alice, "run", "--tty", "-d", "box:cpu0", "-e", "PS1=rc$ ", "--", *BASH,
+                rows=33, cols=101)
+    job_id = int(t.expect(rb"job (\d+) on box:cpu0").group(1))
+    t.send(b"echo typed-$((6*7)) cuda=[$CUDA_VISIBLE_DEVICES] $RC_DEVICE\r")
+    t.expect(rb"typed-42 cuda=\[\] box:cpu0")
+    t.send(b"stty size\r")
+    t.expect(rb"[\r\n]33 101\r\n")
+    t.resize(40, 120)
+
+    def resized() -> bool:
+        t.send(b"stty size\r")
+        return bool(t.expect(rb"[\r\n](33 101|40 120)\r\n").group(1) == b"40 120")
+
+    wait_until(resized, 20, "the new window size on the far side")
+    t.send(b"echo start-$((1+1)); sleep 30.5; echo not-$((5+5))\r")
+    t.expect(b"start-2")
+    running("sleep\0" + "30.5")
+    t.send(b"\x03")
+    t.send(b"echo alive-$((2+2))\r")
+    t.expect(b"alive-4", timeout=10)
+    assert b"not-10" not in t.seen, "Ctrl-C must end the whole foreground command line"
+    t.send(b"sleep 31.5\r")
+    pid = running("sleep\0" + "31.5")
+    t.send(b"\x1a")
+    t.expect(b"Stopped")
+    assert proc_state(pid) == "T"
+    t.send(b"fg\r")
+    wait_until(lambda: proc_state(pid) == "S", 10, "the stopped job to continue")
+    t.send(b"\x03")
+    wait_until(lambda: not pid_alive(pid), 10, "Ctrl-C to end the continued job")
+    t.send(b"exit 7\r")
+    assert t.wait() == 7
+    assert t.restored()
+    assert job(fleet.ctl.client(), job_id)["state"] == "failed"
+
+
+def test_keys_typed_while_queued_are_not_lost(fleet, pty_cli):
+    held = hold(fleet.alice, "box:cpu1")
+    t = pty_cli(fleet.alice, "run", "--tty", "-d", "box:cpu1", "--", "sh", "-i")
+    t.expect(b"queued at position 1")
+    t.send(b"echo queued-$((2+3))\r")
+    fleet.alice.run("release", str(held), check=True)
+    t.expect(b"queued-5")
+    t.send(b"exit\r")
+    assert t.wait() == 0
+    assert t.restored()
+
+
+def test_shell_in_a_hold_has_no_second_lease_and_ends_with_the_hold(fleet, pty_cli):
+    held = hold(fleet.alice, "box:cpu0")
+    t = pty_cli(fleet.alice, "shell", str(held), "--", "sh", "-i")
+    t.send(b"echo in=$RC_JOB_ID:$RC_DEVICE; sleep 300 & echo bg=$!\r")
+    t.expect(f"in={held}:box:cpu0".encode())
+    bg = int(t.expect(rb"bg=(\d+)").group(1))
+    assert pid_alive(bg)
+    c = fleet.ctl.client()
+    views = {v["device"]["id"]: v for v in c.get("/v1/devices")["devices"]}
+    assert views["box:cpu0"]["job_id"] == held and views["box:cpu0"]["kind"] == "hold"
+    assert len(c.get("/v1/state")["jobs"]) == 1, "the shell took no job or lease of its own"
+    fleet.alice.run("release", str(held), check=True)
+    assert t.wait() != 0
+    assert t.restored()
+    wait_until(lambda: not pid_alive(bg), 10, "the shell's background job to end with the hold")
+
+
+def test_another_users_token_cannot_attach(fleet):
+    alice = fleet.ctl.client(fleet.alice.env["RC_TOKEN"])
+    bob = fleet.ctl.client(fleet.bob.env["RC_TOKEN"])
+    held = hold(fleet.alice, "box:cpu1")
+    try:
+        jid = alice.post("/v1/jobs", {"device_id": "box:cpu0", "command": ["sleep", "30"],
+                                      "stdio": "pipe"})["job"]["id"]
+        for half in (lambda: Download(bob, f"/v1/jobs/{jid}/tty/out"),
+                     lambda: Upload(bob, f"/v1/jobs/{jid}/tty/in")):
+            with pytest.raises(ApiError) as e:
+                half()
+            assert (e.value.status, e.value.code) == (403, "not_job_owner")
+        with pytest.raises(ApiError) as e:
+            bob.post(f"/v1/jobs/{held}/sessions", {"stdio": "pipe", "command": ["true"]})
+        assert e.value.status == 403
+        with pytest.raises(ApiError) as e:  # a user token is not a worker
+            Upload(alice, f"/v1/jobs/{jid}/tty/out")
+        assert e.value.status == 403
+        alice.post(f"/v1/jobs/{jid}/kill", {})
+    finally:
+        fleet.alice.run("release", str(held))
+
+
+def test_exec_moves_100_mb_byte_exact_and_keeps_stderr(fleet):
+    held = hold(fleet.alice, "box:cpu1")
+    try:
+        src, dst = fleet.tmp / "in.bin", fleet.tmp / "out.bin"
+        src.write_bytes(os.urandom(100 << 20))
+        with open(src, "rb") as fin, open(dst, "wb") as fout:
+            res = subprocess.run([PY, "-m", "rc", "exec", str(held), "--", "cat"], stdin=fin,
+                                 stdout=fout, stderr=subprocess.PIPE, env=fleet.alice.env,
+                                 cwd=REPO, timeout=120)
+        assert res.returncode == 0, res.stderr
+        assert hashlib.sha256(dst.read_bytes()).digest() == hashlib.sha256(src.read_bytes()).digest()
+        res = fleet.alice.run("exec", str(held), "--", "sh", "-c",
+                              "cat; echo to-err >&2; exit 5", input=b"\x00in\xff")
+        assert res.returncode == 5
+        assert res.stdout == b"\x00in\xff"
+        assert b"to-err" in res.stderr
+    finally:
+        fleet.alice.run("release", str(held))
+
+
+def test_terminal_restored_when_the_controller_goes_away(tmp_path, pyz, pty_cli):
+    with running_fleet(tmp_path, pyz) as f:
+        t = pty_cli(f.alice, "run", "--tty", "--", "sh", "-i")
+        t.expect(rb"job \d+ on")
+        t.send(b"echo up-$((3*3))\r")
+        t.expect(b"up-9")
+        f.ctl.kill9()
+        assert t.wait() == 1
+        assert t.restored()
+        assert b"lost the connection" in t.seen
+        f.worker.kill9()  # its reports could only wait for the dead controller
