@@ -15,7 +15,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from rc.controller.api import admin, devices, jobs, relay, workers
+from rc.controller import dashboard, metrics
+from rc.controller.api import admin, devices, jobs, relay, stream, workers
 from rc.controller.core import Controller
 from rc.controller.errors import Refused
 from rc.proto.errors import ErrorCode
@@ -65,11 +66,15 @@ async def _http_exception(request: Request, exc: Exception) -> Response:
 class _Envelope:
     """Outermost middleware: the instance header on every response, and any
     unexpected exception turned into a 500 in the error shape (logged once,
-    never a traceback to the client)."""
+    never a traceback to the client). Every response also says
+    `X-Content-Type-Options: nosniff`: besides its usual meaning, it keeps
+    browsers from holding back the first bytes of a streamed log to sniff them
+    (the dashboard's live log tail)."""
 
     def __init__(self, app: ASGIApp, instance: str) -> None:
         self.app = app
-        self.header = (INSTANCE_HEADER.lower().encode(), instance.encode())
+        self.headers = [(INSTANCE_HEADER.lower().encode(), instance.encode()),
+                        (b"x-content-type-options", b"nosniff")]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -81,7 +86,7 @@ class _Envelope:
             nonlocal started
             if message["type"] == "http.response.start":
                 started = True
-                message["headers"] = [*message.get("headers", []), self.header]
+                message["headers"] = [*message.get("headers", []), *self.headers]
             await send(message)
 
         try:
@@ -102,7 +107,8 @@ async def _internal(request: Request, exc: Exception) -> Response:
 def build_app(ctl: Controller) -> ASGIApp:
     """The ASGI application serving `ctl`."""
     app = Starlette(
-        routes=[*workers.routes, *jobs.routes, *devices.routes, *admin.routes, *relay.routes],
+        routes=[*workers.routes, *jobs.routes, *devices.routes, *admin.routes,
+                *stream.routes, *metrics.routes, *dashboard.routes, *relay.routes],
         exception_handlers={
             Refused: _refused,
             HTTPException: _http_exception,
@@ -110,4 +116,5 @@ def build_app(ctl: Controller) -> ASGIApp:
         },
     )
     app.state.ctl = ctl
+    app.state.stream = stream.Broadcaster(ctl)
     return _Envelope(app, ctl.instance)

@@ -28,6 +28,7 @@ from rc.controller.errors import StartupError
 from rc.controller.hub import Hub
 from rc.controller.logstore import LogStore
 from rc.controller.relay import Relay
+from rc.controller.metrics import Metrics
 from rc.proto.model import Role
 
 __all__ = ["Controller", "ADMIN_TOKEN_FILE"]
@@ -79,8 +80,11 @@ class Controller:
         self.created_admin_token = False
         self._loops: list[asyncio.Task] = []
         self.on_assign: list[Callable[[list[tuple[int, str]]], None]] = []
+        self.metrics = Metrics(self)
+        """Prometheus registry and hooks (`metrics.relay_sessions`, `metrics.webhook_dropped`)."""
         self.relay = Relay(config.relay_alone_timeout, config.limits.relay_sessions_per_user,
                            self.hub.notify)
+        self.metrics.relay_sessions = lambda: float(self.relay.open_sessions())
 
     # -- life cycle ------------------------------------------------------
 

@@ -192,13 +192,24 @@ def handout(tx: Tx, worker_id: str, delivered: set[int], redelivery: float):
     return assigned, kills
 
 
-def mark_running(tx: Tx, job_id: int, worker_id: str, started_at: float) -> bool:
-    """assigned → running (a no-op when already past assigned)."""
+def mark_running(tx: Tx, job_id: int, worker_id: str, started_at: float,
+                 started: list[float] | None = None) -> bool:
+    """assigned → running (a no-op when already past assigned).
+
+    When it starts the job and `started` is a list, the submit→start latency
+    (seconds) is appended to it for the metrics (rc.controller.metrics).
+    """
     _own(tx, job_id, worker_id)
     n = tx.exec("job_mark_running", (started_at or tx.now, job_id))
     if n:
         tx.notify(f"job:{job_id}", "jobs")
+        _note_start(tx, job_id, started_at, started)
     return bool(n)
+
+
+def _note_start(tx: Tx, job_id: int, started_at: float | None, started: list[float] | None):
+    if started is not None:
+        started.append((started_at or tx.now) - tx.scalar("job_submitted_at", (job_id,)))
 
 
 def release(
@@ -209,17 +220,21 @@ def release(
     exit_code: int | None,
     reason: str,
     started_at: float | None,
+    started: list[float] | None = None,
 ) -> bool:
     """A terminal report: record the outcome, release the lease, free the device.
 
     Idempotent: a job already terminal is left as it is (returns False). The
     device goes busy → ready; a quarantined device stays quarantined. A kill
     that was requested keeps its "killed by ..." reason. The first report with
-    a watchdog reason leaves a watchdog_trip event (never for holds).
+    a watchdog reason leaves a watchdog_trip event (never for holds). A job
+    that ends straight from assigned also started: see mark_running's `started`.
     """
     row = _own(tx, job_id, worker_id)
     if JobState(row["state"]).terminal:
         return False
+    if row["state"] == JobState.ASSIGNED:
+        _note_start(tx, job_id, started_at, started)
     final_reason = row["kill_reason"] if (row["kill_requested"] and state is JobState.KILLED) else reason
     tx.exec(
         "job_finish",
@@ -246,18 +261,21 @@ def _own(tx: Tx, job_id: int, worker_id: str):
     return row
 
 
-def apply_reports(tx: Tx, worker_id: str, reports) -> list[tuple[int, str, str]]:
+def apply_reports(tx: Tx, worker_id: str, reports,
+                  started: list[float] | None = None) -> list[tuple[int, str, str]]:
     """Apply a worker's batch of JobReports; returns (job id, error code,
     message) per report, with an empty code for success. One refused report
-    does not affect the others (each check happens before any change)."""
+    does not affect the others (each check happens before any change).
+    `started` collects the submit→start latencies of the jobs these reports
+    started (see mark_running)."""
     out = []
     for rep in reports:
         try:
             if rep.state is JobState.RUNNING:
-                mark_running(tx, rep.job_id, worker_id, rep.started_at or 0.0)
+                mark_running(tx, rep.job_id, worker_id, rep.started_at or 0.0, started)
             elif rep.state.terminal:
                 release(tx, rep.job_id, worker_id, rep.state, rep.exit_code, rep.reason,
-                        rep.started_at)
+                        rep.started_at, started)
             else:
                 raise Refused.bad(ErrorCode.BAD_REQUEST,
                                   f"a worker reports running or a terminal state, not {rep.state}")

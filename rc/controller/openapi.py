@@ -182,6 +182,15 @@ ROUTES: dict[tuple[str, str], Doc] = {
                 Param("since", "string", "only events of the last D (a duration)"),
                 Param("limit", "integer", "1..1000 (default 100)"), WAIT),
         errors=((400, E.BAD_REQUEST),)),
+    ("GET", "/v1/events/stream"): Doc(
+        "Live updates as Server-Sent Events: `change` nudges and new feed rows "
+        "(the only route that also takes ?token=)", ("user",), "sse",
+        params=(Param("after", "integer", "resume after this event id (or send Last-Event-ID)"),
+                Param("token", "string", "the bearer token, for EventSource (this route only)")),
+        errors=((400, E.BAD_REQUEST), (503, E.UNAVAILABLE))),
+    ("GET", "/metrics"): Doc("Prometheus metrics in the text format", ANY, "text"),
+    ("GET", "/"): Doc("The dashboard: one self-contained page; it asks for a token",
+                      (PUBLIC,), "html"),
     ("GET", "/openapi.json"): Doc("This document", (PUBLIC,), "json"),
 }
 

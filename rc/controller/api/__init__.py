@@ -40,14 +40,19 @@ def ctl(request: Request) -> Controller:
     return request.app.state.ctl
 
 
-def caller(request: Request, *roles: Role) -> Caller:
+def caller(request: Request, *roles: Role, query_token: bool = False) -> Caller:
     """Authenticate the request and check its role (admin always passes).
 
-    Raises Refused 401 / 403. A token in the query string is refused (tokens
-    travel in the Authorization header only; SSE is the one exception).
+    Raises Refused 401 / 403. Tokens travel in the Authorization header only;
+    a `?token=` query parameter counts only with `query_token` (the live
+    stream, because EventSource cannot send headers; inventory §3.1), and
+    only when no header is present.
     """
     c = ctl(request)
-    who = c.tokens.authenticate(request.headers.get("authorization"), c.clock())
+    header = request.headers.get("authorization")
+    if header is None and query_token and request.query_params.get("token"):
+        header = "Bearer " + request.query_params["token"]
+    who = c.tokens.authenticate(header, c.clock())
     request.state.caller = who
     return require(who, *roles)
 

@@ -1,0 +1,88 @@
+"""GET /: the dashboard, one self-contained page (inventory §8.3, issue 8).
+
+The page is assembled once per process from rc/controller/static/:
+dashboard.html with dashboard.css and dashboard.js inlined where it says
+`/*@css*/` and `/*@js*/`. The response needs nothing else: no external
+request of any kind, no build step, works offline.
+
+The Content-Security-Policy admits exactly those two inline blocks (by their
+sha256), connections to this origin and `data:` images (the empty favicon),
+nothing else, so even a bug that inserted a user's string as markup could not
+run a script or fetch an image. The page holds no data and needs no token;
+it asks for one and keeps it in the tab's sessionStorage (`rc_token`) only.
+Every user-supplied string is inserted as text (the script has no innerHTML).
+
+What the page shows and where each part comes from is in README.md,
+"Dashboard and metrics".
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import hashlib
+import importlib.resources
+from dataclasses import dataclass
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+__all__ = ["routes", "Page", "page"]
+
+STATIC = "rc.controller.static"
+CSS_MARK = "/*@css*/"
+JS_MARK = "/*@js*/"
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """The assembled page and the security headers that go with it."""
+
+    html: bytes
+    headers: dict[str, str]
+
+
+def _sha256(text: str) -> str:
+    return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
+
+
+@functools.cache
+def page() -> Page:
+    """Read and assemble the page (once). Raises ValueError if the static files
+    are malformed (a marker missing, or a block that would end its own tag)."""
+    files = importlib.resources.files(STATIC)
+    html = files.joinpath("dashboard.html").read_text(encoding="utf-8")
+    css = files.joinpath("dashboard.css").read_text(encoding="utf-8")
+    js = files.joinpath("dashboard.js").read_text(encoding="utf-8")
+    for mark, block, tag in ((CSS_MARK, css, "</style"), (JS_MARK, js, "</script")):
+        if html.count(mark) != 1:
+            raise ValueError(f"dashboard.html must contain {mark} exactly once")
+        if tag in block.lower():
+            raise ValueError(f"an inlined block contains {tag}>")
+    html = html.replace(CSS_MARK, css).replace(JS_MARK, js)
+    csp = "; ".join([
+        "default-src 'none'",
+        f"script-src {_sha256(js)}",
+        f"style-src {_sha256(css)}",
+        "img-src data:",
+        "connect-src 'self'",
+        "base-uri 'none'",
+        "form-action 'none'",
+        "frame-ancestors 'none'",
+    ])
+    return Page(html.encode(), {
+        "Content-Security-Policy": csp,
+        "Cache-Control": "no-store",
+        "Referrer-Policy": "no-referrer",
+        "X-Frame-Options": "DENY",
+    })
+
+
+async def dashboard(request: Request) -> Response:
+    """GET /: the dashboard page (no token needed: it holds no data)."""
+    p = page()
+    return Response(p.html, media_type="text/html", headers=p.headers)
+
+
+routes = [Route("/", dashboard, methods=["GET"])]

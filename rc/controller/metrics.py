@@ -1,0 +1,275 @@
+"""Prometheus metrics: GET /metrics in the text format (DESIGN.md §6.6, issue 8).
+
+Each Controller owns one `Metrics` with its own CollectorRegistry (never the
+process-global one, so two controllers in one process never mix series).
+
+Where each series comes from:
+
+- the store, read on every scrape by `StoreCollector` inside one read
+  transaction on a reader thread (a consistent snapshot; the writer and the
+  event loop never wait for it): devices by state, quarantined devices by
+  reason, draining devices, queue depth by priority, jobs by state (finished
+  ones as counters), feed events by kind, heartbeat age per worker. The jobs
+  count is one pass over the jobs table per scrape;
+- memory: the submit→start latency histogram, observed after the commit of
+  the report that started a job (see `observe_starts`), so since this
+  controller process started;
+- the log directory: bytes and files stored under DATA/logs, from a scan
+  that is reused for LOG_SCAN_REUSE times as long as it took (so a small
+  directory is always fresh and a huge one costs a bounded share of a thread);
+- hooks other parts of the controller set, zero-argument callables returning
+  a number, each defaulting to 0: `relay_sessions` (open relay sessions),
+  `webhook_dropped` (webhook events dropped, a running total) and
+  `sse_subscribers` (set by rc.controller.api.stream). A hook that raises is
+  logged and its series left out of that scrape.
+
+Access: /metrics needs a token of any role (user, worker or admin), like
+every other route but the dashboard page: the series name hosts and carry
+the fleet's shape. Prometheus sends one with `authorization: {credentials_file: ...}`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from rc import __version__
+from rc.controller.db import Tx
+from rc.proto.model import (
+    PRIORITY_MAX,
+    PRIORITY_MIN,
+    DeviceState,
+    EventKind,
+    JobState,
+    QuarantineReason,
+    Role,
+)
+
+if TYPE_CHECKING:
+    from rc.controller.core import Controller
+
+__all__ = ["Metrics", "StoreCollector", "routes", "START_LATENCY_BUCKETS_S", "HOOKS"]
+
+log = logging.getLogger("rc.metrics")
+
+START_LATENCY_BUCKETS_S = (
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+    300.0, 900.0, 3600.0, 14400.0, 86400.0,
+)
+"""Histogram buckets of rc_job_start_latency_seconds, in seconds: from the
+idle-device target (DESIGN.md §8, ≤ 10 ms) up to a day in the queue."""
+
+LOG_SCAN_REUSE = 20.0
+"""A log-directory scan that took t seconds is reused for LOG_SCAN_REUSE·t seconds."""
+
+HOOKS = ("relay_sessions", "webhook_dropped", "sse_subscribers")
+"""Attribute names of the hook callables on Metrics."""
+
+UNKNOWN_REASON = "unknown"
+"""The `reason` label value of a quarantine whose cause is unknown ('' in the store)."""
+
+
+def _zero() -> float:
+    return 0.0
+
+
+class Metrics:
+    """The metrics of one controller: its registry, histogram and hooks.
+
+    Others plug in by assigning a hook, for example
+    `ctl.metrics.relay_sessions = lambda: len(relay.sessions)`.
+    """
+
+    def __init__(self, ctl: Controller) -> None:
+        self.ctl = ctl
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.start_latency = Histogram(
+            "rc_job_start_latency_seconds",
+            "Seconds from a job's submission to its process start (jobs started since "
+            "this controller process started; holds included)",
+            buckets=START_LATENCY_BUCKETS_S,
+            registry=self.registry,
+        )
+        self.relay_sessions: Callable[[], float] = _zero
+        self.webhook_dropped: Callable[[], float] = _zero
+        self.sse_subscribers: Callable[[], float] = _zero
+        self.collector = StoreCollector()
+        self.registry.register(self.collector)
+        self._render_lock = threading.Lock()
+        self._log_scan: tuple[float, int, int] | None = None  # (reuse until, bytes, files)
+
+    def observe_starts(self, latencies: Iterable[float]) -> None:
+        """Record jobs' submit→start latencies in seconds (called after the
+        commit that started them; negative clock skew counts as 0)."""
+        for seconds in latencies:
+            self.start_latency.observe(max(0.0, seconds))
+
+    def hook_values(self) -> dict[str, float]:
+        """Each hook's current value (called on the event loop); a failing hook is left out."""
+        out = {}
+        for name in HOOKS:
+            try:
+                out[name] = float(getattr(self, name)())
+            except Exception:
+                log.exception("metrics hook %s failed; leaving it out of this scrape", name)
+        return out
+
+    def log_usage(self) -> tuple[int, int]:
+        """(bytes, files) stored under the log directory (blocking: run it off the loop)."""
+        now = time.monotonic()
+        cached = self._log_scan
+        if cached is not None and now < cached[0]:
+            return cached[1], cached[2]
+        total = files = 0
+        root = self.ctl.logs.root if self.ctl.logs is not None else None
+        if root is not None:
+            try:
+                with os.scandir(root) as it:
+                    for entry in it:
+                        try:
+                            if entry.is_file(follow_symlinks=False):
+                                total += entry.stat(follow_symlinks=False).st_size
+                                files += 1
+                        except FileNotFoundError:
+                            continue
+            except FileNotFoundError:
+                pass
+        took = time.monotonic() - now
+        self._log_scan = (now + took * LOG_SCAN_REUSE, total, files)
+        return total, files
+
+    async def render(self) -> bytes:
+        """The exposition text of every series, from one consistent store snapshot."""
+        extra = self.hook_values()
+        extra["log_bytes"], extra["log_files"] = await asyncio.to_thread(self.log_usage)
+        return await self.ctl.db.read(self._render, extra)
+
+    def _render(self, tx: Tx, extra: dict[str, float]) -> bytes:
+        # Runs on a reader thread; the lock keeps two scrapes on two readers
+        # from sharing the collector's per-scrape context.
+        with self._render_lock:
+            self.collector.context = (tx, extra)
+            try:
+                return generate_latest(self.registry)
+            finally:
+                self.collector.context = None
+
+
+class StoreCollector:
+    """A custom collector: every series that is a fact of the store.
+
+    `context` is (read Tx, extra values) during a scrape and None otherwise
+    (then it yields nothing).
+    """
+
+    def __init__(self) -> None:
+        self.context: tuple[Tx, dict[str, float]] | None = None
+
+    def collect(self) -> Iterator[Metric]:
+        if self.context is None:
+            return
+        tx, extra = self.context
+        yield from _devices(tx)
+        yield from _jobs(tx)
+        yield from _workers(tx)
+        yield from _events(tx)
+        yield from _extras(extra)
+
+
+def _counts(tx: Tx, query: str, column: str, keys) -> dict:
+    """{key: n} from a `SELECT column, count(*) AS n ... GROUP BY` query, every key present."""
+    out = dict.fromkeys(keys, 0)
+    for r in tx.all(query):
+        out[r[column]] = r["n"]
+    return out
+
+
+def _labelled(cls, name: str, doc: str, label: str, counts: dict) -> Metric:
+    family = cls(name, doc, labels=[label])
+    for key, n in counts.items():
+        family.add_metric([str(key)], n)
+    return family
+
+
+def _devices(tx: Tx) -> Iterator[Metric]:
+    states = _counts(tx, "metrics_devices_by_state", "state", (s.value for s in DeviceState))
+    yield _labelled(GaugeMetricFamily, "rc_devices", "Devices by state (ready = free)",
+                    "state", states)
+    reasons = _counts(tx, "metrics_devices_quarantined", "quarantine_reason",
+                      (q.value for q in QuarantineReason))
+    reasons[UNKNOWN_REASON] = reasons.pop("")
+    yield _labelled(GaugeMetricFamily, "rc_devices_quarantined",
+                    "Quarantined (unhealthy) devices by reason", "reason", reasons)
+    yield GaugeMetricFamily("rc_devices_draining", "Devices being drained",
+                            value=tx.scalar("metrics_devices_draining"))
+
+
+def _jobs(tx: Tx) -> Iterator[Metric]:
+    depth = _counts(tx, "metrics_queue_by_priority", "priority",
+                    range(PRIORITY_MIN, PRIORITY_MAX + 1))
+    yield _labelled(GaugeMetricFamily, "rc_queue_depth", "Queued jobs by priority",
+                    "priority", depth)
+    states = _counts(tx, "metrics_jobs_by_state", "state", (s.value for s in JobState))
+    yield _labelled(GaugeMetricFamily, "rc_jobs", "Jobs not yet finished, by state", "state",
+                    {s.value: states[s.value] for s in JobState if not s.terminal})
+    yield _labelled(CounterMetricFamily, "rc_jobs_finished", "Jobs that ended, by terminal state",
+                    "state", {s.value: states[s.value] for s in JobState if s.terminal})
+
+
+def _workers(tx: Tx) -> Iterator[Metric]:
+    g = GaugeMetricFamily("rc_worker_heartbeat_age_seconds",
+                          "Seconds since each worker's last heartbeat (controller clock)",
+                          labels=["worker"])
+    for r in tx.all("workers_all"):
+        g.add_metric([r["id"]], tx.now - r["last_heartbeat_at"])
+    yield g
+
+
+def _events(tx: Tx) -> Iterator[Metric]:
+    kinds = _counts(tx, "metrics_events_by_kind", "kind", (k.value for k in EventKind))
+    yield _labelled(CounterMetricFamily, "rc_events", "Activity feed events by kind", "kind", kinds)
+
+
+def _extras(extra: dict[str, float]) -> Iterator[Metric]:
+    info = GaugeMetricFamily("rc_info", "This controller's version", labels=["version"])
+    info.add_metric([__version__], 1)
+    yield info
+    if "log_bytes" in extra:
+        yield GaugeMetricFamily("rc_log_bytes", "Bytes of job logs stored",
+                                value=extra["log_bytes"])
+        yield GaugeMetricFamily("rc_log_files", "Job log files stored",
+                                value=extra["log_files"])
+    if "relay_sessions" in extra:
+        yield GaugeMetricFamily("rc_relay_sessions", "Open relay (tty/pipe) sessions",
+                                value=extra["relay_sessions"])
+    if "webhook_dropped" in extra:
+        yield CounterMetricFamily("rc_webhook_dropped", "Webhook events dropped (queue full "
+                                  "or delivery given up)", value=extra["webhook_dropped"])
+    if "sse_subscribers" in extra:
+        yield GaugeMetricFamily("rc_sse_subscribers", "Open live-update streams "
+                                "(GET /v1/events/stream)", value=extra["sse_subscribers"])
+
+
+async def metrics_endpoint(request: Request) -> Response:
+    """GET /metrics: every series in the Prometheus text format (any token)."""
+    from rc.controller.api import caller, ctl  # the api package imports core, which imports us
+
+    caller(request, Role.USER, Role.WORKER)
+    body = await ctl(request).metrics.render()
+    return Response(body, media_type=CONTENT_TYPE_LATEST, headers={"Cache-Control": "no-store"})
+
+
+routes = [Route("/metrics", metrics_endpoint, methods=["GET"])]
+

@@ -1,0 +1,186 @@
+"""GET /metrics (issue 8): Prometheus text, parsed with prometheus_client's own
+parser and checked against the store; the hooks others plug into; access."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import urllib.error
+import urllib.request
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from rc.controller.config import ControllerConfig
+from rc.controller.core import Controller as InProcessController
+from rc.controller.metrics import START_LATENCY_BUCKETS_S
+from rc.proto.client import Client
+from tests.harness import job, wait_until
+
+
+def parse(text: str) -> dict[tuple[str, frozenset], float]:
+    """{(sample name, frozenset of label items): value} of an exposition."""
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[(s.name, frozenset(s.labels.items()))] = s.value
+    return out
+
+
+def value(samples, name: str, **labels) -> float:
+    return samples[(name, frozenset(labels.items()))]
+
+
+def run_in_process(tmp_path, body):
+    """Start a controller on a real SQLite file in this process (no HTTP, no
+    loops), run `await body(ctl)`, stop it."""
+    async def main():
+        ctl = InProcessController(ControllerConfig(data_dir=str(tmp_path / "data")))
+        await ctl.start(loops=False)
+        try:
+            return await body(ctl)
+        finally:
+            await ctl.stop()
+    return asyncio.run(main())
+
+
+def test_empty_store_gives_every_series_at_zero(tmp_path):
+    async def body(ctl):
+        return parse((await ctl.metrics.render()).decode())
+
+    m = run_in_process(tmp_path, body)
+    for state in ("ready", "busy", "unknown", "unhealthy"):
+        assert value(m, "rc_devices", state=state) == 0
+    for reason in ("fault", "worker_lost", "lease_expired", "registration", "unknown"):
+        assert value(m, "rc_devices_quarantined", reason=reason) == 0
+    assert [value(m, "rc_queue_depth", priority=str(p)) for p in range(-10, 11)] == [0] * 21
+    for state in ("succeeded", "failed", "killed", "lost"):
+        assert value(m, "rc_jobs_finished_total", state=state) == 0
+    for state in ("queued", "assigned", "running"):
+        assert value(m, "rc_jobs", state=state) == 0
+    assert value(m, "rc_job_start_latency_seconds_count") == 0
+    assert value(m, "rc_log_bytes") == 0
+    assert value(m, "rc_relay_sessions") == 0
+    assert value(m, "rc_webhook_dropped_total") == 0
+    assert value(m, "rc_events_total", kind="token_created") == 1  # the bootstrap admin token
+
+
+def test_hooks_report_what_others_plug_in_and_a_broken_one_is_left_out(tmp_path, caplog):
+    async def body(ctl):
+        ctl.metrics.relay_sessions = lambda: 3
+        ctl.metrics.webhook_dropped = lambda: 7
+        ctl.metrics.sse_subscribers = lambda: 1 / 0
+        return parse((await ctl.metrics.render()).decode())
+
+    with caplog.at_level(logging.ERROR, logger="rc.metrics"):
+        m = run_in_process(tmp_path, body)
+    assert value(m, "rc_relay_sessions") == 3
+    assert value(m, "rc_webhook_dropped_total") == 7
+    assert not any(name == "rc_sse_subscribers" for name, _ in m)
+    assert "sse_subscribers failed" in caplog.text
+
+
+def test_start_latency_histogram_buckets_and_clock_skew(tmp_path):
+    async def body(ctl):
+        ctl.metrics.observe_starts([0.003, 2.0, -1.0])
+        return parse((await ctl.metrics.render()).decode())
+
+    m = run_in_process(tmp_path, body)
+    assert value(m, "rc_job_start_latency_seconds_count") == 3
+    assert value(m, "rc_job_start_latency_seconds_sum") == pytest.approx(2.003)
+    assert value(m, "rc_job_start_latency_seconds_bucket", le="0.005") == 2  # skew counts as 0
+    assert value(m, "rc_job_start_latency_seconds_bucket", le="2.5") == 3
+    assert value(m, "rc_job_start_latency_seconds_bucket", le="+Inf") == 3
+    assert len(START_LATENCY_BUCKETS_S) == len(
+        [k for k in m if k[0] == "rc_job_start_latency_seconds_bucket"]) - 1
+
+
+def test_two_controllers_never_share_series(tmp_path):
+    async def body(ctl):
+        other = InProcessController(ControllerConfig(data_dir=str(tmp_path / "other")))
+        ctl.metrics.observe_starts([1.0])
+        assert other.metrics.registry is not ctl.metrics.registry
+        return parse((await ctl.metrics.render()).decode())
+
+    assert value(run_in_process(tmp_path, body), "rc_job_start_latency_seconds_count") == 1
+
+
+def scrape(url: str, token: str | None) -> tuple[int, str]:
+    req = urllib.request.Request(url + "/metrics")
+    if token:
+        req.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            assert r.headers["Content-Type"].startswith("text/plain")
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+@pytest.mark.e2e
+def test_metrics_match_the_store(controller, make_worker, tmp_path):
+    conf = tmp_path / "worker.toml"
+    conf.write_text('kill_grace = "1s"\n')
+    worker_token = controller.token("worker-box", "worker")
+    make_worker(controller, host="box", devices="cpu:2", config=conf, token=worker_token)
+    admin = controller.client()
+    alice_token = controller.token("alice")
+    alice = Client(controller.url, alice_token)
+
+    ok = alice.post("/v1/jobs", {"command": ["sh", "-c", "echo hello metrics"],
+                                 "device_id": "box:cpu0"})["job"]["id"]
+    bad = alice.post("/v1/jobs", {"command": ["sh", "-c", "echo oops >&2; exit 3"],
+                                  "device_id": "box:cpu0"})["job"]["id"]
+    for j, state in ((ok, "succeeded"), (bad, "failed")):
+        wait_until(lambda j=j: job(admin, j)["state"] == state, 30, f"job {j} to be {state}")
+    hold = alice.post("/v1/jobs", {"kind": "hold", "device_id": "box:cpu1",
+                                   "max_runtime_seconds": 600, "reason": "metrics test"})
+    wait_until(lambda: job(admin, hold["job"]["id"])["state"] == "running", 30, "the hold to run")
+    for p in (5, 5, -3):
+        alice.post("/v1/jobs", {"command": ["true"], "device_id": "box:cpu1", "priority": p})
+    admin.post("/v1/devices/box:cpu0/fault", {"reason": "fan failure"})
+
+    assert scrape(controller.url, None)[0] == 401
+    assert scrape(controller.url, worker_token)[0] == 200
+
+    def scraped():
+        status, text = scrape(controller.url, alice_token)
+        assert status == 200, text
+        m = parse(text)
+        return m if value(m, "rc_job_start_latency_seconds_count") == 3 else None
+
+    m = wait_until(scraped, 15, "three job starts (two jobs and the hold) in the histogram")
+
+    devices = admin.get("/v1/devices")["devices"]
+    by_state = collections.Counter(v["device"]["state"] for v in devices)
+    for state in ("ready", "busy", "unknown", "unhealthy"):
+        assert value(m, "rc_devices", state=state) == by_state[state]
+    assert (by_state["busy"], by_state["unhealthy"]) == (1, 1)
+    assert value(m, "rc_devices_quarantined", reason="fault") == 1
+
+    jobs = admin.get("/v1/jobs", params={"limit": 1000})["jobs"]
+    states = collections.Counter(j["state"] for j in jobs)
+    for state in ("succeeded", "failed", "killed", "lost"):
+        assert value(m, "rc_jobs_finished_total", state=state) == states[state]
+    for state in ("queued", "assigned", "running"):
+        assert value(m, "rc_jobs", state=state) == states[state]
+    queued = collections.Counter(j["priority"] for j in jobs if j["state"] == "queued")
+    for p in range(-10, 11):
+        assert value(m, "rc_queue_depth", priority=str(p)) == queued[p]
+    assert queued == {5: 2, -3: 1}
+
+    events = admin.get("/v1/events", params={"limit": 1000})["events"]
+    kinds = collections.Counter(e["kind"] for e in events)
+    assert kinds["device_unhealthy"] == 1
+    for kind in kinds:
+        assert value(m, "rc_events_total", kind=kind) == kinds[kind]
+
+    age = value(m, "rc_worker_heartbeat_age_seconds", worker="box")
+    assert 0 <= age < 30
+    logs = list((controller.data / "logs").iterdir())
+    assert value(m, "rc_log_bytes") == sum(f.stat().st_size for f in logs) > 0
+    assert value(m, "rc_log_files") == len(logs)
+    assert value(m, "rc_sse_subscribers") == 0
+    assert value(m, "rc_job_start_latency_seconds_sum") >= 0
+    assert value(m, "rc_job_start_latency_seconds_bucket", le="+Inf") == 3
