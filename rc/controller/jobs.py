@@ -82,7 +82,7 @@ def enqueue(tx: Tx, job: NewJob, fleet: Fleet) -> tuple[int, bool]:
             ErrorCode.QUEUE_FULL,
             f"{job.submitter} already has {job.queued_limit} queued jobs (the per-user limit)",
         )
-    max_runtime = job.max_runtime
+    max_runtime = job.max_runtime  # 0: inherit the ceiling where it lands (scheduler.assign)
     if job.device_id:
         dev = tx.one("device_ceiling", (job.device_id,))
         if dev is None:
@@ -93,7 +93,6 @@ def enqueue(tx: Tx, job: NewJob, fleet: Fleet) -> tuple[int, bool]:
                 ErrorCode.RUNTIME_ABOVE_CEILING,
                 f"{job.device_id} allows at most {ceiling}s; asked for {max_runtime}s",
             )
-        max_runtime = max_runtime or ceiling
     else:
         matching = fleet.matching(tx, job.selector)
         if not matching:

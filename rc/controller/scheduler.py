@@ -14,15 +14,17 @@ same code decides assignments, queue positions and `rc explain`:
   job is not overtaken forever). A job held back by the user cap reserves
   nothing.
 
-`schedule()` is the transaction that loads the snapshot, plans and applies the
-assignments.
+`snapshot()` loads the queue and the fleet and plans them; `schedule()` is the
+transaction that applies a snapshot's assignments. The read side
+(rc.controller.views) plans the same snapshot for queue positions and
+`rc explain`, so what they say is what the pass does.
 """
 
 from __future__ import annotations
 
 import math
 import sqlite3
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from rc.controller.db import Tx
@@ -36,10 +38,18 @@ __all__ = [
     "plan",
     "effective_priority",
     "fits_ceiling",
+    "match_devices",
     "Fleet",
+    "Policy",
+    "Snapshot",
+    "snapshot",
     "schedule",
     "assign",
 ]
+
+MATCH_CACHE_MAX = 4096
+"""Most selectors the writer's Fleet remembers matches for; past it the cache
+starts over (it also starts over whenever labels or devices change)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +155,16 @@ def plan(
     return out
 
 
+def match_devices(labels: Mapping[str, Mapping[str, str]], sel: str) -> frozenset[str]:
+    """Ids of the devices whose effective labels a normalised selector matches.
+
+    `labels` maps device id → effective labels (load_labels). Raises
+    SelectorError for text that does not parse (stored selectors always do).
+    """
+    parsed = selectors.parse(sel)
+    return frozenset(d for d, ls in labels.items() if parsed.matches(ls))
+
+
 class Fleet:
     """The writer's cache of effective labels and selector matches.
 
@@ -152,6 +172,7 @@ class Fleet:
     ones (detected wins), plus `host`, `device` (its name) and `id`. Any
     transaction that changes labels or the device set calls `invalidate()`;
     the next use reloads from the database inside the current transaction.
+    At most MATCH_CACHE_MAX selectors are remembered.
     """
 
     def __init__(self) -> None:
@@ -159,6 +180,7 @@ class Fleet:
         self._matches: dict[str, frozenset[str]] = {}
 
     def invalidate(self) -> None:
+        """Forget labels and matches (labels or the device set changed)."""
         self._labels = None
         self._matches = {}
 
@@ -172,8 +194,9 @@ class Fleet:
         """Ids of the devices a normalised selector matches."""
         hit = self._matches.get(sel)
         if hit is None:
-            parsed = selectors.parse(sel)
-            hit = frozenset(d for d, ls in self.labels(tx).items() if parsed.matches(ls))
+            hit = match_devices(self.labels(tx), sel)
+            if len(self._matches) >= MATCH_CACHE_MAX:
+                self._matches = {}
             self._matches[sel] = hit
         return hit
 
@@ -191,6 +214,7 @@ def load_labels(tx: Tx) -> dict[str, dict[str, str]]:
 
 
 def queued_jobs(rows: Iterable[sqlite3.Row]) -> list[QueuedJob]:
+    """Rows of the `queued_jobs` query as QueuedJobs."""
     return [
         QueuedJob(
             id=r["id"],
@@ -206,6 +230,7 @@ def queued_jobs(rows: Iterable[sqlite3.Row]) -> list[QueuedJob]:
 
 
 def slots(rows: Iterable[sqlite3.Row]) -> dict[str, Slot]:
+    """Rows of the `device_slots` query as Slots by device id."""
     return {
         r["id"]: Slot(r["id"], DeviceState(r["state"]), r["max_runtime"], bool(r["draining"]))
         for r in rows
@@ -214,7 +239,7 @@ def slots(rows: Iterable[sqlite3.Row]) -> dict[str, Slot]:
 
 @dataclass(frozen=True, slots=True)
 class Policy:
-    """The scheduling knobs of ControllerConfig."""
+    """The scheduling knobs of ControllerConfig (seconds; cap 0 means none)."""
 
     aging: float = 0.0
     cap: int = 0
@@ -222,16 +247,59 @@ class Policy:
     lease_grace: float = 600.0
 
 
-def snapshot_plan(tx: Tx, fleet_matching, policy: Policy) -> tuple[Plan, list[QueuedJob]]:
-    """Load the queue and the fleet and plan (used by the pass and by explain)."""
+@dataclass(slots=True)
+class Snapshot:
+    """The queue and the fleet as one transaction saw them, and their plan.
+
+    queue: queued jobs in id order; slots: device id → Slot; usage: submitter
+    → devices they hold (live leases); plan: what a pass would do now.
+    """
+
+    queue: list[QueuedJob]
+    slots: dict[str, Slot]
+    usage: dict[str, int]
+    plan: Plan
+    now: float
+
+    def job(self, job_id: int) -> QueuedJob | None:
+        """The queued job with this id, or None."""
+        return next((j for j in self.queue if j.id == job_id), None)
+
+    def rivals(self, job_id: int) -> list[int]:
+        """Queued jobs ahead of this one in scheduling order that want a device
+        it could use and are not held back by the per-user cap: the jobs that
+        get such a device before it does."""
+        p = self.plan
+        mine = set(p.candidates.get(job_id, ()))
+        out = []
+        for other in p.order:
+            if other == job_id:
+                return out
+            if other not in p.capped and mine.intersection(p.candidates.get(other, ())):
+                out.append(other)
+        return []
+
+    def position(self, job_id: int) -> int:
+        """1 + rivals(job_id) for a queued job (an upper bound on how many
+        devices must free before it starts); 0 when it is not queued."""
+        if job_id not in self.plan.candidates:
+            return 0
+        return len(self.rivals(job_id)) + 1
+
+
+def snapshot(tx: Tx, matching: Callable[[str], frozenset[str]], policy: Policy) -> Snapshot:
+    """Load the queue and the fleet in `tx` and plan them.
+
+    `matching(selector)` gives the device ids a normalised selector matches
+    (the writer passes its Fleet cache, readers match fresh labels).
+    """
     queue = queued_jobs(tx.all("queued_jobs"))
     fleet_slots = slots(tx.all("device_slots"))
-    matches = {j.selector: fleet_matching(j.selector) for j in queue if j.selector}
-    usage = {r["holder"]: r["n"] for r in tx.all("live_leases_per_holder")} if policy.cap else {}
-    return (
-        plan(queue, fleet_slots, matches, tx.now, aging=policy.aging, cap=policy.cap, usage=usage),
-        queue,
-    )
+    matches = {j.selector: matching(j.selector) for j in queue if j.selector}
+    usage = {r["holder"]: r["n"] for r in tx.all("live_leases_per_holder")}
+    p = plan(queue, fleet_slots, matches, tx.now, aging=policy.aging, cap=policy.cap,
+             usage=usage)
+    return Snapshot(queue, fleet_slots, usage, p, tx.now)
 
 
 def schedule(tx: Tx, fleet: Fleet, policy: Policy) -> list[tuple[int, str]]:
@@ -242,9 +310,9 @@ def schedule(tx: Tx, fleet: Fleet, policy: Policy) -> list[tuple[int, str]]:
     """
     if tx.scalar("count_schedulable") == 0 or tx.scalar("count_queued") == 0:
         return []
-    p, _ = snapshot_plan(tx, lambda s: fleet.matching(tx, s), policy)
+    snap = snapshot(tx, lambda sel: fleet.matching(tx, sel), policy)
     done = []
-    for job_id, device_id in p.assignments:
+    for job_id, device_id in snap.plan.assignments:
         if assign(tx, job_id, device_id, policy):
             done.append((job_id, device_id))
     return done

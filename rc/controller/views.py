@@ -15,14 +15,13 @@ from rc.controller import rows
 from rc.controller.db import Tx, loads
 from rc.controller.errors import Refused
 from rc.controller.scheduler import (
-    Plan,
     Policy,
+    Snapshot,
     effective_priority,
     fits_ceiling,
     load_labels,
-    plan,
-    queued_jobs,
-    slots,
+    match_devices,
+    snapshot,
 )
 from rc.proto import selector as selectors
 from rc.proto.duration import format_duration
@@ -45,52 +44,35 @@ __all__ = [
     "explain_selector",
     "explain_job",
     "QueueSnapshot",
+    "queue_snapshot",
 ]
 
 RECENT_JOBS = 5
+RIVALS_NAMED = 5
+"""How many of the jobs ahead `rc explain JOB` names by id."""
 
 
 @dataclass(slots=True)
 class QueueSnapshot:
-    """The queue planned as the scheduler would plan it now."""
+    """The queue planned as the scheduler would plan it now (scheduler.Snapshot),
+    with the queued jobs as records and every device's effective labels."""
 
-    plan: Plan
+    snap: Snapshot
     jobs: dict[int, Job]
     labels: dict[str, dict[str, str]]
 
     def position(self, job_id: int) -> int:
-        """1 + the queued jobs ahead of this one that compete for a device it
+        """1 + the queued jobs ahead of this one that would take a device it
         could use (0 when the job is not queued)."""
-        if job_id not in self.jobs:
-            return 0
-        mine = set(self.plan.candidates.get(job_id, ()))
-        ahead = 0
-        for other in self.plan.order:
-            if other == job_id:
-                break
-            if mine & set(self.plan.candidates.get(other, ())):
-                ahead += 1
-        return ahead + 1
-
-
-def _matches(labels: dict[str, dict[str, str]], sels: set[str]) -> dict[str, frozenset[str]]:
-    out = {}
-    for s in sels:
-        parsed = selectors.parse(s)
-        out[s] = frozenset(d for d, ls in labels.items() if parsed.matches(ls))
-    return out
+        return self.snap.position(job_id)
 
 
 def queue_snapshot(tx: Tx, policy: Policy) -> QueueSnapshot:
-    """Plan the current queue (no writes)."""
-    queued = {r["id"]: rows.job(r) for r in tx.all("jobs_queued_full")}
+    """Plan the current queue on fresh labels (no writes)."""
     labels = load_labels(tx)
-    q = queued_jobs(tx.all("queued_jobs"))
-    fleet = slots(tx.all("device_slots"))
-    matches = _matches(labels, {j.selector for j in q if j.selector})
-    usage = {r["holder"]: r["n"] for r in tx.all("live_leases_per_holder")} if policy.cap else {}
-    p = plan(q, fleet, matches, tx.now, aging=policy.aging, cap=policy.cap, usage=usage)
-    return QueueSnapshot(p, queued, labels)
+    snap = snapshot(tx, lambda sel: match_devices(labels, sel), policy)
+    queued = {r["id"]: rows.job(r) for r in tx.all("jobs_queued_full")}
+    return QueueSnapshot(snap, queued, labels)
 
 
 def job_view(tx: Tx, job_id: int, policy: Policy) -> JobView:
@@ -142,16 +124,17 @@ def _view(dev, lease, now: float) -> DeviceView:
 
 
 def state(tx: Tx, policy: Policy) -> StateResponse:
-    """The fleet, active jobs (newest first) and the queue in scheduling order."""
-    snap = queue_snapshot(tx, policy)
+    """The fleet, active jobs (newest first) and the queue in scheduling order,
+    with each queued job's position and seconds waited."""
+    q = queue_snapshot(tx, policy)
     active = tuple(rows.job(r) for r in tx.all("jobs_active"))
-    queued = tuple(snap.jobs[i] for i in snap.plan.order)
+    queued = tuple(q.jobs[i] for i in q.snap.plan.order if i in q.jobs)
     return StateResponse(
         devices=tuple(device_views(tx)),
         jobs=active,
         queued=queued,
         queued_waiting_seconds={str(j.id): tx.now - j.queued_at for j in queued},
-        queue_positions={str(j.id): snap.position(j.id) for j in queued},
+        queue_positions={str(j.id): q.position(j.id) for j in queued},
     )
 
 
@@ -181,116 +164,160 @@ def describe(tx: Tx, device_id: str) -> DescribeResponse:
 
 
 def explain_selector(tx: Tx, text: str, policy: Policy) -> ExplainResponse:
-    """Which devices a selector matches, which are free, how deep the queue is
-    for them. 400 bad_selector for a malformed selector."""
+    """Which devices a selector matches, which of them are free (ready, not
+    draining), and how many queued jobs want one of them. 400 bad_selector
+    for a malformed selector."""
     try:
-        sel = selectors.parse(text)
+        sel = str(selectors.parse(text))
     except selectors.SelectorError as e:
         raise Refused.bad(ErrorCode.BAD_SELECTOR, str(e)) from None
-    snap = queue_snapshot(tx, policy)
-    matching = sorted(d for d, ls in snap.labels.items() if sel.matches(ls))
-    fleet = slots(tx.all("device_slots"))
-    free = [d for d in matching if fleet[d].schedulable]
+    q = queue_snapshot(tx, policy)
+    matching = sorted(match_devices(q.labels, sel))
+    free = [d for d in matching if q.snap.slots[d].schedulable]
     wanted = set(matching)
-    depth = sum(1 for j in snap.plan.order if wanted & set(snap.plan.candidates.get(j, ())))
-    return ExplainResponse(str(sel), tuple(matching), tuple(free), depth)
+    p = q.snap.plan
+    depth = sum(1 for j in p.order if wanted.intersection(p.candidates.get(j, ())))
+    return ExplainResponse(sel, tuple(matching), tuple(free), depth)
 
 
 def explain_job(tx: Tx, job_id: int, policy: Policy) -> JobExplanation:
-    """Why a job is not running, in sentences (issue "Scheduling": rc explain JOB)."""
+    """Why a job is not running, in sentences (issue "Scheduling": rc explain JOB).
+
+    For a queued job, from the same plan the scheduling pass makes: the
+    per-user cap; no usable device free (who holds each, and for how long at
+    most); devices out of the pool (quarantined, silent worker, draining) and
+    why; the jobs ahead of it that want the same devices. `blockers` says, per
+    device it could use, why that device is not its now. 404 for no such job.
+    """
     r = tx.one("job_get", (job_id,))
     if r is None:
         raise Refused.not_found(f"no job {job_id}")
     job = rows.job(r)
     if job.state is not JobState.QUEUED:
-        where = f" on {job.device_id}" if job.device_id else ""
-        words = {
-            JobState.ASSIGNED: f"It is not waiting: it was assigned{where} and is starting.",
-            JobState.RUNNING: f"It is not waiting: it is running{where}.",
-        }.get(job.state, f"It is not waiting: it ended ({job.state.value}"
-              + (f": {job.kill_reason}" if job.kill_reason else "") + ").")
-        return JobExplanation(job_id, job.state.value, (words,))
-    snap = queue_snapshot(tx, policy)
-    p = snap.plan
-    fleet = slots(tx.all("device_slots"))
+        return JobExplanation(job_id, job.state.value, (_not_waiting(job),))
+    q = queue_snapshot(tx, policy)
+    snap, p = q.snap, q.snap.plan
+    me = snap.job(job_id)
+    assert me is not None  # queued in this same snapshot
+    if job.selector:
+        pool = sorted(match_devices(q.labels, job.selector))
+    else:
+        pool = [job.device_id] if job.device_id in snap.slots else []
+    pos = snap.position(job_id)
+    if not pool:
+        why = (f"No device matches {job.selector!r} any more (a device was retired or its "
+               "labels changed); it waits until one does, or rc kill it."
+               if job.selector else
+               f"Device {job.device_id} no longer exists (retired); rc kill this job.")
+        return JobExplanation(job_id, "queued", (why,), pos, {})
+    blockers: dict[str, str] = {}
+    cands = []
+    for d in pool:
+        ceiling = snap.slots[d].max_runtime
+        if fits_ceiling(me.max_runtime, ceiling):
+            cands.append(d)
+        else:
+            blockers[d] = (f"its runtime ceiling ({format_duration(ceiling)}) is below the "
+                           f"{format_duration(me.max_runtime)} this job asks for")
+    if not cands:
+        why = (f"Every device it could use has a runtime ceiling below the "
+               f"{format_duration(me.max_runtime)} it asks for; it cannot start until a "
+               "ceiling is raised. rc kill it and ask for less.")
+        return JobExplanation(job_id, "queued", (why,), pos, blockers)
+
     devices = {x["id"]: x for x in tx.all("devices_all")}
     leases = {x["device_id"]: x for x in tx.all("leases_live")}
-    target = job.device_id if not job.selector else job.selector
-    if job.selector:
-        pool = sorted(d for d, ls in snap.labels.items()
-                      if selectors.parse(job.selector).matches(ls))
-    else:
-        pool = [job.device_id] if job.device_id in fleet else []
-    reasons: list[str] = []
-    blockers: dict[str, str] = {}
-    if not pool:
-        reasons.append(
-            f"No device matches {target!r} any more (it was retired or its labels changed); "
-            "it will wait until one does. Kill it with rc kill."
-            if job.selector else f"Device {job.device_id} no longer exists (retired); kill this job."
-        )
-        return JobExplanation(job_id, "queued", tuple(reasons), snap.position(job_id), blockers)
-    too_small = [d for d in pool if not fits_ceiling(job.max_runtime_seconds, fleet[d].max_runtime)]
-    for d in too_small:
-        blockers[d] = (f"its runtime ceiling ({format_duration(fleet[d].max_runtime)}) is below "
-                       f"the job's {format_duration(job.max_runtime_seconds)}")
-    cands = [d for d in pool if d not in too_small]
-    if not cands:
-        reasons.append(f"Every matching device has a runtime ceiling below the job's "
-                       f"{format_duration(job.max_runtime_seconds)}.")
-    if job_id in p.capped:
-        held = sum(1 for x in leases.values() if x["holder"] == job.submitter)
-        reasons.append(f"{job.submitter} already holds {held} device(s), the per-user cap "
-                       f"({policy.cap}); it starts when one of them is released.")
-    ahead_ids = p.order[: p.order.index(job_id)] if job_id in p.order else []
-    rivals = [o for o in ahead_ids if set(cands) & set(p.candidates.get(o, ()))]
-    held_by, out_of_pool, reserved = [], [], []
+    taken_by = {d: j for j, d in p.assignments}
+    held, out_of_pool, free = [], [], []
     for d in cands:
-        s = fleet[d]
-        dev = devices[d]
-        lease = leases.get(d)
-        if s.state is DeviceState.UNHEALTHY:
-            why = dev["quarantine_detail"] or dev["quarantine_reason"] or "unknown cause"
-            blockers[d] = f"quarantined ({dev['quarantine_reason'] or 'unknown'}): {why}"
+        slot, dev, lease = snap.slots[d], devices[d], leases.get(d)
+        who = _holding(lease, tx.now) if lease is not None else ""
+        if slot.state is DeviceState.UNHEALTHY:
+            cause = dev["quarantine_detail"] or "no detail recorded"
+            blockers[d] = f"quarantined ({dev['quarantine_reason'] or 'unknown cause'}): {cause}"
             out_of_pool.append(d)
-        elif s.state is DeviceState.UNKNOWN:
-            blockers[d] = "its worker is not reporting"
+        elif slot.state is DeviceState.UNKNOWN:
+            blockers[d] = "its worker has stopped reporting"
             out_of_pool.append(d)
-        elif s.draining:
+        elif slot.draining:
             blockers[d] = "draining" + (f" ({dev['drain_reason']})" if dev["drain_reason"] else "")
-            if lease is None:
-                out_of_pool.append(d)
-            else:
-                held_by.append(d)
-        elif lease is not None:
-            held_by.append(d)
-        elif p.reserved.get(d, job_id) != job_id:
-            reserved.append(d)
-            blockers[d] = f"free, but reserved for job {p.reserved[d]}, which is ahead in the queue"
+            out_of_pool.append(d)
+        elif lease is not None or slot.state is DeviceState.BUSY:
+            blockers[d] = who or "busy"
+            held.append(d)
+            continue
         else:
-            blockers[d] = "free"
-        if lease is not None:
-            until = ""
-            if lease["job_max_runtime"]:
-                end = lease["acquired_at"] + lease["job_max_runtime"]
-                until = f" until at most {format_duration(max(0.0, end - tx.now))} from now"
-            kind = "holds" if lease["kind"] == "hold" else "runs job %d on" % lease["job_id"]
-            text = f"{lease['holder']} {kind} it{until}"
-            blockers[d] = text if d not in blockers else f"{blockers[d]}; {text}"
-    if held_by:
-        who = "; ".join(f"{d}: {blockers[d]}" for d in held_by)
-        reasons.append(f"No matching device is free: {who}.")
-    if rivals:
-        eff = effective_priority
-        mine = next(j for j in queued_jobs(tx.all("queued_jobs")) if j.id == job_id)
+            free.append(d)
+            owner = taken_by.get(d)
+            if owner == job_id:
+                blockers[d] = "free: this job starts on it at the next scheduling pass"
+            elif owner is not None:
+                blockers[d] = f"free, but job {owner} is ahead of this one and gets it"
+            else:
+                blockers[d] = "free"
+        if who:
+            blockers[d] += f"; {who}"
+
+    reasons: list[str] = []
+    if job_id in p.capped:
+        n = snap.usage.get(me.submitter, 0)
         reasons.append(
-            f"{len(rivals)} job(s) ahead of it want the same devices, with higher or equal "
-            f"priority (its effective priority is {eff(mine, tx.now, policy.aging)})."
-        )
-    if out_of_pool:
-        reasons.append("Matching device(s) out of the pool: "
-                       + "; ".join(f"{d}: {blockers[d]}" for d in out_of_pool) + ".")
+            f"{me.submitter} already holds {n} device(s), the per-user cap "
+            f"(rc serve --max-devices-per-user {policy.cap}); it starts once one of them "
+            "is released.")
+    if not free:
+        if held:
+            reasons.append("No matching device is free: "
+                           + "; ".join(f"{d}: {blockers[d]}" for d in held) + ".")
+        if out_of_pool:
+            lead = ("Every matching device is out of the pool" if not held
+                    else "The other matching devices are out of the pool")
+            reasons.append(lead + ": " + "; ".join(f"{d}: {blockers[d]}" for d in out_of_pool)
+                           + ".")
+    rivals = snap.rivals(job_id)
+    if rivals:
+        named = ", ".join(str(j) for j in rivals[:RIVALS_NAMED])
+        if len(rivals) > RIVALS_NAMED:
+            named += ", ..."
+        eff = effective_priority(me, snap.now, policy.aging)
+        mine = f"its priority is {me.priority}"
+        if eff != me.priority:
+            mine += f", {eff} with aging"
+        if policy.aging > 0:
+            mine += f"; it gains a step every {format_duration(policy.aging)} it waits"
+        reasons.append(
+            f"{len(rivals)} job(s) ahead of it with higher or equal priority want the same "
+            f"devices and get them first (jobs {named}; {mine}).")
     if not reasons:
-        reasons.append("A matching device is free; the next scheduling pass (within a second) "
-                       "should start it.")
-    return JobExplanation(job_id, "queued", tuple(reasons), snap.position(job_id), blockers)
+        if job_id in taken_by:
+            reasons.append(f"It is starting: {taken_by[job_id]} is free and the next "
+                           "scheduling pass (within a second) hands it over.")
+        else:
+            reasons.append("A matching device is free; the next scheduling pass (within a "
+                           "second) should start it.")
+    return JobExplanation(job_id, "queued", tuple(reasons), pos, blockers)
+
+
+def _not_waiting(job: Job) -> str:
+    where = f" on {job.device_id}" if job.device_id else ""
+    if job.state is JobState.ASSIGNED:
+        return f"It is not waiting: it was assigned{where} and is starting."
+    if job.state is JobState.RUNNING:
+        return f"It is not waiting: it is running{where}."
+    why = f": {job.kill_reason}" if job.kill_reason else ""
+    return f"It is not waiting: it ended ({job.state.value}{why})."
+
+
+def _holding(lease, now: float) -> str:
+    """Who holds a device under `lease` and for how long at most, in words."""
+    if lease["kind"] == "hold":
+        what = f"{lease['holder']} holds it" + (f" ({lease['reason']})" if lease["reason"] else "")
+    else:
+        what = f"{lease['holder']} runs job {lease['job_id']} on it"
+    runtime = lease["job_max_runtime"]
+    if not runtime:
+        return what + ", with no time limit"
+    left = lease["acquired_at"] + runtime - now
+    if left <= 0:
+        return what + ", past its time limit (it is being stopped)"
+    return what + f", for at most {format_duration(max(1.0, round(left)))} more"

@@ -145,5 +145,5 @@ def _parse_term(raw: str) -> Term:
     if any(c.isspace() for c in key):
         raise SelectorError(term, "a label name cannot contain whitespace")
     if any(not c.isprintable() for c in key + value):
-        raise SelectorError(term, "contains a control character")
+        raise SelectorError(term, "contains a control or other non-printable character")
     return Term(key, op, value)

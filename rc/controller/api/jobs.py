@@ -101,6 +101,7 @@ def validate_submit(req: SubmitRequest, who: Caller, lim: Limits) -> jobs.NewJob
             raise bad(ErrorCode.BAD_SELECTOR, str(e)) from None
     canon = encode(req)
     canon.pop("idempotency_key", None)
+    canon["submitter"] = submitter  # another user's key is a conflict, never their job
     digest = hashlib.sha256(orjson.dumps(canon, option=orjson.OPT_SORT_KEYS)).hexdigest()
     return jobs.NewJob(
         kind=req.kind,
@@ -135,11 +136,12 @@ async def submit(request: Request):
     job_id, created = await c.db.write(jobs.enqueue, new, c.fleet)
     view = await c.db.read(views.job_view, job_id, c.policy)
     if req.no_wait:
-        if view.job.state is JobState.QUEUED and created:
-            if await c.db.write(jobs.cancel_queued, job_id, NO_WAIT_REASON):
-                _no_device(req, job_id)
+        # A concurrent duplicate (created False) carries no_wait too: either
+        # request may cancel, and both then answer 409.
+        if view.job.state is JobState.QUEUED:
+            await c.db.write(jobs.cancel_queued, job_id, NO_WAIT_REASON)
             view = await c.db.read(views.job_view, job_id, c.policy)
-        elif view.job.state is JobState.KILLED and view.job.kill_reason == NO_WAIT_REASON:
+        if view.job.state is JobState.KILLED and view.job.kill_reason == NO_WAIT_REASON:
             _no_device(req, job_id)
     return reply(view, 201 if created else 200)
 
@@ -148,7 +150,8 @@ def _no_device(req: SubmitRequest, job_id: int):
     target = req.device_id or f"selector {req.selector!r}"
     raise Refused.conflict(
         ErrorCode.NO_DEVICE_AVAILABLE,
-        f"{target}: no device free right now (no-wait); job {job_id} was not queued",
+        f"{target}: no device free right now (no-wait); nothing was left queued "
+        f"(job {job_id} was cancelled)",
     )
 
 
