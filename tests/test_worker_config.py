@@ -5,13 +5,15 @@ for everything wrong. Plus `rc worker --print-config` from the zipapp."""
 from __future__ import annotations
 
 import subprocess
+import textwrap
 import tomllib
+from pathlib import Path
 
 import pytest
 
 from rc.worker import config as wc
 from rc.worker.config import ConfigError, DeviceConfig, WorkerConfig
-from tests.harness import BARE_PY
+from tests.harness import BARE_PY, REPO
 
 FULL = """
 controller_url = "http://127.0.0.1:9999"
@@ -217,3 +219,54 @@ def test_print_config_from_the_zipapp(pyz, tmp_path):
     err = res.stderr.decode()
     assert err.count("\n") == 1 and bad in err and "devices[0].on_acquire" in err
     assert "Traceback" not in err
+
+
+# -- the operator's documents are true -------------------------------------------
+
+def _operator_section() -> str:
+    text = (REPO / "README.md").read_text()
+    return text.split("## Operating a worker", 1)[1].split("\n## ", 1)[0]
+
+
+def test_example_config_and_readme_snippet_load(tmp_path):
+    token = tmp_path / "token"  # /etc/rc/worker.token on a real host
+    token.write_text("rc_example\n")
+
+    def load(path: str) -> WorkerConfig:
+        text = Path(path).read_text()
+        assert 'token_file = "/etc/rc/worker.token"' in text
+        return wc.load(write(tmp_path, text.replace("/etc/rc/worker.token", str(token)),
+                             "copy.toml"), env={})
+
+    cfg = load(str(REPO / "examples" / "worker.toml"))
+    assert cfg.controller_url == "http://gpu-controller:8080" and cfg.devices == "auto"
+    assert cfg.token == "rc_example" and cfg.labels == {"site": "lab-b2"}
+    section = _operator_section()
+    snippet = section.split("Write `/etc/rc/worker.toml`", 1)[1].split("\n\n")[1]
+    cfg = load(write(tmp_path, textwrap.dedent(snippet)))
+    assert (cfg.controller_url, cfg.token, cfg.devices) == (
+        "http://gpu-controller:8080", "rc_example", "auto")
+
+
+def test_readme_defaults_match_the_code():
+    section = _operator_section()
+    d = WorkerConfig()
+    for phrase, value in (("`kill_grace` (10 s)", d.kill_grace == 10),
+                          ("`release_linger` (30 s)", d.release_linger == 30),
+                          ("`probe_interval` (5 m)", d.probe_interval == 300),
+                          ("(`spool_max_bytes`, 256 MiB)", d.spool_max_bytes == 256 << 20)):
+        assert phrase in " ".join(section.split()) and value, phrase
+
+
+def test_deployment_examples_run_the_zipapp_worker():
+    unit = (REPO / "examples" / "rc-worker.service").read_text()
+    assert ("ExecStart=/usr/bin/python3 -I /usr/local/lib/rc/rc.pyz worker "
+            "--config /etc/rc/worker.toml") in unit
+    assert "KillMode=mixed" in unit  # the worker, not systemd, ends its jobs
+    stop = int(unit.split("TimeoutStopSec=")[1].split()[0])
+    assert stop >= 10 + 45 + 20  # kill grace + reports + releases
+    ds = (REPO / "examples" / "rc-worker-daemonset.yaml").read_text()
+    assert '["python3", "-I", "/opt/rc/rc.pyz", "worker",' in ds
+    grace = int(ds.split("terminationGracePeriodSeconds:")[1].split()[0])
+    assert grace >= 10 + 45 + 20
+    assert "examples/rc-worker.service" in _operator_section()

@@ -6,6 +6,7 @@ gone (inventory §6.6-§6.9, DESIGN.md §6.4)."""
 
 from __future__ import annotations
 
+import signal
 import sys
 
 import pytest
@@ -203,3 +204,14 @@ def test_labels_are_kept_while_nvidia_smi_is_broken_or_gone(site):
     finally:
         site.fake.mode("healthy")
     wait_until(lambda: labels_of(site, gpu1).get("vram") == "81920M", 20, "vram to return")
+
+
+def test_sigterm_runs_the_pending_release_at_once_and_exits_0(site):
+    before = len(events(site))
+    j = wait_state(site.admin, submit(site.admin, ["true"], device_id=f"{HOST}:gpu0"))
+    assert j["state"] == "succeeded"
+    w = site.workers[0]
+    assert w.stop(signal.SIGTERM, timeout=30) == 0  # within the 2 s linger
+    assert events(site)[before:] == [f"acquire {HOST}:gpu0 {j['id']} admin",
+                                     f"release {HOST}:gpu0 {j['id']}"]
+    assert f"shutdown: releasing {HOST}:gpu0 now" in w.log()

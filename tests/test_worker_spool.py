@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import re
 import sys
+from pathlib import Path
 
 import pytest
 
+from rc.worker.spool import Spool
 from tests.harness import Controller, wait_until
 from tests.test_worker_e2e_kit import Site, free_port, logs, submit, wait_state
 
@@ -96,3 +98,28 @@ def test_a_full_spool_loses_output_and_says_how_much(site, tmp_path):
     assert len(kept) > SPOOL_BYTES - (64 << 10)       # the spool was used to the full
     assert len(kept) + int(m.group(1)) == len(want)   # every byte is accounted for
     assert got[m.end():] == b""
+
+
+def test_spool_files_are_fifos_within_one_shared_budget(tmp_path):
+    spool = Spool(str(tmp_path / "s"), max_bytes=10)
+    a, b = spool.open(1), spool.open(2)
+    assert list((tmp_path / "s").iterdir()) == []  # unlinked: nothing left after a crash
+    assert a.append(b"hello") and b.append(b"12345")
+    assert not a.append(b"!")  # the budget is shared
+    buf = memoryview(bytearray(3))
+    assert a.peek_into(buf) == 3 and bytes(buf) == b"hel"
+    a.consume(3)
+    assert a.append(b"!!") and a.pending == 4
+    assert a.peek_into(memoryview(bytearray(10))) == 4
+    a.consume(4)
+    assert a.pending == 0 and spool.used == 5
+    b.close()
+    assert spool.used == 0
+    a.close()
+    assert Spool("", 0).open(3) is None  # spool_max_bytes = 0: no spool
+    tmp = Spool("", 100)
+    f = tmp.open(4)
+    d = tmp.directory
+    f.close()
+    tmp.close()
+    assert not Path(d).exists()  # a private temporary directory is removed

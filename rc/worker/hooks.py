@@ -159,6 +159,8 @@ class DeviceHooks:
         """After a job: release the device in `linger` seconds unless another job
         acquires it first. Dropped (False) when `epoch` is no longer the
         device's (a later job owns it) or the device is not held."""
+        if not self.dev.on_acquire and not self.dev.on_release:
+            return False  # nothing would run: no timer needed
         with self._state:
             if epoch != self.epoch:
                 log.info("%s: release for job %s dropped: a later job owns the device",
@@ -262,4 +264,5 @@ class Leases:
             if left <= 0:
                 log.error("shutdown: no time left to release %s", h.device_id)
                 return
+            log.info("shutdown: releasing %s now instead of after its linger", h.device_id)
             h.release_now(min(h.timeout, left))

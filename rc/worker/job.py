@@ -156,6 +156,7 @@ class JobRun:
                 self.agent.reporter.submit_fault(a.device_id, got.error, a.job_id)
                 return Result(JobState.FAILED, None, got.error)
             self.release_epoch = got.epoch
+        self.started_at = time.time()  # the job proper starts after its acquire hook
         result = self._execute()
         problems = []
         alive = list(result.survivors) + self.sweep_escapees()

@@ -14,8 +14,9 @@ upload failed, or a write has been blocked for SPILL_AFTER_S), waiting bytes go
 to the on-disk spool (rc.worker.spool) so the job keeps running and writing;
 once anything is on disk, later bytes follow it there, so order is kept, and
 the spool drains in order when the controller is back. If the spool is full
-while the controller is still away, output is dropped and a marker line in the
-log says how many bytes were lost there. Without a spool (spool_max_bytes = 0,
+while the controller is still away, output is dropped until the controller
+answers again, and one marker line in the log says how many bytes were lost
+there (lost_marker). Without a spool (spool_max_bytes = 0,
 or an unusable directory) writes block until the controller is back.
 """
 
@@ -113,6 +114,12 @@ class LogSink:
         if not data:
             return
         with self._cond:
+            if self.dropped and self.failing:
+                # one gap per outage: once output is being dropped, it stays
+                # dropped until the controller answers again
+                self.dropped += len(data)
+                self.lost += len(data)
+                return
             payload = lost_marker(self.dropped) + data if self.dropped else data
             blocked_since: float | None = None
             while True:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 
@@ -72,6 +73,11 @@ def run(args: argparse.Namespace) -> int:
         return 2
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if os.getpid() == 1:
+        logging.getLogger("rc.worker").warning(
+            "running as PID 1: orphaned processes of jobs become this worker's children and "
+            "are never reaped; run it under an init (docker --init, tini, or a pod with "
+            "shareProcessNamespace)")
     client = Client(url, cfg.token, cacert=cfg.cacert or None)
     agent = Agent(cfg, client)
     for sig in (signal.SIGTERM, signal.SIGINT):

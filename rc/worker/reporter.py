@@ -127,10 +127,8 @@ class Reporter:
                     return
                 batch = list(self._pending.values())
             if not self._send_faults():
-                with self._cond:
-                    if self._stopping and not self._faults:
-                        return
-                    self._cond.wait(delay)
+                if not self._pause(delay):
+                    return
                 delay = min(delay * 2, RETRY_MAX_S)
                 continue
             if not batch:
@@ -150,10 +148,8 @@ class Reporter:
                     log.error("giving up on %d report(s) after %.0fs: %s",
                               len(expired), REPORT_DEADLINE_S, e)
                     self._settle(expired)
-                with self._cond:
-                    if self._stopping and not self._pending:
-                        return
-                    self._cond.wait(delay)
+                if not self._pause(delay):
+                    return
                 delay = min(delay * 2, RETRY_MAX_S)
                 continue
             delay = RETRY_MIN_S
@@ -162,6 +158,15 @@ class Reporter:
                     log.warning("job %s: report refused: %s: %s", res.get("job_id"),
                                 res.get("error"), res.get("message"))
             self._settle(batch)
+
+    def _pause(self, delay: float) -> bool:
+        """Wait `delay` s before a retry (a new submission wakes it); False
+        when stopping with nothing left to send."""
+        with self._cond:
+            if self._stopping and not self._pending and not self._faults:
+                return False
+            self._cond.wait(delay)
+            return True
 
     def _send_faults(self) -> bool:
         """Send pending faults in order; False when one must be retried."""
