@@ -113,6 +113,9 @@ def cmd_kill(args: argparse.Namespace) -> int:
 
 
 def cmd_ps(args: argparse.Namespace) -> int:
+    """`rc ps`: running jobs and holds (time since they got their device), then
+    the queue in scheduling order with positions and time waited. Times come
+    from the controller's clock."""
     c = client(args)
     st = c.get("/v1/state")
     if args.output == "json":
@@ -120,12 +123,11 @@ def cmd_ps(args: argparse.Namespace) -> int:
                     "queue_positions": st["queue_positions"],
                     "queued_waiting_seconds": st["queued_waiting_seconds"]})
         return 0
+    held_for = {v["job_id"]: v.get("elapsed_seconds") for v in st["devices"] if v.get("job_id")}
     rows = []
-    now = time.time()
     for j in st["jobs"]:
-        since = j.get("started_at") or j.get("queued_at")
         rows.append((j["id"], j["device_id"], j["state"], j["submitter"], j["priority"],
-                     duration(now - since) if since else "-", _command(j)))
+                     duration(held_for.get(j["id"])), _command(j)))
     for j in st["queued"]:
         key = str(j["id"])
         pos = st["queue_positions"].get(key, 0)
@@ -137,6 +139,9 @@ def cmd_ps(args: argparse.Namespace) -> int:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
+    """`rc explain JOB`: why a queued job is not running, in sentences, then
+    each device it could use and why that one is not its now. `rc explain -s
+    SELECTOR`: the devices it matches, which are free, the queue depth."""
     c = client(args)
     if args.selector:
         ex = c.get("/v1/explain", params={"selector": args.selector})
@@ -160,7 +165,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     for r in ex["reasons"]:
         print(f"  - {r}")
     if ex.get("blockers"):
-        print("devices:")
+        print("devices it could use:")
         for d, why in sorted(ex["blockers"].items()):
             print(f"  {d}: {why}")
     return 0

@@ -17,7 +17,9 @@ import time
 import uuid
 
 from rc.cli.context import UsageError, client, stderr, whole_seconds_arg
+from rc.cli.output import when
 from rc.proto.client import Client
+from rc.proto.duration import format_duration
 from rc.proto.errors import ApiError, RcError, TransportError
 from rc.proto.selector import ANY
 
@@ -298,6 +300,13 @@ def exit_status(job: dict) -> int:
 
 
 def cmd_hold(args: argparse.Namespace) -> int:
+    """`rc hold`: queue a hold, print it once granted, block until it ends.
+
+    Granted: stdout gets "hold ID granted on DEVICE until TIME (TTL)" (with
+    --detach, the id alone, and the command returns). Ctrl-C while queued
+    cancels the hold; Ctrl-C once granted releases it (exit 130). A hold that
+    ends on its own prints why and exits 0 (1 when its device was lost).
+    """
     if not args.reason.strip():
         raise UsageError("--reason cannot be blank: say what the hold is for")
     if args.ttl <= 0:
@@ -308,32 +317,64 @@ def cmd_hold(args: argparse.Namespace) -> int:
             "priority": args.priority, "idempotency_key": uuid.uuid4().hex,
             "as_user": args.as_user}
     view = submit(c, body)
-    job = wait_started(c, view["job"], view.get("queue_position", 0), label)
-    if job is None:
-        return 130
-    hold_id = job["id"]
-    if args.detach:
-        print(hold_id, flush=True)
-        return 0
-    started = job.get("started_at") or time.time()
-    until = time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(started + args.ttl))
-    stderr(f"hold {hold_id} granted on {job['device_id']} until about {until}; "
-           f"end it with rc release {hold_id} or Ctrl-C")
+    hold_id = view["job"]["id"]
     try:
+        job = wait_started(c, view["job"], view.get("queue_position", 0), label)
+        if job is None:
+            return 130
+        job = _wait_running(c, job)
+        if job["state"] != "running":
+            raise RcError(f"hold {hold_id} ended before it was granted ({job['state']}: "
+                          f"{job.get('kill_reason') or 'no reason given'})")
+        if args.detach:
+            print(hold_id, flush=True)
+            return 0
+        started = job.get("started_at") or time.time()
+        print(f"hold {hold_id} granted on {job['device_id']} until {when(started + args.ttl)} "
+              f"({format_duration(args.ttl)})", flush=True)
+        stderr(f"end it with rc release {hold_id}, or Ctrl-C here")
         job = wait_terminal(c, hold_id, give_up_after=None)
     except KeyboardInterrupt:
-        try:
-            c.post(f"/v1/jobs/{hold_id}/kill", {"reason": "released (Ctrl-C)"},
-                   timeout=CANCEL_TIMEOUT_S)
-            stderr(f"released hold {hold_id}")
-        except (ApiError, TransportError) as e:
-            stderr(f"could not release hold {hold_id}: {e}; run rc release {hold_id}")
+        _release_on_interrupt(c, hold_id)
         return 130
     stderr(f"hold {hold_id} ended: {job.get('kill_reason') or job['state']}")
-    return 0
+    return 1 if job["state"] in ("lost", "failed") else 0
+
+
+def _wait_running(c: Client, job: dict) -> dict:
+    """An assigned job once its worker has started it (a hold is granted when
+    its sleeper runs, after the device's acquire hook), or once it ended."""
+    failures = 0
+    while job["state"] == "assigned":
+        try:
+            job = c.get(f"/v1/jobs/{job['id']}", params={"wait": "20s", "state": "assigned",
+                                                          "position": 0}, timeout=35)["job"]
+            failures = 0
+        except TransportError:
+            failures += 1
+            if failures >= 16:
+                raise RcError(f"lost track of hold {job['id']} (see rc ps)") from None
+            time.sleep(min(0.5 * failures, 5.0))
+    return job
+
+
+def _release_on_interrupt(c: Client, hold_id: int) -> None:
+    """Ctrl-C on a granted hold: release it (bounded); say so either way."""
+    try:
+        c.post(f"/v1/jobs/{hold_id}/kill", {"reason": "released (Ctrl-C)"},
+               timeout=CANCEL_TIMEOUT_S)
+        stderr(f"released hold {hold_id}")
+    except ApiError as e:
+        if e.code == "not_cancellable":
+            stderr(f"hold {hold_id} had already ended")
+        else:
+            stderr(f"could not release hold {hold_id}: {e.message}; run rc release {hold_id}")
+    except TransportError as e:
+        stderr(f"could not release hold {hold_id}: {e}; run rc release {hold_id}")
 
 
 def cmd_release(args: argparse.Namespace) -> int:
+    """`rc release ID`: end a hold (or kill a job) you own; prints "released ID"."""
     c = client(args)
     c.post(f"/v1/jobs/{args.job}/kill", {"reason": "released"})
     print(f"released {args.job}")

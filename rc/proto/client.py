@@ -244,6 +244,11 @@ class Client:
             except (OSError, http.client.HTTPException) as e:
                 self.close()
                 raise TransportError(f"{self.url}: {_describe(e)}") from None
+            except BaseException:
+                # e.g. Ctrl-C mid-request: the connection is mid-exchange and
+                # must not be reused (the next request would fail "Request-sent")
+                self.close()
+                raise
             if resp.getheader("Connection", "").lower() == "close":
                 self.close()
             return self._finish(resp.status, dict((k.lower(), v) for k, v in resp.getheaders()), payload)

@@ -1,0 +1,235 @@
+"""`rc hold` / `rc release` end to end: a real controller, a real worker from
+the zipapp, the CLI as subprocesses; Ctrl-C is a real SIGINT to `rc hold`."""
+
+from __future__ import annotations
+
+import os
+import re
+import select
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from rc.proto.errors import ApiError
+from tests.harness import Cli, Controller, Worker, base_env, job, stop_process, wait_until
+
+pytestmark = pytest.mark.e2e
+
+WORKER_TOML = """\
+kill_grace = "1s"
+devices = [
+  { name = "cpu0", max_runtime = "2h", labels = { model = "h100", vram = "81920M" } },
+  { name = "cpu1", labels = { model = "a100", vram = "40G" } },
+]
+"""
+
+
+class ConfiguredWorker(Worker):
+    """A worker whose devices (with ceilings and labels) come from its config file."""
+
+    def command(self) -> list[str]:
+        cmd = super().command()
+        i = cmd.index("--devices")
+        return cmd[:i] + cmd[i + 2:]
+
+
+def start_fleet(tmp: Path, pyz: Path, serve_flags: list[str], host: str = "box"):
+    """A controller and one configured worker; returns (controller, worker, env)."""
+    home = tmp / "home"
+    home.mkdir(parents=True, exist_ok=True)
+    env = base_env(home)
+    ctl = Controller(tmp / "data", env, serve_flags).start()
+    cfg = tmp / "worker.toml"
+    cfg.write_text(WORKER_TOML)
+    w = ConfiguredWorker(ctl.url, ctl.token(f"worker-{host}", "worker"), tmp / "w", env,
+                         host=host, pyz=pyz, config=cfg).start()
+    c = ctl.client()
+    wait_until(lambda: sum(v["device"]["state"] == "ready" for v in c.get("/v1/devices")["devices"])
+               == 2 or w.proc.poll() is not None, 30, "the worker's two devices")
+    assert w.proc.poll() is None, w.log()
+    return ctl, w, env
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory, pyz):
+    tmp = tmp_path_factory.mktemp("hold")
+    ctl, w, env = start_fleet(tmp, pyz, [])
+    users = {name: Cli(ctl.url, ctl.token(name), env, tmp) for name in ("alice", "bob")}
+    yield ctl, users, w.proc.pid
+    w.stop()
+    ctl.stop()
+
+
+@pytest.fixture
+def alice(fleet):
+    return fleet[1]["alice"]
+
+
+@pytest.fixture
+def bob(fleet):
+    return fleet[1]["bob"]
+
+
+@pytest.fixture
+def admin(fleet):
+    ctl = fleet[0]
+    c = ctl.client()
+    yield c
+    # leave nothing behind for the next test: every job ended, both devices ready
+    for j in c.get("/v1/state")["jobs"] + c.get("/v1/state")["queued"]:
+        try:
+            c.post(f"/v1/jobs/{j['id']}/kill", {"reason": "test cleanup"})
+        except ApiError:
+            pass
+    wait_until(lambda: all(v["device"]["state"] == "ready"
+                           for v in c.get("/v1/devices")["devices"]), 30, "both devices free")
+
+
+def read_line(proc: subprocess.Popen, timeout: float, what: str) -> str:
+    """The next line of `proc`'s stdout, waiting at most `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    buf = b""
+    fd = proc.stdout.fileno()
+    while not buf.endswith(b"\n"):
+        left = deadline - time.monotonic()
+        if left <= 0 or proc.poll() is not None and not select.select([fd], [], [], 0)[0]:
+            err = proc.stderr.read().decode(errors="replace") if proc.poll() is not None else ""
+            raise AssertionError(f"no line from rc for {what} (got {buf!r}) {err}")
+        if select.select([fd], [], [], min(left, 0.5))[0]:
+            chunk = os.read(fd, 1)
+            if not chunk:
+                continue
+            buf += chunk
+    return buf.decode()
+
+
+def _parent(pid: str) -> str:
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rpartition(")")[2].split()[1]
+
+
+def sleeper_of(job_id: int, worker_pid: int) -> str:
+    """The command line of the process our worker runs for job `job_id` ("" if
+    none). Only descendants of `worker_pid` count: other tests' workers on this
+    machine number their jobs from 1 too."""
+    marker = f"RC_JOB_ID={job_id}".encode()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if marker not in f.read().split(b"\0"):
+                    continue
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmdline = f.read().replace(b"\0", b" ").decode().strip()
+            up = pid
+            for _ in range(8):
+                up = _parent(up)
+                if up == str(worker_pid):
+                    return cmdline
+                if up in ("0", "1"):
+                    break
+        except (OSError, IndexError):
+            continue
+    return ""
+
+
+GRANTED = re.compile(r"hold (\d+) granted on (\S+) until (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ) "
+                     r"\((\S+)\)\n")
+
+
+def test_hold_is_granted_shown_and_released(alice, bob, admin, fleet):
+    worker_pid = fleet[2]
+    proc = alice.popen("hold", "-d", "box:cpu0", "--ttl", "1h", "--reason", "poking at nccl")
+    try:
+        m = GRANTED.fullmatch(read_line(proc, 30, "the grant"))
+        assert m, "no grant line"
+        hold_id, device, until, ttl = int(m[1]), m[2], m[3], m[4]
+        assert (device, ttl) == ("box:cpu0", "1h")
+        started = job(admin, hold_id)["started_at"]
+        assert until == time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started + 3600))
+        # the worker runs its own sleeper, never a submitted command
+        assert wait_until(lambda: sleeper_of(hold_id, worker_pid), 10, "its process") == \
+            "sleep 2147483647"
+        # rc devices shows the holder and the reason
+        rows = bob.run("devices", check=True).stdout.decode()
+        line = next(ln for ln in rows.splitlines() if ln.startswith("box:cpu0"))
+        assert "alice (poking at nccl)" in line and "hold" in line
+        views = {v["device"]["id"]: v for v in bob.json("devices")}
+        assert (views["box:cpu0"]["holder"], views["box:cpu0"]["reason"]) == \
+            ("alice", "poking at nccl")
+        # it blocks until released from elsewhere
+        assert proc.poll() is None
+        res = alice.run("release", str(hold_id))
+        assert (res.returncode, res.stdout) == (0, f"released {hold_id}\n".encode())
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 0
+        assert f"hold {hold_id} ended: killed by alice: released".encode() in err
+        wait_until(lambda: not sleeper_of(hold_id, worker_pid), 10, "the sleeper to be gone")
+    finally:
+        stop_process(proc)
+
+
+def test_ctrl_c_on_a_granted_hold_releases_it(alice, admin):
+    proc = alice.popen("hold", "-s", "model=a100", "--ttl", "30m", "--reason", "profiling")
+    try:
+        m = GRANTED.fullmatch(read_line(proc, 30, "the grant"))
+        hold_id = int(m[1])
+        assert m[2] == "box:cpu1"
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 130, err
+        assert f"released hold {hold_id}".encode() in err
+        wait_until(lambda: job(admin, hold_id)["state"] == "killed", 15, "the hold to end")
+        assert "released (Ctrl-C)" in job(admin, hold_id)["kill_reason"]
+    finally:
+        stop_process(proc)
+
+
+def test_detach_prints_the_hold_id_alone(alice, bob, admin):
+    res = alice.run("hold", "-s", "vram>=80G", "--ttl", "10m", "--reason", "x", "--detach")
+    assert res.returncode == 0, res.stderr
+    hold_id = int(res.stdout)
+    assert res.stdout == f"{hold_id}\n".encode()
+    h = job(admin, hold_id)
+    assert (h["kind"], h["device_id"], h["state"]) == ("hold", "box:cpu0", "running")
+    # only its owner may release it
+    res = bob.run("release", str(hold_id))
+    assert res.returncode == 1 and b"not_job_owner" in res.stderr
+    assert alice.run("release", str(hold_id)).returncode == 0
+
+
+def test_a_hold_queues_and_ctrl_c_while_queued_cancels_it(alice, bob, admin):
+    first = int(bob.run("hold", "-d", "box:cpu0", "--ttl", "10m", "--reason", "a",
+                        "--detach").stdout)
+    proc = alice.popen("hold", "-d", "box:cpu0", "--ttl", "10m", "--reason", "b")
+    try:
+        wait_until(lambda: admin.get("/v1/state")["queued"], 20, "the second hold to queue")
+        queued = admin.get("/v1/state")["queued"][0]["id"]
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 130
+        assert b"queued at position 1 for box:cpu0" in err
+        assert f"cancelled queued job {queued}".encode() in err
+        assert admin.get("/v1/state")["queued"] == []
+        assert job(admin, queued)["state"] == "killed"
+        assert job(admin, first)["state"] == "running"
+    finally:
+        stop_process(proc)
+
+
+def test_holds_are_refused_with_a_command_or_without_a_reason(alice, admin, fleet):
+    res = alice.run("hold", "-d", "box:cpu0", "--ttl", "10m", "--reason", "  ")
+    assert res.returncode == 2 and b"--reason cannot be blank" in res.stderr
+    res = alice.run("hold", "-d", "box:cpu0", "--ttl", "3h", "--reason", "too long")
+    assert res.returncode == 1 and b"runtime_above_ceiling" in res.stderr  # cpu0 allows 2h
+    c = fleet[0].client(fleet[0].token("carol"))
+    base = {"kind": "hold", "device_id": "box:cpu1", "max_runtime_seconds": 60, "reason": "r"}
+    for extra in ({"command": ["sh"]}, {"cwd": "/tmp"}, {"env": {"A": "1"}},
+                  {"idle_timeout_seconds": 5}, {"stdio": "tty"}, {"reason": " "},
+                  {"max_runtime_seconds": 0}):
+        with pytest.raises(ApiError) as e:
+            c.post("/v1/jobs", {**base, **extra})
+        assert (e.value.status, e.value.code) == (400, "bad_request"), extra
+    assert admin.get("/v1/state")["queued"] == [] and admin.get("/v1/state")["jobs"] == []
