@@ -112,6 +112,8 @@ def add_parsers(sub) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    if args.max_devices_per_user < 0:
+        raise UsageError("--max-devices-per-user must be 0 (no cap) or more")
     try:
         config = importlib.import_module("rc.controller.config")
         serve = importlib.import_module("rc.controller.serve")

@@ -139,7 +139,7 @@ def plan(
             sorted(d for d in pool if fits_ceiling(job.max_runtime, slots[d].max_runtime))
         )
         out.candidates[job.id] = cands
-        if cap and used.get(job.submitter, 0) >= cap:
+        if cap > 0 and used.get(job.submitter, 0) >= cap:
             out.capped.add(job.id)
             continue
         open_ = [d for d in cands if d not in out.reserved]
