@@ -50,7 +50,7 @@ def test_jobs_ahead_with_higher_or_equal_priority(lab):
     assert ex.queue_position == 3
     assert ex.reasons[0].startswith("No matching device is free")
     assert ex.reasons[1] == (
-        f"2 job(s) ahead of it with higher or equal priority want the same devices and get "
+        f"2 jobs ahead of it with higher or equal priority want the same devices and get "
         f"them first (jobs {first}, {second}; its priority is 0, 1 with aging; it gains a "
         "step every 10m it waits).")
     assert "ahead" not in reasons(lb, first)
@@ -101,7 +101,7 @@ def test_the_user_cap(lab):
     assert lb.job(capped).state is JobState.QUEUED      # a device is free, but not for alice
     assert lb.job(other).state is JobState.ASSIGNED     # bob is not held back behind her
     ex = lb.explain(capped)
-    assert ex.reasons == ("alice already holds 1 device(s), the per-user cap (rc serve "
+    assert ex.reasons == ("alice already holds 1 device, the per-user cap (rc serve "
                           "--max-devices-per-user 1); it starts once one of them is released.",)
     assert ex.blockers["box:g2"] == "free"
     # a capped job ahead does not count as ahead of anyone

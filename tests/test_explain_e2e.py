@@ -64,8 +64,8 @@ def test_every_waiting_case(fleet):
     d1 = run(dave, "--", "sleep", "120")
     out = explain(dave, d1)
     assert f"job {d1}: queued, position 2 in the queue" in out
-    assert (f"  - 1 job(s) ahead of it with higher or equal priority want the same devices and "
-            f"get them first (jobs {a1}; its priority is 0; it gains a step every 10m it "
+    assert (f"  - 1 job ahead of it with higher or equal priority wants the same devices and "
+            f"gets them first (job {a1}; its priority is 0; it gains a step every 10m it "
             "waits).") in out
 
     # 3. the per-user cap: a device is free, but not for alice
@@ -78,7 +78,7 @@ def test_every_waiting_case(fleet):
                            for v in c.get("/v1/devices")["devices"]), 20, "cpu1 to be free")
     assert job(c, a2)["state"] == "queued"
     out = explain(alice, a2)
-    assert ("  - alice already holds 1 device(s), the per-user cap (rc serve "
+    assert ("  - alice already holds 1 device, the per-user cap (rc serve "
             "--max-devices-per-user 1); it starts once one of them is released.\n") in out
     assert "  box:cpu1: free\n" in out
     assert "No matching device is free" not in out

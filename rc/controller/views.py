@@ -262,7 +262,7 @@ def explain_job(tx: Tx, job_id: int, policy: Policy) -> JobExplanation:
     if job_id in p.capped:
         n = snap.usage.get(me.submitter, 0)
         reasons.append(
-            f"{me.submitter} already holds {n} device(s), the per-user cap "
+            f"{me.submitter} already holds {_count(n, 'device')}, the per-user cap "
             f"(rc serve --max-devices-per-user {policy.cap}); it starts once one of them "
             "is released.")
     if not free:
@@ -285,9 +285,11 @@ def explain_job(tx: Tx, job_id: int, policy: Policy) -> JobExplanation:
             mine += f", {eff} with aging"
         if policy.aging > 0:
             mine += f"; it gains a step every {format_duration(policy.aging)} it waits"
+        one = len(rivals) == 1
         reasons.append(
-            f"{len(rivals)} job(s) ahead of it with higher or equal priority want the same "
-            f"devices and get them first (jobs {named}; {mine}).")
+            f"{_count(len(rivals), 'job')} ahead of it with higher or equal priority "
+            f"{'wants' if one else 'want'} the same devices and {'gets' if one else 'get'} "
+            f"them first ({'job' if one else 'jobs'} {named}; {mine}).")
     if not reasons:
         if job_id in taken_by:
             reasons.append(f"It is starting: {taken_by[job_id]} is free and the next "
@@ -296,6 +298,10 @@ def explain_job(tx: Tx, job_id: int, policy: Policy) -> JobExplanation:
             reasons.append("A matching device is free; the next scheduling pass (within a "
                            "second) should start it.")
     return JobExplanation(job_id, "queued", tuple(reasons), pos, blockers)
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
 def _not_waiting(job: Job) -> str:
