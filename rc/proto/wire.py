@@ -133,7 +133,10 @@ class RegisterRequest:
     labels: detected facts, "" → host-wide, device name → that device; None
     means "say nothing" (keep what is stored). declared_labels: the operator's
     labels, same shape. sheet: host.md (None keeps the stored copy);
-    device_sheets: device name → body.
+    device_sheets: device name → body. instance: a random id of this worker
+    process; running_job_ids: the jobs it still supervises or reports. When
+    the same process registers again, assigned jobs it never started are
+    handed out again instead of being lost.
     """
 
     host: str
@@ -145,6 +148,8 @@ class RegisterRequest:
     sheet: str | None = None
     device_sheets: dict[str, str] = field(default_factory=dict)
     version: str = ""
+    instance: str = ""
+    running_job_ids: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -412,6 +417,7 @@ class ActionResult:
 
     ok: bool
     message: str = ""
+
 
 # ---------------------------------------------------------------- sessions inside a hold
 # (issue 6: `rc shell HOLD`, `rc exec HOLD`, `rc cp --hold`). A session runs on
