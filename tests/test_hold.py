@@ -63,6 +63,7 @@ def fleet(tmp_path_factory, pyz):
     ctl.stop()
 
 
+# alice, bob and admin serve test_queue.py too, over its own `fleet`.
 @pytest.fixture
 def alice(fleet):
     return fleet[1]["alice"]

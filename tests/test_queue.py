@@ -14,7 +14,7 @@ import pytest
 from rc.proto.client import Client
 from rc.proto.errors import ApiError
 from tests.harness import Cli, job, wait_until
-from tests.test_hold import start_fleet
+from tests.test_hold import admin, alice, bob, start_fleet  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.e2e
 
@@ -23,33 +23,10 @@ pytestmark = pytest.mark.e2e
 def fleet(tmp_path_factory, pyz):
     tmp = tmp_path_factory.mktemp("queue")
     ctl, w, env = start_fleet(tmp, pyz, [])
-    yield ctl, {name: Cli(ctl.url, ctl.token(name), env, tmp) for name in ("alice", "bob")}
+    yield ctl, {name: Cli(ctl.url, ctl.token(name), env, tmp) for name in ("alice", "bob")}, \
+        w.proc.pid
     w.stop()
     ctl.stop()
-
-
-@pytest.fixture
-def alice(fleet):
-    return fleet[1]["alice"]
-
-
-@pytest.fixture
-def bob(fleet):
-    return fleet[1]["bob"]
-
-
-@pytest.fixture
-def admin(fleet):
-    c = fleet[0].client()
-    yield c
-    st = c.get("/v1/state")
-    for j in st["jobs"] + st["queued"]:
-        try:
-            c.post(f"/v1/jobs/{j['id']}/kill", {"reason": "test cleanup"})
-        except ApiError:
-            pass
-    wait_until(lambda: all(v["device"]["state"] == "ready"
-                           for v in c.get("/v1/devices")["devices"]), 30, "both devices free")
 
 
 def table(stdout: bytes) -> list[dict[str, str]]:
@@ -102,7 +79,7 @@ def test_ps_shows_running_then_the_queue_in_order(alice, bob, admin):
     h0 = int(bob.run("hold", "-d", "box:cpu0", "--ttl", "1h", "--reason", "r0", "--detach").stdout)
     h1 = int(bob.run("hold", "-d", "box:cpu1", "--ttl", "1h", "--reason", "r1", "--detach").stdout)
     any0 = detach(alice, "--", "true")
-    pinned = detach(alice, "--priority", "5", "-d", "box:cpu1", "--", "true")
+    pinned = detach(alice, "--priority", "5", "-d", "box:cpu1", "--", "sleep", "30")
     h100 = detach(alice, "-s", "model = h100", "--", "true")
     low = detach(alice, "--priority", "-2", "--", "true")
     rows = table(alice.run("ps", check=True).stdout)
@@ -112,7 +89,7 @@ def test_ps_shows_running_then_the_queue_in_order(alice, bob, admin):
         ("box:cpu1", "running", "bob", "0", "hold: r1"),
         ("box:cpu0", "running", "bob", "0", "hold: r0"),
         # positions: 1 + the jobs ahead that want a device this one could use
-        ("box:cpu1", "queued (#1)", "alice", "5", "true"),
+        ("box:cpu1", "queued (#1)", "alice", "5", "sleep 30"),
         ("*", "queued (#2)", "alice", "0", "true"),
         ("model=h100", "queued (#2)", "alice", "0", "true"),
         ("*", "queued (#4)", "alice", "-2", "true"),

@@ -202,21 +202,32 @@ def wait_started(c: Client, job: dict, position: int, label: str) -> dict | None
 
 
 def _cancel_queued(c: Client, job: dict) -> None:
+    failed = _post_kill(c, job["id"], "cancelled while queued (Ctrl-C)")
+    if failed:
+        stderr(f"job {job['id']} could not be cancelled: {failed} (see rc ps)")
+        return
     try:
-        c.post(f"/v1/jobs/{job['id']}/kill", {"reason": "cancelled while queued (Ctrl-C)"},
-               timeout=CANCEL_TIMEOUT_S)
         now = c.get(f"/v1/jobs/{job['id']}", timeout=CANCEL_TIMEOUT_S)["job"]
-        if now["state"] == "killed" and not now.get("started_at"):
-            stderr(f"cancelled queued job {job['id']}")
-        else:
-            stderr(f"job {job['id']} started just as it was being cancelled; kill requested")
+    except RcError:
+        stderr(f"cancel requested for job {job['id']}")
+        return
+    if now["state"] == "killed" and not now.get("started_at"):
+        stderr(f"cancelled queued job {job['id']}")
+    else:
+        stderr(f"job {job['id']} started just as it was being cancelled; kill requested")
+
+
+def _post_kill(c: Client, job_id: int, reason: str) -> str:
+    """Kill (or cancel) a job within CANCEL_TIMEOUT_S; "" when the controller
+    took it, else why not, in words."""
+    try:
+        c.post(f"/v1/jobs/{job_id}/kill", {"reason": reason}, timeout=CANCEL_TIMEOUT_S)
+        return ""
     except ApiError as e:
-        if e.code == "not_cancellable":
-            stderr(f"job {job['id']} could not be cancelled: {e.message}")
-        else:
-            stderr(f"could not cancel job {job['id']}: {e.code}: {e.message}")
+        return "it had already ended" if e.code == "not_cancellable" else \
+            f"{e.code}: {e.message}"
     except TransportError as e:
-        stderr(f"could not cancel job {job['id']}: {e} (it may still be queued: rc ps)")
+        return str(e)
 
 
 def follow_log(c: Client, job_id: int, out, offset: int = 0, follow: bool = True) -> int:
@@ -360,17 +371,11 @@ def _wait_running(c: Client, job: dict) -> dict:
 
 def _release_on_interrupt(c: Client, hold_id: int) -> None:
     """Ctrl-C on a granted hold: release it (bounded); say so either way."""
-    try:
-        c.post(f"/v1/jobs/{hold_id}/kill", {"reason": "released (Ctrl-C)"},
-               timeout=CANCEL_TIMEOUT_S)
+    failed = _post_kill(c, hold_id, "released (Ctrl-C)")
+    if failed:
+        stderr(f"could not release hold {hold_id}: {failed}; run rc release {hold_id}")
+    else:
         stderr(f"released hold {hold_id}")
-    except ApiError as e:
-        if e.code == "not_cancellable":
-            stderr(f"hold {hold_id} had already ended")
-        else:
-            stderr(f"could not release hold {hold_id}: {e.message}; run rc release {hold_id}")
-    except TransportError as e:
-        stderr(f"could not release hold {hold_id}: {e}; run rc release {hold_id}")
 
 
 def cmd_release(args: argparse.Namespace) -> int:
