@@ -295,3 +295,31 @@ def test_terminal_restored_when_the_controller_goes_away(tmp_path, pyz, pty_cli)
         assert t.restored()
         assert b"lost the connection" in t.seen
         f.worker.kill9()  # its reports could only wait for the dead controller
+
+
+def test_a_command_that_cannot_start_and_a_terminal_fed_from_a_pipe(fleet):
+    held = hold(fleet.alice, "box:cpu1")
+    try:
+        res = fleet.alice.run("exec", str(held), "--", "/no/such/program")
+        assert res.returncode == 127 and b"cannot start" in res.stderr, res.stderr
+    finally:
+        fleet.alice.run("release", str(held))
+    # no terminal here: keys come from a pipe, its end is ^D on the far terminal
+    res = fleet.alice.run("run", "--tty", "--", "sh", "-i",
+                          input=b"echo piped-$((1+2))\n")
+    assert res.returncode == 0, res.stderr
+    assert b"piped-3" in res.stdout
+
+
+def test_ctrl_c_on_exec_ends_the_remote_command(fleet):
+    held = hold(fleet.alice, "box:cpu1")
+    try:
+        proc = fleet.alice.popen("exec", str(held), "--", "sleep", "300.25",
+                                 stdin=subprocess.DEVNULL)
+        pid = running("sleep\0" + "300.25")
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=20)
+        assert proc.returncode == 130
+        wait_until(lambda: not pid_alive(pid), 15, "the remote command to end")
+    finally:
+        fleet.alice.run("release", str(held))

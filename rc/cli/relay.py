@@ -198,6 +198,8 @@ def _pump_stdin(up: Upload, fd: int, term: LocalTerminal | None, wake: int) -> N
             if fd in ready:
                 data = os.read(fd, TTY_CHUNK if term is not None else PIPE_CHUNK)
                 if not data:
+                    if term is not None:  # piped into a terminal: end of file is ^D there
+                        up.send(data_frame(b"\x04"))
                     up.finish()
                     return
                 up.send(data_frame(data) if term is not None else data)
@@ -507,7 +509,7 @@ def _choose(c: Client, device: str, hold: int | None) -> _Place:
     in a job on the free device; refuse a device someone else has."""
     if hold is not None:
         job = c.get(f"/v1/jobs/{hold}")["job"]
-        if job["kind"] != "hold" or job["state"] != "running":
+        if job["kind"] != "hold" or job["state"] not in ("assigned", "running"):
             raise RcError(f"job {hold} is not a running hold ({job['kind']}, {job['state']})")
         if job["device_id"] != device:
             raise RcError(f"hold {hold} is on {job['device_id']}, not {device}")

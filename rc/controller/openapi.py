@@ -194,6 +194,47 @@ ROUTES: dict[tuple[str, str], Doc] = {
     ("GET", "/openapi.json"): Doc("This document", (PUBLIC,), "json"),
 }
 
+# -- the relay and sessions inside holds (issue 6) -------------------------------------
+SESSION = {"job_id": "integer", "sid": "integer"}
+_HALF = NO_JOB + ((409, E.NOT_ATTACHED), (409, E.SESSION_ENDED), (409, E.CONFLICT),
+                  (429, E.LIMIT_EXCEEDED))
+for _prefix, _pp, _what in (("/v1/jobs/{job_id}", JOB, "a tty or pipe job"),
+                            ("/v1/jobs/{job_id}/sessions/{sid}", SESSION, "a session in a hold")):
+    ROUTES.update({
+        ("GET", f"{_prefix}/tty/out"): Doc(
+            f"Client half: the output of {_what}, streamed raw until it ends (a stream cut "
+            "without its last chunk means the session broke)", ("user",), "bytes",
+            path_params=_pp, errors=_HALF + ((403, E.NOT_JOB_OWNER),)),
+        ("POST", f"{_prefix}/tty/in"): Doc(
+            f"Client half: input for {_what}, a streamed body (tty: JSON frames, one a line; "
+            "pipe: raw); answered at once, ended by one JSON line", ("user",), "json",
+            request="bytes", path_params=_pp, errors=_HALF + ((403, E.NOT_JOB_OWNER),)),
+        ("POST", f"{_prefix}/tty/out"): Doc(
+            f"Worker half: the output of {_what}, a streamed raw body; answered at once, "
+            "ended by one JSON line ({\"ended\": why} when the session ended first)", ("worker",),
+            "json", request="bytes", path_params=_pp, errors=_HALF + ((403, E.NOT_WORKER_JOB),)),
+        ("GET", f"{_prefix}/tty/in"): Doc(
+            f"Worker half: the input of {_what}, streamed", ("worker",), "bytes",
+            path_params=_pp, errors=_HALF + ((403, E.NOT_WORKER_JOB),)),
+    })
+ROUTES.update({
+    ("POST", "/v1/jobs/{job_id}/sessions"): Doc(
+        "Start a tty or pipe session inside a running hold you own (no second lease)",
+        ("user",), wire.SessionView, status=201, request=wire.SessionRequest, path_params=JOB,
+        errors=BAD + NO_JOB + ((403, E.NOT_JOB_OWNER), (409, E.NOT_A_HOLD),
+                               (409, E.SESSION_ENDED), (400, E.LIMIT_EXCEEDED),
+                               (429, E.LIMIT_EXCEEDED))),
+    ("GET", "/v1/jobs/{job_id}/sessions/{sid}"): Doc(
+        "A session in a hold: state, exit code, a pipe session's stderr (long poll with "
+        "wait/state)", ("user",), wire.SessionView, path_params=SESSION,
+        params=(WAIT, Param("state", "string", "the state the caller saw")),
+        errors=NO_JOB + ((400, E.BAD_REQUEST), (403, E.NOT_JOB_OWNER))),
+    ("POST", "/v1/jobs/{job_id}/sessions/{sid}/status"): Doc(
+        "The hold's worker reports a session running, or ended with its exit code",
+        ("worker",), None, request=wire.SessionReport, path_params=SESSION,
+        errors=BAD + NO_JOB + ((403, E.NOT_WORKER_JOB),)),
+})
+
 
 # -- JSON Schema of the wire records ---------------------------------------------
 

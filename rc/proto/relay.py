@@ -31,6 +31,7 @@ import contextlib
 import http.client
 import json
 import socket
+import ssl
 import threading
 from typing import Any
 
@@ -151,6 +152,24 @@ class _Half:
             self.resp.close()
 
 
+def _send_all(sock: socket.socket, parts: list[bytes]) -> None:
+    """sendmsg until every byte of `parts` is out (no joining copy; TLS
+    sockets cannot sendmsg, so they get the parts joined)."""
+    if isinstance(sock, ssl.SSLSocket):
+        sock.sendall(b"".join(parts))
+        return
+    views = [memoryview(p) for p in parts if p]
+    while views:
+        n = sock.sendmsg(views)
+        while n and views:
+            if n >= len(views[0]):
+                n -= len(views[0])
+                views.pop(0)
+            else:
+                views[0] = views[0][n:]
+                n = 0
+
+
 def _open(client: Client, method: str, path: str, headers: dict[str, str]):
     """Send a request's head on a fresh connection and read the response head.
 
@@ -204,7 +223,7 @@ class Upload(_Half):
             if self.finished:
                 raise TransportError(f"{self.path}: the upload has already ended")
             try:
-                self.sock.sendall(b"%x\r\n" % len(data) + data + b"\r\n")
+                _send_all(self.sock, [b"%x\r\n" % len(data), data, b"\r\n"])
             except OSError as e:
                 raise TransportError(f"{self.path}: the relay closed the stream ({_describe(e)})") from None
             self.sent += len(data)

@@ -75,6 +75,8 @@ TTY_DRAIN_S = 2.0
 STDERR_TAIL_BYTES = 64 << 10
 """Stderr a pipe session inside a hold keeps for its final report."""
 ATTACH_ATTEMPTS = 3
+HOLD_WAIT_S = 30.0
+"""How long a session waits for its hold to be running on this worker."""
 REPORT_ATTEMPTS = 5
 POLL_MS = 200
 READ_BYTES = 1 << 20
@@ -180,6 +182,12 @@ def _write_all(fd: int, data: bytes, stop: threading.Event) -> bool:
     return True
 
 
+def _join(t: threading.Thread, timeout: float) -> None:
+    """Join a thread if it was ever started."""
+    if t.ident is not None:
+        t.join(timeout)
+
+
 def _grow_pipe(fd: int) -> None:
     try:
         fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
@@ -269,20 +277,19 @@ class _Process:
 
     def drain(self, timeout: float) -> None:
         """Let the output reach end of file for up to `timeout` seconds."""
-        self.out_thread.join(timeout)
+        _join(self.out_thread, timeout)
 
     def finish(self) -> None:
         """Stop every pump; end the output cleanly if all of it was sent."""
         self.stop.set()
-        self.out_thread.join(POLL_MS / 1000 * 3)
+        _join(self.out_thread, POLL_MS / 1000 * 3)
         if self.output_ended:
             try:
                 self.halves.out.finish()
             except TransportError:
                 pass
         self.halves.close()
-        if self.in_thread.is_alive():
-            self.in_thread.join(POLL_MS / 1000 * 3)
+        _join(self.in_thread, POLL_MS / 1000 * 3)
         self.close()
 
 
@@ -373,8 +380,7 @@ class _Terminal(_Process):
             self.stop.set()
             self.cond.notify_all()
         if master is not None:
-            if self.in_thread.is_alive():
-                self.in_thread.join(POLL_MS / 1000 * 3)
+            _join(self.in_thread, POLL_MS / 1000 * 3)
             os.close(master)
 
 
@@ -443,14 +449,13 @@ class _Pipes(_Process):
 
     def drain(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
-        self.out_thread.join(timeout)
-        self.err_thread.join(max(0.0, deadline - time.monotonic()))
+        _join(self.out_thread, timeout)
+        _join(self.err_thread, max(0.0, deadline - time.monotonic()))
 
     def close(self) -> None:
         self.stop.set()
         for t in (self.err_thread, self.in_thread):
-            if t.is_alive():
-                t.join(POLL_MS / 1000 * 3)
+            _join(t, POLL_MS / 1000 * 3)
         self._input_ended()
         for fd in (self.out_fd, self.err_fd):
             try:
@@ -611,9 +616,24 @@ def _run_session(agent, st: SessionStart) -> None:
         _report(agent, st, "ended", None, f"worker error: {e}")
 
 
+def _hold_run(agent, hold_id: int, timeout: float = HOLD_WAIT_S):
+    """The hold's JobRun once its device is acquired (its acquire hook, if
+    the device has one, succeeded), or None if that does not happen within
+    `timeout` seconds (a session may come with the hold's own assignment)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        run = agent.jobs.get(hold_id)
+        if run is not None and run.a.kind is JobKind.HOLD:
+            if agent.leases.device(run.device_name) is None or run.release_epoch is not None:
+                return run
+        if time.monotonic() >= deadline or agent.stopping:
+            return None
+        time.sleep(0.05)
+
+
 def _session(agent, st: SessionStart) -> None:
-    hold = agent.jobs.get(st.hold_id)
-    if hold is None or hold.a.kind is not JobKind.HOLD:
+    hold = _hold_run(agent, st.hold_id)
+    if hold is None:
         _report(agent, st, "ended", None, f"hold {st.hold_id} is not running on {agent.cfg.host}")
         return
     env = job_env(dict(os.environ), st.env, st.hold_id, st.device_id, hold.cuda, agent.markers)

@@ -153,16 +153,11 @@ async def _reader(relay: Relay, s: Session, pipe: Pipe, half: str, receive: Rece
     output (everything read) ends the session; the reader going away ends it
     too (client) or closes the process's input (worker)."""
     await _start(send, "application/octet-stream")
-    gone = asyncio.ensure_future(_first(_disconnected(receive), stop.wait()))
+    watch = asyncio.ensure_future(_watch_reader(relay, s, pipe, half, receive, stop))
     try:
         while True:
-            get = asyncio.ensure_future(pipe.get())
-            done, _ = await asyncio.wait({get, gone}, return_when=asyncio.FIRST_COMPLETED)
-            if get not in done:
-                get.cancel()
-                break
             try:
-                data = get.result()
+                data = await pipe.get()
             except Ended:
                 return  # abrupt: no closing chunk, so the reader knows it broke
             if data is None:
@@ -172,9 +167,14 @@ async def _reader(relay: Relay, s: Session, pipe: Pipe, half: str, receive: Rece
                 return
             await send({"type": "http.response.body", "body": data, "more_body": True})
     finally:
-        if not gone.done():
-            gone.cancel()
-    why = gone.result()
+        watch.cancel()
+
+
+async def _watch_reader(relay: Relay, s: Session, pipe: Pipe, half: str, receive: Receive,
+                        stop: asyncio.Event) -> None:
+    """Wake a GET half's loop (through its pipe) when its reader goes away or
+    the controller stops."""
+    why = await _first(_disconnected(receive), stop.wait())
     if 1 in why:
         relay.finish(s, "the controller is shutting down")
     elif half == "client_out":
@@ -261,7 +261,7 @@ async def open_session(request: Request):
         raise Refused.conflict(ErrorCode.NOT_A_HOLD,
                                f"job {hold_id} is not a hold (sessions run inside holds; "
                                "rc run --tty starts a terminal job of its own)")
-    if row["state"] != JobState.RUNNING:
+    if row["state"] not in (JobState.ASSIGNED, JobState.RUNNING):
         raise Refused.conflict(ErrorCode.SESSION_ENDED,
                                f"hold {hold_id} is {row['state']}, not running")
     if not req.stdio.attached:
