@@ -168,6 +168,23 @@ def test_hold_session_is_handed_out_until_acknowledged_and_keeps_its_outcome():
     run(go())
 
 
+def test_a_session_whose_worker_never_reports_ends_without_an_exit_code():
+    async def go():
+        clock = Clock()
+        r = Relay(60, 16, clock=clock)
+        s = r.open_in_hold(5, "box:cpu0", "box", "alice", SessionRequest(Stdio.TTY))
+        r.report(s, SessionReport("running"))
+        r.finish(s, "the worker's output connection broke")
+        clock.t += 29
+        r.tick(clock.t)
+        assert s.view().state == "running"
+        clock.t += 2
+        r.tick(clock.t)
+        v = s.view()
+        assert v.state == "ended" and v.exit_code is None and "did not say" in v.reason
+    run(go())
+
+
 # -- frames ------------------------------------------------------------------------------
 
 

@@ -61,26 +61,14 @@ PROGRESS_EVERY_S = 0.25
 def add_parsers(sub) -> None:
     from rc.cli import add_client_flags
 
-    p = sub.add_parser("shell", help="a terminal on a device you hold (no second lease)",
-                       description="Open a terminal inside hold HOLD: a login shell on the "
-                       "device's host with its CUDA_VISIBLE_DEVICES, or CMD. It ends when the "
-                       "hold ends.")
-    p.add_argument("hold", type=int, metavar="HOLD")
-    _session_flags(p)
-    p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD",
-                   help="what to run instead of the login shell")
-    add_client_flags(p)
-    p.set_defaults(handler="relay:cmd_shell")
-
-    p = sub.add_parser("exec", help="run a command inside a hold, stdin and stdout piped through",
-                       description="Run CMD inside hold HOLD with this stdin and stdout wired "
-                       "through byte for byte; its stderr is shown when it ends. Exits with "
-                       "CMD's exit code.")
-    p.add_argument("hold", type=int, metavar="HOLD")
-    _session_flags(p)
-    p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD")
-    add_client_flags(p)
-    p.set_defaults(handler="relay:cmd_exec")
+    _session_parser(sub, "shell", "a terminal on a device you hold (no second lease)",
+                    "Open a terminal inside hold HOLD: a login shell on the device's host with "
+                    "its CUDA_VISIBLE_DEVICES, or CMD. It ends when the hold ends.",
+                    "what to run instead of the login shell")
+    _session_parser(sub, "exec", "run a command inside a hold, stdin and stdout piped through",
+                    "Run CMD inside hold HOLD with this stdin and stdout wired through byte for "
+                    "byte; its stderr is shown when it ends. Exits with CMD's exit code.",
+                    "the command and its arguments")
 
     p = sub.add_parser("cp", help="copy files or directories to or from a device",
                        description="Copy SRC to DST, one of them on a device written "
@@ -96,11 +84,19 @@ def add_parsers(sub) -> None:
     p.set_defaults(handler="relay:cmd_cp")
 
 
-def _session_flags(p) -> None:
+def _session_parser(sub, name: str, help: str, description: str, command_help: str) -> None:
+    """`rc shell` and `rc exec`: HOLD, --cwd, -e, -- CMD."""
+    from rc.cli import add_client_flags
+
+    p = sub.add_parser(name, help=help, description=description)
+    p.add_argument("hold", type=int, metavar="HOLD")
     p.add_argument("--cwd", default=None, help="working directory on the device's host "
                    "(default: the current directory, else the home directory there)")
     p.add_argument("-e", "--env", action="append", default=[], metavar="KEY=VALUE",
                    help="an environment variable (repeatable)")
+    p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD", help=command_help)
+    add_client_flags(p)
+    p.set_defaults(handler=f"relay:cmd_{name}")
 
 
 def _command(raw: list[str]) -> list[str]:

@@ -66,6 +66,9 @@ ENDED_LINGER_S = 600.0
 """How long an ended session is remembered (its outcome, not its buffers)."""
 REDELIVER_S = 10.0
 """A session start the worker has not acknowledged is handed out again after this."""
+REPORT_GRACE_S = 30.0
+"""After a session's streams ended, how long its worker has to say how it
+ended before the session is marked ended without an exit code."""
 WATCH_TICK_S = 1.0
 STDERR_KEEP_BYTES = 64 << 10
 """Most stderr (characters) a session inside a hold keeps."""
@@ -365,6 +368,11 @@ class Relay:
         """End sessions left alone too long; forget ended ones after their linger."""
         for key, s in list(self.sessions.items()):
             if s.ended:
+                if s.start is not None and s.state != "ended" and \
+                        now - s.ended_at >= REPORT_GRACE_S:
+                    s.state = "ended"
+                    s.reason = f"the worker did not say how it ended ({s.end_reason})"
+                    self._changed(s)
                 if not s.attached and now - s.ended_at >= ENDED_LINGER_S:
                     del self.sessions[key]
                 continue
