@@ -139,7 +139,7 @@ ZOMBIE_SCRIPT = textwrap.dedent("""
     assert ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
     # the leader starts a child that exits at once and is never waited for, then exits:
     # the child is reparented to us (a subreaper that does not reap) and stays a zombie
-    leader = "import subprocess, time; subprocess.Popen(['true']); time.sleep(0.3)"
+    leader = "import os, time\\nif os.fork() == 0: os._exit(0)\\ntime.sleep(0.3)"
     group = supervise.spawn([sys.executable, "-c", leader], cwd=None, env=dict(os.environ))
     outcome = group.wait(10)
     deadline = time.monotonic() + 5

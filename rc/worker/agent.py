@@ -190,6 +190,7 @@ class Agent:
     # -- loops ------------------------------------------------------------
 
     def run(self) -> int:
+        """Register, start the loops, wait for a stop; the exit code (0)."""
         if not self.register():
             return 0
         threading.Thread(target=self._heartbeat_loop, name="rc-heartbeat", daemon=True).start()
@@ -217,6 +218,8 @@ class Agent:
             self.heartbeat_once(episode)
 
     def heartbeat_once(self, episode: _Episode | None = None) -> None:
+        """One heartbeat naming the jobs this worker supervises; stops the
+        ones the controller says have ended."""
         with self._lock:
             named = sorted(set(self.jobs) | self.reporting)
         try:

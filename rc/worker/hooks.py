@@ -63,6 +63,7 @@ class Acquired:
 
     @property
     def ok(self) -> bool:
+        """The device is the job's."""
         return not self.error
 
 
@@ -232,6 +233,7 @@ class Leases:
                         self.cfg.device_linger(d), self.cfg.kill_grace)
 
     def device(self, name: str) -> DeviceHooks | None:
+        """The hooks of device `name` (None for a device not configured)."""
         with self._lock:
             return self._devices.get(name)
 

@@ -125,6 +125,7 @@ class JobRun:
         self.thread = threading.Thread(target=self._run, name=f"rc-job-{a.job_id}", daemon=True)
 
     def start(self) -> None:
+        """Run the job on its own thread."""
         self.thread.start()
 
     def cancel(self, reason: str) -> None:

@@ -45,9 +45,11 @@ class Report:
 
     @property
     def terminal(self) -> bool:
+        """Not a "running" report."""
         return self.state != "running"
 
     def wire(self) -> dict:
+        """The report as a JobReport in JSON."""
         return {"job_id": self.job_id, "state": self.state, "exit_code": self.exit_code,
                 "reason": self.reason, "started_at": self.started_at}
 
@@ -112,6 +114,7 @@ class Reporter:
             return not self._pending and not self._faults
 
     def stop(self) -> None:
+        """Stop once nothing is pending (bounded: RETRY_MAX_S + 2 s)."""
         with self._cond:
             self._stopping = True
             self._cond.notify_all()

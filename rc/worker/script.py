@@ -157,6 +157,7 @@ class _Reader:
             self.poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
 
     def pump(self, timeout: float) -> None:
+        """Read what arrives within `timeout` seconds."""
         if not self.fds:
             time.sleep(timeout)
             return
@@ -180,10 +181,12 @@ class _Reader:
                     del self.err[: len(self.err) - self.err_tail]
 
     def drain(self, deadline: float) -> None:
+        """Read until every pipe is closed or the monotonic `deadline`."""
         while self.fds and time.monotonic() < deadline:
             self.pump(min(TICK_S, deadline - time.monotonic()))
 
     def close(self) -> None:
+        """Close the pipes still open."""
         for fd in list(self.fds):
             os.close(fd)
         self.fds.clear()

@@ -71,6 +71,7 @@ class Spool:
             return True
 
     def give_back(self, n: int) -> None:
+        """Return `n` bytes to the budget."""
         with self._lock:
             self.used = max(0, self.used - n)
 

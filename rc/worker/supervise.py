@@ -82,6 +82,7 @@ class Group:
         return Outcome(rc, 0)
 
     def close(self) -> None:
+        """Release the pidfd (the process itself is untouched)."""
         if self._pidfd is not None:
             os.close(self._pidfd)
             self._pidfd = None
@@ -91,7 +92,14 @@ class Group:
         return _killpg(self.pgid, signum)
 
     def live_members(self) -> list[procfs.ProcStat]:
-        """Group members that are not zombies."""
+        """Group members that are not zombies (inventory §6.11: kill(-pgid, 0)
+        first, which is cheap; only a group that exists is looked for in /proc)."""
+        try:
+            os.killpg(self.pgid, 0)
+        except ProcessLookupError:
+            return []
+        except PermissionError:
+            pass
         return procfs.live_group_members(self.pgid)
 
 
