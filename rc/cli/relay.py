@@ -185,6 +185,11 @@ def _pump_stdin(up: Upload, fd: int, term: LocalTerminal | None, wake: int) -> N
     try:
         if term is not None:
             up.send(resize_frame(*(term.size() if term.is_tty else (24, 80))))
+        try:
+            os.fstat(fd)
+        except OSError:  # no stdin at all: end of file at once
+            up.finish()
+            return
         while True:
             ready, _, _ = select.select([fd, wake], [], [])
             if wake in ready:
@@ -233,6 +238,8 @@ def splice(up: Upload, down: Download, term: LocalTerminal | None,
         signal.signal(signal.SIGWINCH, old)
         up.close()
         down.close()
+        os.close(wake_w)
+        os.close(wake_r)  # the stdin thread's select fails and it ends
 
 
 def _close_when_over(over: Callable[[], None], down: Download) -> None:
@@ -285,14 +292,21 @@ def _final_job(c: Client, job_id: int, clean: bool) -> dict:
                       f"running (rc ps, rc kill {job_id})") from None
 
 
-def _session_code(view: dict) -> int:
+def _session_code(c: Client, view: dict) -> int:
+    """rc's exit code for an ended session (its own, 1 without one), saying
+    why on stderr when it did not simply exit (the hold ending, above all)."""
     code = view.get("exit_code")
+    name = f"session {view['session_id']} of hold {view['hold_id']}"
+    why = view.get("reason") or "no exit code"
+    if code is None or (code != 0 and not why.startswith("exited with code")):
+        if code is None or code >= 128:
+            with contextlib.suppress(RcError):
+                hold = c.get(f"/v1/jobs/{view['hold_id']}", timeout=10)["job"]
+                if hold["state"] not in ("assigned", "running") or hold.get("kill_reason"):
+                    why = f"hold {hold['id']} ended ({hold.get('kill_reason') or hold['state']})"
+        stderr(f"{name}: {why}")
     if code is None:
-        stderr(f"session {view['session_id']} of hold {view['hold_id']} ended: "
-               f"{view.get('reason') or 'no exit code'}")
         return 1
-    if code and view.get("reason") and not view["reason"].startswith("exited with code"):
-        stderr(f"session {view['session_id']} of hold {view['hold_id']}: {view['reason']}")
     return code if 0 <= code < 256 else 1
 
 
@@ -361,7 +375,7 @@ def cmd_shell(args: argparse.Namespace) -> int:
         up, down = open_halves(c, f"/v1/jobs/{args.hold}/sessions/{sid}")
         term.raw()
         clean = splice(up, down, term, _session_over(c, args.hold, sid))
-    return _session_code(_final_session(c, args.hold, sid, clean))
+    return _session_code(c, _final_session(c, args.hold, sid, clean))
 
 
 def _final_session(c: Client, hold: int, sid: int, clean: bool) -> dict:
@@ -394,7 +408,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
                              "were not kept]\n")
         sys.stderr.write(final["stderr"])
         sys.stderr.flush()
-    return _session_code(final)
+    return _session_code(c, final)
 
 
 # -- rc cp ------------------------------------------------------------------------------
