@@ -112,3 +112,38 @@ def test_short_controller_restart_does_not_expire_a_healthy_lease(tmp_path, env,
         assert _events(c, "lease_expired") == []
     finally:
         ctl.stop()
+
+
+def test_worker_reregisters_after_a_controller_restart_and_proves(tmp_path, env,
+                                                                  make_worker):
+    """The device stays out while the survivor lives; after a controller restart
+    the idle worker registers again by itself and its clean scan recovers it."""
+    host = "rereg-" + uuid.uuid4().hex[:8]
+    device = f"{host}:cpu0"
+    ctl = Controller(tmp_path / "data", env, ["--heartbeat-interval", "1s"]).start()
+    config = tmp_path / "worker.toml"
+    config.write_text('reregister_jitter = "0s"\nkill_grace = "1s"\n')
+    try:
+        port = ctl.url.rsplit(":", 1)[1]
+        c = ctl.client(ctl.token("alice"))
+        w = make_worker(ctl, host=host, devices="cpu:1", config=config)
+        job_id, pid = _start_job(c, device, tmp_path, 0)
+        w.kill9()
+        make_worker(ctl, host=host, devices="cpu:1", token=w.token, wait=False, config=config)
+        admin = ctl.client()
+        wait_until(lambda: job(admin, job_id)["state"] == "lost", 30, "the job to be lost")
+        assert device_state(admin, device) == "unhealthy"
+        os.kill(pid, signal.SIGKILL)
+        wait_until(lambda: not pid_alive(pid), 10, "the survivor to die")
+        assert device_state(admin, device) == "unhealthy"  # nobody proved anything yet
+        admin.close_all()
+        c.close_all()
+        ctl.stop()
+        ctl = Controller(tmp_path / "data", env, ["--heartbeat-interval", "1s"],
+                         listen=f"127.0.0.1:{port}").start()
+        admin = ctl.client()
+        wait_until(lambda: device_state(admin, device) == "ready", 60,
+                   "the worker to re-register and prove the device empty")
+        assert [e for e in _events(admin, "device_recovered") if e["device_id"] == device]
+    finally:
+        ctl.stop()

@@ -45,6 +45,10 @@ RETRY_MIN_S = 1.0
 RETRY_MAX_S = 30.0
 POLL_FLOOR_S = 0.25
 SHUTDOWN_GRACE_S = 45.0
+POLL_RETRY_MAX_S = 5.0
+"""A failed long poll is retried within this, so work resumes soon after a
+controller restart."""
+REREGISTER_RETRY_S = 60.0
 
 
 class _Episode:
@@ -82,6 +86,9 @@ class Agent:
         self.heartbeat_interval = cfg.heartbeat_interval
         self.instance = ""
         self.reregister = False
+        self.reregister_at: float | None = None
+        self._last_contact = 0.0
+        self._reregistering = threading.Lock()
         self.reporter = Reporter(client, self.worker_id, self._report_done)
         # Every job carries these, so sweeps and survivor scans only ever see
         # this host's jobs (and post-job sweeps only this worker process's).
@@ -162,6 +169,17 @@ class Agent:
         """The environment of a hook or verify script run for `run`'s job."""
         return hook_env(event, run.a.device_id, run.hook_context)
 
+    def _register_once(self) -> bool:
+        """One registration attempt; True when the controller took it."""
+        try:
+            resp = self.client.post("/v1/workers/register", encode(self._registration()))
+        except (ApiError, TransportError) as e:
+            log.warning("re-registration failed: %s", e)
+            return False
+        self.instance = resp["instance"]
+        log.info("registered %s again", self.cfg.host)
+        return True
+
     def register(self) -> bool:
         """Register until it works or the worker is told to stop."""
         episode = _Episode(f"cannot register with {self.client.url}")
@@ -241,12 +259,32 @@ class Agent:
         self._note_instance(resp.get("instance", ""))
         for job_id in resp.get("stop_job_ids", []):
             self._cancel(job_id, "the controller ended this job")
+        self._maybe_reregister()  # the poll loop may sit in a long poll
 
     def _note_instance(self, instance: str) -> None:
+        """After any response: arm a re-registration when the controller
+        restarted (a new instance id; a missing header never counts) or when
+        contact resumed after `reregister_after` of silence (inventory §6.10),
+        so that the worker can present its recovery proof."""
+        last = self.client.last_response
+        with self._lock:
+            seen, self._last_contact = self._last_contact, last
         if instance and self.instance and instance != self.instance:
             log.info("the controller restarted (instance %s)", instance[:8])
             self.instance = instance
-            self.reregister = True
+            self._arm()
+        elif seen and last - seen >= self.cfg.reregister_after:
+            log.info("contact with the controller resumed after %.0fs of silence", last - seen)
+            self._arm()
+
+    def _arm(self, delay: float | None = None) -> None:
+        """Owe a re-registration, due after `delay` (default: a random jitter
+        in [0, reregister_jitter) so a fleet does not stampede)."""
+        if delay is None:
+            delay = random.uniform(0, self.cfg.reregister_jitter)
+        with self._lock:
+            if self.reregister_at is None:
+                self.reregister_at = time.monotonic() + delay
 
     def _poll_loop(self) -> None:
         self.leases.startup_release_pass()
@@ -264,7 +302,7 @@ class Agent:
                 if isinstance(e, ApiError) and e.status == 404:
                     self.reregister = True
                 self.stop_event.wait(delay)
-                delay = min(delay * 2, RETRY_MAX_S)
+                delay = min(delay * 2, POLL_RETRY_MAX_S)
                 continue
             episode.ok()
             delay = RETRY_MIN_S
@@ -278,16 +316,32 @@ class Agent:
                 self.stop_event.wait(POLL_FLOOR_S)
 
     def _maybe_reregister(self) -> None:
-        if not self.reregister:
-            return
+        """Pay a re-registration debt once due. A controller that does not know
+        this worker (404) is answered at once, busy or not (the same process
+        keeps its jobs); otherwise only while the worker supervises nothing,
+        so that it computes and presents a recovery proof. A failed attempt is
+        retried no sooner than REREGISTER_RETRY_S."""
+        if not self._reregistering.acquire(blocking=False):
+            return  # the other loop is doing it
+        try:
+            self._reregister_if_due()
+        finally:
+            self._reregistering.release()
+
+    def _reregister_if_due(self) -> None:
+        urgent = self.reregister
+        now = time.monotonic()
         with self._lock:
+            due = urgent or (self.reregister_at is not None and now >= self.reregister_at)
             busy = bool(self.jobs) or bool(self.reporting)
-        if busy:
+        if not due or (busy and not urgent):
             return
-        self.stop_event.wait(random.uniform(0, 1.0))
         self.reregister = False
-        if not self.register():
-            self.reregister = True
+        with self._lock:
+            self.reregister_at = None
+        if not self._register_once():
+            with self._lock:
+                self.reregister_at = now + REREGISTER_RETRY_S
 
     def _dispatch(self, got: Assignments) -> None:
         kills = set(got.kills)

@@ -12,6 +12,8 @@ Every key, its default and unit (top-level keys first, as TOML requires):
     heartbeat_interval  = "10s"
     poll_wait           = "30s"               # long-poll wait
     kill_grace          = "10s"               # SIGTERM → SIGKILL
+    reregister_after    = "5m"                # contact back after this much silence → re-register
+    reregister_jitter   = "30s"               # re-registrations wait a random [0, this)
     hooks               = { timeout = "60s", release_linger = "30s" }
     probe_dir           = "/etc/rc/probe.d"
     probe_interval      = "5m"
@@ -94,6 +96,8 @@ class WorkerConfig:
     heartbeat_interval: float = 10.0
     poll_wait: float = 30.0
     kill_grace: float = 10.0
+    reregister_after: float = 300.0
+    reregister_jitter: float = 30.0
     hook_timeout: float = 60.0
     release_linger: float = 30.0
     probe_dir: str = "/etc/rc/probe.d"
@@ -112,7 +116,8 @@ class WorkerConfig:
         # means "unbounded".
         defaults = {f.name: f.default for f in dataclasses.fields(self)}
         for name in ("heartbeat_interval", "poll_wait", "kill_grace", "hook_timeout",
-                     "probe_interval", "probe_timeout", "verify_timeout", "verify_pass_budget"):
+                     "probe_interval", "probe_timeout", "verify_timeout", "verify_pass_budget",
+                     "reregister_after"):
             if getattr(self, name) <= 0:
                 object.__setattr__(self, name, defaults[name])
         if self.release_linger < 0:
@@ -219,7 +224,7 @@ def parse_bool_env(value: str | None) -> bool | None:
 
 
 _DURATIONS = {
-    "heartbeat_interval", "poll_wait", "kill_grace", "probe_interval", "probe_timeout",
+    "heartbeat_interval", "poll_wait", "kill_grace", "reregister_after", "reregister_jitter", "probe_interval", "probe_timeout",
     "verify_timeout", "verify_pass_budget",
 }
 _STRINGS = {"controller_url", "token", "token_file", "cacert", "host", "probe_dir",
