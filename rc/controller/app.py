@@ -16,7 +16,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from rc.controller import dashboard, metrics
-from rc.controller.api import admin, devices, jobs, relay, stream, workers
+from rc.controller.api import admin, devices, docs, jobs, relay, stream, workers
 from rc.controller.core import Controller
 from rc.controller.errors import Refused
 from rc.proto.errors import ErrorCode
@@ -108,7 +108,8 @@ def build_app(ctl: Controller) -> ASGIApp:
     """The ASGI application serving `ctl`."""
     app = Starlette(
         routes=[*workers.routes, *jobs.routes, *devices.routes, *admin.routes,
-                *stream.routes, *metrics.routes, *dashboard.routes, *relay.routes],
+                *stream.routes, *metrics.routes, *dashboard.routes, *relay.routes,
+                *docs.routes],
         exception_handlers={
             Refused: _refused,
             HTTPException: _http_exception,

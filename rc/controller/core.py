@@ -28,6 +28,7 @@ from rc.controller.errors import StartupError
 from rc.controller.hub import Hub
 from rc.controller.logstore import LogStore
 from rc.controller.relay import Relay
+from rc.controller.webhook import Webhook
 from rc.controller.metrics import Metrics
 from rc.proto.model import Role
 
@@ -80,6 +81,7 @@ class Controller:
         self.created_admin_token = False
         self._loops: list[asyncio.Task] = []
         self.on_assign: list[Callable[[list[tuple[int, str]]], None]] = []
+        self.webhook: Webhook | None = None
         self.metrics = Metrics(self)
         """Prometheus registry and hooks (`metrics.relay_sessions`, `metrics.webhook_dropped`)."""
         self.relay = Relay(config.relay_alone_timeout, config.limits.relay_sessions_per_user,
@@ -109,14 +111,29 @@ class Controller:
         self.started_at = self.clock()
         await self._bootstrap_admin()
         await self.reload_tokens()
+        if self.cfg.webhook_url:
+            await self._start_webhook()
         if loops:
             self._loops = [
                 asyncio.create_task(self._tick_loop(), name="rc-schedule-tick"),
                 asyncio.create_task(self._sweep_loop(), name="rc-sweeper"),
             ]
 
+    async def _start_webhook(self) -> None:
+        import urllib.parse
+
+        u = urllib.parse.urlsplit(self.cfg.webhook_url)
+        if u.scheme not in ("http", "https") or not u.hostname:
+            raise StartupError(f"--webhook-url {self.cfg.webhook_url!r} is not an http(s) URL")
+        self.webhook = Webhook(self.cfg.webhook_url, self.db, self.cfg.webhook_queue)
+        self.hub.listeners.append(self.webhook.listener())
+        self.metrics.webhook_dropped = lambda: float(self.webhook.dropped)
+        await self.webhook.start()
+
     async def stop(self) -> None:
-        """Stop the loops, finish queued writes, close the database."""
+        """Stop the loops, deliver queued webhooks (5 s), close the database."""
+        if self.webhook is not None:
+            await self.webhook.stop()
         for t in self._loops:
             t.cancel()
         for t in self._loops:

@@ -143,13 +143,20 @@ def cancel_queued(tx: Tx, job_id: int, reason: str) -> bool:
     return True
 
 
-def kill(tx: Tx, job_id: int, caller: str, admin: bool, reason: str = "") -> str:
+def kill(tx: Tx, job_id: int, caller: str, admin: bool, reason: str = "",
+         retain: bool = False) -> str:
     """Kill or cancel a job for `caller`; returns what happened, in words.
 
     Only the submitter or an admin (403 not_job_owner otherwise). A queued job
     is cancelled now; an active one gets a kill request the worker picks up
     from its long poll. A terminal job: 409 not_cancellable. An admin killing
     someone else's job leaves a job_killed event naming both.
+
+    Retention mode (`retain`, inventory §3.3): when the job's worker is silent
+    (device unknown or quarantined worker_lost) the job is finalized as killed
+    now and its lease released; the kill request stays for the worker, which
+    learns of it when it names the job again (heartbeat stop list), and the
+    device is not returned to the pool until the worker stops naming it.
     """
     row = tx.one("job_brief", (job_id,))
     if row is None:
@@ -176,6 +183,14 @@ def kill(tx: Tx, job_id: int, caller: str, admin: bool, reason: str = "") -> str
         return "cancelled"
     tx.exec("job_request_kill", (why, job_id))
     tx.notify(f"worker:{row['worker_id']}", f"job:{job_id}", "jobs")
+    if retain:
+        dev = tx.one("device_state", (row["device_id"],))
+        if dev is not None and (dev["state"] == "unknown" or (
+                dev["state"] == "unhealthy" and dev["quarantine_reason"] == "worker_lost")):
+            tx.exec("job_finish", ("killed", None, why, tx.now, None, job_id))
+            tx.exec("lease_release_by_job", (tx.now, job_id))
+            tx.notify(f"log:{job_id}", "devices")
+            return "killed (its worker is silent; it will be told when it returns)"
     return "kill requested"
 
 

@@ -64,7 +64,7 @@ UPDATE jobs SET state = 'lost', kill_reason = ?, finished_at = ?
 WHERE id = ? AND state IN ('assigned', 'running')
 
 -- name: jobs_active_on_worker
-SELECT id, device_id, kind FROM jobs WHERE worker_id = ? AND state IN ('assigned', 'running')
+SELECT id, device_id, kind, state FROM jobs WHERE worker_id = ? AND state IN ('assigned', 'running')
 
 -- name: jobs_queued_pinned_to
 SELECT id FROM jobs WHERE state = 'queued' AND selector = '' AND device_id = ?
@@ -251,10 +251,11 @@ DELETE FROM devices WHERE id = ?
 SELECT * FROM workers WHERE id = ?
 
 -- name: worker_upsert
-INSERT INTO workers (id, host, boot_id, version, registered_at, last_heartbeat_at)
-VALUES (?, ?, ?, ?, ?, ?)
-ON CONFLICT (id) DO UPDATE SET boot_id = excluded.boot_id, version = excluded.version,
-    registered_at = excluded.registered_at, last_heartbeat_at = excluded.last_heartbeat_at
+INSERT INTO workers (id, host, boot_id, instance, version, registered_at, last_heartbeat_at)
+VALUES (?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (id) DO UPDATE SET boot_id = excluded.boot_id, instance = excluded.instance,
+    version = excluded.version, registered_at = excluded.registered_at,
+    last_heartbeat_at = excluded.last_heartbeat_at
 
 -- name: worker_touch
 UPDATE workers SET last_heartbeat_at = ? WHERE id = ?

@@ -214,7 +214,7 @@ async def kill(request: Request):
     job_id = path_int(request)
     req = await json_body(request, KillRequest, c.cfg.limits.body_bytes, empty_ok=True)
     what = await c.db.write(jobs.kill, job_id, who.name, who.admin,
-                            req.reason[: c.cfg.limits.text_bytes])
+                            req.reason[: c.cfg.limits.text_bytes], c.thresholds.retain)
     return reply({"ok": True, "message": f"{what} for job {job_id}"})
 
 
