@@ -116,6 +116,9 @@ class JobRun:
         self.started_at: float | None = None
         self._cancel_reason: str | None = None
         self._cancel = threading.Event()
+        # cancel() writes here so a waiting supervisor acts at once, not at its tick
+        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._wake_lock = threading.Lock()
         self.last_output = time.monotonic()
         self._in_write = False
         self._swept: list[int] | None = None
@@ -133,6 +136,12 @@ class JobRun:
         if self._cancel_reason is None:
             self._cancel_reason = reason
         self._cancel.set()
+        with self._wake_lock:
+            if self._wake_w >= 0:
+                try:
+                    os.write(self._wake_w, b"!")
+                except BlockingIOError:  # already woken
+                    pass
 
     # -- the run ------------------------------------------------------------
 
@@ -143,6 +152,11 @@ class JobRun:
         except Exception as e:  # a bug must still end in a report
             log.exception("job %d: worker error", self.job_id)
             result = Result(JobState.FAILED, None, f"worker error: {e}")
+        finally:
+            with self._wake_lock:
+                os.close(self._wake_r)
+                os.close(self._wake_w)
+                self._wake_r = self._wake_w = -1
         self.agent.finished(self, result)
 
     def _lifecycle(self) -> Result:
@@ -255,7 +269,7 @@ class JobRun:
         idle = a.idle_timeout_seconds if not hold else 0
         why: str | None = None
         while True:
-            outcome = group.wait(WATCHDOG_TICK_S)
+            outcome = group.wait(WATCHDOG_TICK_S, self._wake_r)
             if outcome is not None:
                 return outcome, why, []
             now = time.monotonic()

@@ -62,12 +62,18 @@ class Group:
         except (AttributeError, OSError):
             self._pidfd = None
 
-    def wait(self, timeout: float) -> Outcome | None:
-        """Wait up to `timeout` seconds for the leader; its Outcome once it exited."""
+    def wait(self, timeout: float, wake_fd: int | None = None) -> Outcome | None:
+        """Wait up to `timeout` seconds for the leader; its Outcome once it exited.
+
+        `wake_fd` (readable when someone wants the caller back early, e.g. a
+        kill request) ends the wait at once with None; without a pidfd the
+        wait only polls, so a wake-up then waits for the timeout.
+        """
         if self.proc.returncode is None:
             if self._pidfd is not None:
-                ready, _, _ = select.select([self._pidfd], [], [], max(0.0, timeout))
-                if not ready:
+                fds = [self._pidfd] if wake_fd is None else [self._pidfd, wake_fd]
+                ready, _, _ = select.select(fds, [], [], max(0.0, timeout))
+                if self._pidfd not in ready:
                     return None
                 self.proc.wait()
             else:
