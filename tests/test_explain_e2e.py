@@ -100,3 +100,4 @@ def test_every_waiting_case(fleet):
     assert out == f"job {a1}: running\n  - It is not waiting: it is running on box:cpu0.\n"
     res = alice.run("explain", "999999")
     assert res.returncode == 1 and b"not_found" in res.stderr
+    c.close_all()

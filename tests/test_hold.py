@@ -87,6 +87,7 @@ def admin(fleet):
             pass
     wait_until(lambda: all(v["device"]["state"] == "ready"
                            for v in c.get("/v1/devices")["devices"]), 30, "both devices free")
+    c.close_all()
 
 
 def read_line(proc: subprocess.Popen, timeout: float, what: str) -> str:
@@ -233,4 +234,5 @@ def test_holds_are_refused_with_a_command_or_without_a_reason(alice, admin, flee
         with pytest.raises(ApiError) as e:
             c.post("/v1/jobs", {**base, **extra})
         assert (e.value.status, e.value.code) == (400, "bad_request"), extra
+    c.close_all()
     assert admin.get("/v1/state")["queued"] == [] and admin.get("/v1/state")["jobs"] == []

@@ -135,6 +135,7 @@ def test_no_wait(alice, bob, admin):
         c.post("/v1/jobs", {"command": ["true"], "device_id": "box:cpu1", "no_wait": True})
     assert (e.value.status, e.value.code) == (409, "no_device_available")
     assert admin.get("/v1/state")["queued"] == []
+    c.close_all()
 
 
 def test_concurrent_duplicate_submissions_make_one_job(fleet, admin):
@@ -149,6 +150,7 @@ def test_concurrent_duplicate_submissions_make_one_job(fleet, admin):
         c = Client(ctl.url, token, timeout=30)
         start.wait(10)
         r = c.request("POST", "/v1/jobs", body)
+        c.close_all()
         answers.append((r.status, r.json()["job"]["id"]))
 
     threads = [threading.Thread(target=post) for _ in range(12)]
@@ -161,10 +163,13 @@ def test_concurrent_duplicate_submissions_make_one_job(fleet, admin):
     assert sorted(status for status, _ in answers) == [200] * 11 + [201]
     mine = admin.get("/v1/jobs", params={"submitter": "dana", "limit": 100})["jobs"]
     assert [j["id"] for j in mine] == [answers[0][1]]
+    dana, erin = Client(ctl.url, token), Client(ctl.url, ctl.token("erin"))
     with pytest.raises(ApiError) as e:
-        Client(ctl.url, token).post("/v1/jobs", {**body, "command": ["sleep", "6"]})
+        dana.post("/v1/jobs", {**body, "command": ["sleep", "6"]})
     assert (e.value.status, e.value.code) == (409, "idempotency_conflict")
     # another user's key is never their job
     with pytest.raises(ApiError) as e:
-        Client(ctl.url, ctl.token("erin")).post("/v1/jobs", body)
+        erin.post("/v1/jobs", body)
     assert e.value.code == "idempotency_conflict"
+    dana.close_all()
+    erin.close_all()
