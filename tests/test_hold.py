@@ -189,6 +189,16 @@ def test_ctrl_c_on_a_granted_hold_releases_it(alice, admin):
         stop_process(proc)
 
 
+def test_a_hold_ends_at_its_ttl(alice, admin):
+    res = alice.run("hold", "-d", "box:cpu1", "--ttl", "1s", "--reason", "quick look",
+                    timeout=30)
+    assert res.returncode == 0, res.stderr
+    hold_id = int(GRANTED.fullmatch(res.stdout.decode())[1])
+    assert f"hold {hold_id} ended: its ttl of 1s was reached".encode() in res.stderr
+    h = job(admin, hold_id)
+    assert (h["state"], h["kill_reason"]) == ("succeeded", "hold ended: its ttl of 1s was reached")
+
+
 def test_detach_prints_the_hold_id_alone(alice, bob, admin):
     res = alice.run("hold", "-s", "vram>=80G", "--ttl", "10m", "--reason", "x", "--detach")
     assert res.returncode == 0, res.stderr

@@ -348,7 +348,8 @@ def cmd_hold(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         _release_on_interrupt(c, hold_id)
         return 130
-    stderr(f"hold {hold_id} ended: {job.get('kill_reason') or job['state']}")
+    why = job.get("kill_reason") or job["state"]
+    stderr(f"hold {hold_id} ended: {why.removeprefix('hold ended: ')}")
     return 1 if job["state"] in ("lost", "failed") else 0
 
 

@@ -76,6 +76,7 @@ class Slot:
 
     @property
     def schedulable(self) -> bool:
+        """Whether a job may be handed this device now."""
         return self.state is DeviceState.READY and not self.draining
 
 
