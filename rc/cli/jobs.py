@@ -6,7 +6,7 @@ import argparse
 import sys
 import time
 
-from rc.cli.context import UsageError, client, stderr
+from rc.cli.context import UsageError, client
 from rc.cli.output import add_output_flag, command_text, duration, print_json, table, when
 
 __all__ = ["add_parsers"]

@@ -158,7 +158,8 @@ def describe(tx: Tx, device_id: str) -> DescribeResponse:
         label_age_seconds={f"{lb.key}/{lb.source.value}": tx.now - lb.updated_at for lb in labels},
         sheet=chosen["body"] if chosen is not None else "",
         sheet_is_host_wide=chosen is not None and chosen is not own,
-        sheet_age_seconds=(tx.now - chosen["updated_at"]) if chosen is not None and chosen["body"] else None,
+        sheet_age_seconds=(tx.now - chosen["updated_at"])
+        if chosen is not None and chosen["body"] else None,
         recent_jobs=recent,
     )
 
