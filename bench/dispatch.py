@@ -29,12 +29,14 @@ from fleet import fleet, percentile
 from rc.proto.client import Client
 
 
-def wait(pred, timeout: float, what: str):
+def wait(pred, timeout: float, what: str, interval: float = 0.0005):
+    """Poll `pred` every `interval` seconds (cheap local checks may poll fast;
+    anything that asks the controller should poll slowly, or it becomes load)."""
     deadline = time.monotonic() + timeout
     while not pred():
         if time.monotonic() > deadline:
             raise RuntimeError(f"timed out: {what}")
-        time.sleep(0.0005)
+        time.sleep(interval)
 
 
 def latency(url: str, token: str, tmp: Path, n: int) -> list[float]:
@@ -50,7 +52,7 @@ def latency(url: str, token: str, tmp: Path, n: int) -> list[float]:
         if i >= 5:  # the first few warm up connections and caches
             out.append(started - t0)
         wait(lambda: c.get(f"/v1/jobs/{job['id']}")["job"]["state"] == "succeeded", 30,
-             "job end")
+             "job end", interval=0.01)
     return out
 
 
@@ -73,7 +75,7 @@ def throughput(url: str, token: str, total: int, threads: int = 8) -> tuple[floa
         st = watcher.get("/v1/state")
         return not st["jobs"] and not st["queued"]
 
-    wait(done, 600, "all jobs to finish")
+    wait(done, 600, "all jobs to finish", interval=0.1)
     elapsed = time.monotonic() - t0
     return total / elapsed, total / t_submitted
 
@@ -91,7 +93,8 @@ def kill_latency(url: str, token: str, tmp: Path, n: int) -> list[float]:
         c.post(f"/v1/jobs/{job['id']}/kill", {})
         wait(lambda: not Path(f"/proc/{pid}").exists() or _zombie(pid), 30, "process gone")
         out.append(time.monotonic() - t0)
-        wait(lambda: c.get(f"/v1/jobs/{job['id']}")["job"]["state"] == "killed", 30, "killed")
+        wait(lambda: c.get(f"/v1/jobs/{job['id']}")["job"]["state"] == "killed", 30, "killed",
+             interval=0.01)
     return out
 
 

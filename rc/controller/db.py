@@ -112,6 +112,10 @@ class Tx:
         row = self.conn.execute(QUERIES[name], params).fetchone()
         return None if row is None else row[0]
 
+    def iter(self, name: str, params: Any = ()) -> sqlite3.Cursor:
+        """A cursor over a named query's rows, fetched as they are iterated."""
+        return self.conn.execute(QUERIES[name], params)
+
     def exec(self, name: str, params: Any = ()) -> int:
         """Run a named statement; returns the number of rows changed."""
         return self.conn.execute(QUERIES[name], params).rowcount

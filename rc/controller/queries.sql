@@ -98,6 +98,16 @@ SELECT * FROM jobs WHERE device_id = ? AND state != 'queued' ORDER BY id DESC LI
 SELECT id, submitter, priority, queued_at, selector, device_id, max_runtime
 FROM jobs WHERE state = 'queued' ORDER BY priority DESC, id
 
+-- name: queued_jobs_ordered
+-- The queue in scheduling order: effective priority (priority plus one step per
+-- :aging seconds waited; :aging 0 turns aging off), then submission order.
+SELECT id, submitter, priority, queued_at, selector, device_id, max_runtime
+FROM jobs WHERE state = 'queued'
+ORDER BY priority + CASE WHEN :aging > 0
+                         THEN CAST(max(0.0, :now - queued_at) / :aging AS INTEGER)
+                         ELSE 0 END DESC,
+         id
+
 -- name: count_queued
 SELECT count(*) FROM jobs WHERE state = 'queued'
 

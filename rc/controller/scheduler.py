@@ -119,18 +119,31 @@ def plan(
     aging: float = 0.0,
     cap: int = 0,
     usage: Mapping[str, int] | None = None,
+    ordered: bool = False,
+    until_settled: bool = False,
 ) -> Plan:
     """Decide assignments for one pass.
 
     `matches` maps each selector (normalised text) to the device ids it
     matches; `usage` maps a submitter to the devices they hold now. Pure: reads
     nothing else, changes nothing.
+
+    `ordered`: the queue already comes in scheduling order (the pass reads it
+    so from SQLite), so it is not sorted again and may be a lazy iterator.
+    `until_settled`: stop as soon as every free device is assigned or reserved
+    (no later job could get one), leaving order and candidates partial: what
+    the scheduling pass needs, in time proportional to the jobs it looks at.
     """
     out = Plan()
     used = dict(usage or {})
     free = {d for d, s in slots.items() if s.schedulable}
-    ordered = sorted(queue, key=lambda j: (-effective_priority(j, now, aging), j.id))
-    for job in ordered:
+    if ordered:
+        jobs_in_order: Iterable[QueuedJob] = queue
+    else:
+        jobs_in_order = sorted(queue, key=lambda j: (-effective_priority(j, now, aging), j.id))
+    for job in jobs_in_order:
+        if until_settled and not (free - out.reserved.keys()):
+            break
         out.order.append(job.id)
         if job.device_id and not job.selector:
             pool: Iterable[str] = (job.device_id,) if job.device_id in slots else ()
@@ -214,20 +227,36 @@ def load_labels(tx: Tx) -> dict[str, dict[str, str]]:
     return out
 
 
+def _queued_job(r: sqlite3.Row) -> QueuedJob:
+    return QueuedJob(
+        id=r["id"],
+        submitter=r["submitter"],
+        priority=r["priority"],
+        queued_at=r["queued_at"],
+        selector=r["selector"],
+        device_id=r["device_id"],
+        max_runtime=r["max_runtime"],
+    )
+
+
 def queued_jobs(rows: Iterable[sqlite3.Row]) -> list[QueuedJob]:
     """Rows of the `queued_jobs` query as QueuedJobs."""
-    return [
-        QueuedJob(
-            id=r["id"],
-            submitter=r["submitter"],
-            priority=r["priority"],
-            queued_at=r["queued_at"],
-            selector=r["selector"],
-            device_id=r["device_id"],
-            max_runtime=r["max_runtime"],
-        )
-        for r in rows
-    ]
+    return [_queued_job(r) for r in rows]
+
+
+class _LazyMatches(dict):
+    """selector → matching device ids, computed on first lookup."""
+
+    def __init__(self, compute: Callable[[str], frozenset[str]]) -> None:
+        super().__init__()
+        self._compute = compute
+
+    def __missing__(self, sel: str) -> frozenset[str]:
+        hit = self[sel] = self._compute(sel)
+        return hit
+
+    def get(self, sel: str, default=None):  # plan() uses .get
+        return self[sel]
 
 
 def slots(rows: Iterable[sqlite3.Row]) -> dict[str, Slot]:
@@ -287,6 +316,28 @@ class Snapshot:
             return 0
         return len(self.rivals(job_id)) + 1
 
+    def positions(self) -> dict[int, int]:
+        """position() of every queued job, in one sweep of the queue.
+
+        Jobs are grouped by candidate set (a queue has few distinct ones), so
+        this costs the queue length times the number of groups, not the
+        square of the queue length.
+        """
+        p = self.plan
+        groups: dict[tuple[str, ...], int] = {}
+        for job_id in p.order:
+            groups.setdefault(p.candidates.get(job_id, ()), len(groups))
+        sets = [frozenset(g) for g in groups]
+        overlaps = [[h for h, other in enumerate(sets) if s & other] for s in sets]
+        seen = [0] * len(sets)
+        out = {}
+        for job_id in p.order:
+            g = groups[p.candidates.get(job_id, ())]
+            out[job_id] = 1 + sum(seen[h] for h in overlaps[g])
+            if job_id not in p.capped:
+                seen[g] += 1
+        return out
+
 
 def snapshot(tx: Tx, matching: Callable[[str], frozenset[str]], policy: Policy) -> Snapshot:
     """Load the queue and the fleet in `tx` and plan them.
@@ -307,13 +358,22 @@ def schedule(tx: Tx, fleet: Fleet, policy: Policy) -> list[tuple[int, str]]:
     """The scheduling pass: assign queued jobs to free devices, durably.
 
     Cheap when nothing can move: no queued job or no schedulable device means
-    no planning at all.
+    no planning at all. Otherwise it reads the queue lazily, already in
+    scheduling order (aging computed by SQLite), and plans only until every
+    free device is assigned or reserved, so a pass costs the jobs it looks
+    at, not the length of the queue. The decisions are plan()'s.
     """
     if tx.scalar("count_schedulable") == 0 or tx.scalar("count_queued") == 0:
         return []
-    snap = snapshot(tx, lambda sel: fleet.matching(tx, sel), policy)
+    fleet_slots = slots(tx.all("device_slots"))
+    usage = ({r["holder"]: r["n"] for r in tx.all("live_leases_per_holder")}
+             if policy.cap > 0 else {})
+    rows = tx.iter("queued_jobs_ordered", {"now": tx.now, "aging": policy.aging})
+    matches = _LazyMatches(lambda sel: fleet.matching(tx, sel))
+    p = plan(map(_queued_job, rows), fleet_slots, matches, tx.now, aging=policy.aging,
+             cap=policy.cap, usage=usage, ordered=True, until_settled=True)
     done = []
-    for job_id, device_id in snap.plan.assignments:
+    for job_id, device_id in p.assignments:
         if assign(tx, job_id, device_id, policy):
             done.append((job_id, device_id))
     return done

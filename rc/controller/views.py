@@ -81,8 +81,11 @@ def job_view(tx: Tx, job_id: int, policy: Policy) -> JobView:
     if r is None:
         raise Refused.not_found(f"no job {job_id}")
     job = rows.job(r)
-    pos = queue_snapshot(tx, policy).position(job_id) if job.state is JobState.QUEUED else 0
-    return JobView(job, pos)
+    if job.state is not JobState.QUEUED:
+        return JobView(job, 0)
+    labels = load_labels(tx)
+    snap = snapshot(tx, lambda sel: match_devices(labels, sel), policy)
+    return JobView(job, snap.position(job_id))
 
 
 def _labels_by_device(tx: Tx) -> dict[str, list[Label]]:
@@ -129,12 +132,13 @@ def state(tx: Tx, policy: Policy) -> StateResponse:
     q = queue_snapshot(tx, policy)
     active = tuple(rows.job(r) for r in tx.all("jobs_active"))
     queued = tuple(q.jobs[i] for i in q.snap.plan.order if i in q.jobs)
+    positions = q.snap.positions()
     return StateResponse(
         devices=tuple(device_views(tx)),
         jobs=active,
         queued=queued,
         queued_waiting_seconds={str(j.id): tx.now - j.queued_at for j in queued},
-        queue_positions={str(j.id): q.position(j.id) for j in queued},
+        queue_positions={str(j.id): positions[j.id] for j in queued},
     )
 
 

@@ -1,0 +1,90 @@
+"""The scheduler's fast paths agree with the plain definitions: the pass that
+reads the queue in SQL order and stops once every free device is settled
+makes the same assignments as the full plan; SQLite orders the queue as
+effective_priority does; positions() equals position() for every job."""
+
+from __future__ import annotations
+
+import sqlite3
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rc.controller import db
+from rc.controller.scheduler import (
+    QueuedJob,
+    Slot,
+    Snapshot,
+    effective_priority,
+    plan,
+)
+from rc.proto.model import DeviceState
+
+DEVICES = [f"h:d{i}" for i in range(5)]
+SELECTORS = {"a": frozenset(DEVICES[:2]), "b": frozenset(DEVICES[1:4]), "*": frozenset(DEVICES)}
+
+job_st = st.builds(
+    QueuedJob,
+    id=st.integers(1, 10**6),
+    submitter=st.sampled_from(["ann", "bob", "cy"]),
+    priority=st.integers(-10, 10),
+    queued_at=st.floats(0, 10_000),
+    selector=st.sampled_from(["", "a", "b", "*"]),
+    device_id=st.sampled_from(DEVICES),
+    max_runtime=st.sampled_from([0, 60, 7200]),
+).map(lambda j: j if j.selector else QueuedJob(j.id, j.submitter, j.priority, j.queued_at,
+                                                 "", j.device_id, j.max_runtime))
+slot_st = st.fixed_dictionaries({d: st.builds(
+    Slot, id=st.just(d), state=st.sampled_from(list(DeviceState)),
+    max_runtime=st.sampled_from([0, 3600]), draining=st.booleans()) for d in DEVICES})
+
+
+def _unique(jobs):
+    seen, out = set(), []
+    for j in jobs:
+        if j.id not in seen:
+            seen.add(j.id)
+            out.append(j)
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(job_st, max_size=25).map(_unique), slot_st, st.sampled_from([0.0, 600.0]),
+       st.integers(0, 2), st.dictionaries(st.sampled_from(["ann", "bob", "cy"]),
+                                          st.integers(0, 3)))
+def test_settled_pass_assigns_like_the_full_plan(jobs, slots, aging, cap, usage):
+    now = 20_000.0
+    full = plan(jobs, slots, SELECTORS, now, aging=aging, cap=cap, usage=usage)
+    ordered = sorted(jobs, key=lambda j: (-effective_priority(j, now, aging), j.id))
+    fast = plan(iter(ordered), slots, SELECTORS, now, aging=aging, cap=cap, usage=usage,
+                ordered=True, until_settled=True)
+    assert fast.assignments == full.assignments
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(job_st, max_size=30).map(_unique), st.sampled_from([0.0, 1.0, 600.0]))
+def test_sqlite_orders_the_queue_like_effective_priority(tmp_path_factory, jobs, aging):
+    path = tmp_path_factory.mktemp("order") / "rc.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.row_factory = sqlite3.Row
+    db._migrate(conn, str(path))
+    for j in jobs:
+        conn.execute("INSERT INTO jobs (id, kind, state, submitter, selector, device_id, command, "
+                     "priority, submitted_at, queued_at) VALUES (?, 'job', 'queued', ?, ?, ?, "
+                     "'[]', ?, ?, ?)", (j.id, j.submitter, j.selector, j.device_id, j.priority,
+                                        j.queued_at, j.queued_at))
+    now = 20_000.0
+    got = [r["id"] for r in conn.execute(db.QUERIES["queued_jobs_ordered"],
+                                         {"now": now, "aging": aging})]
+    want = [j.id for j in sorted(jobs, key=lambda j: (-effective_priority(j, now, aging), j.id))]
+    conn.close()
+    assert got == want
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(job_st, max_size=25).map(_unique), slot_st, st.integers(0, 2))
+def test_positions_in_one_sweep_equal_position_one_by_one(jobs, slots, cap):
+    p = plan(jobs, slots, SELECTORS, 20_000.0, cap=cap, usage={"ann": 1})
+    snap = Snapshot(list(jobs), slots, {}, p, 20_000.0)
+    every = snap.positions()
+    assert every == {j: snap.position(j) for j in p.order}
