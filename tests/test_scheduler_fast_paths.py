@@ -88,3 +88,39 @@ def test_positions_in_one_sweep_equal_position_one_by_one(jobs, slots, cap):
     snap = Snapshot(list(jobs), slots, {}, p, 20_000.0)
     every = snap.positions()
     assert every == {j: snap.position(j) for j in p.order}
+
+
+def test_a_rolled_back_label_change_never_stays_in_the_cache(tmp_path):
+    """A transaction that changes labels, fills the writer's cache and then
+    fails must not leave its labels in the cache (found in review)."""
+    import asyncio
+
+    from rc.controller import fleet as fleet_tx
+    from rc.controller.config import ControllerConfig
+    from rc.controller.core import Controller
+    from rc.proto.wire import DeviceDecl, RegisterRequest
+
+    async def scenario():
+        ctl = Controller(ControllerConfig(data_dir=str(tmp_path)), clock=lambda: 1.0e9)
+        await ctl.start(loops=False)
+        try:
+            req = RegisterRequest(host="h", devices=(DeviceDecl("d0"),),
+                                  labels={"d0": {"kind": "cpu"}})
+            await ctl.db.write(fleet_tx.register, req, ctl.fleet, ctl.thresholds)
+
+            def relabel_then_fail(tx):
+                fleet_tx.set_labels(tx, "h", ("d0",), {"d0": {"kind": "gpu"}}, None, None, {})
+                ctl.fleet.invalidate()
+                assert ctl.fleet.matching(tx, "kind=gpu")  # the cache now says gpu...
+                raise RuntimeError("and then the transaction fails")
+
+            try:
+                await ctl.db.write(relabel_then_fail)
+            except RuntimeError:
+                pass
+            return await ctl.db.write(lambda tx: (sorted(ctl.fleet.matching(tx, "kind=gpu")),
+                                                  sorted(ctl.fleet.matching(tx, "kind=cpu"))))
+        finally:
+            await ctl.stop()
+
+    assert asyncio.run(scenario()) == ([], ["h:d0"])

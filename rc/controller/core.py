@@ -107,6 +107,7 @@ class Controller:
         )
         self.db.after_batch = self._pass
         self.db.on_commit = self.hub.notify
+        self.db.on_rollback = self.fleet.invalidate
         await self.db.open()
         self.started_at = self.clock()
         await self._bootstrap_admin()

@@ -252,6 +252,10 @@ class Database:
         self.clock = clock
         self.n_readers = readers
         self.on_commit: Callable[[set[str]], None] = lambda notes: None
+        self.on_rollback: Callable[[], None] = lambda: None
+        """Called (between batches) when a transaction function was rolled
+        back or a commit failed: in-memory caches filled inside the batch may
+        hold rolled-back state."""
         self.after_batch: Callable[[Tx], None] | None = None
         self._writer: aiosqlite.Connection | None = None
         self._readers: list[aiosqlite.Connection] = []
@@ -337,6 +341,7 @@ class Database:
             )
         except Exception as e:  # the commit failed: nothing in the batch happened
             log.error("write batch of %d failed: %s", len(ops), e)
+            self.on_rollback()
             err = StoreError(f"database write failed: {e}")
             for op in ops:
                 if not op.future.done():
@@ -346,6 +351,8 @@ class Database:
         for op in ops:
             if op.error is None:
                 notes |= op.notes
+        if any(op.error is not None for op in ops):
+            self.on_rollback()
         if notes:
             try:
                 self.on_commit(notes)
