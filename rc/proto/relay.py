@@ -175,9 +175,10 @@ def _open(client: Client, method: str, path: str, headers: dict[str, str]):
 
     Returns (connection, socket, response). Raises ApiError for an error
     status (the relay refused the half) and TransportError when the
-    controller cannot be reached.
+    controller cannot be reached or does not answer within the client's
+    timeout. After the answer the socket has no timeout (keepalive instead).
     """
-    conn = client._new_connection(None)
+    conn = client._new_connection(client.timeout)
     try:
         conn.putrequest(method, client.path(path), skip_accept_encoding=True)
         for k, v in client._headers(headers).items():
@@ -186,6 +187,7 @@ def _open(client: Client, method: str, path: str, headers: dict[str, str]):
         sock = conn.sock
         _keepalive(sock)
         resp = conn.getresponse()
+        sock.settimeout(None)
     except (OSError, http.client.HTTPException) as e:
         conn.close()
         raise TransportError(f"{client.url}: {_describe(e)}") from None
