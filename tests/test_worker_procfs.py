@@ -199,3 +199,33 @@ def test_sweep_spares_the_worker_and_its_ancestors(tmp_path):
                          capture_output=True, timeout=30)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == b"([], True)"
+
+
+def test_last_pid_parses_loadavg_text():
+    from rc.worker.procfs import last_pid, parse_last_pid
+
+    assert parse_last_pid("0.52 0.58 0.59 2/291 12345\n") == 12345
+    assert parse_last_pid("garbage") is None
+    assert parse_last_pid("") is None
+    assert last_pid() is not None and last_pid() > 1
+
+
+def test_the_sweep_floor_skips_older_processes_but_finds_newer_ones(tmp_path):
+    """With a pid floor, the escapee scan reads only newer processes, and it
+    still finds a process carrying the job id that was started after it."""
+    import os
+    import subprocess
+    import sys
+
+    from rc.worker.procfs import find_job_processes, last_pid
+
+    env = dict(os.environ, RC_JOB_ID="floor-test-1", RC_WORKER_INSTANCE="floor-test")
+    floor = last_pid()
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], env=env)
+    try:
+        scope = {b"RC_WORKER_INSTANCE": b"floor-test"}
+        assert proc.pid in find_job_processes("floor-test-1", None, scope, floor).pids
+        assert proc.pid not in find_job_processes("floor-test-1", None, scope, proc.pid + 1).pids
+    finally:
+        proc.kill()
+        proc.wait()

@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from rc.controller import fleet, jobs, scheduler, tokens
+from rc.controller import fleet, jobs, scheduler, tokens, views
 from rc.controller.auth import TokenCache, hash_secret, new_secret
 from rc.controller.config import ControllerConfig
 from rc.controller.db import Database, Tx
@@ -37,6 +37,8 @@ __all__ = ["Controller", "ADMIN_TOKEN_FILE"]
 log = logging.getLogger("rc.controller")
 
 ADMIN_TOKEN_FILE = "admin.token"
+PLAN_MAX_AGE_S = 1.0
+"""A shared queue plan is reused at most this long (aging moves the order)."""
 DB_FILE = "rc.db"
 
 
@@ -82,6 +84,9 @@ class Controller:
         self._loops: list[asyncio.Task] = []
         self.on_assign: list[Callable[[list[tuple[int, str]]], None]] = []
         self.webhook: Webhook | None = None
+        self._plan_version = 0
+        self._plan: tuple | None = None
+        self._plan_pending: tuple | None = None
         self.metrics = Metrics(self)
         """Prometheus registry and hooks (`metrics.relay_sessions`, `metrics.webhook_dropped`)."""
         self.relay = Relay(config.relay_alone_timeout, config.limits.relay_sessions_per_user,
@@ -108,6 +113,7 @@ class Controller:
         self.db.after_batch = self._pass
         self.db.on_commit = self.hub.notify
         self.db.on_rollback = self.fleet.invalidate
+        self.hub.listeners.append(self._note_change)
         await self.db.open()
         self.started_at = self.clock()
         await self._bootstrap_admin()
@@ -163,6 +169,43 @@ class Controller:
     async def reload_tokens(self) -> None:
         """Rebuild the in-memory token map from the database."""
         self.tokens.load(await self.db.read(tokens.live))
+
+    # -- the queue plan, shared by readers ----------------------------------
+
+    def _note_change(self, keys) -> None:
+        if "jobs" in keys or "devices" in keys:
+            self._plan_version += 1
+
+    async def queue_plan(self):
+        """A plan of the queue (scheduler.Snapshot) no older than the latest
+        committed change to jobs or devices and at most PLAN_MAX_AGE_S old.
+
+        Readers that only need queue positions share it: under a burst of
+        submissions the queue is planned once per commit, not once per
+        request (planning costs the length of the queue).
+        """
+        version = self._plan_version
+        cached = self._plan
+        if cached is not None and cached[0] == version and \
+                time.monotonic() - cached[1] < PLAN_MAX_AGE_S:
+            return cached[2]
+        pending = self._plan_pending
+        if pending is not None and pending[0] == version:
+            return await asyncio.shield(pending[1])
+        fut = asyncio.get_running_loop().create_future()
+        self._plan_pending = (version, fut)
+        try:
+            snap = await self.db.read(views.plan_snapshot, self.policy)
+        except BaseException as e:
+            fut.set_exception(e)
+            fut.exception()  # retrieved: waiters get it, nobody is left unawaited
+            raise
+        finally:
+            if self._plan_pending is not None and self._plan_pending[1] is fut:
+                self._plan_pending = None
+        self._plan = (version, time.monotonic(), snap)
+        fut.set_result(snap)
+        return snap
 
     # -- scheduling ------------------------------------------------------
 

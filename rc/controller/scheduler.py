@@ -141,17 +141,21 @@ def plan(
         jobs_in_order: Iterable[QueuedJob] = queue
     else:
         jobs_in_order = sorted(queue, key=lambda j: (-effective_priority(j, now, aging), j.id))
+    known: dict[tuple[str, str, int], tuple[str, ...]] = {}  # many jobs share a target
     for job in jobs_in_order:
         if until_settled and not (free - out.reserved.keys()):
             break
         out.order.append(job.id)
-        if job.device_id and not job.selector:
-            pool: Iterable[str] = (job.device_id,) if job.device_id in slots else ()
-        else:
-            pool = matches.get(job.selector, frozenset())
-        cands = tuple(
-            sorted(d for d in pool if fits_ceiling(job.max_runtime, slots[d].max_runtime))
-        )
+        key = (job.selector, job.device_id if not job.selector else "", job.max_runtime)
+        cands = known.get(key)
+        if cands is None:
+            if job.device_id and not job.selector:
+                pool: Iterable[str] = (job.device_id,) if job.device_id in slots else ()
+            else:
+                pool = matches.get(job.selector, frozenset())
+            cands = known[key] = tuple(
+                sorted(d for d in pool if fits_ceiling(job.max_runtime, slots[d].max_runtime))
+            )
         out.candidates[job.id] = cands
         if cap > 0 and used.get(job.submitter, 0) >= cap:
             out.capped.add(job.id)
@@ -347,7 +351,7 @@ def snapshot(tx: Tx, matching: Callable[[str], frozenset[str]], policy: Policy) 
     """
     queue = queued_jobs(tx.all("queued_jobs"))
     fleet_slots = slots(tx.all("device_slots"))
-    matches = {j.selector: matching(j.selector) for j in queue if j.selector}
+    matches = {sel: matching(sel) for sel in {j.selector for j in queue if j.selector}}
     usage = {r["holder"]: r["n"] for r in tx.all("live_leases_per_holder")}
     p = plan(queue, fleet_slots, matches, tx.now, aging=policy.aging, cap=policy.cap,
              usage=usage)

@@ -75,16 +75,27 @@ def queue_snapshot(tx: Tx, policy: Policy) -> QueueSnapshot:
     return QueueSnapshot(snap, queued, labels)
 
 
-def job_view(tx: Tx, job_id: int, policy: Policy) -> JobView:
-    """A job and its queue position. 404 for an unknown id."""
+def plan_snapshot(tx: Tx, policy: Policy) -> Snapshot:
+    """The queue planned on fresh labels (what Controller.queue_plan caches)."""
+    labels = load_labels(tx)
+    return snapshot(tx, lambda sel: match_devices(labels, sel), policy)
+
+
+def job_view(tx: Tx, job_id: int, policy: Policy, snap: Snapshot | None = None) -> JobView:
+    """A job and its queue position. 404 for an unknown id.
+
+    `snap`, a plan of the queue taken after the job's latest change (see
+    Controller.queue_plan), saves planning the queue again; when it does not
+    know the job, the queue is planned in this transaction.
+    """
     r = tx.one("job_get", (job_id,))
     if r is None:
         raise Refused.not_found(f"no job {job_id}")
     job = rows.job(r)
     if job.state is not JobState.QUEUED:
         return JobView(job, 0)
-    labels = load_labels(tx)
-    snap = snapshot(tx, lambda sel: match_devices(labels, sel), policy)
+    if snap is None or job_id not in snap.plan.candidates:
+        snap = plan_snapshot(tx, policy)
     return JobView(job, snap.position(job_id))
 
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from rc.proto.duration import format_duration
 from rc.proto.model import JobKind, JobState, Stdio
 from rc.proto.wire import Assignment
-from rc.worker import leftovers, supervise, verify
+from rc.worker import leftovers, procfs, supervise, verify
 from rc.worker.config import DeviceConfig
 from rc.worker.hooks import HookContext
 from rc.worker.logsink import LogSink
@@ -122,6 +122,9 @@ class JobRun:
         self.last_output = time.monotonic()
         self._in_write = False
         self._swept: list[int] | None = None
+        self._pid_floor = 0      # 0: the escapee sweep reads every process
+        self._last_pid: int | None = None
+        self._pids_wrapped = True
         self.release_epoch: int | None = None
         """The ownership epoch to arm this job's release with (None: none)."""
         self.hook_context = HookContext(a.job_id, a.submitter)
@@ -193,11 +196,30 @@ class JobRun:
             self.agent.reporter.submit_fault(a.device_id, failed, a.job_id)
         return result
 
+    def watch_pids(self, leader: int) -> None:
+        """Start watching the kernel's pid counter from a freshly spawned
+        leader: while it never goes backwards, every descendant of the job has
+        a pid above the leader's, and the escapee sweep reads only those."""
+        self._pid_floor = leader
+        self._last_pid = procfs.last_pid()
+        self._pids_wrapped = self._last_pid is None
+
+    def note_pids(self) -> None:
+        """Sample the pid counter (at least every watchdog tick while the job
+        runs: far too often for the counter to wrap unseen)."""
+        now = procfs.last_pid()
+        if now is None or (self._last_pid is not None and now < self._last_pid):
+            self._pids_wrapped = True
+        self._last_pid = now
+
     def sweep_escapees(self) -> list[int]:
         """End processes outside the group that carry this job's RC_JOB_ID (and
         this worker's marker); the pids still alive. Runs once per job."""
         if self._swept is None:
-            escaped, _complete = supervise.sweep_job(str(self.a.job_id), self.agent.sweep_scope)
+            self.note_pids()
+            floor = 0 if self._pids_wrapped else self._pid_floor
+            escaped, _complete = supervise.sweep_job(str(self.a.job_id), self.agent.sweep_scope,
+                                                     floor)
             if escaped:
                 log.warning("job %d: %d process(es) escaped its group and survived",
                             self.a.job_id, len(escaped))
@@ -222,6 +244,7 @@ class JobRun:
         try:
             try:
                 group = supervise.spawn(argv, cwd=cwd, env=env, stdout=w, stderr=w)
+                self.watch_pids(group.pid)
             except OSError as e:
                 sink.write(f"rc: cannot start {argv[0]!r}: {e.strerror or e}\n".encode())
                 sink.close(LOG_FLUSH_S)
@@ -270,6 +293,7 @@ class JobRun:
         why: str | None = None
         while True:
             outcome = group.wait(WATCHDOG_TICK_S, self._wake_r)
+            self.note_pids()
             if outcome is not None:
                 return outcome, why, []
             now = time.monotonic()

@@ -21,6 +21,8 @@ __all__ = [
     "ScanResult",
     "ancestors",
     "cmdline",
+    "last_pid",
+    "parse_last_pid",
 ]
 
 PROC = "/proc"
@@ -141,14 +143,35 @@ class ScanResult:
     complete: bool
 
 
+def parse_last_pid(text: str) -> int | None:
+    """The last allocated pid from /proc/loadavg text ("0.1 0.2 0.3 1/99 4242")."""
+    try:
+        return int(text.split()[4])
+    except (IndexError, ValueError):
+        return None
+
+
+def last_pid() -> int | None:
+    """The pid the kernel allocated last in this PID namespace (None if unknown)."""
+    try:
+        with open(f"{PROC}/loadavg", encoding="ascii") as f:
+            return parse_last_pid(f.read())
+    except OSError:
+        return None
+
+
 def find_job_processes(job_id: str | None = None, exclude: set[int] | None = None,
-                       require: dict[bytes, bytes] | None = None) -> ScanResult:
+                       require: dict[bytes, bytes] | None = None,
+                       min_pid: int = 0) -> ScanResult:
     """Live processes whose environment has RC_JOB_ID (equal to `job_id` when
     given, any non-empty value otherwise) and every variable in `require` with
     exactly that value, excluding `exclude` (default: this process and its
     ancestors). `require` scopes the scan to one worker's jobs (RC_HOST,
     RC_WORKER_INSTANCE), so two workers on one machine never touch each
-    other's jobs, whose ids come from different controllers."""
+    other's jobs, whose ids come from different controllers. `min_pid` skips
+    lower pids unread: a caller that knows the pid counter has not wrapped
+    since a job's leader started passes the leader's pid (every descendant
+    is newer)."""
     skip = ancestors() if exclude is None else exclude
     want = job_id.encode() if job_id is not None else None
     found = []
@@ -158,7 +181,7 @@ def find_job_processes(job_id: str | None = None, exclude: set[int] | None = Non
     except OSError:
         return ScanResult((), False)
     for pid in pids:
-        if pid in skip:
+        if pid < min_pid or pid in skip:
             continue
         st = read_stat(pid)
         if st is None or not st.live:

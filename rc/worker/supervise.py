@@ -192,33 +192,35 @@ def _signal_pid(pid: int, signum: int) -> None:
             raise
 
 
-def sweep_job(job_id: str, require: dict[bytes, bytes] | None = None) -> tuple[list[int], bool]:
+def sweep_job(job_id: str, require: dict[bytes, bytes] | None = None,
+              min_pid: int = 0) -> tuple[list[int], bool]:
     """End every process that carries RC_JOB_ID=job_id (setsid and double-fork
     escapees) and the `require` variables (this worker instance's marker),
     excluding this worker and its ancestors.
 
     SIGTERM, up to 2 s (rescanning every 20 ms and signalling newcomers),
     SIGKILL, up to 2 s. Returns (pids still alive, whether the scan could read
-    every process). An empty job id never sweeps.
+    every process). An empty job id never sweeps. `min_pid`: see
+    procfs.find_job_processes.
     """
     if not job_id:
         return [], True
     exclude = procfs.ancestors()
     signalled: set[int] = set()
     deadline = time.monotonic() + SWEEP_GRACE_S
-    scan = procfs.find_job_processes(job_id, exclude, require)
+    scan = procfs.find_job_processes(job_id, exclude, require, min_pid)
     while scan.pids and time.monotonic() < deadline:
         for pid in scan.pids:
             if pid not in signalled:
                 _signal_pid(pid, signal.SIGTERM)
                 signalled.add(pid)
         time.sleep(SWEEP_RESCAN_S)
-        scan = procfs.find_job_processes(job_id, exclude, require)
+        scan = procfs.find_job_processes(job_id, exclude, require, min_pid)
     if scan.pids:
         deadline = time.monotonic() + SWEEP_GRACE_S
         while scan.pids and time.monotonic() < deadline:
             for pid in scan.pids:
                 _signal_pid(pid, signal.SIGKILL)
             time.sleep(SWEEP_RESCAN_S)
-            scan = procfs.find_job_processes(job_id, exclude, require)
+            scan = procfs.find_job_processes(job_id, exclude, require, min_pid)
     return list(scan.pids), scan.complete
