@@ -82,11 +82,20 @@ class LogSink:
         self.spilled = 0         # bytes that went through the spool
         self.closing = False
         self.abandon = False
-        self._chunk = bytearray(CHUNK_MAX)  # every upload is copied here: no churn
+        self._chunk: bytearray | None = None  # every upload is copied here: no churn
         self._cond = threading.Condition()
         self._abandoned = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"rc-logs-{job_id}", daemon=True)
-        self._thread.start()
+        # The uploader starts with the first byte: a job that prints nothing
+        # costs no thread and no buffer.
+        self._thread: threading.Thread | None = None
+
+    def _start(self) -> None:
+        """Start the uploader (with the lock held)."""
+        if self._thread is None:
+            self._chunk = bytearray(CHUNK_MAX)
+            self._thread = threading.Thread(target=self._run, name=f"rc-logs-{self.job_id}",
+                                            daemon=True)
+            self._thread.start()
 
     # -- the writer's side ---------------------------------------------------
 
@@ -114,6 +123,7 @@ class LogSink:
         if not data:
             return
         with self._cond:
+            self._start()
             if self.dropped and self.failing:
                 # one gap per outage: once output is being dropped, it stays
                 # dropped until the controller answers again
@@ -169,7 +179,11 @@ class LogSink:
                     self.first_at = time.monotonic()
                 self.dropped = 0
             self.closing = True
+            if self._pending():
+                self._start()
             self._cond.notify_all()
+        if self._thread is None:  # nothing was ever written
+            return self.lost == 0
         self._thread.join(timeout)
         if self._thread.is_alive():
             with self._cond:
