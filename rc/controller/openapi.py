@@ -344,6 +344,7 @@ def document() -> dict[str, Any]:
                 "description": "error: " + ", ".join(codes),
                 "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
             }
+        op["responses"] = responses
         paths.setdefault(path, {})[method.lower()] = op
     return {
         "openapi": "3.1.0",

@@ -9,7 +9,8 @@ can answer 400 with a message that says what was wrong.
 Supported annotations: str, int, float, bool, None unions (`X | None`),
 StrEnum/IntEnum subclasses, `tuple[X, ...]`, `dict[str, X]`, and nested
 dataclasses. `bool` is never accepted where an int is expected, and an int is
-accepted where a float is.
+accepted where a float is. Integers must fit in 64 bits (the database's
+INTEGER): a larger one is refused naming the field, never a crash later.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ __all__ = ["encode", "decode", "WireError"]
 T = TypeVar("T")
 
 _MISSING = dataclasses.MISSING
+INT_MIN, INT_MAX = -(2**63), 2**63 - 1
+"""Every integer on the wire fits SQLite's INTEGER (and every peer's int64)."""
 
 
 def encode(obj: Any) -> Any:
@@ -115,10 +118,12 @@ def _decode(tp: Any, data: Any, path: str) -> Any:
             return float(data)
         raise WireError(path, "must be a number")
     if tp is int:
-        if isinstance(data, int) and not isinstance(data, bool):
-            return data
         if isinstance(data, float) and data.is_integer():
-            return int(data)
+            data = int(data)
+        if isinstance(data, int) and not isinstance(data, bool):
+            if not INT_MIN <= data <= INT_MAX:
+                raise WireError(path, "is out of range (a 64-bit integer)")
+            return data
         raise WireError(path, "must be an integer")
     if tp in (str, bool):
         if type(data) is tp:
