@@ -167,7 +167,11 @@ def receive(stream: BinaryIO, dest: str) -> str:
     state: dict = {}
     with tarfile.open(fileobj=stream, mode="r|", bufsize=BUFFER_BYTES,
                       copybufsize=BUFFER_BYTES) as tar:
-        tar.extractall(dest, filter=_checker(state))
+        try:
+            tar.extractall(dest, filter=_checker(state))
+        except KeyError as e:  # tarfile: a link to a member the stream never held
+            raise ArchiveError(f"refusing a link whose target is not in the archive ({e.args[0]})"
+                               ) from None
     if "top" not in state:
         raise ArchiveError("the archive is empty")
     return state["top"]
