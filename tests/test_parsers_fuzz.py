@@ -155,4 +155,4 @@ def test_any_config_text_loads_or_names_the_problem(text):
 def test_a_hard_link_to_a_missing_member_is_refused_not_a_crash(tmp_path):
     """Found by the property above: tarfile raised a bare KeyError."""
     with pytest.raises(ArchiveError, match="not in the archive"):
-        receive(io.BytesIO(_tar([("hardlink", "a", "nowhere")])), str(tmp_path))
+        receive(io.BytesIO(_tar([("dir", "a", ""), ("hardlink", "a/x", "a/y")])), str(tmp_path))
