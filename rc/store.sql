@@ -142,7 +142,7 @@ CREATE TABLE events (
         'device_unhealthy', 'verify_failed', 'worker_lost', 'job_lost', 'lease_expired',
         'watchdog_trip', 'device_recovered', 'recovery_refused', 'device_cleared',
         'device_retired', 'device_drained', 'device_undrained', 'job_killed',
-        'token_created', 'token_revoked')),
+        'submitted_as', 'token_created', 'token_revoked')),
     device_id TEXT NOT NULL DEFAULT '',
     job_id    INTEGER,
     actor     TEXT NOT NULL DEFAULT '',

@@ -85,3 +85,18 @@ def test_a_job_never_sees_the_worker_token(controller, make_worker, cli, env):
     assert "RC_TOKEN" not in names and "RC_OTHER_SETTING" not in names
     assert token.encode() not in res.stdout
     assert {"RC_JOB_ID", "RC_DEVICE"} <= set(names)
+
+
+def test_acting_as_someone_is_for_admins_and_leaves_both_names(controller, make_worker,
+                                                               env, tmp_path):
+    make_worker(controller, host="asbox", devices="cpu:1")
+    alice = Cli(controller.url, controller.token("alice2"), env, tmp_path)
+    res = alice.run("run", "--as", "carol", "--detach", "--", "true")
+    assert res.returncode == 1 and b"forbidden" in res.stderr
+    admin = Cli(controller.url, controller.admin_token, env, tmp_path)
+    job_id = int(admin.run("run", "--as", "carol", "--detach", "--", "true").stdout)
+    c = controller.client()
+    assert c.get(f"/v1/jobs/{job_id}")["job"]["submitter"] == "carol"
+    events = c.get("/v1/events", params={"limit": 1000})["events"]
+    [ev] = [e for e in events if e["kind"] == "submitted_as"]
+    assert ev["actor"] == "admin" and ev["job_id"] == job_id and "as carol" in ev["text"]

@@ -130,6 +130,9 @@ def enqueue(tx: Tx, job: NewJob, fleet: Fleet) -> tuple[int, bool]:
             tx.now,
         ),
     )
+    if job.token_name != job.submitter:  # an admin acting for someone: both names on record
+        feed.record(tx, EventKind.SUBMITTED_AS, job_id=job_id, actor=job.token_name,
+                    text=f"{job.token_name} submitted job {job_id} as {job.submitter}")
     tx.schedule = True
     tx.notify("jobs", f"job:{job_id}")
     return job_id, True

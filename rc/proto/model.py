@@ -153,6 +153,7 @@ class EventKind(enum.StrEnum):
     DEVICE_DRAINED = "device_drained"
     DEVICE_UNDRAINED = "device_undrained"
     JOB_KILLED = "job_killed"
+    SUBMITTED_AS = "submitted_as"
     TOKEN_CREATED = "token_created"
     TOKEN_REVOKED = "token_revoked"
 
