@@ -59,7 +59,8 @@ def make_controller(tmp_path, env) -> Iterator:
 @pytest.fixture
 def make_worker(tmp_path, env, pyz) -> Iterator:
     """Factory: start a worker (from the zipapp) with a fresh worker token and
-    wait until its devices are registered."""
+    wait until this worker process has registered and its devices are ready
+    (a host's devices may still look ready from an earlier worker process)."""
     made: list[Worker] = []
 
     def make(ctl: Controller, host: str = "testhost", devices: str = "cpu:2", *,
@@ -68,6 +69,7 @@ def make_worker(tmp_path, env, pyz) -> Iterator:
         tok = token or ctl.token(f"worker-{host}-{len(made)}", "worker")
         w = Worker(ctl.url, tok, tmp_path / "workers", worker_env or env, host=host,
                    devices=devices, extra=extra, pyz=pyz, config=config)
+        seen = len(w.log())  # the log file is shared by worker processes of a host
         w.start()
         made.append(w)
         if wait:
@@ -76,8 +78,9 @@ def make_worker(tmp_path, env, pyz) -> Iterator:
             def registered() -> bool:
                 if w.proc.poll() is not None:
                     raise AssertionError(f"worker exited {w.proc.returncode}:\n{w.log()}")
-                return any(v["device"]["host"] == host and v["device"]["state"] == "ready"
-                           for v in c.get("/v1/devices")["devices"])
+                return f"registered {host} " in w.log()[seen:] and any(
+                    v["device"]["host"] == host and v["device"]["state"] == "ready"
+                    for v in c.get("/v1/devices")["devices"])
 
             wait_until(registered, timeout=30, what=f"worker {host} to register")
         return w

@@ -147,3 +147,20 @@ def test_worker_reregisters_after_a_controller_restart_and_proves(tmp_path, env,
         assert [e for e in _events(admin, "device_recovered") if e["device_id"] == device]
     finally:
         ctl.stop()
+
+
+def test_a_restarted_worker_gets_work_its_dead_predecessor_was_polling_for(
+        make_controller, make_worker, tmp_path):
+    """A worker killed with -9 leaves its long poll parked on the controller.
+    That stale poll must not take the next assignment: the new worker gets it
+    at once, not after a heartbeat forgets the lost hand-out (found when a
+    test took 10 s per worker restart)."""
+    ctl = make_controller("--heartbeat-interval", "60s")
+    w = make_worker(ctl, host="relay-race", devices="cpu:1")
+    c = ctl.client(ctl.token("alice"))
+    w.kill9()
+    make_worker(ctl, host="relay-race", devices="cpu:1", token=w.token)
+    marker = tmp_path / "ran"
+    j = c.post("/v1/jobs", {"command": ["touch", str(marker)], "selector": "*"})["job"]
+    wait_until(marker.exists, 30, "the new worker to run the job (a stale poll took it?)")
+    wait_until(lambda: job(c, j["id"])["state"] == "succeeded", 30, "the job to succeed")

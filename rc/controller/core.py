@@ -79,6 +79,8 @@ class Controller:
             retain=config.retain_disconnected_jobs,
         )
         self.delivered: dict[str, set[int]] = {}
+        self.poll_generation: dict[str, int] = {}
+        """worker id → the number of its newest long poll (only it hands out work)."""
         self.started_at = 0.0
         self.created_admin_token = False
         self._loops: list[asyncio.Task] = []

@@ -162,7 +162,10 @@ async def assignments(request: Request):
     """GET /v1/workers/{worker_id}/assignments?wait=30s: the long poll.
 
     Answers as soon as the worker has a job or a kill to act on, else 204
-    after `wait` (default 30 s, at most 60 s).
+    after `wait` (default 30 s, at most 60 s). A worker has one poll at a
+    time: a new poll supersedes older ones, which answer 204 at once and hand
+    out nothing (the poll of a worker killed with -9 stays parked here, and
+    must not take work meant for its successor).
     """
     c = ctl(request)
     who = caller(request, Role.WORKER)
@@ -171,9 +174,19 @@ async def assignments(request: Request):
     wait = query_float(request, "wait", c.cfg.poll_wait_default, 0.0, c.cfg.poll_wait_max)
     deadline = time.monotonic() + wait
     key = f"worker:{worker_id}"
+    generation = c.poll_generation[worker_id] = c.poll_generation.get(worker_id, 0) + 1
+    c.hub.notify([key])  # wake an older poll so that it steps aside
     while True:
         ev = c.hub.waiter(key)
+        if c.poll_generation.get(worker_id) != generation:
+            return _no_content()
         fresh, kills = await c.handout(worker_id)
+        if c.poll_generation.get(worker_id) != generation:
+            # superseded while reading: give the jobs back for the newer poll
+            # (a kill due is stamped; it is handed out again after kill_redelivery)
+            c.delivered.get(worker_id, set()).difference_update(r["id"] for r in fresh)
+            c.hub.notify([key])
+            return _no_content()
         starts = c.relay.starts_for(worker_id)  # sessions inside holds (rc.controller.relay)
         if fresh or kills or starts:
             return reply(Assignments(tuple(_assignment(r) for r in fresh), tuple(kills), starts))
