@@ -16,8 +16,10 @@ pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture
-def fleet(controller, make_worker):
-    return make_worker(controller, host="box", devices="cpu:2")
+def fleet(controller, make_worker, tmp_path):
+    config = tmp_path / "worker.toml"
+    config.write_text('kill_grace = "1s"\n')  # children that ignore SIGTERM die sooner
+    return make_worker(controller, host="box", devices="cpu:2", config=config)
 
 
 def test_output_and_exit_code_come_back(fleet, cli):
