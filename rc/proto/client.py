@@ -140,7 +140,9 @@ class Client:
 
     # -- connections -----------------------------------------------------
 
-    def _new_connection(self, read_timeout: float) -> http.client.HTTPConnection:
+    def new_connection(self, read_timeout: float) -> http.client.HTTPConnection:
+        """A fresh, unpooled connection to the controller (for streamed bodies, which
+        need a connection of their own); `read_timeout` in seconds, None for none."""
         if self._ssl is not None:
             return _TLSConnection(
                 self.url.host, self.url.port, self.connect_timeout, read_timeout, self._ssl
@@ -154,7 +156,7 @@ class Client:
             if conn.sock is not None:
                 conn.sock.settimeout(read_timeout)
             return conn, True
-        conn = self._new_connection(read_timeout)
+        conn = self.new_connection(read_timeout)
         self._local.conn = conn
         with self._lock:
             self._open.append(conn)
@@ -183,7 +185,8 @@ class Client:
         except Exception:  # noqa: BLE001 - interpreter shutdown
             pass
 
-    def _headers(self, extra: dict[str, str] | None) -> dict[str, str]:
+    def auth_headers(self, extra: dict[str, str] | None) -> dict[str, str]:
+        """The headers every request carries (Accept, the bearer token), plus `extra`."""
         h = {"Accept": "application/json"}
         if self.token:
             h["Authorization"] = f"Bearer {self.token}"
@@ -221,7 +224,7 @@ class Client:
         meantime is retried once on a fresh one (every rc route is safe to
         retry: writes carry idempotency keys or offsets).
         """
-        h = self._headers(headers)
+        h = self.auth_headers(headers)
         data = raw
         if body is not None:
             data = json.dumps(body, separators=(",", ":")).encode()
@@ -251,10 +254,12 @@ class Client:
                 raise
             if resp.getheader("Connection", "").lower() == "close":
                 self.close()
-            return self._finish(resp.status, dict((k.lower(), v) for k, v in resp.getheaders()), payload)
+            return self.check_response(resp.status, dict((k.lower(), v) for k, v in resp.getheaders()), payload)
         raise AssertionError("unreachable")
 
-    def _finish(self, status: int, headers: dict[str, str], payload: bytes) -> Response:
+    def check_response(self, status: int, headers: dict[str, str], payload: bytes) -> Response:
+        """Note contact and the controller instance from a response; return it as a
+        Response for 2xx, raise ApiError for an error status."""
         self.last_response = time.monotonic()
         inst = headers.get(INSTANCE_HEADER.lower(), "")
         if inst:
@@ -290,11 +295,11 @@ class Client:
         Raises ApiError / TransportError like `request`. The read timeout
         applies to each chunk; closing the generator closes the connection.
         """
-        h = self._headers(headers)
+        h = self.auth_headers(headers)
         if body is not None and not isinstance(body, (bytes, bytearray)):
             body = json.dumps(body).encode()
             h["Content-Type"] = "application/json"
-        conn = self._new_connection(self.timeout if timeout is None else timeout)
+        conn = self.new_connection(self.timeout if timeout is None else timeout)
         try:
             try:
                 conn.request(method, self.path(path, params), body=body, headers=h)
@@ -303,8 +308,8 @@ class Client:
                 raise TransportError(f"{self.url}: {_describe(e)}") from None
             hdrs = dict((k.lower(), v) for k, v in resp.getheaders())
             if resp.status >= 400:
-                self._finish(resp.status, hdrs, resp.read())
-            self._finish(resp.status, hdrs, b"")
+                self.check_response(resp.status, hdrs, resp.read())
+            self.check_response(resp.status, hdrs, b"")
             while True:
                 try:
                     chunk = resp.read1(65536)

@@ -178,10 +178,10 @@ def _open(client: Client, method: str, path: str, headers: dict[str, str]):
     controller cannot be reached or does not answer within the client's
     timeout. After the answer the socket has no timeout (keepalive instead).
     """
-    conn = client._new_connection(client.timeout)
+    conn = client.new_connection(client.timeout)
     try:
         conn.putrequest(method, client.path(path), skip_accept_encoding=True)
-        for k, v in client._headers(headers).items():
+        for k, v in client.auth_headers(headers).items():
             conn.putheader(k, v)
         conn.endheaders()
         sock = conn.sock
@@ -197,7 +197,7 @@ def _open(client: Client, method: str, path: str, headers: dict[str, str]):
         except (OSError, http.client.HTTPException):
             payload = b""
         conn.close()
-        client._finish(resp.status, {k.lower(): v for k, v in resp.getheaders()}, payload)
+        client.check_response(resp.status, {k.lower(): v for k, v in resp.getheaders()}, payload)
     return conn, sock, resp
 
 

@@ -348,9 +348,9 @@ class Agent:
         for job_id in kills:
             self._cancel(job_id, "")
         if got.sessions:  # sessions inside holds (rc shell / rc exec / rc cp --hold)
-            from rc.worker import attached
+            from rc.worker import sessions
 
-            attached.dispatch_sessions(self, got.sessions)
+            sessions.dispatch_sessions(self, got.sessions)
         for a in got.assignments:
             with self._lock:
                 if a.job_id in self.started:

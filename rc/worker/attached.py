@@ -3,13 +3,8 @@
 Two kinds of work come here:
 
 - a job whose stdio is tty or pipe (`run_job`, called by JobRun._execute);
-- a session inside a hold (`dispatch_sessions`, called by the agent with
-  Assignments.sessions): `rc shell HOLD`, `rc exec HOLD`, `rc cp --hold`.
-  It runs on the hold's device (the hold's CUDA_VISIBLE_DEVICES) with
-  RC_JOB_ID set to the hold's id, under the hold's lease, and ends when the
-  hold ends: the session watches the hold, and the hold's teardown sweeps
-  every process carrying its RC_JOB_ID anyway. Its outcome goes to
-  POST /v1/jobs/{hold}/sessions/{sid}/status.
+- a session inside a hold (rc.worker.sessions, which runs its process with
+  the Terminal and Pipes classes here).
 
 Both dial the relay's two worker halves first (POST .../tty/out for output,
 GET .../tty/in for input; rc.proto.relay) and only then start the process,
@@ -37,7 +32,6 @@ cancelled job. Nothing of a terminal's output is stored.
 
 from __future__ import annotations
 
-import errno
 import fcntl
 import logging
 import os
@@ -49,19 +43,18 @@ import sys
 import termios
 import threading
 import time
-import weakref
 from collections.abc import Callable
 
-from rc.proto.errors import ApiError, RcError, TransportError
-from rc.proto.model import JobKind, JobState, Stdio
+from rc.proto.errors import RcError, TransportError
+from rc.proto.model import JobState, Stdio
 from rc.proto.relay import Download, FrameDecoder, FrameError, Upload
-from rc.proto.wire import SessionStart
 from rc.worker import procfs, supervise
-from rc.worker.job import READER_DRAIN_S, Result, _working_dir, job_env, label
+from rc.worker.job import READER_DRAIN_S, Result, working_dir, job_env, label
 from rc.worker.logsink import LogSink
 from rc.worker.reporter import Report
 
-__all__ = ["run_job", "dispatch_sessions", "end_terminal_session", "CTTY_SHIM",
+__all__ = ["run_job", "end_terminal_session", "Halves", "Process", "Terminal", "Pipes",
+           "CTTY_SHIM",
            "TTY_DEFAULT_SIZE", "TTY_SIZE_WAIT_S", "TTY_DRAIN_S", "STDERR_TAIL_BYTES"]
 
 log = logging.getLogger("rc.worker.attached")
@@ -99,7 +92,7 @@ new session: make it the controlling terminal, then exec argv."""
 # -- the relay's worker halves ------------------------------------------------------
 
 
-class _Halves:
+class Halves:
     """The worker's two relay connections for one session, and the watch on
     the output half's response that tells when the relay ended the session."""
 
@@ -117,7 +110,7 @@ class _Halves:
 
     @classmethod
     def connect(cls, client, base: str, on_hangup: Callable[[str], None],
-                cancelled: threading.Event) -> _Halves:
+                cancelled: threading.Event) -> Halves:
         """Connect both halves, retrying transport failures (not refusals)."""
         delay = 0.5
         for attempt in range(ATTACH_ATTEMPTS):
@@ -218,7 +211,7 @@ def _session_members(sid: int) -> list[procfs.ProcStat]:
 def _signal_session(sid: int, *signums: int) -> None:
     for pg in {p.pgrp for p in _session_members(sid)}:
         for signum in signums:
-            supervise._killpg(pg, signum)
+            supervise.killpg(pg, signum)
 
 
 def end_terminal_session(sid: int, grace: float) -> list[int]:
@@ -228,10 +221,10 @@ def end_terminal_session(sid: int, grace: float) -> list[int]:
     if not _session_members(sid):
         return []
     _signal_session(sid, signal.SIGHUP, signal.SIGCONT, signal.SIGTERM)
-    left = supervise._wait_gone(lambda: _session_members(sid), time.monotonic() + grace)
+    left = supervise.wait_gone(lambda: _session_members(sid), time.monotonic() + grace)
     if left:
         _signal_session(sid, signal.SIGKILL)
-        left = supervise._wait_gone(lambda: _session_members(sid),
+        left = supervise.wait_gone(lambda: _session_members(sid),
                                     time.monotonic() + supervise.STRAGGLER_WAIT_S)
     return [p.pid for p in left]
 
@@ -239,11 +232,11 @@ def end_terminal_session(sid: int, grace: float) -> list[int]:
 # -- the two kinds of process ---------------------------------------------------------
 
 
-class _Process:
+class Process:
     """A process wired to the relay. `start()` spawns it (raises OSError) and
     starts the pumps; `stop_pumps()` and `close()` tear the plumbing down."""
 
-    def __init__(self, halves: _Halves, on_output: Callable[[bool], None]) -> None:
+    def __init__(self, halves: Halves, on_output: Callable[[bool], None]) -> None:
         self.halves = halves
         self.on_output = on_output  # on_output(True) before a send, (False) after
         self.stop = threading.Event()
@@ -293,10 +286,10 @@ class _Process:
         self.close()
 
 
-class _Terminal(_Process):
+class Terminal(Process):
     """A process on a pseudo-terminal, fed from input frames."""
 
-    def __init__(self, halves: _Halves, on_output: Callable[[bool], None],
+    def __init__(self, halves: Halves, on_output: Callable[[bool], None],
                  size: tuple[int, int] | None) -> None:
         super().__init__(halves, on_output)
         self.decoder = FrameDecoder()
@@ -384,10 +377,10 @@ class _Terminal(_Process):
             os.close(master)
 
 
-class _Pipes(_Process):
+class Pipes(Process):
     """A process on plain pipes: stdin from the relay, stdout to it, stderr to `err`."""
 
-    def __init__(self, halves: _Halves, on_output: Callable[[bool], None],
+    def __init__(self, halves: Halves, on_output: Callable[[bool], None],
                  err: Callable[[bytes], None]) -> None:
         super().__init__(halves, on_output)
         self.err = err
@@ -476,8 +469,8 @@ def run_job(run) -> Result:
     agent = run.agent
     tty = a.stdio is Stdio.TTY
     env = job_env(dict(os.environ), a.env, a.job_id, a.device_id, run.cuda, agent.markers)
-    cwd, note = _working_dir(a.cwd, agent.cfg.host)
-    procs: list[_Process] = []
+    cwd, note = working_dir(a.cwd, agent.cfg.host)
+    procs: list[Process] = []
 
     def hung_up(reason: str) -> None:
         if procs:
@@ -485,22 +478,22 @@ def run_job(run) -> Result:
         run.cancel(f"{'terminal hung up' if tty else 'pipe closed'}: {reason}")
 
     try:
-        halves = _Halves.connect(agent.client, f"/v1/jobs/{a.job_id}", hung_up, run._cancel)
+        halves = Halves.connect(agent.client, f"/v1/jobs/{a.job_id}", hung_up, run.cancelled)
     except RcError as e:
         return Result(JobState.FAILED, None, f"cannot attach to the relay: {e}")
 
     def on_output(sending: bool) -> None:
         run.last_output = time.monotonic()
-        run._in_write = sending
+        run.in_write = sending
 
     sink = None
     if tty:
-        proc: _Process = _Terminal(halves, on_output, None)
+        proc: Process = Terminal(halves, on_output, None)
         env.setdefault("TERM", "xterm")
         argv = list(a.command) or login_shell()
     else:
         sink = LogSink(agent.client, a.job_id, spool=agent.spool)
-        proc = _Pipes(halves, on_output, sink.write)
+        proc = Pipes(halves, on_output, sink.write)
         argv = list(a.command)
     try:
         proc.start(argv, env, cwd, note)
@@ -515,7 +508,7 @@ def run_job(run) -> Result:
     agent.reporter.submit(Report(a.job_id, "running", started_at=run.started_at))
     if tty:  # a cancelled terminal is hung up first: an interactive shell ignores SIGTERM
         threading.Thread(target=_hangup_on_cancel, args=(run, proc), daemon=True).start()
-    outcome, why, survivors = run._supervise(proc.group, False)
+    outcome, why, survivors = run.watch(proc.group, False)
     stragglers, left = proc.leftovers(agent.cfg.kill_grace) if why is None else (False, [])
     run.sweep_escapees()  # before draining: an escapee may hold the output open
     proc.drain(TTY_DRAIN_S if tty else READER_DRAIN_S)
@@ -526,161 +519,13 @@ def run_job(run) -> Result:
         log.error("job %d: %d stderr bytes could not be stored", a.job_id, sink.lost)
     result = label(outcome, why, stragglers, False)
     if halves.hung_up and why is None and outcome is not None and outcome.signal:
-        result = Result(JobState.KILLED, result.exit_code, run._cancel_reason or result.reason)
+        result = Result(JobState.KILLED, result.exit_code, run.cancel_reason or result.reason)
     result.survivors = [p.pid for p in survivors] + left
     return result
 
 
-def _hangup_on_cancel(run, proc: _Process) -> None:
+def _hangup_on_cancel(run, proc: Process) -> None:
     while not proc.stop.is_set():
-        if run._cancel.wait(0.1):
+        if run.cancelled.wait(0.1):
             proc.hangup()
             return
-
-
-# -- sessions inside a hold -----------------------------------------------------------------
-
-
-class _Started:
-    """Which sessions this agent started (a session is never started twice)."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.keys: set[tuple[int, int]] = set()
-
-
-_STARTED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def dispatch_sessions(agent, starts: tuple[SessionStart, ...]) -> None:
-    """Start each session the long poll handed over (once per agent), each on
-    its own thread."""
-    reg = _STARTED.setdefault(agent, _Started())
-    for st in starts:
-        key = (st.hold_id, st.session_id)
-        with reg.lock:
-            if key in reg.keys:
-                continue
-            reg.keys.add(key)
-        threading.Thread(target=_run_session, args=(agent, st), daemon=True,
-                         name=f"rc-session-{st.hold_id}.{st.session_id}").start()
-
-
-class _StderrTail:
-    """The last `limit` bytes written, and how many came before them."""
-
-    def __init__(self, limit: int = STDERR_TAIL_BYTES) -> None:
-        self.limit = limit
-        self.buf = bytearray()
-        self.dropped = 0
-        self.lock = threading.Lock()
-
-    def write(self, data: bytes) -> None:
-        with self.lock:
-            self.buf += data
-            extra = len(self.buf) - self.limit
-            if extra > 0:
-                del self.buf[:extra]
-                self.dropped += extra
-
-
-def _report(agent, st: SessionStart, state: str, exit_code: int | None = None,
-            reason: str = "", tail: _StderrTail | None = None) -> None:
-    body = {"state": state, "exit_code": exit_code, "reason": reason[:4000]}
-    if tail is not None:
-        body["stderr"] = tail.buf.decode("utf-8", "replace")
-        body["stderr_dropped"] = tail.dropped
-    path = f"/v1/jobs/{st.hold_id}/sessions/{st.session_id}/status"
-    delay = 0.2
-    for _ in range(REPORT_ATTEMPTS):
-        try:
-            agent.client.post(path, body)
-            return
-        except ApiError as e:
-            if e.status < 500:
-                log.warning("session %d of hold %d: report refused: %s", st.session_id,
-                            st.hold_id, e)
-                return
-        except TransportError:
-            pass
-        time.sleep(delay)
-        delay *= 2
-    log.warning("session %d of hold %d: could not report %s", st.session_id, st.hold_id, state)
-
-
-def _run_session(agent, st: SessionStart) -> None:
-    try:
-        _session(agent, st)
-    except Exception as e:  # a bug must still end in a report
-        log.exception("session %d of hold %d: worker error", st.session_id, st.hold_id)
-        _report(agent, st, "ended", None, f"worker error: {e}")
-
-
-def _hold_run(agent, hold_id: int, timeout: float = HOLD_WAIT_S):
-    """The hold's JobRun once its device is acquired (its acquire hook, if
-    the device has one, succeeded), or None if that does not happen within
-    `timeout` seconds (a session may come with the hold's own assignment)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        run = agent.jobs.get(hold_id)
-        if run is not None and run.a.kind is JobKind.HOLD:
-            if agent.leases.device(run.device_name) is None or run.release_epoch is not None:
-                return run
-        if time.monotonic() >= deadline or agent.stopping:
-            return None
-        time.sleep(0.05)
-
-
-def _session(agent, st: SessionStart) -> None:
-    hold = _hold_run(agent, st.hold_id)
-    if hold is None:
-        _report(agent, st, "ended", None, f"hold {st.hold_id} is not running on {agent.cfg.host}")
-        return
-    env = job_env(dict(os.environ), st.env, st.hold_id, st.device_id, hold.cuda, agent.markers)
-    cwd, note = _working_dir(st.cwd, agent.cfg.host)
-    hung = threading.Event()
-    base = f"/v1/jobs/{st.hold_id}/sessions/{st.session_id}"
-    try:
-        halves = _Halves.connect(agent.client, base, lambda reason: hung.set(), threading.Event())
-    except RcError as e:
-        _report(agent, st, "ended", None, f"cannot attach to the relay: {e}")
-        return
-    tail = None
-    if st.stdio is Stdio.TTY:
-        proc: _Process = _Terminal(halves, lambda sending: None, (st.rows, st.cols))
-        env.setdefault("TERM", "xterm")
-        argv = list(st.command) or login_shell()
-    else:
-        tail = _StderrTail()
-        proc = _Pipes(halves, lambda sending: None, tail.write)
-        argv = list(st.command)
-    try:
-        proc.start(argv, env, cwd, note)
-    except OSError as e:
-        proc.finish()
-        code = 127 if isinstance(e, FileNotFoundError) else 126
-        _report(agent, st, "ended", code, f"cannot start: {e.strerror or e}", tail)
-        return
-    _report(agent, st, "running")
-    why = None
-    while True:
-        outcome = proc.group.wait(0.1)
-        if outcome is not None:
-            break
-        if hung.is_set():
-            why = f"{'terminal hung up' if st.stdio is Stdio.TTY else 'pipe closed'}: {halves.hung_up}"
-        elif agent.jobs.get(st.hold_id) is not hold:
-            why = f"hold {st.hold_id} ended"
-        elif agent.stopping:
-            why = "the worker is shutting down"
-        if why is not None:
-            proc.hangup()
-            outcome, _ = supervise.kill_group(proc.group, agent.cfg.kill_grace)
-            break
-    stragglers, _ = proc.leftovers(agent.cfg.kill_grace) if why is None else (False, [])
-    proc.drain(TTY_DRAIN_S if st.stdio is Stdio.TTY else READER_DRAIN_S)
-    if st.stdio is Stdio.TTY:
-        end_terminal_session(proc.group.pgid, agent.cfg.kill_grace)
-    proc.finish()
-    result = label(outcome, why, stragglers and st.stdio is not Stdio.TTY, False)
-    _report(agent, st, "ended", result.exit_code, result.reason, tail)

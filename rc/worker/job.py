@@ -114,13 +114,13 @@ class JobRun:
         self.cuda = cuda
         self.job_id = a.job_id
         self.started_at: float | None = None
-        self._cancel_reason: str | None = None
-        self._cancel = threading.Event()
+        self.cancel_reason: str | None = None
+        self.cancelled = threading.Event()
         # cancel() writes here so a waiting supervisor acts at once, not at its tick
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._wake_lock = threading.Lock()
         self.last_output = time.monotonic()
-        self._in_write = False
+        self.in_write = False
         self._swept: list[int] | None = None
         self._pid_floor = 0      # 0: the escapee sweep reads every process
         self._last_pid: int | None = None
@@ -136,9 +136,9 @@ class JobRun:
 
     def cancel(self, reason: str) -> None:
         """End the job (first reason wins)."""
-        if self._cancel_reason is None:
-            self._cancel_reason = reason
-        self._cancel.set()
+        if self.cancel_reason is None:
+            self.cancel_reason = reason
+        self.cancelled.set()
         with self._wake_lock:
             if self._wake_w >= 0:
                 try:
@@ -166,7 +166,7 @@ class JobRun:
         a = self.a
         hooks = self.agent.leases.device(self.device_name)
         if hooks is not None:
-            got = hooks.acquire(self.hook_context, self._cancel)
+            got = hooks.acquire(self.hook_context, self.cancelled)
             if got.cancelled:
                 self.release_epoch = got.epoch
                 return Result(JobState.KILLED, None, got.error)
@@ -237,7 +237,7 @@ class JobRun:
         env = job_env(dict(os.environ), {} if hold else a.env, a.job_id, a.device_id, self.cuda,
                       self.agent.markers)
         sink = LogSink(self.agent.client, a.job_id, spool=self.agent.spool)
-        cwd, note = _working_dir(a.cwd, self.agent.cfg.host)
+        cwd, note = working_dir(a.cwd, self.agent.cfg.host)
         if note:
             sink.write(note)
         r, w = os.pipe()
@@ -257,7 +257,7 @@ class JobRun:
                                   name=f"rc-job-{a.job_id}-out")
         self._reader_stop = False
         reader.start()
-        outcome, why, survivors = self._supervise(group, hold)
+        outcome, why, survivors = self.watch(group, hold)
         stragglers = False
         if why is None:
             stragglers, left = supervise.reap_stragglers(group)
@@ -283,7 +283,7 @@ class JobRun:
             return ceiling
         return limit
 
-    def _supervise(self, group: supervise.Group, hold: bool):
+    def watch(self, group: supervise.Group, hold: bool):
         """Wait for the group's leader under the watchdogs; returns (outcome,
         why we ended it or None, survivors)."""
         a = self.a
@@ -297,12 +297,12 @@ class JobRun:
             if outcome is not None:
                 return outcome, why, []
             now = time.monotonic()
-            if self._cancel.is_set():
-                why = self._cancel_reason or "cancelled"
+            if self.cancelled.is_set():
+                why = self.cancel_reason or "cancelled"
             elif limit and now - start >= limit:
                 why = (f"hold ended: its ttl of {format_duration(limit)} was reached" if hold
                        else f"max_runtime exceeded ({format_duration(limit)})")
-            elif idle and not self._in_write and now - self.last_output >= idle:
+            elif idle and not self.in_write and now - self.last_output >= idle:
                 why = f"idle: no output for {format_duration(idle)}"
             if why is not None:
                 outcome = group.wait(0)  # it may have just exited on its own
@@ -324,15 +324,17 @@ class JobRun:
             if not data:
                 return
             self.last_output = time.monotonic()
-            self._in_write = True  # a write blocked by us is not the job being idle
+            self.in_write = True  # a write blocked by us is not the job being idle
             try:
                 sink.write(data)
             finally:
-                self._in_write = False
+                self.in_write = False
                 self.last_output = time.monotonic()
 
 
-def _working_dir(cwd: str, host: str) -> tuple[str | None, bytes]:
+def working_dir(cwd: str, host: str) -> tuple[str | None, bytes]:
+    """Where a job runs: `cwd` when it exists on this host, else the home
+    directory with a note for the log (None, b"" for no cwd at all)."""
     if not cwd:
         return None, b""
     if os.path.isdir(cwd):

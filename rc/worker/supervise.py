@@ -95,7 +95,7 @@ class Group:
 
     def signal(self, signum: int) -> bool:
         """Send a signal to the whole group; False if the group is gone."""
-        return _killpg(self.pgid, signum)
+        return killpg(self.pgid, signum)
 
     def live_members(self) -> list[procfs.ProcStat]:
         """Group members that are not zombies (inventory §6.11: kill(-pgid, 0)
@@ -109,7 +109,9 @@ class Group:
         return procfs.live_group_members(self.pgid)
 
 
-def _killpg(pgid: int, signum: int) -> bool:
+def killpg(pgid: int, signum: int) -> bool:
+    """Signal a whole process group; False once the group is gone (EPERM counts as
+    still there)."""
     try:
         os.killpg(pgid, signum)
         return True
@@ -145,7 +147,9 @@ def spawn(
     return Group(proc)
 
 
-def _wait_gone(check: Callable[[], list], deadline: float, step: float = 0.02) -> list:
+def wait_gone(check: Callable[[], list], deadline: float, step: float = 0.02) -> list:
+    """Poll `check()` every `step` seconds until it returns an empty list or the
+    monotonic `deadline` passes; returns its last answer."""
     left = check()
     while left and time.monotonic() < deadline:
         time.sleep(step)
@@ -163,15 +167,15 @@ def kill_group(group: Group, grace: float) -> tuple[Outcome | None, list[procfs.
     group.signal(signal.SIGTERM)
     outcome = group.wait(grace)
     if outcome is not None:
-        _wait_gone(group.live_members, deadline)
+        wait_gone(group.live_members, deadline)
     if group.live_members() or outcome is None:
         group.signal(signal.SIGKILL)
         if outcome is None:
             outcome = group.wait(STRAGGLER_WAIT_S)
-    survivors = _wait_gone(group.live_members, time.monotonic() + STRAGGLER_WAIT_S)
+    survivors = wait_gone(group.live_members, time.monotonic() + STRAGGLER_WAIT_S)
     if survivors:
         group.signal(signal.SIGKILL)
-        survivors = _wait_gone(group.live_members, time.monotonic() + STRAGGLER_WAIT_S)
+        survivors = wait_gone(group.live_members, time.monotonic() + STRAGGLER_WAIT_S)
     return outcome, survivors
 
 
@@ -181,7 +185,7 @@ def reap_stragglers(group: Group) -> tuple[bool, list[procfs.ProcStat]]:
     if not group.live_members():
         return False, []
     group.signal(signal.SIGKILL)
-    return True, _wait_gone(group.live_members, time.monotonic() + STRAGGLER_WAIT_S)
+    return True, wait_gone(group.live_members, time.monotonic() + STRAGGLER_WAIT_S)
 
 
 def _signal_pid(pid: int, signum: int) -> None:

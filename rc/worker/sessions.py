@@ -1,0 +1,184 @@
+"""Sessions inside a hold: `rc shell HOLD`, `rc exec HOLD`, `rc cp --hold`
+(issue 6). The agent hands them over from Assignments.sessions.
+
+A session runs on the hold's device (the hold's CUDA_VISIBLE_DEVICES) with
+RC_JOB_ID set to the hold's id, under the hold's lease, and ends when the
+hold ends: the session watches the hold, and the hold's teardown sweeps every
+process carrying its RC_JOB_ID anyway. The process itself is a Terminal or
+Pipes of rc.worker.attached, dialled to the relay first. Its outcome goes to
+POST /v1/jobs/{hold}/sessions/{sid}/status.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+import weakref
+
+from rc.proto.errors import ApiError, RcError, TransportError
+from rc.proto.model import JobKind, Stdio
+from rc.proto.wire import SessionStart
+from rc.worker import supervise
+from rc.worker.attached import (
+    HOLD_WAIT_S,
+    REPORT_ATTEMPTS,
+    STDERR_TAIL_BYTES,
+    TTY_DRAIN_S,
+    Halves,
+    Pipes,
+    Process,
+    Terminal,
+    end_terminal_session,
+    login_shell,
+)
+from rc.worker.job import READER_DRAIN_S, job_env, label, working_dir
+
+__all__ = ["dispatch_sessions"]
+
+log = logging.getLogger("rc.worker.sessions")
+
+class _Started:
+    """Which sessions this agent started (a session is never started twice)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.keys: set[tuple[int, int]] = set()
+
+
+_STARTED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def dispatch_sessions(agent, starts: tuple[SessionStart, ...]) -> None:
+    """Start each session the long poll handed over (once per agent), each on
+    its own thread."""
+    reg = _STARTED.setdefault(agent, _Started())
+    for st in starts:
+        key = (st.hold_id, st.session_id)
+        with reg.lock:
+            if key in reg.keys:
+                continue
+            reg.keys.add(key)
+        threading.Thread(target=_run_session, args=(agent, st), daemon=True,
+                         name=f"rc-session-{st.hold_id}.{st.session_id}").start()
+
+
+class _StderrTail:
+    """The last `limit` bytes written, and how many came before them."""
+
+    def __init__(self, limit: int = STDERR_TAIL_BYTES) -> None:
+        self.limit = limit
+        self.buf = bytearray()
+        self.dropped = 0
+        self.lock = threading.Lock()
+
+    def write(self, data: bytes) -> None:
+        with self.lock:
+            self.buf += data
+            extra = len(self.buf) - self.limit
+            if extra > 0:
+                del self.buf[:extra]
+                self.dropped += extra
+
+
+def _report(agent, st: SessionStart, state: str, exit_code: int | None = None,
+            reason: str = "", tail: _StderrTail | None = None) -> None:
+    body = {"state": state, "exit_code": exit_code, "reason": reason[:4000]}
+    if tail is not None:
+        body["stderr"] = tail.buf.decode("utf-8", "replace")
+        body["stderr_dropped"] = tail.dropped
+    path = f"/v1/jobs/{st.hold_id}/sessions/{st.session_id}/status"
+    delay = 0.2
+    for _ in range(REPORT_ATTEMPTS):
+        try:
+            agent.client.post(path, body)
+            return
+        except ApiError as e:
+            if e.status < 500:
+                log.warning("session %d of hold %d: report refused: %s", st.session_id,
+                            st.hold_id, e)
+                return
+        except TransportError:
+            pass
+        time.sleep(delay)
+        delay *= 2
+    log.warning("session %d of hold %d: could not report %s", st.session_id, st.hold_id, state)
+
+
+def _run_session(agent, st: SessionStart) -> None:
+    try:
+        _session(agent, st)
+    except Exception as e:  # a bug must still end in a report
+        log.exception("session %d of hold %d: worker error", st.session_id, st.hold_id)
+        _report(agent, st, "ended", None, f"worker error: {e}")
+
+
+def _hold_run(agent, hold_id: int, timeout: float = HOLD_WAIT_S):
+    """The hold's JobRun once its device is acquired (its acquire hook, if
+    the device has one, succeeded), or None if that does not happen within
+    `timeout` seconds (a session may come with the hold's own assignment)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        run = agent.jobs.get(hold_id)
+        if run is not None and run.a.kind is JobKind.HOLD:
+            if agent.leases.device(run.device_name) is None or run.release_epoch is not None:
+                return run
+        if time.monotonic() >= deadline or agent.stopping:
+            return None
+        time.sleep(0.05)
+
+
+def _session(agent, st: SessionStart) -> None:
+    hold = _hold_run(agent, st.hold_id)
+    if hold is None:
+        _report(agent, st, "ended", None, f"hold {st.hold_id} is not running on {agent.cfg.host}")
+        return
+    env = job_env(dict(os.environ), st.env, st.hold_id, st.device_id, hold.cuda, agent.markers)
+    cwd, note = working_dir(st.cwd, agent.cfg.host)
+    hung = threading.Event()
+    base = f"/v1/jobs/{st.hold_id}/sessions/{st.session_id}"
+    try:
+        halves = Halves.connect(agent.client, base, lambda reason: hung.set(), threading.Event())
+    except RcError as e:
+        _report(agent, st, "ended", None, f"cannot attach to the relay: {e}")
+        return
+    tail = None
+    if st.stdio is Stdio.TTY:
+        proc: Process = Terminal(halves, lambda sending: None, (st.rows, st.cols))
+        env.setdefault("TERM", "xterm")
+        argv = list(st.command) or login_shell()
+    else:
+        tail = _StderrTail()
+        proc = Pipes(halves, lambda sending: None, tail.write)
+        argv = list(st.command)
+    try:
+        proc.start(argv, env, cwd, note)
+    except OSError as e:
+        proc.finish()
+        code = 127 if isinstance(e, FileNotFoundError) else 126
+        _report(agent, st, "ended", code, f"cannot start: {e.strerror or e}", tail)
+        return
+    _report(agent, st, "running")
+    why = None
+    while True:
+        outcome = proc.group.wait(0.1)
+        if outcome is not None:
+            break
+        if hung.is_set():
+            why = f"{'terminal hung up' if st.stdio is Stdio.TTY else 'pipe closed'}: {halves.hung_up}"
+        elif agent.jobs.get(st.hold_id) is not hold:
+            why = f"hold {st.hold_id} ended"
+        elif agent.stopping:
+            why = "the worker is shutting down"
+        if why is not None:
+            proc.hangup()
+            outcome, _ = supervise.kill_group(proc.group, agent.cfg.kill_grace)
+            break
+    stragglers, _ = proc.leftovers(agent.cfg.kill_grace) if why is None else (False, [])
+    proc.drain(TTY_DRAIN_S if st.stdio is Stdio.TTY else READER_DRAIN_S)
+    if st.stdio is Stdio.TTY:
+        end_terminal_session(proc.group.pgid, agent.cfg.kill_grace)
+    proc.finish()
+    result = label(outcome, why, stragglers and st.stdio is not Stdio.TTY, False)
+    _report(agent, st, "ended", result.exit_code, result.reason, tail)
