@@ -11,7 +11,7 @@ import asyncio
 import pytest
 
 from rc.cli.context import UsageError
-from rc.cli.relay import Remote, parse_location
+from rc.cli.copy import Remote, parse_location
 from rc.controller.errors import Refused
 from rc.controller.relay import Ended, Pipe, Relay
 from rc.proto.model import Stdio

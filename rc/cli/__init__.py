@@ -18,7 +18,7 @@ from rc import __version__
 
 __all__ = ["main", "build_parser", "GROUPS"]
 
-GROUPS = ("run", "jobs", "devices", "admin", "relay", "local")
+GROUPS = ("run", "jobs", "devices", "admin", "relay", "copy", "local")
 """Modules of rc.cli that contribute subcommands, in help order."""
 
 

@@ -23,7 +23,7 @@ from rc.proto.duration import format_duration
 from rc.proto.errors import ApiError, RcError, TransportError
 from rc.proto.selector import ANY
 
-__all__ = ["add_parsers", "wait_started", "follow_log", "exit_status"]
+__all__ = ["add_parsers", "wait_started", "follow_log", "exit_status", "submit_run", "submit"]
 
 SUBMIT_RETRY_S = 30.0
 RECONNECT_MAX_S = 300.0
@@ -103,6 +103,33 @@ def _target(args) -> tuple[dict, str]:
     return {"selector": sel}, ("any device" if sel == ANY else f"selector {sel!r}")
 
 
+def submit_run(c: Client, args: argparse.Namespace, command: list[str], env: dict[str, str],
+               stdio: str = "") -> tuple[dict, str]:
+    """Submit what `rc run` was asked for (stdio "" or "tty"); returns the
+    JobView and a label for the target. --no-wait on a busy target is an
+    RcError that says so."""
+    target, label = _target(args)
+    body = {
+        **target,
+        "command": command,
+        "stdio": stdio,
+        "cwd": args.cwd if args.cwd is not None else os.getcwd(),
+        "env": env,
+        "idempotency_key": uuid.uuid4().hex,
+        "priority": args.priority,
+        "max_runtime_seconds": args.max_runtime,
+        "idle_timeout_seconds": args.idle_timeout,
+        "no_wait": args.no_wait,
+        "as_user": args.as_user,
+    }
+    try:
+        return submit(c, body), label
+    except ApiError as e:
+        if e.code == "no_device_available":
+            raise RcError(f"{label} is busy and --no-wait was given: {e.message}") from None
+        raise
+
+
 def submit(c: Client, body: dict) -> dict:
     """POST /v1/jobs, retrying transport failures for up to 30 s (the
     idempotency key makes a retry return the same job)."""
@@ -129,25 +156,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         return cmd_run_tty(args, command)
     c = client(args)
-    target, label = _target(args)
-    body = {
-        **target,
-        "command": command,
-        "cwd": args.cwd if args.cwd is not None else os.getcwd(),
-        "env": _parse_env(args.env),
-        "idempotency_key": uuid.uuid4().hex,
-        "priority": args.priority,
-        "max_runtime_seconds": args.max_runtime,
-        "idle_timeout_seconds": args.idle_timeout,
-        "no_wait": args.no_wait,
-        "as_user": args.as_user,
-    }
-    try:
-        view = submit(c, body)
-    except ApiError as e:
-        if e.code == "no_device_available":
-            raise RcError(f"{label} is busy and --no-wait was given: {e.message}") from None
-        raise
+    view, label = submit_run(c, args, command, _parse_env(args.env))
     job = view["job"]
     if args.detach:
         print(job["id"], flush=True)
