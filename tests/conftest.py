@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.harness import REPO, Cli, Controller, Worker, base_env, wait_until
+from tests.inprocess import Lab
 
 
 @pytest.fixture(scope="session")
@@ -99,3 +100,18 @@ def cli(controller, env, tmp_path) -> Cli:
 @pytest.fixture
 def admin_cli(controller, env, tmp_path) -> Cli:
     return Cli(controller.url, controller.admin_token, env, tmp_path)
+
+
+@pytest.fixture
+def lab(tmp_path):
+    """Factory: an in-process controller on a fake clock (tests.inprocess.Lab)."""
+    made = []
+
+    def make(**kw) -> Lab:
+        lb = Lab(tmp_path / f"lab{len(made)}", **kw)
+        made.append(lb)
+        return lb
+
+    yield make
+    for lb in made:
+        lb.close()

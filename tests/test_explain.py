@@ -8,7 +8,7 @@ import pytest
 from rc.controller import fleet, views
 from rc.controller.errors import Refused
 from rc.proto.model import JobKind, JobState
-from tests.test_scheduler_lab import Lab, lab  # noqa: F401  (fixture)
+from tests.inprocess import Lab
 
 
 def box(lb: Lab, ceilings=(0, 0)) -> None:

@@ -13,9 +13,6 @@ Invariants after every step:
 
 from __future__ import annotations
 
-import asyncio
-import shutil
-import tempfile
 import uuid
 
 from hypothesis import HealthCheck, settings
@@ -25,11 +22,10 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from rc.controller import fleet, jobs
 from rc.controller.api.jobs import validate_submit
 from rc.controller.auth import Caller
-from rc.controller.config import ControllerConfig, Limits
-from rc.controller.core import Controller
 from rc.controller.errors import Refused
 from rc.proto.model import JobKind, JobState, RecoveryProof, Role
 from rc.proto.wire import DeviceDecl, RegisterRequest, SubmitRequest
+from tests.inprocess import Lab
 
 HOSTS = ("h0", "h1")
 DEVICES = ("cpu0", "cpu1")
@@ -43,23 +39,11 @@ PROOFS = {
 USER = Caller(1, "alice", Role.USER)
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.t = 1_800_000_000.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
 class FleetMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.dir = tempfile.mkdtemp(prefix="rc-fleet-model-")
-        self.clock = Clock()
-        self.loop = asyncio.new_event_loop()
-        cfg = ControllerConfig(data_dir=self.dir, limits=Limits())
-        self.ctl = Controller(cfg, clock=self.clock)
-        self.run(self.ctl.start(loops=False))
+        self.lab = Lab()  # the controller in-process on a fake clock (tests.inprocess)
+        self.ctl = self.lab.ctl
         self.boot = {h: uuid.uuid4().hex for h in HOSTS}
         self.terminal: dict[int, str] = {}
         self.faulted: set[str] = set()
@@ -67,18 +51,16 @@ class FleetMachine(RuleBasedStateMachine):
             self._register(h, RecoveryProof())
 
     def teardown(self) -> None:
-        self.run(self.ctl.stop())
-        self.loop.close()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        self.lab.close()
 
     def run(self, coro):
-        return self.loop.run_until_complete(coro)
+        return self.lab.run(coro)
 
     def write(self, fn, *args):
-        return self.run(self.ctl.db.write(fn, *args))
+        return self.lab.write(fn, *args)
 
     def read(self, fn, *args):
-        return self.run(self.ctl.db.read(fn, *args))
+        return self.lab.read(fn, *args)
 
     # -- observation --------------------------------------------------------
 
@@ -159,7 +141,7 @@ class FleetMachine(RuleBasedStateMachine):
             return
         r = data.draw(st.sampled_from(active))
         self.guarded(lambda d, reason: False, self.write, jobs.release, r["id"], r["worker_id"],
-                     JobState(outcome), 0, "", self.clock())
+                     JobState(outcome), 0, "", self.lab.now)
 
     @rule(data=st.data())
     def kill(self, data):
@@ -171,7 +153,7 @@ class FleetMachine(RuleBasedStateMachine):
 
     @rule(seconds=st.sampled_from([1.0, 20.0, 40.0, 200.0, 400.0, 1000.0]))
     def tick(self, seconds):
-        self.clock.t += seconds
+        self.lab.now += seconds
 
     @rule()
     def sweep(self):

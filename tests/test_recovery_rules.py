@@ -4,18 +4,15 @@ reconciliation (§7.4) and the flap guard, on the real store with a fake clock."
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
 from rc.controller import fleet, jobs
 from rc.controller.api.jobs import validate_submit
 from rc.controller.auth import Caller
-from rc.controller.config import ControllerConfig
-from rc.controller.core import Controller
 from rc.controller.errors import Refused
 from rc.proto.model import JobState, RecoveryProof, Role
 from rc.proto.wire import DeviceDecl, RegisterRequest, SubmitRequest
+from tests.inprocess import Lab
 
 CLEAN = RecoveryProof(survivors_checked=True)
 FOUND = RecoveryProof(survivors_checked=True, survivors_found=True)
@@ -23,28 +20,24 @@ ISOLATED = RecoveryProof(isolated=True)
 NONE = RecoveryProof()
 
 
-class Fleet:
-    """One controller in-process with a fake clock and a host `h` with cpu0."""
+class Fleet(Lab):
+    """The controller in-process (tests.inprocess.Lab) with a host `h` that has
+    one device, cpu0; `t` is the fake clock."""
 
     def __init__(self, tmp_path, **cfg) -> None:
-        self.t = 1_800_000_000.0
-        self.loop = asyncio.new_event_loop()
-        self.ctl = Controller(ControllerConfig(data_dir=str(tmp_path), **cfg), clock=lambda: self.t)
-        self.run(self.ctl.start(loops=False))
+        super().__init__(tmp_path, **cfg)
         self.boot = "boot-1"
 
-    def run(self, coro):
-        return self.loop.run_until_complete(coro)
+    @property
+    def t(self) -> float:
+        return self.now
 
-    def w(self, fn, *args):
-        return self.run(self.ctl.db.write(fn, *args))
+    @t.setter
+    def t(self, value: float) -> None:
+        self.now = value
 
-    def r(self, fn, *args):
-        return self.run(self.ctl.db.read(fn, *args))
-
-    def close(self):
-        self.run(self.ctl.stop())
-        self.loop.close()
+    w = Lab.write
+    r = Lab.read
 
     def register(self, proof=NONE, boot=None):
         if boot is not None:

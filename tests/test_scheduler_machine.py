@@ -33,7 +33,7 @@ from hypothesis.stateful import (
 from rc.controller import jobs, views
 from rc.controller.errors import Refused
 from rc.proto.model import JobKind, JobState
-from tests.test_scheduler_lab import Lab
+from tests.inprocess import Lab
 
 # Shrinking a failing run of this machine can take minutes; it is off unless
 # RC_HYPOTHESIS_SHRINK=1 (a failure is still replayed from hypothesis's database).
