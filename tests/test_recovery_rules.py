@@ -355,3 +355,23 @@ def test_the_same_process_keeps_a_running_job_it_names(f):
     assert f.job(job_id)["state"] == "running"
     register("proc-1", [])                   # running but not named: unknown fate
     assert f.job(job_id)["state"] == "lost"
+
+
+def test_a_restarted_controller_hands_out_nothing_until_the_worker_speaks(tmp_path):
+    """Found by a new user: after `rc down; rc up -d`, a job went to a device of
+    the dead worker (still "ready" in the records) and was lost when the new
+    worker registered."""
+    fl = Fleet(tmp_path, startup_grace=0.0)
+    fl.register()
+    assert fl.device() == ("ready", "")
+    fl.close()
+    fl = Fleet(tmp_path, startup_grace=0.0)      # the controller restarts
+    try:
+        assert fl.device() == ("unknown", "")
+        job_id = fl.submit()
+        fl.run(fl.ctl.kick())
+        assert fl.job(job_id)["state"] == "queued"   # not handed to a silent worker
+        fl.heartbeat()
+        assert fl.device()[0] == "busy"             # the worker spoke: the job goes
+    finally:
+        fl.close()

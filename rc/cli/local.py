@@ -153,14 +153,25 @@ def cmd_worker(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------- rc up / down
 
 
+def _alive_pid(pid) -> bool:
+    """Whether `pid` (an int from up.json, maybe missing) is a live process."""
+    return isinstance(pid, int) and pid > 0 and _alive(pid)
+
+
 def _alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie, killed but not yet reaped, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            return f.read().rpartition(")")[2].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        pass
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    return not os.path.isdir("/proc")  # no /proc entry although /proc exists: gone
 
 
 def _is_loopback(listen: str) -> bool:
@@ -175,14 +186,15 @@ def _is_loopback(listen: str) -> bool:
         return False
 
 
-def _start_controller(args, data: Path, log) -> tuple[subprocess.Popen, str]:
+def _spawn_ready(cmd: list[str], log, detach: bool, what: str, log_path: Path,
+                 extra_env: dict | None = None) -> tuple[subprocess.Popen, str]:
+    """Start `cmd` with `--ready-fd N` appended and wait (START_TIMEOUT_S) for
+    the line it writes there once ready; returns the process and that line."""
     r, w = os.pipe()
-    cmd = [sys.executable, "-m", "rc", "serve", "--listen", args.listen, "--data", str(data),
-           "--ready-fd", str(w)]
-    if args.certfile:
-        cmd += ["--certfile", args.certfile, "--keyfile", args.keyfile]
-    proc = subprocess.Popen(cmd, pass_fds=(w,), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                            start_new_session=args.detach)
+    seen = log_path.stat().st_size if log_path.exists() else 0
+    proc = subprocess.Popen([*cmd, "--ready-fd", str(w)], pass_fds=(w,),
+                            stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                            start_new_session=detach)
     os.close(w)
     deadline = time.monotonic() + START_TIMEOUT_S
     buf = b""
@@ -190,15 +202,13 @@ def _start_controller(args, data: Path, log) -> tuple[subprocess.Popen, str]:
     try:
         while b"\n" not in buf:
             if proc.poll() is not None:
-                raise RcError("the controller did not start" + _tail(data / "serve.log", args))
+                raise RcError(f"the {what} did not start" + _tail(log_path, seen, detach))
             if time.monotonic() > deadline:
                 proc.terminate()
-                raise RcError(f"the controller did not start within {START_TIMEOUT_S:.0f}s")
+                raise RcError(f"the {what} did not start within {START_TIMEOUT_S:.0f}s"
+                              + _tail(log_path, seen, detach))
             try:
-                chunk = os.read(r, 4096)
-                if not chunk and proc.poll() is not None:
-                    continue
-                buf += chunk
+                buf += os.read(r, 4096)
             except BlockingIOError:
                 time.sleep(0.05)
     finally:
@@ -206,14 +216,17 @@ def _start_controller(args, data: Path, log) -> tuple[subprocess.Popen, str]:
     return proc, buf.decode().strip()
 
 
-def _tail(path: Path, args) -> str:
-    if not args.detach:
+def _tail(path: Path, seen: int, detach: bool) -> str:
+    """The last lines this start wrote to `path` (its own, not older runs')."""
+    if not detach:
         return " (see the messages above)"
     try:
-        lines = path.read_text(errors="replace").strip().splitlines()[-5:]
+        with open(path, "rb") as f:
+            f.seek(seen)
+            lines = f.read().decode(errors="replace").strip().splitlines()[-5:]
     except OSError:
         return ""
-    return ":\n  " + "\n  ".join(lines)
+    return (":\n  " + "\n  ".join(lines)) if lines else ""
 
 
 def _token_name(base: str) -> str:
@@ -245,17 +258,44 @@ def _write_secret(path: Path, secret: str) -> None:
         f.write(secret + "\n")
 
 
-def _wait_for_devices(user_client, host: str, deadline: float, worker: subprocess.Popen, data: Path, args) -> list[str]:
-    while True:
-        devices = user_client.get("/v1/devices")["devices"]
+def _wait_ready(c, host: str) -> list[str]:
+    """Wait until this host's devices are ready; their ids."""
+    def ready():
+        devices = c.get("/v1/devices")["devices"]
         mine = [d["device"]["id"] for d in devices if d["device"]["host"] == host]
+        states = {d["device"]["state"] for d in devices if d["device"]["host"] == host}
+        return mine if mine and states <= {"ready", "busy"} else None
+
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while True:
+        mine = ready()
         if mine:
             return mine
-        if worker.poll() is not None:
-            raise RcError("the worker exited" + _tail(data / "worker.log", args))
         if time.monotonic() > deadline:
-            raise RcError(f"the worker did not register within {START_TIMEOUT_S:.0f}s")
+            raise RcError(f"the devices of {host} did not become ready within "
+                          f"{START_TIMEOUT_S:.0f}s (see rc devices)")
         time.sleep(0.1)
+
+
+def _token_works(url: str, token: str) -> bool:
+    """Whether `token` is a live token of the controller at `url`."""
+    from rc.proto.client import Client
+
+    if not token:
+        return False
+    try:
+        Client(url, token, timeout=10).get("/v1/whoami")
+        return True
+    except (RcError, ValueError):
+        return False
+
+
+def _read_state(path: Path) -> dict:
+    try:
+        st = json.loads(path.read_text())
+        return st if isinstance(st, dict) else {}
+    except (OSError, ValueError):
+        return {}
 
 
 def cmd_up(args: argparse.Namespace) -> int:
@@ -263,6 +303,9 @@ def cmd_up(args: argparse.Namespace) -> int:
     from rc.proto.client import Client
 
     data = Path(args.data) if args.data else default_data_dir()
+    host_port = args.listen.rpartition(":")
+    if not host_port[1] or not host_port[2].isdigit() or int(host_port[2]) > 65535:
+        raise UsageError(f"--listen {args.listen!r}: use HOST:PORT, e.g. 127.0.0.1:8080")
     if not _is_loopback(args.listen) and not args.certfile and not args.insecure:
         raise UsageError(f"--listen {args.listen} is not a loopback address: give --certfile and "
                          "--keyfile for TLS, or --insecure to serve plain HTTP on the network")
@@ -270,48 +313,63 @@ def cmd_up(args: argparse.Namespace) -> int:
         raise UsageError(f"--devices {args.devices!r}: use auto or a number of CPU devices")
     data.mkdir(parents=True, exist_ok=True)
     state_path = data / UP_STATE
-    if state_path.exists():
-        try:
-            st = json.loads(state_path.read_text())
-            if _alive(st["serve_pid"]):
-                stderr(f"already up: controller at {st['url']} (pid {st['serve_pid']}); "
-                       f"stop it with rc down --data {data}")
-                return 1
-        except (ValueError, KeyError, OSError):
-            pass
-    serve_log = open(data / "serve.log", "ab") if args.detach else None
-    worker_log = open(data / "worker.log", "ab") if args.detach else None
-    controller, url = _start_controller(args, data, serve_log)
-    worker = None
+    st = _read_state(state_path)
+    serve_pid = st.get("serve_pid") if _alive_pid(st.get("serve_pid")) else None
+    worker_pid = st.get("worker_pid") if _alive_pid(st.get("worker_pid")) else None
+    if serve_pid and worker_pid:
+        stderr(f"already up: controller at {st.get('url')} (pid {serve_pid}), worker pid "
+               f"{worker_pid}; stop both with rc down" + (f" --data {data}" if args.data else ""))
+        return 1
+    if (serve_pid or worker_pid) and not args.detach:
+        raise UsageError("part of an earlier rc up -d still runs; rc up -d restarts what is "
+                         "missing, or rc down stops it")
+    serve_log_path, worker_log_path = data / "serve.log", data / "worker.log"
+    serve_log = open(serve_log_path, "ab") if args.detach else None
+    worker_log = open(worker_log_path, "ab") if args.detach else None
+    controller = worker = None
     try:
+        if serve_pid:
+            url = st["url"]
+        else:
+            listen = args.listen
+            if worker_pid and st.get("url"):  # the running worker keeps dialling this address
+                listen = st["url"].rpartition("//")[2]
+            cmd = [sys.executable, "-m", "rc", "serve", "--listen", listen, "--data", str(data)]
+            if args.certfile:
+                cmd += ["--certfile", args.certfile, "--keyfile", args.keyfile]
+            controller, url = _spawn_ready(cmd, serve_log, args.detach, "controller",
+                                           serve_log_path)
+            serve_pid = controller.pid
         admin = Client(url, (data / "admin.token").read_text().strip())
-        host = socket.gethostname().split(".")[0] or "localhost"
-        host = re.sub(r"[^A-Za-z0-9._-]", "-", host)
+        host = re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname().split(".")[0] or "localhost")
         token_file = data / WORKER_TOKEN_FILE
         if not token_file.exists():
             _write_secret(token_file, _ensure_token(admin, f"worker-{host}", "worker"))
         cfg_path = client_config.config_path()
-        user_token = None
         existing = client_config.read_file(cfg_path)
         if not cfg_path.exists():
             user_token = _ensure_token(admin, _token_name(getpass.getuser()), "user")
             client_config.write_config(cfg_path, url, user_token)
             stderr(f"wrote {cfg_path} (controller {url}, a user token)")
         elif existing.get("controller") != url:
-            stderr(f"note: {cfg_path} points at {existing.get('controller', 'nothing')}, not {url};"
-                   " set RC_CONTROLLER or edit it")
-        devices = "cpu:2" if args.devices == "auto" else f"cpu:{args.devices}"
-        if args.devices == "auto":
-            devices = "auto"
-        wcmd = [sys.executable, "-m", "rc", "worker", "--controller", url,
-                "--token-file", str(token_file), "--devices", devices, "--host", host]
-        worker = subprocess.Popen(wcmd, stdin=subprocess.DEVNULL, stdout=worker_log,
-                                  stderr=worker_log, start_new_session=args.detach)
-        viewer = Client(url, user_token or (data / "admin.token").read_text().strip())
-        mine = _wait_for_devices(viewer, host, time.monotonic() + START_TIMEOUT_S, worker, data, args)
-        state_path.write_text(json.dumps({"url": url, "serve_pid": controller.pid,
-                                          "worker_pid": worker.pid, "data": str(data)}))
-        stderr(f"up: controller at {url}, worker on {host} with {', '.join(mine)}")
+            if _token_works(url, existing.get("token", "")):
+                # the config holds a token of this very controller: it just moved
+                client_config.write_config(cfg_path, url, existing["token"])
+                stderr(f"updated {cfg_path}: the controller is now at {url}")
+            else:
+                stderr(f"note: {cfg_path} points at {existing.get('controller', 'nothing')}, "
+                       f"not {url}; set RC_CONTROLLER or edit it")
+        if not worker_pid:
+            devices = "auto" if args.devices == "auto" else f"cpu:{args.devices}"
+            cmd = [sys.executable, "-m", "rc", "worker", "--controller", url,
+                   "--token-file", str(token_file), "--devices", devices, "--host", host]
+            worker, _ = _spawn_ready(cmd, worker_log, args.detach, "worker", worker_log_path)
+            worker_pid = worker.pid
+        mine = _wait_ready(admin, host)
+        state_path.write_text(json.dumps({"url": url, "serve_pid": serve_pid,
+                                          "worker_pid": worker_pid, "data": str(data)}))
+        stderr(f"up: controller at {url}, worker on {host} with {', '.join(mine)}; the admin "
+               f"token is in {data / 'admin.token'}")
     except BaseException:
         for proc in (worker, controller):
             if proc is not None and proc.poll() is None:
@@ -330,10 +388,10 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def _supervise(controller: subprocess.Popen, worker: subprocess.Popen, state_path: Path) -> int:
-    stop = {"now": False}
+    stop: dict = {"now": False, "sig": None}
 
     def on_signal(signum, frame):
-        stop["now"] = True
+        stop["now"], stop["sig"] = True, signum
 
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -345,10 +403,15 @@ def _supervise(controller: subprocess.Popen, worker: subprocess.Popen, state_pat
     finally:
         for s, h in old.items():
             signal.signal(s, h)
+        died = [what for what, p in (("worker", worker), ("controller", controller))
+                if p.poll() is not None]
         _stop(worker, "worker")
         _stop(controller, "controller")
         state_path.unlink(missing_ok=True)
-    return 0 if stop["now"] else 1
+    if not stop["now"]:
+        stderr(f"the {' and the '.join(died)} exited; stopped everything")
+        return 1
+    return 130 if stop["sig"] == signal.SIGINT else 0
 
 
 def _stop(proc: subprocess.Popen, what: str) -> None:
@@ -383,15 +446,21 @@ def _stop_pid(pid: int, what: str) -> None:
 def cmd_down(args: argparse.Namespace) -> int:
     data = Path(args.data) if args.data else default_data_dir()
     state_path = data / UP_STATE
-    try:
-        st = json.loads(state_path.read_text())
-    except FileNotFoundError:
+    if not state_path.exists():
         stderr(f"nothing to stop: no {UP_STATE} in {data}")
         return 1
-    except ValueError:
-        raise RcError(f"{state_path} is corrupt; stop the processes by hand") from None
-    _stop_pid(int(st["worker_pid"]), "worker")
-    _stop_pid(int(st["serve_pid"]), "controller")
+    st = _read_state(state_path)
+    if not st:
+        raise RcError(f"{state_path} is corrupt; stop the processes by hand")
+    stopped = []
+    for key, what in (("worker_pid", "worker"), ("serve_pid", "controller")):
+        pid = st.get(key)
+        if _alive_pid(pid):
+            _stop_pid(pid, what)
+            stopped.append(f"the {what} (pid {pid})")
     state_path.unlink(missing_ok=True)
-    stderr(f"stopped the controller at {st['url']} and its worker")
+    if not stopped:
+        stderr("nothing was running (the processes of the last rc up -d had already exited)")
+        return 0
+    stderr(f"stopped {' and '.join(stopped)}" + (f" of {st['url']}" if st.get("url") else ""))
     return 0

@@ -118,6 +118,7 @@ class Controller:
         self.hub.listeners.append(self._note_change)
         await self.db.open()
         self.started_at = self.clock()
+        await self.db.write(fleet.controller_started)
         await self._bootstrap_admin()
         await self.reload_tokens()
         if self.cfg.webhook_url:

@@ -286,6 +286,21 @@ def sweep(tx: Tx, th: Thresholds, started_at: float) -> int:
     return changes
 
 
+def controller_started(tx: Tx) -> int:
+    """A controller (re)started: every ready or busy device is `unknown` until
+    its worker speaks to this controller (a heartbeat or a registration).
+
+    Silence never promotes a device (DESIGN.md §7): the records say "ready",
+    but nobody has yet shown that the worker behind them is alive, and a job
+    handed to a dead worker is a job lost. Leases are untouched (the startup
+    grace protects them). Returns how many devices were demoted.
+    """
+    n = tx.exec("devices_demote_on_start")
+    if n:
+        tx.notify("devices")
+    return n
+
+
 def fault(tx: Tx, device_id: str, reason: str, job_id: int | None, actor: str) -> None:
     """A worker (or admin) reports a device unfit: quarantine it as `fault`.
 

@@ -246,6 +246,9 @@ WHERE state = 'unhealthy' AND quarantine_reason = 'worker_lost' AND worker_id = 
   AND id IN (SELECT l.device_id FROM leases AS l
              WHERE l.released_at IS NULL AND l.job_id IN (SELECT value FROM json_each(?1)))
 
+-- name: devices_demote_on_start
+UPDATE devices SET state = 'unknown' WHERE state IN ('ready', 'busy')
+
 -- name: devices_to_unknown
 UPDATE devices SET state = 'unknown' WHERE worker_id = ? AND state IN ('ready', 'busy')
 

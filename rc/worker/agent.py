@@ -18,6 +18,7 @@ reports (45 s at most), fire pending releases (20 s at most), exit 0.
 from __future__ import annotations
 
 import logging
+import os
 import random
 import threading
 import time
@@ -88,6 +89,7 @@ class Agent:
         self.reregister = False
         self.reregister_at: float | None = None
         self._last_contact = 0.0
+        self.ready_fd: int | None = None
         self._reregistering = threading.Lock()
         self.reporter = Reporter(client, self.worker_id, self._report_done)
         # Every job carries these, so sweeps and survivor scans only ever see
@@ -194,6 +196,7 @@ class Agent:
                 episode.ok()
                 log.info("registered %s with %s: %s", self.cfg.host, self.client.url,
                          ", ".join(self.devices) or "no devices")
+                self._announce_ready()
                 return True
             except ApiError as e:
                 if e.status in (401, 403):
@@ -204,6 +207,17 @@ class Agent:
             self.stop_event.wait(delay)
             delay = min(delay * 2, RETRY_MAX_S)
         return False
+
+    def _announce_ready(self) -> None:
+        """Tell whoever started this worker (rc up, through --ready-fd) that it
+        registered; once."""
+        fd, self.ready_fd = self.ready_fd, None
+        if fd is not None:
+            try:
+                os.write(fd, b"registered\n")
+                os.close(fd)
+            except OSError:
+                pass
 
     # -- loops ------------------------------------------------------------
 

@@ -33,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default=None, help="host name to register as (default: hostname)")
     p.add_argument("--cacert", default=None, metavar="PEM", help="CA certificate for https")
     p.add_argument("--print-config", action="store_true", help="print the effective config, exit")
+    p.add_argument("--ready-fd", type=int, default=None, help=argparse.SUPPRESS)
     return p
 
 
@@ -80,6 +81,7 @@ def run(args: argparse.Namespace) -> int:
             "shareProcessNamespace)")
     client = Client(url, cfg.token, cacert=cfg.cacert or None)
     agent = Agent(cfg, client)
+    agent.ready_fd = args.ready_fd  # `rc up` learns of the first registration there
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, frame: agent.stop())
     return agent.run()
