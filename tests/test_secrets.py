@@ -3,6 +3,7 @@ secret files are 0600 (issue "Multi-user security", DESIGN.md §6.1)."""
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 
@@ -100,3 +101,36 @@ def test_acting_as_someone_is_for_admins_and_leaves_both_names(controller, make_
     events = c.get("/v1/events", params={"limit": 1000})["events"]
     [ev] = [e for e in events if e["kind"] == "submitted_as"]
     assert ev["actor"] == "admin" and ev["job_id"] == job_id and "as carol" in ev["text"]
+
+
+def test_another_user_never_sees_a_jobs_environment_values(controller, make_worker, env,
+                                                           tmp_path):
+    """Found by a new user: `rc jobs -o json` showed everyone's secrets."""
+    make_worker(controller, host="envbox", devices="cpu:1")
+    alice = Cli(controller.url, controller.token("alice3"), env, tmp_path)
+    bob = Client(controller.url, controller.token("bob3"))
+    job_id = int(alice.run("run", "--detach", "-e", "AWS_SECRET_ACCESS_KEY=abc123secret",
+                           "--", "sleep", "30").stdout)
+    seen = [bob.request("GET", "/v1/jobs").body, bob.request("GET", f"/v1/jobs/{job_id}").body,
+            bob.request("GET", "/v1/state").body,
+            bob.request("GET", "/v1/devices/envbox:cpu0/describe").body]
+    for body in seen:
+        assert b"abc123secret" not in body
+    assert bob.get(f"/v1/jobs/{job_id}")["job"]["env"] == {"AWS_SECRET_ACCESS_KEY": "(hidden)"}
+    mine = json.loads(alice.run("jobs", "-o", "json").stdout)
+    assert mine[0]["env"]["AWS_SECRET_ACCESS_KEY"] == "abc123secret"
+    assert controller.client().get(f"/v1/jobs/{job_id}")["job"]["env"] == {
+        "AWS_SECRET_ACCESS_KEY": "abc123secret"}
+    alice.run("kill", str(job_id))
+    bob.close_all()
+
+
+def test_the_database_and_a_new_data_dir_are_private(controller, tmp_path):
+    assert stat.S_IMODE(os.stat(controller.data / "rc.db").st_mode) == 0o600
+    from tests.inprocess import Lab
+
+    lab = Lab(tmp_path / "fresh" / "data")   # rc creates the directory itself
+    try:
+        assert stat.S_IMODE(os.stat(tmp_path / "fresh" / "data").st_mode) == 0o700
+    finally:
+        lab.close()

@@ -311,7 +311,7 @@ def cmd_up(args: argparse.Namespace) -> int:
                          "--keyfile for TLS, or --insecure to serve plain HTTP on the network")
     if args.devices != "auto" and not (args.devices.isdigit() and int(args.devices) > 0):
         raise UsageError(f"--devices {args.devices!r}: use auto or a number of CPU devices")
-    data.mkdir(parents=True, exist_ok=True)
+    data.mkdir(mode=0o700, parents=True, exist_ok=True)
     state_path = data / UP_STATE
     st = _read_state(state_path)
     serve_pid = st.get("serve_pid") if _alive_pid(st.get("serve_pid")) else None

@@ -103,7 +103,7 @@ class Controller:
         Raises StartupError / StoreError with a message naming the problem.
         """
         try:
-            self.data.mkdir(parents=True, exist_ok=True)
+            self.data.mkdir(mode=0o700, parents=True, exist_ok=True)
             probe = self.data / ".rc-write-test"
             probe.write_bytes(b"")
             probe.unlink()

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import importlib.resources
 import logging
+import os
 import re
 import sqlite3
 from collections.abc import Callable, Iterable
@@ -264,7 +265,11 @@ class Database:
         self._task: asyncio.Task | None = None
 
     async def open(self) -> Database:
-        Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        Path(self.path).parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if not os.path.exists(self.path):
+            # job environments live here: the file is private (SQLite gives its
+            # -wal and -shm files the same mode)
+            os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600))
         try:
             self._writer = await aiosqlite.connect(self.path, isolation_level=None)
             await self._on_thread(self._writer, _configure)

@@ -8,6 +8,7 @@ say is what the scheduler does.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -37,6 +38,7 @@ from rc.proto.wire import (
 )
 
 __all__ = [
+    "for_caller",
     "job_view",
     "device_views",
     "state",
@@ -48,6 +50,17 @@ __all__ = [
 ]
 
 RECENT_JOBS = 5
+HIDDEN = "(hidden)"
+"""What another user sees instead of a job's environment values."""
+
+
+def for_caller(job: Job, name: str, admin: bool) -> Job:
+    """The job as `name` may see it: its owner and admins see everything;
+    anyone else sees the names of its environment variables, not their values
+    (environments are where people put secrets; DESIGN.md §6.1 ownership)."""
+    if admin or job.submitter == name or not job.env:
+        return job
+    return dataclasses.replace(job, env={k: HIDDEN for k in job.env})
 RIVALS_NAMED = 5
 """How many of the jobs ahead `rc explain JOB` names by id."""
 

@@ -3,6 +3,8 @@ clear, retire, drain, undrain (inventory §3.3, §3.4)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from starlette.requests import Request
 from starlette.routing import Route
 
@@ -26,7 +28,10 @@ async def describe(request: Request):
     """GET /v1/devices/{id}/describe: labels with source and age, sheet, recent jobs."""
     c = ctl(request)
     caller(request, Role.USER)
-    return reply(await c.db.read(views.describe, request.path_params["device_id"]))
+    who = request.state.caller
+    info = await c.db.read(views.describe, request.path_params["device_id"])
+    recent = tuple(views.for_caller(j, who.name, who.admin) for j in info.recent_jobs)
+    return reply(dataclasses.replace(info, recent_jobs=recent))
 
 
 async def explain(request: Request):
@@ -43,7 +48,11 @@ async def state(request: Request):
     """GET /v1/state: devices, active jobs, the queue in scheduling order."""
     c = ctl(request)
     caller(request, Role.USER)
-    return reply(await c.db.read(views.state, c.policy))
+    who = request.state.caller
+    st = await c.db.read(views.state, c.policy)
+    return reply(dataclasses.replace(
+        st, jobs=tuple(views.for_caller(j, who.name, who.admin) for j in st.jobs),
+        queued=tuple(views.for_caller(j, who.name, who.admin) for j in st.queued)))
 
 
 async def clear(request: Request):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import time
 
@@ -143,7 +144,12 @@ async def submit(request: Request):
             view = await c.db.read(views.job_view, job_id, c.policy, await c.queue_plan())
         if view.job.state is JobState.KILLED and view.job.kill_reason == NO_WAIT_REASON:
             _no_device(req, job_id)
-    return reply(view, 201 if created else 200)
+    return reply(_visible(view, who), 201 if created else 200)
+
+
+def _visible(view, who):
+    """A JobView as the caller may see it (views.for_caller)."""
+    return dataclasses.replace(view, job=views.for_caller(view.job, who.name, who.admin))
 
 
 def _no_device(req: SubmitRequest, job_id: int):
@@ -162,7 +168,7 @@ async def get_job(request: Request):
     or the queue position from `position`, or after `wait` seconds (max 60).
     """
     c = ctl(request)
-    caller(request, Role.USER)
+    who = caller(request, Role.USER)
     job_id = path_int(request)
     wait = query_float(request, "wait", 0.0, 0.0, 60.0)
     seen_state = request.query_params.get("state", "")
@@ -175,7 +181,7 @@ async def get_job(request: Request):
         changed = view.job.state.value != seen_state or str(view.queue_position) != seen_pos
         left = deadline - time.monotonic()
         if not wait or changed or left <= 0 or c.hub.closing:
-            return reply(view)
+            return reply(_visible(view, who))
         waiters = [asyncio.ensure_future(ev_job.wait())]
         if view.job.state is JobState.QUEUED:
             waiters.append(asyncio.ensure_future(ev_jobs.wait()))
@@ -188,7 +194,7 @@ async def get_job(request: Request):
 async def list_jobs(request: Request):
     """GET /v1/jobs?limit=&device=&submitter=&state=&before=: newest first."""
     c = ctl(request)
-    caller(request, Role.USER)
+    who = caller(request, Role.USER)
     limit = query_int(request, "limit", 20, 1, 1000)
     before = query_int(request, "before", 0, 0, 1 << 62)
     state = request.query_params.get("state", "")
@@ -204,7 +210,7 @@ async def list_jobs(request: Request):
     from rc.controller import rows
 
     found = await c.db.read(lambda tx: [rows.job(r) for r in tx.all("jobs_list", params)])
-    return reply(JobList(tuple(found)))
+    return reply(JobList(tuple(views.for_caller(j, who.name, who.admin) for j in found)))
 
 
 async def kill(request: Request):
