@@ -117,7 +117,7 @@ def test_every_cli_command_has_help():
     from rc.cli import build_parser
 
     parser = build_parser()
-    sub = next(a for a in parser._actions if a.dest == "command")
+    sub = next(a for a in parser._actions if a.dest == "verb")
     for name, p in sub.choices.items():
         assert (p.description or sub._choices_actions), name
     assert {"run", "hold", "release", "kill", "logs", "ps", "jobs", "devices", "describe",

@@ -176,3 +176,10 @@ def test_integers_beyond_64_bits_are_refused_naming_the_field():
     with pytest.raises(WireError, match=r"reports\[0\]\.job_id is out of range"):
         decode(wire.Reports, {"reports": [{"job_id": 2**64, "state": "succeeded"}]})
     assert decode(wire.JobReport, {"job_id": 2**63 - 1, "state": "running"}).job_id == 2**63 - 1
+
+
+@pytest.mark.parametrize("text", ["5m5m", "30m1h", "1s1m", "1h1h"])
+def test_units_come_once_and_largest_first(text):
+    """Found by a new user: `5m5m` and `30m1h` were accepted."""
+    with pytest.raises(DurationError):
+        parse_duration(text)

@@ -31,7 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
         "~/.config/rc/config.toml (rc up writes it).",
     )
     p.add_argument("--version", action="version", version=f"rc {__version__}")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub = p.add_subparsers(dest="verb", metavar="COMMAND")
     sub.required = True
     for name in GROUPS:
         importlib.import_module(f"rc.cli.{name}").add_parsers(sub)
@@ -57,6 +57,16 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         pass
     args = parser.parse_args(argv)
+    from rc.cli.output import EscapingStream
+
+    sys.stdout, sys.stderr = EscapingStream(sys.stdout), EscapingStream(sys.stderr)
+    try:
+        return _dispatch(args)
+    finally:
+        sys.stdout, sys.stderr = sys.stdout._stream, sys.stderr._stream
+
+
+def _dispatch(args: argparse.Namespace) -> int:
     module, _, func = args.handler.partition(":")
     handler = getattr(importlib.import_module(f"rc.cli.{module}"), func)
     from rc.cli.context import UsageError
@@ -65,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(handler(args) or 0)
     except UsageError as e:
-        print(f"rc {args.command}: {e}", file=sys.stderr)
+        print(f"rc {args.verb}: {e}", file=sys.stderr)
         return 2
     except ApiError as e:
         print(f"rc: {e.code}: {e.message}", file=sys.stderr)

@@ -7,8 +7,9 @@ import argparse
 import sys
 import time
 
-from rc.cli.context import UsageError, client, duration_seconds, whole_seconds_arg
+from rc.cli.context import UsageError, client, device_arg, duration_seconds, whole_seconds_arg
 from rc.cli.output import add_output_flag, print_json, table, when
+from rc.proto.client import segment
 
 __all__ = ["add_parsers"]
 
@@ -40,24 +41,24 @@ def add_parsers(sub) -> None:
     p.set_defaults(handler="admin:cmd_whoami")
 
     p = sub.add_parser("clear", help="return a quarantined device to the pool (admin)")
-    p.add_argument("device")
+    p.add_argument("device", type=device_arg, metavar="DEVICE")
     add_client_flags(p)
     p.set_defaults(handler="admin:cmd_clear")
 
     p = sub.add_parser("retire", help="remove a device from the fleet (admin)")
-    p.add_argument("device")
+    p.add_argument("device", type=device_arg, metavar="DEVICE")
     p.add_argument("--yes", action="store_true", help="really retire it")
     add_client_flags(p)
     p.set_defaults(handler="admin:cmd_retire")
 
     p = sub.add_parser("drain", help="let the current job finish, start no new one (admin)")
-    p.add_argument("device")
+    p.add_argument("device", type=device_arg, metavar="DEVICE")
     p.add_argument("--reason", default="", help="shown to everyone")
     add_client_flags(p)
     p.set_defaults(handler="admin:cmd_drain")
 
     p = sub.add_parser("undrain", help="put a drained device back in the pool (admin)")
-    p.add_argument("device")
+    p.add_argument("device", type=device_arg, metavar="DEVICE")
     add_client_flags(p)
     p.set_defaults(handler="admin:cmd_undrain")
 
@@ -94,7 +95,7 @@ def cmd_token_list(args: argparse.Namespace) -> int:
 
 
 def cmd_token_revoke(args: argparse.Namespace) -> int:
-    print(client(args).delete(f"/v1/tokens/{args.name}")["message"])
+    print(client(args).delete(f"/v1/tokens/{segment(args.name)}")["message"])
     return 0
 
 
@@ -105,7 +106,7 @@ def cmd_whoami(args: argparse.Namespace) -> int:
 
 
 def cmd_clear(args: argparse.Namespace) -> int:
-    print(client(args).post(f"/v1/devices/{args.device}/clear")["message"])
+    print(client(args).post(f"/v1/devices/{segment(args.device)}/clear")["message"])
     return 0
 
 
@@ -113,17 +114,17 @@ def cmd_retire(args: argparse.Namespace) -> int:
     if not args.yes:
         raise UsageError(f"retiring {args.device} removes it from the fleet; "
                          f"run rc retire {args.device} --yes to do it")
-    print(client(args).delete(f"/v1/devices/{args.device}")["message"])
+    print(client(args).delete(f"/v1/devices/{segment(args.device)}")["message"])
     return 0
 
 
 def cmd_drain(args: argparse.Namespace) -> int:
-    print(client(args).post(f"/v1/devices/{args.device}/drain", {"reason": args.reason})["message"])
+    print(client(args).post(f"/v1/devices/{segment(args.device)}/drain", {"reason": args.reason})["message"])
     return 0
 
 
 def cmd_undrain(args: argparse.Namespace) -> int:
-    print(client(args).post(f"/v1/devices/{args.device}/undrain")["message"])
+    print(client(args).post(f"/v1/devices/{segment(args.device)}/undrain")["message"])
     return 0
 
 

@@ -47,7 +47,7 @@ def read_file(path: Path) -> dict[str, str]:
             data = tomllib.load(f)
     except FileNotFoundError:
         return {}
-    except (OSError, tomllib.TOMLDecodeError) as e:
+    except (OSError, ValueError) as e:  # TOMLDecodeError and UnicodeDecodeError are ValueErrors
         print(f"rc: warning: ignoring {path}: {e}", file=sys.stderr)
         return {}
     out = {}

@@ -17,6 +17,11 @@ class UsageError(RcError):
     """The command line is wrong in a way argparse cannot see (exit 2)."""
 
 
+def valid_token_text(token: str) -> bool:
+    """Whether `token` can travel in an Authorization header at all."""
+    return token.isascii() and token.isprintable() and " " not in token
+
+
 def client(args: argparse.Namespace, *, timeout: float = 60.0) -> Client:
     """A Client for the configured controller, honouring --controller/--token."""
     cfg = client_config.load()
@@ -27,6 +32,9 @@ def client(args: argparse.Namespace, *, timeout: float = 60.0) -> Client:
         raise RcError(
             f"no token: set RC_TOKEN, or put token = \"...\" in {cfg.path} (rc up writes one)"
         )
+    if not valid_token_text(token):
+        raise RcError("the token (RC_TOKEN or the config file) is not valid: a token is printable "
+                      "ASCII without spaces, like rc_...")
     return Client(url, token, timeout=timeout, cacert=cacert)
 
 
@@ -44,6 +52,16 @@ def whole_seconds_arg(text: str) -> int:
     if seconds != int(seconds):
         raise argparse.ArgumentTypeError(f"{text!r}: use whole seconds (the smallest unit is 1s)")
     return int(seconds)
+
+
+def device_arg(text: str) -> str:
+    """argparse type: a device id, host:name (rc devices lists them)."""
+    from rc.proto.model import valid_device_id
+
+    if not valid_device_id(text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a device id (host:name, e.g. gpu-box:gpu0; see rc devices)")
+    return text
 
 
 def stderr(*parts: object) -> None:

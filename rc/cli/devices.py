@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import time
 
-from rc.cli.context import client
+from rc.cli.context import client, device_arg
 from rc.cli.output import add_output_flag, age, command_text, duration, print_json, table
+from rc.proto.client import segment
 
 __all__ = ["add_parsers", "state_words"]
 
@@ -24,7 +25,7 @@ def add_parsers(sub) -> None:
     p.set_defaults(handler="devices:cmd_devices")
 
     p = sub.add_parser("describe", help="everything about one device: labels, sheet, jobs")
-    p.add_argument("device", metavar="DEVICE")
+    p.add_argument("device", type=device_arg, metavar="DEVICE")
     add_output_flag(p)
     add_client_flags(p)
     p.set_defaults(handler="devices:cmd_describe")
@@ -76,7 +77,7 @@ def cmd_devices(args: argparse.Namespace) -> int:
 
 def cmd_describe(args: argparse.Namespace) -> int:
     c = client(args)
-    info = c.get(f"/v1/devices/{args.device}/describe")
+    info = c.get(f"/v1/devices/{segment(args.device)}/describe")
     if args.output == "json":
         print_json(info)
         return 0

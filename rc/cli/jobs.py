@@ -62,10 +62,17 @@ def _started_and_duration(j: dict) -> tuple[str, str]:
     return when(start), duration(end - start)
 
 
+STATE_REASON_SHOWN = 40
+"""Characters of a kill reason shown in a table (rc jobs JOB -o json has it all)."""
+
+
 def _state(j: dict) -> str:
     s = j["state"]
-    if j.get("kill_reason") and s in ("killed", "lost", "failed"):
-        s += f" ({j['kill_reason']})"
+    reason = j.get("kill_reason") or ""
+    if reason and s in ("killed", "lost", "failed"):
+        if len(reason) > STATE_REASON_SHOWN:
+            reason = reason[: STATE_REASON_SHOWN - 1] + "…"
+        s += f" ({reason})"
     return s
 
 
@@ -97,11 +104,15 @@ def cmd_jobs(args: argparse.Namespace) -> int:
 def cmd_logs(args: argparse.Namespace) -> int:
     from rc.cli.run import follow_log
 
+    from rc.cli.run import exit_status
+
     c = client(args)
     try:
         follow_log(c, args.job, sys.stdout.buffer, follow=args.follow)
     except KeyboardInterrupt:
         return 130
+    if args.follow:  # followed to the end: exit as the job did, like rc run
+        return exit_status(c.get(f"/v1/jobs/{args.job}")["job"])
     return 0
 
 
@@ -143,7 +154,9 @@ def cmd_explain(args: argparse.Namespace) -> int:
     each device it could use and why that one is not its now. `rc explain -s
     SELECTOR`: the devices it matches, which are free, the queue depth."""
     c = client(args)
-    if args.selector:
+    if args.selector is not None:
+        if not args.selector.strip():
+            raise UsageError("-s needs a selector, e.g. 'kind=gpu'")
         ex = c.get("/v1/explain", params={"selector": args.selector})
         if args.output == "json":
             print_json(ex)

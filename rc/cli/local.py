@@ -235,6 +235,7 @@ def _token_name(base: str) -> str:
 
 
 def _ensure_token(admin, name: str, role: str, taken_ok: bool = True) -> str:
+    from rc.proto.client import segment
     from rc.proto.errors import ApiError
 
     for n in range(100):
@@ -246,7 +247,7 @@ def _ensure_token(admin, name: str, role: str, taken_ok: bool = True) -> str:
             if e.code != "token_exists":
                 raise
             if role == "worker" and n == 0:
-                admin.delete(f"/v1/tokens/{candidate}")
+                admin.delete(f"/v1/tokens/{segment(candidate)}")
                 made = admin.post("/v1/tokens", {"name": candidate, "role": role})
                 return made["secret"]
     raise RcError(f"could not find a free token name like {name!r}")

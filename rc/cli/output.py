@@ -11,7 +11,33 @@ from typing import Any
 from rc.proto.codec import encode
 from rc.proto.duration import format_duration
 
-__all__ = ["table", "print_json", "age", "when", "duration", "command_text", "add_output_flag"]
+__all__ = ["table", "print_json", "age", "when", "duration", "command_text", "add_output_flag",
+           "escape_controls", "EscapingStream"]
+
+_KEPT = "\n\t\r"
+
+
+def escape_controls(text: str) -> str:
+    """`text` with every control character but newline, tab and carriage
+    return shown as an escape (ESC → \\x1b): what other users wrote (a hold
+    reason, a command, a label) can never drive the terminal reading it."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() or c in _KEPT else repr(c)[1:-1] for c in text)
+
+
+class EscapingStream:
+    """A text stream that passes everything through escape_controls. Bytes
+    written to `.buffer` (a job's own output) go through untouched."""
+
+    def __init__(self, stream) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        return self._stream.write(escape_controls(text))
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
 
 
 def add_output_flag(p) -> None:
@@ -22,7 +48,7 @@ def add_output_flag(p) -> None:
 
 def print_json(obj: Any) -> None:
     """Records as indented JSON on stdout."""
-    json.dump(encode(obj), sys.stdout, indent=2, ensure_ascii=False)
+    json.dump(encode(obj), sys.stdout, indent=2)
     sys.stdout.write("\n")
 
 
@@ -89,5 +115,5 @@ def command_text(argv: Sequence[str], limit: int = 60) -> str:
     """A command line shortened for a table column."""
     import shlex
 
-    text = " ".join(shlex.quote(a) for a in argv)
+    text = " ".join(shlex.quote(a) for a in argv).replace("\n", "\\n")
     return text if len(text) <= limit else text[: limit - 1] + "…"

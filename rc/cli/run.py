@@ -16,11 +16,12 @@ import sys
 import time
 import uuid
 
-from rc.cli.context import UsageError, client, stderr, whole_seconds_arg
+from rc.cli.context import UsageError, client, device_arg, stderr, whole_seconds_arg
 from rc.cli.output import when
 from rc.proto.client import Client
 from rc.proto.duration import format_duration
 from rc.proto.errors import ApiError, RcError, TransportError
+from rc.proto.model import PRIORITY_MAX, PRIORITY_MIN
 from rc.proto.selector import ANY
 
 __all__ = ["add_parsers", "wait_started", "follow_log", "exit_status", "submit_run", "submit"]
@@ -31,9 +32,21 @@ QUEUE_POLL_WAIT_S = 20.0
 CANCEL_TIMEOUT_S = 10.0
 
 
+def priority_arg(text: str) -> int:
+    """argparse type: a priority, -10..10."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if not PRIORITY_MIN <= value <= PRIORITY_MAX:
+        raise argparse.ArgumentTypeError(f"{value} is outside {PRIORITY_MIN}..{PRIORITY_MAX}")
+    return value
+
+
 def _target_flags(p: argparse.ArgumentParser, required: bool) -> None:
     g = p.add_mutually_exclusive_group(required=required)
-    g.add_argument("-d", "--device", metavar="DEVICE", help="a specific device, host:name")
+    g.add_argument("-d", "--device", type=device_arg, metavar="DEVICE",
+                   help="a specific device, host:name")
     g.add_argument("-s", "--select", "--selector", dest="selector", metavar="SELECTOR",
                    help="any device matching the selector, e.g. 'model=h100,vram>=40G'")
 
@@ -45,7 +58,8 @@ def add_parsers(sub) -> None:
                        description="Run CMD on a device matching the target (any device by "
                        "default), stream its output, exit with its exit code.")
     _target_flags(p, required=False)
-    p.add_argument("--priority", type=int, default=0, help="-10..10, higher first (default 0)")
+    p.add_argument("--priority", type=priority_arg, default=0,
+                   help="-10..10, higher first (default 0)")
     p.add_argument("--max-runtime", type=whole_seconds_arg, default=0, metavar="D",
                    help="kill it after D (default: the device's ceiling)")
     p.add_argument("--idle-timeout", type=whole_seconds_arg, default=0, metavar="D",
@@ -73,7 +87,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--ttl", type=whole_seconds_arg, required=True, metavar="D",
                    help="how long to hold it (e.g. 2h)")
     p.add_argument("--reason", required=True, help="what it is for (shown to everyone)")
-    p.add_argument("--priority", type=int, default=0, help="-10..10 (default 0)")
+    p.add_argument("--priority", type=priority_arg, default=0, help="-10..10 (default 0)")
     p.add_argument("--detach", action="store_true",
                    help="print the hold id once granted and return")
     p.add_argument("--as", dest="as_user", default="", metavar="NAME", help=argparse.SUPPRESS)
@@ -97,8 +111,12 @@ def _parse_env(items: list[str]) -> dict[str, str]:
 
 
 def _target(args) -> tuple[dict, str]:
-    if args.device:
+    if args.device is not None:
+        if not args.device.strip():
+            raise UsageError("-d needs a device, host:name (rc devices lists them)")
         return {"device_id": args.device}, args.device
+    if args.selector is not None and not args.selector.strip():
+        raise UsageError("-s needs a selector, e.g. 'kind=gpu' (or '*' for any device)")
     sel = args.selector or ANY
     return {"selector": sel}, ("any device" if sel == ANY else f"selector {sel!r}")
 
@@ -106,8 +124,8 @@ def _target(args) -> tuple[dict, str]:
 def submit_run(c: Client, args: argparse.Namespace, command: list[str], env: dict[str, str],
                stdio: str = "") -> tuple[dict, str]:
     """Submit what `rc run` was asked for (stdio "" or "tty"); returns the
-    JobView and a label for the target. --no-wait on a busy target is an
-    RcError that says so."""
+    JobView and a label for the target. Raises ApiError as the controller
+    refused (--no-wait on a busy target: no_device_available, one line)."""
     target, label = _target(args)
     body = {
         **target,
@@ -122,12 +140,7 @@ def submit_run(c: Client, args: argparse.Namespace, command: list[str], env: dic
         "no_wait": args.no_wait,
         "as_user": args.as_user,
     }
-    try:
-        return submit(c, body), label
-    except ApiError as e:
-        if e.code == "no_device_available":
-            raise RcError(f"{label} is busy and --no-wait was given: {e.message}") from None
-        raise
+    return submit(c, body), label
 
 
 def submit(c: Client, body: dict) -> dict:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -22,9 +23,11 @@ from rc.controller.errors import Refused
 from rc.proto.errors import ErrorCode
 from rc.proto.model import Role
 
-__all__ = ["Caller", "TokenCache", "new_secret", "hash_secret"]
+__all__ = ["Caller", "TokenCache", "new_secret", "hash_secret", "TOKEN_NAME_RE"]
 
 SECRET_PREFIX = "rc_"
+TOKEN_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,63}")
+"""A token's name, which is also the submitter name of its jobs (and of --as)."""
 
 
 def new_secret() -> str:

@@ -25,7 +25,14 @@ from typing import Any
 from rc.proto.errors import ApiError, RcError, TransportError
 from rc.proto.wire import INSTANCE_HEADER
 
-__all__ = ["Client", "ControllerURL", "Response", "parse_controller_url"]
+__all__ = ["Client", "ControllerURL", "Response", "parse_controller_url", "segment"]
+
+
+def segment(text: str) -> str:
+    """One path segment as typed by a user (a device id, a token name),
+    percent-encoded so that '/', '?', '#', spaces and non-ASCII stay inside it:
+    `rc clear 'gpu1:gpu0/drain?'` names a device, never another route."""
+    return urllib.parse.quote(text, safe=":@")
 
 CONNECT_TIMEOUT_S = 5.0
 READ_TIMEOUT_S = 120.0

@@ -1,6 +1,7 @@
 """Durations as people type them: "90s", "5m", "2h", "1h30m", "1d", "250ms".
 
-A bare number is seconds. Units: ms, s, m, h, d, w. Parsing returns float
+A bare number is seconds. Units: ms, s, m, h, d, w, each at most once and
+largest first ("1h30m", never "30m1h" or "5m5m"). Parsing returns float
 seconds; formatting gives the shortest exact form ("1h30m", "45s").
 """
 
@@ -36,10 +37,14 @@ def parse_duration(text: str) -> float:
     else:
         pos = 0
         seconds = 0.0
+        last = float("inf")
         for m in _PART.finditer(s):
-            if m.start() != pos:
+            size = _UNITS[m.group(2)]
+            if m.start() != pos or size >= last:  # each unit once, largest first
+                pos = -1
                 break
-            seconds += float(m.group(1)) * _UNITS[m.group(2)]
+            seconds += float(m.group(1)) * size
+            last = size
             pos = m.end()
         if pos != len(s) or pos == 0:
             raise DurationError(f"bad duration {text!r} (use a form like 90s, 5m, 2h, 1h30m, 1d)")

@@ -8,6 +8,7 @@ decode them with rc.proto.codec.
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass, field
 
 __all__ = [
@@ -29,10 +30,21 @@ __all__ = [
     "Token",
     "PRIORITY_MIN",
     "PRIORITY_MAX",
+    "NAME_RE",
+    "valid_device_id",
 ]
 
 PRIORITY_MIN = -10
 PRIORITY_MAX = 10
+
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
+"""Host and device names: letters, digits, '.', '_', '-'; at most 63 (no ':' or '/')."""
+
+
+def valid_device_id(text: str) -> bool:
+    """Whether `text` has the form of a device id, "host:name"."""
+    host, sep, name = text.partition(":")
+    return bool(sep) and bool(NAME_RE.fullmatch(host)) and bool(NAME_RE.fullmatch(name))
 
 
 class DeviceState(enum.StrEnum):

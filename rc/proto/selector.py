@@ -29,7 +29,8 @@ from dataclasses import dataclass
 
 from rc.proto.errors import RcError
 
-__all__ = ["SelectorError", "Term", "Selector", "parse", "quantity", "MAX_SELECTOR_LENGTH", "ANY"]
+__all__ = ["SelectorError", "Term", "Selector", "parse", "quantity", "valid_label_key",
+           "MAX_SELECTOR_LENGTH", "ANY"]
 
 MAX_SELECTOR_LENGTH = 4096
 ANY = "*"
@@ -46,6 +47,13 @@ class SelectorError(RcError, ValueError):
         super().__init__(f"bad selector term {term!r}: {problem}")
         self.term = term
         self.problem = problem
+
+
+def valid_label_key(key: str) -> bool:
+    """Whether a label name can be used in a selector term: non-empty,
+    printable, no whitespace, none of = ! < > , (so `key op value` parses)."""
+    return bool(key) and key.isprintable() and not any(
+        c.isspace() or c in _FORBIDDEN for c in key)
 
 
 def quantity(text: str) -> float | None:

@@ -248,7 +248,7 @@ def load(path: str | None, overrides: dict[str, Any] | None = None,
             raise ConfigError(f"{where}: no such file") from None
         except OSError as e:
             raise ConfigError(f"{where}: cannot read: {e.strerror}") from None
-        except tomllib.TOMLDecodeError as e:
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
             raise ConfigError(f"{where}: not valid TOML: {e}") from None
     kw = _parse(where, data)
     for key, value in (overrides or {}).items():

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 from rc.worker import nvidia, script
 from rc.worker.config import DeviceConfig, WorkerConfig
+from rc.proto.selector import valid_label_key
 from rc.worker.probe import cuda_index, discover, host_facts, is_cpu_device
 
 __all__ = ["Prober", "ProbeResult", "parse_dropin", "DropinError", "PASS_BUDGET_S",
@@ -99,10 +100,14 @@ def parse_dropin(data: bytes, devices: set[str]) -> tuple[dict[str, str], dict[s
 
 
 def _bounded(facts: dict[str, str], where: str) -> dict[str, str]:
-    """Drop labels the controller would refuse (over-long, too many)."""
+    """Drop labels the controller would refuse (over-long, too many, a name no
+    selector could name)."""
     out = {}
     for k, v in facts.items():
-        if len(k) > LABEL_MAX_CHARS or len(v) > LABEL_MAX_CHARS:
+        if not valid_label_key(k):
+            log.warning("%s: label %r dropped: a label name has no spaces and none of "
+                        "= ! < > ,", where, k[:40])
+        elif len(k) > LABEL_MAX_CHARS or len(v) > LABEL_MAX_CHARS:
             log.warning("%s: label %r dropped: keys and values are at most %d characters",
                         where, k[:40], LABEL_MAX_CHARS)
         elif len(out) >= LABELS_MAX:

@@ -69,6 +69,9 @@ def run(args: argparse.Namespace) -> int:
         if not cfg.token:
             raise worker_config.ConfigError("no token: give --token-file, token_file in the "
                                             "config, or RC_TOKEN")
+        if not (cfg.token.isascii() and cfg.token.isprintable() and " " not in cfg.token):
+            raise worker_config.ConfigError("the token is not valid: a token is printable ASCII "
+                                            "without spaces, like rc_...")
     except RcError as e:
         print(f"rc worker: {e}", file=sys.stderr)
         return 2

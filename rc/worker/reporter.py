@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from rc.proto.client import Client
+from rc.proto.client import Client, segment
 from rc.proto.errors import ApiError, TransportError
 
 __all__ = ["Reporter", "Report", "Fault", "REPORT_DEADLINE_S"]
@@ -179,7 +179,7 @@ class Reporter:
                     return True
                 f = self._faults[0]
             try:
-                self.client.post(f"/v1/devices/{f.device_id}/fault",
+                self.client.post(f"/v1/devices/{segment(f.device_id)}/fault",
                                  {"reason": f.reason, "job_id": f.job_id})
             except ApiError as e:
                 if e.status >= 500 and time.monotonic() < f.deadline:

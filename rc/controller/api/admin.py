@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 
 from starlette.requests import Request
@@ -11,7 +10,7 @@ from starlette.routing import Route
 
 from rc.controller import feed, rows, tokens
 from rc.controller.api import Role, caller, ctl, json_body, query_float, query_int, reply
-from rc.controller.auth import hash_secret, new_secret
+from rc.controller.auth import TOKEN_NAME_RE, hash_secret, new_secret
 from rc.controller.errors import Refused
 from rc.proto.errors import ErrorCode
 from rc.proto.wire import (
@@ -23,9 +22,7 @@ from rc.proto.wire import (
     WhoAmI,
 )
 
-__all__ = ["routes", "TOKEN_NAME_RE"]
-
-TOKEN_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,63}")
+__all__ = ["routes"]
 
 
 async def whoami(request: Request):

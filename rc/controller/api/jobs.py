@@ -23,11 +23,12 @@ from rc.controller.api import (
     query_int,
     reply,
 )
-from rc.controller.auth import Caller
+from rc.controller.auth import TOKEN_NAME_RE, Caller
 from rc.controller.config import Limits
 from rc.controller.errors import Refused
 from rc.proto import selector as selectors
 from rc.proto.codec import encode
+from rc.proto.duration import MAX_SECONDS
 from rc.proto.errors import ErrorCode
 from rc.proto.model import PRIORITY_MAX, PRIORITY_MIN, JobKind, JobState, Stdio
 from rc.proto.wire import JobList, KillRequest, SubmitRequest
@@ -47,6 +48,9 @@ def validate_submit(req: SubmitRequest, who: Caller, lim: Limits) -> jobs.NewJob
     if req.as_user:
         if not who.admin:
             raise Refused.forbidden("only an admin may submit as someone else")
+        if not TOKEN_NAME_RE.fullmatch(req.as_user):
+            raise bad(ErrorCode.BAD_REQUEST, f"as_user {req.as_user[:40]!r} is not a valid name "
+                      "(letters, digits, '.', '_', '@', '-'; at most 64)")
         submitter = req.as_user
     for what, text in (("cwd", req.cwd), ("reason", req.reason), ("device_id", req.device_id),
                        ("as_user", req.as_user), ("idempotency_key", req.idempotency_key or "")):
@@ -59,6 +63,8 @@ def validate_submit(req: SubmitRequest, who: Caller, lim: Limits) -> jobs.NewJob
                   f"priority {req.priority} is outside {PRIORITY_MIN}..{PRIORITY_MAX}")
     if req.max_runtime_seconds < 0 or req.idle_timeout_seconds < 0:
         raise bad(ErrorCode.BAD_REQUEST, "durations cannot be negative")
+    if max(req.max_runtime_seconds, req.idle_timeout_seconds) > MAX_SECONDS:
+        raise bad(ErrorCode.LIMIT_EXCEEDED, "durations are at most 100 years")
     if req.kind is JobKind.HOLD:
         extras = [name for name, present in (
             ("a command", bool(req.command)), ("a cwd", bool(req.cwd)), ("env", bool(req.env)),

@@ -9,7 +9,6 @@ A worker token is bound to its host at its first registration (DESIGN.md
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 
 from starlette.requests import Request
@@ -21,7 +20,8 @@ from rc.controller.auth import Caller
 from rc.controller.config import Limits
 from rc.controller.errors import Refused
 from rc.proto.errors import ErrorCode
-from rc.proto.model import JobKind, JobState, Stdio
+from rc.proto.selector import valid_label_key
+from rc.proto.model import NAME_RE, JobKind, JobState, Stdio
 from rc.proto.wire import (
     Assignment,
     Assignments,
@@ -38,10 +38,8 @@ from rc.proto.wire import (
     StatusReport,
 )
 
-__all__ = ["routes", "NAME_RE"]
+__all__ = ["routes"]
 
-NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
-"""Host and device names: letters, digits, '.', '_', '-' (no ':' or '/')."""
 
 
 def _check_name(what: str, value: str) -> None:
@@ -61,7 +59,11 @@ def _check_labels(lim: Limits, labels: dict[str, dict[str, str]] | None, what: s
                               f"{what}[{scope!r}] has {len(facts)} labels; the limit is "
                               f"{lim.labels_per_device}")
         for k, v in facts.items():
-            if not k or len(k) > lim.label_bytes or len(v) > lim.label_bytes:
+            if not valid_label_key(k):
+                raise Refused.bad(ErrorCode.BAD_REQUEST,
+                                  f"{what}[{scope!r}] label {k[:40]!r}: a label name has no "
+                                  "spaces or control characters and none of = ! < > ,")
+            if len(k) > lim.label_bytes or len(v) > lim.label_bytes:
                 raise Refused.bad(ErrorCode.LIMIT_EXCEEDED,
                                   f"{what}[{scope!r}] label {k[:40]!r}: keys must be non-empty "
                                   f"and keys and values at most {lim.label_bytes} characters")

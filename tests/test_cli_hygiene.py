@@ -1,0 +1,115 @@
+"""What a fresh user broke, kept broken-proof: escaping other users' text on
+the terminal, path segments that stay segments, one-line errors, checked
+input, and exit codes (each test names the report it comes from)."""
+
+from __future__ import annotations
+
+import pytest
+
+from rc.proto.client import Client
+from rc.proto.errors import ApiError
+from tests.harness import Cli, job, wait_until
+
+pytestmark = pytest.mark.e2e
+
+EVIL = "multi\nline\x1b[31mred\x07\x9b2J"
+
+
+@pytest.fixture(scope="module")
+def box(tmp_path_factory, pyz):
+    from tests.harness import Controller, Worker, base_env
+
+    tmp = tmp_path_factory.mktemp("hygiene")
+    env = base_env(tmp / "home")
+    ctl = Controller(tmp / "data", env).start()
+    w = Worker(ctl.url, ctl.token("w", "worker"), tmp / "w", env, host="hy", devices="cpu:2",
+               pyz=pyz).start()
+    admin = ctl.client()
+    wait_until(lambda: len(admin.get("/v1/devices")["devices"]) == 2, 30, "the worker")
+    users = {n: Cli(ctl.url, ctl.token(n), env, tmp) for n in ("ann", "ben")}
+    yield ctl, users, Cli(ctl.url, ctl.admin_token, env, tmp)
+    admin.close_all()
+    w.stop()
+    ctl.stop()
+
+
+def _no_raw_controls(out: bytes) -> None:
+    for ch in (b"\x1b", b"\x07", "\x9b".encode()):
+        assert ch not in out, out
+
+
+def test_other_users_text_never_drives_the_terminal(box):
+    """Report 4: a hold reason with ESC, BEL and newlines went to terminals raw."""
+    ctl, users, admin = box
+    hold = int(users["ann"].run("hold", "-d", "hy:cpu0", "--ttl", "5m", "--reason", EVIL,
+                                "--detach").stdout)
+    for args in (("devices",), ("ps",), ("describe", "hy:cpu0"), ("jobs",), ("events",),
+                 ("explain", str(hold))):
+        res = users["ben"].run(*args)
+        assert res.returncode == 0, (args, res.stderr)
+        _no_raw_controls(res.stdout + res.stderr)
+    assert b"\\x1b[31m" in users["ben"].run("ps").stdout
+    users["ann"].run("release", str(hold), check=True)
+
+
+def test_a_device_id_is_one_path_segment(box):
+    """Report 5: `rc clear 'hy:cpu1/drain?'` drained hy:cpu1."""
+    ctl, users, admin = box
+    res = admin.run("clear", "hy:cpu1/drain?")
+    assert res.returncode == 2 and b"is not a device id" in res.stderr
+    devices = {v["device"]["id"]: v["device"] for v in ctl.client().get("/v1/devices")["devices"]}
+    assert not devices["hy:cpu1"]["draining"]
+    for odd in ("ü:ç", "hy:cpu0 ", "hy:cpu0?x=1", "hy"):
+        res = users["ann"].run("describe", odd)
+        assert res.returncode == 2 and b"is not a device id" in res.stderr, (odd, res.stderr)
+        assert b"Traceback" not in res.stderr
+    # and the API, given a percent-encoded id, keeps it one segment
+    from rc.proto.client import segment
+
+    with pytest.raises(ApiError) as e:
+        ctl.client().post(f"/v1/devices/{segment('hy:cpu1?drain')}/clear")
+    assert e.value.code == "device_not_found"
+
+
+def test_bad_arguments_are_usage_errors(box):
+    ctl, users, admin = box
+    ann = users["ann"]
+    for args, words in [
+        (("run", "--priority", "99999999999999999999", "--", "true"), b"outside -10..10"),
+        (("run", "-s", "", "--", "true"), b"-s needs a selector"),
+        (("explain", "-s", ""), b"-s needs a selector"),
+        (("hold", "-s", "", "--ttl", "5m", "--reason", "r"), b"-s needs a selector"),
+        (("run", "--max-runtime", "5m5m", "--", "true"), b"bad duration"),
+        (("run", "-e", "FOO", "--", "true"), b"rc run: -e 'FOO'"),
+    ]:
+        res = ann.run(*args)
+        assert res.returncode == 2, (args, res)
+        assert words in res.stderr, (args, res.stderr)
+
+
+def test_the_api_checks_names_and_durations(box):
+    ctl, users, admin = box
+    c = ctl.client()
+    for body, code in [
+        ({"command": ["true"], "selector": "*", "as_user": "x y"}, "bad_request"),
+        ({"command": ["true"], "selector": "*", "max_runtime_seconds": 2**62}, "limit_exceeded"),
+    ]:
+        with pytest.raises(ApiError) as e:
+            c.post("/v1/jobs", body)
+        assert e.value.code == code
+    worker = Client(ctl.url, ctl.token("w2", "worker"))
+    with pytest.raises(ApiError) as e:
+        worker.post("/v1/workers/register", {"host": "lb", "devices": [{"name": "d0"}],
+                                             "labels": {"d0": {"weird label": "x"}}})
+    assert e.value.code == "bad_request" and "label name" in e.value.message
+
+
+def test_logs_follow_exits_as_the_job_did(box):
+    """Report: after detaching, `rc logs -f` always exited 0."""
+    ctl, users, admin = box
+    ann = users["ann"]
+    job_id = int(ann.run("run", "--detach", "--", "sh", "-c", "echo bye; exit 5").stdout)
+    res = ann.run("logs", "-f", str(job_id))
+    assert res.stdout == b"bye\n" and res.returncode == 5
+    wait_until(lambda: job(ctl.client(), job_id)["state"] == "failed", 10, "the job to end")
+    assert ann.run("logs", str(job_id)).returncode == 0  # a snapshot is just the bytes
