@@ -134,3 +134,20 @@ def test_the_database_and_a_new_data_dir_are_private(controller, tmp_path):
         assert stat.S_IMODE(os.stat(tmp_path / "fresh" / "data").st_mode) == 0o700
     finally:
         lab.close()
+
+
+def test_a_revoked_token_stops_its_open_log_stream(controller, make_worker, env, tmp_path):
+    """Found by a fresh user: a follow kept streaming after its token was revoked."""
+    make_worker(controller, host="revbox", devices="cpu:1")
+    token = controller.token("carl")
+    c = Client(controller.url, token)
+    j = c.post("/v1/jobs", {"command": ["sh", "-c", "while :; do echo tick; sleep 0.2; done"],
+                            "selector": "*"})["job"]
+    got = []
+    stream = c.stream("GET", f"/v1/jobs/{j['id']}/logs", params={"follow": "1"}, timeout=30)
+    got.append(next(stream))
+    controller.client().delete("/v1/tokens/carl")
+    for chunk in stream:  # must end by itself, not run for ever
+        got.append(chunk)
+    assert b"tick" in b"".join(got)
+    controller.client().post(f"/v1/jobs/{j['id']}/kill", {})

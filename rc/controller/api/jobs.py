@@ -37,6 +37,8 @@ __all__ = ["routes", "validate_submit"]
 
 LOG_READ_CHUNK = 256 << 10
 NO_WAIT_REASON = "no-wait: no device was free"
+TOKEN_RECHECK_S = 1.0
+"""A log follow re-checks its caller's token this often (a revoked token stops it)."""
 
 
 def validate_submit(req: SubmitRequest, who: Caller, lim: Limits) -> jobs.NewJob:
@@ -255,14 +257,30 @@ async def read_logs(request: Request):
     if row["stdio"] == Stdio.TTY:
         raise Refused.conflict(ErrorCode.LOGS_NOT_STORED,
                                f"job {job_id} is a terminal session; its output is not stored")
-    return StreamingResponse(_log_stream(c, job_id, offset, follow_on),
+    header = request.headers.get("authorization")
+
+    def still_allowed() -> bool:
+        try:
+            c.tokens.authenticate(header, c.clock())
+            return True
+        except Refused:
+            return False
+
+    return StreamingResponse(_log_stream(c, job_id, offset, follow_on, still_allowed),
                              media_type="application/octet-stream",
                              headers={"Cache-Control": "no-store"})
 
 
-async def _log_stream(c, job_id: int, offset: int, follow: bool):
+async def _log_stream(c, job_id: int, offset: int, follow: bool, still_allowed):
+    """Stored bytes from `offset`, then (follow) new ones until the job ended.
+    A follow stops as soon as the caller's token is revoked or expires."""
     key = f"log:{job_id}"
+    recheck = time.monotonic() + TOKEN_RECHECK_S
     while True:
+        if time.monotonic() >= recheck:
+            if not still_allowed():
+                return
+            recheck = time.monotonic() + TOKEN_RECHECK_S
         ev = c.hub.waiter(key)
         data = c.logs.read(job_id, offset, LOG_READ_CHUNK)
         if data:
