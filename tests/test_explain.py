@@ -51,8 +51,8 @@ def test_jobs_ahead_with_higher_or_equal_priority(lab):
     assert ex.reasons[0].startswith("No matching device is free")
     assert ex.reasons[1] == (
         f"2 jobs ahead of it with higher or equal priority want the same devices and get "
-        f"them first (jobs {first}, {second}; its priority is 0, 1 with aging; it gains a "
-        "step every 10m it waits).")
+        f"them first (jobs {first}, {second}). This job's priority is 0, 1 with aging, and it "
+        "gains a step every 10m it waits.")
     assert "ahead" not in reasons(lb, first)
     assert lb.explain(behind).queue_position == 4
 

@@ -65,8 +65,8 @@ def test_every_waiting_case(fleet):
     out = explain(dave, d1)
     assert f"job {d1}: queued, position 2 in the queue" in out
     assert (f"  - 1 job ahead of it with higher or equal priority wants the same devices and "
-            f"gets them first (job {a1}; its priority is 0; it gains a step every 10m it "
-            "waits).") in out
+            f"gets them first (job {a1}). This job's priority is 0, and it gains a step every "
+            "10m it waits.") in out
 
     # 3. the per-user cap: a device is free, but not for alice
     assert bob.run("release", str(b)).returncode == 0

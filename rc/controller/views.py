@@ -309,16 +309,16 @@ def explain_job(tx: Tx, job_id: int, policy: Policy) -> JobExplanation:
         if len(rivals) > RIVALS_NAMED:
             named += ", ..."
         eff = effective_priority(me, snap.now, policy.aging)
-        mine = f"its priority is {me.priority}"
+        mine = f"this job's priority is {me.priority}"
         if eff != me.priority:
             mine += f", {eff} with aging"
         if policy.aging > 0:
-            mine += f"; it gains a step every {format_duration(policy.aging)} it waits"
+            mine += f", and it gains a step every {format_duration(policy.aging)} it waits"
         one = len(rivals) == 1
         reasons.append(
             f"{_count(len(rivals), 'job')} ahead of it with higher or equal priority "
             f"{'wants' if one else 'want'} the same devices and {'gets' if one else 'get'} "
-            f"them first ({'job' if one else 'jobs'} {named}; {mine}).")
+            f"them first ({'job' if one else 'jobs'} {named}). {mine.capitalize()}.")
     if not reasons:
         if job_id in taken_by:
             reasons.append(f"It is starting: {taken_by[job_id]} is free and the next "
