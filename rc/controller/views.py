@@ -318,7 +318,7 @@ def explain_job(tx: Tx, job_id: int, policy: Policy) -> JobExplanation:
         reasons.append(
             f"{_count(len(rivals), 'job')} ahead of it with higher or equal priority "
             f"{'wants' if one else 'want'} the same devices and {'gets' if one else 'get'} "
-            f"them first ({'job' if one else 'jobs'} {named}). {mine.capitalize()}.")
+            f"them first ({'job' if one else 'jobs'} {named}). {mine[0].upper()}{mine[1:]}.")
     if not reasons:
         if job_id in taken_by:
             reasons.append(f"It is starting: {taken_by[job_id]} is free and the next "
