@@ -5,6 +5,8 @@ input, and exit codes (each test names the report it comes from)."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rc.proto.client import Client
 from rc.proto.errors import ApiError
@@ -113,3 +115,30 @@ def test_logs_follow_exits_as_the_job_did(box):
     assert res.stdout == b"bye\n" and res.returncode == 5
     wait_until(lambda: job(ctl.client(), job_id)["state"] == "failed", 10, "the job to end")
     assert ann.run("logs", str(job_id)).returncode == 0  # a snapshot is just the bytes
+
+
+
+def test_devices_leave_labels_out_only_when_asked(box):
+    """The `rc devices` table asks for no labels (DESIGN.md §8: ≤ 150 ms)."""
+    ctl, users, admin = box
+    c = ctl.client()
+    full = c.get("/v1/devices")["devices"]
+    assert all(v["device"]["labels"] for v in full)
+    bare = c.get("/v1/devices", params={"labels": "false"})["devices"]
+    assert [v["device"]["id"] for v in bare] == [v["device"]["id"] for v in full]
+    assert all(v["device"]["labels"] == [] for v in bare)
+    with pytest.raises(ApiError) as e:
+        c.get("/v1/devices", params={"labels": "maybe"})
+    assert e.value.status == 400 and "labels must be true or false" in e.value.message
+    res = admin.run("devices", "-o", "json")
+    assert '"kind"' in res.stdout.decode()
+
+@given(st.text())
+@settings(max_examples=300, deadline=None)
+def test_escaping_leaves_no_control_character_and_keeps_plain_text(text):
+    from rc.cli.output import escape_controls
+
+    out = escape_controls(text)
+    assert all(c.isprintable() or c in "\n\t\r" for c in out)
+    if all(c.isprintable() or c in "\n\t\r" for c in text):
+        assert out == text

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import ast
 import subprocess
 import sys
@@ -123,3 +124,26 @@ def test_every_cli_command_has_help():
     assert {"run", "hold", "release", "kill", "logs", "ps", "jobs", "devices", "describe",
             "explain", "clear", "retire", "drain", "undrain", "events", "token", "up",
             "down", "serve", "worker"} <= set(sub.choices)
+
+
+def test_verb_table_names_the_group_that_defines_each_verb():
+    import importlib
+
+    from rc.cli import GROUPS, VERBS
+
+    found = {}
+    for group in GROUPS:
+        sub = argparse.ArgumentParser().add_subparsers()
+        importlib.import_module(f"rc.cli.{group}").add_parsers(sub)
+        found.update(dict.fromkeys(sub.choices, group))
+    assert found == VERBS
+
+
+def test_a_verb_builds_only_its_own_group():
+    code = ("import sys; from rc.cli import build_parser; build_parser('devices'); "
+            "print(sorted(m for m in sys.modules if m.startswith('rc.cli.')))")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=30, cwd=REPO)
+    loaded = set(ast.literal_eval(res.stdout))
+    assert "rc.cli.devices" in loaded
+    assert not loaded & {"rc.cli.run", "rc.cli.relay", "rc.cli.copy", "rc.cli.local"}

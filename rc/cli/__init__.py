@@ -12,18 +12,35 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from rc import __version__
 
-__all__ = ["main", "build_parser", "GROUPS"]
+__all__ = ["main", "build_parser", "GROUPS", "VERBS"]
 
 GROUPS = ("run", "jobs", "devices", "admin", "relay", "copy", "local")
 """Modules of rc.cli that contribute subcommands, in help order."""
 
+VERBS = {
+    "run": "run", "hold": "run", "release": "run",
+    "jobs": "jobs", "logs": "jobs", "kill": "jobs", "ps": "jobs", "explain": "jobs",
+    "devices": "devices", "describe": "devices",
+    "token": "admin", "whoami": "admin", "clear": "admin", "retire": "admin",
+    "drain": "admin", "undrain": "admin", "events": "admin",
+    "shell": "relay", "exec": "relay",
+    "cp": "copy",
+    "serve": "local", "worker": "local", "up": "local", "down": "local",
+}
+"""Each verb and the GROUPS module that defines it, so that `rc devices` imports
+only rc.cli.devices and not the relay, copy and run machinery (DESIGN.md §8:
+`rc devices` in ≤ 150 ms). A test checks this table against the parsers."""
 
-def build_parser() -> argparse.ArgumentParser:
-    """The whole `rc` parser (used by main, argcomplete and the docs test)."""
+
+def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
+    """The `rc` parser: with a known `verb`, only that verb's group is built
+    (all its verbs parse as usual); otherwise the whole parser, as `rc --help`,
+    argcomplete and the docs test need it."""
     p = argparse.ArgumentParser(
         prog="rc",
         description="rc shares a lab's GPUs: run jobs and hold devices by label selector.",
@@ -33,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"rc {__version__}")
     sub = p.add_subparsers(dest="verb", metavar="COMMAND")
     sub.required = True
-    for name in GROUPS:
+    for name in (VERBS[verb],) if verb in VERBS else GROUPS:
         importlib.import_module(f"rc.cli.{name}").add_parsers(sub)
     return p
 
@@ -49,13 +66,18 @@ def add_client_flags(p: argparse.ArgumentParser) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Parse the command line and run one command; returns the exit code."""
-    parser = build_parser()
-    try:
-        import argcomplete  # optional
+    if argv is None:
+        argv = sys.argv[1:]
+    if "_ARGCOMPLETE" in os.environ:  # completing: argcomplete needs every verb
+        parser = build_parser()
+        try:
+            import argcomplete  # optional
 
-        argcomplete.autocomplete(parser)
-    except ImportError:
-        pass
+            argcomplete.autocomplete(parser)
+        except ImportError:
+            pass
+    else:
+        parser = build_parser(argv[0] if argv else None)
     args = parser.parse_args(argv)
     from rc.cli.output import EscapingStream
 

@@ -56,7 +56,9 @@ def _holder(view: dict) -> str:
 
 def cmd_devices(args: argparse.Namespace) -> int:
     c = client(args)
-    views = c.get("/v1/devices")["devices"]
+    # the table shows no labels: leave them out of the reply (-o json keeps them)
+    labels = "true" if args.output == "json" else "false"
+    views = c.get("/v1/devices", params={"labels": labels})["devices"]
     if args.selector:
         keep = set(c.get("/v1/explain", params={"selector": args.selector})["matching"])
         views = [v for v in views if v["device"]["id"] in keep]

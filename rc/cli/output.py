@@ -21,8 +21,8 @@ def escape_controls(text: str) -> str:
     """`text` with every control character but newline, tab and carriage
     return shown as an escape (ESC → \\x1b): what other users wrote (a hold
     reason, a command, a label) can never drive the terminal reading it."""
-    if text.isprintable():
-        return text
+    if text.isprintable() or text.replace("\n", "").replace("\t", "").replace("\r", "").isprintable():
+        return text  # the common case, at C speed (a whole table is one write)
     return "".join(c if c.isprintable() or c in _KEPT else repr(c)[1:-1] for c in text)
 
 
@@ -59,10 +59,9 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
     for row in cells:
         for i, v in enumerate(row):
             widths[i] = max(widths[i], len(v))
-    out = sys.stdout
-    out.write("  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip() + "\n")
-    for row in cells:
-        out.write("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() + "\n")
+    lines = ["  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip()
+             for row in (list(headers), *cells)]
+    sys.stdout.write("\n".join(lines) + "\n")
 
 
 def _cell(v: Any) -> str:

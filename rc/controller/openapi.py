@@ -138,8 +138,10 @@ ROUTES: dict[tuple[str, str], Doc] = {
         "Why a queued job is not running, in words", ("user",), wire.JobExplanation,
         path_params=JOB, errors=NO_JOB),
     # -- the fleet -----------------------------------------------------------------
-    ("GET", "/v1/devices"): Doc("Every device and who holds it", ("user", "worker"),
-                                wire.DeviceList),
+    ("GET", "/v1/devices"): Doc(
+        "Every device and who holds it", ("user", "worker"), wire.DeviceList,
+        params=(Param("labels", "boolean", "include each device's labels (default true)"),),
+        errors=((400, E.BAD_REQUEST),)),
     ("GET", "/v1/devices/{device_id}/describe"): Doc(
         "Labels with source and age, usage sheet, recent jobs", ("user",),
         wire.DescribeResponse, path_params=DEVICE, errors=((404, E.DEVICE_NOT_FOUND),)),

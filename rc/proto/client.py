@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rc.proto.errors import ApiError, RcError, TransportError
-from rc.proto.wire import INSTANCE_HEADER
+from rc.proto import INSTANCE_HEADER
 
 __all__ = ["Client", "ControllerURL", "Response", "parse_controller_url", "segment"]
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from rc.proto import API, INSTANCE_HEADER
 from rc.proto.model import (
     Device,
     Event,
@@ -62,10 +63,7 @@ __all__ = [
     "SessionView",
 ]
 
-INSTANCE_HEADER = "Rc-Controller-Instance"
-"""Header on every response: a random id for this controller process."""
-
-API = "/v1"
+# INSTANCE_HEADER and API are defined in rc.proto (cheap to import) and re-exported here.
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ from starlette.responses import Response
 from rc.controller.auth import Caller, require
 from rc.controller.core import Controller
 from rc.controller.errors import Refused
-from rc.proto.codec import decode, encode
+from rc.proto.codec import decode
 from rc.proto.errors import ErrorCode, WireError
 from rc.proto.model import Role
 
@@ -29,6 +29,7 @@ __all__ = [
     "path_int",
     "query_float",
     "query_int",
+    "query_bool",
     "Role",
 ]
 
@@ -99,9 +100,13 @@ async def json_body(request: Request, cls: type[T], limit: int, *, empty_ok: boo
 
 
 def reply(obj: Any, status: int = 200) -> Response:
-    """A JSON response of a record (or plain JSON data)."""
+    """A JSON response of a record (or plain JSON data).
+
+    orjson serializes the records itself (dataclasses, enums, tuples), about four
+    times faster than going through rc.proto.codec.encode first; a property test
+    (tests/test_proto.py) holds the two to the same bytes."""
     return Response(
-        orjson.dumps(encode(obj), option=orjson.OPT_NON_STR_KEYS),
+        orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS),
         status_code=status,
         media_type="application/json",
     )
@@ -134,6 +139,20 @@ def query_float(request: Request, name: str, default: float, lo: float, hi: floa
     except DurationError as e:
         raise Refused.bad(ErrorCode.BAD_REQUEST, f"query parameter {name}: {e}") from None
     return min(max(value, lo), hi)
+
+
+def query_bool(request: Request, name: str, default: bool) -> bool:
+    """A boolean query parameter: true/false (also 1/0, yes/no); 400 otherwise."""
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return default
+    value = _BOOLS.get(raw.lower())
+    if value is None:
+        raise Refused.bad(ErrorCode.BAD_REQUEST, f"query parameter {name} must be true or false")
+    return value
+
+
+_BOOLS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
 
 
 def query_int(request: Request, name: str, default: int, lo: int, hi: int) -> int:

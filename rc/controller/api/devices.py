@@ -9,7 +9,7 @@ from starlette.requests import Request
 from starlette.routing import Route
 
 from rc.controller import fleet, views
-from rc.controller.api import Role, caller, ctl, json_body, reply
+from rc.controller.api import Role, caller, ctl, json_body, query_bool, reply
 from rc.controller.errors import Refused
 from rc.proto.errors import ErrorCode
 from rc.proto.wire import ActionResult, DeviceList, DrainRequest
@@ -18,10 +18,13 @@ __all__ = ["routes"]
 
 
 async def list_devices(request: Request):
-    """GET /v1/devices: every device with who holds it."""
+    """GET /v1/devices[?labels=false]: every device with who holds it; without
+    labels when asked (the `rc devices` table does not show them, and a
+    1,000-device fleet's labels are most of the reply)."""
     c = ctl(request)
     caller(request, Role.USER, Role.WORKER)
-    return reply(DeviceList(tuple(await c.db.read(views.device_views))))
+    with_labels = query_bool(request, "labels", True)
+    return reply(DeviceList(tuple(await c.db.read(views.device_views, with_labels))))
 
 
 async def describe(request: Request):
