@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
+from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.common.by import By
 
 from tests.harness import Controller, Worker, base_env, device_state, job, wait_until
@@ -107,6 +108,20 @@ def sign_in(driver, url: str, token: str) -> None:
                "the dashboard to load")
 
 
+def signed_in(driver, url: str, token: str) -> None:
+    """Make sure the page shows the dashboard for `token`: the tests below tell
+    one story in order, but each can also run alone (pytest -k)."""
+    try:
+        current = js(driver, "return sessionStorage.getItem('rc_token')")
+    except WebDriverException:  # no page of ours loaded yet
+        current = None
+    if current == token:
+        return
+    if current:
+        click(driver, "#signout")
+    sign_in(driver, url, token)
+
+
 def click(driver, selector: str) -> None:
     """Click the first visible match (retried: live updates replace elements)."""
     def attempt() -> bool:
@@ -151,6 +166,7 @@ def test_loads_with_a_token_and_lists_the_devices(site, browser):
 
 
 def test_a_running_job_shows_with_its_log_and_ends_without_a_reload(site, browser, tmp_path):
+    signed_in(browser, site.ctl.url, site.alice)
     flag = tmp_path / "finish"
     alice = site.ctl.client(site.alice)
     script = f"echo started-marker; while [ ! -e {flag} ]; do sleep 0.05; done; echo finished-marker"
@@ -178,6 +194,7 @@ def test_a_running_job_shows_with_its_log_and_ends_without_a_reload(site, browse
 
 
 def test_a_hostile_label_is_shown_as_text(site, browser):
+    signed_in(browser, site.ctl.url, site.alice)
     chips = js(browser, "return [...document.querySelectorAll(arguments[0] + ' .chip')]"
                         ".map(c => c.textContent)", row("box:cpu1"))
     assert HOSTILE in chips
@@ -191,8 +208,8 @@ def test_a_hostile_label_is_shown_as_text(site, browser):
 
 
 def test_an_admin_returns_a_quarantined_device_to_the_pool(site, browser):
-    click(browser, "#signout")
-    sign_in(browser, site.ctl.url, site.ctl.admin_token)
+    signed_in(browser, site.ctl.url, site.alice)
+    signed_in(browser, site.ctl.url, site.ctl.admin_token)  # signs alice out
     admin = site.ctl.client()
     admin.post("/v1/devices/box:cpu1/fault", {"reason": "verify failed: ECC errors on bank 3"})
     wait_until(lambda: "Out of the pool" in (t := text_of(browser, row("box:cpu1")))
@@ -214,6 +231,7 @@ def test_an_admin_returns_a_quarantined_device_to_the_pool(site, browser):
 
 
 def test_screenshot(site, browser, tmp_path):
+    signed_in(browser, site.ctl.url, site.ctl.admin_token)
     alice = site.ctl.client(site.alice)
     hold = alice.post("/v1/jobs", {"kind": "hold", "device_id": "box:cpu0",
                                    "max_runtime_seconds": 7200, "reason": "debugging a NCCL hang"})
@@ -237,7 +255,8 @@ def test_screenshot(site, browser, tmp_path):
 
 
 def test_the_page_says_stale_when_the_controller_goes_away(site, browser):
-    assert text_of(browser, "#conn") == "Live"
+    signed_in(browser, site.ctl.url, site.ctl.admin_token)
+    wait_until(lambda: text_of(browser, "#conn") == "Live", 10, "the live stream")
     site.worker.stop()  # while its controller can still take its last reports
     site.ctl.stop()
     wait_until(lambda: text_of(browser, "#conn").startswith("Stale"), 20, "the stale mark")

@@ -273,6 +273,10 @@ class SchedulerMachine(RuleBasedStateMachine):
                 leases=[(r["device_id"], r["job_id"]) for r in tx.all("leases_live")],
                 devices={r["id"]: r["state"] for r in tx.all("device_slots")},
                 queue=[j.id for j in views.state(tx, policy).queued],
+                # positions as rc ps plans them, and as one job's view counts them
+                planned=views.state(tx, policy).queue_positions,
+                counted={str(j): views.job_view(tx, j, policy).queue_position
+                         for j in (r["id"] for r in tx.all("queued_jobs"))},
             )
 
         real = self.lab.read(read)
@@ -281,6 +285,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.nothing_waits_beside_a_free_device(real["jobs"], real["leases"], real["devices"])
         # what rc ps shows is the scheduling order
         assert real["queue"] == [j.id for j in self.order()]
+        assert real["counted"] == real["planned"]
 
     def agrees_with_the_model(self, real):
         assert set(real) == set(self.jobs)

@@ -210,6 +210,13 @@ class Controller:
         fut.set_result(snap)
         return snap
 
+    async def job_view(self, job_id: int):
+        """views.job_view for one job: its record and queue position, planning
+        the queue (shared, see queue_plan) only when a per-user cap needs it.
+        Raises Refused (404) for an unknown id."""
+        snap = await self.queue_plan() if self.policy.cap > 0 else None
+        return await self.db.read(views.job_view, job_id, self.policy, snap)
+
     # -- scheduling ------------------------------------------------------
 
     def _pass(self, tx: Tx) -> None:

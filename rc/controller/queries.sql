@@ -108,11 +108,34 @@ ORDER BY priority + CASE WHEN :aging > 0
                          ELSE 0 END DESC,
          id
 
+-- name: queue_ahead_by_ask
+-- The queued jobs ahead of job :id in scheduling order (queued_jobs_ordered's
+-- order), counted by what they ask for: target and runtime.
+WITH q AS (
+    SELECT id, selector, device_id, max_runtime,
+           priority + CASE WHEN :aging > 0
+                           THEN CAST(max(0.0, :now - queued_at) / :aging AS INTEGER)
+                           ELSE 0 END AS eff
+    FROM jobs WHERE state = 'queued'
+), me AS (
+    SELECT id, priority + CASE WHEN :aging > 0
+                               THEN CAST(max(0.0, :now - queued_at) / :aging AS INTEGER)
+                               ELSE 0 END AS eff
+    FROM jobs WHERE id = :id
+)
+SELECT q.selector, q.device_id, q.max_runtime, count(*) AS n
+FROM q, me
+WHERE q.eff > me.eff OR (q.eff = me.eff AND q.id < me.id)
+GROUP BY q.selector, q.device_id, q.max_runtime
+
 -- name: count_queued
 SELECT count(*) FROM jobs WHERE state = 'queued'
 
--- name: count_schedulable
-SELECT count(*) FROM devices WHERE state = 'ready' AND draining = 0
+-- name: any_queued
+SELECT EXISTS (SELECT 1 FROM jobs WHERE state = 'queued')
+
+-- name: any_schedulable
+SELECT EXISTS (SELECT 1 FROM devices WHERE state = 'ready' AND draining = 0)
 
 -- name: device_slots
 SELECT id, state, max_runtime, draining FROM devices

@@ -38,7 +38,9 @@ __all__ = [
     "plan",
     "effective_priority",
     "fits_ceiling",
+    "candidates",
     "match_devices",
+    "LazyMatches",
     "Fleet",
     "Policy",
     "Snapshot",
@@ -110,6 +112,23 @@ def fits_ceiling(ask: int, ceiling: int) -> bool:
     return ceiling == 0 or ask == 0 or ask <= ceiling
 
 
+def candidates(
+    selector: str,
+    device_id: str,
+    max_runtime: int,
+    slots: Mapping[str, Slot],
+    matches: Mapping[str, frozenset[str]],
+) -> tuple[str, ...]:
+    """A queued job's candidate device ids, sorted: its pinned device (a job
+    with no selector), or the devices its selector matches (`matches`, as for
+    plan()), minus those whose runtime ceiling is below its ask (seconds)."""
+    if device_id and not selector:
+        pool: Iterable[str] = (device_id,) if device_id in slots else ()
+    else:
+        pool = matches.get(selector, frozenset())
+    return tuple(sorted(d for d in pool if fits_ceiling(max_runtime, slots[d].max_runtime)))
+
+
 def plan(
     queue: Iterable[QueuedJob],
     slots: Mapping[str, Slot],
@@ -149,13 +168,7 @@ def plan(
         key = (job.selector, job.device_id if not job.selector else "", job.max_runtime)
         cands = known.get(key)
         if cands is None:
-            if job.device_id and not job.selector:
-                pool: Iterable[str] = (job.device_id,) if job.device_id in slots else ()
-            else:
-                pool = matches.get(job.selector, frozenset())
-            cands = known[key] = tuple(
-                sorted(d for d in pool if fits_ceiling(job.max_runtime, slots[d].max_runtime))
-            )
+            cands = known[key] = candidates(*key, slots, matches)
         out.candidates[job.id] = cands
         if cap > 0 and used.get(job.submitter, 0) >= cap:
             out.capped.add(job.id)
@@ -248,7 +261,7 @@ def queued_jobs(rows: Iterable[sqlite3.Row]) -> list[QueuedJob]:
     return [_queued_job(r) for r in rows]
 
 
-class _LazyMatches(dict):
+class LazyMatches(dict):
     """selector → matching device ids, computed on first lookup."""
 
     def __init__(self, compute: Callable[[str], frozenset[str]]) -> None:
@@ -367,13 +380,13 @@ def schedule(tx: Tx, fleet: Fleet, policy: Policy) -> list[tuple[int, str]]:
     free device is assigned or reserved, so a pass costs the jobs it looks
     at, not the length of the queue. The decisions are plan()'s.
     """
-    if tx.scalar("count_schedulable") == 0 or tx.scalar("count_queued") == 0:
+    if not tx.scalar("any_schedulable") or not tx.scalar("any_queued"):
         return []
     fleet_slots = slots(tx.all("device_slots"))
     usage = ({r["holder"]: r["n"] for r in tx.all("live_leases_per_holder")}
              if policy.cap > 0 else {})
     rows = tx.iter("queued_jobs_ordered", {"now": tx.now, "aging": policy.aging})
-    matches = _LazyMatches(lambda sel: fleet.matching(tx, sel))
+    matches = LazyMatches(lambda sel: fleet.matching(tx, sel))
     p = plan(map(_queued_job, rows), fleet_slots, matches, tx.now, aging=policy.aging,
              cap=policy.cap, usage=usage, ordered=True, until_settled=True)
     done = []

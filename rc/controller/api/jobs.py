@@ -143,13 +143,13 @@ async def submit(request: Request):
     req = await json_body(request, SubmitRequest, c.cfg.limits.body_bytes)
     new = validate_submit(req, who, c.cfg.limits)
     job_id, created = await c.db.write(jobs.enqueue, new, c.fleet)
-    view = await c.db.read(views.job_view, job_id, c.policy, await c.queue_plan())
+    view = await c.job_view(job_id)
     if req.no_wait:
         # A concurrent duplicate (created False) carries no_wait too: either
         # request may cancel, and both then answer 409.
         if view.job.state is JobState.QUEUED:
             await c.db.write(jobs.cancel_queued, job_id, NO_WAIT_REASON)
-            view = await c.db.read(views.job_view, job_id, c.policy, await c.queue_plan())
+            view = await c.job_view(job_id)
         if view.job.state is JobState.KILLED and view.job.kill_reason == NO_WAIT_REASON:
             _no_device(req, job_id)
     return reply(_visible(view, who), 201 if created else 200)
@@ -185,7 +185,7 @@ async def get_job(request: Request):
     while True:
         ev_job = c.hub.waiter(f"job:{job_id}")
         ev_jobs = c.hub.waiter("jobs")
-        view = await c.db.read(views.job_view, job_id, c.policy, await c.queue_plan())
+        view = await c.job_view(job_id)
         changed = view.job.state.value != seen_state or str(view.queue_position) != seen_pos
         left = deadline - time.monotonic()
         if not wait or changed or left <= 0 or c.hub.closing:
