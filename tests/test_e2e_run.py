@@ -4,6 +4,7 @@ under `python3 -I`, real `rc` invocations (issue "rc runs a job end to end")."""
 from __future__ import annotations
 
 import json
+import re
 import os
 import uuid
 
@@ -152,3 +153,33 @@ def test_no_wait_leaves_nothing_queued(fleet, cli, controller):
     assert c.get("/v1/state")["queued"] == []
     for j in holders:
         cli.run("kill", str(j))
+
+
+def test_a_relative_cwd_is_the_one_rc_runs_in(fleet, cli, tmp_path):
+    (tmp_path / "sub dir").mkdir()
+    res = cli.run("run", "--cwd", "sub dir", "--", "pwd")
+    assert (res.returncode, res.stdout) == (0, f"{tmp_path / 'sub dir'}\n".encode()), res.stderr
+    res = cli.run("run", "--cwd", ".", "--", "pwd")
+    assert res.stdout == f"{tmp_path}\n".encode()
+
+
+def test_closed_output_leaves_the_job_running(fleet, cli, controller):
+    """`rc run -- cmd | head -1`: rc says the job goes on and exits 141 (128 +
+    SIGPIPE); the job is not killed for it, and nothing is a traceback."""
+    proc = cli.popen("run", "--", "sh", "-c", "while :; do echo y; sleep 0.01; done")
+    try:
+        assert proc.stdout.readline() == b"y\n"
+        proc.stdout.close()
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 141, err
+        m = re.search(rb"output closed; job (\d+) is still running on box:cpu\d", err)
+        assert m, err
+        assert b"Traceback" not in err and b"Exception ignored" not in err
+        job_id = int(m[1])
+        assert job(controller.client(), job_id)["state"] == "running"
+        controller.client().post(f"/v1/jobs/{job_id}/kill", {})
+        wait_until(lambda: job(controller.client(), job_id)["state"] == "killed", 20, "the kill")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)

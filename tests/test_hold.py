@@ -90,11 +90,11 @@ def admin(fleet):
     c.close_all()
 
 
-def read_line(proc: subprocess.Popen, timeout: float, what: str) -> str:
-    """The next line of `proc`'s stdout, waiting at most `timeout` seconds."""
+def read_line(proc: subprocess.Popen, timeout: float, what: str, stream: str = "stdout") -> str:
+    """The next line of `proc`'s stdout (or stderr), waiting at most `timeout` seconds."""
     deadline = time.monotonic() + timeout
     buf = b""
-    fd = proc.stdout.fileno()
+    fd = getattr(proc, stream).fileno()
     while not buf.endswith(b"\n"):
         left = deadline - time.monotonic()
         if left <= 0 or proc.poll() is not None and not select.select([fd], [], [], 0)[0]:
@@ -173,18 +173,23 @@ def test_hold_is_granted_shown_and_released(alice, bob, admin, fleet):
         stop_process(proc)
 
 
-def test_ctrl_c_on_a_granted_hold_releases_it(alice, admin):
+# a closed terminal (SIGHUP) or a killed client (SIGTERM) cleans up as Ctrl-C does
+INTERRUPTS = [(signal.SIGINT, "Ctrl-C"), (signal.SIGHUP, "SIGHUP"), (signal.SIGTERM, "SIGTERM")]
+
+
+@pytest.mark.parametrize(("sig", "cause"), INTERRUPTS)
+def test_ctrl_c_on_a_granted_hold_releases_it(alice, admin, sig, cause):
     proc = alice.popen("hold", "-s", "model=a100", "--ttl", "30m", "--reason", "profiling")
     try:
         m = GRANTED.fullmatch(read_line(proc, 30, "the grant"))
         hold_id = int(m[1])
         assert m[2] == "box:cpu1"
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         _, err = proc.communicate(timeout=30)
         assert proc.returncode == 130, err
         assert f"released hold {hold_id}".encode() in err
         wait_until(lambda: job(admin, hold_id)["state"] == "killed", 15, "the hold to end")
-        assert "released (Ctrl-C)" in job(admin, hold_id)["kill_reason"]
+        assert f"released ({cause})" in job(admin, hold_id)["kill_reason"]
     finally:
         stop_process(proc)
 
@@ -212,23 +217,31 @@ def test_detach_prints_the_hold_id_alone(alice, bob, admin):
     assert alice.run("release", str(hold_id)).returncode == 0
 
 
-def test_a_hold_queues_and_ctrl_c_while_queued_cancels_it(alice, bob, admin):
+@pytest.mark.parametrize(("sig", "cause"), INTERRUPTS)
+@pytest.mark.parametrize("verb", [["hold", "-d", "box:cpu0", "--ttl", "10m", "--reason", "b"],
+                                  ["run", "-d", "box:cpu0", "--", "true"]])
+def test_a_hold_queues_and_ctrl_c_while_queued_cancels_it(alice, bob, admin, sig, cause, verb):
     first = int(bob.run("hold", "-d", "box:cpu0", "--ttl", "10m", "--reason", "a",
                         "--detach").stdout)
-    proc = alice.popen("hold", "-d", "box:cpu0", "--ttl", "10m", "--reason", "b")
+    proc = alice.popen(*verb)
     try:
         wait_until(lambda: admin.get("/v1/state")["queued"], 20, "the second hold to queue")
         queued = admin.get("/v1/state")["queued"][0]["id"]
-        proc.send_signal(signal.SIGINT)
+        # the position line says the client is in its wait (and its handlers are set)
+        assert read_line(proc, 20, "the position", stream="stderr").startswith(
+            "rc: queued at position 1 for box:cpu0")
+        proc.send_signal(sig)
         _, err = proc.communicate(timeout=30)
         assert proc.returncode == 130
-        assert b"queued at position 1 for box:cpu0" in err
         assert f"cancelled queued job {queued}".encode() in err
         assert admin.get("/v1/state")["queued"] == []
         assert job(admin, queued)["state"] == "killed"
+        assert job(admin, queued)["kill_reason"].endswith(f"cancelled while queued ({cause})")
         assert job(admin, first)["state"] == "running"
     finally:
         stop_process(proc)
+        admin.post(f"/v1/jobs/{first}/kill", {})
+        wait_until(lambda: job(admin, first)["state"] == "killed", 15, "the first hold to end")
 
 
 def test_holds_are_refused_with_a_command_or_without_a_reason(alice, admin, fleet):

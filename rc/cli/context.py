@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
 
 from rc.cli import config as client_config
@@ -10,7 +12,8 @@ from rc.proto.client import Client
 from rc.proto.duration import DurationError, parse_duration
 from rc.proto.errors import RcError
 
-__all__ = ["client", "duration_seconds", "whole_seconds_arg", "UsageError", "stderr"]
+__all__ = ["client", "duration_seconds", "whole_seconds_arg", "UsageError", "stderr",
+           "job_cwd", "hangup_interrupts", "Hangup", "interrupt_cause"]
 
 
 class UsageError(RcError):
@@ -67,3 +70,34 @@ def device_arg(text: str) -> str:
 def stderr(*parts: object) -> None:
     """A diagnostic line on stderr, prefixed "rc: "."""
     print("rc:", *parts, file=sys.stderr, flush=True)
+
+
+def job_cwd(value: str | None) -> str:
+    """The working directory a job asks for: `value` made absolute against the
+    directory rc runs in (a relative --cwd means the same place here as on
+    the device's host), or that directory itself when none was given."""
+    return os.path.abspath(value) if value is not None else os.getcwd()
+
+
+class Hangup(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised as Ctrl-C would be; `why` names the signal."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__(why)
+        self.why = why
+
+
+def interrupt_cause(e: KeyboardInterrupt) -> str:
+    """What interrupted: "Ctrl-C", or the signal's name for a Hangup."""
+    return e.why if isinstance(e, Hangup) else "Ctrl-C"
+
+
+def hangup_interrupts() -> None:
+    """Make SIGTERM and SIGHUP (a closed terminal, a killed shell) act as
+    Ctrl-C (raising Hangup), so a command that cleans up on Ctrl-C (cancel a
+    queued job, release a hold) does the same when its terminal goes away."""
+    def interrupt(signum, frame):
+        raise Hangup(signal.Signals(signum).name)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, interrupt)

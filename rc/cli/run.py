@@ -5,7 +5,9 @@ two jobs), prints its queue position while it waits, then streams the log and
 exits with the job's own exit code. The log stream resumes from the byte
 offset it reached after a broken connection or a controller restart, so
 nothing is shown twice or lost. Ctrl-C while queued cancels the job; while it
-runs, Ctrl-C only detaches (the job keeps its device) and exits 130.
+runs, Ctrl-C only detaches (the job keeps its device) and exits 130. SIGTERM
+and SIGHUP (a closed terminal) count as Ctrl-C. When rc's own output is closed
+(`rc run -- cmd | head`) it says the job goes on and exits 141.
 """
 
 from __future__ import annotations
@@ -16,7 +18,16 @@ import sys
 import time
 import uuid
 
-from rc.cli.context import UsageError, client, device_arg, stderr, whole_seconds_arg
+from rc.cli.context import (
+    UsageError,
+    client,
+    device_arg,
+    hangup_interrupts,
+    interrupt_cause,
+    job_cwd,
+    stderr,
+    whole_seconds_arg,
+)
 from rc.cli.output import when
 from rc.proto.client import Client
 from rc.proto.duration import format_duration
@@ -30,6 +41,8 @@ SUBMIT_RETRY_S = 30.0
 RECONNECT_MAX_S = 300.0
 QUEUE_POLL_WAIT_S = 20.0
 CANCEL_TIMEOUT_S = 10.0
+EXIT_OUTPUT_CLOSED = 141
+"""rc run's exit status when its standard output was closed (128 + SIGPIPE)."""
 
 
 def priority_arg(text: str) -> int:
@@ -131,7 +144,7 @@ def submit_run(c: Client, args: argparse.Namespace, command: list[str], env: dic
         **target,
         "command": command,
         "stdio": stdio,
-        "cwd": args.cwd if args.cwd is not None else os.getcwd(),
+        "cwd": job_cwd(args.cwd),
         "env": env,
         "idempotency_key": uuid.uuid4().hex,
         "priority": args.priority,
@@ -174,16 +187,23 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.detach:
         print(job["id"], flush=True)
         return 0
+    hangup_interrupts()
     job = wait_started(c, job, view.get("queue_position", 0), label)
     if job is None:
         return 130
     stderr(f"job {job['id']} on {job['device_id']}")
+    still = (f"job {job['id']} is still running on {job['device_id']} "
+             f"(rc logs -f {job['id']} to follow it, rc kill {job['id']} to stop it)")
     try:
         follow_log(c, job["id"], sys.stdout.buffer)
     except KeyboardInterrupt:
-        stderr(f"detached; job {job['id']} is still running on {job['device_id']} "
-               f"(rc logs -f {job['id']} to follow it, rc kill {job['id']} to stop it)")
+        stderr(f"detached; {still}")
         return 130
+    except BrokenPipeError:
+        # `rc run -- cmd | head`: the reader is gone, the job is not ours to kill
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        stderr(f"output closed; {still}")
+        return EXIT_OUTPUT_CLOSED
     return exit_status(wait_terminal(c, job["id"]))
 
 
@@ -214,8 +234,8 @@ def wait_started(c: Client, job: dict, position: int, label: str) -> dict | None
                 time.sleep(min(0.5 * failures, 5.0))
                 continue
             job, position = view["job"], view.get("queue_position", 0)
-    except KeyboardInterrupt:
-        _cancel_queued(c, job)
+    except KeyboardInterrupt as e:
+        _cancel_queued(c, job, interrupt_cause(e))
         return None
     if job["state"] in ("assigned", "running"):
         return job
@@ -223,8 +243,8 @@ def wait_started(c: Client, job: dict, position: int, label: str) -> dict | None
     raise RcError(f"job {job['id']} ended without starting ({job['state']}: {reason})")
 
 
-def _cancel_queued(c: Client, job: dict) -> None:
-    failed = _post_kill(c, job["id"], "cancelled while queued (Ctrl-C)")
+def _cancel_queued(c: Client, job: dict, cause: str) -> None:
+    failed = _post_kill(c, job["id"], f"cancelled while queued ({cause})")
     if failed:
         stderr(f"job {job['id']} could not be cancelled: {failed} (see rc ps)")
         return
@@ -336,8 +356,9 @@ def cmd_hold(args: argparse.Namespace) -> int:
     """`rc hold`: queue a hold, print it once granted, block until it ends.
 
     Granted: stdout gets "hold ID granted on DEVICE until TIME (TTL)" (with
-    --detach, the id alone, and the command returns). Ctrl-C while queued
-    cancels the hold; Ctrl-C once granted releases it (exit 130). A hold that
+    --detach, the id alone, and the command returns). Ctrl-C (or SIGTERM,
+    SIGHUP) while queued cancels the hold; once granted it releases it (exit
+    130). A hold that
     ends on its own prints why and exits 0 (1 when its device was lost).
     """
     if not args.reason.strip():
@@ -351,6 +372,7 @@ def cmd_hold(args: argparse.Namespace) -> int:
             "as_user": args.as_user}
     view = submit(c, body)
     hold_id = view["job"]["id"]
+    hangup_interrupts()
     try:
         job = wait_started(c, view["job"], view.get("queue_position", 0), label)
         if job is None:
@@ -367,8 +389,8 @@ def cmd_hold(args: argparse.Namespace) -> int:
               f"({format_duration(args.ttl)})", flush=True)
         stderr(f"end it with rc release {hold_id}, or Ctrl-C here")
         job = wait_terminal(c, hold_id, give_up_after=None)
-    except KeyboardInterrupt:
-        _release_on_interrupt(c, hold_id)
+    except KeyboardInterrupt as e:
+        _release_on_interrupt(c, hold_id, interrupt_cause(e))
         return 130
     why = job.get("kill_reason") or job["state"]
     stderr(f"hold {hold_id} ended: {why.removeprefix('hold ended: ')}")
@@ -392,9 +414,10 @@ def _wait_running(c: Client, job: dict) -> dict:
     return job
 
 
-def _release_on_interrupt(c: Client, hold_id: int) -> None:
-    """Ctrl-C on a granted hold: release it (bounded); say so either way."""
-    failed = _post_kill(c, hold_id, "released (Ctrl-C)")
+def _release_on_interrupt(c: Client, hold_id: int, cause: str) -> None:
+    """Ctrl-C (or SIGTERM/SIGHUP) on a granted hold: release it (bounded);
+    say so either way."""
+    failed = _post_kill(c, hold_id, f"released ({cause})")
     if failed:
         stderr(f"could not release hold {hold_id}: {failed}; run rc release {hold_id}")
     else:
