@@ -95,6 +95,8 @@ def test_the_api_checks_names_and_durations(box):
     for body, code in [
         ({"command": ["true"], "selector": "*", "as_user": "x y"}, "bad_request"),
         ({"command": ["true"], "selector": "*", "max_runtime_seconds": 2**62}, "limit_exceeded"),
+        # README limits table: a selector is free text of at most 4096 characters
+        ({"command": ["true"], "selector": "a=b," * 1100}, "limit_exceeded"),
     ]:
         with pytest.raises(ApiError) as e:
             c.post("/v1/jobs", body)
@@ -116,6 +118,22 @@ def test_logs_follow_exits_as_the_job_did(box):
     wait_until(lambda: job(ctl.client(), job_id)["state"] == "failed", 10, "the job to end")
     assert ann.run("logs", str(job_id)).returncode == 0  # a snapshot is just the bytes
 
+
+
+def test_a_drain_that_changes_nothing_is_refused(box):
+    """Report: draining a drained device, or undraining a ready one, succeeded
+    and added an event each time."""
+    ctl, users, admin = box
+    events = lambda: len(admin.json("events", "-o", "json"))  # noqa: E731
+    assert admin.run("drain", "hy:cpu1", "--reason", "cable swap").returncode == 0
+    before = events()
+    again = admin.run("drain", "hy:cpu1", "--reason", "cable swap")
+    assert again.returncode == 1 and b"hy:cpu1 is already draining" in again.stderr
+    assert admin.run("drain", "hy:cpu1", "--reason", "new cable").returncode == 0  # a new reason
+    assert admin.run("undrain", "hy:cpu1").returncode == 0
+    undrain = admin.run("undrain", "hy:cpu1")
+    assert undrain.returncode == 1 and b"hy:cpu1 is not draining" in undrain.stderr
+    assert events() == before + 2
 
 
 def test_devices_leave_labels_out_only_when_asked(box):

@@ -118,8 +118,10 @@ def test_explain_selector_and_devices_filter(alice, bob, admin):
     detach(bob, "-d", "box:cpu0", "--", "true")
     detach(bob, "--priority", "3", "-s", "model=h100", "--", "true")
     out = alice.run("explain", "-s", " vram >= 40G ", check=True).stdout.decode()
-    assert out == ("selector: vram>=40G\n  box:cpu0  not free\n  box:cpu1  free\n"
-                   "free: 1/2\nqueue depth: 2\n")
+    assert out == ("selector: vram>=40G\n  box:cpu0  not free: busy, held by bob\n"
+                   "  box:cpu1  free\nfree: 1/2\nqueue depth: 2\n")
+    out = alice.run("explain", "-s", "vram>=400G", check=True).stdout.decode()
+    assert out.startswith("selector: vram>=400G\nno device matches it")
     ex = json.loads(alice.run("explain", "-s", "model=a100", "-o", "json", check=True).stdout)
     assert ex == {"selector": "model=a100", "matching": ["box:cpu1"], "free": ["box:cpu1"],
                   "queue_depth": 0}

@@ -180,7 +180,15 @@ class FleetMachine(RuleBasedStateMachine):
 
     @rule(host=st.sampled_from(HOSTS), name=st.sampled_from(DEVICES), on=st.booleans())
     def drain(self, host, name, on):
-        self.guarded(lambda d, r: False, self.write, fleet.drain, f"{host}:{name}", on, "", "admin")
+        d = f"{host}:{name}"
+        draining = self.read(lambda tx: tx.one("device_drain_state", (d,)))
+        try:
+            self.guarded(lambda dd, r: False, self.write, fleet.drain, d, on, "", "admin")
+        except Refused as e:  # a no-op (or a retired device) is refused, never a success
+            assert e.status in (404, 409), e
+            assert draining is None or bool(draining["draining"]) == on, e
+        else:
+            assert draining is not None and bool(draining["draining"]) != on  # a real change
 
     # -- invariants -----------------------------------------------------------------
 

@@ -7,7 +7,15 @@ import sys
 import time
 
 from rc.cli.context import UsageError, client
-from rc.cli.output import add_output_flag, command_text, duration, print_json, table, when
+from rc.cli.output import (
+    add_output_flag,
+    command_text,
+    duration,
+    escape_controls,
+    print_json,
+    table,
+    when,
+)
 
 __all__ = ["add_parsers"]
 
@@ -149,6 +157,23 @@ def cmd_ps(args: argparse.Namespace) -> int:
     return 0
 
 
+def _not_free(view: dict | None) -> str:
+    """Why a matching device is not free, in a few words (rc explain -s)."""
+    from rc.cli.devices import state_words
+
+    if view is None:
+        return "not free"
+    words = f"not free: {state_words(view)}"
+    if view.get("holder"):
+        words += f", held by {view['holder']}"
+    d = view["device"]
+    if d.get("quarantine_detail"):
+        words += f": {d['quarantine_detail']}"
+    elif d.get("draining") and d.get("drain_reason"):
+        words += f": {d['drain_reason']}"
+    return words
+
+
 def cmd_explain(args: argparse.Namespace) -> int:
     """`rc explain JOB`: why a queued job is not running, in sentences, then
     each device it could use and why that one is not its now. `rc explain -s
@@ -162,8 +187,15 @@ def cmd_explain(args: argparse.Namespace) -> int:
             print_json(ex)
             return 0
         print(f"selector: {ex['selector']}")
+        if not ex["matching"]:
+            print("no device matches it (rc devices lists the fleet, "
+                  "rc describe DEVICE a device's labels)")
+            return 0
+        views = {v["device"]["id"]: v for v in
+                 c.get("/v1/devices", params={"labels": "false"})["devices"]}
         for d in ex["matching"]:
-            print(f"  {d}  {'free' if d in ex['free'] else 'not free'}")
+            why = "free" if d in ex["free"] else _not_free(views.get(d))
+            print(escape_controls(f"  {d}  {why}"))
         print(f"free: {len(ex['free'])}/{len(ex['matching'])}")
         print(f"queue depth: {ex['queue_depth']}")
         return 0

@@ -93,6 +93,7 @@ def require(caller: Caller, *roles: Role) -> Caller:
     if caller.role is Role.ADMIN or caller.role in roles:
         return caller
     allowed = " or ".join(r.value for r in roles) or "admin"
+    article = "an" if allowed[0] in "aeiou" else "a"
     raise Refused.forbidden(
-        f"this route needs a {allowed} token; {caller.name!r} is a {caller.role.value} token"
+        f"this route needs {article} {allowed} token; {caller.name!r} is a {caller.role.value} token"
     )

@@ -371,9 +371,20 @@ def _remove_device(tx: Tx, device_id: str) -> None:
 
 
 def drain(tx: Tx, device_id: str, on: bool, reason: str, actor: str) -> None:
-    """Drain (no new job starts; the current one finishes) or undrain a device."""
-    if tx.one("device_state", (device_id,)) is None:
+    """Drain (no new job starts; the current one finishes) or undrain a device.
+
+    Draining a draining device changes its reason; with the same reason, or
+    undraining a device that is not draining, it is a 409 `conflict`: never a
+    success for a no-op (as for clear, inventory §7). 404 for an unknown device.
+    """
+    row = tx.one("device_drain_state", (device_id,))
+    if row is None:
         raise Refused.not_found(f"no device {device_id!r}", ErrorCode.DEVICE_NOT_FOUND)
+    if on and row["draining"] and row["drain_reason"] == reason:
+        raise Refused.conflict(ErrorCode.CONFLICT, f"{device_id} is already draining"
+                               + (f" ({reason})" if reason else ""))
+    if not on and not row["draining"]:
+        raise Refused.conflict(ErrorCode.CONFLICT, f"{device_id} is not draining")
     tx.exec("device_drain", (1 if on else 0, reason if on else "", device_id))
     if on:
         feed.record(tx, EventKind.DEVICE_DRAINED, device_id=device_id, actor=actor,

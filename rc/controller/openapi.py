@@ -161,10 +161,10 @@ ROUTES: dict[tuple[str, str], Doc] = {
     ("POST", "/v1/devices/{device_id}/drain"): Doc(
         "Drain: the current job finishes, no new one starts (admin)", ("admin",),
         wire.ActionResult, request=wire.DrainRequest, path_params=DEVICE,
-        errors=BAD + ((404, E.DEVICE_NOT_FOUND),)),
+        errors=BAD + ((404, E.DEVICE_NOT_FOUND), (409, E.CONFLICT))),
     ("POST", "/v1/devices/{device_id}/undrain"): Doc(
         "Put a drained device back in the pool (admin)", ("admin",), wire.ActionResult,
-        path_params=DEVICE, errors=((404, E.DEVICE_NOT_FOUND),)),
+        path_params=DEVICE, errors=((404, E.DEVICE_NOT_FOUND), (409, E.CONFLICT))),
     # -- identity, tokens, feed ------------------------------------------------------
     ("GET", "/v1/whoami"): Doc("The caller's token name and role", ("user", "worker"),
                                wire.WhoAmI),

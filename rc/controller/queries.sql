@@ -275,6 +275,9 @@ UPDATE devices SET state = 'unknown' WHERE state IN ('ready', 'busy')
 -- name: devices_to_unknown
 UPDATE devices SET state = 'unknown' WHERE worker_id = ? AND state IN ('ready', 'busy')
 
+-- name: device_drain_state
+SELECT draining, drain_reason FROM devices WHERE id = ?
+
 -- name: device_drain
 UPDATE devices SET draining = ?, drain_reason = ? WHERE id = ?
 

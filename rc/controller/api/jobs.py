@@ -55,6 +55,7 @@ def validate_submit(req: SubmitRequest, who: Caller, lim: Limits) -> jobs.NewJob
                       "(letters, digits, '.', '_', '@', '-'; at most 64)")
         submitter = req.as_user
     for what, text in (("cwd", req.cwd), ("reason", req.reason), ("device_id", req.device_id),
+                       ("selector", req.selector),
                        ("as_user", req.as_user), ("idempotency_key", req.idempotency_key or "")):
         if len(text) > lim.text_bytes:
             raise bad(ErrorCode.LIMIT_EXCEEDED, f"{what} is longer than {lim.text_bytes} characters")
