@@ -87,6 +87,7 @@ def test_bad_arguments_are_usage_errors(box):
         res = ann.run(*args)
         assert res.returncode == 2, (args, res)
         assert words in res.stderr, (args, res.stderr)
+        assert res.stderr.count(b"\n") == 1, res.stderr  # one line, no usage block
 
 
 def test_the_api_checks_names_and_durations(box):

@@ -37,11 +37,19 @@ only rc.cli.devices and not the relay, copy and run machinery (DESIGN.md §8:
 `rc devices` in ≤ 150 ms). A test checks this table against the parsers."""
 
 
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose usage errors are one line (exit 2), naming the
+    command and where its help is; subcommand parsers inherit the class."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
     """The `rc` parser: with a known `verb`, only that verb's group is built
     (all its verbs parse as usual); otherwise the whole parser, as `rc --help`,
     argcomplete and the docs test need it."""
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="rc",
         description="rc shares a lab's GPUs: run jobs and hold devices by label selector.",
         epilog="Controller and token come from RC_CONTROLLER / RC_TOKEN or "
