@@ -62,7 +62,7 @@ def test_refused_at_submit_with_the_inventorys_codes(lab):
         e = refused(lb.submit, **fields)
         assert (e.status, e.code) == (status, code), fields
     e = refused(lb.submit, selector="model=a100", max_runtime_seconds=7200)
-    assert "600s" in e.message  # names the highest ceiling
+    assert "is 10m" in e.message and "asked for 2h" in e.message  # the highest ceiling, as typed
     e = refused(lb.submit, selector="model==h100")
     assert "'model==h100'" in e.message  # names the bad term
     assert lb.read(lambda tx: tx.scalar("count_queued")) == 0

@@ -12,6 +12,7 @@ from rc.controller import feed
 from rc.controller.db import Tx, dumps
 from rc.controller.errors import Refused
 from rc.controller.scheduler import Fleet, fits_ceiling
+from rc.proto.duration import format_duration
 from rc.proto.errors import ErrorCode
 from rc.proto.model import EventKind, JobKind, JobState
 
@@ -91,7 +92,8 @@ def enqueue(tx: Tx, job: NewJob, fleet: Fleet) -> tuple[int, bool]:
         if not fits_ceiling(max_runtime, ceiling):
             raise Refused.bad(
                 ErrorCode.RUNTIME_ABOVE_CEILING,
-                f"{job.device_id} allows at most {ceiling}s; asked for {max_runtime}s",
+                f"{job.device_id} allows at most {format_duration(ceiling)}; "
+                f"asked for {format_duration(max_runtime)}",
             )
     else:
         matching = fleet.matching(tx, job.selector)
@@ -105,8 +107,8 @@ def enqueue(tx: Tx, job: NewJob, fleet: Fleet) -> tuple[int, bool]:
                 top = max(ceilings.get(d, 0) for d in matching)
                 raise Refused.bad(
                     ErrorCode.RUNTIME_ABOVE_CEILING,
-                    f"asked for {max_runtime}s but the highest ceiling among devices "
-                    f"matching {job.selector!r} is {top}s",
+                    f"asked for {format_duration(max_runtime)} but the highest ceiling among "
+                    f"devices matching {job.selector!r} is {format_duration(top)}",
                 )
     job_id = tx.scalar(
         "job_insert",
