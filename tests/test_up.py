@@ -4,11 +4,18 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
+import socket
+import stat
+import subprocess
+import textwrap
+from contextlib import contextmanager
 
 import pytest
 
-from tests.harness import Cli, pid_alive, wait_until
+from rc.proto.client import Client
+from tests.harness import PY, REPO, Cli, pid_alive, stop_process, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -61,7 +68,213 @@ def test_up_after_the_controller_was_killed_restarts_only_it(user, env):
     assert [(j["id"], j["state"], j["exit_code"]) for j in info] == [(job, "failed", 3)]
 
 
-def test_up_twice_says_already_up(user):
-    assert user.run("up", "-d", "--listen", "127.0.0.1:0", timeout=120).returncode == 0
-    again = user.run("up", "-d", "--listen", "127.0.0.1:0", timeout=120)
-    assert again.returncode == 1 and b"already up" in again.stderr
+def test_up_twice_says_already_up_and_succeeds(user, env):
+    """Found by a new user: the quick-start line `rc up -d && rc run ...` could
+    not be run twice, because the second rc up -d failed with "already up"."""
+    for round_ in range(2):
+        up = user.run("up", "-d", "--listen", "127.0.0.1:0", "--devices", "1", timeout=120)
+        assert up.returncode == 0, (round_, up.stderr)
+        if round_ == 0:
+            first = _state(env)
+        res = user.run(*HELLO)
+        assert res.returncode == 0, (round_, res.stderr)
+    assert b"already up" in up.stderr and b"rc down" in up.stderr
+    assert _state(env) == first  # nothing was restarted
+
+
+# -- a worker that registers is kept, whatever state its devices are in ------------
+
+
+@contextmanager
+def _orphan_job(user, tmp_path):
+    """A detached job whose process outlives its worker; yields its pid and
+    kills it at the end."""
+    pidfile = tmp_path / "job.pid"
+    res = user.run("run", "--detach", "--", "sh", "-c", f"echo $$ > {pidfile}; exec sleep 300")
+    assert res.returncode == 0, res.stderr
+    pid = int(wait_until(lambda: pidfile.exists() and pidfile.read_text().strip(), 30,
+                         "the job to start"))
+    try:
+        yield pid
+    finally:
+        if pid_alive(pid):
+            os.kill(pid, signal.SIGKILL)
+        wait_until(lambda: not pid_alive(pid), 10, "the job's process to die")
+
+
+def _out_of_pool_line(stderr: bytes) -> tuple[str, str]:
+    """The device named out of the pool for `registration`, and the rc clear
+    command the message gives."""
+    text = stderr.decode()
+    m = re.search(r"(\S+:cpu0) is out of the pool \(registration: job \d+ was running when "
+                  r"the worker re-registered\): a process of the interrupted job may still be "
+                  r"running\. Once it has ended, `([^`]+)` returns the device", text)
+    assert m, text
+    return m.group(1), m.group(2)
+
+
+def _run_shell(user, command: str) -> subprocess.CompletedProcess:
+    """`command` as the user types it into a shell where `rc` is this checkout's."""
+    return subprocess.run(["bash", "-c", f'rc() {{ "{PY}" -m rc "$@"; }}; {command}'],
+                          env=user.env, cwd=user.cwd, capture_output=True, timeout=60)
+
+
+def _device_state(user, device: str) -> str:
+    devices = json.loads(user.run("devices", "-o", "json").stdout)
+    return next(d["device"]["state"] for d in devices if d["device"]["id"] == device)
+
+
+def test_up_after_a_worker_crash_keeps_the_new_worker_and_says_why_a_device_is_out(
+        user, env, tmp_path):
+    """Found by a new user: after `kill -9` of the worker while a job ran, the
+    job's process still ran, so the new worker's device was (rightly)
+    quarantined `registration`; rc up -d waited 30 s for it to become ready,
+    then killed the worker it had just started, exited 1 and left up.json
+    naming the dead worker."""
+    assert user.run("up", "-d", "--listen", "127.0.0.1:0", "--devices", "1",
+                    timeout=120).returncode == 0
+    with _orphan_job(user, tmp_path) as orphan:
+        before = _state(env)
+        os.kill(before["worker_pid"], signal.SIGKILL)
+        wait_until(lambda: not pid_alive(before["worker_pid"]), 10, "the worker to die")
+        up = user.run("up", "-d", "--devices", "1", timeout=120)
+        assert up.returncode == 0, up.stderr
+        device, clear = _out_of_pool_line(up.stderr)
+        after = _state(env)
+        assert after["serve_pid"] == before["serve_pid"]
+        assert after["worker_pid"] != before["worker_pid"] and pid_alive(after["worker_pid"])
+        assert _device_state(user, device) == "unhealthy"
+        again = user.run("up", "-d", timeout=120)  # already up: says so, and what is out
+        assert again.returncode == 0 and b"already up" in again.stderr, again.stderr
+        assert _out_of_pool_line(again.stderr) == (device, clear)
+        assert _state(env) == after
+        assert pid_alive(orphan)
+    # the job's process has ended: the advice works as written, and the
+    # worker rc up kept serves
+    res = _run_shell(user, clear)
+    assert res.returncode == 0, res.stderr
+    assert pid_alive(after["worker_pid"]) and _device_state(user, device) == "ready"
+    res = user.run(*HELLO)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == f"hello from {device}".encode()
+
+
+def test_foreground_up_after_a_worker_crash_runs_with_the_device_out(user, env, tmp_path):
+    """The same rule without -d: the worker registered, so rc up runs."""
+    def up(n: int) -> tuple[subprocess.Popen, object]:
+        log = tmp_path / f"up-{n}.err"
+        with open(log, "wb") as err:
+            proc = subprocess.Popen([PY, "-m", "rc", "up", "--listen", "127.0.0.1:0",
+                                     "--devices", "1"], env=user.env, cwd=tmp_path,
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                    stderr=err)
+
+        def started():
+            if proc.poll() is not None:
+                raise AssertionError(f"rc up exited {proc.returncode}:\n{log.read_text()}")
+            return "press Ctrl-C to stop" in log.read_text()
+
+        try:
+            wait_until(started, 90, "rc up to start")
+        except BaseException:
+            stop_process(proc, sig=signal.SIGINT, timeout=90)
+            raise
+        return proc, log
+
+    procs = [up(1)[0]]
+    try:
+        with _orphan_job(user, tmp_path) as orphan:
+            os.kill(_state(env)["worker_pid"], signal.SIGKILL)
+            assert procs[0].wait(90) == 1  # the worker died: rc up stopped everything
+            second, log = up(2)
+            procs.append(second)
+            device, _ = _out_of_pool_line(log.read_bytes())
+            assert pid_alive(_state(env)["worker_pid"]) and pid_alive(orphan)
+            assert _device_state(user, device) == "unhealthy"
+            assert stop_process(second, sig=signal.SIGINT, timeout=90) == 130
+        # the job's process has ended: a restart returns the device, as rc up said
+        third, log = up(3)
+        procs.append(third)
+        assert "out of the pool" not in log.read_text()
+        assert _device_state(user, device) == "ready"
+        assert stop_process(third, sig=signal.SIGINT, timeout=90) == 130
+    finally:
+        for proc in procs:
+            stop_process(proc, sig=signal.SIGINT, timeout=90)
+
+
+# -- the README's recipe for running the two parts yourself ------------------------
+
+
+def _recipe() -> list[str]:
+    """The commands of the README's "run the two parts yourself" block, one
+    string each (continuation lines joined)."""
+    text = (REPO / "README.md").read_text()
+    block = text.split("run the two parts yourself", 1)[1].split("\n\n")[1]
+    assert all(line.startswith("    ") for line in block.splitlines()), block
+    return [" ".join(c.split()) for c in textwrap.dedent(block).replace("\\\n", " ").splitlines()]
+
+
+def test_readme_recipe_for_running_the_two_parts_yourself(tmp_path, env):
+    """Found by a new user: the recipe's worker read DIR/worker.token, which
+    nothing had written. Every command is run as written (DIR and the port
+    replaced)."""
+    serve_line, token_line, worker_line = _recipe()
+    assert serve_line.startswith("rc serve ") and worker_line.startswith("rc worker ")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    data = tmp_path / "data"
+
+    def shell(line: str) -> list[str]:
+        line = line.replace("DIR", str(data)).replace("127.0.0.1:8080", f"127.0.0.1:{port}")
+        return ["bash", "-c", f'rc() {{ "{PY}" -m rc "$@"; }}; {line}']
+
+    started: list[subprocess.Popen] = []
+
+    def start(line: str, log: str) -> subprocess.Popen:
+        with open(tmp_path / log, "wb") as out:
+            proc = subprocess.Popen(shell(line), env=env, cwd=tmp_path, stdin=subprocess.DEVNULL,
+                                    stdout=out, stderr=out, start_new_session=True)
+        started.append(proc)
+        return proc
+
+    try:
+        serve = start(serve_line, "serve.log")
+        url = f"http://127.0.0.1:{port}"
+
+        def serving():
+            assert serve.poll() is None, (tmp_path / "serve.log").read_text()
+            return Client(url, (data / "admin.token").read_text().strip(),
+                          timeout=5).get("/v1/whoami")
+
+        wait_until(serving, 60, "rc serve to answer")
+        res = subprocess.run(shell(token_line), env=env, cwd=tmp_path, capture_output=True,
+                             timeout=60)
+        assert res.returncode == 0, res.stderr
+        token_file = data / "worker.token"
+        assert token_file.read_text().startswith("rc_")
+        assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
+        worker = start(worker_line, "worker.log")
+        admin = Client(url, (data / "admin.token").read_text().strip())
+
+        def ready():
+            assert worker.poll() is None, (tmp_path / "worker.log").read_text()
+            return [v for v in admin.get("/v1/devices")["devices"]
+                    if v["device"]["state"] == "ready"]
+
+        wait_until(ready, 60, "the worker's devices to be ready")
+        me = admin.post("/v1/tokens", {"name": "me", "role": "user"})["secret"]
+        with_user = dict(env, RC_CONTROLLER=url, RC_TOKEN=me)
+        res = subprocess.run([PY, "-m", "rc", *HELLO], env=with_user, cwd=tmp_path,
+                             capture_output=True, timeout=60)
+        assert res.returncode == 0 and res.stdout.startswith(b"hello from "), res.stderr
+    finally:
+        for proc in reversed(started):  # the worker first; each in its own group
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(10)

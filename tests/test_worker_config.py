@@ -13,7 +13,7 @@ import pytest
 
 from rc.worker import config as wc
 from rc.worker.config import ConfigError, DeviceConfig, WorkerConfig
-from tests.harness import BARE_PY, REPO
+from tests.harness import BARE_PY, PY, REPO, base_env
 
 FULL = """
 controller_url = "http://127.0.0.1:9999"
@@ -166,6 +166,38 @@ def test_rc_token_fills_a_missing_token_and_the_file_wins(tmp_path):
     missing = write(tmp_path, f'token_file = "{tmp_path / "nope"}"\n', "tm.toml")
     with pytest.raises(ConfigError, match="token_file"):
         wc.load(missing, env={})
+
+
+def test_token_file_errors_name_the_flag_or_the_file_that_gave_the_path(tmp_path, monkeypatch):
+    """Found by a new user: a --token-file that did not exist was reported as
+    "/etc/rc/worker.toml: token_file ...", a file that did not exist either."""
+    monkeypatch.setattr(wc, "DEFAULT_PATH", str(tmp_path / "absent.toml"))
+    missing = tmp_path / "x" / "worker.token"
+    with pytest.raises(ConfigError) as e:
+        wc.load(None, {"token_file": str(missing)}, env={})
+    assert str(e.value) == f"--token-file {missing}: No such file or directory"
+    other = tmp_path / "other.token"
+    path = write(tmp_path, f'token_file = "{other}"\n')
+    with pytest.raises(ConfigError) as e:
+        wc.load(path, env={})
+    assert str(e.value) == f"{path}: token_file {other}: No such file or directory"
+    with pytest.raises(ConfigError) as e:  # the flag overrides the file, and is named
+        wc.load(path, {"token_file": str(missing)}, env={})
+    assert str(e.value) == f"--token-file {missing}: No such file or directory"
+    empty = tmp_path / "empty.token"  # e.g. `rc token create ... > FILE` failed
+    empty.write_text("\n")
+    with pytest.raises(ConfigError) as e:
+        wc.load(None, {"token_file": str(empty)}, env={"RC_TOKEN": "rc_other"})
+    assert str(e.value).startswith(f"--token-file {empty}: the file is empty")
+
+
+def test_worker_with_a_missing_token_file_names_the_flag(tmp_path):
+    missing = tmp_path / "x" / "worker.token"
+    res = subprocess.run([PY, "-m", "rc", "worker", "--controller", "http://127.0.0.1:9",
+                          "--token-file", str(missing)], env=base_env(tmp_path),
+                         capture_output=True, timeout=30, cwd=tmp_path)
+    assert res.returncode == 2
+    assert res.stderr.decode() == f"rc worker: --token-file {missing}: No such file or directory\n"
 
 
 @pytest.mark.parametrize("value, file_value, expected", [

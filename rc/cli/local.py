@@ -259,23 +259,81 @@ def _write_secret(path: Path, secret: str) -> None:
         f.write(secret + "\n")
 
 
-def _wait_ready(c, host: str) -> list[str]:
-    """Wait until this host's devices are ready; their ids."""
-    def ready():
-        devices = c.get("/v1/devices")["devices"]
-        mine = [d["device"]["id"] for d in devices if d["device"]["host"] == host]
-        states = {d["device"]["state"] for d in devices if d["device"]["host"] == host}
-        return mine if mine and states <= {"ready", "busy"} else None
-
+def _wait_settled(c, host: str, log_hint: str) -> list[dict]:
+    """Wait until the controller has heard from this host's worker: every
+    device of `host` is ready, busy or unhealthy (none `unknown`). Returns
+    the devices (the `device` objects of GET /v1/devices)."""
     deadline = time.monotonic() + START_TIMEOUT_S
     while True:
-        mine = ready()
-        if mine:
+        mine = [v["device"] for v in c.get("/v1/devices")["devices"]
+                if v["device"]["host"] == host]
+        if mine and all(d["state"] != "unknown" for d in mine):
             return mine
         if time.monotonic() > deadline:
-            raise RcError(f"the devices of {host} did not become ready within "
-                          f"{START_TIMEOUT_S:.0f}s (see rc devices)")
+            waiting = ", ".join(d["id"] for d in mine if d["state"] == "unknown")
+            raise RcError(f"the worker on {host} has not spoken to the controller within "
+                          f"{START_TIMEOUT_S:.0f}s" + (f" ({waiting} still unknown)" if waiting
+                                                       else " (it declared no device)")
+                          + f"; see {log_hint} and rc devices")
         time.sleep(0.1)
+
+
+REBOOT_CLEARABLE = ("registration", "worker_lost", "lease_expired")
+
+
+def _out_of_pool(d: dict, as_admin: str, restart: str) -> str | None:
+    """One line on a device that takes no job now and how it comes back, or
+    None for a device in the pool. `as_admin` is the environment to put in
+    front of an admin command ("RC_TOKEN=$(cat .../admin.token) "), `restart`
+    says how to restart rc.
+
+    A device quarantined for a reboot-clearable reason returns when a worker
+    registers with a recovery proof (the controller's rule; a fresh worker
+    scans /proc for processes of interrupted jobs), or by rc clear."""
+    dev = d["id"]
+    clear = f"{as_admin}rc clear {dev}"
+    if d["state"] == "unhealthy":
+        reason = d.get("quarantine_reason") or ""
+        detail = d.get("quarantine_detail") or ""
+        why = f"{reason or 'quarantined'}: {detail}" if detail else (reason or "quarantined")
+        if reason in REBOOT_CLEARABLE:
+            how = ("a process of the interrupted job may still be running. Once it has ended, "
+                   f"`{clear}` returns the device, and so does a restart ({restart}: the new "
+                   "worker finds nothing of the job left)")
+        else:
+            how = f"once you have seen to it, `{clear}` returns the device"
+        return f"{dev} is out of the pool ({why}): {how}"
+    if d.get("draining"):
+        reason = d.get("drain_reason") or ""
+        return (f"{dev} is draining{f' ({reason})' if reason else ''}: it takes no new job "
+                f"until `{as_admin}rc undrain {dev}`")
+    return None
+
+
+def _say_out_of_pool(mine: list[dict], host: str, data: Path, args: argparse.Namespace,
+                     url: str, points_here: bool, foreground: bool) -> None:
+    """Name on stderr each of `mine` (this host's devices) that takes no job
+    now, why, and how it returns. `foreground`: this process runs rc (so
+    Ctrl-C stops it, not rc down)."""
+    as_admin = f"RC_TOKEN=$(cat {data / 'admin.token'}) "
+    if not points_here:  # rc would ask another controller
+        as_admin += f"RC_CONTROLLER={url} "
+    if foreground:
+        restart = "Ctrl-C, then `rc up` as before"
+    else:
+        restart = f"`rc down{f' --data {data}' if args.data else ''}`, then `rc up -d` as before"
+    notes = [line for line in (_out_of_pool(d, as_admin, restart) for d in mine) if line]
+    for line in notes:
+        stderr(line)
+    if notes and len(notes) == len(mine):
+        stderr(f"no device of {host} takes jobs now: rc run waits in the queue until one returns")
+
+
+def _config_points_at(url: str) -> bool:
+    """Whether a plain `rc` command here would talk to `url`."""
+    from rc.cli import config as client_config
+
+    return client_config.load().controller == url
 
 
 def _token_works(url: str, token: str) -> bool:
@@ -317,10 +375,20 @@ def cmd_up(args: argparse.Namespace) -> int:
     st = _read_state(state_path)
     serve_pid = st.get("serve_pid") if _alive_pid(st.get("serve_pid")) else None
     worker_pid = st.get("worker_pid") if _alive_pid(st.get("worker_pid")) else None
+    host = re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname().split(".")[0] or "localhost")
     if serve_pid and worker_pid:
+        # Not an error: `pip install . && rc up -d && rc run ...` can be re-run.
         stderr(f"already up: controller at {st.get('url')} (pid {serve_pid}), worker pid "
                f"{worker_pid}; stop both with rc down" + (f" --data {data}" if args.data else ""))
-        return 1
+        try:  # best effort: a device out of the pool would leave rc run waiting
+            url = st["url"]
+            admin = Client(url, (data / "admin.token").read_text().strip(), timeout=5)
+            mine = [v["device"] for v in admin.get("/v1/devices")["devices"]
+                    if v["device"]["host"] == host]
+            _say_out_of_pool(mine, host, data, args, url, _config_points_at(url), False)
+        except (RcError, OSError, KeyError, TypeError, ValueError):
+            pass
+        return 0
     if (serve_pid or worker_pid) and not args.detach:
         raise UsageError("part of an earlier rc up -d still runs; rc up -d restarts what is "
                          "missing, or rc down stops it")
@@ -342,12 +410,12 @@ def cmd_up(args: argparse.Namespace) -> int:
                                            serve_log_path)
             serve_pid = controller.pid
         admin = Client(url, (data / "admin.token").read_text().strip())
-        host = re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname().split(".")[0] or "localhost")
         token_file = data / WORKER_TOKEN_FILE
         if not token_file.exists():
             _write_secret(token_file, _ensure_token(admin, f"worker-{host}", "worker"))
         cfg_path = client_config.config_path()
         existing = client_config.read_file(cfg_path)
+        points_here = os.environ.get("RC_CONTROLLER", "").strip() in ("", url)
         if not cfg_path.exists():
             user_token = _ensure_token(admin, _token_name(getpass.getuser()), "user")
             client_config.write_config(cfg_path, url, user_token)
@@ -358,6 +426,7 @@ def cmd_up(args: argparse.Namespace) -> int:
                 client_config.write_config(cfg_path, url, existing["token"])
                 stderr(f"updated {cfg_path}: the controller is now at {url}")
             else:
+                points_here = False
                 stderr(f"note: {cfg_path} points at {existing.get('controller', 'nothing')}, "
                        f"not {url}; set RC_CONTROLLER or edit it")
         if not worker_pid:
@@ -366,11 +435,6 @@ def cmd_up(args: argparse.Namespace) -> int:
                    "--token-file", str(token_file), "--devices", devices, "--host", host]
             worker, _ = _spawn_ready(cmd, worker_log, args.detach, "worker", worker_log_path)
             worker_pid = worker.pid
-        mine = _wait_ready(admin, host)
-        state_path.write_text(json.dumps({"url": url, "serve_pid": serve_pid,
-                                          "worker_pid": worker_pid, "data": str(data)}))
-        stderr(f"up: controller at {url}, worker on {host} with {', '.join(mine)}; the admin "
-               f"token is in {data / 'admin.token'}")
     except BaseException:
         for proc in (worker, controller):
             if proc is not None and proc.poll() is None:
@@ -380,6 +444,24 @@ def cmd_up(args: argparse.Namespace) -> int:
                 except subprocess.TimeoutExpired:
                     proc.kill()
         raise
+    # Both parts run and the worker has registered (or was already running):
+    # rc is up. Record them before anything else can fail, so that rc down
+    # and the next rc up find them.
+    state_path.write_text(json.dumps({"url": url, "serve_pid": serve_pid,
+                                      "worker_pid": worker_pid, "data": str(data)}))
+    try:
+        mine = _wait_settled(admin, host, str(worker_log_path) if args.detach
+                             else "the messages above")
+    except BaseException:
+        if not args.detach:  # the foreground rc up owns its children (it started both)
+            for proc, what in ((worker, "worker"), (controller, "controller")):
+                if proc is not None:
+                    _stop(proc, what)
+            state_path.unlink(missing_ok=True)
+        raise
+    stderr(f"up: controller at {url}, worker on {host} with {', '.join(d['id'] for d in mine)}; "
+           f"the admin token is in {data / 'admin.token'}")
+    _say_out_of_pool(mine, host, data, args, url, points_here, not args.detach)
     if args.detach:
         stderr(f"running in the background (logs in {data}); stop with: rc down"
                + (f" --data {data}" if args.data else ""))

@@ -42,7 +42,8 @@ token (the file wins; blank is ignored); RC_REQUIRE_MANUAL_CLEAR can only
 switch require_manual_clear on (an unparseable non-blank value counts as true).
 Command-line flags (--controller, --devices, --host, ...) override the file.
 
-Errors raise ConfigError naming the file, the key and the problem.
+Errors raise ConfigError naming the file, the key and the problem (a token
+file that cannot be read or is empty: the flag or the file that named it).
 """
 
 from __future__ import annotations
@@ -251,16 +252,26 @@ def load(path: str | None, overrides: dict[str, Any] | None = None,
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
             raise ConfigError(f"{where}: not valid TOML: {e}") from None
     kw = _parse(where, data)
+    # Where token_file came from, for its errors: the flag, or the file's key.
+    token_file_source = f"{where}: token_file"
     for key, value in (overrides or {}).items():
         if value is not None:
             kw.update(_parse("command line", {key: value}))
+            if key == "token_file":
+                token_file_source = "--token-file"
     cfg = WorkerConfig(**kw)
     if not cfg.token and cfg.token_file:
+        named = f"{token_file_source} {cfg.token_file}"
         try:
             with open(cfg.token_file, encoding="utf-8") as f:
                 token = f.read().strip()
         except OSError as e:
-            raise ConfigError(f"{where}: token_file {cfg.token_file}: {e.strerror}") from None
+            raise ConfigError(f"{named}: {e.strerror}") from None
+        except UnicodeDecodeError:
+            raise ConfigError(f"{named}: not a token (not UTF-8 text)") from None
+        if not token:
+            raise ConfigError(f"{named}: the file is empty (it should hold the worker token, "
+                              "rc_...)")
         cfg = dataclasses.replace(cfg, token=token)
     if not cfg.token and env.get("RC_TOKEN", "").strip():
         cfg = dataclasses.replace(cfg, token=env["RC_TOKEN"].strip())
