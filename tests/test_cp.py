@@ -204,7 +204,17 @@ def test_remote_errors_are_shown(fleet, tmp_path):
     (tmp_path / "taken" / "x" / "keep").write_text("old")
     (tmp_path / "x").mkdir()
     res = cp(fleet.alice, str(tmp_path / "x"), f"box:cpu0:{tmp_path}/taken/")
-    assert res.returncode == 1 and b"Directory not empty" in res.stderr  # mv's own words
+    assert res.returncode == 1, res.stderr
+    assert f"{tmp_path}/taken/x is a directory that is not empty; rc cp never merges".encode() \
+        in res.stderr  # the path once, without a doubled slash
+    assert (tmp_path / "taken" / "x" / "keep").read_text() == "old"
+    assert leftovers(tmp_path / "taken") == []
+    # the same refusal, in the same words, on the way down
+    (tmp_path / "src" / "x").mkdir(parents=True)
+    res = cp(fleet.alice, f"box:cpu0:{tmp_path}/src/x", f"{tmp_path}/taken/")
+    assert res.returncode == 1, res.stderr
+    assert f"{tmp_path}/taken/x is a directory that is not empty; rc cp never merges".encode() \
+        in res.stderr
     assert (tmp_path / "taken" / "x" / "keep").read_text() == "old"
     assert leftovers(tmp_path / "taken") == []
 

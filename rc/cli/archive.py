@@ -184,10 +184,16 @@ trap 'exit 129' HUP; trap 'exit 143' TERM; trap 'exit 130' INT
 case $1 in /*) ;; *) cd -- "$HOME" 2>/dev/null || cd / ;; esac
 if [ -d "$1" ] || [ "${1%/}" != "$1" ]; then dir=$1; final=$2
 else dir=$(dirname -- "$1"); final=$(basename -- "$1"); fi
+while [ "${dir%/}" != "$dir" ] && [ "${dir%/}" != "" ]; do dir=${dir%/}; done
 mkdir -p -- "$dir"
 tmp=$(mktemp -d "$dir/.rc-cp.XXXXXX")
 trap 'rm -rf -- "$tmp"' EXIT
 tar -x -p -B --no-same-owner -b 128 -f - -C "$tmp"
+if [ -d "$dir/$final" ] && [ ! -L "$dir/$final" ] && [ -n "$(ls -A -- "$dir/$final")" ]; then
+  echo "rc cp: $dir/$final is a directory that is not empty; rc cp never merges" \
+       "into one (remove it, or copy to another name)" >&2
+  exit 1
+fi
 mv -T -- "$tmp/$2" "$dir/$final"
 """
 """`sh -c UPLOAD_SCRIPT sh DEST NAME`: extract a tar of NAME from stdin and

@@ -328,6 +328,9 @@ def _download(c: Client, src: Remote, dst: str, hold: int | None) -> int:
         if local_error is not None:
             raise RcError(f"copy from {src.device} refused: {local_error}")
         target = os.path.join(parent, final)
+        if os.path.isdir(target) and not os.path.islink(target) and os.listdir(target):
+            raise RcError(f"{target} is a directory that is not empty; rc cp never merges "
+                          "into one (remove it, or copy to another name)")
         try:
             os.rename(os.path.join(tmp, top), target)
         except OSError as e:
