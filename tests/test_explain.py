@@ -107,6 +107,13 @@ def test_the_user_cap(lab):
     # a capped job ahead does not count as ahead of anyone
     late, _ = lb.submit("carol")
     assert lb.job(late).state is JobState.ASSIGNED
+    # ... but it does of its own submitter's later jobs: they wait behind it
+    second, _ = lb.submit("alice")
+    dave, _ = lb.submit("dave")  # the fleet is full now: dave waits too
+    positions = lb.read(lambda tx: views.state(tx, lb.ctl.policy).queue_positions)
+    assert (positions[str(capped)], positions[str(second)], positions[str(dave)]) == (1, 2, 1)
+    assert lb.read(views.job_view, second, lb.ctl.policy).queue_position == 2
+    assert f"job {capped}" in reasons(lb, second)
 
 
 def test_ceiling_and_vanished_targets(lab):

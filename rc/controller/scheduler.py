@@ -312,17 +312,23 @@ class Snapshot:
         """The queued job with this id, or None."""
         return next((j for j in self.queue if j.id == job_id), None)
 
+    def _submitters(self) -> dict[int, str]:
+        return {j.id: j.submitter for j in self.queue}
+
     def rivals(self, job_id: int) -> list[int]:
         """Queued jobs ahead of this one in scheduling order that want a device
-        it could use and are not held back by the per-user cap: the jobs that
-        get such a device before it does."""
+        it could use: the jobs that get such a device before it does. A job
+        held back by the per-user cap is a rival only of its submitter's later
+        jobs (they wait behind it; other users' jobs do not)."""
         p = self.plan
+        owner = self._submitters()
         mine = set(p.candidates.get(job_id, ()))
         out = []
         for other in p.order:
             if other == job_id:
                 return out
-            if other not in p.capped and mine.intersection(p.candidates.get(other, ())):
+            if (other not in p.capped or owner.get(other) == owner.get(job_id)) and \
+                    mine.intersection(p.candidates.get(other, ())):
                 out.append(other)
         return []
 
@@ -347,11 +353,16 @@ class Snapshot:
         sets = [frozenset(g) for g in groups]
         overlaps = [[h for h, other in enumerate(sets) if s & other] for s in sets]
         seen = [0] * len(sets)
+        capped_seen: dict[tuple[str, int], int] = {}  # (submitter, group) → capped jobs
+        owner = self._submitters()
         out = {}
         for job_id in p.order:
             g = groups[p.candidates.get(job_id, ())]
-            out[job_id] = 1 + sum(seen[h] for h in overlaps[g])
-            if job_id not in p.capped:
+            who = owner.get(job_id, "")
+            out[job_id] = 1 + sum(seen[h] + capped_seen.get((who, h), 0) for h in overlaps[g])
+            if job_id in p.capped:
+                capped_seen[(who, g)] = capped_seen.get((who, g), 0) + 1
+            else:
                 seen[g] += 1
         return out
 
