@@ -11,7 +11,6 @@ from rc.cli.output import (
     add_output_flag,
     command_text,
     duration,
-    escape_controls,
     print_json,
     table,
     when,
@@ -195,7 +194,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
                  c.get("/v1/devices", params={"labels": "false"})["devices"]}
         for d in ex["matching"]:
             why = "free" if d in ex["free"] else _not_free(views.get(d))
-            print(escape_controls(f"  {d}  {why}"))
+            print(f"  {d}  {why}")  # stdout escapes control characters (rc.cli.main)
         print(f"free: {len(ex['free'])}/{len(ex['matching'])}")
         print(f"queue depth: {ex['queue_depth']}")
         return 0
