@@ -1,4 +1,5 @@
-"""The relay without processes: pipes, sessions, timeouts, frames, locations.
+"""The relay without processes: pipes, sessions, timeouts, frames, a
+terminal's first size and end of input, locations.
 
 The controller's Relay runs on a real event loop with a fake clock; the
 frame codec is the one the worker and the CLI share.
@@ -7,16 +8,21 @@ frame codec is the one the worker and the CLI share.
 from __future__ import annotations
 
 import asyncio
+import os
+import threading
 
 import pytest
 
 from rc.cli.context import UsageError
 from rc.cli.copy import Remote, parse_location
+from rc.cli.relay import _pump_stdin
 from rc.controller.errors import Refused
 from rc.controller.relay import Ended, Pipe, Relay
 from rc.proto.model import Stdio
 from rc.proto.relay import FrameDecoder, FrameError, data_frame, resize_frame
 from rc.proto.wire import SessionReport, SessionRequest
+from rc.worker.attached import Terminal
+from tests.harness import wait_until
 
 
 def run(coro):
@@ -207,6 +213,81 @@ def test_malformed_frames_are_errors(line):
 def test_an_overlong_frame_is_an_error():
     with pytest.raises(FrameError, match="longer"):
         FrameDecoder().feed(b"x" * ((1 << 20) + 1))
+
+
+# -- the first window size of a terminal ---------------------------------------------------
+
+
+class _Input:
+    """A worker's input half that yields `frames`, then stays open until closed."""
+
+    path = "/v1/jobs/1/tty/in"
+
+    def __init__(self, frames: list[bytes]) -> None:
+        self.frames = frames
+        self.closed = threading.Event()
+
+    def __iter__(self):
+        yield from self.frames
+        self.closed.wait(30)
+
+
+class _Halves:
+    def __init__(self, frames: list[bytes]) -> None:
+        self.inp = _Input(frames)
+
+    def close(self) -> None:
+        self.inp.closed.set()
+
+
+@pytest.mark.parametrize("rows,cols,want", [(0, 0, (24, 80)), (0, 132, (24, 80)),
+                                            (40, 120, (40, 120))])
+def test_the_clients_first_resize_frame_settles_a_terminals_size(rows, cols, want):
+    """Whatever the first frame says, 0x0 included (the client does not know
+    its size), the worker stops waiting for one (TTY_SIZE_WAIT_S is only for
+    a client that never sends any)."""
+    halves = _Halves([resize_frame(rows, cols)])
+    term = Terminal(halves, lambda sending: None, None)
+    try:
+        wait_until(lambda: term.size is not None, 10, "the first frame to settle the size")
+        assert term.wait_size(3600) == want
+    finally:
+        halves.close()
+        term.close()
+
+
+class _Upload:
+    def __init__(self) -> None:
+        self.sent: list[bytes] = []
+        self.finished = False
+
+    def send(self, data: bytes) -> None:
+        self.sent.append(data)
+
+    def finish(self) -> None:
+        self.finished = True
+
+
+class _NoSizeTerminal:
+    is_tty = True
+
+    def size(self) -> tuple[int, int]:
+        return 0, 0
+
+
+def test_stdin_ending_adds_nothing_to_a_terminal_session_and_0x0_is_sent_as_24x80():
+    up = _Upload()
+    r, w = os.pipe()
+    wake_r, wake_w = os.pipe()
+    try:
+        os.write(w, b"ab")
+        os.close(w)
+        _pump_stdin(up, r, _NoSizeTerminal(), wake_r)
+    finally:
+        for fd in (r, wake_r, wake_w):
+            os.close(fd)
+    assert up.sent == [resize_frame(24, 80), data_frame(b"ab")]
+    assert up.finished
 
 
 # -- rc cp locations --------------------------------------------------------------------

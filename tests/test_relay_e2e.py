@@ -15,12 +15,13 @@ import struct
 import subprocess
 import termios
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from rc.cli.relay import wait_session
 from rc.proto.errors import ApiError
 from rc.proto.relay import Download, Upload
 from rc.worker.attached import CTTY_SHIM
@@ -304,9 +305,9 @@ def test_a_command_that_cannot_start_and_a_terminal_fed_from_a_pipe(fleet):
         assert res.returncode == 127 and b"cannot start" in res.stderr, res.stderr
     finally:
         fleet.alice.run("release", str(held))
-    # no terminal here: keys come from a pipe, its end is ^D on the far terminal
+    # no terminal here: keys come from a pipe (its end adds nothing: the shell exits itself)
     res = fleet.alice.run("run", "--tty", "--", "sh", "-i",
-                          input=b"echo piped-$((1+2))\n")
+                          input=b"echo piped-$((1+2))\nexit\n")
     assert res.returncode == 0, res.stderr
     assert b"piped-3" in res.stdout
 
@@ -321,5 +322,124 @@ def test_ctrl_c_on_exec_ends_the_remote_command(fleet):
         proc.communicate(timeout=20)
         assert proc.returncode == 130
         wait_until(lambda: not pid_alive(pid), 15, "the remote command to end")
+    finally:
+        fleet.alice.run("release", str(held))
+
+
+# -- terminal sessions: signals, end of input, startup -------------------------------------
+
+
+def _status_fields(out: bytes) -> dict[bytes, int]:
+    """SigIgn and SigBlk as printed from /proc/PID/status."""
+    return {k: int(v, 16) for k, v in re.findall(rb"(SigIgn|SigBlk):\s*([0-9a-f]+)", out)}
+
+
+# the shell reads its own status with builtins: a child reading it could catch the
+# shell with every signal blocked for a moment (dash does so around vfork)
+SIGNALS_CMD = ("sh", "-c", ("yes | head -1 >/dev/null; while IFS= read -r l; do case $l in "
+                            "SigIgn*|SigBlk*) echo \"$l\";; esac; done < /proc/$$/status; "
+                            "echo signals-done"))
+
+
+def test_terminal_commands_start_with_default_signal_dispositions(fleet, pty_cli):
+    """A terminal's command gets what a login gets: no signal ignored (the
+    Python worker and its shim ignore SIGPIPE and SIGXFSZ) and none blocked,
+    so `yes | head -1` ends quietly."""
+    held = hold(fleet.alice, "box:cpu0")
+    try:
+        for args in (("shell", str(held)), ("run", "--tty", "-d", "box:cpu1")):
+            t = pty_cli(fleet.alice, *args, "--", *SIGNALS_CMD)
+            t.expect(b"signals-done")
+            assert t.wait() == 0
+            fields = _status_fields(t.seen)
+            assert fields == {b"SigIgn": 0, b"SigBlk": 0}, (args[0], t.seen)
+            assert b"Broken pipe" not in t.seen, t.seen
+    finally:
+        fleet.alice.run("release", str(held))
+
+
+def test_end_of_input_sends_nothing_to_a_terminal(fleet):
+    """`rc shell` fed from a pipe: what the pipe held reaches the far
+    terminal, its end adds nothing (no ^D, which a terminal switched to raw
+    mode reads as a NUL byte), and the session still runs to its end."""
+    held = hold(fleet.alice, "box:cpu0")
+    go = fleet.tmp / f"go-{held}"
+    os.mkfifo(go)
+    seen = len(fleet.worker.log())
+    try:
+        # raw at once; read what is pending only once the test says the input ended
+        r, w = os.pipe()
+        proc = fleet.alice.popen(
+            "shell", str(held), "--", "sh", "-c",
+            f"stty raw -echo min 0 time 0; read _ < {go}; "
+            "echo got:$(dd bs=64 count=1 2>/dev/null | od -An -tx1); exit 3", stdin=r)
+        os.close(r)
+        os.write(w, b"ab")
+        os.close(w)
+        # the worker saw the input end: everything rc sent is in the terminal by now
+        wait_until(lambda: re.search(rf"input ended: /v1/jobs/{held}/sessions/\d+/tty/in",
+                                     fleet.worker.log()[seen:]), 20,
+                   "the worker to see the end of the input")
+
+        def tell() -> bool:
+            try:
+                fd = os.open(go, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError:  # ENXIO: the command is not reading the fifo yet
+                return False
+            os.write(fd, b"\n")
+            os.close(fd)
+            return True
+
+        wait_until(tell, 20, "the command to wait on the fifo")
+        out, err = proc.communicate(timeout=30)
+        assert proc.returncode == 3, err
+        got = re.search(rb"got:([ 0-9a-f]*)", out)
+        assert got is not None, out
+        assert got.group(1).split() == [b"61", b"62"], out
+    finally:
+        fleet.alice.run("release", str(held))
+
+
+def _raw(t: PtyCli) -> Callable[[], bool]:
+    """Whether rc has made its terminal raw (no signals, no line editing)."""
+    return lambda: not termios.tcgetattr(t.slave)[3] & (termios.ISIG | termios.ICANON)
+
+
+def test_ctrl_c_typed_at_the_start_reaches_the_remote_command(fleet, pty_cli):
+    """A Ctrl-C typed as soon as rc has made the terminal raw, before the far
+    side is up, interrupts the remote command (it is not lost in the startup
+    window to a terminal nobody controls yet, which only echoed it)."""
+    held = hold(fleet.alice, "box:cpu0")
+    try:
+        for args, sleep in ((("shell", str(held)), "61.25"),
+                            (("run", "--tty", "-d", "box:cpu1"), "61.75")):
+            t = pty_cli(fleet.alice, *args, "--", "sleep", sleep)
+            wait_until(_raw(t), 20, "rc to make its terminal raw")
+            t.send(b"\x03")
+            assert t.wait(30) == 130, t.seen
+            assert t.restored()
+    finally:
+        fleet.alice.run("release", str(held))
+
+
+
+def test_a_session_that_could_not_start_can_still_be_attached_to(fleet):
+    """A command that cannot start ends its session cleanly with empty output:
+    a client attaching only after the worker gave up still reads that end
+    (and then the exit code), instead of being refused because the worker's
+    output connection "broke"."""
+    alice = fleet.ctl.client(fleet.alice.env["RC_TOKEN"])
+    held = hold(fleet.alice, "box:cpu1")
+    try:
+        sid = alice.post(f"/v1/jobs/{held}/sessions",
+                         {"stdio": "pipe", "command": ["/no/such/program"]})["session_id"]
+        final = wait_session(alice, held, sid)
+        assert final["exit_code"] == 127 and "cannot start" in final["reason"], final
+        base = f"/v1/jobs/{held}/sessions/{sid}"
+        down = Download(alice, base + "/tty/out")
+        try:
+            assert down.read() == b""
+        finally:
+            down.close()
     finally:
         fleet.alice.run("release", str(held))

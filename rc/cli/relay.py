@@ -9,7 +9,12 @@
   remote foreground process, and window resizes follow. rc exits with the
   job's exit code.
 - `rc shell HOLD [-- CMD]`: the same inside a hold you have, with no second
-  lease; its processes end with the hold.
+  lease (and no queue, so the terminal is raw from the start); its
+  processes end with the hold.
+- Keys typed before the far side is up are kept and delivered once its
+  command runs (a Ctrl-C among them interrupts it). Keys from a pipe or a
+  file: their end sends nothing more (no ^D), the session goes on until
+  the command ends.
 - `rc exec HOLD -- CMD`: CMD inside the hold with stdin and stdout wired
   through byte for byte (pipe mode, for scripts); its stderr is shown when
   it ends; rc exits with its code.
@@ -44,6 +49,8 @@ __all__ = ["add_parsers", "cmd_run_tty", "cmd_shell", "cmd_exec", "LocalTerminal
 
 TTY_CHUNK = 4096
 """Bytes of keyboard input per frame (inventory §10)."""
+DEFAULT_SIZE = (24, 80)
+"""The window size announced when there is no terminal, or it reports none."""
 PIPE_CHUNK = 1 << 20
 OVER_GRACE_S = 5.0
 """After the job or session ended, how long its output may still arrive."""
@@ -155,13 +162,21 @@ def open_halves(c: Client, base: str) -> tuple[Upload, Download]:
     return up, down
 
 
+def _first_size(term: LocalTerminal) -> tuple[int, int]:
+    """The size announced first: the terminal's, else DEFAULT_SIZE (a 0x0
+    answer would leave the far side waiting for a real one)."""
+    rows, cols = term.size()
+    return (rows, cols) if rows and cols else DEFAULT_SIZE
+
+
 def _pump_stdin(up: Upload, fd: int, term: LocalTerminal | None, wake: int) -> None:
-    """stdin → the session: frames in tty mode (resize first and on every
-    SIGWINCH, which writes to `wake`), raw chunks in pipe mode; end of file
-    ends the input."""
+    """stdin → the session: frames in tty mode (the window size first and on
+    every SIGWINCH, which writes to `wake`), raw chunks in pipe mode. End of
+    file ends the input and adds nothing to it (in tty mode the far side's
+    process just gets no more keys; the session goes on)."""
     try:
         if term is not None:
-            up.send(resize_frame(*(term.size() if term.is_tty else (24, 80))))
+            up.send(resize_frame(*_first_size(term)))
         try:
             os.fstat(fd)
         except OSError:  # no stdin at all: end of file at once
@@ -176,8 +191,6 @@ def _pump_stdin(up: Upload, fd: int, term: LocalTerminal | None, wake: int) -> N
             if fd in ready:
                 data = os.read(fd, TTY_CHUNK if term is not None else PIPE_CHUNK)
                 if not data:
-                    if term is not None:  # piped into a terminal: end of file is ^D there
-                        up.send(data_frame(b"\x04"))
                     up.finish()
                     return
                 up.send(data_frame(data) if term is not None else data)
@@ -313,8 +326,8 @@ def cmd_run_tty(args: argparse.Namespace, command: list[str]) -> int:
         if job is None:
             return 130
         stderr(f"job {job['id']} on {job['device_id']}")
+        term.raw()  # from here every key, Ctrl-C included, is for the far side
         up, down = open_halves(c, f"/v1/jobs/{job['id']}")
-        term.raw()
         clean = splice(up, down, term, _job_over(c, job["id"]))
     return exit_status(_final_job(c, job["id"], clean))
 
@@ -334,6 +347,7 @@ def open_session(c: Client, hold: int, body: dict) -> dict:
 def cmd_shell(args: argparse.Namespace) -> int:
     c = client(args)
     with LocalTerminal(0) as term:
+        term.raw()  # keys typed from now on, Ctrl-C included, are for the far side
         rows, cols = term.size()
         view = open_session(c, args.hold, {
             "stdio": "tty", "command": _command(args.command),
@@ -341,7 +355,6 @@ def cmd_shell(args: argparse.Namespace) -> int:
             "env": _env(args.env, True), "rows": rows, "cols": cols})
         sid = view["session_id"]
         up, down = open_halves(c, f"/v1/jobs/{args.hold}/sessions/{sid}")
-        term.raw()
         clean = splice(up, down, term, _session_over(c, args.hold, sid))
     return _session_code(c, _final_session(c, args.hold, sid, clean))
 

@@ -11,15 +11,22 @@ GET .../tty/in for input; rc.proto.relay) and only then start the process,
 so nothing runs that nobody could reach.
 
 - tty: a pseudo-terminal. The process leads a new session with the terminal
-  as its controlling terminal (a two-line shim does TIOCSCTTY before exec, as
+  as its controlling terminal (a short shim does TIOCSCTTY before exec, as
   subprocess cannot do that without preexec_fn in a threaded worker), so
-  job control works and ^C/^Z reach the foreground process group. The
-  initial size comes with a session start, else from the client's first
-  resize frame (waiting at most TTY_SIZE_WAIT_S, then 24x80). Resize frames
-  are applied as they come (a zero row or column count is ignored). No
-  command means the login shell of the worker's user. After the process
-  exits its output gets TTY_DRAIN_S to drain; what is left of its terminal
-  session (background jobs) is hung up, then killed.
+  job control works and ^C/^Z reach the foreground process group. The shim
+  also gives the command default signal dispositions and an empty signal
+  mask (its own Python ignores SIGPIPE and SIGXFSZ), and tells the worker
+  when the exec happened: keys (and resizes) that came before, typed while
+  the job queued or the session started, are written to the terminal only
+  then, so a ^C among them reaches the command instead of a terminal that
+  has no foreground process group yet. The initial size comes with a
+  session start, else from the client's first resize frame (one saying 0x0
+  means 24x80; a client that sends none is waited for at most
+  TTY_SIZE_WAIT_S). Later resize frames are applied as they come (a zero
+  row or column count is ignored). No command means the login shell of the
+  worker's user. After the process exits its output gets TTY_DRAIN_S to
+  drain; what is left of its terminal session (background jobs) is hung
+  up, then killed.
 - pipe: stdin from the relay (through a pipe the worker owns), stdout to the
   relay byte for byte, stderr kept: a job's in its log (LogSink), a
   session's last STDERR_TAIL_BYTES in its final report.
@@ -62,7 +69,12 @@ log = logging.getLogger("rc.worker.attached")
 TTY_DEFAULT_SIZE = (24, 80)
 """Rows and columns of a terminal whose client never said (inventory §10)."""
 TTY_SIZE_WAIT_S = 3.0
-"""How long a terminal job waits for its client's first resize frame."""
+"""How long a terminal job waits for its client's first resize frame (the
+client sends one as soon as it attaches, so this is only a fallback)."""
+EXEC_WAIT_S = 10.0
+"""How long a terminal's input is held back waiting for its shim to exec."""
+EXEC_FD_ENV = "RC_EXEC_FD"
+"""The shim's environment variable naming its exec-notice descriptor."""
 TTY_DRAIN_S = 2.0
 """After a terminal's process exits, how long its output may still drain."""
 STDERR_TAIL_BYTES = 64 << 10
@@ -78,15 +90,26 @@ PIPE_BYTES = 1 << 20
 FLUSH_S = 300.0
 
 CTTY_SHIM = (
-    "import fcntl,os,sys,termios\n"
+    "import fcntl,os,signal,sys,termios\n"
     "fcntl.ioctl(0,termios.TIOCSCTTY,0)\n"
+    "for s in range(1,signal.NSIG):\n"
+    " try:signal.signal(s,signal.SIG_DFL)\n"
+    " except(OSError,ValueError):pass\n"
+    "signal.pthread_sigmask(signal.SIG_SETMASK,())\n"
+    f"w=os.environ.pop({EXEC_FD_ENV!r},'')\n"
+    "if w:os.set_inheritable(int(w),False)\n"
     "try:os.execvp(sys.argv[1],sys.argv[1:])\n"
     "except OSError as e:\n"
-    " os.write(2,('rc: cannot start %r: %s\\r\\n'%(sys.argv[1],e.strerror or e)).encode())\n"
+    " os.write(2,('rc: cannot start %r: %s\\n'%(sys.argv[1],e.strerror or e)).encode())\n"
     " os._exit(127 if isinstance(e,FileNotFoundError) else 126)\n"
 )
 """Run as `python -I -S -c CTTY_SHIM argv...` with the terminal on fds 0-2 in a
-new session: make it the controlling terminal, then exec argv."""
+new session: make it the controlling terminal, reset every signal to its
+default and unblock them all (as a login does; Python itself ignores SIGPIPE
+and SIGXFSZ), then exec argv. With RC_EXEC_FD=N in its environment (taken
+out of the command's) it keeps descriptor N open until the exec, so whoever
+holds the other end of that pipe sees end of file once argv runs (or the
+shim failed)."""
 
 
 # -- the relay's worker halves ------------------------------------------------------
@@ -173,6 +196,25 @@ def _write_all(fd: int, data: bytes, stop: threading.Event) -> bool:
             return False
         view = view[n:]
     return True
+
+
+def _wait_closed(fd: int, timeout: float) -> bool:
+    """Wait up to `timeout` seconds for end of file on the pipe `fd` reads
+    (every copy of its write end closed); False if it did not come."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN | select.POLLHUP)
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        if not poller.poll(max(1, int(left * 1000))):
+            continue
+        try:
+            if not os.read(fd, 512):
+                return True
+        except OSError:
+            return True
 
 
 def _join(t: threading.Thread, timeout: float) -> None:
@@ -264,6 +306,8 @@ class Process:
             for chunk in self.halves.inp:
                 if self.stop.is_set() or not self._input(chunk):
                     break
+            else:
+                log.info("input ended: %s", self.halves.inp.path)
         except (TransportError, FrameError) as e:
             log.info("input stream ended: %s", e)
         self._input_ended()
@@ -307,18 +351,28 @@ class Terminal(Process):
     def start(self, argv: list[str], env: dict[str, str], cwd: str | None, note: bytes) -> None:
         rows, cols = self.wait_size(TTY_SIZE_WAIT_S)
         master, slave = os.openpty()
+        execd, execd_w = os.pipe()
         try:
             _set_size(master, rows, cols)
             if note:
                 os.write(slave, note.replace(b"\n", b"\r\n"))
             shim = [sys.executable, "-I", "-S", "-c", CTTY_SHIM, *argv]
-            self.group = supervise.spawn(shim, cwd=cwd, env=env, stdin=slave, stdout=slave,
-                                         stderr=slave)
+            self.group = supervise.spawn(shim, cwd=cwd, env={**env, EXEC_FD_ENV: str(execd_w)},
+                                         stdin=slave, stdout=slave, stderr=slave,
+                                         pass_fds=(execd_w,))
         except BaseException:
             os.close(master)
+            os.close(execd)
             raise
         finally:
             os.close(slave)
+            os.close(execd_w)
+        try:
+            if not _wait_closed(execd, EXEC_WAIT_S):
+                log.warning("%s: the terminal's command did not start within %gs; passing "
+                            "input on anyway", self.halves.inp.path, EXEC_WAIT_S)
+        finally:
+            os.close(execd)
         os.set_blocking(master, False)
         self.out_fd = master
         with self.cond:
@@ -330,9 +384,9 @@ class Terminal(Process):
         for ev in self.decoder.feed(chunk):
             with self.cond:
                 if ev[0] == "r" and self.master is None and self.size is None:
-                    if ev[1] and ev[2]:
-                        self.size = (ev[1], ev[2])
-                        self.cond.notify_all()
+                    # the client's answer, even 0x0 (it does not know): no more waiting
+                    self.size = (ev[1], ev[2]) if ev[1] and ev[2] else TTY_DEFAULT_SIZE
+                    self.cond.notify_all()
                     continue
                 self.cond.wait_for(lambda: self.master is not None or self.stop.is_set())
                 master = self.master

@@ -155,6 +155,9 @@ def _session(agent, st: SessionStart) -> None:
     try:
         proc.start(argv, env, cwd, note)
     except OSError as e:
+        # nothing ran, so its (empty) output is complete: end it cleanly, so a
+        # client attaching only now still reads that end instead of a break
+        proc.output_ended = True
         proc.finish()
         code = 127 if isinstance(e, FileNotFoundError) else 126
         _report(agent, st, "ended", code, f"cannot start: {e.strerror or e}", tail)
