@@ -66,10 +66,11 @@ def make_worker(tmp_path, env, pyz) -> Iterator:
 
     def make(ctl: Controller, host: str = "testhost", devices: str = "cpu:2", *,
              wait: bool = True, token: str | None = None, extra: list[str] | None = None,
-             config: Path | None = None, worker_env: dict[str, str] | None = None) -> Worker:
+             config: Path | None = None, worker_env: dict[str, str] | None = None,
+             launcher: list[str] | None = None) -> Worker:
         tok = token or ctl.token(f"worker-{host}-{len(made)}", "worker")
         w = Worker(ctl.url, tok, tmp_path / "workers", worker_env or env, host=host,
-                   devices=devices, extra=extra, pyz=pyz, config=config)
+                   devices=devices, extra=extra, pyz=pyz, config=config, launcher=launcher)
         seen = len(w.log())  # the log file is shared by worker processes of a host
         w.start()
         made.append(w)

@@ -152,7 +152,9 @@ class Worker:
 
     def __init__(self, url: str, token: str, workdir: Path, env: dict[str, str],
                  host: str = "testhost", devices: str = "cpu:2", extra: list[str] | None = None,
-                 pyz: Path | None = None, config: Path | None = None) -> None:
+                 pyz: Path | None = None, config: Path | None = None,
+                 launcher: list[str] | None = None) -> None:
+        self.launcher = launcher or []  # e.g. ["nohup"]: what the worker is started under
         self.url, self.token, self.workdir, self.env = url, token, workdir, dict(env)
         self.host, self.devices, self.extra, self.pyz = host, devices, extra or [], pyz
         self.config = config
@@ -170,7 +172,7 @@ class Worker:
             args += ["--devices", self.devices]
         if self.config:
             args += ["--config", str(self.config)]
-        return base + args + self.extra
+        return self.launcher + base + args + self.extra
 
     def start(self) -> Worker:
         self.workdir.mkdir(parents=True, exist_ok=True)

@@ -183,3 +183,13 @@ def test_closed_output_leaves_the_job_running(fleet, cli, controller):
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
+
+
+def test_jobs_start_with_default_signal_dispositions_under_nohup(controller, make_worker, cli):
+    """A worker started under nohup ignores SIGHUP; its jobs must not inherit
+    that (nor anything else ignored), or a job's own children outlive a hangup."""
+    make_worker(controller, host="nohup", devices="cpu:1", launcher=["nohup"])
+    res = cli.run("run", "-d", "nohup:cpu0", "--", "grep", "-E", "^Sig(Ign|Blk)",
+                  "/proc/self/status")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == b"SigBlk:\t0000000000000000\nSigIgn:\t0000000000000000\n"

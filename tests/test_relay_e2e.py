@@ -257,6 +257,10 @@ def test_another_users_token_cannot_attach(fleet):
         with pytest.raises(ApiError) as e:
             bob.post(f"/v1/jobs/{held}/sessions", {"stdio": "pipe", "command": ["true"]})
         assert e.value.status == 403
+        assert e.value.message.startswith(f"hold {held} belongs to alice")
+        with pytest.raises(ApiError) as e:  # a job that is not a hold is not called one
+            bob.post(f"/v1/jobs/{jid}/sessions", {"stdio": "pipe", "command": ["true"]})
+        assert e.value.message.startswith(f"job {jid} belongs to alice")
         with pytest.raises(ApiError) as e:  # a user token is not a worker
             Upload(alice, f"/v1/jobs/{jid}/tty/out")
         assert e.value.status == 403
@@ -443,3 +447,19 @@ def test_a_session_that_could_not_start_can_still_be_attached_to(fleet):
             down.close()
     finally:
         fleet.alice.run("release", str(held))
+
+
+def test_exec_takes_a_relative_cwd_from_where_rc_runs_and_refuses_an_ended_hold(fleet):
+    held = hold(fleet.alice, "box:cpu1")
+    try:
+        (fleet.alice.cwd / "sub dir").mkdir(exist_ok=True)
+        res = fleet.alice.run("exec", str(held), "--cwd", "sub dir", "--", "pwd")
+        assert (res.returncode, res.stdout) == (0, f"{fleet.alice.cwd / 'sub dir'}\n".encode()), \
+            res.stderr
+    finally:
+        fleet.alice.run("release", str(held))
+    alice = fleet.ctl.client(fleet.alice.env["RC_TOKEN"])
+    wait_until(lambda: job(alice, held)["state"] == "killed", 20, "the hold to end")
+    with pytest.raises(ApiError) as e:
+        alice.post(f"/v1/jobs/{held}/sessions", {"stdio": "pipe", "command": ["true"]})
+    assert (e.value.code, e.value.message) == ("session_ended", f"hold {held} has ended (killed)")

@@ -39,7 +39,7 @@ import time
 import tty
 from collections.abc import Callable
 
-from rc.cli.context import UsageError, client, stderr
+from rc.cli.context import UsageError, client, job_cwd, stderr
 from rc.proto.client import Client
 from rc.proto.errors import ApiError, RcError, TransportError
 from rc.proto.relay import Download, Upload, data_frame, resize_frame
@@ -80,11 +80,23 @@ def _session_parser(sub, name: str, help: str, description: str, command_help: s
                    help="an environment variable (repeatable)")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD", help=command_help)
     add_client_flags(p)
-    p.set_defaults(handler=f"relay:cmd_{name}")
+    p.set_defaults(handler=f"relay:cmd_{name}", session_parser=p)
 
 
-def _command(raw: list[str]) -> list[str]:
-    return raw[1:] if raw[:1] == ["--"] else list(raw)
+def _command(args: argparse.Namespace) -> list[str]:
+    """The command of `rc shell`/`rc exec`, after reading the options written
+    between HOLD and `--` (argparse's remainder takes everything after HOLD,
+    so `rc exec 42 --cwd data -- ls` would otherwise run "--cwd")."""
+    raw = list(args.command)
+    if "--" in raw:
+        head, raw = raw[:raw.index("--")], raw[raw.index("--") + 1:]
+    elif raw[:1] and raw[0].startswith("-"):
+        head, raw = raw, []  # options and no command: a login shell
+    else:
+        head = []
+    if head:
+        args.session_parser.parse_args([*head, str(args.hold)], namespace=args)
+    return raw
 
 
 # -- the local terminal -------------------------------------------------------------
@@ -345,13 +357,14 @@ def open_session(c: Client, hold: int, body: dict) -> dict:
 
 
 def cmd_shell(args: argparse.Namespace) -> int:
+    command = _command(args)
     c = client(args)
     with LocalTerminal(0) as term:
         term.raw()  # keys typed from now on, Ctrl-C included, are for the far side
         rows, cols = term.size()
         view = open_session(c, args.hold, {
-            "stdio": "tty", "command": _command(args.command),
-            "cwd": args.cwd if args.cwd is not None else os.getcwd(),
+            "stdio": "tty", "command": command,
+            "cwd": job_cwd(args.cwd),
             "env": _env(args.env, True), "rows": rows, "cols": cols})
         sid = view["session_id"]
         up, down = open_halves(c, f"/v1/jobs/{args.hold}/sessions/{sid}")
@@ -368,13 +381,13 @@ def _final_session(c: Client, hold: int, sid: int, clean: bool) -> dict:
 
 
 def cmd_exec(args: argparse.Namespace) -> int:
-    command = _command(args.command)
+    command = _command(args)
     if not command:
         raise UsageError("give a command after --, e.g. rc exec 42 -- python3 train.py")
     c = client(args)
     view = open_session(c, args.hold, {
         "stdio": "pipe", "command": command,
-        "cwd": args.cwd if args.cwd is not None else os.getcwd(),
+        "cwd": job_cwd(args.cwd),
         "env": _env(args.env, False)})
     sid = view["session_id"]
     up, down = open_halves(c, f"/v1/jobs/{args.hold}/sessions/{sid}")

@@ -37,6 +37,31 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _still_ignored(signum, frame) -> None:
+    """A signal the worker was started ignoring (nohup: SIGHUP): still ignored."""
+
+
+def unignore_inherited_signals() -> list[int]:
+    """Replace every signal disposition this process inherited as "ignore"
+    (from nohup, a service manager, a shell) by a handler that does nothing.
+    The worker goes on ignoring them, but a handler, unlike "ignore", is
+    reset to the default by exec, so jobs start with default dispositions as
+    a login would (SIGPIPE and SIGXFSZ, which Python itself ignores, are
+    restored by subprocess). Returns the signals changed."""
+    changed = []
+    skip = {signal.SIGKILL, signal.SIGSTOP, signal.SIGPIPE, signal.SIGXFSZ}
+    for sig in signal.valid_signals():
+        if sig in skip:
+            continue
+        try:
+            if signal.getsignal(sig) == signal.SIG_IGN:
+                signal.signal(sig, _still_ignored)
+                changed.append(sig)
+        except (OSError, ValueError):  # real-time signals the libc keeps for itself
+            continue
+    return changed
+
+
 def main(argv: list[str] | None = None) -> int:
     """`rc worker ...` (argv without the word "worker"); returns the exit code."""
     return run(build_parser().parse_args(argv))
@@ -82,6 +107,7 @@ def run(args: argparse.Namespace) -> int:
             "running as PID 1: orphaned processes of jobs become this worker's children and "
             "are never reaped; run it under an init (docker --init, tini, or a pod with "
             "shareProcessNamespace)")
+    unignore_inherited_signals()
     client = Client(url, cfg.token, cacert=cfg.cacert or None)
     agent = Agent(cfg, client)
     agent.ready_fd = args.ready_fd  # `rc up` learns of the first registration there

@@ -256,14 +256,17 @@ async def open_session(request: Request):
     row = await c.db.read(lambda tx: tx.one("job_brief", (hold_id,)))
     if row is None:
         raise Refused.not_found(f"no job {hold_id}")
-    _owner_check(who, row["submitter"], f"hold {hold_id}")
-    if row["kind"] != JobKind.HOLD:
+    is_hold = row["kind"] == JobKind.HOLD
+    _owner_check(who, row["submitter"], f"{'hold' if is_hold else 'job'} {hold_id}")
+    if not is_hold:
         raise Refused.conflict(ErrorCode.NOT_A_HOLD,
                                f"job {hold_id} is not a hold (sessions run inside holds; "
                                "rc run --tty starts a terminal job of its own)")
     if row["state"] not in (JobState.ASSIGNED, JobState.RUNNING):
         raise Refused.conflict(ErrorCode.SESSION_ENDED,
-                               f"hold {hold_id} is {row['state']}, not running")
+                               f"hold {hold_id} has ended ({row['state']})"
+                               if JobState(row["state"]).terminal else
+                               f"hold {hold_id} is not granted yet ({row['state']})")
     if not req.stdio.attached:
         raise Refused.bad(ErrorCode.BAD_REQUEST, "a session's stdio is tty or pipe")
     if not (0 <= req.rows < 65536 and 0 <= req.cols < 65536):
