@@ -2,7 +2,8 @@
 
 Controller URL: RC_CONTROLLER, else `controller` in the config file, else
 http://127.0.0.1:8080. Token: RC_TOKEN, else `token` in the config file.
-CA bundle for https: RC_CACERT, else `cacert`. The config file is
+CA bundle for https: RC_CACERT, else `cacert` (a relative path there is
+relative to the config file's directory). The config file is
 $RC_CONFIG, else $XDG_CONFIG_HOME/rc/config.toml (~/.config/rc/config.toml),
 TOML, read once per process. A missing file is fine; an unreadable or
 malformed one gives one warning on stderr and is ignored.
@@ -67,10 +68,14 @@ def load() -> ClientConfig:
         value = os.environ.get(env, "").strip()
         return value or file.get(key, default)
 
+    cacert = os.environ.get("RC_CACERT", "").strip()
+    if not cacert and file.get("cacert"):
+        # a relative path in the file is relative to the file, not to where rc runs
+        cacert = str(path.parent / os.path.expanduser(file["cacert"]))
     return ClientConfig(
         controller=pick("RC_CONTROLLER", "controller", DEFAULT_CONTROLLER),
         token=pick("RC_TOKEN", "token"),
-        cacert=pick("RC_CACERT", "cacert"),
+        cacert=cacert,
         path=path,
     )
 

@@ -25,7 +25,7 @@ from typing import Any
 from rc.proto.errors import ApiError, RcError, TransportError
 from rc.proto import INSTANCE_HEADER
 
-__all__ = ["Client", "ControllerURL", "Response", "parse_controller_url", "segment"]
+__all__ = ["Client", "ControllerURL", "Response", "parse_controller_url", "segment", "tls_context"]
 
 
 def segment(text: str) -> str:
@@ -136,8 +136,9 @@ class Client:
         self.timeout = timeout
         self.connect_timeout = connect_timeout
         self._ssl = None
+        self.cacert = cacert or None
         if self.url.scheme == "https":
-            self._ssl = ssl.create_default_context(cafile=cacert)
+            self._ssl = tls_context(self.cacert)
         self._local = threading.local()
         self._lock = threading.Lock()
         self._open: list[http.client.HTTPConnection] = []
@@ -253,7 +254,7 @@ class Client:
                 raise TransportError(f"{self.url}: connection lost: {e}") from None
             except (OSError, http.client.HTTPException) as e:
                 self.close()
-                raise TransportError(f"{self.url}: {_describe(e)}") from None
+                raise TransportError(f"{self.url}: {_describe(e, self.cacert)}") from None
             except BaseException:
                 # e.g. Ctrl-C mid-request: the connection is mid-exchange and
                 # must not be reused (the next request would fail "Request-sent")
@@ -312,7 +313,7 @@ class Client:
                 conn.request(method, self.path(path, params), body=body, headers=h)
                 resp = conn.getresponse()
             except (OSError, http.client.HTTPException) as e:
-                raise TransportError(f"{self.url}: {_describe(e)}") from None
+                raise TransportError(f"{self.url}: {_describe(e, self.cacert)}") from None
             hdrs = dict((k.lower(), v) for k, v in resp.getheaders())
             if resp.status >= 400:
                 self.check_response(resp.status, hdrs, resp.read())
@@ -321,7 +322,7 @@ class Client:
                 try:
                     chunk = resp.read1(65536)
                 except (OSError, http.client.HTTPException) as e:
-                    raise TransportError(f"{self.url}: stream broke: {_describe(e)}") from None
+                    raise TransportError(f"{self.url}: stream broke: {_describe(e, self.cacert)}") from None
                 if not chunk:
                     return
                 yield chunk
@@ -329,7 +330,27 @@ class Client:
             conn.close()
 
 
-def _describe(e: BaseException) -> str:
+def tls_context(cacert: str | None) -> ssl.SSLContext:
+    """A client TLS context verifying with `cacert` (a PEM file) or the system store.
+
+    A CA file that is missing, unreadable or holds no certificate raises
+    RcError naming the file and the problem (never a traceback)."""
+    try:
+        return ssl.create_default_context(cafile=cacert)
+    except FileNotFoundError:
+        raise RcError(f"CA file {cacert}: no such file") from None
+    except IsADirectoryError:
+        raise RcError(f"CA file {cacert}: is a directory, not a PEM file") from None
+    except OSError as e:
+        if isinstance(e, ssl.SSLError):
+            why = e.reason or str(e)
+            raise RcError(f"CA file {cacert}: not a PEM CA certificate ({why})") from None
+        raise RcError(f"CA file {cacert}: cannot read: {e.strerror or e}") from None
+    except ValueError as e:
+        raise RcError(f"CA file {cacert}: not usable: {e}") from None
+
+
+def _describe(e: BaseException, cacert: str | None = None) -> str:
     if isinstance(e, ConnectionRefusedError):
         return "connection refused (is the controller running?)"
     if isinstance(e, socket.timeout | TimeoutError):
@@ -337,6 +358,9 @@ def _describe(e: BaseException) -> str:
     if isinstance(e, socket.gaierror):
         return f"cannot resolve host ({e.strerror})"
     if isinstance(e, ssl.SSLCertVerificationError):
+        if cacert:
+            return (f"TLS certificate not trusted ({e.verify_message}) by the CA file {cacert}; "
+                    "is it the CA that signed the controller's certificate?")
         return f"TLS certificate not trusted ({e.verify_message}); pass --cacert"
     text = str(e) or type(e).__name__
     return text
