@@ -45,13 +45,20 @@ def test_other_users_text_never_drives_the_terminal(box):
     ctl, users, admin = box
     hold = int(users["ann"].run("hold", "-d", "hy:cpu0", "--ttl", "5m", "--reason", EVIL,
                                 "--detach").stdout)
-    for args in (("devices",), ("ps",), ("describe", "hy:cpu0"), ("jobs",), ("events",),
-                 ("explain", str(hold))):
+    waiting = int(users["ben"].run("run", "--detach", "-d", "hy:cpu0", "--", "true").stdout)
+    admin.run("drain", "hy:cpu1", "--reason", EVIL, check=True)
+    for args in (("devices",), ("ps",), ("describe", "hy:cpu0"), ("describe", "hy:cpu1"),
+                 ("jobs",), ("events",), ("explain", str(waiting)), ("explain", "-s", "*")):
         res = users["ben"].run(*args)
         assert res.returncode == 0, (args, res.stderr)
         _no_raw_controls(res.stdout + res.stderr)
+        # a reason is never a line of its own (it could forge one: a device row, an event)
+        assert not any(ln.lstrip().startswith(b"line") for ln in res.stdout.splitlines()), \
+            (args, res.stdout)
     assert b"\\x1b[31m" in users["ben"].run("ps").stdout
+    users["ben"].run("kill", str(waiting), check=True)
     users["ann"].run("release", str(hold), check=True)
+    admin.run("undrain", "hy:cpu1", check=True)
 
 
 def test_a_device_id_is_one_path_segment(box):

@@ -8,7 +8,7 @@ import sys
 import time
 
 from rc.cli.context import UsageError, client, device_arg, duration_seconds, whole_seconds_arg
-from rc.cli.output import add_output_flag, print_json, table, when
+from rc.cli.output import add_output_flag, one_line, print_json, table, when
 from rc.proto.client import segment
 
 __all__ = ["add_parsers"]
@@ -137,7 +137,7 @@ def _event_line(e: dict) -> str:
     line = "  ".join(parts)
     if e.get("text"):
         line += f": {e['text']}"
-    return line
+    return one_line(line)
 
 
 def cmd_events(args: argparse.Namespace) -> int:

@@ -6,7 +6,15 @@ import argparse
 import time
 
 from rc.cli.context import client, device_arg
-from rc.cli.output import add_output_flag, age, command_text, duration, print_json, table
+from rc.cli.output import (
+    add_output_flag,
+    age,
+    command_text,
+    duration,
+    print_json,
+    print_line,
+    table,
+)
 from rc.proto.client import segment
 
 __all__ = ["add_parsers", "state_words"]
@@ -85,45 +93,45 @@ def cmd_describe(args: argparse.Namespace) -> int:
         return 0
     v = info["view"]
     d = v["device"]
-    print(f"{d['id']}: {state_words(v)}")
+    print_line(f"{d['id']}: {state_words(v)}")
     if v.get("holder"):
         what = "holds it" if v.get("kind") == "hold" else f"runs job {v['job_id']}"
         line = f"  {v['holder']} {what}, for {duration(v.get('elapsed_seconds'))}"
         if v.get("reason"):
             line += f" ({v['reason']})"
-        print(line)
+        print_line(line)
     else:
-        print("  free" if d["state"] == "ready" and not d.get("draining") else "  no holder")
-    print(f"  last heartbeat {age(v.get('heartbeat_age_seconds'))}")
+        print_line("  free" if d["state"] == "ready" and not d.get("draining") else "  no holder")
+    print_line(f"  last heartbeat {age(v.get('heartbeat_age_seconds'))}")
     if d["state"] == "unhealthy":
-        print(f"  out of the pool: {d.get('quarantine_detail') or d.get('quarantine_reason') or 'unknown cause'}")
+        print_line(f"  out of the pool: {d.get('quarantine_detail') or d.get('quarantine_reason') or 'unknown cause'}")
     if d.get("draining"):
-        print(f"  draining: {d.get('drain_reason') or 'no reason given'}")
+        print_line(f"  draining: {d.get('drain_reason') or 'no reason given'}")
     if d.get("max_runtime_seconds"):
-        print(f"  runtime ceiling: {duration(d['max_runtime_seconds'])}")
-    print("LABELS")
+        print_line(f"  runtime ceiling: {duration(d['max_runtime_seconds'])}")
+    print_line("LABELS")
     ages = info.get("label_age_seconds", {})
     for lb in sorted(info["labels"], key=lambda x: (x["key"], x["source"] != "detected")):
-        print(f"  {lb['key']}={lb['value']}  {lb['source']}  "
+        print_line(f"  {lb['key']}={lb['value']}  {lb['source']}  "
               f"{age(ages.get(lb['key'] + '/' + lb['source']))}")
     if not info["labels"]:
-        print("  (none)")
-    print("USAGE SHEET")
+        print_line("  (none)")
+    print_line("USAGE SHEET")
     if info.get("sheet"):
         scope = "host-wide note" if info.get("sheet_is_host_wide") else "device note"
-        print(f"  ({scope}, updated {age(info.get('sheet_age_seconds'))})")
+        print_line(f"  ({scope}, updated {age(info.get('sheet_age_seconds'))})")
         for line in info["sheet"].splitlines():
             print(f"  {line}")
     else:
-        print("  (none on file)")
-    print("RECENT JOBS")
+        print_line("  (none on file)")
+    print_line("RECENT JOBS")
     for j in info.get("recent_jobs", []):
         took = ""
         if j.get("started_at"):
             took = duration((j.get("finished_at") or time.time()) - j["started_at"])
         state = j["state"] + (f" ({j['kill_reason']})" if j.get("kill_reason") else "")
         what = "hold" if j["kind"] == "hold" else command_text(j["command"], 50)
-        print(f"  {j['id']}  {state}  {took}  {what}")
+        print_line(f"  {j['id']}  {state}  {took}  {what}")
     if not info.get("recent_jobs"):
-        print("  (none)")
+        print_line("  (none)")
     return 0

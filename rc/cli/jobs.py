@@ -12,6 +12,7 @@ from rc.cli.output import (
     command_text,
     duration,
     print_json,
+    print_line,
     table,
     when,
 )
@@ -194,7 +195,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
                  c.get("/v1/devices", params={"labels": "false"})["devices"]}
         for d in ex["matching"]:
             why = "free" if d in ex["free"] else _not_free(views.get(d))
-            print(f"  {d}  {why}")  # stdout escapes control characters (rc.cli.main)
+            print_line(f"  {d}  {why}")  # stdout escapes the other control characters
         print(f"free: {len(ex['free'])}/{len(ex['matching'])}")
         print(f"queue depth: {ex['queue_depth']}")
         return 0
@@ -207,9 +208,9 @@ def cmd_explain(args: argparse.Namespace) -> int:
         head += f", position {ex['queue_position']} in the queue"
     print(head)
     for r in ex["reasons"]:
-        print(f"  - {r}")
+        print_line(f"  - {r}")
     if ex.get("blockers"):
         print("devices it could use:")
         for d, why in sorted(ex["blockers"].items()):
-            print(f"  {d}: {why}")
+            print_line(f"  {d}: {why}")
     return 0

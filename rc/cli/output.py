@@ -12,7 +12,7 @@ from rc.proto.codec import encode
 from rc.proto.duration import format_duration
 
 __all__ = ["table", "print_json", "age", "when", "duration", "command_text", "add_output_flag",
-           "escape_controls", "EscapingStream"]
+           "escape_controls", "EscapingStream", "one_line", "print_line"]
 
 _KEPT = "\n\t\r"
 
@@ -24,6 +24,20 @@ def escape_controls(text: str) -> str:
     if text.isprintable() or text.replace("\n", "").replace("\t", "").replace("\r", "").isprintable():
         return text  # the common case, at C speed (a whole table is one write)
     return "".join(c if c.isprintable() or c in _KEPT else repr(c)[1:-1] for c in text)
+
+
+def one_line(text: str) -> str:
+    """`text` with newlines, carriage returns and tabs shown as escapes: for
+    a line that carries what someone else wrote (a hold reason, a fault
+    detail, an event), so it can never forge a line of its own."""
+    if "\n" not in text and "\r" not in text and "\t" not in text:
+        return text
+    return text.replace("\t", "\\t").replace("\r", "\\r").replace("\n", "\\n")
+
+
+def print_line(text: str) -> None:
+    """print(one_line(text))."""
+    print(one_line(text))
 
 
 class EscapingStream:
