@@ -143,3 +143,36 @@ def test_config_cacert_is_relative_to_the_config_file_and_a_wrong_ca_is_named(tl
         assert "not trusted" in err and str(other) in err and "pass --cacert" not in err, err
     finally:
         ctl.stop()
+
+
+def _openssl_pair(tmp_path, name: str) -> tuple:
+    import subprocess
+
+    cert, key = tmp_path / f"{name}.pem", tmp_path / f"{name}.key"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout",
+                    str(key), "-out", str(cert), "-days", "1", "-subj", "/CN=127.0.0.1"],
+                   check=True, capture_output=True, timeout=60)
+    return cert, key
+
+
+@pytest.mark.parametrize("case", ["mismatch", "key_as_cert", "cert_as_key"])
+def test_serve_refuses_a_bad_tls_pair_in_one_line(tmp_path, env, case):
+    import subprocess
+    import sys
+
+    cert, key = _openssl_pair(tmp_path, "a")
+    _, other_key = _openssl_pair(tmp_path, "b")
+    certfile, keyfile = {"mismatch": (cert, other_key), "key_as_cert": (key, key),
+                         "cert_as_key": (cert, cert)}[case]
+    res = subprocess.run([sys.executable, "-m", "rc", "serve", "--listen", "127.0.0.1:0",
+                          "--data", str(tmp_path / "d"), "--certfile", str(certfile),
+                          "--keyfile", str(keyfile)],
+                         env=env, capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert res.returncode != 0
+    assert b"Traceback" not in res.stderr, res.stderr
+    lines = res.stderr.decode().strip().splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("rc serve: ") and str(certfile) in lines[0] \
+        and str(keyfile) in lines[0], lines
+    if case == "mismatch":
+        assert "does not belong to the certificate" in lines[0]

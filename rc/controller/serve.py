@@ -16,6 +16,7 @@ import logging
 import os
 import signal
 import socket
+import ssl
 import sys
 from pathlib import Path
 
@@ -67,6 +68,42 @@ def bind(listen: str) -> socket.socket:
     return sock
 
 
+def check_tls_pair(certfile: str, keyfile: str) -> None:
+    """Load the certificate and key as Hypercorn will; a bad pair raises
+    StartupError naming both files and the problem (not Hypercorn's traceback)."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        # a passphrase-protected key is refused, never prompted for on the terminal
+        ctx.load_cert_chain(certfile, keyfile, password=lambda: b"")
+    except ssl.SSLError as e:
+        raise StartupError(f"TLS --certfile {certfile} / --keyfile {keyfile}: "
+                           f"{_tls_problem(e, certfile, keyfile)}") from None
+    except OSError as e:
+        raise StartupError(f"TLS --certfile {certfile} / --keyfile {keyfile}: "
+                           f"{e.strerror or e}") from None
+
+
+def _tls_problem(e: ssl.SSLError, certfile: str, keyfile: str) -> str:
+    if e.reason == "KEY_VALUES_MISMATCH":
+        return "the private key does not belong to the certificate"
+
+    def head(path: str) -> bytes:
+        try:
+            with open(path, "rb") as f:
+                return f.read(1 << 20)
+        except OSError:
+            return b""
+
+    if b"-----BEGIN CERTIFICATE-----" not in head(certfile):
+        return f"{certfile} holds no PEM certificate"
+    key = head(keyfile)
+    if b"ENCRYPTED" in key:
+        return f"{keyfile} is protected by a passphrase (give an unencrypted key)"
+    if b"PRIVATE KEY-----" not in key:
+        return f"{keyfile} holds no PEM private key"
+    return f"not a usable certificate and private key ({e.reason or e})"
+
+
 def _url(sock: socket.socket, tls: bool) -> str:
     host, port = sock.getsockname()[:2]
     if host in ("0.0.0.0", "::"):
@@ -82,6 +119,8 @@ async def _serve(cfg: ControllerConfig, ready_fd: int | None) -> None:
             raise StartupError(f"cannot read TLS file {f}")
     if bool(cfg.certfile) != bool(cfg.keyfile):
         raise StartupError("--certfile and --keyfile go together")
+    if tls:
+        check_tls_pair(cfg.certfile, cfg.keyfile)
     sock = bind(cfg.listen)
     ctl = Controller(cfg)
     try:
