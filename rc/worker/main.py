@@ -12,6 +12,7 @@ from rc.proto.client import Client, parse_controller_url
 from rc.proto.errors import RcError
 from rc.worker import config as worker_config
 from rc.worker.agent import Agent
+from rc.worker.hostlock import HostLock, HostLockBusy
 
 __all__ = ["run", "main", "build_parser"]
 
@@ -71,7 +72,9 @@ def run(args: argparse.Namespace) -> int:
     """Run a worker for the parsed `rc worker` arguments; returns the exit code.
 
     A configuration problem or an unparseable controller URL exits 2 with one
-    line on stderr; an unreachable controller is retried forever.
+    line on stderr; an unreachable controller is retried forever. A second
+    worker for a host whose worker already runs on this machine (same user)
+    exits 1 with one line naming the other's pid (rc.worker.hostlock).
     """
     try:
         cfg = worker_config.load(
@@ -100,6 +103,15 @@ def run(args: argparse.Namespace) -> int:
     except RcError as e:
         print(f"rc worker: {e}", file=sys.stderr)
         return 2
+    try:
+        host_lock = HostLock(cfg.host).acquire()  # held until the process ends
+    except HostLockBusy as e:
+        print(f"rc worker: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:
+        print(f"rc worker: cannot take the lock of host {cfg.host} in "
+              f"{os.path.dirname(HostLock(cfg.host).path)}: {e.strerror or e}", file=sys.stderr)
+        return 1
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if os.getpid() == 1:
@@ -113,4 +125,7 @@ def run(args: argparse.Namespace) -> int:
     agent.ready_fd = args.ready_fd  # `rc up` learns of the first registration there
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, frame: agent.stop())
-    return agent.run()
+    try:
+        return agent.run()
+    finally:
+        host_lock.release()

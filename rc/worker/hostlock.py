@@ -1,0 +1,105 @@
+"""One worker per host name on this machine (per user): an exclusive lock.
+
+A second `rc worker` for a host whose worker already runs here would register
+the same host again: the controller takes that as the first worker having
+restarted, marks its running job lost and quarantines the device, and then
+the two processes take turns at the host's jobs. So the worker takes
+`flock(LOCK_EX | LOCK_NB)` on `lock_path(host)` before it registers and holds
+it for its whole life; a second one finds it taken and refuses to start.
+
+The lock file lives in `lock_dir()`: `<tempdir>/rc-worker-<uid>` (tempdir is
+$TMPDIR, else /tmp), made 0700 and refused unless it is a real directory of
+this user that nobody else can write. The location does not depend on the
+worker's configuration, so two workers for one host are caught whatever their
+configs say. The file holds the pid of the worker holding the lock (for the
+message); it is never removed (removing a lock file races with its next
+taker). The kernel drops the lock when the process ends, however it ends
+(kill -9 included), and the descriptor is close-on-exec, so jobs never
+inherit it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import stat
+import tempfile
+
+__all__ = ["HostLock", "HostLockBusy", "lock_dir", "lock_path"]
+
+
+class HostLockBusy(Exception):
+    """Another worker for the host holds the lock; `pid` is its pid (0: unknown)."""
+
+    def __init__(self, host: str, pid: int) -> None:
+        who = f"pid {pid}" if pid else "pid unknown"
+        super().__init__(f"another rc worker for host {host} is running here ({who}); "
+                         "stop it first")
+        self.host = host
+        self.pid = pid
+
+
+def lock_dir() -> str:
+    """The per-user directory of worker lock files (see the module docstring)."""
+    return os.path.join(tempfile.gettempdir(), f"rc-worker-{os.getuid()}")
+
+
+def lock_path(host: str) -> str:
+    """The lock file of `host` (a valid rc host name: no '/')."""
+    return os.path.join(lock_dir(), f"{host}.lock")
+
+
+def _safe_dir(path: str) -> None:
+    """Make `path` (0700) if missing; raise OSError unless it is a directory
+    owned by this user that no one else can write."""
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode):
+        raise OSError(f"{path} is not a directory")
+    if st.st_uid != os.getuid():
+        raise OSError(f"{path} belongs to uid {st.st_uid}, not to this user")
+    if st.st_mode & 0o022:
+        raise OSError(f"{path} is writable by others")
+
+
+class HostLock:
+    """The held lock of one host; `acquire()` raises HostLockBusy or OSError."""
+
+    def __init__(self, host: str) -> None:
+        self.host = host
+        self.path = lock_path(host)
+        self.fd: int | None = None
+
+    def acquire(self) -> HostLock:
+        _safe_dir(os.path.dirname(self.path))
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pid = _read_pid(fd)
+            os.close(fd)
+            raise HostLockBusy(self.host, pid) from None
+        except BaseException:
+            os.close(fd)
+            raise
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self.fd = fd
+        return self
+
+    def release(self) -> None:
+        """Drop the lock (the process's end does it too)."""
+        fd, self.fd = self.fd, None
+        if fd is not None:
+            os.close(fd)
+
+
+def _read_pid(fd: int) -> int:
+    try:
+        text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+        return int(text) if text.isdigit() else 0
+    except OSError:
+        return 0

@@ -1,0 +1,88 @@
+"""What an operator runs into starting `rc worker` (README "Operating a
+worker"): one worker per host on a machine, devices the controller would
+refuse, --print-config for a config the worker cannot start with, and the
+example config listing every key."""
+
+from __future__ import annotations
+
+import subprocess
+import uuid
+
+import pytest
+
+from tests.harness import BARE_PY, Worker, wait_until
+from tests.test_worker_e2e_kit import submit, wait_state
+
+pytestmark = pytest.mark.e2e
+
+
+def unique_host(prefix: str) -> str:
+    """A host name no other test run on this machine uses (the lock is per host)."""
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def run_worker(ctl, tmp_path, env, pyz, host: str, devices: str = "cpu:1",
+               timeout: float = 30) -> subprocess.CompletedProcess:
+    """A worker run to its end (it is expected to refuse to start)."""
+    w = Worker(ctl.url, ctl.token(f"w-{uuid.uuid4().hex[:6]}", "worker"), tmp_path / "second",
+               env, host=host, devices=devices, pyz=pyz)
+    (tmp_path / "second").mkdir(exist_ok=True)
+    return subprocess.run(w.command(), env=env, stdin=subprocess.DEVNULL, capture_output=True,
+                          timeout=timeout, cwd=tmp_path)
+
+
+# -- 1. one worker per host on a machine ------------------------------------------
+
+def test_a_second_worker_for_the_same_host_is_refused_and_the_first_keeps_its_job(
+        controller, make_worker, tmp_path, env, pyz):
+    host = unique_host("dup")
+    first = make_worker(controller, host=host, devices="cpu:1")
+    admin = controller.client()
+    job_id = submit(admin, ["sleep", "120"], device_id=f"{host}:cpu0")
+    wait_state(admin, job_id, ("running",))
+
+    res = run_worker(controller, tmp_path, env, pyz, host)
+    err = res.stderr.decode()
+    assert res.returncode != 0
+    assert err == (f"rc worker: another rc worker for host {host} is running here "
+                   f"(pid {first.proc.pid}); stop it first\n")
+    # Nothing reached the controller: the job runs on, the device is not quarantined.
+    assert admin.get(f"/v1/jobs/{job_id}")["job"]["state"] == "running"
+    dev = admin.get(f"/v1/devices/{host}:cpu0/describe")["view"]["device"]
+    assert dev["state"] == "busy", dev
+    assert first.proc.poll() is None
+
+    # Another host on the same machine is not affected by the lock.
+    make_worker(controller, host=unique_host("other"), devices="cpu:1")
+
+    admin.post(f"/v1/jobs/{job_id}/kill", {})
+    wait_state(admin, job_id)
+
+
+def test_a_worker_restarts_after_the_first_was_killed_with_sigkill(
+        controller, make_worker, tmp_path, env, pyz):
+    host = unique_host("restart")
+    first = make_worker(controller, host=host, devices="cpu:1")
+    first.kill9()  # the kernel drops the lock with the process
+    second = make_worker(controller, host=host, devices="cpu:1")
+    assert second.proc.poll() is None
+    admin = controller.client()
+    job_id = submit(admin, ["true"], device_id=f"{host}:cpu0")
+    assert wait_state(admin, job_id)["state"] == "succeeded"
+    # And after a clean stop too.
+    assert second.stop() == 0
+    make_worker(controller, host=host, devices="cpu:1")
+
+
+def test_the_lock_file_is_never_inherited_by_jobs(controller, make_worker, tmp_path):
+    from rc.worker.hostlock import lock_path
+
+    host = unique_host("inherit")
+    w = make_worker(controller, host=host, devices="cpu:1")
+    admin = controller.client()
+    out = tmp_path / "fds"
+    job_id = submit(admin, ["sh", "-c", f"ls -l /proc/self/fd/ > {out}"],
+                    device_id=f"{host}:cpu0")
+    assert wait_state(admin, job_id)["state"] == "succeeded"
+    assert lock_path(host) not in out.read_text()
+    assert w.proc.poll() is None
