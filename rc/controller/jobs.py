@@ -172,7 +172,8 @@ def kill(tx: Tx, job_id: int, caller: str, admin: bool, reason: str = "",
             f"job {job_id} belongs to {owner}; only its owner or an admin may kill it",
             ErrorCode.NOT_JOB_OWNER,
         )
-    why = f"killed by {caller}" if owner == caller else f"killed by {caller} (admin)"
+    why = f"killed by {caller}" if owner == caller or caller == "admin" \
+        else f"killed by {caller} (admin)"
     if reason:
         why += f": {reason}"
     state = JobState(row["state"])
