@@ -2,7 +2,9 @@
 
 We bind the listening socket ourselves (so "address already in use" is a
 clear one-line error, and port 0 reports the port it got), then hand it to
-Hypercorn. Once listening, the controller writes DATA/controller.json
+Hypercorn. Before the database is opened it takes DATA/serve.lock (an
+exclusive flock held for the life of the process, the holder's pid inside),
+so a second rc serve on the same data dir is refused. Once listening, the controller writes DATA/controller.json
 ({url, pid, instance}) for `rc up`, `rc down` and tests, and prints the URL.
 SIGINT/SIGTERM stop it gracefully: HTTP first (5 s for in-flight requests),
 then the loops, then the database.
@@ -11,6 +13,8 @@ then the loops, then the database.
 from __future__ import annotations
 
 import asyncio
+import errno
+import fcntl
 import json
 import logging
 import os
@@ -33,6 +37,7 @@ __all__ = ["run", "bind", "STATE_FILE"]
 log = logging.getLogger("rc.serve")
 
 STATE_FILE = "controller.json"
+LOCK_FILE = "serve.lock"
 SHUTDOWN_GRACE_S = 5.0
 
 
@@ -66,6 +71,36 @@ def bind(listen: str) -> socket.socket:
                                "(another rc serve? pick another port with --listen)") from None
         raise StartupError(f"cannot listen on {listen}: {e.strerror}") from None
     return sock
+
+
+def lock_data_dir(data_dir: str) -> int:
+    """Take the data dir's exclusive lock (DATA/serve.lock, flock) before the
+    database is opened, so two controllers never share one data dir; returns
+    the lock's fd, to keep open for the life of the process. The holder's pid
+    is written in the file. Raises StartupError when another rc serve holds it."""
+    data = Path(data_dir)
+    path = data / LOCK_FILE
+    try:
+        data.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError as e:
+        raise StartupError(f"cannot use data dir {data_dir}: {e.strerror or e}"
+                           f"{f' ({e.filename})' if e.filename else ''}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        try:
+            holder = os.pread(fd, 64, 0).decode("ascii", "replace").strip()
+        except OSError:
+            holder = ""
+        os.close(fd)
+        if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            pid = f" (pid {holder})" if holder.isdigit() else ""
+            raise StartupError(f"data dir {data_dir} is in use by another rc serve{pid}") from None
+        raise StartupError(f"cannot lock data dir {data_dir}: {e.strerror or e}") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
 
 
 def check_tls_pair(certfile: str, keyfile: str) -> None:
@@ -121,12 +156,18 @@ async def _serve(cfg: ControllerConfig, ready_fd: int | None) -> None:
         raise StartupError("--certfile and --keyfile go together")
     if tls:
         check_tls_pair(cfg.certfile, cfg.keyfile)
-    sock = bind(cfg.listen)
+    lock_fd = lock_data_dir(cfg.data_dir)  # held until this process exits
+    try:
+        sock = bind(cfg.listen)
+    except BaseException:
+        os.close(lock_fd)
+        raise
     ctl = Controller(cfg)
     try:
         await ctl.start()
     except BaseException:
         sock.close()
+        os.close(lock_fd)
         raise
     app = build_app(ctl)
     hc = HypercornConfig()
@@ -159,12 +200,15 @@ async def _serve(cfg: ControllerConfig, ready_fd: int | None) -> None:
     try:
         await hypercorn_serve(app, hc, shutdown_trigger=shutdown_trigger)
     finally:
-        await ctl.stop()
         try:
-            if json.loads(state.read_text()).get("pid") == os.getpid():
-                state.unlink()
-        except (OSError, ValueError):
-            pass
+            await ctl.stop()
+            try:
+                if json.loads(state.read_text()).get("pid") == os.getpid():
+                    state.unlink()
+            except (OSError, ValueError):
+                pass
+        finally:
+            os.close(lock_fd)  # the database is closed: the data dir is free
         log.info("rc serve stopped")
 
 
