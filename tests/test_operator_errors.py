@@ -39,3 +39,32 @@ def test_second_serve_on_the_same_data_dir_is_refused(tmp_path, env):
     # once the first has stopped, the data dir is free again
     again = Controller(data, env).start()
     again.stop()
+
+
+def test_the_last_admin_token_cannot_be_revoked(tmp_path, env):
+    from tests.harness import Cli
+
+    ctl = Controller(tmp_path / "data", env).start()
+    try:
+        admin = ctl.client()
+        names = [t["name"] for t in admin.get("/v1/tokens")["tokens"] if t["role"] == "admin"]
+        assert len(names) == 1
+        first = names[0]
+        cli = Cli(ctl.url, ctl.admin_token, env, tmp_path)
+        res = cli.run("token", "revoke", first)
+        assert res.returncode == 1
+        lines = res.stderr.decode().strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("rc: last_admin_token: "), lines
+        assert first in lines[0]
+        # still an admin: the refusal changed nothing
+        assert admin.get("/v1/tokens")["tokens"]
+        # with a second admin token the first can go; then the second is the last
+        second = ctl.token("admin2", role="admin")
+        Cli(ctl.url, second, env, tmp_path).run("token", "revoke", first, check=True)
+        res = Cli(ctl.url, second, env, tmp_path).run("token", "revoke", "admin2")
+        assert res.returncode == 1 and b"last_admin_token" in res.stderr
+        # user tokens are revoked as before
+        ctl.client(second).post("/v1/tokens", {"name": "u", "role": "user"})
+        Cli(ctl.url, second, env, tmp_path).run("token", "revoke", "u", check=True)
+    finally:
+        ctl.stop()

@@ -176,7 +176,8 @@ ROUTES: dict[tuple[str, str], Doc] = {
                                wire.TokenList),
     ("DELETE", "/v1/tokens/{name}"): Doc(
         "Revoke a token (admin)", ("admin",), wire.ActionResult,
-        path_params={"name": "string"}, errors=((404, E.NOT_FOUND),)),
+        path_params={"name": "string"},
+        errors=((404, E.NOT_FOUND), (409, E.LAST_ADMIN_TOKEN))),
     ("GET", "/v1/events"): Doc(
         "The activity feed, oldest first (long poll with after/wait)", ("user",),
         wire.EventList,

@@ -24,7 +24,23 @@ def create(
 
 
 def revoke(tx: Tx, name: str, actor: str) -> None:
-    """Revoke the live token with this name. 404 when there is none."""
+    """Revoke the live token with this name. 404 when there is none; 409
+    last_admin_token when it is the last live (unrevoked, unexpired) admin
+    token, which would leave nobody able to administer the controller."""
+    live_rows = tx.all("tokens_live")
+
+    def usable_admin(r) -> bool:
+        return r["role"] == Role.ADMIN.value and (r["expires_at"] is None
+                                                   or r["expires_at"] > tx.now)
+
+    target = [r for r in live_rows if r["name"] == name]
+    if target and usable_admin(target[0]) and not any(
+            usable_admin(r) for r in live_rows if r["name"] != name):
+        raise Refused.conflict(
+            ErrorCode.LAST_ADMIN_TOKEN,
+            f"token {name!r} is the last live admin token; revoking it would leave nobody "
+            "able to administer rc (create another with `rc token create NAME --role admin` "
+            "first)")
     if tx.exec("token_revoke", (tx.now, name)) == 0:
         raise Refused.not_found(f"no live token named {name!r}")
     feed.record(tx, EventKind.TOKEN_REVOKED, actor=actor, text=f"{actor} revoked token {name!r}")

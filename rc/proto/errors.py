@@ -61,6 +61,7 @@ class ErrorCode(enum.StrEnum):
     OFFSET_GAP = "offset_gap"
     CONFLICT = "conflict"
     TOKEN_EXISTS = "token_exists"
+    LAST_ADMIN_TOKEN = "last_admin_token"
     STORE_ERROR = "store_error"
     UNAVAILABLE = "unavailable"
     INTERNAL = "internal"
