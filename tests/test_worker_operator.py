@@ -86,3 +86,75 @@ def test_the_lock_file_is_never_inherited_by_jobs(controller, make_worker, tmp_p
     assert wait_state(admin, job_id)["state"] == "succeeded"
     assert lock_path(host) not in out.read_text()
     assert w.proc.poll() is None
+
+
+# -- 2. devices the controller would refuse; refusals for good end the worker -----
+
+def test_max_devices_is_the_controllers_limit():
+    from rc.controller.config import Limits
+    from rc.worker.config import MAX_DEVICES
+
+    assert MAX_DEVICES == Limits().devices_per_worker == 1024
+
+
+@pytest.mark.parametrize("text", ['devices = "cpu:1025"', 'devices = "cpu:99999"',
+                                  "devices = [" + ", ".join(f'"d{i}"' for i in range(1025)) + "]",
+                                  'devices = "' + ",".join(f"d{i}" for i in range(1025)) + '"',
+                                  "\n".join(f'[[devices]]\nname = "d{i}"' for i in range(1025))])
+def test_more_devices_than_the_controller_takes_is_a_config_error(tmp_path, text):
+    from rc.worker import config as wc
+
+    path = tmp_path / "worker.toml"
+    path.write_text(text + "\n")
+    with pytest.raises(wc.ConfigError) as e:
+        wc.load(str(path), env={})
+    msg = str(e.value)
+    assert msg.startswith(f"{path}: devices ") and ("1025" in msg or "99999" in msg)
+    assert "a worker may declare at most 1024" in msg
+    path.write_text('devices = "cpu:1024"\n')
+    assert wc.load(str(path), env={}).devices == "cpu:1024"
+
+
+def test_print_config_names_the_flag_for_too_many_devices(pyz, tmp_path):
+    res = subprocess.run([BARE_PY, "-I", str(pyz), "worker", "--controller", "http://127.0.0.1:9",
+                          "--devices", "cpu:99999", "--print-config"],
+                         capture_output=True, timeout=30, cwd=tmp_path)
+    assert res.returncode == 2 and res.stdout == b""
+    assert res.stderr.decode() == (
+        "rc worker: command line: devices 'cpu:99999': 99999 devices; a worker may declare "
+        "at most 1024 (the controller's limit)\n")
+
+
+def _refusals(log: str) -> list[str]:
+    return [line for line in log.splitlines() if "refused to register" in line]
+
+
+def test_a_registration_refused_for_good_ends_the_worker(controller, tmp_path, env, pyz):
+    host = unique_host("refused")
+    # A user token is not a worker token: 403, for good.
+    w = Worker(controller.url, controller.token("alice"), tmp_path / "w", env, host=host,
+               devices="cpu:1", pyz=pyz).start()
+    assert w.proc.wait(30) == 1
+    log = w.log()
+    assert len(_refusals(log)) == 1 and "HTTP 403" in log and "retrying quietly" not in log, log
+    # A worker token bound to another host at its first registration: 403 wrong_host.
+    token = controller.token(f"bound-{host}", "worker")
+    first = Worker(controller.url, token, tmp_path / "w", env, host=host + "-a", devices="cpu:1",
+                   pyz=pyz).start()
+    wait_until(lambda: f"registered {host}-a " in first.log(), 30, "the first worker")
+    assert first.stop() == 0
+    other = Worker(controller.url, token, tmp_path / "w", env, host=host + "-b", devices="cpu:1",
+                   pyz=pyz).start()
+    assert other.proc.wait(30) == 1
+    assert len(_refusals(other.log())) == 1 and "wrong_host" in other.log()
+
+
+def test_an_unknown_token_is_retried(controller, tmp_path, env, pyz):
+    """401: the token may be being (re-)created; the worker goes on trying."""
+    w = Worker(controller.url, "rc_not_a_token", tmp_path / "w", env,
+               host=unique_host("unknown"), devices="cpu:1", pyz=pyz).start()
+    try:
+        wait_until(lambda: "retrying quietly" in w.log(), 30, "the first failed attempt")
+        assert w.proc.poll() is None and not _refusals(w.log())
+    finally:
+        assert w.stop() == 0

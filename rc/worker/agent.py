@@ -50,6 +50,9 @@ POLL_RETRY_MAX_S = 5.0
 """A failed long poll is retried within this, so work resumes soon after a
 controller restart."""
 REREGISTER_RETRY_S = 60.0
+PERMANENT_REFUSALS = frozenset({400, 403, 413})
+"""Registration answers that end the worker (exit 1) instead of being retried
+(see Agent.register)."""
 
 
 class _Episode:
@@ -90,6 +93,7 @@ class Agent:
         self.reregister_at: float | None = None
         self._last_contact = 0.0
         self.ready_fd: int | None = None
+        self.refused = False
         self._reregistering = threading.Lock()
         self.reporter = Reporter(client, self.worker_id, self._report_done)
         # Every job carries these, so sweeps and survivor scans only ever see
@@ -183,7 +187,18 @@ class Agent:
         return True
 
     def register(self) -> bool:
-        """Register until it works or the worker is told to stop."""
+        """Register until it works, the worker is told to stop, or the
+        controller refuses this registration for good (`self.refused` set).
+
+        Refused for good (`PERMANENT_REFUSALS`): 400 (a request the controller
+        will never take, e.g. limit_exceeded: too many devices), 403 (the
+        token is for another host, or not a worker token) and 413 (a usage
+        sheet too large): retrying the same request cannot help, so the
+        refusal is logged once and the worker exits 1 (its service manager
+        may start it again after the operator fixed it). Not 401: an unknown
+        token may be one an admin is (re-)creating right now, so it is logged
+        and retried like 5xx answers and transport errors, quietly after the
+        first failure of each episode."""
         episode = _Episode(f"cannot register with {self.client.url}")
         delay = RETRY_MIN_S
         while not self.stop_event.is_set():
@@ -199,8 +214,11 @@ class Agent:
                 self._announce_ready()
                 return True
             except ApiError as e:
-                if e.status in (401, 403):
-                    log.error("the controller refused this worker: %s", e)
+                if e.status in PERMANENT_REFUSALS:
+                    log.error("the controller %s refused to register %s (HTTP %d): %s; "
+                              "not retrying", self.client.url, self.cfg.host, e.status, e)
+                    self.refused = True
+                    return False
                 episode.fail(e)
             except TransportError as e:
                 episode.fail(e)
@@ -222,9 +240,10 @@ class Agent:
     # -- loops ------------------------------------------------------------
 
     def run(self) -> int:
-        """Register, start the loops, wait for a stop; the exit code (0)."""
+        """Register, start the loops, wait for a stop; the exit code (0; 1 when
+        the controller refused the registration for good)."""
         if not self.register():
-            return 0
+            return 1 if self.refused else 0
         threading.Thread(target=self._heartbeat_loop, name="rc-heartbeat", daemon=True).start()
         threading.Thread(target=self._probe_loop, name="rc-probe", daemon=True).start()
         threading.Thread(target=self._poll_loop, name="rc-poll", daemon=True).start()

@@ -61,9 +61,17 @@ from rc.proto.client import parse_controller_url
 from rc.proto.duration import DurationError, format_duration, parse_duration
 from rc.proto.errors import RcError
 
-__all__ = ["ConfigError", "DeviceConfig", "WorkerConfig", "load", "parse_bool_env", "DEFAULT_PATH"]
+__all__ = ["ConfigError", "DeviceConfig", "WorkerConfig", "load", "parse_bool_env", "DEFAULT_PATH",
+           "MAX_DEVICES"]
 
 DEFAULT_PATH = "/etc/rc/worker.toml"
+
+MAX_DEVICES = 1024
+"""Most devices one worker may declare: the controller's limit
+(rc.controller.config Limits.devices_per_worker, which answers more with 400
+limit_exceeded). The worker is standard library only and cannot import the
+controller, so it repeats the number here; tests/test_worker_operator.py
+checks that the two agree."""
 
 
 class ConfigError(RcError):
@@ -367,10 +375,23 @@ def _labels(where: str, key: str, value: Any) -> dict[str, str]:
     return out
 
 
+def _check_count(where: str, what: Any, n: int) -> None:
+    if n > MAX_DEVICES:
+        shown = what if isinstance(what, str) and what.startswith("a list") else repr(what)
+        raise ConfigError(f"{where}: devices {shown}: {n} devices; a worker may declare at most "
+                          f"{MAX_DEVICES} (the controller's limit)")
+
+
 def _devices(where: str, value: Any) -> tuple[DeviceConfig, ...] | str:
     if isinstance(value, str):
         spec = value.strip()
-        if spec == "auto" or (spec.startswith("cpu:") and spec[4:].isdigit() and int(spec[4:]) > 0):
+        if spec.startswith("cpu:") and spec[4:].isascii() and spec[4:].isdigit():
+            n = int(spec[4:])
+            if n == 0:
+                raise ConfigError(f"{where}: devices {value!r}: cpu:N needs N of at least 1")
+            _check_count(where, value, n)
+            return spec
+        if spec == "auto":
             return spec
         names = [n.strip() for n in spec.split(",")]
         if not all(names):
@@ -378,6 +399,7 @@ def _devices(where: str, value: Any) -> tuple[DeviceConfig, ...] | str:
         value = names
     if not isinstance(value, list) or not value:
         raise ConfigError(f"{where}: devices must be \"auto\", \"cpu:N\" or a non-empty list")
+    _check_count(where, f"a list of {len(value)}", len(value))
     out = []
     seen = set()
     for i, item in enumerate(value):
