@@ -158,3 +158,30 @@ def test_an_unknown_token_is_retried(controller, tmp_path, env, pyz):
         assert w.proc.poll() is None and not _refusals(w.log())
     finally:
         assert w.stop() == 0
+
+
+# -- 3. --print-config says what the worker still lacks ------------------------
+
+def _print_config(pyz, tmp_path, *args: str, env: dict | None = None):
+    return subprocess.run([BARE_PY, "-I", str(pyz), "worker", "--print-config", *args],
+                          capture_output=True, timeout=30, cwd=tmp_path, env=env)
+
+
+def test_print_config_without_controller_or_token_prints_it_and_exits_2(pyz, tmp_path, env):
+    empty = tmp_path / "empty.toml"
+    empty.write_text("")
+    res = _print_config(pyz, tmp_path, "--config", str(empty), env=env)
+    assert res.returncode == 2
+    assert 'controller_url = ""' in res.stdout.decode()  # the effective config, still
+    assert res.stderr.decode() == (
+        "rc worker: cannot start: no controller: give --controller URL or controller_url in "
+        "the config\n"
+        "rc worker: cannot start: no token: give --token-file, token_file in the config, or "
+        "RC_TOKEN\n")
+    res = _print_config(pyz, tmp_path, "--config", str(empty), "--controller",
+                        "http://127.0.0.1:9", env={**env, "RC_TOKEN": "rc_x"})
+    assert res.returncode == 0 and res.stderr == b"", res.stderr
+    res = _print_config(pyz, tmp_path, "--config", str(empty), "--controller",
+                        "http://127.0.0.1:9", env=env)
+    assert res.returncode == 2 and res.stderr.decode().count("\n") == 1
+    assert "no token" in res.stderr.decode() and "http://127.0.0.1:9" in res.stdout.decode()

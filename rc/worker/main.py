@@ -63,6 +63,20 @@ def unignore_inherited_signals() -> list[int]:
     return changed
 
 
+def startup_problems(cfg: worker_config.WorkerConfig) -> list[str]:
+    """What the worker lacks to start with `cfg` (no controller URL, no or an
+    invalid token), one sentence each; [] when it can start."""
+    problems = []
+    if not cfg.controller_url:
+        problems.append("no controller: give --controller URL or controller_url in the config")
+    if not cfg.token:
+        problems.append("no token: give --token-file, token_file in the config, or RC_TOKEN")
+    elif not (cfg.token.isascii() and cfg.token.isprintable() and " " not in cfg.token):
+        problems.append("the token is not valid: a token is printable ASCII without spaces, "
+                        "like rc_...")
+    return problems
+
+
 def main(argv: list[str] | None = None) -> int:
     """`rc worker ...` (argv without the word "worker"); returns the exit code."""
     return run(build_parser().parse_args(argv))
@@ -72,8 +86,10 @@ def run(args: argparse.Namespace) -> int:
     """Run a worker for the parsed `rc worker` arguments; returns the exit code.
 
     A configuration problem or an unparseable controller URL exits 2 with one
-    line on stderr; an unreachable controller is retried forever. A second
-    worker for a host whose worker already runs on this machine (same user)
+    line on stderr. --print-config prints the effective configuration and
+    exits 0, or 2 after a line on stderr for each thing the worker would
+    still lack to start (startup_problems). An unreachable controller is
+    retried forever. A second worker for a host whose worker already runs on this machine (same user)
     exits 1 with one line naming the other's pid (rc.worker.hostlock).
     """
     try:
@@ -89,17 +105,15 @@ def run(args: argparse.Namespace) -> int:
         )
         if args.print_config:
             sys.stdout.write(cfg.as_toml())
-            return 0
-        if not cfg.controller_url:
-            raise worker_config.ConfigError("no controller: give --controller URL or "
-                                            "controller_url in the config")
+            sys.stdout.flush()
+            missing = startup_problems(cfg)
+            for problem in missing:
+                print(f"rc worker: cannot start: {problem}", file=sys.stderr)
+            return 2 if missing else 0
+        problems = startup_problems(cfg)
+        if problems:
+            raise worker_config.ConfigError(problems[0])
         url = parse_controller_url(cfg.controller_url)
-        if not cfg.token:
-            raise worker_config.ConfigError("no token: give --token-file, token_file in the "
-                                            "config, or RC_TOKEN")
-        if not (cfg.token.isascii() and cfg.token.isprintable() and " " not in cfg.token):
-            raise worker_config.ConfigError("the token is not valid: a token is printable ASCII "
-                                            "without spaces, like rc_...")
     except RcError as e:
         print(f"rc worker: {e}", file=sys.stderr)
         return 2
