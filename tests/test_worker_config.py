@@ -280,6 +280,38 @@ def test_example_config_and_readme_snippet_load(tmp_path):
         "http://gpu-controller:8080", "rc_example", "auto")
 
 
+def test_example_config_lists_every_key_with_its_default(tmp_path):
+    """examples/worker.toml says it lists every key: each key `load` reads is
+    there (set, or commented out as `# key = value`), and uncommenting the
+    commented ones changes nothing (they show the defaults)."""
+    text = (REPO / "examples" / "worker.toml").read_text()
+    top = text.split("# To give devices", 1)[0]
+    keys = (wc._DURATIONS | wc._STRINGS
+            | {"require_manual_clear", "spool_max_bytes", "labels", "hooks", "devices"})
+    listed, commented, lines = set(), set(), []
+    for line in top.splitlines():
+        bare = line.removeprefix("# ")
+        key = bare.split("=", 1)[0].strip() if "=" in bare.split("#", 1)[0] else ""
+        if key in keys:
+            listed.add(key)
+            if line.startswith("# "):
+                commented.add(key)
+                if key in ("host", "token"):  # examples, not defaults
+                    continue
+                line = bare
+        lines.append(line)
+    assert listed == keys, f"missing from examples/worker.toml: {sorted(keys - listed)}"
+    token = tmp_path / "token"
+    token.write_text("rc_example\n")
+    plain = wc.load(write(tmp_path, top.replace("/etc/rc/worker.token", str(token)), "a.toml"),
+                    env={})
+    uncommented = wc.load(write(tmp_path, "\n".join(lines).replace("/etc/rc/worker.token",
+                                                                   str(token)), "b.toml"), env={})
+    assert uncommented == plain
+    d = WorkerConfig()
+    assert all(getattr(plain, k) == getattr(d, k) for k in commented - {"hooks", "host", "token"})
+
+
 def test_readme_defaults_match_the_code():
     section = _operator_section()
     d = WorkerConfig()
