@@ -38,6 +38,33 @@ def default_data_dir() -> Path:
     return Path(base) / "rc"
 
 
+def _in_range(parse, lo: float, hi: float, allowed: str, zero_ok: bool = False):
+    """argparse type: `parse(text)` (a duration or an integer) within lo..hi
+    (and 0 when `zero_ok`); out of range is a one-line usage error naming the
+    allowed range (exit 2), at argument parsing."""
+    def check(text: str):
+        try:
+            value = parse(text)
+        except argparse.ArgumentTypeError as e:
+            raise argparse.ArgumentTypeError(f"{e}; allowed {allowed}") from None
+        if not (lo <= value <= hi or (zero_ok and value == 0)):
+            raise argparse.ArgumentTypeError(f"{text!r} is out of range: allowed {allowed}")
+        return value
+    check.__name__ = getattr(parse, "__name__", "value")
+    return check
+
+
+def _integer(text: str) -> int:
+    try:
+        return int(text.strip().replace("_", ""), 10)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+
+
+_DAY = 86400.0
+_D = duration_seconds
+
+
 def add_parsers(sub) -> None:
     from rc.cli import add_client_flags  # noqa: F401  (kept for symmetry)
 
@@ -53,32 +80,58 @@ def add_parsers(sub) -> None:
                    help="POST every activity-feed event here (default: $RC_WEBHOOK_URL)")
     p.add_argument("--retain-disconnected-jobs", action="store_true",
                    help="keep jobs of silent workers running instead of marking them lost")
-    p.add_argument("--aging", type=duration_seconds, default=600.0, metavar="D",
+    p.add_argument("--aging",
+                   type=_in_range(_D, 1, 30 * _DAY, "0 (off) or 1s to 30d", True),
+                   default=600.0, metavar="D",
                    help="a queued job gains one priority step per D waited (0: off; default 10m)")
-    p.add_argument("--max-devices-per-user", type=int, default=0, metavar="N",
+    p.add_argument("--max-devices-per-user",
+                   type=_in_range(_integer, 1, 1_000_000, "0 (no cap) or 1 to 1000000", True),
+                   default=0, metavar="N",
                    help="most devices one user may hold at once (0: no cap)")
-    p.add_argument("--unknown-after", type=duration_seconds, default=30.0, metavar="D",
+    p.add_argument("--unknown-after",
+                   type=_in_range(_D, 1, _DAY, "1s to 1d"),
+                   default=30.0, metavar="D",
                    help="silence after which a device shows unknown (default 30s)")
-    p.add_argument("--lost-after", type=duration_seconds, default=300.0, metavar="D",
+    p.add_argument("--lost-after",
+                   type=_in_range(_D, 1, 30 * _DAY, "1s to 30d"),
+                   default=300.0, metavar="D",
                    help="silence after which a device is quarantined and its jobs lost (5m)")
-    p.add_argument("--startup-grace", type=duration_seconds, default=30.0, metavar="D",
+    p.add_argument("--startup-grace",
+                   type=_in_range(_D, 0, _DAY, "0 to 1d"),
+                   default=30.0, metavar="D",
                    help="after a start, nothing expires for this long (default 30s)")
-    p.add_argument("--lease-renewal", type=duration_seconds, default=900.0, metavar="D",
+    p.add_argument("--lease-renewal",
+                   type=_in_range(_D, 1, 30 * _DAY, "1s to 30d"),
+                   default=900.0, metavar="D",
                    help="a heartbeat keeps a running job's lease at least this long (15m)")
-    p.add_argument("--heartbeat-interval", type=duration_seconds, default=10.0, metavar="D",
+    p.add_argument("--heartbeat-interval",
+                   type=_in_range(_D, 0.1, 3600, "100ms to 1h"),
+                   default=10.0, metavar="D",
                    help="how often workers are told to heartbeat (default 10s)")
-    p.add_argument("--sweep-interval", type=duration_seconds, default=10.0, metavar="D",
+    p.add_argument("--sweep-interval",
+                   type=_in_range(_D, 0.05, 3600, "50ms to 1h"),
+                   default=10.0, metavar="D",
                    help="how often silent workers and expired leases are swept (10s)")
-    p.add_argument("--flap-limit", type=int, default=3, metavar="N",
+    p.add_argument("--flap-limit",
+                   type=_in_range(_integer, 1, 1000, "1 to 1000"),
+                   default=3, metavar="N",
                    help="automatic recoveries per device per --flap-window before a human "
                    "must clear it (default 3)")
-    p.add_argument("--flap-window", type=duration_seconds, default=3600.0, metavar="D",
+    p.add_argument("--flap-window",
+                   type=_in_range(_D, 1, 30 * _DAY, "1s to 30d"),
+                   default=3600.0, metavar="D",
                    help="the window of --flap-limit (default 1h)")
-    p.add_argument("--lease-default", type=duration_seconds, default=300.0, metavar="D",
+    p.add_argument("--lease-default",
+                   type=_in_range(_D, 1, 30 * _DAY, "1s to 30d"),
+                   default=300.0, metavar="D",
                    help="first lease of a job without a runtime, until a heartbeat renews it (5m)")
-    p.add_argument("--lease-grace", type=duration_seconds, default=600.0, metavar="D",
+    p.add_argument("--lease-grace",
+                   type=_in_range(_D, 1, 30 * _DAY, "1s to 30d"),
+                   default=600.0, metavar="D",
                    help="a job's lease outlives its max runtime by this much (10m)")
-    p.add_argument("--log-cap", type=int, default=256 << 20, metavar="BYTES",
+    p.add_argument("--log-cap",
+                   type=_in_range(_integer, 1024, 1 << 40, "1024 to 1099511627776 (1 TiB)"),
+                   default=256 << 20, metavar="BYTES",
                    help="per-job log cap in bytes (default 256 MiB)")
     p.add_argument("--ready-fd", type=int, default=None, help=argparse.SUPPRESS)
     p.set_defaults(handler="local:cmd_serve")
@@ -112,8 +165,6 @@ def add_parsers(sub) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    if args.max_devices_per_user < 0:
-        raise UsageError("--max-devices-per-user must be 0 (no cap) or more")
     try:
         config = importlib.import_module("rc.controller.config")
         serve = importlib.import_module("rc.controller.serve")
