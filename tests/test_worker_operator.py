@@ -134,7 +134,10 @@ def test_a_registration_refused_for_good_ends_the_worker(controller, tmp_path, e
     # A user token is not a worker token: 403, for good.
     w = Worker(controller.url, controller.token("alice"), tmp_path / "w", env, host=host,
                devices="cpu:1", pyz=pyz).start()
-    assert w.proc.wait(30) == 1
+    try:
+        assert w.proc.wait(30) == 1
+    finally:
+        w.stop(timeout=10)  # never left behind, whatever the test found
     log = w.log()
     assert len(_refusals(log)) == 1 and "HTTP 403" in log and "retrying quietly" not in log, log
     # A worker token bound to another host at its first registration: 403 wrong_host.
@@ -145,7 +148,10 @@ def test_a_registration_refused_for_good_ends_the_worker(controller, tmp_path, e
     assert first.stop() == 0
     other = Worker(controller.url, token, tmp_path / "w", env, host=host + "-b", devices="cpu:1",
                    pyz=pyz).start()
-    assert other.proc.wait(30) == 1
+    try:
+        assert other.proc.wait(30) == 1
+    finally:
+        other.stop(timeout=10)
     assert len(_refusals(other.log())) == 1 and "wrong_host" in other.log()
 
 
