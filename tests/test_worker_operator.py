@@ -28,7 +28,7 @@ def run_worker(ctl, tmp_path, env, pyz, host: str, devices: str = "cpu:1",
                env, host=host, devices=devices, pyz=pyz)
     (tmp_path / "second").mkdir(exist_ok=True)
     return subprocess.run(w.command(), env=env, stdin=subprocess.DEVNULL, capture_output=True,
-                          timeout=timeout, cwd=tmp_path)
+                          check=False, timeout=timeout, cwd=tmp_path)
 
 
 # -- 1. one worker per host on a machine ------------------------------------------
@@ -118,7 +118,7 @@ def test_more_devices_than_the_controller_takes_is_a_config_error(tmp_path, text
 def test_print_config_names_the_flag_for_too_many_devices(pyz, tmp_path):
     res = subprocess.run([BARE_PY, "-I", str(pyz), "worker", "--controller", "http://127.0.0.1:9",
                           "--devices", "cpu:99999", "--print-config"],
-                         capture_output=True, timeout=30, cwd=tmp_path)
+                         capture_output=True, timeout=30, cwd=tmp_path, check=False)
     assert res.returncode == 2 and res.stdout == b""
     assert res.stderr.decode() == (
         "rc worker: command line: devices 'cpu:99999': 99999 devices; a worker may declare "
@@ -170,7 +170,7 @@ def test_an_unknown_token_is_retried(controller, tmp_path, env, pyz):
 
 def _print_config(pyz, tmp_path, *args: str, env: dict | None = None):
     return subprocess.run([BARE_PY, "-I", str(pyz), "worker", "--print-config", *args],
-                          capture_output=True, timeout=30, cwd=tmp_path, env=env)
+                          capture_output=True, timeout=30, cwd=tmp_path, env=env, check=False)
 
 
 def test_print_config_without_controller_or_token_prints_it_and_exits_2(pyz, tmp_path, env):

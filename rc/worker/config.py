@@ -61,8 +61,15 @@ from rc.proto.client import parse_controller_url
 from rc.proto.duration import DurationError, format_duration, parse_duration
 from rc.proto.errors import RcError
 
-__all__ = ["ConfigError", "DeviceConfig", "WorkerConfig", "load", "parse_bool_env", "DEFAULT_PATH",
-           "MAX_DEVICES"]
+__all__ = [
+    "DEFAULT_PATH",
+    "MAX_DEVICES",
+    "ConfigError",
+    "DeviceConfig",
+    "WorkerConfig",
+    "load",
+    "parse_bool_env",
+]
 
 DEFAULT_PATH = "/etc/rc/worker.toml"
 

@@ -89,8 +89,10 @@ def run(args: argparse.Namespace) -> int:
     line on stderr. --print-config prints the effective configuration and
     exits 0, or 2 after a line on stderr for each thing the worker would
     still lack to start (startup_problems). An unreachable controller is
-    retried forever. A second worker for a host whose worker already runs on this machine (same user)
-    exits 1 with one line naming the other's pid (rc.worker.hostlock).
+    retried forever. A second worker for a host whose worker already runs on
+    this machine (same user) exits 1 with one line naming the other's pid
+    (rc.worker.hostlock); so does a registration the controller refuses for
+    good (rc.worker.agent.PERMANENT_REFUSALS).
     """
     try:
         cfg = worker_config.load(
