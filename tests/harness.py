@@ -68,7 +68,10 @@ def stop_process(proc: subprocess.Popen, timeout: float = 15.0, sig: int = signa
 def base_env(home: Path) -> dict[str, str]:
     """An environment isolated from the developer's: own HOME and config dirs."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RC_")}
+    tmp = home / "tmp"  # worker host locks and spools live here, not in a shared /tmp
+    tmp.mkdir(parents=True, exist_ok=True)
     env.update({
+        "TMPDIR": str(tmp),
         "HOME": str(home),
         "XDG_CONFIG_HOME": str(home / ".config"),
         "XDG_DATA_HOME": str(home / ".local" / "share"),

@@ -89,8 +89,6 @@ def test_bad_ca_file_is_one_line_for_the_cli(tls, tmp_path, env, which):
     assert len(lines) == 1 and lines[0].startswith("rc: ") and str(bad) in lines[0], lines
 
 
-@pytest.mark.xfail(strict=True, reason="rc/worker/main.py builds its Client outside the "
-                   "try that prints RcError as 'rc worker: ...' (tls_context raises RcError)")
 @pytest.mark.parametrize("which", ["missing", "key"])
 def test_bad_ca_file_is_one_line_for_the_worker(tls, tmp_path, env, pyz, which):
     import subprocess

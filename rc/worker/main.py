@@ -116,6 +116,7 @@ def run(args: argparse.Namespace) -> int:
         if problems:
             raise worker_config.ConfigError(problems[0])
         url = parse_controller_url(cfg.controller_url)
+        client = Client(url, cfg.token, cacert=cfg.cacert or None)  # reads the CA file
     except RcError as e:
         print(f"rc worker: {e}", file=sys.stderr)
         return 2
@@ -136,7 +137,6 @@ def run(args: argparse.Namespace) -> int:
             "are never reaped; run it under an init (docker --init, tini, or a pod with "
             "shareProcessNamespace)")
     unignore_inherited_signals()
-    client = Client(url, cfg.token, cacert=cfg.cacert or None)
     agent = Agent(cfg, client)
     agent.ready_fd = args.ready_fd  # `rc up` learns of the first registration there
     for sig in (signal.SIGTERM, signal.SIGINT):
