@@ -93,7 +93,7 @@ def require(caller: Caller, *roles: Role) -> Caller:
     if caller.role is Role.ADMIN or caller.role in roles:
         return caller
     allowed = " or ".join(r.value for r in roles) or "admin"
-    article = "an" if allowed[0] in "aeiou" else "a"
+    article = "an" if allowed.startswith("admin") else "a"  # "a user", "a worker"
     raise Refused.forbidden(
         f"this route needs {article} {allowed} token; {caller.name!r} is a {caller.role.value} token"
     )
