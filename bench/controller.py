@@ -69,6 +69,16 @@ def stop(proc) -> None:
         proc.kill()
 
 
+def run_all(procs: list) -> float:
+    """Start every process, wait for all of them; the seconds that took."""
+    t0 = time.monotonic()
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+    return time.monotonic() - t0
+
+
 # -- 1. durable submissions --------------------------------------------------------
 
 
@@ -94,12 +104,7 @@ def submissions(total: int) -> str:
             q = mp.Queue()
             procs = [mp.Process(target=_submitter, args=(url, utok, total // 8, q))
                      for _ in range(8)]
-            t0 = time.monotonic()
-            for p in procs:
-                p.start()
-            for p in procs:
-                p.join()
-            elapsed = time.monotonic() - t0
+            elapsed = run_all(procs)
             return (f"durable submissions, 8 client processes: {total / elapsed:.0f}/s "
                     f"({total} jobs, queue growing to {total})   (target >= 2,000/s)")
         finally:
@@ -175,12 +180,7 @@ def ingestion(mib_each: int) -> str:
                     ["job"]["id"] for i in range(4)]
             q = mp.Queue()
             procs = [mp.Process(target=_appender, args=(url, wtok, j, mib_each, q)) for j in jobs]
-            t0 = time.monotonic()
-            for p in procs:
-                p.start()
-            for p in procs:
-                p.join()
-            elapsed = time.monotonic() - t0
+            elapsed = run_all(procs)
             total = sum(q.get() for _ in procs) / (1 << 20)
             return (f"log ingestion, 4 jobs together, 1 MiB appends: {total / elapsed:.0f} MB/s "
                     f"({total:.0f} MB)   (target >= 100 MB/s)")

@@ -13,8 +13,6 @@ then the loops, then the database.
 from __future__ import annotations
 
 import asyncio
-import errno
-import fcntl
 import json
 import logging
 import os
@@ -31,6 +29,7 @@ from rc.controller.app import build_app
 from rc.controller.config import ControllerConfig
 from rc.controller.core import ADMIN_TOKEN_FILE, Controller
 from rc.controller.errors import ControllerError, StartupError
+from rc.proto import pidlock
 
 __all__ = ["run", "bind", "STATE_FILE"]
 
@@ -74,33 +73,20 @@ def bind(listen: str) -> socket.socket:
 
 
 def lock_data_dir(data_dir: str) -> int:
-    """Take the data dir's exclusive lock (DATA/serve.lock, flock) before the
-    database is opened, so two controllers never share one data dir; returns
-    the lock's fd, to keep open for the life of the process. The holder's pid
-    is written in the file. Raises StartupError when another rc serve holds it."""
+    """Take the data dir's exclusive lock (DATA/serve.lock, rc.proto.pidlock)
+    before the database is opened, so two controllers never share one data
+    dir; returns the lock's fd, to keep open for the life of the process.
+    Raises StartupError when another rc serve holds it or the dir is unusable."""
     data = Path(data_dir)
-    path = data / LOCK_FILE
     try:
         data.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        return pidlock.take(str(data / LOCK_FILE))
+    except pidlock.LockBusy as e:
+        pid = f" (pid {e.pid})" if e.pid else ""
+        raise StartupError(f"data dir {data_dir} is in use by another rc serve{pid}") from None
     except OSError as e:
         raise StartupError(f"cannot use data dir {data_dir}: {e.strerror or e}"
                            f"{f' ({e.filename})' if e.filename else ''}") from None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as e:
-        try:
-            holder = os.pread(fd, 64, 0).decode("ascii", "replace").strip()
-        except OSError:
-            holder = ""
-        os.close(fd)
-        if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-            pid = f" (pid {holder})" if holder.isdigit() else ""
-            raise StartupError(f"data dir {data_dir} is in use by another rc serve{pid}") from None
-        raise StartupError(f"cannot lock data dir {data_dir}: {e.strerror or e}") from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    return fd
 
 
 def check_tls_pair(certfile: str, keyfile: str) -> None:

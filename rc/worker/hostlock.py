@@ -4,26 +4,24 @@ A second `rc worker` for a host whose worker already runs here would register
 the same host again: the controller takes that as the first worker having
 restarted, marks its running job lost and quarantines the device, and then
 the two processes take turns at the host's jobs. So the worker takes
-`flock(LOCK_EX | LOCK_NB)` on `lock_path(host)` before it registers and holds
-it for its whole life; a second one finds it taken and refuses to start.
+the lock of `lock_path(host)` (rc.proto.pidlock) before it registers and
+holds it for its whole life; a second one finds it taken and refuses to start.
 
 The lock file lives in `lock_dir()`: `<tempdir>/rc-worker-<uid>` (tempdir is
 $TMPDIR, else /tmp), made 0700 and refused unless it is a real directory of
 this user that nobody else can write. The location does not depend on the
 worker's configuration, so two workers for one host are caught whatever their
-configs say. The file holds the pid of the worker holding the lock (for the
-message); it is never removed (removing a lock file races with its next
-taker). The kernel drops the lock when the process ends, however it ends
-(kill -9 included), and the descriptor is close-on-exec, so jobs never
-inherit it.
+configs say. The kernel drops the lock when the worker ends, however it
+ends, and jobs never inherit it.
 """
 
 from __future__ import annotations
 
-import fcntl
 import os
 import stat
 import tempfile
+
+from rc.proto import pidlock
 
 __all__ = ["HostLock", "HostLockBusy", "lock_dir", "lock_path"]
 
@@ -75,19 +73,10 @@ class HostLock:
 
     def acquire(self) -> HostLock:
         _safe_dir(os.path.dirname(self.path))
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            pid = _read_pid(fd)
-            os.close(fd)
-            raise HostLockBusy(self.host, pid) from None
-        except BaseException:
-            os.close(fd)
-            raise
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        self.fd = fd
+            self.fd = pidlock.take(self.path)
+        except pidlock.LockBusy as e:
+            raise HostLockBusy(self.host, e.pid) from None
         return self
 
     def release(self) -> None:
@@ -96,10 +85,3 @@ class HostLock:
         if fd is not None:
             os.close(fd)
 
-
-def _read_pid(fd: int) -> int:
-    try:
-        text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
-        return int(text) if text.isdigit() else 0
-    except OSError:
-        return 0
