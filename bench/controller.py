@@ -37,10 +37,26 @@ def start_controller(data: Path, *extra: str):
     r, w = os.pipe()
     env = {k: v for k, v in os.environ.items() if not k.startswith("RC_")}
     env["PYTHONPATH"] = str(ROOT)
-    proc = subprocess.Popen([sys.executable, "-m", "rc", "serve", "--listen", "127.0.0.1:0",
-                             "--data", str(data), "--ready-fd", str(w), *extra],
-                            pass_fds=(w,), env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, cwd=ROOT)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "rc",
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--data",
+            str(data),
+            "--ready-fd",
+            str(w),
+            *extra,
+        ],
+        pass_fds=(w,),
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=ROOT,
+    )
     os.close(w)
     url = _wait_line(r, proc, 30)
     os.close(r)
@@ -95,18 +111,29 @@ def submissions(total: int) -> str:
         proc, url, admin = start_controller(Path(tmp) / "data")
         try:
             wtok = admin.post("/v1/tokens", {"name": "w", "role": "worker"})["secret"]
-            Client(url, wtok).post("/v1/workers/register",
-                                   {"host": "busy", "devices": [{"name": "cpu0"}]})
+            Client(url, wtok).post(
+                "/v1/workers/register", {"host": "busy", "devices": [{"name": "cpu0"}]}
+            )
             utok = admin.post("/v1/tokens", {"name": "u", "role": "user"})["secret"]
             # a hold keeps the device busy: every submission is a durable queued job
-            Client(url, utok).post("/v1/jobs", {"kind": "hold", "device_id": "busy:cpu0",
-                                                "max_runtime_seconds": 3600, "reason": "bench"})
+            Client(url, utok).post(
+                "/v1/jobs",
+                {
+                    "kind": "hold",
+                    "device_id": "busy:cpu0",
+                    "max_runtime_seconds": 3600,
+                    "reason": "bench",
+                },
+            )
             q = mp.Queue()
-            procs = [mp.Process(target=_submitter, args=(url, utok, total // 8, q))
-                     for _ in range(8)]
+            procs = [
+                mp.Process(target=_submitter, args=(url, utok, total // 8, q)) for _ in range(8)
+            ]
             elapsed = run_all(procs)
-            return (f"durable submissions, 8 client processes: {total / elapsed:.0f}/s "
-                    f"({total} jobs, queue growing to {total})   (target >= 2,000/s)")
+            return (
+                f"durable submissions, 8 client processes: {total / elapsed:.0f}/s "
+                f"({total} jobs, queue growing to {total})   (target >= 2,000/s)"
+            )
         finally:
             stop(proc)
 
@@ -122,10 +149,17 @@ def heartbeats(hosts: int, per_host: int, seconds: float) -> str:
             for h in range(hosts):
                 tok = admin.post("/v1/tokens", {"name": f"w{h}", "role": "worker"})["secret"]
                 c = Client(url, tok)
-                c.post("/v1/workers/register", {
-                    "host": f"h{h}", "devices": [{"name": f"gpu{i}"} for i in range(per_host)],
-                    "labels": {f"gpu{i}": {"kind": "gpu", "model": "A100", "vram": "81920M"}
-                               for i in range(per_host)}})
+                c.post(
+                    "/v1/workers/register",
+                    {
+                        "host": f"h{h}",
+                        "devices": [{"name": f"gpu{i}"} for i in range(per_host)],
+                        "labels": {
+                            f"gpu{i}": {"kind": "gpu", "model": "A100", "vram": "81920M"}
+                            for i in range(per_host)
+                        },
+                    },
+                )
                 clients.append((f"h{h}", c))
             interval = 10.0
             stop_at = time.monotonic() + seconds
@@ -147,9 +181,11 @@ def heartbeats(hosts: int, per_host: int, seconds: float) -> str:
                 t.join()
             used = cpu_seconds(proc.pid) - start_cpu
             wall = time.monotonic() - t0
-            return (f"{hosts * per_host} devices heartbeating every 10 s ({hosts} hosts x "
-                    f"{per_host}): controller CPU {used / wall * 100:.1f} % of one core   "
-                    "(target <= 5 %)")
+            return (
+                f"{hosts * per_host} devices heartbeating every 10 s ({hosts} hosts x "
+                f"{per_host}): controller CPU {used / wall * 100:.1f} % of one core   "
+                "(target <= 5 %)"
+            )
         finally:
             stop(proc)
 
@@ -162,8 +198,9 @@ def _appender(url: str, token: str, job_id: int, mib: int, out) -> None:
     chunk = os.urandom(1 << 20)
     offset = 0
     for _ in range(mib):
-        offset = c.request("POST", f"/v1/jobs/{job_id}/logs", raw=chunk,
-                           params={"offset": offset}).json()["size"]
+        offset = c.request(
+            "POST", f"/v1/jobs/{job_id}/logs", raw=chunk, params={"offset": offset}
+        ).json()["size"]
     out.put(offset)
 
 
@@ -173,17 +210,26 @@ def ingestion(mib_each: int) -> str:
         try:
             wtok = admin.post("/v1/tokens", {"name": "w", "role": "worker"})["secret"]
             w = Client(url, wtok)
-            w.post("/v1/workers/register", {"host": "io", "devices": [
-                {"name": f"cpu{i}"} for i in range(4)], "labels": {
-                f"cpu{i}": {"kind": "cpu"} for i in range(4)}})
-            jobs = [admin.post("/v1/jobs", {"command": ["x"], "device_id": f"io:cpu{i}"})
-                    ["job"]["id"] for i in range(4)]
+            w.post(
+                "/v1/workers/register",
+                {
+                    "host": "io",
+                    "devices": [{"name": f"cpu{i}"} for i in range(4)],
+                    "labels": {f"cpu{i}": {"kind": "cpu"} for i in range(4)},
+                },
+            )
+            jobs = [
+                admin.post("/v1/jobs", {"command": ["x"], "device_id": f"io:cpu{i}"})["job"]["id"]
+                for i in range(4)
+            ]
             q = mp.Queue()
             procs = [mp.Process(target=_appender, args=(url, wtok, j, mib_each, q)) for j in jobs]
             elapsed = run_all(procs)
             total = sum(q.get() for _ in procs) / (1 << 20)
-            return (f"log ingestion, 4 jobs together, 1 MiB appends: {total / elapsed:.0f} MB/s "
-                    f"({total:.0f} MB)   (target >= 100 MB/s)")
+            return (
+                f"log ingestion, 4 jobs together, 1 MiB appends: {total / elapsed:.0f} MB/s "
+                f"({total:.0f} MB)   (target >= 100 MB/s)"
+            )
         finally:
             stop(proc)
 
@@ -197,8 +243,9 @@ def cli_wall_time(url: str, token: str, n: int = 20) -> float:
     times = []
     for _ in range(n):
         t0 = time.monotonic()
-        subprocess.run([sys.executable, "-m", "rc", "devices"], env=env, check=True,
-                       stdout=subprocess.DEVNULL)
+        subprocess.run(
+            [sys.executable, "-m", "rc", "devices"], env=env, check=True, stdout=subprocess.DEVNULL
+        )
         times.append(time.monotonic() - t0)
     return statistics.median(times)
 
@@ -211,10 +258,17 @@ def memory_and_cli(jobs: int) -> list[str]:
         try:
             for h in range(125):
                 tok = admin.post("/v1/tokens", {"name": f"w{h}", "role": "worker"})["secret"]
-                Client(url, tok).post("/v1/workers/register", {
-                    "host": f"h{h}", "devices": [{"name": f"gpu{i}"} for i in range(8)],
-                    "labels": {f"gpu{i}": {"kind": "gpu", "model": "H100", "vram": "81920M"}
-                               for i in range(8)}})
+                Client(url, tok).post(
+                    "/v1/workers/register",
+                    {
+                        "host": f"h{h}",
+                        "devices": [{"name": f"gpu{i}"} for i in range(8)],
+                        "labels": {
+                            f"gpu{i}": {"kind": "gpu", "model": "H100", "vram": "81920M"}
+                            for i in range(8)
+                        },
+                    },
+                )
         finally:
             stop(proc)
         # the job history goes straight into the database (a 100,000-job history is
@@ -228,28 +282,53 @@ def memory_and_cli(jobs: int) -> list[str]:
             "submitted_at, queued_at, started_at, finished_at, exit_code) "
             "VALUES ('job', 'succeeded', ?, 'kind=gpu', ?, ?, '[\"python3\",\"train.py\"]', "
             "?, ?, ?, ?, 0)",
-            ((f"user{i % 50}", f"h{i % 125}:gpu{i % 8}", f"h{i % 125}", now - i, now - i,
-              now - i, now - i + 60) for i in range(jobs)))
+            (
+                (
+                    f"user{i % 50}",
+                    f"h{i % 125}:gpu{i % 8}",
+                    f"h{i % 125}",
+                    now - i,
+                    now - i,
+                    now - i,
+                    now - i + 60,
+                )
+                for i in range(jobs)
+            ),
+        )
         db.commit()
         db.close()
         proc, url, admin = start_controller(data)
         try:
-            for path in ("/v1/devices", "/v1/state", "/v1/jobs?limit=1000", "/metrics",
-                         "/v1/events", "/v1/devices/h1:gpu1/describe"):
+            for path in (
+                "/v1/devices",
+                "/v1/state",
+                "/v1/jobs?limit=1000",
+                "/metrics",
+                "/v1/events",
+                "/v1/devices/h1:gpu1/describe",
+            ):
                 admin.request("GET", path)
-            out.append(f"controller memory, 1,000 devices + {jobs:,} jobs: "
-                       f"{rss_mb(proc.pid):.0f} MB RSS   (target <= 300 MB)")
-            out.append(f"rc devices wall time with 1,000 devices: "
-                       f"{cli_wall_time(url, admin.token) * 1000:.0f} ms median   "
-                       "(target <= 150 ms)")
+            out.append(
+                f"controller memory, 1,000 devices + {jobs:,} jobs: "
+                f"{rss_mb(proc.pid):.0f} MB RSS   (target <= 300 MB)"
+            )
+            out.append(
+                f"rc devices wall time with 1,000 devices: "
+                f"{cli_wall_time(url, admin.token) * 1000:.0f} ms median   "
+                "(target <= 150 ms)"
+            )
         finally:
             stop(proc)
     with fleet(8) as (url, admin, token, tmp, serve, worker):
-        out.append(f"rc devices wall time with 8 devices: {cli_wall_time(url, token) * 1000:.0f}"
-                   " ms median   (target <= 150 ms)")
+        out.append(
+            f"rc devices wall time with 8 devices: {cli_wall_time(url, token) * 1000:.0f}"
+            " ms median   (target <= 150 ms)"
+        )
         time.sleep(2)
-        out.append(f"idle worker (python3 -I rc.pyz, 8 devices): {rss_mb(worker.pid):.1f} MB RSS"
-                   "   (target <= 40 MB)")
+        out.append(
+            f"idle worker (python3 -I rc.pyz, 8 devices): {rss_mb(worker.pid):.1f} MB RSS"
+            "   (target <= 40 MB)"
+        )
     return out
 
 

@@ -45,14 +45,24 @@ def latency(url: str, token: str, tmp: Path, n: int) -> list[float]:
     for i in range(n + 5):
         stamp = tmp / f"start-{i}"
         t0 = time.time()
-        job = c.post("/v1/jobs", {"command": ["sh", "-c", f"date +%s.%N > {stamp}"],
-                                  "selector": "*", "idempotency_key": uuid.uuid4().hex})["job"]
+        job = c.post(
+            "/v1/jobs",
+            {
+                "command": ["sh", "-c", f"date +%s.%N > {stamp}"],
+                "selector": "*",
+                "idempotency_key": uuid.uuid4().hex,
+            },
+        )["job"]
         wait(lambda: stamp.exists() and stamp.stat().st_size > 0, 30, "job start")
         started = float(stamp.read_text())
         if i >= 5:  # the first few warm up connections and caches
             out.append(started - t0)
-        wait(lambda: c.get(f"/v1/jobs/{job['id']}")["job"]["state"] == "succeeded", 30,
-             "job end", interval=0.01)
+        wait(
+            lambda: c.get(f"/v1/jobs/{job['id']}")["job"]["state"] == "succeeded",
+            30,
+            "job end",
+            interval=0.01,
+        )
     return out
 
 
@@ -95,16 +105,22 @@ def kill_latency(url: str, token: str, tmp: Path, n: int) -> list[float]:
     out = []
     for i in range(n):
         pidfile = tmp / f"pid-{i}"
-        job = c.post("/v1/jobs", {"command": ["sh", "-c", f"echo $$ > {pidfile}; exec sleep 1000"],
-                                  "selector": "*"})["job"]
+        job = c.post(
+            "/v1/jobs",
+            {"command": ["sh", "-c", f"echo $$ > {pidfile}; exec sleep 1000"], "selector": "*"},
+        )["job"]
         wait(lambda: pidfile.exists() and pidfile.read_text().strip(), 30, "job pid")
         pid = int(pidfile.read_text())
         t0 = time.monotonic()
         c.post(f"/v1/jobs/{job['id']}/kill", {})
         wait(lambda: not Path(f"/proc/{pid}").exists() or _zombie(pid), 30, "process gone")
         out.append(time.monotonic() - t0)
-        wait(lambda: c.get(f"/v1/jobs/{job['id']}")["job"]["state"] == "killed", 30, "killed",
-             interval=0.01)
+        wait(
+            lambda: c.get(f"/v1/jobs/{job['id']}")["job"]["state"] == "killed",
+            30,
+            "killed",
+            interval=0.01,
+        )
     return out
 
 
@@ -123,15 +139,21 @@ def main() -> None:
     args = p.parse_args()
     with fleet(4) as (url, admin, token, tmp, serve, worker):
         lat = latency(url, token, tmp, args.samples)
-        print(f"submit -> process started, {len(lat)} jobs, idle fleet: "
-              f"median {statistics.median(lat) * 1e3:.1f} ms, p99 {percentile(lat, 99) * 1e3:.1f} ms"
-              f"   (target: median <= 10 ms, p99 <= 30 ms; Slurm here ~600 ms)")
+        print(
+            f"submit -> process started, {len(lat)} jobs, idle fleet: "
+            f"median {statistics.median(lat) * 1e3:.1f} ms, p99 {percentile(lat, 99) * 1e3:.1f} ms"
+            f"   (target: median <= 10 ms, p99 <= 30 ms; Slurm here ~600 ms)"
+        )
         rate, submit_rate = throughput(url, token, args.jobs)
-        print(f"{args.jobs} short jobs end to end: {rate:.0f} jobs/s "
-              f"(submissions alone: {submit_rate:.0f}/s)   (target >= 500; Slurm here ~47)")
+        print(
+            f"{args.jobs} short jobs end to end: {rate:.0f} jobs/s "
+            f"(submissions alone: {submit_rate:.0f}/s)   (target >= 500; Slurm here ~47)"
+        )
         kills = kill_latency(url, token, tmp, 20)
-        print(f"kill -> process gone, 20 kills: median {statistics.median(kills) * 1e3:.1f} ms, "
-              f"max {max(kills) * 1e3:.1f} ms   (target <= 20 ms)")
+        print(
+            f"kill -> process gone, 20 kills: median {statistics.median(kills) * 1e3:.1f} ms, "
+            f"max {max(kills) * 1e3:.1f} ms   (target <= 20 ms)"
+        )
 
 
 if __name__ == "__main__":

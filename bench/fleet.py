@@ -45,14 +45,32 @@ def fleet(devices: int = 4, serve_args: tuple[str, ...] = (), worker_config: str
     env = {k: v for k, v in os.environ.items() if not k.startswith("RC_")}
     env["PYTHONPATH"] = str(ROOT)
     pyz = tmp / "rc.pyz"
-    subprocess.run([sys.executable, str(ROOT / "zipapp"), "--output", str(pyz)], check=True,
-                   capture_output=True)
+    subprocess.run(
+        [sys.executable, str(ROOT / "zipapp"), "--output", str(pyz)],
+        check=True,
+        capture_output=True,
+    )
     r, w = os.pipe()
     serve = subprocess.Popen(
-        [sys.executable, "-m", "rc", "serve", "--listen", "127.0.0.1:0", "--data",
-         str(tmp / "data"), "--ready-fd", str(w), *serve_args],
-        pass_fds=(w,), env=env, stdout=open(tmp / "serve.log", "wb"), stderr=subprocess.STDOUT,
-        cwd=ROOT)
+        [
+            sys.executable,
+            "-m",
+            "rc",
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--data",
+            str(tmp / "data"),
+            "--ready-fd",
+            str(w),
+            *serve_args,
+        ],
+        pass_fds=(w,),
+        env=env,
+        stdout=open(tmp / "serve.log", "wb"),
+        stderr=subprocess.STDOUT,
+        cwd=ROOT,
+    )
     os.close(w)
     worker = None
     try:
@@ -61,13 +79,26 @@ def fleet(devices: int = 4, serve_args: tuple[str, ...] = (), worker_config: str
         wtok = admin.post("/v1/tokens", {"name": "bench-worker", "role": "worker"})["secret"]
         utok = admin.post("/v1/tokens", {"name": "bench", "role": "user"})["secret"]
         (tmp / "worker.token").write_text(wtok)
-        args = [BARE_PY, "-I", str(pyz), "worker", "--controller", url, "--token-file",
-                str(tmp / "worker.token"), "--host", "bench", "--devices", f"cpu:{devices}"]
+        args = [
+            BARE_PY,
+            "-I",
+            str(pyz),
+            "worker",
+            "--controller",
+            url,
+            "--token-file",
+            str(tmp / "worker.token"),
+            "--host",
+            "bench",
+            "--devices",
+            f"cpu:{devices}",
+        ]
         if worker_config:
             (tmp / "worker.toml").write_text(worker_config)
             args += ["--config", str(tmp / "worker.toml")]
-        worker = subprocess.Popen(args, env=env, stdout=open(tmp / "worker.log", "wb"),
-                                  stderr=subprocess.STDOUT, cwd=tmp)
+        worker = subprocess.Popen(
+            args, env=env, stdout=open(tmp / "worker.log", "wb"), stderr=subprocess.STDOUT, cwd=tmp
+        )
         deadline = time.monotonic() + 30
         while len(admin.get("/v1/devices")["devices"]) < devices:
             if time.monotonic() > deadline or worker.poll() is not None:

@@ -44,8 +44,7 @@ def sha256(path: Path) -> str:
 
 def rc(env: dict, *args: str) -> float:
     t0 = time.monotonic()
-    subprocess.run([sys.executable, "-m", "rc", *args], env=env, cwd=ROOT, check=True,
-                   timeout=600)
+    subprocess.run([sys.executable, "-m", "rc", *args], env=env, cwd=ROOT, check=True, timeout=600)
     return time.monotonic() - t0
 
 
@@ -62,23 +61,44 @@ def copies(env: dict, tmp: Path, hold: int, mb: int) -> None:
     job = rc(env, "cp", str(src), f"bench:cpu1:{tmp}/remote-job/")
     assert sha256(tmp / "remote-job" / "big.bin") == want, "job upload not byte-exact"
     (tmp / "back").mkdir()
-    down = rc(env, "cp", "--hold", str(hold), f"bench:cpu0:{tmp}/remote/big.bin",
-              str(tmp / "back") + "/")
+    down = rc(
+        env, "cp", "--hold", str(hold), f"bench:cpu0:{tmp}/remote/big.bin", str(tmp / "back") + "/"
+    )
     assert sha256(tmp / "back" / "big.bin") == want, "download not byte-exact"
     print(f"rc cp {size:,.0f} MB up (inside a hold):   {size / up:7.1f} MB/s ({up:.2f} s)")
     print(f"rc cp {size:,.0f} MB up (a pipe job):      {size / job:7.1f} MB/s ({job:.2f} s)")
     print(f"rc cp {size:,.0f} MB down (inside a hold): {size / down:7.1f} MB/s ({down:.2f} s)")
-    for p in (src, tmp / "remote" / "big.bin", tmp / "remote-job" / "big.bin",
-              tmp / "back" / "big.bin"):
+    for p in (
+        src,
+        tmp / "remote" / "big.bin",
+        tmp / "remote-job" / "big.bin",
+        tmp / "back" / "big.bin",
+    ):
         p.unlink()
 
 
 def keystrokes(env: dict, hold: int, n: int) -> list[float]:
     master, slave = os.openpty()
-    proc = subprocess.Popen([sys.executable, "-c", CTTY_SHIM, sys.executable, "-m", "rc",
-                             "shell", str(hold), "--", "cat"],
-                            stdin=slave, stdout=slave, stderr=slave, env=env, cwd=ROOT,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            CTTY_SHIM,
+            sys.executable,
+            "-m",
+            "rc",
+            "shell",
+            str(hold),
+            "--",
+            "cat",
+        ],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        env=env,
+        cwd=ROOT,
+        start_new_session=True,
+    )
     buf = b""
 
     def until(marker: bytes, timeout: float = 30.0) -> None:
@@ -90,14 +110,14 @@ def keystrokes(env: dict, hold: int, n: int) -> list[float]:
                 raise RuntimeError(f"no {marker!r} in {buf[-200:]!r}")
             if select.select([master], [], [], left)[0]:
                 buf += os.read(master, 65536)
-        buf = buf[buf.index(marker) + len(marker):]
+        buf = buf[buf.index(marker) + len(marker) :]
 
     try:
         os.write(master, b"ready\r")  # cat's own copy shows the session is up
         until(b"ready\r\nready")
         times = []
         for i in range(n):
-            key = b"abcdefghijklmnopqrstuvwxyz"[i % 26:i % 26 + 1]
+            key = b"abcdefghijklmnopqrstuvwxyz"[i % 26 : i % 26 + 1]
             t0 = time.perf_counter()
             os.write(master, key)
             until(key)
@@ -120,15 +140,41 @@ def main() -> None:
     args = ap.parse_args()
     with fleet(devices=2, worker_config='kill_grace = "1s"\n') as (url, admin, token, tmp, *_):
         env = {k: v for k, v in os.environ.items() if not k.startswith("RC_")}
-        env.update(RC_CONTROLLER=url, RC_TOKEN=token, PYTHONPATH=str(ROOT), TERM="xterm",
-                   HOME=str(tmp), XDG_CONFIG_HOME=str(tmp / ".config"))
-        hold = int(subprocess.run(
-            [sys.executable, "-m", "rc", "hold", "-d", "bench:cpu0", "--ttl", "1h", "--reason",
-             "bench", "--detach"], env=env, cwd=ROOT, check=True, capture_output=True).stdout)
+        env.update(
+            RC_CONTROLLER=url,
+            RC_TOKEN=token,
+            PYTHONPATH=str(ROOT),
+            TERM="xterm",
+            HOME=str(tmp),
+            XDG_CONFIG_HOME=str(tmp / ".config"),
+        )
+        hold = int(
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "rc",
+                    "hold",
+                    "-d",
+                    "bench:cpu0",
+                    "--ttl",
+                    "1h",
+                    "--reason",
+                    "bench",
+                    "--detach",
+                ],
+                env=env,
+                cwd=ROOT,
+                check=True,
+                capture_output=True,
+            ).stdout
+        )
         copies(env, tmp, hold, args.mb)
         ms = [t * 1000 for t in keystrokes(env, hold, args.keys)]
-        print(f"keystroke round trip ({len(ms)} keys): median {statistics.median(ms):.2f} ms, "
-              f"p99 {percentile(ms, 99):.2f} ms")
+        print(
+            f"keystroke round trip ({len(ms)} keys): median {statistics.median(ms):.2f} ms, "
+            f"p99 {percentile(ms, 99):.2f} ms"
+        )
 
 
 if __name__ == "__main__":

@@ -17,8 +17,12 @@ from tests.inprocess import Lab
 def pyz(tmp_path_factory) -> Path:
     """dist/rc.pyz built once per session into a temporary directory."""
     out = tmp_path_factory.mktemp("zipapp") / "rc.pyz"
-    subprocess.run([sys.executable, str(REPO / "zipapp"), "--output", str(out)], check=True,
-                   capture_output=True, timeout=60)
+    subprocess.run(
+        [sys.executable, str(REPO / "zipapp"), "--output", str(out)],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
     return out
 
 
@@ -64,13 +68,31 @@ def make_worker(tmp_path, env, pyz) -> Iterator:
     (a host's devices may still look ready from an earlier worker process)."""
     made: list[Worker] = []
 
-    def make(ctl: Controller, host: str = "testhost", devices: str = "cpu:2", *,
-             wait: bool = True, token: str | None = None, extra: list[str] | None = None,
-             config: Path | None = None, worker_env: dict[str, str] | None = None,
-             launcher: list[str] | None = None) -> Worker:
+    def make(
+        ctl: Controller,
+        host: str = "testhost",
+        devices: str = "cpu:2",
+        *,
+        wait: bool = True,
+        token: str | None = None,
+        extra: list[str] | None = None,
+        config: Path | None = None,
+        worker_env: dict[str, str] | None = None,
+        launcher: list[str] | None = None,
+    ) -> Worker:
         tok = token or ctl.token(f"worker-{host}-{len(made)}", "worker")
-        w = Worker(ctl.url, tok, tmp_path / "workers", worker_env or env, host=host,
-                   devices=devices, extra=extra, pyz=pyz, config=config, launcher=launcher)
+        w = Worker(
+            ctl.url,
+            tok,
+            tmp_path / "workers",
+            worker_env or env,
+            host=host,
+            devices=devices,
+            extra=extra,
+            pyz=pyz,
+            config=config,
+            launcher=launcher,
+        )
         seen = len(w.log())  # the log file is shared by worker processes of a host
         w.start()
         made.append(w)
@@ -82,7 +104,8 @@ def make_worker(tmp_path, env, pyz) -> Iterator:
                     raise AssertionError(f"worker exited {w.proc.returncode}:\n{w.log()}")
                 return f"registered {host} " in w.log()[seen:] and any(
                     v["device"]["host"] == host and v["device"]["state"] == "ready"
-                    for v in c.get("/v1/devices")["devices"])
+                    for v in c.get("/v1/devices")["devices"]
+                )
 
             wait_until(registered, timeout=30, what=f"worker {host} to register")
         return w

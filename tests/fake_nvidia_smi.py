@@ -14,7 +14,7 @@ from pathlib import Path
 
 from tests.harness import BARE_PY
 
-SCRIPT = '''#!{python}
+SCRIPT = """#!{python}
 import os, sys
 here = os.path.dirname(os.path.abspath(__file__))
 def read(name, default=""):
@@ -36,7 +36,7 @@ elif "--query-compute-apps=" in args:
     sys.stdout.write(read("apps"))
 else:
     print("usage: nvidia-smi (fake)")
-'''
+"""
 
 
 class FakeNvidiaSmi:

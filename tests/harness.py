@@ -27,8 +27,12 @@ BARE_PY = getattr(sys, "_base_executable", None) or sys.executable
 """The interpreter without this venv's site-packages, like a bare GPU host's python3."""
 
 
-def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, what: str = "condition",
-               interval: float = 0.02) -> Any:
+def wait_until(
+    predicate: Callable[[], Any],
+    timeout: float = 10.0,
+    what: str = "condition",
+    interval: float = 0.02,
+) -> Any:
     """Poll `predicate` until it returns something truthy; return that value.
 
     Raises AssertionError naming `what` after `timeout` seconds.
@@ -70,22 +74,29 @@ def base_env(home: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RC_")}
     tmp = home / "tmp"  # worker host locks and spools live here, not in a shared /tmp
     tmp.mkdir(parents=True, exist_ok=True)
-    env.update({
-        "TMPDIR": str(tmp),
-        "HOME": str(home),
-        "XDG_CONFIG_HOME": str(home / ".config"),
-        "XDG_DATA_HOME": str(home / ".local" / "share"),
-        "PYTHONUNBUFFERED": "1",
-        "PYTHONPATH": str(REPO),
-    })
+    env.update(
+        {
+            "TMPDIR": str(tmp),
+            "HOME": str(home),
+            "XDG_CONFIG_HOME": str(home / ".config"),
+            "XDG_DATA_HOME": str(home / ".local" / "share"),
+            "PYTHONUNBUFFERED": "1",
+            "PYTHONPATH": str(REPO),
+        }
+    )
     return env
 
 
 class Controller:
     """`rc serve` on 127.0.0.1:0 over `data`; `extra` are more serve flags."""
 
-    def __init__(self, data: Path, env: dict[str, str], extra: list[str] | None = None,
-                 listen: str = "127.0.0.1:0") -> None:
+    def __init__(
+        self,
+        data: Path,
+        env: dict[str, str],
+        extra: list[str] | None = None,
+        listen: str = "127.0.0.1:0",
+    ) -> None:
         self.data = data
         self.env = env
         self.extra = extra or []
@@ -99,9 +110,24 @@ class Controller:
         r, w = os.pipe()
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            [PY, "-m", "rc", "serve", "--listen", self.listen, "--data", str(self.data),
-             "--ready-fd", str(w), *self.extra],
-            env=self.env, pass_fds=(w,), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+            [
+                PY,
+                "-m",
+                "rc",
+                "serve",
+                "--listen",
+                self.listen,
+                "--data",
+                str(self.data),
+                "--ready-fd",
+                str(w),
+                *self.extra,
+            ],
+            env=self.env,
+            pass_fds=(w,),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
             cwd=REPO,
         )
         os.close(w)
@@ -153,10 +179,19 @@ class Controller:
 class Worker:
     """A worker process (from the zipapp under python3 -I by default)."""
 
-    def __init__(self, url: str, token: str, workdir: Path, env: dict[str, str],
-                 host: str = "testhost", devices: str = "cpu:2", extra: list[str] | None = None,
-                 pyz: Path | None = None, config: Path | None = None,
-                 launcher: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        token: str,
+        workdir: Path,
+        env: dict[str, str],
+        host: str = "testhost",
+        devices: str = "cpu:2",
+        extra: list[str] | None = None,
+        pyz: Path | None = None,
+        config: Path | None = None,
+        launcher: list[str] | None = None,
+    ) -> None:
         self.launcher = launcher or []  # e.g. ["nohup"]: what the worker is started under
         self.url, self.token, self.workdir, self.env = url, token, workdir, dict(env)
         self.host, self.devices, self.extra, self.pyz = host, devices, extra or [], pyz
@@ -169,8 +204,15 @@ class Worker:
         token_file.write_text(self.token)
         os.chmod(token_file, 0o600)
         base = [BARE_PY, "-I", str(self.pyz)] if self.pyz else [PY, "-m", "rc"]
-        args = ["worker", "--controller", self.url, "--token-file", str(token_file),
-                "--host", self.host]
+        args = [
+            "worker",
+            "--controller",
+            self.url,
+            "--token-file",
+            str(token_file),
+            "--host",
+            self.host,
+        ]
         if self.devices:  # "" → the devices of the config file
             args += ["--devices", self.devices]
         if self.config:
@@ -180,8 +222,14 @@ class Worker:
     def start(self) -> Worker:
         self.workdir.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(self.command(), env=self.env, stdin=subprocess.DEVNULL,
-                                     stdout=log, stderr=log, cwd=self.workdir)
+        self.proc = subprocess.Popen(
+            self.command(),
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            cwd=self.workdir,
+        )
         log.close()
         return self
 
@@ -209,18 +257,33 @@ class Cli:
         self.env["RC_TOKEN"] = token
         self.cwd = cwd
 
-    def run(self, *args: str, timeout: float = 60.0, input: bytes | None = None,
-            check: bool = False) -> subprocess.CompletedProcess:
-        res = subprocess.run([PY, "-m", "rc", *args], env=self.env, cwd=self.cwd,
-                             capture_output=True, timeout=timeout, input=input)
+    def run(
+        self, *args: str, timeout: float = 60.0, input: bytes | None = None, check: bool = False
+    ) -> subprocess.CompletedProcess:
+        res = subprocess.run(
+            [PY, "-m", "rc", *args],
+            env=self.env,
+            cwd=self.cwd,
+            capture_output=True,
+            timeout=timeout,
+            input=input,
+        )
         if check and res.returncode != 0:
-            raise AssertionError(f"rc {' '.join(args)} exited {res.returncode}:\n"
-                                 f"{res.stderr.decode(errors='replace')}")
+            raise AssertionError(
+                f"rc {' '.join(args)} exited {res.returncode}:\n"
+                f"{res.stderr.decode(errors='replace')}"
+            )
         return res
 
     def popen(self, *args: str, **kw) -> subprocess.Popen:
-        return subprocess.Popen([PY, "-m", "rc", *args], env=self.env, cwd=self.cwd,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw)
+        return subprocess.Popen(
+            [PY, "-m", "rc", *args],
+            env=self.env,
+            cwd=self.cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            **kw,
+        )
 
     def json(self, *args: str, timeout: float = 60.0) -> Any:
         res = self.run(*args, "-o", "json", timeout=timeout, check=True)

@@ -32,14 +32,16 @@ class Lab:
     `config` is passed on to ControllerConfig (thresholds, retention...).
     """
 
-    def __init__(self, data: Path | None = None, *, aging: float = 0.0, cap: int = 0,
-                 **config) -> None:
+    def __init__(
+        self, data: Path | None = None, *, aging: float = 0.0, cap: int = 0, **config
+    ) -> None:
         self._own = data is None
         self.data = Path(data or tempfile.mkdtemp(prefix="rc-lab-"))
         self.now = T0
         self.loop = asyncio.new_event_loop()
-        cfg = ControllerConfig(data_dir=str(self.data), aging=aging, max_devices_per_user=cap,
-                               **config)
+        cfg = ControllerConfig(
+            data_dir=str(self.data), aging=aging, max_devices_per_user=cap, **config
+        )
         self.ctl = Controller(cfg, clock=lambda: self.now)
         self.run(self.ctl.start(loops=False))
 
@@ -60,8 +62,9 @@ class Lab:
 
     # -- the fleet -----------------------------------------------------------
 
-    def register(self, host: str, devices: dict[str, tuple[int, dict[str, str]]],
-                 boot_id: str = "boot-1") -> None:
+    def register(
+        self, host: str, devices: dict[str, tuple[int, dict[str, str]]], boot_id: str = "boot-1"
+    ) -> None:
         """Register `host` with {name: (ceiling seconds, detected labels)}."""
         req = RegisterRequest(
             host=host,
@@ -80,8 +83,9 @@ class Lab:
             fields.setdefault("command", ("true",))
         if not fields.get("device_id"):
             fields.setdefault("selector", "*")
-        new = validate_submit(SubmitRequest(**fields), Caller(0, who, Role.USER),
-                              self.ctl.cfg.limits)
+        new = validate_submit(
+            SubmitRequest(**fields), Caller(0, who, Role.USER), self.ctl.cfg.limits
+        )
         return self.write(jobs.enqueue, new, self.ctl.fleet)
 
     def job(self, job_id: int) -> Job:
@@ -103,6 +107,8 @@ class Lab:
 
     def running_on(self, device_id: str) -> int | None:
         def q(tx):
-            return next((r["job_id"] for r in tx.all("leases_live")
-                         if r["device_id"] == device_id), None)
+            return next(
+                (r["job_id"] for r in tx.all("leases_live") if r["device_id"] == device_id), None
+            )
+
         return self.read(q)

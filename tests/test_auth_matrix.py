@@ -24,8 +24,17 @@ from tests.harness import Controller, base_env, wait_until
 
 pytestmark = pytest.mark.e2e
 
-CALLERS = ("none", "unknown", "revoked", "expired", "user", "other_user", "worker_this",
-           "worker_other", "admin")
+CALLERS = (
+    "none",
+    "unknown",
+    "revoked",
+    "expired",
+    "user",
+    "other_user",
+    "worker_this",
+    "worker_other",
+    "admin",
+)
 ANON = ("none", "unknown", "revoked", "expired")
 OK = "ok"  # any 2xx
 
@@ -48,7 +57,9 @@ class World:
 
     def queued_job(self) -> int:
         """A job of `user` that stays queued (pinned to a busy device)."""
-        return self.user.post("/v1/jobs", {"command": ["true"], "device_id": "mh:cpu0"})["job"]["id"]
+        return self.user.post("/v1/jobs", {"command": ["true"], "device_id": "mh:cpu0"})["job"][
+            "id"
+        ]
 
 
 def expect(**overrides) -> dict[str, object]:
@@ -73,7 +84,7 @@ class Row:
 
     method: str
     path: str
-    call: Callable[[World], tuple[str, object]]   # → (concrete path with query, body)
+    call: Callable[[World], tuple[str, object]]  # → (concrete path with query, body)
     expected: dict[str, object]
     stream: bool = False
 
@@ -83,8 +94,10 @@ def _body(obj) -> bytes:
 
 
 def reg(w: World):
-    return "/v1/workers/register", {"host": w.host, "devices": [
-        {"name": f"cpu{i}"} for i in range(6)]}
+    return "/v1/workers/register", {
+        "host": w.host,
+        "devices": [{"name": f"cpu{i}"} for i in range(6)],
+    }
 
 
 def job_half(direction: str):
@@ -104,84 +117,190 @@ WORKER_HALF = expect(worker_this=409, worker_other=403, admin=409)
 
 ROWS = [
     Row("POST", "/v1/workers/register", reg, expect(**WORKER_HERE)),
-    Row("POST", "/v1/workers/{worker_id}/labels",
-        lambda w: (f"/v1/workers/{w.host}/labels", {"host": w.host}), expect(**WORKER_HERE)),
-    Row("POST", "/v1/workers/{worker_id}/heartbeat",
-        lambda w: (f"/v1/workers/{w.host}/heartbeat", {}), expect(**WORKER_HERE)),
-    Row("GET", "/v1/workers/{worker_id}/assignments",
-        lambda w: (f"/v1/workers/{w.host}/assignments?wait=0", None), expect(**WORKER_HERE)),
-    Row("POST", "/v1/workers/{worker_id}/reports",
-        lambda w: (f"/v1/workers/{w.host}/reports", {"reports": []}), expect(**WORKER_HERE)),
-    Row("POST", "/v1/jobs/{job_id}/status",
+    Row(
+        "POST",
+        "/v1/workers/{worker_id}/labels",
+        lambda w: (f"/v1/workers/{w.host}/labels", {"host": w.host}),
+        expect(**WORKER_HERE),
+    ),
+    Row(
+        "POST",
+        "/v1/workers/{worker_id}/heartbeat",
+        lambda w: (f"/v1/workers/{w.host}/heartbeat", {}),
+        expect(**WORKER_HERE),
+    ),
+    Row(
+        "GET",
+        "/v1/workers/{worker_id}/assignments",
+        lambda w: (f"/v1/workers/{w.host}/assignments?wait=0", None),
+        expect(**WORKER_HERE),
+    ),
+    Row(
+        "POST",
+        "/v1/workers/{worker_id}/reports",
+        lambda w: (f"/v1/workers/{w.host}/reports", {"reports": []}),
+        expect(**WORKER_HERE),
+    ),
+    Row(
+        "POST",
+        "/v1/jobs/{job_id}/status",
         lambda w: (f"/v1/jobs/{w.job}/status", {"worker_id": w.host, "state": "running"}),
-        expect(**WORKER_HERE)),
-    Row("POST", "/v1/jobs/{job_id}/logs",
-        lambda w: (f"/v1/jobs/{w.job}/logs?offset=0", b""), expect(**WORKER_HERE)),
-    Row("POST", "/v1/devices/{device_id}/fault",
+        expect(**WORKER_HERE),
+    ),
+    Row(
+        "POST",
+        "/v1/jobs/{job_id}/logs",
+        lambda w: (f"/v1/jobs/{w.job}/logs?offset=0", b""),
+        expect(**WORKER_HERE),
+    ),
+    Row(
+        "POST",
+        "/v1/devices/{device_id}/fault",
         lambda w: (f"/v1/devices/{w.host}:cpu3/fault", {"reason": "matrix"}),
-        expect(**WORKER_HERE)),
-    Row("POST", "/v1/jobs",
-        lambda w: ("/v1/jobs", {"command": ["true"], "device_id": "mh:cpu0"}), expect(**USERS)),
+        expect(**WORKER_HERE),
+    ),
+    Row(
+        "POST",
+        "/v1/jobs",
+        lambda w: ("/v1/jobs", {"command": ["true"], "device_id": "mh:cpu0"}),
+        expect(**USERS),
+    ),
     Row("GET", "/v1/jobs", lambda w: ("/v1/jobs", None), expect(**USERS)),
     Row("GET", "/v1/jobs/{job_id}", lambda w: (f"/v1/jobs/{w.job}", None), expect(**USERS)),
-    Row("POST", "/v1/jobs/{job_id}/kill",
-        lambda w: (f"/v1/jobs/{w.queued_job()}/kill", {}), expect(**OWNER)),
-    Row("GET", "/v1/jobs/{job_id}/logs",
-        lambda w: (f"/v1/jobs/{w.job}/logs?follow=0", None), expect(**OWNER)),
-    Row("GET", "/v1/jobs/{job_id}/explain",
-        lambda w: (f"/v1/jobs/{w.job}/explain", None), expect(**USERS)),
+    Row(
+        "POST",
+        "/v1/jobs/{job_id}/kill",
+        lambda w: (f"/v1/jobs/{w.queued_job()}/kill", {}),
+        expect(**OWNER),
+    ),
+    Row(
+        "GET",
+        "/v1/jobs/{job_id}/logs",
+        lambda w: (f"/v1/jobs/{w.job}/logs?follow=0", None),
+        expect(**OWNER),
+    ),
+    Row(
+        "GET",
+        "/v1/jobs/{job_id}/explain",
+        lambda w: (f"/v1/jobs/{w.job}/explain", None),
+        expect(**USERS),
+    ),
     Row("GET", "/v1/devices", lambda w: ("/v1/devices", None), expect(**EVERYONE)),
-    Row("GET", "/v1/devices/{device_id}/describe",
-        lambda w: ("/v1/devices/mh:cpu0/describe", None), expect(**USERS)),
+    Row(
+        "GET",
+        "/v1/devices/{device_id}/describe",
+        lambda w: ("/v1/devices/mh:cpu0/describe", None),
+        expect(**USERS),
+    ),
     Row("GET", "/v1/explain", lambda w: ("/v1/explain?selector=*", None), expect(**USERS)),
     Row("GET", "/v1/state", lambda w: ("/v1/state", None), expect(**USERS)),
-    Row("POST", "/v1/devices/{device_id}/clear", lambda w: (_quarantined(w), None),
-        expect(admin=OK)),
+    Row(
+        "POST", "/v1/devices/{device_id}/clear", lambda w: (_quarantined(w), None), expect(admin=OK)
+    ),
     Row("DELETE", "/v1/devices/{device_id}", lambda w: (_retirable(w), None), expect(admin=OK)),
     # a fresh reason each time (draining again with the same one is a 409 no-op),
     # and undrain a device that is draining (undraining a ready one is too)
-    Row("POST", "/v1/devices/{device_id}/drain",
-        lambda w: ("/v1/devices/mh:cpu2/drain", {"reason": w.fresh("r")}), expect(admin=OK)),
-    Row("POST", "/v1/devices/{device_id}/undrain",
-        lambda w: (w.admin.post("/v1/devices/mh:cpu2/drain", {"reason": w.fresh("r")}),
-                   ("/v1/devices/mh:cpu2/undrain", None))[1], expect(admin=OK)),
+    Row(
+        "POST",
+        "/v1/devices/{device_id}/drain",
+        lambda w: ("/v1/devices/mh:cpu2/drain", {"reason": w.fresh("r")}),
+        expect(admin=OK),
+    ),
+    Row(
+        "POST",
+        "/v1/devices/{device_id}/undrain",
+        lambda w: (
+            w.admin.post("/v1/devices/mh:cpu2/drain", {"reason": w.fresh("r")}),
+            ("/v1/devices/mh:cpu2/undrain", None),
+        )[1],
+        expect(admin=OK),
+    ),
     Row("GET", "/v1/whoami", lambda w: ("/v1/whoami", None), expect(**EVERYONE)),
-    Row("POST", "/v1/tokens",
-        lambda w: ("/v1/tokens", {"name": w.fresh("t"), "role": "user"}), expect(admin=OK)),
+    Row(
+        "POST",
+        "/v1/tokens",
+        lambda w: ("/v1/tokens", {"name": w.fresh("t"), "role": "user"}),
+        expect(admin=OK),
+    ),
     Row("GET", "/v1/tokens", lambda w: ("/v1/tokens", None), expect(admin=OK)),
-    Row("DELETE", "/v1/tokens/{name}", lambda w: (f"/v1/tokens/{_victim(w)}", None),
-        expect(admin=OK)),
+    Row(
+        "DELETE",
+        "/v1/tokens/{name}",
+        lambda w: (f"/v1/tokens/{_victim(w)}", None),
+        expect(admin=OK),
+    ),
     Row("GET", "/v1/events", lambda w: ("/v1/events", None), expect(**USERS)),
-    Row("GET", "/v1/events/stream", lambda w: ("/v1/events/stream", None), expect(**USERS),
-        stream=True),
+    Row(
+        "GET",
+        "/v1/events/stream",
+        lambda w: ("/v1/events/stream", None),
+        expect(**USERS),
+        stream=True,
+    ),
     Row("GET", "/metrics", lambda w: ("/metrics", None), expect(**EVERYONE)),
     Row("GET", "/openapi.json", lambda w: ("/openapi.json", None), PUBLIC),
     Row("GET", "/", lambda w: ("/", None), PUBLIC),
     # -- the relay (issue "Interactive") ----------------------------------------
-    Row("GET", "/v1/jobs/{job_id}/tty/out", lambda w: (f"/v1/jobs/{w.job}/tty/out", None),
-        CLIENT_HALF),
-    Row("POST", "/v1/jobs/{job_id}/tty/in", lambda w: (f"/v1/jobs/{w.job}/tty/in", b""),
-        CLIENT_HALF),
-    Row("POST", "/v1/jobs/{job_id}/tty/out", lambda w: (f"/v1/jobs/{w.job}/tty/out", b""),
-        WORKER_HALF),
-    Row("GET", "/v1/jobs/{job_id}/tty/in", lambda w: (f"/v1/jobs/{w.job}/tty/in", None),
-        WORKER_HALF),
-    Row("POST", "/v1/jobs/{job_id}/sessions",
+    Row(
+        "GET",
+        "/v1/jobs/{job_id}/tty/out",
+        lambda w: (f"/v1/jobs/{w.job}/tty/out", None),
+        CLIENT_HALF,
+    ),
+    Row(
+        "POST", "/v1/jobs/{job_id}/tty/in", lambda w: (f"/v1/jobs/{w.job}/tty/in", b""), CLIENT_HALF
+    ),
+    Row(
+        "POST",
+        "/v1/jobs/{job_id}/tty/out",
+        lambda w: (f"/v1/jobs/{w.job}/tty/out", b""),
+        WORKER_HALF,
+    ),
+    Row(
+        "GET", "/v1/jobs/{job_id}/tty/in", lambda w: (f"/v1/jobs/{w.job}/tty/in", None), WORKER_HALF
+    ),
+    Row(
+        "POST",
+        "/v1/jobs/{job_id}/sessions",
         lambda w: (f"/v1/jobs/{w.job}/sessions", {"stdio": "pipe", "command": ["true"]}),
-        expect(user=409, other_user=403, admin=409)),
-    Row("GET", "/v1/jobs/{job_id}/sessions/{sid}", lambda w: (session_path(w), None),
-        expect(user=OK, other_user=403, admin=OK)),
-    Row("POST", "/v1/jobs/{job_id}/sessions/{sid}/status",
+        expect(user=409, other_user=403, admin=409),
+    ),
+    Row(
+        "GET",
+        "/v1/jobs/{job_id}/sessions/{sid}",
+        lambda w: (session_path(w), None),
+        expect(user=OK, other_user=403, admin=OK),
+    ),
+    Row(
+        "POST",
+        "/v1/jobs/{job_id}/sessions/{sid}/status",
         lambda w: (session_path(w) + "/status", {"state": "ended", "exit_code": 0}),
-        expect(worker_this=OK, worker_other=403, admin=OK)),
-    Row("GET", "/v1/jobs/{job_id}/sessions/{sid}/tty/out",
-        lambda w: (session_path(w) + "/tty/out", None), CLIENT_HALF),
-    Row("POST", "/v1/jobs/{job_id}/sessions/{sid}/tty/in",
-        lambda w: (session_path(w) + "/tty/in", b""), CLIENT_HALF),
-    Row("POST", "/v1/jobs/{job_id}/sessions/{sid}/tty/out",
-        lambda w: (session_path(w) + "/tty/out", b""), WORKER_HALF),
-    Row("GET", "/v1/jobs/{job_id}/sessions/{sid}/tty/in",
-        lambda w: (session_path(w) + "/tty/in", None), WORKER_HALF),
+        expect(worker_this=OK, worker_other=403, admin=OK),
+    ),
+    Row(
+        "GET",
+        "/v1/jobs/{job_id}/sessions/{sid}/tty/out",
+        lambda w: (session_path(w) + "/tty/out", None),
+        CLIENT_HALF,
+    ),
+    Row(
+        "POST",
+        "/v1/jobs/{job_id}/sessions/{sid}/tty/in",
+        lambda w: (session_path(w) + "/tty/in", b""),
+        CLIENT_HALF,
+    ),
+    Row(
+        "POST",
+        "/v1/jobs/{job_id}/sessions/{sid}/tty/out",
+        lambda w: (session_path(w) + "/tty/out", b""),
+        WORKER_HALF,
+    ),
+    Row(
+        "GET",
+        "/v1/jobs/{job_id}/sessions/{sid}/tty/in",
+        lambda w: (session_path(w) + "/tty/in", None),
+        WORKER_HALF,
+    ),
 ]
 
 
@@ -227,20 +346,23 @@ def world(tmp_path_factory):
     }
     admin.delete("/v1/tokens/gone")
     Client(ctl.url, tokens["worker_this"]).post(*reg(World(ctl.url, {}, admin, admin)))
-    Client(ctl.url, tokens["worker_other"]).post("/v1/workers/register", {
-        "host": "oh", "devices": [{"name": "cpu0"}]})
+    Client(ctl.url, tokens["worker_other"]).post(
+        "/v1/workers/register", {"host": "oh", "devices": [{"name": "cpu0"}]}
+    )
     user = Client(ctl.url, tokens["user"])
     w = World(ctl.url, tokens, admin, user)
     w.job = user.post("/v1/jobs", {"command": ["true"], "device_id": "mh:cpu0"})["job"]["id"]
     # a session inside a hold on mh, ended at once by its worker's output half
-    hold = user.post("/v1/jobs", {"kind": "hold", "device_id": "mh:cpu4", "reason": "matrix",
-                                  "max_runtime_seconds": 600})["job"]["id"]
+    hold = user.post(
+        "/v1/jobs",
+        {"kind": "hold", "device_id": "mh:cpu4", "reason": "matrix", "max_runtime_seconds": 600},
+    )["job"]["id"]
     sid = user.post(f"/v1/jobs/{hold}/sessions", {"stdio": "pipe", "command": ["true"]})
     w.extra.update(hold=hold, sid=sid["session_id"])
-    assert _call(w, "POST", session_path(w) + "/tty/out", b"", tokens["worker_this"],
-                 False) == 200
-    wait_until(lambda: user.get(session_path(w))["state"] != "" and _ended(w), 10,
-               "the session to end")
+    assert _call(w, "POST", session_path(w) + "/tty/out", b"", tokens["worker_this"], False) == 200
+    wait_until(
+        lambda: user.get(session_path(w))["state"] != "" and _ended(w), 10, "the session to end"
+    )
     deadline = time.monotonic() + 1.5
     wait_until(lambda: time.monotonic() > deadline, 5, "the short token to expire")
     yield w
@@ -296,4 +418,3 @@ def test_auth_matrix(world, row):
     want = {c: row.expected[c] for c in CALLERS}
     norm = {c: (OK if 200 <= s < 300 else s) for c, s in got.items()}
     assert norm == want
-

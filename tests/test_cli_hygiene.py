@@ -24,8 +24,9 @@ def box(tmp_path_factory, pyz):
     tmp = tmp_path_factory.mktemp("hygiene")
     env = base_env(tmp / "home")
     ctl = Controller(tmp / "data", env).start()
-    w = Worker(ctl.url, ctl.token("w", "worker"), tmp / "w", env, host="hy", devices="cpu:2",
-               pyz=pyz).start()
+    w = Worker(
+        ctl.url, ctl.token("w", "worker"), tmp / "w", env, host="hy", devices="cpu:2", pyz=pyz
+    ).start()
     admin = ctl.client()
     wait_until(lambda: len(admin.get("/v1/devices")["devices"]) == 2, 30, "the worker")
     users = {n: Cli(ctl.url, ctl.token(n), env, tmp) for n in ("ann", "ben")}
@@ -43,18 +44,31 @@ def _no_raw_controls(out: bytes) -> None:
 def test_other_users_text_never_drives_the_terminal(box):
     """Report 4: a hold reason with ESC, BEL and newlines went to terminals raw."""
     ctl, users, admin = box
-    hold = int(users["ann"].run("hold", "-d", "hy:cpu0", "--ttl", "5m", "--reason", EVIL,
-                                "--detach").stdout)
+    hold = int(
+        users["ann"]
+        .run("hold", "-d", "hy:cpu0", "--ttl", "5m", "--reason", EVIL, "--detach")
+        .stdout
+    )
     waiting = int(users["ben"].run("run", "--detach", "-d", "hy:cpu0", "--", "true").stdout)
     admin.run("drain", "hy:cpu1", "--reason", EVIL, check=True)
-    for args in (("devices",), ("ps",), ("describe", "hy:cpu0"), ("describe", "hy:cpu1"),
-                 ("jobs",), ("events",), ("explain", str(waiting)), ("explain", "-s", "*")):
+    for args in (
+        ("devices",),
+        ("ps",),
+        ("describe", "hy:cpu0"),
+        ("describe", "hy:cpu1"),
+        ("jobs",),
+        ("events",),
+        ("explain", str(waiting)),
+        ("explain", "-s", "*"),
+    ):
         res = users["ben"].run(*args)
         assert res.returncode == 0, (args, res.stderr)
         _no_raw_controls(res.stdout + res.stderr)
         # a reason is never a line of its own (it could forge one: a device row, an event)
-        assert not any(ln.lstrip().startswith(b"line") for ln in res.stdout.splitlines()), \
-            (args, res.stdout)
+        assert not any(ln.lstrip().startswith(b"line") for ln in res.stdout.splitlines()), (
+            args,
+            res.stdout,
+        )
     assert b"\\x1b[31m" in users["ben"].run("ps").stdout
     users["ben"].run("kill", str(waiting), check=True)
     users["ann"].run("release", str(hold), check=True)
@@ -111,8 +125,10 @@ def test_the_api_checks_names_and_durations(box):
         assert e.value.code == code
     worker = Client(ctl.url, ctl.token("w2", "worker"))
     with pytest.raises(ApiError) as e:
-        worker.post("/v1/workers/register", {"host": "lb", "devices": [{"name": "d0"}],
-                                             "labels": {"d0": {"weird label": "x"}}})
+        worker.post(
+            "/v1/workers/register",
+            {"host": "lb", "devices": [{"name": "d0"}], "labels": {"d0": {"weird label": "x"}}},
+        )
     assert e.value.code == "bad_request" and "label name" in e.value.message
 
 
@@ -125,7 +141,6 @@ def test_logs_follow_exits_as_the_job_did(box):
     assert res.stdout == b"bye\n" and res.returncode == 5
     wait_until(lambda: job(ctl.client(), job_id)["state"] == "failed", 10, "the job to end")
     assert ann.run("logs", str(job_id)).returncode == 0  # a snapshot is just the bytes
-
 
 
 def test_a_drain_that_changes_nothing_is_refused(box):
@@ -158,6 +173,7 @@ def test_devices_leave_labels_out_only_when_asked(box):
     assert e.value.status == 400 and "labels must be true or false" in e.value.message
     res = admin.run("devices", "-o", "json")
     assert '"kind"' in res.stdout.decode()
+
 
 @given(st.text())
 @settings(max_examples=300, deadline=None)

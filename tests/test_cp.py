@@ -55,8 +55,11 @@ def fingerprint(root: Path) -> dict[str, tuple]:
             elif stat.S_ISDIR(st.st_mode):
                 out[rel] = ("dir", stat.S_IMODE(st.st_mode))
             else:
-                out[rel] = ("file", stat.S_IMODE(st.st_mode),
-                            hashlib.sha256(p.read_bytes()).hexdigest())
+                out[rel] = (
+                    "file",
+                    stat.S_IMODE(st.st_mode),
+                    hashlib.sha256(p.read_bytes()).hexdigest(),
+                )
     return out
 
 
@@ -100,27 +103,37 @@ def _tar(*members: tuple[str, str, bytes | str]) -> io.BytesIO:
                 ti.size = len(data)
                 tar.addfile(ti, io.BytesIO(data))
                 continue
-            ti.type = {"sym": tarfile.SYMTYPE, "hard": tarfile.LNKTYPE, "dir": tarfile.DIRTYPE,
-                       "fifo": tarfile.FIFOTYPE, "chr": tarfile.CHRTYPE}[kind]
+            ti.type = {
+                "sym": tarfile.SYMTYPE,
+                "hard": tarfile.LNKTYPE,
+                "dir": tarfile.DIRTYPE,
+                "fifo": tarfile.FIFOTYPE,
+                "chr": tarfile.CHRTYPE,
+            }[kind]
             ti.linkname = data if isinstance(data, str) else ""
             tar.addfile(ti)
     buf.seek(0)
     return buf
 
 
-@pytest.mark.parametrize("members,why", [
-    ([("file", "../evil", b"x")], "outside the destination"),
-    ([("dir", "t", ""), ("file", "t/../../evil", b"x")], "outside the destination"),
-    ([("file", "/etc/evil", b"x")], "absolute path"),
-    ([("dir", "t", ""), ("sym", "t/l", "/etc")], "outside what is copied"),
-    ([("dir", "t", ""), ("sym", "t/l", "../.."), ("file", "t/l/evil", b"x")],
-     "outside what is copied"),
-    ([("dir", "t", ""), ("sym", "t/l", "../t2")], "outside what is copied"),
-    ([("dir", "t", ""), ("hard", "t/h", "etc/passwd")], "outside what is copied"),
-    ([("dir", "t", ""), ("fifo", "t/f", "")], "special file"),
-    ([("dir", "t", ""), ("chr", "t/c", "")], "special file"),
-    ([("file", "a", b"1"), ("file", "b", b"2")], "more than one top-level"),
-])
+@pytest.mark.parametrize(
+    "members,why",
+    [
+        ([("file", "../evil", b"x")], "outside the destination"),
+        ([("dir", "t", ""), ("file", "t/../../evil", b"x")], "outside the destination"),
+        ([("file", "/etc/evil", b"x")], "absolute path"),
+        ([("dir", "t", ""), ("sym", "t/l", "/etc")], "outside what is copied"),
+        (
+            [("dir", "t", ""), ("sym", "t/l", "../.."), ("file", "t/l/evil", b"x")],
+            "outside what is copied",
+        ),
+        ([("dir", "t", ""), ("sym", "t/l", "../t2")], "outside what is copied"),
+        ([("dir", "t", ""), ("hard", "t/h", "etc/passwd")], "outside what is copied"),
+        ([("dir", "t", ""), ("fifo", "t/f", "")], "special file"),
+        ([("dir", "t", ""), ("chr", "t/c", "")], "special file"),
+        ([("file", "a", b"1"), ("file", "b", b"2")], "more than one top-level"),
+    ],
+)
 def test_escaping_archives_are_refused(tmp_path, members, why):
     dest = tmp_path / "dest" / "inner"
     dest.mkdir(parents=True)
@@ -205,25 +218,31 @@ def test_remote_errors_are_shown(fleet, tmp_path):
     (tmp_path / "x").mkdir()
     res = cp(fleet.alice, str(tmp_path / "x"), f"box:cpu0:{tmp_path}/taken/")
     assert res.returncode == 1, res.stderr
-    assert f"{tmp_path}/taken/x is a directory that is not empty; rc cp never merges".encode() \
-        in res.stderr  # the path once, without a doubled slash
+    assert (
+        f"{tmp_path}/taken/x is a directory that is not empty; rc cp never merges".encode()
+        in res.stderr
+    )  # the path once, without a doubled slash
     assert (tmp_path / "taken" / "x" / "keep").read_text() == "old"
     assert leftovers(tmp_path / "taken") == []
     # the same refusal, in the same words, on the way down
     (tmp_path / "src" / "x").mkdir(parents=True)
     res = cp(fleet.alice, f"box:cpu0:{tmp_path}/src/x", f"{tmp_path}/taken/")
     assert res.returncode == 1, res.stderr
-    assert f"{tmp_path}/taken/x is a directory that is not empty; rc cp never merges".encode() \
+    assert (
+        f"{tmp_path}/taken/x is a directory that is not empty; rc cp never merges".encode()
         in res.stderr
+    )
     assert (tmp_path / "taken" / "x" / "keep").read_text() == "old"
     assert leftovers(tmp_path / "taken") == []
 
 
 @pytest.mark.e2e
 def test_usage_errors_and_someone_elses_device(fleet, tmp_path):
-    for args, what in [(("a", "b"), b"one side must be on a device"),
-                       (("box:cpu0:/a", "box:cpu1:/b"), b"only one side"),
-                       (("dgx:/x", "."), b"dgx:gpu0:/x")]:
+    for args, what in [
+        (("a", "b"), b"one side must be on a device"),
+        (("box:cpu0:/a", "box:cpu1:/b"), b"only one side"),
+        (("dgx:/x", "."), b"dgx:gpu0:/x"),
+    ]:
         res = cp(fleet.alice, *args)
         assert res.returncode == 2 and what in res.stderr, res.stderr
     held = hold(fleet.bob, "box:cpu1")

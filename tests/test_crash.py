@@ -37,8 +37,15 @@ def test_kill_9_the_controller_five_times(tmp_path, env, pyz):
     data = tmp_path / "data"
     ctl = Controller(data, env, flags).start()
     port = ctl.url.rsplit(":", 1)[1]
-    worker = Worker(ctl.url, ctl.token("w", "worker"), tmp_path / "w", env, host="crashbox",
-                    devices=f"cpu:{DEVICES}", pyz=pyz).start()
+    worker = Worker(
+        ctl.url,
+        ctl.token("w", "worker"),
+        tmp_path / "w",
+        env,
+        host="crashbox",
+        devices=f"cpu:{DEVICES}",
+        pyz=pyz,
+    ).start()
     token = ctl.token("alice")
     acked: dict[str, int] = {}
     stop = threading.Event()
@@ -49,8 +56,11 @@ def test_kill_9_the_controller_five_times(tmp_path, env, pyz):
         c = Client(ctl.url, token, timeout=10, connect_timeout=2)
         for i in range(JOBS):
             key = f"crash-{i}"
-            body = {"command": ["sh", "-c", f"printf 'job-{i}-%s\\n' 1 2 3"], "selector": "*",
-                    "idempotency_key": key}
+            body = {
+                "command": ["sh", "-c", f"printf 'job-{i}-%s\\n' 1 2 3"],
+                "selector": "*",
+                "idempotency_key": key,
+            }
             while not stop.is_set():
                 try:
                     acked[key] = c.post("/v1/jobs", body)["job"]["id"]
@@ -66,13 +76,19 @@ def test_kill_9_the_controller_five_times(tmp_path, env, pyz):
 
     thread = threading.Thread(target=submitter, daemon=True)
     try:
-        wait_until(lambda: Client(ctl.url, token).get("/v1/devices")["devices"], 30,
-                   "the worker to register")
+        wait_until(
+            lambda: Client(ctl.url, token).get("/v1/devices")["devices"],
+            30,
+            "the worker to register",
+        )
         thread.start()
         for n in range(CRASHES):
             target = (n + 1) * JOBS // (CRASHES + 1) + rng.randrange(-30, 30)
-            wait_until(lambda: len(acked) >= target or not thread.is_alive(), 300,
-                       f"{target} acknowledged submissions")
+            wait_until(
+                lambda: len(acked) >= target or not thread.is_alive(),
+                300,
+                f"{target} acknowledged submissions",
+            )
             ctl.kill9()
             ctl = Controller(data, env, flags, listen=f"127.0.0.1:{port}").start()
         thread.join(300)
@@ -104,8 +120,9 @@ def test_kill_9_the_controller_five_times(tmp_path, env, pyz):
     bad = {k: v for k, v in by_key.items() if v[1] != "succeeded"}
     assert bad == {}, f"jobs that did not succeed: {list(bad.items())[:5]}"
     # no device ever had two live leases
-    leases = db.execute("SELECT device_id, acquired_at, released_at FROM leases "
-                        "ORDER BY device_id, acquired_at").fetchall()
+    leases = db.execute(
+        "SELECT device_id, acquired_at, released_at FROM leases ORDER BY device_id, acquired_at"
+    ).fetchall()
     assert len(leases) == JOBS
     for (d1, _, rel1), (d2, acq2, _) in zip(leases, leases[1:]):
         if d1 == d2:

@@ -26,17 +26,27 @@ from tests.harness import Controller, Worker, base_env, device_state, job, wait_
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]
 WIDTH, HEIGHT = 1400, 900
 HOSTILE = '<img src=x onerror="window.__pwned=1">'
 STATIC = Path(__file__).resolve().parent.parent / "rc" / "controller" / "static"
 
 pytestmark = [
     pytest.mark.e2e,
-    pytest.mark.skipif(not (CHROMIUM.exists() and CHROMEDRIVER.exists()),
-                       reason="needs Debian's chromium and chromium-driver "
-                              "(apt-get install -y chromium chromium-driver)"),
+    pytest.mark.skipif(
+        not (CHROMIUM.exists() and CHROMEDRIVER.exists()),
+        reason="needs Debian's chromium and chromium-driver "
+        "(apt-get install -y chromium chromium-driver)",
+    ),
 ]
 
 
@@ -58,12 +68,23 @@ def site(tmp_path_factory, pyz):
     worker = None
     try:
         conf = root / "worker.toml"
-        conf.write_text(f"kill_grace = \"1s\"\nlabels = {{ model = '{HOSTILE}', site = \"b2\" }}\n")
-        worker = Worker(ctl.url, ctl.token("worker-box", "worker"), root / "workers", env,
-                        host="box", devices="cpu:2", pyz=pyz, config=conf).start()
+        conf.write_text(f'kill_grace = "1s"\nlabels = {{ model = \'{HOSTILE}\', site = "b2" }}\n')
+        worker = Worker(
+            ctl.url,
+            ctl.token("worker-box", "worker"),
+            root / "workers",
+            env,
+            host="box",
+            devices="cpu:2",
+            pyz=pyz,
+            config=conf,
+        ).start()
         admin = ctl.client()
-        wait_until(lambda: [device_state(admin, f"box:cpu{i}") for i in (0, 1)] == ["ready"] * 2,
-                   30, "the worker's two devices")
+        wait_until(
+            lambda: [device_state(admin, f"box:cpu{i}") for i in (0, 1)] == ["ready"] * 2,
+            30,
+            "the worker's two devices",
+        )
         yield Site(ctl, worker, root, ctl.token("alice"))
     finally:
         if worker is not None:
@@ -75,8 +96,11 @@ def site(tmp_path_factory, pyz):
 def browser(site):
     opts = webdriver.ChromeOptions()
     opts.binary_location = str(CHROMIUM)
-    for flag in [*FLAGS, f"--user-data-dir={site.root / 'chromium-profile'}",
-                 f"--window-size={WIDTH},{HEIGHT}"]:
+    for flag in [
+        *FLAGS,
+        f"--user-data-dir={site.root / 'chromium-profile'}",
+        f"--window-size={WIDTH},{HEIGHT}",
+    ]:
         opts.add_argument(flag)
     driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=opts)
     driver.set_page_load_timeout(30)
@@ -90,8 +114,11 @@ def js(driver, script: str, *args):
 
 
 def text_of(driver, selector: str) -> str:
-    return js(driver, "const e = document.querySelector(arguments[0]); return e ? e.innerText : '';",
-              selector)
+    return js(
+        driver,
+        "const e = document.querySelector(arguments[0]); return e ? e.innerText : '';",
+        selector,
+    )
 
 
 def row(device_id: str) -> str:
@@ -104,8 +131,11 @@ def sign_in(driver, url: str, token: str) -> None:
     wait_until(box.is_displayed, 10, "the token prompt")
     box.send_keys(token)
     driver.find_element(By.ID, "login-button").click()
-    wait_until(lambda: js(driver, "return !document.getElementById('app').hidden"), 15,
-               "the dashboard to load")
+    wait_until(
+        lambda: js(driver, "return !document.getElementById('app').hidden"),
+        15,
+        "the dashboard to load",
+    )
 
 
 def signed_in(driver, url: str, token: str) -> None:
@@ -124,6 +154,7 @@ def signed_in(driver, url: str, token: str) -> None:
 
 def click(driver, selector: str) -> None:
     """Click the first visible match (retried: live updates replace elements)."""
+
     def attempt() -> bool:
         for el in driver.find_elements(By.CSS_SELECTOR, selector):
             if el.is_displayed():
@@ -156,8 +187,14 @@ def test_the_page_is_one_self_contained_file(site):
 
 def test_loads_with_a_token_and_lists_the_devices(site, browser):
     sign_in(browser, site.ctl.url, site.alice)
-    wait_until(lambda: "Free" in text_of(browser, row("box:cpu0"))
-               and "Free" in text_of(browser, row("box:cpu1")), 15, "both devices, free")
+    wait_until(
+        lambda: (
+            "Free" in text_of(browser, row("box:cpu0"))
+            and "Free" in text_of(browser, row("box:cpu1"))
+        ),
+        15,
+        "both devices, free",
+    )
     assert "alice" in text_of(browser, "#who")
     assert "2 of 2 devices free" in text_of(browser, "#summary")
     assert js(browser, "return sessionStorage.getItem('rc_token')") == site.alice
@@ -169,25 +206,46 @@ def test_a_running_job_shows_with_its_log_and_ends_without_a_reload(site, browse
     signed_in(browser, site.ctl.url, site.alice)
     flag = tmp_path / "finish"
     alice = site.ctl.client(site.alice)
-    script = f"echo started-marker; while [ ! -e {flag} ]; do sleep 0.05; done; echo finished-marker"
-    job_id = alice.post("/v1/jobs", {"command": ["sh", "-c", script],
-                                     "device_id": "box:cpu0"})["job"]["id"]
+    script = (
+        f"echo started-marker; while [ ! -e {flag} ]; do sleep 0.05; done; echo finished-marker"
+    )
+    job_id = alice.post("/v1/jobs", {"command": ["sh", "-c", script], "device_id": "box:cpu0"})[
+        "job"
+    ]["id"]
     js(browser, "window.__sameDocument = 'yes';")
-    wait_until(lambda: "In use" in (t := text_of(browser, row("box:cpu0")))
-               and "alice" in t and f"job {job_id}" in t, 20, "the job on its device row")
+    wait_until(
+        lambda: (
+            "In use" in (t := text_of(browser, row("box:cpu0")))
+            and "alice" in t
+            and f"job {job_id}" in t
+        ),
+        20,
+        "the job on its device row",
+    )
     assert f"#{job_id}" in text_of(browser, "#mine")
     assert f"#{job_id}" in text_of(browser, "#running")
-    click(browser, f'{row("box:cpu0")} button.ref')
+    click(browser, f"{row('box:cpu0')} button.ref")
     wait_until(lambda: "started-marker" in text_of(browser, "pre.log"), 20, "the live log tail")
     assert f"job {job_id}" in text_of(browser, "#drawer-title")
     assert "Running on box:cpu0" in text_of(browser, "#drawer-body")
 
     flag.touch()
-    wait_until(lambda: "Free" in text_of(browser, row("box:cpu0")), 20, "the device to be free again")
-    wait_until(lambda: f"#{job_id}" in (t := text_of(browser, "#recent")) and "succeeded" in t, 10,
-               "the job among recent jobs")
-    wait_until(lambda: "finished-marker" in text_of(browser, "pre.log")
-               and "Succeeded" in text_of(browser, "#drawer-body"), 10, "the panel to show the end")
+    wait_until(
+        lambda: "Free" in text_of(browser, row("box:cpu0")), 20, "the device to be free again"
+    )
+    wait_until(
+        lambda: f"#{job_id}" in (t := text_of(browser, "#recent")) and "succeeded" in t,
+        10,
+        "the job among recent jobs",
+    )
+    wait_until(
+        lambda: (
+            "finished-marker" in text_of(browser, "pre.log")
+            and "Succeeded" in text_of(browser, "#drawer-body")
+        ),
+        10,
+        "the panel to show the end",
+    )
     assert js(browser, "return window.__sameDocument") == "yes", "the page reloaded"
     assert job(site.ctl.client(), job_id)["state"] == "succeeded"
     click(browser, "#drawer-close")
@@ -195,8 +253,11 @@ def test_a_running_job_shows_with_its_log_and_ends_without_a_reload(site, browse
 
 def test_a_hostile_label_is_shown_as_text(site, browser):
     signed_in(browser, site.ctl.url, site.alice)
-    chips = js(browser, "return [...document.querySelectorAll(arguments[0] + ' .chip')]"
-                        ".map(c => c.textContent)", row("box:cpu1"))
+    chips = js(
+        browser,
+        "return [...document.querySelectorAll(arguments[0] + ' .chip')].map(c => c.textContent)",
+        row("box:cpu1"),
+    )
     assert HOSTILE in chips
     click(browser, row("box:cpu1"))
     wait_until(lambda: HOSTILE in text_of(browser, "table.labels"), 10, "the labels table")
@@ -212,18 +273,37 @@ def test_an_admin_returns_a_quarantined_device_to_the_pool(site, browser):
     signed_in(browser, site.ctl.url, site.ctl.admin_token)  # signs alice out
     admin = site.ctl.client()
     admin.post("/v1/devices/box:cpu1/fault", {"reason": "verify failed: ECC errors on bank 3"})
-    wait_until(lambda: "Out of the pool" in (t := text_of(browser, row("box:cpu1")))
-               and "verify failed: ECC errors on bank 3" in t, 15, "the quarantine on its row")
+    wait_until(
+        lambda: (
+            "Out of the pool" in (t := text_of(browser, row("box:cpu1")))
+            and "verify failed: ECC errors on bank 3" in t
+        ),
+        15,
+        "the quarantine on its row",
+    )
     assert "Its worker reported a fault" in text_of(browser, row("box:cpu1"))
     wait_until(lambda: "Verify failed" in text_of(browser, "#feed"), 10, "the feed entry")
     click(browser, row("box:cpu1"))
     click(browser, "[data-action=clear]")
-    wait_until(lambda: "Return box:cpu1 to the pool?" in text_of(browser, "#confirm"), 5,
-               "the confirmation")
+    wait_until(
+        lambda: "Return box:cpu1 to the pool?" in text_of(browser, "#confirm"),
+        5,
+        "the confirmation",
+    )
     assert device_state(admin, "box:cpu1") == "unhealthy"  # nothing happens before confirming
     click(browser, "#confirm-ok")
-    wait_until(lambda: js(browser, "return document.querySelector(arguments[0]).dataset.state",
-                          row("box:cpu1")) == "ready", 15, "the device back in the pool")
+    wait_until(
+        lambda: (
+            js(
+                browser,
+                "return document.querySelector(arguments[0]).dataset.state",
+                row("box:cpu1"),
+            )
+            == "ready"
+        ),
+        15,
+        "the device back in the pool",
+    )
     assert "Free" in text_of(browser, row("box:cpu1"))
     assert device_state(admin, "box:cpu1") == "ready"
     wait_until(lambda: "Returned to pool" in text_of(browser, "#feed"), 10, "the feed entry")
@@ -233,21 +313,36 @@ def test_an_admin_returns_a_quarantined_device_to_the_pool(site, browser):
 def test_screenshot(site, browser, tmp_path):
     signed_in(browser, site.ctl.url, site.ctl.admin_token)
     alice = site.ctl.client(site.alice)
-    hold = alice.post("/v1/jobs", {"kind": "hold", "device_id": "box:cpu0",
-                                   "max_runtime_seconds": 7200, "reason": "debugging a NCCL hang"})
+    hold = alice.post(
+        "/v1/jobs",
+        {
+            "kind": "hold",
+            "device_id": "box:cpu0",
+            "max_runtime_seconds": 7200,
+            "reason": "debugging a NCCL hang",
+        },
+    )
     alice.post("/v1/jobs", {"command": ["python3", "train.py"], "device_id": "box:cpu0"})
     site.ctl.client().post("/v1/devices/box:cpu1/fault", {"reason": "fan failure reported by BMC"})
-    wait_until(lambda: "In use" in text_of(browser, row("box:cpu0"))
-               and "Out of the pool" in text_of(browser, row("box:cpu1"))
-               and "No matching device is free" in text_of(browser, "#queue"), 20,
-               "the scene to render")
+    wait_until(
+        lambda: (
+            "In use" in text_of(browser, row("box:cpu0"))
+            and "Out of the pool" in text_of(browser, row("box:cpu1"))
+            and "No matching device is free" in text_of(browser, "#queue")
+        ),
+        20,
+        "the scene to render",
+    )
     path = tmp_path / "dashboard.png"
     assert browser.save_screenshot(str(path))
     data = path.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR"
     width, height = struct.unpack(">II", data[16:24])
-    expected = js(browser, "return [Math.round(innerWidth * devicePixelRatio), "
-                           "Math.round(innerHeight * devicePixelRatio)]")
+    expected = js(
+        browser,
+        "return [Math.round(innerWidth * devicePixelRatio), "
+        "Math.round(innerHeight * devicePixelRatio)]",
+    )
     assert [width, height] == expected
     assert width >= 1200 and height >= 700
     assert len(data) > 20_000  # a rendered page, not a blank one

@@ -158,12 +158,18 @@ class Reader:
 
     async def send(self, message: dict) -> None:
         bodies = sum(1 for m in self.messages if m["type"] == "http.response.body")
-        if message["type"] == "http.response.body" and self.allow is not None and bodies >= self.allow:
+        if (
+            message["type"] == "http.response.body"
+            and self.allow is not None
+            and bodies >= self.allow
+        ):
             await asyncio.Event().wait()  # never returns
         self.messages.append(message)
 
     def body(self) -> bytes:
-        return b"".join(m.get("body", b"") for m in self.messages if m["type"] == "http.response.body")
+        return b"".join(
+            m.get("body", b"") for m in self.messages if m["type"] == "http.response.body"
+        )
 
     def status(self) -> int:
         return next(m["status"] for m in self.messages if m["type"] == "http.response.start")
@@ -171,10 +177,18 @@ class Reader:
 
 def scope_for(token: str, path: str = STREAM) -> dict:
     return {
-        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET",
-        "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"",
-        "root_path": "", "headers": [(b"authorization", f"Bearer {token}".encode())],
-        "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 2),
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"authorization", f"Bearer {token}".encode())],
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 2),
     }
 
 
@@ -188,6 +202,7 @@ def in_process(tmp_path, body):
             return await asyncio.wait_for(body(ctl, app, app.app.state.stream, token), 30)
         finally:
             await ctl.stop()
+
     return asyncio.run(main())
 
 

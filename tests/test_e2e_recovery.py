@@ -21,14 +21,17 @@ def _events(c, kind):
 
 
 def _device(c, device_id):
-    return next(v["device"] for v in c.get("/v1/devices")["devices"]
-                if v["device"]["id"] == device_id)
+    return next(
+        v["device"] for v in c.get("/v1/devices")["devices"] if v["device"]["id"] == device_id
+    )
 
 
 def _start_job(c, device_id, tmp_path, n):
     pidfile = tmp_path / f"pid-{n}"
-    j = c.post("/v1/jobs", {"command": ["sh", "-c", f"echo $$ > {pidfile}; exec sleep 300"],
-                            "device_id": device_id})["job"]
+    j = c.post(
+        "/v1/jobs",
+        {"command": ["sh", "-c", f"echo $$ > {pidfile}; exec sleep 300"], "device_id": device_id},
+    )["job"]
     wait_until(lambda: pidfile.exists() and pidfile.read_text().strip(), 30, "the job to start")
     return j["id"], int(pidfile.read_text())
 
@@ -76,8 +79,9 @@ def test_fourth_recovery_within_the_hour_waits_for_a_human(controller, make_work
         w = make_worker(controller, host=host, devices="cpu:1", token=token, wait=False)
         wait_until(lambda: job(admin, job_id)["state"] == "lost", 30, f"cycle {cycle}: job lost")
         if cycle < 3:
-            wait_until(lambda: device_state(admin, device) == "ready", 30,
-                       f"cycle {cycle}: recovery")
+            wait_until(
+                lambda: device_state(admin, device) == "ready", 30, f"cycle {cycle}: recovery"
+            )
     d = _device(admin, device)
     assert (d["state"], d["quarantine_reason"]) == ("unhealthy", "registration")
     assert len(_events(admin, "device_recovered")) == 3
@@ -87,16 +91,27 @@ def test_fourth_recovery_within_the_hour_waits_for_a_human(controller, make_work
 
 
 def test_short_controller_restart_does_not_expire_a_healthy_lease(tmp_path, env, make_worker):
-    flags = ["--lease-default", "2s", "--lease-renewal", "3s", "--heartbeat-interval", "2s",
-             "--sweep-interval", "0.05s", "--startup-grace", "6s"]
+    flags = [
+        "--lease-default",
+        "2s",
+        "--lease-renewal",
+        "3s",
+        "--heartbeat-interval",
+        "2s",
+        "--sweep-interval",
+        "0.05s",
+        "--startup-grace",
+        "6s",
+    ]
     ctl = Controller(tmp_path / "data", env, flags).start()
     try:
         port = ctl.url.rsplit(":", 1)[1]
         make_worker(ctl, host="steady", devices="cpu:1")
         c = ctl.client(ctl.token("alice"))
         marker = tmp_path / "done"
-        j = c.post("/v1/jobs", {"command": ["sh", "-c", f"sleep 6; touch {marker}"],
-                                "selector": "*"})["job"]
+        j = c.post(
+            "/v1/jobs", {"command": ["sh", "-c", f"sleep 6; touch {marker}"], "selector": "*"}
+        )["job"]
         wait_until(lambda: job(c, j["id"])["state"] == "running", 30, "the job to run")
         ctl.kill9()
         c.close_all()
@@ -106,16 +121,18 @@ def test_short_controller_restart_does_not_expire_a_healthy_lease(tmp_path, env,
         ctl = Controller(tmp_path / "data", env, flags, listen=f"127.0.0.1:{port}").start()
         c = ctl.client(ctl.token("bob"))
         wait_until(lambda: marker.exists(), 30, "the job to finish")
-        wait_until(lambda: job(c, j["id"])["state"] in ("succeeded", "lost", "failed"), 30,
-                   "the terminal report")
+        wait_until(
+            lambda: job(c, j["id"])["state"] in ("succeeded", "lost", "failed"),
+            30,
+            "the terminal report",
+        )
         assert job(c, j["id"])["state"] == "succeeded"
         assert _events(c, "lease_expired") == []
     finally:
         ctl.stop()
 
 
-def test_worker_reregisters_after_a_controller_restart_and_proves(tmp_path, env,
-                                                                  make_worker):
+def test_worker_reregisters_after_a_controller_restart_and_proves(tmp_path, env, make_worker):
     """The device stays out while the survivor lives; after a controller restart
     the idle worker registers again by itself and its clean scan recovers it."""
     host = "rereg-" + uuid.uuid4().hex[:8]
@@ -139,18 +156,23 @@ def test_worker_reregisters_after_a_controller_restart_and_proves(tmp_path, env,
         admin.close_all()
         c.close_all()
         ctl.stop()
-        ctl = Controller(tmp_path / "data", env, ["--heartbeat-interval", "1s"],
-                         listen=f"127.0.0.1:{port}").start()
+        ctl = Controller(
+            tmp_path / "data", env, ["--heartbeat-interval", "1s"], listen=f"127.0.0.1:{port}"
+        ).start()
         admin = ctl.client()
-        wait_until(lambda: device_state(admin, device) == "ready", 60,
-                   "the worker to re-register and prove the device empty")
+        wait_until(
+            lambda: device_state(admin, device) == "ready",
+            60,
+            "the worker to re-register and prove the device empty",
+        )
         assert [e for e in _events(admin, "device_recovered") if e["device_id"] == device]
     finally:
         ctl.stop()
 
 
 def test_a_restarted_worker_gets_work_its_dead_predecessor_was_polling_for(
-        make_controller, make_worker, tmp_path):
+    make_controller, make_worker, tmp_path
+):
     """A worker killed with -9 leaves its long poll parked on the controller.
     That stale poll must not take the next assignment: the new worker gets it
     at once, not after a heartbeat forgets the lost hand-out (found when a

@@ -31,19 +31,32 @@ def test_output_and_exit_code_come_back(fleet, cli):
 
 
 def test_hello_from_device(fleet, cli):
-    res = cli.run("run", "--", "python3", "-c",
-                  'import os; print("hello from", os.environ["RC_DEVICE"])')
+    res = cli.run(
+        "run", "--", "python3", "-c", 'import os; print("hello from", os.environ["RC_DEVICE"])'
+    )
     assert res.returncode == 0, res.stderr
     assert res.stdout in (b"hello from box:cpu0\n", b"hello from box:cpu1\n")
 
 
-ODD_ARGS = ["a b", '"quoted"', "'single'", "$(echo no)", "", "new\nline", "tab\tx", "ünï",
-            "--", "*", "\\"]
+ODD_ARGS = [
+    "a b",
+    '"quoted"',
+    "'single'",
+    "$(echo no)",
+    "",
+    "new\nline",
+    "tab\tx",
+    "ünï",
+    "--",
+    "*",
+    "\\",
+]
 
 
 def test_argv_reaches_the_process_exactly(fleet, cli):
-    res = cli.run("run", "--", "python3", "-c",
-                  "import json, sys; print(json.dumps(sys.argv[1:]))", *ODD_ARGS)
+    res = cli.run(
+        "run", "--", "python3", "-c", "import json, sys; print(json.dumps(sys.argv[1:]))", *ODD_ARGS
+    )
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout) == ODD_ARGS
 
@@ -61,12 +74,17 @@ def test_non_utf8_output_is_stored_byte_exact(fleet, cli, controller):
 
 def test_killed_job_leaves_no_process_of_its_group(fleet, cli, controller, tmp_path):
     pids = tmp_path / "pids"
-    script = (f"for i in 1 2 3; do (trap '' TERM; sleep 300) & echo $! >> {pids}; done; "
-              f"echo $$ >> {pids}; wait")
+    script = (
+        f"for i in 1 2 3; do (trap '' TERM; sleep 300) & echo $! >> {pids}; done; "
+        f"echo $$ >> {pids}; wait"
+    )
     res = cli.run("run", "--detach", "--", "sh", "-c", script)
     job_id = int(res.stdout)
-    wait_until(lambda: pids.exists() and len(pids.read_text().split()) >= 4, 20,
-               "the job to write its pids")
+    wait_until(
+        lambda: pids.exists() and len(pids.read_text().split()) >= 4,
+        20,
+        "the job to write its pids",
+    )
     started = [int(p) for p in pids.read_text().split()]
     assert all(pid_alive(p) for p in started)
     assert cli.run("kill", str(job_id)).returncode == 0
@@ -146,8 +164,9 @@ def test_detach_prints_only_the_job_id(fleet, cli):
 def test_no_wait_leaves_nothing_queued(fleet, cli, controller):
     holders = [int(cli.run("run", "--detach", "--", "sleep", "60").stdout) for _ in range(2)]
     c = controller.client()
-    wait_until(lambda: all(job(c, j)["state"] == "running" for j in holders), 30,
-               "both devices to be busy")
+    wait_until(
+        lambda: all(job(c, j)["state"] == "running" for j in holders), 30, "both devices to be busy"
+    )
     res = cli.run("run", "--no-wait", "--", "true")
     assert res.returncode == 1 and b"no_device_available" in res.stderr
     assert c.get("/v1/state")["queued"] == []
@@ -189,7 +208,8 @@ def test_jobs_start_with_default_signal_dispositions_under_nohup(controller, mak
     """A worker started under nohup ignores SIGHUP; its jobs must not inherit
     that (nor anything else ignored), or a job's own children outlive a hangup."""
     make_worker(controller, host="nohup", devices="cpu:1", launcher=["nohup"])
-    res = cli.run("run", "-d", "nohup:cpu0", "--", "grep", "-E", "^Sig(Ign|Blk)",
-                  "/proc/self/status")
+    res = cli.run(
+        "run", "-d", "nohup:cpu0", "--", "grep", "-E", "^Sig(Ign|Blk)", "/proc/self/status"
+    )
     assert res.returncode == 0, res.stderr
     assert res.stdout == b"SigBlk:\t0000000000000000\nSigIgn:\t0000000000000000\n"

@@ -22,8 +22,13 @@ def reasons(lb: Lab, job_id: int) -> str:
 def test_held_devices_name_the_holder_and_the_time_left(lab):
     lb = lab()
     box(lb, ceilings=(3600, 0))
-    hold, _ = lb.submit("bob", kind=JobKind.HOLD, max_runtime_seconds=7200 // 4,
-                        reason="debugging nccl", device_id="box:g0")
+    hold, _ = lb.submit(
+        "bob",
+        kind=JobKind.HOLD,
+        max_runtime_seconds=7200 // 4,
+        reason="debugging nccl",
+        device_id="box:g0",
+    )
     run, _ = lb.submit("carol", device_id="box:g1")
     waiting, _ = lb.submit("alice", selector="model=h100")
     lb.now += 600
@@ -40,7 +45,7 @@ def test_held_devices_name_the_holder_and_the_time_left(lab):
 def test_jobs_ahead_with_higher_or_equal_priority(lab):
     lb = lab(aging=600)
     box(lb)
-    lb.submit("bob"), lb.submit("bob")                        # both devices busy
+    lb.submit("bob"), lb.submit("bob")  # both devices busy
     first, _ = lb.submit("bob", priority=5)
     second, _ = lb.submit("carol", priority=0)
     mine, _ = lb.submit("alice", priority=0)
@@ -52,7 +57,8 @@ def test_jobs_ahead_with_higher_or_equal_priority(lab):
     assert ex.reasons[1] == (
         f"2 jobs ahead of it with higher or equal priority want the same devices and get "
         f"them first (jobs {first}, {second}). This job's priority is 0, 1 with aging, and it "
-        "gains a step every 10m it waits.")
+        "gains a step every 10m it waits."
+    )
     assert "ahead" not in reasons(lb, first)
     assert lb.explain(behind).queue_position == 4
 
@@ -65,8 +71,10 @@ def test_devices_out_of_the_pool_and_why(lab):
     lb.write(fleet.drain, "box:g1", True, "cable swap", "admin")
     job_id, _ = lb.submit("alice", selector="host=box")
     why = reasons(lb, job_id)
-    assert why == ("Every matching device is out of the pool: box:g0: quarantined (fault): "
-                   "verify failed: ECC errors; box:g1: draining (cable swap).")
+    assert why == (
+        "Every matching device is out of the pool: box:g0: quarantined (fault): "
+        "verify failed: ECC errors; box:g1: draining (cable swap)."
+    )
     # a silent worker: its devices go unknown after 30 s without a heartbeat
     pinned, _ = lb.submit("alice", device_id="far:g0", priority=-1)
     assert lb.job(pinned).state is JobState.ASSIGNED
@@ -75,8 +83,10 @@ def test_devices_out_of_the_pool_and_why(lab):
     lb.write(fleet.heartbeat, "box", (), lb.ctl.thresholds)
     lb.run(lb.ctl.sweep())
     why = reasons(lb, waiting)
-    assert why.startswith("Every matching device is out of the pool: far:g0: its worker has "
-                          "stopped reporting; alice runs job")
+    assert why.startswith(
+        "Every matching device is out of the pool: far:g0: its worker has "
+        "stopped reporting; alice runs job"
+    )
 
 
 def test_held_and_out_of_the_pool_together(lab):
@@ -87,8 +97,7 @@ def test_held_and_out_of_the_pool_together(lab):
     job_id, _ = lb.submit("alice")
     assert lb.explain(job_id).reasons == (
         "No matching device is free: box:g0: bob runs job 1 on it, with no time limit.",
-        "The other matching devices are out of the pool: box:g1: quarantined (fault): "
-        "fan failure.",
+        "The other matching devices are out of the pool: box:g1: quarantined (fault): fan failure.",
     )
 
 
@@ -98,11 +107,13 @@ def test_the_user_cap(lab):
     lb.submit("alice")
     capped, _ = lb.submit("alice")
     other, _ = lb.submit("bob")
-    assert lb.job(capped).state is JobState.QUEUED      # a device is free, but not for alice
-    assert lb.job(other).state is JobState.ASSIGNED     # bob is not held back behind her
+    assert lb.job(capped).state is JobState.QUEUED  # a device is free, but not for alice
+    assert lb.job(other).state is JobState.ASSIGNED  # bob is not held back behind her
     ex = lb.explain(capped)
-    assert ex.reasons == ("alice already holds 1 device, the per-user cap (rc serve "
-                          "--max-devices-per-user 1); it starts once one of them is released.",)
+    assert ex.reasons == (
+        "alice already holds 1 device, the per-user cap (rc serve "
+        "--max-devices-per-user 1); it starts once one of them is released.",
+    )
     assert ex.blockers["box:g2"] == "free"
     # a capped job ahead does not count as ahead of anyone
     late, _ = lb.submit("carol")
@@ -124,8 +135,9 @@ def test_ceiling_and_vanished_targets(lab):
     gone, _ = lb.submit("alice", selector="model=h100")
     # the host comes back with a lower ceiling and without the label
     lb.register("box", {"g0": (600, {"model": "a100"})}, boot_id="2")
-    assert reasons(lb, long).startswith("Every device it could use has a runtime ceiling "
-                                        "below the 50m it asks for")
+    assert reasons(lb, long).startswith(
+        "Every device it could use has a runtime ceiling below the 50m it asks for"
+    )
     assert "ceiling (10m) is below" in lb.explain(long).blockers["box:g0"]
     assert reasons(lb, gone).startswith("No device matches 'model=h100' any more")
 
@@ -135,7 +147,8 @@ def test_not_waiting(lab):
     box(lb, ceilings=(0,))
     running, _ = lb.submit("alice")
     assert lb.explain(running).reasons == (
-        "It is not waiting: it was assigned on box:g0 and is starting.",)
+        "It is not waiting: it was assigned on box:g0 and is starting.",
+    )
     lb.finish(running, JobState.FAILED)
     assert lb.explain(running).reasons == ("It is not waiting: it ended (failed).",)
     with pytest.raises(Refused) as e:
@@ -148,12 +161,16 @@ def test_explain_selector(lab):
     lb.register("a", {"g0": (0, {"vram": "81920M"}), "g1": (0, {"vram": "40G"})})
     lb.register("b", {"g0": (0, {"vram": "[N/A]"})})
     lb.submit("bob", device_id="a:g0")
-    lb.submit("bob", device_id="a:g0")        # queued for a:g0
+    lb.submit("bob", device_id="a:g0")  # queued for a:g0
     lb.submit("bob", device_id="b:g0")
-    lb.submit("bob", device_id="b:g0")        # queued for b:g0: not a vram>=40G device
+    lb.submit("bob", device_id="b:g0")  # queued for b:g0: not a vram>=40G device
     ex = lb.read(views.explain_selector, " vram >= 40G ", lb.ctl.policy)
     assert (ex.selector, ex.matching, ex.free, ex.queue_depth) == (
-        "vram>=40G", ("a:g0", "a:g1"), ("a:g1",), 1)
+        "vram>=40G",
+        ("a:g0", "a:g1"),
+        ("a:g1",),
+        1,
+    )
     with pytest.raises(Refused) as e:
         lb.read(views.explain_selector, "vram>>1", lb.ctl.policy)
     assert (e.value.status, e.value.code) == (400, "bad_selector")

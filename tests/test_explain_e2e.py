@@ -55,18 +55,23 @@ def test_every_waiting_case(fleet):
     a1 = run(alice, "--", "sleep", "120")
     out = explain(alice, a1)
     assert out.startswith(f"job {a1}: queued, position 1 in the queue\n")
-    assert re.search(r"  - No matching device is free: box:cpu0: bob holds it \(nccl debugging\), "
-                     r"for at most (10m|9m\d+s) more; box:cpu1: carol holds it \(profiling\), "
-                     r"for at most (10m|9m\d+s) more\.\n", out), out
+    assert re.search(
+        r"  - No matching device is free: box:cpu0: bob holds it \(nccl debugging\), "
+        r"for at most (10m|9m\d+s) more; box:cpu1: carol holds it \(profiling\), "
+        r"for at most (10m|9m\d+s) more\.\n",
+        out,
+    ), out
     assert "devices it could use:\n  box:cpu0: bob holds it" in out
 
     # 2. jobs ahead with higher or equal priority
     d1 = run(dave, "--", "sleep", "120")
     out = explain(dave, d1)
     assert f"job {d1}: queued, position 2 in the queue" in out
-    assert (f"  - 1 job ahead of it with higher or equal priority wants the same devices and "
-            f"gets them first (job {a1}). This job's priority is 0, and it gains a step every "
-            "10m it waits.") in out
+    assert (
+        f"  - 1 job ahead of it with higher or equal priority wants the same devices and "
+        f"gets them first (job {a1}). This job's priority is 0, and it gains a step every "
+        "10m it waits."
+    ) in out
 
     # 3. the per-user cap: a device is free, but not for alice
     assert bob.run("release", str(b)).returncode == 0
@@ -74,12 +79,20 @@ def test_every_waiting_case(fleet):
     a2 = run(alice, "--", "sleep", "120")
     assert dave.run("kill", str(d1)).returncode == 0
     assert carol.run("release", str(k)).returncode == 0
-    wait_until(lambda: any(v["device"]["id"] == "box:cpu1" and v["device"]["state"] == "ready"
-                           for v in c.get("/v1/devices")["devices"]), 20, "cpu1 to be free")
+    wait_until(
+        lambda: any(
+            v["device"]["id"] == "box:cpu1" and v["device"]["state"] == "ready"
+            for v in c.get("/v1/devices")["devices"]
+        ),
+        20,
+        "cpu1 to be free",
+    )
     assert job(c, a2)["state"] == "queued"
     out = explain(alice, a2)
-    assert ("  - alice already holds 1 device, the per-user cap (rc serve "
-            "--max-devices-per-user 1); it starts once one of them is released.\n") in out
+    assert (
+        "  - alice already holds 1 device, the per-user cap (rc serve "
+        "--max-devices-per-user 1); it starts once one of them is released.\n"
+    ) in out
     assert "  box:cpu1: free\n" in out
     assert "No matching device is free" not in out
 
@@ -87,12 +100,13 @@ def test_every_waiting_case(fleet):
     assert u["admin"].run("drain", "box:cpu1", "--reason", "cable swap").returncode == 0
     d2 = run(dave, "-d", "box:cpu1", "--", "true")
     out = explain(dave, d2)
-    assert "  - Every matching device is out of the pool: box:cpu1: draining (cable swap).\n" \
-        in out
+    assert "  - Every matching device is out of the pool: box:cpu1: draining (cable swap).\n" in out
     c.post("/v1/devices/box:cpu1/fault", {"reason": "verify failed: ECC errors"})
     ex = json.loads(dave.run("explain", str(d2), "-o", "json", check=True).stdout)
-    assert ex["reasons"] == ["Every matching device is out of the pool: box:cpu1: quarantined "
-                             "(fault): verify failed: ECC errors."]
+    assert ex["reasons"] == [
+        "Every matching device is out of the pool: box:cpu1: quarantined "
+        "(fault): verify failed: ECC errors."
+    ]
     assert ex["queue_position"] == 1 and ex["state"] == "queued"
 
     # not waiting at all

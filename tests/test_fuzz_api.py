@@ -41,9 +41,14 @@ def live(tmp_path_factory):
     admin = ctl.client()
     token = admin.post("/v1/tokens", {"name": "fuzz-admin", "role": "admin"})["secret"]
     worker = admin.post("/v1/tokens", {"name": "fuzz-worker", "role": "worker"})["secret"]
-    Client(ctl.url, worker).post("/v1/workers/register", {
-        "host": "fz", "devices": [{"name": "cpu0"}, {"name": "cpu1"}],
-        "labels": {"cpu0": {"kind": "cpu"}, "cpu1": {"kind": "cpu"}}})
+    Client(ctl.url, worker).post(
+        "/v1/workers/register",
+        {
+            "host": "fz",
+            "devices": [{"name": "cpu0"}, {"name": "cpu1"}],
+            "labels": {"cpu0": {"kind": "cpu"}, "cpu1": {"kind": "cpu"}},
+        },
+    )
     yield ctl, token
     admin.close_all()
     ctl.stop()
@@ -64,17 +69,20 @@ def test_no_500_and_every_answer_matches_the_document(api, live, method, path):
     op = api[path][method]
 
     @given(op.as_strategy())
-    @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck),
-              database=None)
+    @settings(
+        max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), database=None
+    )
     def check(case):
         names = {p.name for p in op.query}
         if "wait" in names:  # a long poll answers at once
             case.query = {**(case.query or {}), "wait": "0"}
         if path.endswith("/logs") and method == "GET":  # a snapshot, not a follow
             case.query = {**(case.query or {}), "follow": "0"}
-        case.call_and_validate(base_url=ctl.url,
-                               headers={"Authorization": f"Bearer {token}"},
-                               excluded_checks=BUSINESS_RULES)
+        case.call_and_validate(
+            base_url=ctl.url,
+            headers={"Authorization": f"Bearer {token}"},
+            excluded_checks=BUSINESS_RULES,
+        )
 
     check()
 

@@ -33,7 +33,7 @@ class ConfiguredWorker(Worker):
     def command(self) -> list[str]:
         cmd = super().command()
         i = cmd.index("--devices")
-        return cmd[:i] + cmd[i + 2:]
+        return cmd[:i] + cmd[i + 2 :]
 
 
 def start_fleet(tmp: Path, pyz: Path, serve_flags: list[str], host: str = "box"):
@@ -44,11 +44,24 @@ def start_fleet(tmp: Path, pyz: Path, serve_flags: list[str], host: str = "box")
     ctl = Controller(tmp / "data", env, serve_flags).start()
     cfg = tmp / "worker.toml"
     cfg.write_text(WORKER_TOML)
-    w = ConfiguredWorker(ctl.url, ctl.token(f"worker-{host}", "worker"), tmp / "w", env,
-                         host=host, pyz=pyz, config=cfg).start()
+    w = ConfiguredWorker(
+        ctl.url,
+        ctl.token(f"worker-{host}", "worker"),
+        tmp / "w",
+        env,
+        host=host,
+        pyz=pyz,
+        config=cfg,
+    ).start()
     c = ctl.client()
-    wait_until(lambda: sum(v["device"]["state"] == "ready" for v in c.get("/v1/devices")["devices"])
-               == 2 or w.proc.poll() is not None, 30, "the worker's two devices")
+    wait_until(
+        lambda: (
+            sum(v["device"]["state"] == "ready" for v in c.get("/v1/devices")["devices"]) == 2
+            or w.proc.poll() is not None
+        ),
+        30,
+        "the worker's two devices",
+    )
     assert w.proc.poll() is None, w.log()
     return ctl, w, env
 
@@ -85,8 +98,11 @@ def admin(fleet):
             c.post(f"/v1/jobs/{j['id']}/kill", {"reason": "test cleanup"})
         except ApiError:
             pass
-    wait_until(lambda: all(v["device"]["state"] == "ready"
-                           for v in c.get("/v1/devices")["devices"]), 30, "both devices free")
+    wait_until(
+        lambda: all(v["device"]["state"] == "ready" for v in c.get("/v1/devices")["devices"]),
+        30,
+        "both devices free",
+    )
     c.close_all()
 
 
@@ -137,8 +153,10 @@ def sleeper_of(job_id: int, worker_pid: int) -> str:
     return ""
 
 
-GRANTED = re.compile(r"hold (\d+) granted on (\S+) until (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ) "
-                     r"\((\S+)\)\n")
+GRANTED = re.compile(
+    r"hold (\d+) granted on (\S+) until (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ) "
+    r"\((\S+)\)\n"
+)
 
 
 def test_hold_is_granted_shown_and_released(alice, bob, admin, fleet):
@@ -152,15 +170,19 @@ def test_hold_is_granted_shown_and_released(alice, bob, admin, fleet):
         started = job(admin, hold_id)["started_at"]
         assert until == time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started + 3600))
         # the worker runs its own sleeper, never a submitted command
-        assert wait_until(lambda: sleeper_of(hold_id, worker_pid), 10, "its process") == \
-            "sleep 2147483647"
+        assert (
+            wait_until(lambda: sleeper_of(hold_id, worker_pid), 10, "its process")
+            == "sleep 2147483647"
+        )
         # rc devices shows the holder and the reason
         rows = bob.run("devices", check=True).stdout.decode()
         line = next(ln for ln in rows.splitlines() if ln.startswith("box:cpu0"))
         assert "alice (poking at nccl)" in line and "hold" in line
         views = {v["device"]["id"]: v for v in bob.json("devices")}
-        assert (views["box:cpu0"]["holder"], views["box:cpu0"]["reason"]) == \
-            ("alice", "poking at nccl")
+        assert (views["box:cpu0"]["holder"], views["box:cpu0"]["reason"]) == (
+            "alice",
+            "poking at nccl",
+        )
         # it blocks until released from elsewhere
         assert proc.poll() is None
         res = alice.run("release", str(hold_id))
@@ -195,8 +217,7 @@ def test_ctrl_c_on_a_granted_hold_releases_it(alice, admin, sig, cause):
 
 
 def test_a_hold_ends_at_its_ttl(alice, admin):
-    res = alice.run("hold", "-d", "box:cpu1", "--ttl", "1s", "--reason", "quick look",
-                    timeout=30)
+    res = alice.run("hold", "-d", "box:cpu1", "--ttl", "1s", "--reason", "quick look", timeout=30)
     assert res.returncode == 0, res.stderr
     hold_id = int(GRANTED.fullmatch(res.stdout.decode())[1])
     assert f"hold {hold_id} ended: its ttl of 1s was reached".encode() in res.stderr
@@ -218,18 +239,25 @@ def test_detach_prints_the_hold_id_alone(alice, bob, admin):
 
 
 @pytest.mark.parametrize(("sig", "cause"), INTERRUPTS)
-@pytest.mark.parametrize("verb", [["hold", "-d", "box:cpu0", "--ttl", "10m", "--reason", "b"],
-                                  ["run", "-d", "box:cpu0", "--", "true"]])
+@pytest.mark.parametrize(
+    "verb",
+    [
+        ["hold", "-d", "box:cpu0", "--ttl", "10m", "--reason", "b"],
+        ["run", "-d", "box:cpu0", "--", "true"],
+    ],
+)
 def test_a_hold_queues_and_ctrl_c_while_queued_cancels_it(alice, bob, admin, sig, cause, verb):
-    first = int(bob.run("hold", "-d", "box:cpu0", "--ttl", "10m", "--reason", "a",
-                        "--detach").stdout)
+    first = int(
+        bob.run("hold", "-d", "box:cpu0", "--ttl", "10m", "--reason", "a", "--detach").stdout
+    )
     proc = alice.popen(*verb)
     try:
         wait_until(lambda: admin.get("/v1/state")["queued"], 20, "the second hold to queue")
         queued = admin.get("/v1/state")["queued"][0]["id"]
         # the position line says the client is in its wait (and its handlers are set)
         assert read_line(proc, 20, "the position", stream="stderr").startswith(
-            "rc: queued at position 1 for box:cpu0")
+            "rc: queued at position 1 for box:cpu0"
+        )
         proc.send_signal(sig)
         _, err = proc.communicate(timeout=30)
         assert proc.returncode == 130
@@ -251,9 +279,15 @@ def test_holds_are_refused_with_a_command_or_without_a_reason(alice, admin, flee
     assert res.returncode == 1 and b"runtime_above_ceiling" in res.stderr  # cpu0 allows 2h
     c = fleet[0].client(fleet[0].token("carol"))
     base = {"kind": "hold", "device_id": "box:cpu1", "max_runtime_seconds": 60, "reason": "r"}
-    for extra in ({"command": ["sh"]}, {"cwd": "/tmp"}, {"env": {"A": "1"}},
-                  {"idle_timeout_seconds": 5}, {"stdio": "tty"}, {"reason": " "},
-                  {"max_runtime_seconds": 0}):
+    for extra in (
+        {"command": ["sh"]},
+        {"cwd": "/tmp"},
+        {"env": {"A": "1"}},
+        {"idle_timeout_seconds": 5},
+        {"stdio": "tty"},
+        {"reason": " "},
+        {"max_runtime_seconds": 0},
+    ):
         with pytest.raises(ApiError) as e:
             c.post("/v1/jobs", {**base, **extra})
         assert (e.value.status, e.value.code) == (400, "bad_request"), extra

@@ -53,8 +53,9 @@ def test_zipapp_code_imports_only_stdlib_and_allowed_rc_packages(root):
             top = name.split(".")[0]
             if top in STDLIB or top in OPTIONAL:
                 continue
-            if top == "rc" and (name == "rc" or any(name == a or name.startswith(a + ".")
-                                                    for a in allowed)):
+            if top == "rc" and (
+                name == "rc" or any(name == a or name.startswith(a + ".") for a in allowed)
+            ):
                 continue
             bad.append(f"{path.relative_to(REPO)}:{line}: {name}")
     assert bad == [], "layering violations (DESIGN.md §2):\n" + "\n".join(bad)
@@ -72,8 +73,11 @@ def test_nothing_imports_the_controller_but_itself():
 
 
 def test_only_the_serve_entry_loads_the_controller_by_name():
-    users = [p.relative_to(REPO).as_posix() for p in (REPO / "rc").rglob("*.py")
-             if "controller" not in p.parts and '"rc.controller' in p.read_text()]
+    users = [
+        p.relative_to(REPO).as_posix()
+        for p in (REPO / "rc").rglob("*.py")
+        if "controller" not in p.parts and '"rc.controller' in p.read_text()
+    ]
     assert users == ["rc/cli/local.py"]
 
 
@@ -96,21 +100,31 @@ def test_zipapp_holds_proto_worker_cli_only(pyz):
 
 
 def test_zipapp_runs_under_isolated_python(pyz, tmp_path):
-    res = subprocess.run([BARE_PY, "-I", str(pyz), "worker", "--help"],
-                         capture_output=True, timeout=30, cwd=tmp_path)
+    res = subprocess.run(
+        [BARE_PY, "-I", str(pyz), "worker", "--help"], capture_output=True, timeout=30, cwd=tmp_path
+    )
     assert res.returncode == 0, res.stderr
     assert b"--controller" in res.stdout
-    res = subprocess.run([BARE_PY, "-I", str(pyz), "--version"],
-                         capture_output=True, timeout=30, cwd=tmp_path)
+    res = subprocess.run(
+        [BARE_PY, "-I", str(pyz), "--version"], capture_output=True, timeout=30, cwd=tmp_path
+    )
     assert res.stdout.strip() == f"rc {rc.__version__}".encode()
-    res = subprocess.run([BARE_PY, "-I", str(pyz), "serve", "--data", str(tmp_path)],
-                         capture_output=True, timeout=30, cwd=tmp_path)
+    res = subprocess.run(
+        [BARE_PY, "-I", str(pyz), "serve", "--data", str(tmp_path)],
+        capture_output=True,
+        timeout=30,
+        cwd=tmp_path,
+    )
     assert res.returncode == 1 and b"install rc with pip" in res.stderr
 
 
 def test_rc_py_launcher_runs_the_same_entry_point(tmp_path):
-    res = subprocess.run([sys.executable, str(REPO / "rc.py"), "--version"],
-                         capture_output=True, timeout=30, cwd=tmp_path)
+    res = subprocess.run(
+        [sys.executable, str(REPO / "rc.py"), "--version"],
+        capture_output=True,
+        timeout=30,
+        cwd=tmp_path,
+    )
     assert res.stdout.strip() == f"rc {rc.__version__}".encode()
 
 
@@ -120,10 +134,29 @@ def test_every_cli_command_has_help():
     parser = build_parser()
     sub = next(a for a in parser._actions if a.dest == "verb")
     for name, p in sub.choices.items():
-        assert (p.description or sub._choices_actions), name
-    assert {"run", "hold", "release", "kill", "logs", "ps", "jobs", "devices", "describe",
-            "explain", "clear", "retire", "drain", "undrain", "events", "token", "up",
-            "down", "serve", "worker"} <= set(sub.choices)
+        assert p.description or sub._choices_actions, name
+    assert {
+        "run",
+        "hold",
+        "release",
+        "kill",
+        "logs",
+        "ps",
+        "jobs",
+        "devices",
+        "describe",
+        "explain",
+        "clear",
+        "retire",
+        "drain",
+        "undrain",
+        "events",
+        "token",
+        "up",
+        "down",
+        "serve",
+        "worker",
+    } <= set(sub.choices)
 
 
 def test_verb_table_names_the_group_that_defines_each_verb():
@@ -140,10 +173,13 @@ def test_verb_table_names_the_group_that_defines_each_verb():
 
 
 def test_a_verb_builds_only_its_own_group():
-    code = ("import sys; from rc.cli import build_parser; build_parser('devices'); "
-            "print(sorted(m for m in sys.modules if m.startswith('rc.cli.')))")
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=30, cwd=REPO)
+    code = (
+        "import sys; from rc.cli import build_parser; build_parser('devices'); "
+        "print(sorted(m for m in sys.modules if m.startswith('rc.cli.')))"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=30, cwd=REPO
+    )
     loaded = set(ast.literal_eval(res.stdout))
     assert "rc.cli.devices" in loaded
     assert not loaded & {"rc.cli.run", "rc.cli.relay", "rc.cli.copy", "rc.cli.local"}

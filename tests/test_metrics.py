@@ -35,6 +35,7 @@ def value(samples, name: str, **labels) -> float:
 def run_in_process(tmp_path, body):
     """Start a controller on a real SQLite file in this process (no HTTP, no
     loops), run `await body(ctl)`, stop it."""
+
     async def main():
         ctl = InProcessController(ControllerConfig(data_dir=str(tmp_path / "data")))
         await ctl.start(loops=False)
@@ -42,6 +43,7 @@ def run_in_process(tmp_path, body):
             return await body(ctl)
         finally:
             await ctl.stop()
+
     return asyncio.run(main())
 
 
@@ -92,8 +94,10 @@ def test_start_latency_histogram_buckets_and_clock_skew(tmp_path):
     assert value(m, "rc_job_start_latency_seconds_bucket", le="0.005") == 2  # skew counts as 0
     assert value(m, "rc_job_start_latency_seconds_bucket", le="2.5") == 3
     assert value(m, "rc_job_start_latency_seconds_bucket", le="+Inf") == 3
-    assert len(START_LATENCY_BUCKETS_S) == len(
-        [k for k in m if k[0] == "rc_job_start_latency_seconds_bucket"]) - 1
+    assert (
+        len(START_LATENCY_BUCKETS_S)
+        == len([k for k in m if k[0] == "rc_job_start_latency_seconds_bucket"]) - 1
+    )
 
 
 def test_two_controllers_never_share_series(tmp_path):
@@ -128,14 +132,23 @@ def test_metrics_match_the_store(controller, make_worker, tmp_path):
     alice_token = controller.token("alice")
     alice = Client(controller.url, alice_token)
 
-    ok = alice.post("/v1/jobs", {"command": ["sh", "-c", "echo hello metrics"],
-                                 "device_id": "box:cpu0"})["job"]["id"]
-    bad = alice.post("/v1/jobs", {"command": ["sh", "-c", "echo oops >&2; exit 3"],
-                                  "device_id": "box:cpu0"})["job"]["id"]
+    ok = alice.post(
+        "/v1/jobs", {"command": ["sh", "-c", "echo hello metrics"], "device_id": "box:cpu0"}
+    )["job"]["id"]
+    bad = alice.post(
+        "/v1/jobs", {"command": ["sh", "-c", "echo oops >&2; exit 3"], "device_id": "box:cpu0"}
+    )["job"]["id"]
     for j, state in ((ok, "succeeded"), (bad, "failed")):
         wait_until(lambda j=j: job(admin, j)["state"] == state, 30, f"job {j} to be {state}")
-    hold = alice.post("/v1/jobs", {"kind": "hold", "device_id": "box:cpu1",
-                                   "max_runtime_seconds": 600, "reason": "metrics test"})
+    hold = alice.post(
+        "/v1/jobs",
+        {
+            "kind": "hold",
+            "device_id": "box:cpu1",
+            "max_runtime_seconds": 600,
+            "reason": "metrics test",
+        },
+    )
     wait_until(lambda: job(admin, hold["job"]["id"])["state"] == "running", 30, "the hold to run")
     for p in (5, 5, -3):
         alice.post("/v1/jobs", {"command": ["true"], "device_id": "box:cpu1", "priority": p})

@@ -15,10 +15,23 @@ pytestmark = pytest.mark.e2e
 
 
 def _serve(env, data, *flags, timeout: float = 60):
-    return subprocess.run([sys.executable, "-m", "rc", "serve", "--listen", "127.0.0.1:0",
-                           "--data", str(data), *flags],
-                          env=env, capture_output=True, timeout=timeout,
-                          stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rc",
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--data",
+            str(data),
+            *flags,
+        ],
+        env=env,
+        capture_output=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def test_second_serve_on_the_same_data_dir_is_refused(tmp_path, env):
@@ -71,18 +84,32 @@ def test_the_last_admin_token_cannot_be_revoked(tmp_path, env):
 
 
 BAD_SERVE_VALUES = [
-    ("--sweep-interval", "0"), ("--sweep-interval", "-1s"), ("--sweep-interval", "2h"),
-    ("--heartbeat-interval", "0"), ("--heartbeat-interval", "0s"),
-    ("--log-cap", "-1"), ("--log-cap", "0"), ("--log-cap", "12x"),
-    ("--aging", "-5m"), ("--aging", "400d"), ("--max-devices-per-user", "-1"),
-    ("--unknown-after", "0"), ("--lost-after", "0"), ("--startup-grace", "-1s"),
-    ("--lease-renewal", "0"), ("--flap-limit", "0"), ("--flap-limit", "-3"),
-    ("--flap-window", "0"), ("--lease-default", "0"), ("--lease-grace", "0"),
+    ("--sweep-interval", "0"),
+    ("--sweep-interval", "-1s"),
+    ("--sweep-interval", "2h"),
+    ("--heartbeat-interval", "0"),
+    ("--heartbeat-interval", "0s"),
+    ("--log-cap", "-1"),
+    ("--log-cap", "0"),
+    ("--log-cap", "12x"),
+    ("--aging", "-5m"),
+    ("--aging", "400d"),
+    ("--max-devices-per-user", "-1"),
+    ("--unknown-after", "0"),
+    ("--lost-after", "0"),
+    ("--startup-grace", "-1s"),
+    ("--lease-renewal", "0"),
+    ("--flap-limit", "0"),
+    ("--flap-limit", "-3"),
+    ("--flap-window", "0"),
+    ("--lease-default", "0"),
+    ("--lease-grace", "0"),
 ]
 
 
-@pytest.mark.parametrize("flag,value", BAD_SERVE_VALUES,
-                         ids=[f"{f}={v}" for f, v in BAD_SERVE_VALUES])
+@pytest.mark.parametrize(
+    "flag,value", BAD_SERVE_VALUES, ids=[f"{f}={v}" for f, v in BAD_SERVE_VALUES]
+)
 def test_serve_numeric_options_are_range_checked(tmp_path, env, flag, value):
     res = _serve(env, tmp_path / "d", f"{flag}={value}", timeout=30)
     assert res.returncode == 2, res.stderr
@@ -98,9 +125,26 @@ def test_serve_numeric_options_accept_their_documented_values():
     from rc.cli import build_parser
 
     args = build_parser().parse_args(
-        ["serve", "--aging", "0", "--max-devices-per-user", "0", "--startup-grace", "0",
-         "--sweep-interval", "0.05s", "--heartbeat-interval", "1s", "--log-cap", str(8 << 20),
-         "--flap-limit", "3", "--lost-after", "30s"])
+        [
+            "serve",
+            "--aging",
+            "0",
+            "--max-devices-per-user",
+            "0",
+            "--startup-grace",
+            "0",
+            "--sweep-interval",
+            "0.05s",
+            "--heartbeat-interval",
+            "1s",
+            "--log-cap",
+            str(8 << 20),
+            "--flap-limit",
+            "3",
+            "--lost-after",
+            "30s",
+        ]
+    )
     assert (args.aging, args.max_devices_per_user, args.startup_grace) == (0, 0, 0)
     assert args.sweep_interval == 0.05 and args.log_cap == 8 << 20
     defaults = build_parser().parse_args(["serve"])

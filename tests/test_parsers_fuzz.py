@@ -45,7 +45,8 @@ def test_any_bytes_give_events_or_a_frame_error(data, cuts):
 frames = st.one_of(
     st.binary(max_size=200).map(lambda b: (("d", b), data_frame(b))),
     st.tuples(st.integers(0, 65535), st.integers(0, 65535)).map(
-        lambda rc: (("r", rc[0], rc[1]), resize_frame(*rc))),
+        lambda rc: (("r", rc[0], rc[1]), resize_frame(*rc))
+    ),
 )
 
 
@@ -63,8 +64,9 @@ def test_an_endless_line_is_refused():
 
 # -- tar members in rc cp ------------------------------------------------------------
 
-names = st.lists(st.sampled_from(["a", "b", ".", "..", "/", " ", "\n", "\\", "é", "\x00"]),
-                 max_size=12).map("".join)
+names = st.lists(
+    st.sampled_from(["a", "b", ".", "..", "/", " ", "\n", "\\", "é", "\x00"]), max_size=12
+).map("".join)
 member = st.tuples(st.sampled_from(["file", "dir", "symlink", "hardlink"]), names, names)
 
 
@@ -77,8 +79,11 @@ def _tar(members) -> bytes:
                 ti.size = 3
                 tar.addfile(ti, io.BytesIO(b"abc"))
                 continue
-            ti.type = {"dir": tarfile.DIRTYPE, "symlink": tarfile.SYMTYPE,
-                       "hardlink": tarfile.LNKTYPE}[kind]
+            ti.type = {
+                "dir": tarfile.DIRTYPE,
+                "symlink": tarfile.SYMTYPE,
+                "hardlink": tarfile.LNKTYPE,
+            }[kind]
             ti.linkname = link.replace("\x00", "")
             tar.addfile(ti)
     return buf.getvalue()
@@ -112,21 +117,31 @@ def test_rc_cp_never_writes_outside_the_destination(members):
             full = os.path.join(base, p)
             if os.path.islink(full):
                 target = os.path.realpath(full)
-                assert target == os.path.realpath(dest) or \
-                    target.startswith(os.path.realpath(dest) + os.sep), (p, target)
+                assert target == os.path.realpath(dest) or target.startswith(
+                    os.path.realpath(dest) + os.sep
+                ), (p, target)
 
 
 # -- the worker's TOML config --------------------------------------------------------
 
 values = st.recursive(
-    st.none() | st.booleans() | st.integers(-10, 10**6) | st.floats(allow_nan=False)
+    st.none()
+    | st.booleans()
+    | st.integers(-10, 10**6)
+    | st.floats(allow_nan=False)
     | st.text(max_size=12),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner,
-                                                                max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
     max_leaves=8,
 )
-keys = st.sampled_from(sorted(worker_config._DURATIONS | worker_config._STRINGS | {
-    "devices", "labels", "hooks", "require_manual_clear", "spool_max_bytes", "bogus"}))
+keys = st.sampled_from(
+    sorted(
+        worker_config._DURATIONS
+        | worker_config._STRINGS
+        | {"devices", "labels", "hooks", "require_manual_clear", "spool_max_bytes", "bogus"}
+    )
+)
 
 
 @settings(max_examples=400, deadline=None)

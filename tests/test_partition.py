@@ -71,13 +71,28 @@ class Proxy:
 
 
 def test_partition_shorter_than_the_loss_threshold(make_controller, pyz, tmp_path, env):
-    ctl = make_controller("--heartbeat-interval", "1s", "--unknown-after", "2s",
-                          "--lost-after", "30s", "--sweep-interval", "0.2s")
+    ctl = make_controller(
+        "--heartbeat-interval",
+        "1s",
+        "--unknown-after",
+        "2s",
+        "--lost-after",
+        "30s",
+        "--sweep-interval",
+        "0.2s",
+    )
     host, port = ctl.url.rsplit("//", 1)[1].rsplit(":", 1)
     proxy = Proxy((host, int(port)))
     token = ctl.token("w-part", "worker")
-    w = Worker(f"http://127.0.0.1:{proxy.port}", token, tmp_path / "w", env,
-               host="parted", devices="cpu:1", pyz=pyz)
+    w = Worker(
+        f"http://127.0.0.1:{proxy.port}",
+        token,
+        tmp_path / "w",
+        env,
+        host="parted",
+        devices="cpu:1",
+        pyz=pyz,
+    )
     try:
         w.start()
         c = ctl.client(ctl.token("alice"))
@@ -88,22 +103,32 @@ def test_partition_shorter_than_the_loss_threshold(make_controller, pyz, tmp_pat
         wait_until(lambda: job(c, j["id"])["state"] == "running", 30, "the job to start")
         proxy.pause()
         paused_at = time.monotonic()
-        wait_until(lambda: c.get("/v1/devices")["devices"][0]["device"]["state"] == "unknown",
-                   10, "the controller to notice the silence")
+        wait_until(
+            lambda: c.get("/v1/devices")["devices"][0]["device"]["state"] == "unknown",
+            10,
+            "the controller to notice the silence",
+        )
         wait_until(lambda: time.monotonic() - paused_at > 4.0, 10, "the partition to last 4 s")
         assert job(c, j["id"])["state"] == "running"
         proxy.resume()
-        wait_until(lambda: job(c, j["id"])["state"] not in ("assigned", "running"), 60,
-                   "the job to end")
+        wait_until(
+            lambda: job(c, j["id"])["state"] not in ("assigned", "running"), 60, "the job to end"
+        )
         final = job(c, j["id"])
         assert final["state"] == "succeeded", final
         log = c.request("GET", f"/v1/jobs/{j['id']}/logs", params={"follow": "0"}).body
         assert log.decode().split() == lines
         events = c.get("/v1/events", params={"limit": 1000})["events"]
-        assert not [e for e in events if e["kind"] in ("job_lost", "worker_lost",
-                                                       "lease_expired", "device_unhealthy")]
-        wait_until(lambda: c.get("/v1/devices")["devices"][0]["device"]["state"] == "ready", 30,
-                   "the device to be free again")
+        assert not [
+            e
+            for e in events
+            if e["kind"] in ("job_lost", "worker_lost", "lease_expired", "device_unhealthy")
+        ]
+        wait_until(
+            lambda: c.get("/v1/devices")["devices"][0]["device"]["state"] == "ready",
+            30,
+            "the device to be free again",
+        )
     finally:
         proxy.close()
         w.stop()

@@ -40,18 +40,26 @@ def test_zero_proof_proves_nothing():
 
 def test_states_and_modes():
     assert {s for s in JobState if s.terminal} == {
-        JobState.SUCCEEDED, JobState.FAILED, JobState.KILLED, JobState.LOST}
+        JobState.SUCCEEDED,
+        JobState.FAILED,
+        JobState.KILLED,
+        JobState.LOST,
+    }
     assert not JobState.RUNNING.terminal and JobState.RUNNING.active
     assert Stdio.TTY.attached and Stdio.PIPE.attached and not Stdio.LOGS.attached
     assert {r for r in QuarantineReason if r.reboot_clearable} == {
-        QuarantineReason.WORKER_LOST, QuarantineReason.LEASE_EXPIRED,
-        QuarantineReason.REGISTRATION}
+        QuarantineReason.WORKER_LOST,
+        QuarantineReason.LEASE_EXPIRED,
+        QuarantineReason.REGISTRATION,
+    }
 
 
 # -- JSON round trips for every record, orjson <-> json ----------------------
 
 RECORDS = [
-    obj for mod in (model, wire) for obj in vars(mod).values()
+    obj
+    for mod in (model, wire)
+    for obj in vars(mod).values()
     if isinstance(obj, type) and dataclasses.is_dataclass(obj)
 ]
 
@@ -74,8 +82,7 @@ def strategy(tp) -> st.SearchStrategy:
         return st.dictionaries(_text, strategy(typing.get_args(tp)[1]), max_size=3)
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
         return st.sampled_from(list(tp))
-    return {str: _text, int: _int, float: _float, bool: st.booleans(),
-            type(None): st.none()}[tp]
+    return {str: _text, int: _int, float: _float, bool: st.booleans(), type(None): st.none()}[tp]
 
 
 @pytest.mark.parametrize("cls", RECORDS, ids=lambda c: c.__name__)
@@ -121,9 +128,13 @@ def test_codec_keeps_bools_and_ints_apart():
     assert decode(wire.SubmitRequest, {"priority": 3.0}).priority == 3
 
 
-@given(st.recursive(st.none() | st.booleans() | _int | _float | _text,
-                    lambda inner: st.lists(inner, max_size=3)
-                    | st.dictionaries(_text, inner, max_size=3), max_leaves=10))
+@given(
+    st.recursive(
+        st.none() | st.booleans() | _int | _float | _text,
+        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_text, inner, max_size=3),
+        max_leaves=10,
+    )
+)
 @settings(max_examples=200, deadline=None)
 def test_codec_never_crashes_on_any_json(data):
     for cls in (wire.SubmitRequest, wire.RegisterRequest, wire.Reports):
@@ -136,10 +147,22 @@ def test_codec_never_crashes_on_any_json(data):
 # -- durations ----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("text,seconds", [
-    ("90s", 90), ("5m", 300), ("2h", 7200), ("1h30m", 5400), ("1d", 86400), ("45", 45),
-    ("250ms", 0.25), ("1w", 604800), (" 10s ", 10), ("1.5h", 5400), ("0", 0),
-])
+@pytest.mark.parametrize(
+    "text,seconds",
+    [
+        ("90s", 90),
+        ("5m", 300),
+        ("2h", 7200),
+        ("1h30m", 5400),
+        ("1d", 86400),
+        ("45", 45),
+        ("250ms", 0.25),
+        ("1w", 604800),
+        (" 10s ", 10),
+        ("1.5h", 5400),
+        ("0", 0),
+    ],
+)
 def test_durations_parse(text, seconds):
     assert parse_duration(text) == seconds
 

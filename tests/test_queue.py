@@ -23,8 +23,11 @@ pytestmark = pytest.mark.e2e
 def fleet(tmp_path_factory, pyz):
     tmp = tmp_path_factory.mktemp("queue")
     ctl, w, env = start_fleet(tmp, pyz, [])
-    yield ctl, {name: Cli(ctl.url, ctl.token(name), env, tmp) for name in ("alice", "bob")}, \
-        w.proc.pid
+    yield (
+        ctl,
+        {name: Cli(ctl.url, ctl.token(name), env, tmp) for name in ("alice", "bob")},
+        w.proc.pid,
+    )
     w.stop()
     ctl.stop()
 
@@ -71,7 +74,10 @@ def test_refused_at_submit(alice, admin):
 def test_ceilings_are_inherited_where_the_job_lands(alice, admin):
     j = job(admin, detach(alice, "-s", "model=h100", "--", "sleep", "30"))
     assert (j["selector"], j["device_id"], j["max_runtime_seconds"]) == (
-        "model=h100", "box:cpu0", 7200)
+        "model=h100",
+        "box:cpu0",
+        7200,
+    )
     j = job(admin, detach(alice, "-d", "box:cpu1", "--", "true"))
     assert j["max_runtime_seconds"] == 0  # no ceiling, none asked: none
 
@@ -118,13 +124,19 @@ def test_explain_selector_and_devices_filter(alice, bob, admin):
     detach(bob, "-d", "box:cpu0", "--", "true")
     detach(bob, "--priority", "3", "-s", "model=h100", "--", "true")
     out = alice.run("explain", "-s", " vram >= 40G ", check=True).stdout.decode()
-    assert out == ("selector: vram>=40G\n  box:cpu0  not free: busy, held by bob\n"
-                   "  box:cpu1  free\nfree: 1/2\nqueue depth: 2\n")
+    assert out == (
+        "selector: vram>=40G\n  box:cpu0  not free: busy, held by bob\n"
+        "  box:cpu1  free\nfree: 1/2\nqueue depth: 2\n"
+    )
     out = alice.run("explain", "-s", "vram>=400G", check=True).stdout.decode()
     assert out.startswith("selector: vram>=400G\nno device matches it")
     ex = json.loads(alice.run("explain", "-s", "model=a100", "-o", "json", check=True).stdout)
-    assert ex == {"selector": "model=a100", "matching": ["box:cpu1"], "free": ["box:cpu1"],
-                  "queue_depth": 0}
+    assert ex == {
+        "selector": "model=a100",
+        "matching": ["box:cpu1"],
+        "free": ["box:cpu1"],
+        "queue_depth": 0,
+    }
 
 
 def test_no_wait(alice, bob, admin):

@@ -65,8 +65,10 @@ class FleetMachine(RuleBasedStateMachine):
     # -- observation --------------------------------------------------------
 
     def devices(self) -> dict[str, tuple[str, str]]:
-        return {r["id"]: (r["state"], r["quarantine_reason"])
-                for r in self.read(lambda tx: tx.all("devices_all"))}
+        return {
+            r["id"]: (r["state"], r["quarantine_reason"])
+            for r in self.read(lambda tx: tx.all("devices_all"))
+        }
 
     def active_jobs(self) -> list:
         return self.read(lambda tx: tx.all("jobs_active"))
@@ -87,9 +89,13 @@ class FleetMachine(RuleBasedStateMachine):
     # -- rules -------------------------------------------------------------------
 
     def _register(self, host: str, proof: RecoveryProof):
-        req = RegisterRequest(host=host, devices=tuple(DeviceDecl(n) for n in DEVICES),
-                              boot_id=self.boot[host], recovery=proof,
-                              labels={n: {"kind": "cpu"} for n in DEVICES})
+        req = RegisterRequest(
+            host=host,
+            devices=tuple(DeviceDecl(n) for n in DEVICES),
+            boot_id=self.boot[host],
+            recovery=proof,
+            labels={n: {"kind": "cpu"} for n in DEVICES},
+        )
         return self.write(fleet.register, req, self.ctl.fleet, self.ctl.thresholds)
 
     @rule(host=st.sampled_from(HOSTS), reboot=st.booleans(), proof=st.sampled_from(sorted(PROOFS)))
@@ -106,8 +112,9 @@ class FleetMachine(RuleBasedStateMachine):
 
     @rule(host=st.sampled_from(HOSTS), name_all=st.booleans())
     def heartbeat(self, host, name_all):
-        named = tuple(r["id"] for r in self.active_jobs() if r["worker_id"] == host) \
-            if name_all else ()
+        named = (
+            tuple(r["id"] for r in self.active_jobs() if r["worker_id"] == host) if name_all else ()
+        )
 
         def beat():
             try:
@@ -117,13 +124,21 @@ class FleetMachine(RuleBasedStateMachine):
 
         self.guarded(lambda d, reason: False, beat)
 
-    @rule(priority=st.integers(-2, 2), pinned=st.sampled_from([None, *[
-        f"{h}:{n}" for h in HOSTS for n in DEVICES]]), hold=st.booleans())
+    @rule(
+        priority=st.integers(-2, 2),
+        pinned=st.sampled_from([None, *[f"{h}:{n}" for h in HOSTS for n in DEVICES]]),
+        hold=st.booleans(),
+    )
     def submit(self, priority, pinned, hold):
         req = SubmitRequest(
-            command=() if hold else ("true",), kind=JobKind.HOLD if hold else JobKind.JOB,
-            device_id=pinned or "", selector="" if pinned else "kind=cpu", priority=priority,
-            max_runtime_seconds=600 if hold else 0, reason="r" if hold else "")
+            command=() if hold else ("true",),
+            kind=JobKind.HOLD if hold else JobKind.JOB,
+            device_id=pinned or "",
+            selector="" if pinned else "kind=cpu",
+            priority=priority,
+            max_runtime_seconds=600 if hold else 0,
+            reason="r" if hold else "",
+        )
         new = validate_submit(req, USER, self.ctl.cfg.limits)
         try:
             self.guarded(lambda d, r: False, self.write, jobs.enqueue, new, self.ctl.fleet)
@@ -140,8 +155,17 @@ class FleetMachine(RuleBasedStateMachine):
         if not active:
             return
         r = data.draw(st.sampled_from(active))
-        self.guarded(lambda d, reason: False, self.write, jobs.release, r["id"], r["worker_id"],
-                     JobState(outcome), 0, "", self.lab.now)
+        self.guarded(
+            lambda d, reason: False,
+            self.write,
+            jobs.release,
+            r["id"],
+            r["worker_id"],
+            JobState(outcome),
+            0,
+            "",
+            self.lab.now,
+        )
 
     @rule(data=st.data())
     def kill(self, data):
@@ -157,13 +181,16 @@ class FleetMachine(RuleBasedStateMachine):
 
     @rule()
     def sweep(self):
-        self.guarded(lambda d, r: False, self.write, fleet.sweep, self.ctl.thresholds,
-                     self.ctl.started_at)
+        self.guarded(
+            lambda d, r: False, self.write, fleet.sweep, self.ctl.thresholds, self.ctl.started_at
+        )
 
     @rule(host=st.sampled_from(HOSTS), name=st.sampled_from(DEVICES))
     def fault(self, host, name):
         d = f"{host}:{name}"
-        self.guarded(lambda dd, r: False, self.write, fleet.fault, d, "verify failed: x", None, host)
+        self.guarded(
+            lambda dd, r: False, self.write, fleet.fault, d, "verify failed: x", None, host
+        )
         self.faulted.add(d)
 
     @rule(host=st.sampled_from(HOSTS), name=st.sampled_from(DEVICES))
@@ -208,8 +235,13 @@ class FleetMachine(RuleBasedStateMachine):
             active = {r["id"] for r in tx.all("jobs_active")}
             leased = [lease["job_id"] for lease in live]
             assert sorted(leased) == sorted(active), (leased, active)
-            return [(r["id"], r["state"]) for r in tx.all("jobs_list", {
-                "device": "", "submitter": "", "state": "", "before": 0, "limit": 10000})]
+            return [
+                (r["id"], r["state"])
+                for r in tx.all(
+                    "jobs_list",
+                    {"device": "", "submitter": "", "state": "", "before": 0, "limit": 10000},
+                )
+            ]
 
         for job_id, state in self.read(check):
             if job_id in self.terminal:
@@ -227,6 +259,9 @@ class FleetMachine(RuleBasedStateMachine):
 
 
 FleetMachine.TestCase.settings = settings(
-    max_examples=60, stateful_step_count=30, deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+    max_examples=60,
+    stateful_step_count=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
 TestFleetMachine = FleetMachine.TestCase

@@ -42,8 +42,13 @@ class Fleet(Lab):
     def register(self, proof=NONE, boot=None):
         if boot is not None:
             self.boot = boot
-        req = RegisterRequest(host="h", devices=(DeviceDecl("cpu0"),), boot_id=self.boot,
-                              recovery=proof, labels={"cpu0": {"kind": "cpu"}})
+        req = RegisterRequest(
+            host="h",
+            devices=(DeviceDecl("cpu0"),),
+            boot_id=self.boot,
+            recovery=proof,
+            labels={"cpu0": {"kind": "cpu"}},
+        )
         return self.w(fleet.register, req, self.ctl.fleet, self.ctl.thresholds)
 
     def device(self):
@@ -80,7 +85,7 @@ class Fleet(Lab):
         elif reason == "lease_expired":
             self.submit()
             self.t += 301
-            self.heartbeat()       # alive, but naming nothing: the lease is not renewed
+            self.heartbeat()  # alive, but naming nothing: the lease is not renewed
             self.sweep()
         elif reason == "fault":
             self.w(fleet.fault, "h:cpu0", "verify failed: gpu memory errors", None, "h")
@@ -211,7 +216,7 @@ def test_unknown_device_returns_on_heartbeat(f):
 def test_lapsed_lease_quarantines_and_loses_the_job(f):
     job_id = f.submit()
     f.t += 250
-    f.heartbeat()          # names nothing
+    f.heartbeat()  # names nothing
     f.t += 51
     f.heartbeat()
     f.sweep()
@@ -328,24 +333,34 @@ def test_retention_kill_of_a_silent_workers_job_finalizes_now(tmp_path):
 
 def test_the_same_worker_process_registering_again_keeps_its_jobs(f):
     def register(instance, running=()):
-        req = RegisterRequest(host="h", devices=(DeviceDecl("cpu0"),), boot_id=f.boot,
-                              instance=instance, running_job_ids=tuple(running))
+        req = RegisterRequest(
+            host="h",
+            devices=(DeviceDecl("cpu0"),),
+            boot_id=f.boot,
+            instance=instance,
+            running_job_ids=tuple(running),
+        )
         f.w(fleet.register, req, f.ctl.fleet, f.ctl.thresholds)
 
     register("proc-1")
-    job_id = f.submit()                      # assigned, never handed out
-    register("proc-1")                       # e.g. after a controller restart
+    job_id = f.submit()  # assigned, never handed out
+    register("proc-1")  # e.g. after a controller restart
     assert f.job(job_id)["state"] == "assigned"
     assert f.device() == ("busy", "")
-    register("proc-2")                       # a restarted worker: the job may have run
+    register("proc-2")  # a restarted worker: the job may have run
     assert f.job(job_id)["state"] == "lost"
     assert f.device() == ("unhealthy", "registration")
 
 
 def test_the_same_process_keeps_a_running_job_it_names(f):
     def register(instance, running=()):
-        req = RegisterRequest(host="h", devices=(DeviceDecl("cpu0"),), boot_id=f.boot,
-                              instance=instance, running_job_ids=tuple(running))
+        req = RegisterRequest(
+            host="h",
+            devices=(DeviceDecl("cpu0"),),
+            boot_id=f.boot,
+            instance=instance,
+            running_job_ids=tuple(running),
+        )
         f.w(fleet.register, req, f.ctl.fleet, f.ctl.thresholds)
 
     register("proc-1")
@@ -353,7 +368,7 @@ def test_the_same_process_keeps_a_running_job_it_names(f):
     f.w(jobs.mark_running, job_id, "h", f.t)
     register("proc-1", [job_id])
     assert f.job(job_id)["state"] == "running"
-    register("proc-1", [])                   # running but not named: unknown fate
+    register("proc-1", [])  # running but not named: unknown fate
     assert f.job(job_id)["state"] == "lost"
 
 
@@ -365,13 +380,13 @@ def test_a_restarted_controller_hands_out_nothing_until_the_worker_speaks(tmp_pa
     fl.register()
     assert fl.device() == ("ready", "")
     fl.close()
-    fl = Fleet(tmp_path, startup_grace=0.0)      # the controller restarts
+    fl = Fleet(tmp_path, startup_grace=0.0)  # the controller restarts
     try:
         assert fl.device() == ("unknown", "")
         job_id = fl.submit()
         fl.run(fl.ctl.kick())
-        assert fl.job(job_id)["state"] == "queued"   # not handed to a silent worker
+        assert fl.job(job_id)["state"] == "queued"  # not handed to a silent worker
         fl.heartbeat()
-        assert fl.device()[0] == "busy"             # the worker spoke: the job goes
+        assert fl.device()[0] == "busy"  # the worker spoke: the job goes
     finally:
         fl.close()

@@ -48,6 +48,7 @@ def test_pipe_keeps_order_and_ends_with_eof():
         p.close()
         assert await p.get() == b"abcd"
         assert await p.get() is None
+
     run(go())
 
 
@@ -61,6 +62,7 @@ def test_pipe_writer_waits_while_full_then_continues():
         assert await p.get(limit=2) == b"12"
         await asyncio.wait_for(blocked, 1)
         assert await p.get() == b"345"
+
     run(go())
 
 
@@ -79,6 +81,7 @@ def test_breaking_a_pipe_wakes_both_sides_and_drops_bytes():
                 await t
         with pytest.raises(Ended):
             await p.get()
+
     run(go())
 
 
@@ -101,6 +104,7 @@ def test_one_connection_per_half_and_no_reopening():
         with pytest.raises(Refused) as e:
             r.for_job(7, "alice", "box", Stdio.TTY)
         assert e.value.code == "session_ended"
+
     run(go())
 
 
@@ -118,6 +122,7 @@ def test_a_side_left_alone_is_ended_after_the_timeout():
         assert s.ended and "no client attached" in s.end_reason
         with pytest.raises(Ended):
             await s.out.put(b"x")
+
     run(go())
 
 
@@ -137,6 +142,7 @@ def test_both_sides_attached_never_time_out_and_ended_sessions_are_forgotten():
         clock.t += 601
         r.tick(clock.t)
         assert r.get(1, 0) is None
+
     run(go())
 
 
@@ -149,6 +155,7 @@ def test_per_user_session_limit():
         with pytest.raises(Refused) as e:
             r.for_job(4, "alice", "box", Stdio.TTY)
         assert e.value.status == 429
+
     run(go())
 
 
@@ -157,8 +164,9 @@ def test_hold_session_is_handed_out_until_acknowledged_and_keeps_its_outcome():
         clock = Clock()
         woken = []
         r = Relay(60, 16, notify=woken.extend, clock=clock)
-        s = r.open_in_hold(5, "box:cpu0", "box", "alice",
-                           SessionRequest(Stdio.PIPE, ("cat",), rows=0, cols=0))
+        s = r.open_in_hold(
+            5, "box:cpu0", "box", "alice", SessionRequest(Stdio.PIPE, ("cat",), rows=0, cols=0)
+        )
         assert "worker:box" in woken
         assert [x.session_id for x in r.starts_for("box")] == [s.key[1]]
         assert r.starts_for("box") == () and r.starts_for("other") == ()
@@ -171,6 +179,7 @@ def test_hold_session_is_handed_out_until_acknowledged_and_keeps_its_outcome():
         v = s.view()
         assert (v.state, v.exit_code, v.stderr, v.hold_id) == ("ended", 3, "oops\n", 5)
         assert await s.out.get() is None, "output of a session that never attached is complete"
+
     run(go())
 
 
@@ -188,6 +197,7 @@ def test_a_session_whose_worker_never_reports_ends_without_an_exit_code():
         r.tick(clock.t)
         v = s.view()
         assert v.state == "ended" and v.exit_code is None and "did not say" in v.reason
+
     run(go())
 
 
@@ -199,12 +209,20 @@ def test_frames_round_trip_across_chunk_boundaries():
     d = FrameDecoder()
     events = []
     for i in range(len(raw)):
-        events += d.feed(raw[i:i + 1])
+        events += d.feed(raw[i : i + 1])
     assert events == [("d", b"ls\r\x03\x1a\xff"), ("r", 40, 120)]
 
 
-@pytest.mark.parametrize("line", [b"not json\n", b'{"t":"d"}\n', b'{"t":"r","rows":-1,"cols":2}\n',
-                                  b"[1]\n", b'{"t":"d","b":"%%%"}\n'])
+@pytest.mark.parametrize(
+    "line",
+    [
+        b"not json\n",
+        b'{"t":"d"}\n',
+        b'{"t":"r","rows":-1,"cols":2}\n',
+        b"[1]\n",
+        b'{"t":"d","b":"%%%"}\n',
+    ],
+)
 def test_malformed_frames_are_errors(line):
     with pytest.raises(FrameError):
         FrameDecoder().feed(line)
@@ -240,8 +258,9 @@ class _Halves:
         self.inp.closed.set()
 
 
-@pytest.mark.parametrize("rows,cols,want", [(0, 0, (24, 80)), (0, 132, (24, 80)),
-                                            (40, 120, (40, 120))])
+@pytest.mark.parametrize(
+    "rows,cols,want", [(0, 0, (24, 80)), (0, 132, (24, 80)), (40, 120, (40, 120))]
+)
 def test_the_clients_first_resize_frame_settles_a_terminals_size(rows, cols, want):
     """Whatever the first frame says, 0x0 included (the client does not know
     its size), the worker stops waiting for one (TTY_SIZE_WAIT_S is only for
@@ -293,14 +312,17 @@ def test_stdin_ending_adds_nothing_to_a_terminal_session_and_0x0_is_sent_as_24x8
 # -- rc cp locations --------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("text,want", [
-    ("box:gpu0:/data/x", Remote("box:gpu0", "/data/x")),
-    ("box:gpu0:rel/x", Remote("box:gpu0", "rel/x")),
-    ("./a:b", "./a:b"),
-    ("C:\\x", "C:\\x"),
-    ("plain/path", "plain/path"),
-    ("a:b:c:d", "a:b:c:d"),
-])
+@pytest.mark.parametrize(
+    "text,want",
+    [
+        ("box:gpu0:/data/x", Remote("box:gpu0", "/data/x")),
+        ("box:gpu0:rel/x", Remote("box:gpu0", "rel/x")),
+        ("./a:b", "./a:b"),
+        ("C:\\x", "C:\\x"),
+        ("plain/path", "plain/path"),
+        ("a:b:c:d", "a:b:c:d"),
+    ],
+)
 def test_parse_location(text, want):
     assert parse_location(text) == want
 

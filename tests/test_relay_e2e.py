@@ -50,15 +50,33 @@ def running_fleet(tmp: Path, pyz: Path) -> Iterator[Fleet]:
     try:
         cfg = tmp / "worker.toml"
         cfg.write_text('kill_grace = "1s"\n')
-        w = Worker(ctl.url, ctl.token("box-worker", "worker"), tmp / "worker", env, host="box",
-                   devices="cpu:2", pyz=pyz, config=cfg).start()
+        w = Worker(
+            ctl.url,
+            ctl.token("box-worker", "worker"),
+            tmp / "worker",
+            env,
+            host="box",
+            devices="cpu:2",
+            pyz=pyz,
+            config=cfg,
+        ).start()
         try:
             c = ctl.client()
-            wait_until(lambda: sum(v["device"]["state"] == "ready"
-                                   for v in c.get("/v1/devices")["devices"]) == 2,
-                       30, "the worker's two devices")
-            yield Fleet(ctl, w, Cli(ctl.url, ctl.token("alice"), env, tmp),
-                        Cli(ctl.url, ctl.token("bob"), env, tmp), tmp)
+            wait_until(
+                lambda: (
+                    sum(v["device"]["state"] == "ready" for v in c.get("/v1/devices")["devices"])
+                    == 2
+                ),
+                30,
+                "the worker's two devices",
+            )
+            yield Fleet(
+                ctl,
+                w,
+                Cli(ctl.url, ctl.token("alice"), env, tmp),
+                Cli(ctl.url, ctl.token("bob"), env, tmp),
+                tmp,
+            )
         finally:
             w.stop()
     finally:
@@ -72,8 +90,7 @@ def fleet(tmp_path_factory, pyz) -> Iterator[Fleet]:
 
 
 def hold(cli: Cli, device: str) -> int:
-    res = cli.run("hold", "-d", device, "--ttl", "10m", "--reason", "test", "--detach",
-                  check=True)
+    res = cli.run("hold", "-d", device, "--ttl", "10m", "--reason", "test", "--detach", check=True)
     return int(res.stdout)
 
 
@@ -85,9 +102,15 @@ class PtyCli:
         self.master, self.slave = os.openpty()
         self.resize(rows, cols)
         self.before = termios.tcgetattr(self.slave)
-        self.proc = subprocess.Popen([PY, "-c", CTTY_SHIM, PY, "-m", "rc", *args],
-                                     stdin=self.slave, stdout=self.slave, stderr=self.slave,
-                                     env=cli.env, cwd=cli.cwd, start_new_session=True)
+        self.proc = subprocess.Popen(
+            [PY, "-c", CTTY_SHIM, PY, "-m", "rc", *args],
+            stdin=self.slave,
+            stdout=self.slave,
+            stderr=self.slave,
+            env=cli.env,
+            cwd=cli.cwd,
+            start_new_session=True,
+        )
         self.buf = b""
         self.seen = b""
 
@@ -111,11 +134,13 @@ class PtyCli:
         while True:
             m = re.search(pattern, self.buf)
             if m:
-                self.buf = self.buf[m.end():]
+                self.buf = self.buf[m.end() :]
                 return m
             left = deadline - time.monotonic()
             if left <= 0:
-                raise AssertionError(f"no {pattern!r} within {timeout}s; output: {self.seen[-800:]!r}")
+                raise AssertionError(
+                    f"no {pattern!r} within {timeout}s; output: {self.seen[-800:]!r}"
+                )
             self._read(min(left, 0.2))
 
     def wait(self, timeout: float = 30.0) -> int:
@@ -177,8 +202,19 @@ def running(cmdline: str) -> int:
 
 
 def test_terminal_job_end_to_end(fleet, pty_cli):
-    t = pty_cli(fleet.alice, "run", "--tty", "-d", "box:cpu0", "-e", "PS1=rc$ ", "--", *BASH,
-                rows=33, cols=101)
+    t = pty_cli(
+        fleet.alice,
+        "run",
+        "--tty",
+        "-d",
+        "box:cpu0",
+        "-e",
+        "PS1=rc$ ",
+        "--",
+        *BASH,
+        rows=33,
+        cols=101,
+    )
     job_id = int(t.expect(rb"job (\d+) on box:cpu0").group(1))
     t.send(b"echo typed-$((6*7)) cuda=[$CUDA_VISIBLE_DEVICES] $RC_DEVICE\r")
     t.expect(rb"typed-42 cuda=\[\] box:cpu0")
@@ -247,10 +283,13 @@ def test_another_users_token_cannot_attach(fleet):
     bob = fleet.ctl.client(fleet.bob.env["RC_TOKEN"])
     held = hold(fleet.alice, "box:cpu1")
     try:
-        jid = alice.post("/v1/jobs", {"device_id": "box:cpu0", "command": ["sleep", "30"],
-                                      "stdio": "pipe"})["job"]["id"]
-        for half in (lambda: Download(bob, f"/v1/jobs/{jid}/tty/out"),
-                     lambda: Upload(bob, f"/v1/jobs/{jid}/tty/in")):
+        jid = alice.post(
+            "/v1/jobs", {"device_id": "box:cpu0", "command": ["sleep", "30"], "stdio": "pipe"}
+        )["job"]["id"]
+        for half in (
+            lambda: Download(bob, f"/v1/jobs/{jid}/tty/out"),
+            lambda: Upload(bob, f"/v1/jobs/{jid}/tty/in"),
+        ):
             with pytest.raises(ApiError) as e:
                 half()
             assert (e.value.status, e.value.code) == (403, "not_job_owner")
@@ -275,13 +314,22 @@ def test_exec_moves_100_mb_byte_exact_and_keeps_stderr(fleet):
         src, dst = fleet.tmp / "in.bin", fleet.tmp / "out.bin"
         src.write_bytes(os.urandom(100 << 20))
         with open(src, "rb") as fin, open(dst, "wb") as fout:
-            res = subprocess.run([PY, "-m", "rc", "exec", str(held), "--", "cat"], stdin=fin,
-                                 stdout=fout, stderr=subprocess.PIPE, env=fleet.alice.env,
-                                 cwd=REPO, timeout=120)
+            res = subprocess.run(
+                [PY, "-m", "rc", "exec", str(held), "--", "cat"],
+                stdin=fin,
+                stdout=fout,
+                stderr=subprocess.PIPE,
+                env=fleet.alice.env,
+                cwd=REPO,
+                timeout=120,
+            )
         assert res.returncode == 0, res.stderr
-        assert hashlib.sha256(dst.read_bytes()).digest() == hashlib.sha256(src.read_bytes()).digest()
-        res = fleet.alice.run("exec", str(held), "--", "sh", "-c",
-                              "cat; echo to-err >&2; exit 5", input=b"\x00in\xff")
+        assert (
+            hashlib.sha256(dst.read_bytes()).digest() == hashlib.sha256(src.read_bytes()).digest()
+        )
+        res = fleet.alice.run(
+            "exec", str(held), "--", "sh", "-c", "cat; echo to-err >&2; exit 5", input=b"\x00in\xff"
+        )
         assert res.returncode == 5
         assert res.stdout == b"\x00in\xff"
         assert b"to-err" in res.stderr
@@ -310,8 +358,7 @@ def test_a_command_that_cannot_start_and_a_terminal_fed_from_a_pipe(fleet):
     finally:
         fleet.alice.run("release", str(held))
     # no terminal here: keys come from a pipe (its end adds nothing: the shell exits itself)
-    res = fleet.alice.run("run", "--tty", "--", "sh", "-i",
-                          input=b"echo piped-$((1+2))\nexit\n")
+    res = fleet.alice.run("run", "--tty", "--", "sh", "-i", input=b"echo piped-$((1+2))\nexit\n")
     assert res.returncode == 0, res.stderr
     assert b"piped-3" in res.stdout
 
@@ -319,8 +366,9 @@ def test_a_command_that_cannot_start_and_a_terminal_fed_from_a_pipe(fleet):
 def test_ctrl_c_on_exec_ends_the_remote_command(fleet):
     held = hold(fleet.alice, "box:cpu1")
     try:
-        proc = fleet.alice.popen("exec", str(held), "--", "sleep", "300.25",
-                                 stdin=subprocess.DEVNULL)
+        proc = fleet.alice.popen(
+            "exec", str(held), "--", "sleep", "300.25", stdin=subprocess.DEVNULL
+        )
         pid = running("sleep\0" + "300.25")
         proc.send_signal(signal.SIGINT)
         proc.communicate(timeout=20)
@@ -340,9 +388,15 @@ def _status_fields(out: bytes) -> dict[bytes, int]:
 
 # the shell reads its own status with builtins: a child reading it could catch the
 # shell with every signal blocked for a moment (dash does so around vfork)
-SIGNALS_CMD = ("sh", "-c", ("yes | head -1 >/dev/null; while IFS= read -r l; do case $l in "
-                            "SigIgn*|SigBlk*) echo \"$l\";; esac; done < /proc/$$/status; "
-                            "echo signals-done"))
+SIGNALS_CMD = (
+    "sh",
+    "-c",
+    (
+        "yes | head -1 >/dev/null; while IFS= read -r l; do case $l in "
+        'SigIgn*|SigBlk*) echo "$l";; esac; done < /proc/$$/status; '
+        "echo signals-done"
+    ),
+)
 
 
 def test_terminal_commands_start_with_default_signal_dispositions(fleet, pty_cli):
@@ -374,16 +428,26 @@ def test_end_of_input_sends_nothing_to_a_terminal(fleet):
         # raw at once; read what is pending only once the test says the input ended
         r, w = os.pipe()
         proc = fleet.alice.popen(
-            "shell", str(held), "--", "sh", "-c",
+            "shell",
+            str(held),
+            "--",
+            "sh",
+            "-c",
             f"stty raw -echo min 0 time 0; read _ < {go}; "
-            "echo got:$(dd bs=64 count=1 2>/dev/null | od -An -tx1); exit 3", stdin=r)
+            "echo got:$(dd bs=64 count=1 2>/dev/null | od -An -tx1); exit 3",
+            stdin=r,
+        )
         os.close(r)
         os.write(w, b"ab")
         os.close(w)
         # the worker saw the input end: everything rc sent is in the terminal by now
-        wait_until(lambda: re.search(rf"input ended: /v1/jobs/{held}/sessions/\d+/tty/in",
-                                     fleet.worker.log()[seen:]), 20,
-                   "the worker to see the end of the input")
+        wait_until(
+            lambda: re.search(
+                rf"input ended: /v1/jobs/{held}/sessions/\d+/tty/in", fleet.worker.log()[seen:]
+            ),
+            20,
+            "the worker to see the end of the input",
+        )
 
         def tell() -> bool:
             try:
@@ -415,8 +479,10 @@ def test_ctrl_c_typed_at_the_start_reaches_the_remote_command(fleet, pty_cli):
     window to a terminal nobody controls yet, which only echoed it)."""
     held = hold(fleet.alice, "box:cpu0")
     try:
-        for args, sleep in ((("shell", str(held)), "61.25"),
-                            (("run", "--tty", "-d", "box:cpu1"), "61.75")):
+        for args, sleep in (
+            (("shell", str(held)), "61.25"),
+            (("run", "--tty", "-d", "box:cpu1"), "61.75"),
+        ):
             t = pty_cli(fleet.alice, *args, "--", "sleep", sleep)
             wait_until(_raw(t), 20, "rc to make its terminal raw")
             t.send(b"\x03")
@@ -424,7 +490,6 @@ def test_ctrl_c_typed_at_the_start_reaches_the_remote_command(fleet, pty_cli):
             assert t.restored()
     finally:
         fleet.alice.run("release", str(held))
-
 
 
 def test_a_session_that_could_not_start_can_still_be_attached_to(fleet):
@@ -435,8 +500,9 @@ def test_a_session_that_could_not_start_can_still_be_attached_to(fleet):
     alice = fleet.ctl.client(fleet.alice.env["RC_TOKEN"])
     held = hold(fleet.alice, "box:cpu1")
     try:
-        sid = alice.post(f"/v1/jobs/{held}/sessions",
-                         {"stdio": "pipe", "command": ["/no/such/program"]})["session_id"]
+        sid = alice.post(
+            f"/v1/jobs/{held}/sessions", {"stdio": "pipe", "command": ["/no/such/program"]}
+        )["session_id"]
         final = wait_session(alice, held, sid)
         assert final["exit_code"] == 127 and "cannot start" in final["reason"], final
         base = f"/v1/jobs/{held}/sessions/{sid}"
@@ -454,8 +520,9 @@ def test_exec_takes_a_relative_cwd_from_where_rc_runs_and_refuses_an_ended_hold(
     try:
         (fleet.alice.cwd / "sub dir").mkdir(exist_ok=True)
         res = fleet.alice.run("exec", str(held), "--cwd", "sub dir", "--", "pwd")
-        assert (res.returncode, res.stdout) == (0, f"{fleet.alice.cwd / 'sub dir'}\n".encode()), \
+        assert (res.returncode, res.stdout) == (0, f"{fleet.alice.cwd / 'sub dir'}\n".encode()), (
             res.stderr
+        )
     finally:
         fleet.alice.run("release", str(held))
     alice = fleet.ctl.client(fleet.alice.env["RC_TOKEN"])

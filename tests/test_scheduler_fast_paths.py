@@ -32,11 +32,25 @@ job_st = st.builds(
     selector=st.sampled_from(["", "a", "b", "*"]),
     device_id=st.sampled_from(DEVICES),
     max_runtime=st.sampled_from([0, 60, 7200]),
-).map(lambda j: j if j.selector else QueuedJob(j.id, j.submitter, j.priority, j.queued_at,
-                                                 "", j.device_id, j.max_runtime))
-slot_st = st.fixed_dictionaries({d: st.builds(
-    Slot, id=st.just(d), state=st.sampled_from(list(DeviceState)),
-    max_runtime=st.sampled_from([0, 3600]), draining=st.booleans()) for d in DEVICES})
+).map(
+    lambda j: (
+        j
+        if j.selector
+        else QueuedJob(j.id, j.submitter, j.priority, j.queued_at, "", j.device_id, j.max_runtime)
+    )
+)
+slot_st = st.fixed_dictionaries(
+    {
+        d: st.builds(
+            Slot,
+            id=st.just(d),
+            state=st.sampled_from(list(DeviceState)),
+            max_runtime=st.sampled_from([0, 3600]),
+            draining=st.booleans(),
+        )
+        for d in DEVICES
+    }
+)
 
 
 def _unique(jobs):
@@ -49,15 +63,28 @@ def _unique(jobs):
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(job_st, max_size=25).map(_unique), slot_st, st.sampled_from([0.0, 600.0]),
-       st.integers(0, 2), st.dictionaries(st.sampled_from(["ann", "bob", "cy"]),
-                                          st.integers(0, 3)))
+@given(
+    st.lists(job_st, max_size=25).map(_unique),
+    slot_st,
+    st.sampled_from([0.0, 600.0]),
+    st.integers(0, 2),
+    st.dictionaries(st.sampled_from(["ann", "bob", "cy"]), st.integers(0, 3)),
+)
 def test_settled_pass_assigns_like_the_full_plan(jobs, slots, aging, cap, usage):
     now = 20_000.0
     full = plan(jobs, slots, SELECTORS, now, aging=aging, cap=cap, usage=usage)
     ordered = sorted(jobs, key=lambda j: (-effective_priority(j, now, aging), j.id))
-    fast = plan(iter(ordered), slots, SELECTORS, now, aging=aging, cap=cap, usage=usage,
-                ordered=True, until_settled=True)
+    fast = plan(
+        iter(ordered),
+        slots,
+        SELECTORS,
+        now,
+        aging=aging,
+        cap=cap,
+        usage=usage,
+        ordered=True,
+        until_settled=True,
+    )
     assert fast.assignments == full.assignments
 
 
@@ -69,13 +96,17 @@ def test_sqlite_orders_the_queue_like_effective_priority(tmp_path_factory, jobs,
     conn.row_factory = sqlite3.Row
     db._migrate(conn, str(path))
     for j in jobs:
-        conn.execute("INSERT INTO jobs (id, kind, state, submitter, selector, device_id, command, "
-                     "priority, submitted_at, queued_at) VALUES (?, 'job', 'queued', ?, ?, ?, "
-                     "'[]', ?, ?, ?)", (j.id, j.submitter, j.selector, j.device_id, j.priority,
-                                        j.queued_at, j.queued_at))
+        conn.execute(
+            "INSERT INTO jobs (id, kind, state, submitter, selector, device_id, command, "
+            "priority, submitted_at, queued_at) VALUES (?, 'job', 'queued', ?, ?, ?, "
+            "'[]', ?, ?, ?)",
+            (j.id, j.submitter, j.selector, j.device_id, j.priority, j.queued_at, j.queued_at),
+        )
     now = 20_000.0
-    got = [r["id"] for r in conn.execute(db.QUERIES["queued_jobs_ordered"],
-                                         {"now": now, "aging": aging})]
+    got = [
+        r["id"]
+        for r in conn.execute(db.QUERIES["queued_jobs_ordered"], {"now": now, "aging": aging})
+    ]
     want = [j.id for j in sorted(jobs, key=lambda j: (-effective_priority(j, now, aging), j.id))]
     conn.close()
     assert got == want
@@ -104,8 +135,9 @@ def test_a_rolled_back_label_change_never_stays_in_the_cache(tmp_path):
         ctl = Controller(ControllerConfig(data_dir=str(tmp_path)), clock=lambda: 1.0e9)
         await ctl.start(loops=False)
         try:
-            req = RegisterRequest(host="h", devices=(DeviceDecl("d0"),),
-                                  labels={"d0": {"kind": "cpu"}})
+            req = RegisterRequest(
+                host="h", devices=(DeviceDecl("d0"),), labels={"d0": {"kind": "cpu"}}
+            )
             await ctl.db.write(fleet_tx.register, req, ctl.fleet, ctl.thresholds)
 
             def relabel_then_fail(tx):
@@ -118,8 +150,12 @@ def test_a_rolled_back_label_change_never_stays_in_the_cache(tmp_path):
                 await ctl.db.write(relabel_then_fail)
             except RuntimeError:
                 pass
-            return await ctl.db.write(lambda tx: (sorted(ctl.fleet.matching(tx, "kind=gpu")),
-                                                  sorted(ctl.fleet.matching(tx, "kind=cpu"))))
+            return await ctl.db.write(
+                lambda tx: (
+                    sorted(ctl.fleet.matching(tx, "kind=gpu")),
+                    sorted(ctl.fleet.matching(tx, "kind=cpu")),
+                )
+            )
         finally:
             await ctl.stop()
 

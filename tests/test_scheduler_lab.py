@@ -18,7 +18,6 @@ from rc.proto.model import PRIORITY_MAX, PRIORITY_MIN, JobKind, JobState, Role, 
 from rc.proto.wire import SubmitRequest
 
 
-
 def refused(fn, *args, **kw) -> Refused:
     with pytest.raises(Refused) as e:
         fn(*args, **kw)
@@ -27,9 +26,15 @@ def refused(fn, *args, **kw) -> Refused:
 
 # ---------------------------------------------------------------- submit-time rules
 
+
 def two_hosts(lb: Lab) -> None:
-    lb.register("a", {"g0": (3600, {"model": "h100", "vram": "81920M"}),
-                      "g1": (0, {"model": "h100", "vram": "81920M"})})
+    lb.register(
+        "a",
+        {
+            "g0": (3600, {"model": "h100", "vram": "81920M"}),
+            "g1": (0, {"model": "h100", "vram": "81920M"}),
+        },
+    )
     lb.register("b", {"g0": (600, {"model": "a100", "vram": "[N/A]"})})
 
 
@@ -45,16 +50,31 @@ def test_refused_at_submit_with_the_inventorys_codes(lab):
         (dict(priority=PRIORITY_MAX + 1), 400, "priority_out_of_range"),
         (dict(priority=PRIORITY_MIN - 1), 400, "priority_out_of_range"),
         (dict(selector="model==h100"), 400, "bad_selector"),
-        (dict(kind=JobKind.HOLD, command=("sh",), max_runtime_seconds=60, reason="x"), 400,
-         "bad_request"),
-        (dict(kind=JobKind.HOLD, cwd="/tmp", max_runtime_seconds=60, reason="x"), 400,
-         "bad_request"),
-        (dict(kind=JobKind.HOLD, env={"A": "1"}, max_runtime_seconds=60, reason="x"), 400,
-         "bad_request"),
-        (dict(kind=JobKind.HOLD, idle_timeout_seconds=5, max_runtime_seconds=60, reason="x"),
-         400, "bad_request"),
-        (dict(kind=JobKind.HOLD, stdio=Stdio.TTY, max_runtime_seconds=60, reason="x"), 400,
-         "bad_request"),
+        (
+            dict(kind=JobKind.HOLD, command=("sh",), max_runtime_seconds=60, reason="x"),
+            400,
+            "bad_request",
+        ),
+        (
+            dict(kind=JobKind.HOLD, cwd="/tmp", max_runtime_seconds=60, reason="x"),
+            400,
+            "bad_request",
+        ),
+        (
+            dict(kind=JobKind.HOLD, env={"A": "1"}, max_runtime_seconds=60, reason="x"),
+            400,
+            "bad_request",
+        ),
+        (
+            dict(kind=JobKind.HOLD, idle_timeout_seconds=5, max_runtime_seconds=60, reason="x"),
+            400,
+            "bad_request",
+        ),
+        (
+            dict(kind=JobKind.HOLD, stdio=Stdio.TTY, max_runtime_seconds=60, reason="x"),
+            400,
+            "bad_request",
+        ),
         (dict(kind=JobKind.HOLD, max_runtime_seconds=60, reason="  "), 400, "bad_request"),
         (dict(kind=JobKind.HOLD, reason="x"), 400, "bad_request"),  # no ttl
     ]
@@ -76,7 +96,7 @@ def test_a_job_without_a_runtime_inherits_the_ceiling_where_it_lands(lab):
     lb = lab()
     two_hosts(lb)
     pinned, _ = lb.submit(device_id="b:g0")
-    sel, _ = lb.submit(selector="vram>=40G")          # lands on a:g0 (first free match)
+    sel, _ = lb.submit(selector="vram>=40G")  # lands on a:g0 (first free match)
     own, _ = lb.submit(selector="model=h100", max_runtime_seconds=60)
     assert (lb.job(pinned).device_id, lb.job(pinned).max_runtime_seconds) == ("b:g0", 600)
     assert (lb.job(sel).device_id, lb.job(sel).max_runtime_seconds) == ("a:g0", 3600)
@@ -111,19 +131,31 @@ def test_idempotency(lab):
 def test_concurrent_duplicates_make_exactly_one_job(lab):
     lb = lab()
     two_hosts(lb)
-    req = validate_submit(SubmitRequest(command=("true",), selector="*", idempotency_key="dup"),
-                          Caller(0, "alice", Role.USER), lb.ctl.cfg.limits)
+    req = validate_submit(
+        SubmitRequest(command=("true",), selector="*", idempotency_key="dup"),
+        Caller(0, "alice", Role.USER),
+        lb.ctl.cfg.limits,
+    )
 
     async def many():
-        return await asyncio.gather(*[lb.ctl.db.write(jobs.enqueue, req, lb.ctl.fleet)
-                                      for _ in range(25)])
+        return await asyncio.gather(
+            *[lb.ctl.db.write(jobs.enqueue, req, lb.ctl.fleet) for _ in range(25)]
+        )
 
     out = lb.run(many())
     assert len({job_id for job_id, _ in out}) == 1
     assert sum(created for _, created in out) == 1
-    assert lb.read(lambda tx: len(tx.all("jobs_list", {"device": "", "submitter": "",
-                                                        "state": "", "before": 0,
-                                                        "limit": 100}))) == 1
+    assert (
+        lb.read(
+            lambda tx: len(
+                tx.all(
+                    "jobs_list",
+                    {"device": "", "submitter": "", "state": "", "before": 0, "limit": 100},
+                )
+            )
+        )
+        == 1
+    )
 
 
 # ---------------------------------------------------------------- starvation

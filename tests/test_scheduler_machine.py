@@ -38,16 +38,23 @@ from tests.inprocess import Lab
 # Shrinking a failing run of this machine can take minutes; it is off unless
 # RC_HYPOTHESIS_SHRINK=1 (a failure is still replayed from hypothesis's database).
 settings.register_profile(
-    "rc-scheduler-machine", max_examples=50, stateful_step_count=35, deadline=None,
+    "rc-scheduler-machine",
+    max_examples=50,
+    stateful_step_count=35,
+    deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
     phases=[p for p in Phase if p is not Phase.shrink or os.environ.get("RC_HYPOTHESIS_SHRINK")],
 )
 
 FLEET = {
-    "a": {"g0": (3600, {"model": "h100", "vram": "81920M"}),
-          "g1": (0, {"model": "h100", "vram": "81920M"})},
-    "b": {"g0": (600, {"model": "a100", "vram": "40G"}),
-          "g1": (7200, {"model": "a100", "vram": "[N/A]"})},
+    "a": {
+        "g0": (3600, {"model": "h100", "vram": "81920M"}),
+        "g1": (0, {"model": "h100", "vram": "81920M"}),
+    },
+    "b": {
+        "g0": (600, {"model": "a100", "vram": "40G"}),
+        "g1": (7200, {"model": "a100", "vram": "[N/A]"}),
+    },
 }
 CEILING = {f"{h}:{n}": c for h, devs in FLEET.items() for n, (c, _) in devs.items()}
 DEVICES = sorted(CEILING)
@@ -56,17 +63,19 @@ MATCHES = {  # written by hand from FLEET: the model's own reading of the select
     "*": A | B,
     "model=h100": A,
     "model != h100": B,
-    "vram>=40G": A | {"b:g0"},          # [N/A] never matches an ordered comparison
+    "vram>=40G": A | {"b:g0"},  # [N/A] never matches an ordered comparison
     "vram>40G": A,
     "model=a100, vram<=40G": {"b:g0"},
     "host=b": B,
-    "vram < 1T,model >= b": A,          # "h100" >= "b", "a100" < "b"
-    "gpu=none": set(),                  # matches nothing: refused at submit
+    "vram < 1T,model >= b": A,  # "h100" >= "b", "a100" < "b"
+    "gpu=none": set(),  # matches nothing: refused at submit
 }
 USERS = ("alice", "bob")
 RUNTIMES = (0, 300, 600, 601, 1800, 3600, 3601, 7201, 10000)  # around every ceiling
-TARGETS = st.one_of(st.tuples(st.just("sel"), st.sampled_from(sorted(MATCHES))),
-                    st.tuples(st.just("dev"), st.sampled_from(DEVICES + ["c:g9"])))
+TARGETS = st.one_of(
+    st.tuples(st.just("sel"), st.sampled_from(sorted(MATCHES))),
+    st.tuples(st.just("dev"), st.sampled_from(DEVICES + ["c:g9"])),
+)
 
 
 def fits(ask: int, ceiling: int) -> bool:
@@ -81,7 +90,7 @@ class MJob:
     queued_at: float
     targets: frozenset[str]
     ask: int
-    state: str = "queued"          # queued | active | done
+    state: str = "queued"  # queued | active | done
     device: str = ""
 
     def eff(self, now: float, aging: float) -> int:
@@ -118,8 +127,10 @@ class SchedulerMachine(RuleBasedStateMachine):
     def model_pass(self) -> None:
         now = self.lab.now
         busy = {j.device for j in self.jobs.values() if j.state == "active"}
-        used = {u: sum(1 for j in self.jobs.values() if j.state == "active" and j.who == u)
-                for u in USERS}
+        used = {
+            u: sum(1 for j in self.jobs.values() if j.state == "active" and j.who == u)
+            for u in USERS
+        }
         for j in self.order():
             if self.cap and used[j.who] >= self.cap:
                 continue
@@ -156,10 +167,15 @@ class SchedulerMachine(RuleBasedStateMachine):
 
     # -- rules -------------------------------------------------------------------
 
-    @rule(aim=TARGETS, prio=st.integers(-11, 11), ask=st.sampled_from(RUNTIMES),
-          kind=st.sampled_from([JobKind.JOB, JobKind.JOB, JobKind.HOLD]),
-          who=st.sampled_from(USERS), key=st.sampled_from([None, None, "k1", "k2"]),
-          cmd=st.sampled_from(["true", "false"]))
+    @rule(
+        aim=TARGETS,
+        prio=st.integers(-11, 11),
+        ask=st.sampled_from(RUNTIMES),
+        kind=st.sampled_from([JobKind.JOB, JobKind.JOB, JobKind.HOLD]),
+        who=st.sampled_from(USERS),
+        key=st.sampled_from([None, None, "k1", "k2"]),
+        cmd=st.sampled_from(["true", "false"]),
+    )
     def submit(self, aim, prio, ask, kind, who, key, cmd):
         target = aim
         fields = dict(priority=prio, max_runtime_seconds=ask, kind=kind, idempotency_key=key)
@@ -190,9 +206,17 @@ class SchedulerMachine(RuleBasedStateMachine):
             self.keys[key] = (sig, job_id)
         self.model_pass()
 
-    @rule(many=st.lists(st.tuples(st.sampled_from(["*", "model=h100", "vram>=40G", "host=b"]),
-                                  st.integers(-3, 3), st.sampled_from(USERS)),
-                        min_size=2, max_size=5))
+    @rule(
+        many=st.lists(
+            st.tuples(
+                st.sampled_from(["*", "model=h100", "vram>=40G", "host=b"]),
+                st.integers(-3, 3),
+                st.sampled_from(USERS),
+            ),
+            min_size=2,
+            max_size=5,
+        )
+    )
     def burst(self, many):
         """Several ordinary jobs at once, so queues form and priorities compete."""
         for sel, prio, who in many:
@@ -239,7 +263,7 @@ class SchedulerMachine(RuleBasedStateMachine):
             assert what == "cancelled"
         else:
             assert what == "kill requested"
-            self.lab.finish(j.id, JobState.KILLED)   # the worker's report
+            self.lab.finish(j.id, JobState.KILLED)  # the worker's report
             self.model_pass()
 
     @rule(host=st.sampled_from(sorted(FLEET)))
@@ -267,16 +291,22 @@ class SchedulerMachine(RuleBasedStateMachine):
 
         def read(tx):  # one consistent snapshot of everything the checks need
             return dict(
-                jobs={r["id"]: (r["state"], r["device_id"], r["max_runtime"])
-                      for r in tx.all("jobs_list", {"device": "", "submitter": "", "state": "",
-                                                    "before": 0, "limit": 10_000})},
+                jobs={
+                    r["id"]: (r["state"], r["device_id"], r["max_runtime"])
+                    for r in tx.all(
+                        "jobs_list",
+                        {"device": "", "submitter": "", "state": "", "before": 0, "limit": 10_000},
+                    )
+                },
                 leases=[(r["device_id"], r["job_id"]) for r in tx.all("leases_live")],
                 devices={r["id"]: r["state"] for r in tx.all("device_slots")},
                 queue=[j.id for j in views.state(tx, policy).queued],
                 # positions as rc ps plans them, and as one job's view counts them
                 planned=views.state(tx, policy).queue_positions,
-                counted={str(j): views.job_view(tx, j, policy).queue_position
-                         for j in (r["id"] for r in tx.all("queued_jobs"))},
+                counted={
+                    str(j): views.job_view(tx, j, policy).queue_position
+                    for j in (r["id"] for r in tx.all("queued_jobs"))
+                },
             )
 
         real = self.lab.read(read)

@@ -89,8 +89,11 @@ def test_per_user_cap_holds_back_without_reserving():
 
 
 def test_draining_and_unhealthy_devices_are_not_handed_out():
-    slots = {"d0": Slot("d0", READY, 0, draining=True), "d1": Slot("d1", DeviceState.UNHEALTHY),
-             "d2": Slot("d2", DeviceState.UNKNOWN)}
+    slots = {
+        "d0": Slot("d0", READY, 0, draining=True),
+        "d1": Slot("d1", DeviceState.UNHEALTHY),
+        "d2": Slot("d2", DeviceState.UNKNOWN),
+    }
     p = plan([job(1)], slots, {"all": frozenset(slots)}, now=0)
     assert p.assignments == []
     assert p.reserved == {"d0": 1, "d1": 1, "d2": 1}

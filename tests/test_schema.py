@@ -68,26 +68,38 @@ def test_every_table_is_strict():
 def test_the_schema_enforces_its_invariants(tmp_path):
     conn = _schema_db(tmp_path / "rc.db")
     conn.execute("PRAGMA foreign_keys = ON")
-    conn.execute("INSERT INTO devices (id, host, name, worker_id, state, last_heartbeat_at, "
-                 "created_at) VALUES ('h:d', 'h', 'd', 'h', 'ready', 0, 0)")
+    conn.execute(
+        "INSERT INTO devices (id, host, name, worker_id, state, last_heartbeat_at, "
+        "created_at) VALUES ('h:d', 'h', 'd', 'h', 'ready', 0, 0)"
+    )
     with pytest.raises(sqlite3.IntegrityError):
         conn.execute("UPDATE devices SET state = 'broken' WHERE id = 'h:d'")
     with pytest.raises(sqlite3.IntegrityError):  # a reason only on a quarantined device
         conn.execute("UPDATE devices SET quarantine_reason = 'fault' WHERE id = 'h:d'")
     for i in (1, 2):
-        conn.execute("INSERT INTO jobs (kind, state, submitter, device_id, command, "
-                     "submitted_at, queued_at) VALUES ('job', 'queued', 'u', 'h:d', '[]', 0, 0)")
-    conn.execute("INSERT INTO leases (device_id, job_id, holder, kind, acquired_at, expires_at) "
-                 "VALUES ('h:d', 1, 'u', 'job', 0, 10)")
+        conn.execute(
+            "INSERT INTO jobs (kind, state, submitter, device_id, command, "
+            "submitted_at, queued_at) VALUES ('job', 'queued', 'u', 'h:d', '[]', 0, 0)"
+        )
+    conn.execute(
+        "INSERT INTO leases (device_id, job_id, holder, kind, acquired_at, expires_at) "
+        "VALUES ('h:d', 1, 'u', 'job', 0, 10)"
+    )
     with pytest.raises(sqlite3.IntegrityError):  # one live lease per device
-        conn.execute("INSERT INTO leases (device_id, job_id, holder, kind, acquired_at, "
-                     "expires_at) VALUES ('h:d', 2, 'u', 'job', 0, 10)")
+        conn.execute(
+            "INSERT INTO leases (device_id, job_id, holder, kind, acquired_at, "
+            "expires_at) VALUES ('h:d', 2, 'u', 'job', 0, 10)"
+        )
     conn.execute("UPDATE leases SET released_at = 5")
-    conn.execute("INSERT INTO leases (device_id, job_id, holder, kind, acquired_at, expires_at) "
-                 "VALUES ('h:d', 2, 'u', 'job', 0, 10)")
+    conn.execute(
+        "INSERT INTO leases (device_id, job_id, holder, kind, acquired_at, expires_at) "
+        "VALUES ('h:d', 2, 'u', 'job', 0, 10)"
+    )
     with pytest.raises(sqlite3.IntegrityError):  # leases point at real jobs
-        conn.execute("INSERT INTO leases (device_id, job_id, holder, kind, acquired_at, "
-                     "expires_at) VALUES ('x:y', 99, 'u', 'job', 0, 10)")
+        conn.execute(
+            "INSERT INTO leases (device_id, job_id, holder, kind, acquired_at, "
+            "expires_at) VALUES ('x:y', 99, 'u', 'job', 0, 10)"
+        )
     conn.execute("UPDATE jobs SET state = 'succeeded', finished_at = 1 WHERE id = 1")
     with pytest.raises(sqlite3.IntegrityError, match="terminal"):
         conn.execute("UPDATE jobs SET state = 'running' WHERE id = 1")
@@ -95,13 +107,17 @@ def test_the_schema_enforces_its_invariants(tmp_path):
         conn.execute("UPDATE jobs SET state = 'failed', finished_at = NULL WHERE id = 2")
     with pytest.raises(sqlite3.IntegrityError):  # idempotency keys are unique
         for _ in (1, 2):
-            conn.execute("INSERT INTO jobs (kind, state, submitter, device_id, command, "
-                         "idempotency_key, submitted_at, queued_at) "
-                         "VALUES ('job', 'queued', 'u', 'h:d', '[]', 'k', 0, 0)")
+            conn.execute(
+                "INSERT INTO jobs (kind, state, submitter, device_id, command, "
+                "idempotency_key, submitted_at, queued_at) "
+                "VALUES ('job', 'queued', 'u', 'h:d', '[]', 'k', 0, 0)"
+            )
     with pytest.raises(sqlite3.IntegrityError):  # a hold carries no command environment
-        conn.execute("INSERT INTO jobs (kind, state, submitter, device_id, command, env, "
-                     "submitted_at, queued_at) "
-                     "VALUES ('hold', 'queued', 'u', 'h:d', '[]', '{\"A\":\"1\"}', 0, 0)")
+        conn.execute(
+            "INSERT INTO jobs (kind, state, submitter, device_id, command, env, "
+            "submitted_at, queued_at) "
+            "VALUES ('hold', 'queued', 'u', 'h:d', '[]', '{\"A\":\"1\"}', 0, 0)"
+        )
     conn.close()
 
 

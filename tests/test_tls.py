@@ -26,8 +26,9 @@ def tls(tmp_path):
 
 def test_https_controller_with_cli_and_worker(tls, tmp_path, env, pyz):
     certfile, keyfile, cafile = tls
-    ctl = Controller(tmp_path / "data", env,
-                     ["--certfile", str(certfile), "--keyfile", str(keyfile)]).start()
+    ctl = Controller(
+        tmp_path / "data", env, ["--certfile", str(certfile), "--keyfile", str(keyfile)]
+    ).start()
     try:
         assert ctl.url.startswith("https://127.0.0.1:")
         from rc.proto.client import Client
@@ -35,8 +36,16 @@ def test_https_controller_with_cli_and_worker(tls, tmp_path, env, pyz):
         admin = Client(ctl.url, ctl.admin_token, cacert=str(cafile))
         wtok = admin.post("/v1/tokens", {"name": "w", "role": "worker"})["secret"]
         utok = admin.post("/v1/tokens", {"name": "alice", "role": "user"})["secret"]
-        w = Worker(ctl.url, wtok, tmp_path / "w", env, host="tlsbox", devices="cpu:1",
-                   pyz=pyz, extra=["--cacert", str(cafile)]).start()
+        w = Worker(
+            ctl.url,
+            wtok,
+            tmp_path / "w",
+            env,
+            host="tlsbox",
+            devices="cpu:1",
+            pyz=pyz,
+            extra=["--cacert", str(cafile)],
+        ).start()
         try:
             wait_until(lambda: admin.get("/v1/devices")["devices"], 30, "the worker over TLS")
             cli = Cli(ctl.url, utok, env, tmp_path)
@@ -69,9 +78,23 @@ def test_serve_refuses_half_a_tls_config(tmp_path, env, tls):
     import subprocess
     import sys
 
-    res = subprocess.run([sys.executable, "-m", "rc", "serve", "--listen", "127.0.0.1:0",
-                          "--data", str(tmp_path / "d"), "--certfile", str(certfile)],
-                         env=env, capture_output=True, timeout=60)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rc",
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--data",
+            str(tmp_path / "d"),
+            "--certfile",
+            str(certfile),
+        ],
+        env=env,
+        capture_output=True,
+        timeout=60,
+    )
     assert res.returncode == 1
     assert b"--certfile and --keyfile go together" in res.stderr
     assert b"Traceback" not in res.stderr
@@ -99,10 +122,28 @@ def test_bad_ca_file_is_one_line_for_the_worker(tls, tmp_path, env, pyz, which):
     bad = {"missing": tmp_path / "nonexistent.pem", "key": keyfile}[which]
     tok = tmp_path / "w.token"
     tok.write_text("rc_x")
-    w = subprocess.run([BARE_PY, "-I", str(pyz), "worker", "--controller", "https://127.0.0.1:1",
-                        "--token-file", str(tok), "--host", "b", "--devices", "cpu:1",
-                        "--cacert", str(bad)],
-                       env=env, cwd=tmp_path, capture_output=True, timeout=60)
+    w = subprocess.run(
+        [
+            BARE_PY,
+            "-I",
+            str(pyz),
+            "worker",
+            "--controller",
+            "https://127.0.0.1:1",
+            "--token-file",
+            str(tok),
+            "--host",
+            "b",
+            "--devices",
+            "cpu:1",
+            "--cacert",
+            str(bad),
+        ],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        timeout=60,
+    )
     assert w.returncode != 0
     assert b"Traceback" not in w.stderr, w.stderr
     lines = w.stderr.decode().strip().splitlines()
@@ -111,15 +152,17 @@ def test_bad_ca_file_is_one_line_for_the_worker(tls, tmp_path, env, pyz, which):
 
 def test_config_cacert_is_relative_to_the_config_file_and_a_wrong_ca_is_named(tls, tmp_path, env):
     certfile, keyfile, cafile = tls
-    ctl = Controller(tmp_path / "data", env,
-                     ["--certfile", str(certfile), "--keyfile", str(keyfile)]).start()
+    ctl = Controller(
+        tmp_path / "data", env, ["--certfile", str(certfile), "--keyfile", str(keyfile)]
+    ).start()
     try:
         conf_dir = tmp_path / "conf"
         conf_dir.mkdir()
         (conf_dir / "ca.pem").write_bytes(cafile.read_bytes())
         conf = conf_dir / "config.toml"
-        conf.write_text(f'controller = "{ctl.url}"\ntoken = "{ctl.admin_token}"\n'
-                        'cacert = "ca.pem"\n')
+        conf.write_text(
+            f'controller = "{ctl.url}"\ntoken = "{ctl.admin_token}"\ncacert = "ca.pem"\n'
+        )
         elsewhere = tmp_path / "elsewhere"
         elsewhere.mkdir()
         e = {k: v for k, v in env.items()}
@@ -127,14 +170,24 @@ def test_config_cacert_is_relative_to_the_config_file_and_a_wrong_ca_is_named(tl
         import subprocess
         import sys
 
-        res = subprocess.run([sys.executable, "-m", "rc", "whoami"], env=e, cwd=elsewhere,
-                             capture_output=True, timeout=60)
+        res = subprocess.run(
+            [sys.executable, "-m", "rc", "whoami"],
+            env=e,
+            cwd=elsewhere,
+            capture_output=True,
+            timeout=60,
+        )
         assert res.returncode == 0, res.stderr
         # a CA that did not sign the controller's certificate: named, no "pass --cacert"
         other = tmp_path / "other-ca.pem"
         trustme.CA().cert_pem.write_to_path(str(other))
-        res = subprocess.run([sys.executable, "-m", "rc", "whoami", "--cacert", str(other)],
-                             env=e, cwd=elsewhere, capture_output=True, timeout=60)
+        res = subprocess.run(
+            [sys.executable, "-m", "rc", "whoami", "--cacert", str(other)],
+            env=e,
+            cwd=elsewhere,
+            capture_output=True,
+            timeout=60,
+        )
         assert res.returncode == 1
         err = res.stderr.decode()
         assert len(err.strip().splitlines()) == 1, err
@@ -147,9 +200,27 @@ def _openssl_pair(tmp_path, name: str) -> tuple:
     import subprocess
 
     cert, key = tmp_path / f"{name}.pem", tmp_path / f"{name}.key"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout",
-                    str(key), "-out", str(cert), "-days", "1", "-subj", "/CN=127.0.0.1"],
-                   check=True, capture_output=True, timeout=60)
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
     return cert, key
 
 
@@ -160,17 +231,37 @@ def test_serve_refuses_a_bad_tls_pair_in_one_line(tmp_path, env, case):
 
     cert, key = _openssl_pair(tmp_path, "a")
     _, other_key = _openssl_pair(tmp_path, "b")
-    certfile, keyfile = {"mismatch": (cert, other_key), "key_as_cert": (key, key),
-                         "cert_as_key": (cert, cert)}[case]
-    res = subprocess.run([sys.executable, "-m", "rc", "serve", "--listen", "127.0.0.1:0",
-                          "--data", str(tmp_path / "d"), "--certfile", str(certfile),
-                          "--keyfile", str(keyfile)],
-                         env=env, capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
+    certfile, keyfile = {
+        "mismatch": (cert, other_key),
+        "key_as_cert": (key, key),
+        "cert_as_key": (cert, cert),
+    }[case]
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rc",
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--data",
+            str(tmp_path / "d"),
+            "--certfile",
+            str(certfile),
+            "--keyfile",
+            str(keyfile),
+        ],
+        env=env,
+        capture_output=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
     assert res.returncode != 0
     assert b"Traceback" not in res.stderr, res.stderr
     lines = res.stderr.decode().strip().splitlines()
     assert len(lines) == 1, lines
-    assert lines[0].startswith("rc serve: ") and str(certfile) in lines[0] \
-        and str(keyfile) in lines[0], lines
+    assert (
+        lines[0].startswith("rc serve: ") and str(certfile) in lines[0] and str(keyfile) in lines[0]
+    ), lines
     if case == "mismatch":
         assert "does not belong to the certificate" in lines[0]

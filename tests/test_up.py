@@ -50,10 +50,20 @@ def test_up_run_down_up_run_again(user):
 
 
 def test_up_after_the_controller_was_killed_restarts_only_it(user, env):
-    assert user.run("up", "-d", "--listen", "127.0.0.1:0", "--devices", "1",
-                    timeout=120).returncode == 0
-    job = int(user.run("run", "--detach", "--", "sh", "-c",
-                       "for i in 1 2 3 4 5 6; do echo L$i; sleep 0.5; done; exit 3").stdout)
+    assert (
+        user.run("up", "-d", "--listen", "127.0.0.1:0", "--devices", "1", timeout=120).returncode
+        == 0
+    )
+    job = int(
+        user.run(
+            "run",
+            "--detach",
+            "--",
+            "sh",
+            "-c",
+            "for i in 1 2 3 4 5 6; do echo L$i; sleep 0.5; done; exit 3",
+        ).stdout
+    )
     before = _state(env)
     os.kill(before["serve_pid"], signal.SIGKILL)
     wait_until(lambda: not pid_alive(before["serve_pid"]), 10, "the controller to die")
@@ -92,8 +102,9 @@ def _orphan_job(user, tmp_path):
     pidfile = tmp_path / "job.pid"
     res = user.run("run", "--detach", "--", "sh", "-c", f"echo $$ > {pidfile}; exec sleep 300")
     assert res.returncode == 0, res.stderr
-    pid = int(wait_until(lambda: pidfile.exists() and pidfile.read_text().strip(), 30,
-                         "the job to start"))
+    pid = int(
+        wait_until(lambda: pidfile.exists() and pidfile.read_text().strip(), 30, "the job to start")
+    )
     try:
         yield pid
     finally:
@@ -106,17 +117,25 @@ def _out_of_pool_line(stderr: bytes) -> tuple[str, str]:
     """The device named out of the pool for `registration`, and the rc clear
     command the message gives."""
     text = stderr.decode()
-    m = re.search(r"(\S+:cpu0) is out of the pool \(registration: job \d+ was running when "
-                  r"the worker re-registered\): a process of the interrupted job may still be "
-                  r"running\. Once it has ended, `([^`]+)` returns the device", text)
+    m = re.search(
+        r"(\S+:cpu0) is out of the pool \(registration: job \d+ was running when "
+        r"the worker re-registered\): a process of the interrupted job may still be "
+        r"running\. Once it has ended, `([^`]+)` returns the device",
+        text,
+    )
     assert m, text
     return m.group(1), m.group(2)
 
 
 def _run_shell(user, command: str) -> subprocess.CompletedProcess:
     """`command` as the user types it into a shell where `rc` is this checkout's."""
-    return subprocess.run(["bash", "-c", f'rc() {{ "{PY}" -m rc "$@"; }}; {command}'],
-                          env=user.env, cwd=user.cwd, capture_output=True, timeout=60)
+    return subprocess.run(
+        ["bash", "-c", f'rc() {{ "{PY}" -m rc "$@"; }}; {command}'],
+        env=user.env,
+        cwd=user.cwd,
+        capture_output=True,
+        timeout=60,
+    )
 
 
 def _device_state(user, device: str) -> str:
@@ -125,14 +144,17 @@ def _device_state(user, device: str) -> str:
 
 
 def test_up_after_a_worker_crash_keeps_the_new_worker_and_says_why_a_device_is_out(
-        user, env, tmp_path):
+    user, env, tmp_path
+):
     """Found by a new user: after `kill -9` of the worker while a job ran, the
     job's process still ran, so the new worker's device was (rightly)
     quarantined `registration`; rc up -d waited 30 s for it to become ready,
     then killed the worker it had just started, exited 1 and left up.json
     naming the dead worker."""
-    assert user.run("up", "-d", "--listen", "127.0.0.1:0", "--devices", "1",
-                    timeout=120).returncode == 0
+    assert (
+        user.run("up", "-d", "--listen", "127.0.0.1:0", "--devices", "1", timeout=120).returncode
+        == 0
+    )
     with _orphan_job(user, tmp_path) as orphan:
         before = _state(env)
         os.kill(before["worker_pid"], signal.SIGKILL)
@@ -161,13 +183,18 @@ def test_up_after_a_worker_crash_keeps_the_new_worker_and_says_why_a_device_is_o
 
 def test_foreground_up_after_a_worker_crash_runs_with_the_device_out(user, env, tmp_path):
     """The same rule without -d: the worker registered, so rc up runs."""
+
     def up(n: int) -> tuple[subprocess.Popen, object]:
         log = tmp_path / f"up-{n}.err"
         with open(log, "wb") as err:
-            proc = subprocess.Popen([PY, "-m", "rc", "up", "--listen", "127.0.0.1:0",
-                                     "--devices", "1"], env=user.env, cwd=tmp_path,
-                                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                    stderr=err)
+            proc = subprocess.Popen(
+                [PY, "-m", "rc", "up", "--listen", "127.0.0.1:0", "--devices", "1"],
+                env=user.env,
+                cwd=tmp_path,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+            )
 
         def started():
             if proc.poll() is not None:
@@ -234,8 +261,15 @@ def test_readme_recipe_for_running_the_two_parts_yourself(tmp_path, env):
 
     def start(line: str, log: str) -> subprocess.Popen:
         with open(tmp_path / log, "wb") as out:
-            proc = subprocess.Popen(shell(line), env=env, cwd=tmp_path, stdin=subprocess.DEVNULL,
-                                    stdout=out, stderr=out, start_new_session=True)
+            proc = subprocess.Popen(
+                shell(line),
+                env=env,
+                cwd=tmp_path,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=out,
+                start_new_session=True,
+            )
         started.append(proc)
         return proc
 
@@ -245,12 +279,14 @@ def test_readme_recipe_for_running_the_two_parts_yourself(tmp_path, env):
 
         def serving():
             assert serve.poll() is None, (tmp_path / "serve.log").read_text()
-            return Client(url, (data / "admin.token").read_text().strip(),
-                          timeout=5).get("/v1/whoami")
+            return Client(url, (data / "admin.token").read_text().strip(), timeout=5).get(
+                "/v1/whoami"
+            )
 
         wait_until(serving, 60, "rc serve to answer")
-        res = subprocess.run(shell(token_line), env=env, cwd=tmp_path, capture_output=True,
-                             timeout=60)
+        res = subprocess.run(
+            shell(token_line), env=env, cwd=tmp_path, capture_output=True, timeout=60
+        )
         assert res.returncode == 0, res.stderr
         token_file = data / "worker.token"
         assert token_file.read_text().startswith("rc_")
@@ -260,14 +296,16 @@ def test_readme_recipe_for_running_the_two_parts_yourself(tmp_path, env):
 
         def ready():
             assert worker.poll() is None, (tmp_path / "worker.log").read_text()
-            return [v for v in admin.get("/v1/devices")["devices"]
-                    if v["device"]["state"] == "ready"]
+            return [
+                v for v in admin.get("/v1/devices")["devices"] if v["device"]["state"] == "ready"
+            ]
 
         wait_until(ready, 60, "the worker's devices to be ready")
         me = admin.post("/v1/tokens", {"name": "me", "role": "user"})["secret"]
         with_user = dict(env, RC_CONTROLLER=url, RC_TOKEN=me)
-        res = subprocess.run([PY, "-m", "rc", *HELLO], env=with_user, cwd=tmp_path,
-                             capture_output=True, timeout=60)
+        res = subprocess.run(
+            [PY, "-m", "rc", *HELLO], env=with_user, cwd=tmp_path, capture_output=True, timeout=60
+        )
         assert res.returncode == 0 and res.stdout.startswith(b"hello from "), res.stderr
     finally:
         for proc in reversed(started):  # the worker first; each in its own group

@@ -59,10 +59,12 @@ def test_events_reach_the_webhook(receiver, make_controller):
     worker = ctl.token("w", "worker")
     from rc.proto.client import Client
 
-    Client(ctl.url, worker).post("/v1/workers/register", {"host": "wh", "devices": [
-        {"name": "cpu0"}]})
+    Client(ctl.url, worker).post(
+        "/v1/workers/register", {"host": "wh", "devices": [{"name": "cpu0"}]}
+    )
     Client(ctl.url, worker).post("/v1/devices/wh:cpu0/fault", {"reason": "verify failed: ecc"})
     c.post("/v1/devices/wh:cpu0/clear")
+
     def device_events():
         return [b for b in receiver.bodies if b["event"] != "token_created"]
 
@@ -81,8 +83,9 @@ def test_a_stuck_receiver_never_blocks_and_drops_are_counted(receiver, make_cont
     from rc.proto.client import Client
 
     worker = ctl.token("w", "worker")
-    Client(ctl.url, worker).post("/v1/workers/register", {"host": "wh", "devices": [
-        {"name": "cpu0"}]})
+    Client(ctl.url, worker).post(
+        "/v1/workers/register", {"host": "wh", "devices": [{"name": "cpu0"}]}
+    )
     for i in range(300):  # each drain/undrain is an event; the queue holds 256
         c.post("/v1/devices/wh:cpu0/drain" if i % 2 == 0 else "/v1/devices/wh:cpu0/undrain")
     # the controller still answers at once

@@ -64,13 +64,17 @@ def test_every_key_is_read(tmp_path):
     assert (cfg.heartbeat_interval, cfg.poll_wait, cfg.kill_grace) == (5.0, 20.0, 1.5)
     assert (cfg.hook_timeout, cfg.release_linger) == (45.0, 120.0)
     assert (cfg.probe_dir, cfg.probe_interval, cfg.probe_timeout) == ("/srv/probe.d", 600.0, 3.0)
-    assert (cfg.verify_dir, cfg.verify_timeout, cfg.verify_pass_budget) == ("/srv/verify.d", 20.0,
-                                                                            90.0)
+    assert (cfg.verify_dir, cfg.verify_timeout, cfg.verify_pass_budget) == (
+        "/srv/verify.d",
+        20.0,
+        90.0,
+    )
     assert cfg.sheet_dir == "/srv/sheets"
     assert (cfg.spool_dir, cfg.spool_max_bytes) == ("/var/spool/rc", 1 << 20)
     gpu0, gpu1 = cfg.devices
-    assert gpu0 == DeviceConfig("gpu0", 86400.0, "/etc/rc/hooks/acquire", "/etc/rc/hooks/release",
-                                10.0, 0.0, {"tier": "a"})
+    assert gpu0 == DeviceConfig(
+        "gpu0", 86400.0, "/etc/rc/hooks/acquire", "/etc/rc/hooks/release", 10.0, 0.0, {"tier": "a"}
+    )
     assert gpu1 == DeviceConfig("gpu1")
     # per-device hook settings override the host's; unset ones inherit
     assert cfg.device_timeout(gpu0) == 10.0 and cfg.device_linger(gpu0) == 0.0
@@ -91,9 +95,17 @@ def test_defaults_follow_the_inventory(tmp_path):
 
 
 def test_configs_built_in_code_get_defaults_never_unbounded():
-    cfg = WorkerConfig(heartbeat_interval=0, poll_wait=-1, kill_grace=0, hook_timeout=0,
-                       probe_interval=0, probe_timeout=0, verify_timeout=0, verify_pass_budget=0,
-                       release_linger=-5)
+    cfg = WorkerConfig(
+        heartbeat_interval=0,
+        poll_wait=-1,
+        kill_grace=0,
+        hook_timeout=0,
+        probe_interval=0,
+        probe_timeout=0,
+        verify_timeout=0,
+        verify_pass_budget=0,
+        release_linger=-5,
+    )
     assert cfg.heartbeat_interval == 10 and cfg.poll_wait == 30 and cfg.kill_grace == 10
     assert cfg.hook_timeout == 60 and cfg.probe_interval == 300 and cfg.probe_timeout == 5
     assert cfg.verify_timeout == 30 and cfg.verify_pass_budget == 120
@@ -102,40 +114,49 @@ def test_configs_built_in_code_get_defaults_never_unbounded():
     assert cfg.device_timeout(d) == 60 and cfg.device_linger(d) == 30
 
 
-@pytest.mark.parametrize("text, key, problem", [
-    ('nope = 1', "nope", "not a known key"),
-    ('hooks = { timeout = "1s", colour = "red" }', "hooks.colour", "not a known key"),
-    ('devices = [{ name = "gpu0", colour = "red" }]', "devices[0].colour", "not a known key"),
-    ('devices = [{ name = "gpu0", max_runtime = "500ms" }]', "devices[0].max_runtime",
-     "at least 1s"),
-    ('devices = [{ name = "gpu0", max_runtime = "1500ms" }]', "devices[0].max_runtime",
-     "whole seconds"),
-    ('devices = [{ name = "gpu0", on_acquire = "  " }]', "devices[0].on_acquire", "blank"),
-    ('devices = [{ name = "gpu0", on_release = "" }]', "devices[0].on_release", "blank"),
-    ('devices = [{ name = "gpu0", on_release = 3 }]', "devices[0].on_release", "blank"),
-    ('devices = [{ max_runtime = "1h" }]', "devices[0]", "needs a name"),
-    ('devices = ["gpu0", "gpu0"]', "devices[1]", "listed twice"),
-    ('devices = ["gpu/0"]', "devices[0].name", "letters, digits"),
-    ('devices = []', "devices", "non-empty"),
-    ('devices = 3', "devices", "non-empty list"),
-    ('poll_wait = true', "poll_wait", "duration"),
-    ('poll_wait = "soon"', "poll_wait", "bad duration"),
-    ('poll_wait = -3', "poll_wait", "negative"),
-    ('kill_grace = [1]', "kill_grace", "duration"),
-    ('host = 5', "host", "must be a string"),
-    ('host = "a b"', "host", "letters, digits"),
-    ('controller_url = "ctl:8080"', "controller_url", "no scheme"),
-    ('require_manual_clear = "yes"', "require_manual_clear", "true or false"),
-    ('spool_max_bytes = "1G"', "spool_max_bytes", "integer"),
-    ('spool_max_bytes = -1', "spool_max_bytes", "integer"),
-    ('labels = "x"', "labels", "table"),
-    ('labels = { a = [1] }', "labels.a", "must be a string"),
-    ('hooks = 5', "hooks", "table"),
-    ('hooks = { timeout = "x" }', "hooks.timeout", "bad duration"),
-    ('devices = [{ name = "gpu0", timeout = false }]', "devices[0].timeout", "duration"),
-    ('devices = [{ name = "gpu0", labels = { a = {} } }]', "devices[0].labels.a", "string"),
-    ('x = ', "", "not valid TOML"),
-])
+@pytest.mark.parametrize(
+    "text, key, problem",
+    [
+        ("nope = 1", "nope", "not a known key"),
+        ('hooks = { timeout = "1s", colour = "red" }', "hooks.colour", "not a known key"),
+        ('devices = [{ name = "gpu0", colour = "red" }]', "devices[0].colour", "not a known key"),
+        (
+            'devices = [{ name = "gpu0", max_runtime = "500ms" }]',
+            "devices[0].max_runtime",
+            "at least 1s",
+        ),
+        (
+            'devices = [{ name = "gpu0", max_runtime = "1500ms" }]',
+            "devices[0].max_runtime",
+            "whole seconds",
+        ),
+        ('devices = [{ name = "gpu0", on_acquire = "  " }]', "devices[0].on_acquire", "blank"),
+        ('devices = [{ name = "gpu0", on_release = "" }]', "devices[0].on_release", "blank"),
+        ('devices = [{ name = "gpu0", on_release = 3 }]', "devices[0].on_release", "blank"),
+        ('devices = [{ max_runtime = "1h" }]', "devices[0]", "needs a name"),
+        ('devices = ["gpu0", "gpu0"]', "devices[1]", "listed twice"),
+        ('devices = ["gpu/0"]', "devices[0].name", "letters, digits"),
+        ("devices = []", "devices", "non-empty"),
+        ("devices = 3", "devices", "non-empty list"),
+        ("poll_wait = true", "poll_wait", "duration"),
+        ('poll_wait = "soon"', "poll_wait", "bad duration"),
+        ("poll_wait = -3", "poll_wait", "negative"),
+        ("kill_grace = [1]", "kill_grace", "duration"),
+        ("host = 5", "host", "must be a string"),
+        ('host = "a b"', "host", "letters, digits"),
+        ('controller_url = "ctl:8080"', "controller_url", "no scheme"),
+        ('require_manual_clear = "yes"', "require_manual_clear", "true or false"),
+        ('spool_max_bytes = "1G"', "spool_max_bytes", "integer"),
+        ("spool_max_bytes = -1", "spool_max_bytes", "integer"),
+        ('labels = "x"', "labels", "table"),
+        ("labels = { a = [1] }", "labels.a", "must be a string"),
+        ("hooks = 5", "hooks", "table"),
+        ('hooks = { timeout = "x" }', "hooks.timeout", "bad duration"),
+        ('devices = [{ name = "gpu0", timeout = false }]', "devices[0].timeout", "duration"),
+        ('devices = [{ name = "gpu0", labels = { a = {} } }]', "devices[0].labels.a", "string"),
+        ("x = ", "", "not valid TOML"),
+    ],
+)
 def test_errors_name_the_file_the_key_and_the_problem(tmp_path, text, key, problem):
     path = write(tmp_path, text + "\n")
     with pytest.raises(ConfigError) as e:
@@ -193,23 +214,47 @@ def test_token_file_errors_name_the_flag_or_the_file_that_gave_the_path(tmp_path
 
 def test_worker_with_a_missing_token_file_names_the_flag(tmp_path):
     missing = tmp_path / "x" / "worker.token"
-    res = subprocess.run([PY, "-m", "rc", "worker", "--controller", "http://127.0.0.1:9",
-                          "--token-file", str(missing)], env=base_env(tmp_path),
-                         capture_output=True, timeout=30, cwd=tmp_path)
+    res = subprocess.run(
+        [
+            PY,
+            "-m",
+            "rc",
+            "worker",
+            "--controller",
+            "http://127.0.0.1:9",
+            "--token-file",
+            str(missing),
+        ],
+        env=base_env(tmp_path),
+        capture_output=True,
+        timeout=30,
+        cwd=tmp_path,
+    )
     assert res.returncode == 2
     assert res.stderr.decode() == f"rc worker: --token-file {missing}: No such file or directory\n"
 
 
-@pytest.mark.parametrize("value, file_value, expected", [
-    (None, False, False), ("", False, False), ("  ", False, False),
-    ("1", False, True), ("true", False, True), ("YES", False, True), ("on", False, True),
-    ("0", False, False), ("false", False, False), ("off", False, False),
-    ("0", True, True),        # the environment can only turn it on
-    ("maybe", False, True),   # unparseable counts as true
-    ("2", False, True),
-])
-def test_require_manual_clear_from_the_environment_is_one_way(tmp_path, capsys, value,
-                                                             file_value, expected):
+@pytest.mark.parametrize(
+    "value, file_value, expected",
+    [
+        (None, False, False),
+        ("", False, False),
+        ("  ", False, False),
+        ("1", False, True),
+        ("true", False, True),
+        ("YES", False, True),
+        ("on", False, True),
+        ("0", False, False),
+        ("false", False, False),
+        ("off", False, False),
+        ("0", True, True),  # the environment can only turn it on
+        ("maybe", False, True),  # unparseable counts as true
+        ("2", False, True),
+    ],
+)
+def test_require_manual_clear_from_the_environment_is_one_way(
+    tmp_path, capsys, value, file_value, expected
+):
     path = write(tmp_path, f"require_manual_clear = {str(file_value).lower()}\n")
     env = {} if value is None else {"RC_REQUIRE_MANUAL_CLEAR": value}
     assert wc.load(path, env=env).require_manual_clear is expected
@@ -237,16 +282,34 @@ def test_printed_config_reads_back_to_the_same_config(tmp_path):
 
 def test_print_config_from_the_zipapp(pyz, tmp_path):
     path = write(tmp_path, FULL)
-    res = subprocess.run([BARE_PY, "-I", str(pyz), "worker", "--config", path, "--print-config",
-                          "--host", "other-box"], capture_output=True, timeout=30, cwd=tmp_path)
+    res = subprocess.run(
+        [
+            BARE_PY,
+            "-I",
+            str(pyz),
+            "worker",
+            "--config",
+            path,
+            "--print-config",
+            "--host",
+            "other-box",
+        ],
+        capture_output=True,
+        timeout=30,
+        cwd=tmp_path,
+    )
     assert res.returncode == 0, res.stderr
     out = res.stdout.decode()
     assert 'host = "other-box"' in out and 'kill_grace = "1500ms"' in out
     assert 'hooks = { timeout = "45s", release_linger = "2m" }' in out
     assert "secret-in-file" not in out
     bad = write(tmp_path, 'devices = [{ name = "gpu0", on_acquire = " " }]\n', "bad.toml")
-    res = subprocess.run([BARE_PY, "-I", str(pyz), "worker", "--config", bad, "--print-config"],
-                         capture_output=True, timeout=30, cwd=tmp_path)
+    res = subprocess.run(
+        [BARE_PY, "-I", str(pyz), "worker", "--config", bad, "--print-config"],
+        capture_output=True,
+        timeout=30,
+        cwd=tmp_path,
+    )
     assert res.returncode == 2
     err = res.stderr.decode()
     assert err.count("\n") == 1 and bad in err and "devices[0].on_acquire" in err
@@ -254,6 +317,7 @@ def test_print_config_from_the_zipapp(pyz, tmp_path):
 
 
 # -- the operator's documents are true -------------------------------------------
+
 
 def _operator_section() -> str:
     text = (REPO / "README.md").read_text()
@@ -267,8 +331,9 @@ def test_example_config_and_readme_snippet_load(tmp_path):
     def load(path: str) -> WorkerConfig:
         text = Path(path).read_text()
         assert 'token_file = "/etc/rc/worker.token"' in text
-        return wc.load(write(tmp_path, text.replace("/etc/rc/worker.token", str(token)),
-                             "copy.toml"), env={})
+        return wc.load(
+            write(tmp_path, text.replace("/etc/rc/worker.token", str(token)), "copy.toml"), env={}
+        )
 
     cfg = load(str(REPO / "examples" / "worker.toml"))
     assert cfg.controller_url == "http://gpu-controller:8080" and cfg.devices == "auto"
@@ -277,7 +342,10 @@ def test_example_config_and_readme_snippet_load(tmp_path):
     snippet = section.split("Write `/etc/rc/worker.toml`", 1)[1].split("\n\n")[1]
     cfg = load(write(tmp_path, textwrap.dedent(snippet)))
     assert (cfg.controller_url, cfg.token, cfg.devices) == (
-        "http://gpu-controller:8080", "rc_example", "auto")
+        "http://gpu-controller:8080",
+        "rc_example",
+        "auto",
+    )
 
 
 def test_example_config_lists_every_key_with_its_default(tmp_path):
@@ -286,8 +354,11 @@ def test_example_config_lists_every_key_with_its_default(tmp_path):
     commented ones changes nothing (they show the defaults)."""
     text = (REPO / "examples" / "worker.toml").read_text()
     top = text.split("# To give devices", 1)[0]
-    keys = (wc._DURATIONS | wc._STRINGS
-            | {"require_manual_clear", "spool_max_bytes", "labels", "hooks", "devices"})
+    keys = (
+        wc._DURATIONS
+        | wc._STRINGS
+        | {"require_manual_clear", "spool_max_bytes", "labels", "hooks", "devices"}
+    )
     listed, commented, lines = set(), set(), []
     for line in top.splitlines():
         bare = line.removeprefix("# ")
@@ -303,10 +374,13 @@ def test_example_config_lists_every_key_with_its_default(tmp_path):
     assert listed == keys, f"missing from examples/worker.toml: {sorted(keys - listed)}"
     token = tmp_path / "token"
     token.write_text("rc_example\n")
-    plain = wc.load(write(tmp_path, top.replace("/etc/rc/worker.token", str(token)), "a.toml"),
-                    env={})
-    uncommented = wc.load(write(tmp_path, "\n".join(lines).replace("/etc/rc/worker.token",
-                                                                   str(token)), "b.toml"), env={})
+    plain = wc.load(
+        write(tmp_path, top.replace("/etc/rc/worker.token", str(token)), "a.toml"), env={}
+    )
+    uncommented = wc.load(
+        write(tmp_path, "\n".join(lines).replace("/etc/rc/worker.token", str(token)), "b.toml"),
+        env={},
+    )
     assert uncommented == plain
     d = WorkerConfig()
     assert all(getattr(plain, k) == getattr(d, k) for k in commented - {"hooks", "host", "token"})
@@ -315,17 +389,20 @@ def test_example_config_lists_every_key_with_its_default(tmp_path):
 def test_readme_defaults_match_the_code():
     section = _operator_section()
     d = WorkerConfig()
-    for phrase, value in (("`kill_grace` (10 s)", d.kill_grace == 10),
-                          ("`release_linger` (30 s)", d.release_linger == 30),
-                          ("`probe_interval` (5 m)", d.probe_interval == 300),
-                          ("(`spool_max_bytes`, 256 MiB)", d.spool_max_bytes == 256 << 20)):
+    for phrase, value in (
+        ("`kill_grace` (10 s)", d.kill_grace == 10),
+        ("`release_linger` (30 s)", d.release_linger == 30),
+        ("`probe_interval` (5 m)", d.probe_interval == 300),
+        ("(`spool_max_bytes`, 256 MiB)", d.spool_max_bytes == 256 << 20),
+    ):
         assert phrase in " ".join(section.split()) and value, phrase
 
 
 def test_deployment_examples_run_the_zipapp_worker():
     unit = (REPO / "examples" / "rc-worker.service").read_text()
-    assert ("ExecStart=/usr/bin/python3 -I /usr/local/lib/rc/rc.pyz worker "
-            "--config /etc/rc/worker.toml") in unit
+    assert (
+        "ExecStart=/usr/bin/python3 -I /usr/local/lib/rc/rc.pyz worker --config /etc/rc/worker.toml"
+    ) in unit
     assert "KillMode=mixed" in unit  # the worker, not systemd, ends its jobs
     stop = int(unit.split("TimeoutStopSec=")[1].split()[0])
     assert stop >= 10 + 45 + 20  # kill grace + reports + releases

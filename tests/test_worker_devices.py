@@ -59,16 +59,22 @@ def site(tmp_path_factory, pyz):
     s.flags = root / "flags"
     s.flags.mkdir()
     s.passes = root / "passes"
-    script(root / "hooks" / "acquire", f'echo "acquire $RC_DEVICE $RC_JOB_ID $RC_SUBMITTER" '
-                                       f'>> {s.events}')
+    script(
+        root / "hooks" / "acquire",
+        f'echo "acquire $RC_DEVICE $RC_JOB_ID $RC_SUBMITTER" >> {s.events}',
+    )
     script(root / "hooks" / "release", f'echo "release $RC_DEVICE $RC_JOB_ID" >> {s.events}')
     script(root / "hooks" / "bad-acquire", "echo 'cannot stop the display manager'; exit 3")
-    script(root / "verify.d" / "10-xid",
-           f'if [ -e "{s.flags}/$RC_JOB_ID" ]; then echo "Xid 79: GPU has fallen off the bus" >&2;'
-           f' exit 1; fi')
-    script(root / "probe.d" / "10-site",
-           f'n=$(cat {s.passes} 2>/dev/null || echo 0); echo $((n + 1)) > {s.passes}; '
-           """echo '{"rack": "r7", "gpu1.ecc": "on", "pass": '$n'}'""")
+    script(
+        root / "verify.d" / "10-xid",
+        f'if [ -e "{s.flags}/$RC_JOB_ID" ]; then echo "Xid 79: GPU has fallen off the bus" >&2;'
+        f" exit 1; fi",
+    )
+    script(
+        root / "probe.d" / "10-site",
+        f"n=$(cat {s.passes} 2>/dev/null || echo 0); echo $((n + 1)) > {s.passes}; "
+        """echo '{"rack": "r7", "gpu1.ecc": "on", "pass": '$n'}'""",
+    )
     (root / "sheets" / "host.d").mkdir(parents=True)
     (root / "sheets" / "host.md").write_text("# gpubox\nAsk #gpu-lab before long runs.\n")
     (root / "sheets" / "host.d" / "gpu1.md").write_text("gpu1: ECC on, fan 3 is loud.\n")
@@ -99,28 +105,40 @@ def test_labels_sheets_and_recent_jobs_in_describe(site):
     assert j["state"] == "succeeded"
     res = site.cli.run("describe", f"{HOST}:gpu1", check=True)
     out = res.stdout.decode()
-    for line in ("vendor=nvidia  detected", "model=NVIDIA A100-SXM4-80GB  detected",
-                 "vram=81920M  detected", "driver=535.104.05  detected",
-                 "uuid=GPU-fake-1  detected", "ecc=on  detected", "rack=r7  detected",
-                 "site=lab  declared", "kind=gpu  detected", "cpus="):
+    for line in (
+        "vendor=nvidia  detected",
+        "model=NVIDIA A100-SXM4-80GB  detected",
+        "vram=81920M  detected",
+        "driver=535.104.05  detected",
+        "uuid=GPU-fake-1  detected",
+        "ecc=on  detected",
+        "rack=r7  detected",
+        "site=lab  declared",
+        "kind=gpu  detected",
+        "cpus=",
+    ):
         assert line in out, out
     assert "vram_free=80999M" in out
     assert "gpu1: ECC on, fan 3 is loud." in out and "device note" in out
     assert f"  {j['id']}  succeeded" in out
     info = site.cli.json("describe", f"{HOST}:gpu3")
     assert "Ask #gpu-lab before long runs." in info["sheet"] and info["sheet_is_host_wide"]
-    assert {(lb["key"], lb["source"]) for lb in info["labels"]} >= {("uuid", "detected"),
-                                                                     ("site", "declared")}
+    assert {(lb["key"], lb["source"]) for lb in info["labels"]} >= {
+        ("uuid", "detected"),
+        ("site", "declared"),
+    }
     assert all(age >= 0 for age in info["label_age_seconds"].values())
     tier = site.cli.json("describe", f"{HOST}:gpu0")["labels"]
-    assert {"key": "tier", "value": "a"}.items() <= next(lb for lb in tier
-                                                          if lb["key"] == "tier").items()
+    assert {"key": "tier", "value": "a"}.items() <= next(
+        lb for lb in tier if lb["key"] == "tier"
+    ).items()
 
 
 def test_cuda_numbering_matches_nvidia_smi(site):
     code = "import os; print(os.environ['CUDA_VISIBLE_DEVICES'], os.environ['CUDA_DEVICE_ORDER'])"
-    j = wait_state(site.admin, submit(site.admin, [sys.executable, "-c", code],
-                                      device_id=f"{HOST}:gpu3"))
+    j = wait_state(
+        site.admin, submit(site.admin, [sys.executable, "-c", code], device_id=f"{HOST}:gpu3")
+    )
     assert logs(site.admin, j["id"]) == b"3 PCI_BUS_ID\n"
 
 
@@ -130,15 +148,19 @@ def test_a_burst_of_jobs_gives_one_acquire_and_one_release(site):
     for i in ids:
         assert wait_state(site.admin, i)["state"] == "succeeded"
     wait_until(lambda: len(events(site)) >= before + 2, 20, "the lingering release")
-    assert events(site)[before:] == [f"acquire {HOST}:gpu0 {ids[0]} admin",
-                                     f"release {HOST}:gpu0 {ids[-1]}"]
+    assert events(site)[before:] == [
+        f"acquire {HOST}:gpu0 {ids[0]} admin",
+        f"release {HOST}:gpu0 {ids[-1]}",
+    ]
 
 
 def test_an_acquire_failure_fails_the_job_and_faults_the_device(site):
     j = wait_state(site.admin, submit(site.admin, ["true"], device_id=f"{HOST}:gpu2"))
     assert j["state"] == "failed"
-    assert j["kill_reason"] == (f"acquire hook failed: {site.root}/hooks/bad-acquire: exited 3\n"
-                                "cannot stop the display manager")
+    assert j["kill_reason"] == (
+        f"acquire hook failed: {site.root}/hooks/bad-acquire: exited 3\n"
+        "cannot stop the display manager"
+    )
     d = device(site.admin, f"{HOST}:gpu2")
     assert (d["state"], d["quarantine_reason"]) == ("unhealthy", "fault")
     assert "acquire hook failed" in d["quarantine_detail"]
@@ -146,28 +168,43 @@ def test_an_acquire_failure_fails_the_job_and_faults_the_device(site):
 
 def test_a_failed_verify_faults_the_device_before_the_report(site):
     code = f"import os; open('{site.flags}/' + os.environ['RC_JOB_ID'], 'w')"
-    j = wait_state(site.admin, submit(site.admin, [sys.executable, "-c", code],
-                                      device_id=f"{HOST}:gpu3"))
+    j = wait_state(
+        site.admin, submit(site.admin, [sys.executable, "-c", code], device_id=f"{HOST}:gpu3")
+    )
     assert j["state"] == "succeeded"  # the job itself is not relabelled
     d = device(site.admin, f"{HOST}:gpu3")  # already out when the job shows terminal
     assert (d["state"], d["quarantine_reason"]) == ("unhealthy", "fault")
-    assert d["quarantine_detail"] == "verify failed: 10-xid: exited 1: Xid 79: GPU has fallen off the bus"
-    kinds = [e["kind"] for e in site.admin.get("/v1/events")["events"]
-             if e["device_id"] == f"{HOST}:gpu3"]
+    assert (
+        d["quarantine_detail"]
+        == "verify failed: 10-xid: exited 1: Xid 79: GPU has fallen off the bus"
+    )
+    kinds = [
+        e["kind"]
+        for e in site.admin.get("/v1/events")["events"]
+        if e["device_id"] == f"{HOST}:gpu3"
+    ]
     assert "verify_failed" in kinds
     clear(site, f"{HOST}:gpu3")
 
 
 def test_a_compute_process_left_on_the_gpu_faults_the_device(site):
     line = "GPU-fake-3, 4242, python leftover.py, 100"
-    j = wait_state(site.admin, submit(site.admin, ["sh", "-c", f"echo '{line}' >> {site.fake.dir}/apps"],
-                                      device_id=f"{HOST}:gpu3"), timeout=40)
+    j = wait_state(
+        site.admin,
+        submit(
+            site.admin,
+            ["sh", "-c", f"echo '{line}' >> {site.fake.dir}/apps"],
+            device_id=f"{HOST}:gpu3",
+        ),
+        timeout=40,
+    )
     try:
         assert j["state"] == "succeeded"
         d = device(site.admin, f"{HOST}:gpu3")
         assert (d["state"], d["quarantine_reason"]) == ("unhealthy", "fault")
-        assert d["quarantine_detail"] == ("GPU GPU-fake-3 still has compute processes: "
-                                          "pid 4242 'python leftover.py' (100 MiB)")
+        assert d["quarantine_detail"] == (
+            "GPU GPU-fake-3 still has compute processes: pid 4242 'python leftover.py' (100 MiB)"
+        )
     finally:
         site.fake.clear_apps()
         clear(site, f"{HOST}:gpu3")
@@ -201,8 +238,9 @@ def test_labels_are_kept_while_nvidia_smi_is_broken_or_gone(site):
         assert na["model"] == "NVIDIA A100-SXM4-80GB" and "vram_free" not in na
         site.fake.mode("gone")  # was present at start: missing is a failure
         next_passes(site)
-        assert {k: v for k, v in labels_of(site, gpu1).items() if k != "pass"} == \
-            {k: v for k, v in na.items() if k != "pass"}
+        assert {k: v for k, v in labels_of(site, gpu1).items() if k != "pass"} == {
+            k: v for k, v in na.items() if k != "pass"
+        }
     finally:
         site.fake.mode("healthy")
     wait_until(lambda: labels_of(site, gpu1).get("vram") == "81920M", 20, "vram to return")
@@ -214,6 +252,8 @@ def test_sigterm_runs_the_pending_release_at_once_and_exits_0(site):
     assert j["state"] == "succeeded"
     w = site.workers[0]
     assert w.stop(signal.SIGTERM, timeout=30) == 0  # within the 2 s linger
-    assert events(site)[before:] == [f"acquire {HOST}:gpu0 {j['id']} admin",
-                                     f"release {HOST}:gpu0 {j['id']}"]
+    assert events(site)[before:] == [
+        f"acquire {HOST}:gpu0 {j['id']} admin",
+        f"release {HOST}:gpu0 {j['id']}",
+    ]
     assert f"shutdown: releasing {HOST}:gpu0 now" in w.log()

@@ -16,8 +16,13 @@ TERMINAL = ("succeeded", "failed", "killed", "lost")
 class Site:
     """One controller and the workers started against it, for one module."""
 
-    def __init__(self, root: Path, pyz: Path, serve_flags: list[str] | None = None,
-                 listen: str = "127.0.0.1:0") -> None:
+    def __init__(
+        self,
+        root: Path,
+        pyz: Path,
+        serve_flags: list[str] | None = None,
+        listen: str = "127.0.0.1:0",
+    ) -> None:
         self.root = root
         self.pyz = pyz
         home = root / "home"
@@ -27,17 +32,27 @@ class Site:
         self.admin = self.ctl.client(timeout=60)
         self.workers: list[Worker] = []
 
-    def worker(self, host: str, config: str, devices: str = "", env: dict | None = None,
-               wait: bool = True) -> Worker:
+    def worker(
+        self, host: str, config: str, devices: str = "", env: dict | None = None, wait: bool = True
+    ) -> Worker:
         """Start a worker for `host` with the TOML `config` (its devices too,
         unless `devices` is given) and wait until its devices are ready."""
         cfg = self.root / f"{host}.toml"
         cfg.write_text(config)
         token = self.ctl.token(f"worker-{host}-{len(self.workers)}", "worker")
-        w = Worker(self.ctl.url, token, self.root / "workers", env or self.env, host=host,
-                   devices=devices, pyz=self.pyz, config=cfg).start()
+        w = Worker(
+            self.ctl.url,
+            token,
+            self.root / "workers",
+            env or self.env,
+            host=host,
+            devices=devices,
+            pyz=self.pyz,
+            config=cfg,
+        ).start()
         self.workers.append(w)
         if wait:
+
             def ready() -> bool:
                 if w.proc.poll() is not None:
                     raise AssertionError(f"worker exited {w.proc.returncode}:\n{w.log()}")
@@ -75,8 +90,11 @@ def job(c: Client, job_id: int) -> dict:
 
 
 def wait_state(c: Client, job_id: int, states=TERMINAL, timeout: float = 30.0) -> dict:
-    return wait_until(lambda: (j := job(c, job_id))["state"] in states and j, timeout,
-                      f"job {job_id} to reach {states}")
+    return wait_until(
+        lambda: (j := job(c, job_id))["state"] in states and j,
+        timeout,
+        f"job {job_id} to reach {states}",
+    )
 
 
 def logs(c: Client, job_id: int) -> bytes:
@@ -109,6 +127,8 @@ def reset_peak_rss(pid: int) -> bool:
 
 
 def read_pid(path: Path) -> int:
-    return int(wait_until(lambda: path.exists() and path.read_text().strip(), 20,
-                          f"{path.name} to be written"))
-
+    return int(
+        wait_until(
+            lambda: path.exists() and path.read_text().strip(), 20, f"{path.name} to be written"
+        )
+    )

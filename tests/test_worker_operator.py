@@ -21,20 +21,37 @@ def unique_host(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
 
-def run_worker(ctl, tmp_path, env, pyz, host: str, devices: str = "cpu:1",
-               timeout: float = 30) -> subprocess.CompletedProcess:
+def run_worker(
+    ctl, tmp_path, env, pyz, host: str, devices: str = "cpu:1", timeout: float = 30
+) -> subprocess.CompletedProcess:
     """A worker run to its end (it is expected to refuse to start)."""
-    w = Worker(ctl.url, ctl.token(f"w-{uuid.uuid4().hex[:6]}", "worker"), tmp_path / "second",
-               env, host=host, devices=devices, pyz=pyz)
+    w = Worker(
+        ctl.url,
+        ctl.token(f"w-{uuid.uuid4().hex[:6]}", "worker"),
+        tmp_path / "second",
+        env,
+        host=host,
+        devices=devices,
+        pyz=pyz,
+    )
     (tmp_path / "second").mkdir(exist_ok=True)
-    return subprocess.run(w.command(), env=env, stdin=subprocess.DEVNULL, capture_output=True,
-                          check=False, timeout=timeout, cwd=tmp_path)
+    return subprocess.run(
+        w.command(),
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        check=False,
+        timeout=timeout,
+        cwd=tmp_path,
+    )
 
 
 # -- 1. one worker per host on a machine ------------------------------------------
 
+
 def test_a_second_worker_for_the_same_host_is_refused_and_the_first_keeps_its_job(
-        controller, make_worker, tmp_path, env, pyz):
+    controller, make_worker, tmp_path, env, pyz
+):
     host = unique_host("dup")
     first = make_worker(controller, host=host, devices="cpu:1")
     admin = controller.client()
@@ -44,8 +61,10 @@ def test_a_second_worker_for_the_same_host_is_refused_and_the_first_keeps_its_jo
     res = run_worker(controller, tmp_path, env, pyz, host)
     err = res.stderr.decode()
     assert res.returncode != 0
-    assert err == (f"rc worker: another rc worker for host {host} is running here "
-                   f"(pid {first.proc.pid}); stop it first\n")
+    assert err == (
+        f"rc worker: another rc worker for host {host} is running here "
+        f"(pid {first.proc.pid}); stop it first\n"
+    )
     # Nothing reached the controller: the job runs on, the device is not quarantined.
     assert admin.get(f"/v1/jobs/{job_id}")["job"]["state"] == "running"
     dev = admin.get(f"/v1/devices/{host}:cpu0/describe")["view"]["device"]
@@ -60,7 +79,8 @@ def test_a_second_worker_for_the_same_host_is_refused_and_the_first_keeps_its_jo
 
 
 def test_a_worker_restarts_after_the_first_was_killed_with_sigkill(
-        controller, make_worker, tmp_path, env, pyz):
+    controller, make_worker, tmp_path, env, pyz
+):
     host = unique_host("restart")
     first = make_worker(controller, host=host, devices="cpu:1")
     first.kill9()  # the kernel drops the lock with the process
@@ -81,14 +101,14 @@ def test_the_lock_file_is_never_inherited_by_jobs(controller, make_worker, tmp_p
     w = make_worker(controller, host=host, devices="cpu:1")
     admin = controller.client()
     out = tmp_path / "fds"
-    job_id = submit(admin, ["sh", "-c", f"ls -l /proc/self/fd/ > {out}"],
-                    device_id=f"{host}:cpu0")
+    job_id = submit(admin, ["sh", "-c", f"ls -l /proc/self/fd/ > {out}"], device_id=f"{host}:cpu0")
     assert wait_state(admin, job_id)["state"] == "succeeded"
     assert lock_path(host) not in out.read_text()
     assert w.proc.poll() is None
 
 
 # -- 2. devices the controller would refuse; refusals for good end the worker -----
+
 
 def test_max_devices_is_the_controllers_limit():
     from rc.controller.config import Limits
@@ -97,10 +117,16 @@ def test_max_devices_is_the_controllers_limit():
     assert MAX_DEVICES == Limits().devices_per_worker == 1024
 
 
-@pytest.mark.parametrize("text", ['devices = "cpu:1025"', 'devices = "cpu:99999"',
-                                  "devices = [" + ", ".join(f'"d{i}"' for i in range(1025)) + "]",
-                                  'devices = "' + ",".join(f"d{i}" for i in range(1025)) + '"',
-                                  "\n".join(f'[[devices]]\nname = "d{i}"' for i in range(1025))])
+@pytest.mark.parametrize(
+    "text",
+    [
+        'devices = "cpu:1025"',
+        'devices = "cpu:99999"',
+        "devices = [" + ", ".join(f'"d{i}"' for i in range(1025)) + "]",
+        'devices = "' + ",".join(f"d{i}" for i in range(1025)) + '"',
+        "\n".join(f'[[devices]]\nname = "d{i}"' for i in range(1025)),
+    ],
+)
 def test_more_devices_than_the_controller_takes_is_a_config_error(tmp_path, text):
     from rc.worker import config as wc
 
@@ -116,13 +142,28 @@ def test_more_devices_than_the_controller_takes_is_a_config_error(tmp_path, text
 
 
 def test_print_config_names_the_flag_for_too_many_devices(pyz, tmp_path):
-    res = subprocess.run([BARE_PY, "-I", str(pyz), "worker", "--controller", "http://127.0.0.1:9",
-                          "--devices", "cpu:99999", "--print-config"],
-                         capture_output=True, timeout=30, cwd=tmp_path, check=False)
+    res = subprocess.run(
+        [
+            BARE_PY,
+            "-I",
+            str(pyz),
+            "worker",
+            "--controller",
+            "http://127.0.0.1:9",
+            "--devices",
+            "cpu:99999",
+            "--print-config",
+        ],
+        capture_output=True,
+        timeout=30,
+        cwd=tmp_path,
+        check=False,
+    )
     assert res.returncode == 2 and res.stdout == b""
     assert res.stderr.decode() == (
         "rc worker: command line: devices 'cpu:99999': 99999 devices; a worker may declare "
-        "at most 1024 (the controller's limit)\n")
+        "at most 1024 (the controller's limit)\n"
+    )
 
 
 def _refusals(log: str) -> list[str]:
@@ -132,8 +173,15 @@ def _refusals(log: str) -> list[str]:
 def test_a_registration_refused_for_good_ends_the_worker(controller, tmp_path, env, pyz):
     host = unique_host("refused")
     # A user token is not a worker token: 403, for good.
-    w = Worker(controller.url, controller.token("alice"), tmp_path / "w", env, host=host,
-               devices="cpu:1", pyz=pyz).start()
+    w = Worker(
+        controller.url,
+        controller.token("alice"),
+        tmp_path / "w",
+        env,
+        host=host,
+        devices="cpu:1",
+        pyz=pyz,
+    ).start()
     try:
         assert w.proc.wait(30) == 1
     finally:
@@ -142,12 +190,14 @@ def test_a_registration_refused_for_good_ends_the_worker(controller, tmp_path, e
     assert len(_refusals(log)) == 1 and "HTTP 403" in log and "retrying quietly" not in log, log
     # A worker token bound to another host at its first registration: 403 wrong_host.
     token = controller.token(f"bound-{host}", "worker")
-    first = Worker(controller.url, token, tmp_path / "w", env, host=host + "-a", devices="cpu:1",
-                   pyz=pyz).start()
+    first = Worker(
+        controller.url, token, tmp_path / "w", env, host=host + "-a", devices="cpu:1", pyz=pyz
+    ).start()
     wait_until(lambda: f"registered {host}-a " in first.log(), 30, "the first worker")
     assert first.stop() == 0
-    other = Worker(controller.url, token, tmp_path / "w", env, host=host + "-b", devices="cpu:1",
-                   pyz=pyz).start()
+    other = Worker(
+        controller.url, token, tmp_path / "w", env, host=host + "-b", devices="cpu:1", pyz=pyz
+    ).start()
     try:
         assert other.proc.wait(30) == 1
     finally:
@@ -157,8 +207,15 @@ def test_a_registration_refused_for_good_ends_the_worker(controller, tmp_path, e
 
 def test_an_unknown_token_is_retried(controller, tmp_path, env, pyz):
     """401: the token may be being (re-)created; the worker goes on trying."""
-    w = Worker(controller.url, "rc_not_a_token", tmp_path / "w", env,
-               host=unique_host("unknown"), devices="cpu:1", pyz=pyz).start()
+    w = Worker(
+        controller.url,
+        "rc_not_a_token",
+        tmp_path / "w",
+        env,
+        host=unique_host("unknown"),
+        devices="cpu:1",
+        pyz=pyz,
+    ).start()
     try:
         wait_until(lambda: "retrying quietly" in w.log(), 30, "the first failed attempt")
         assert w.proc.poll() is None and not _refusals(w.log())
@@ -168,9 +225,16 @@ def test_an_unknown_token_is_retried(controller, tmp_path, env, pyz):
 
 # -- 3. --print-config says what the worker still lacks ------------------------
 
+
 def _print_config(pyz, tmp_path, *args: str, env: dict | None = None):
-    return subprocess.run([BARE_PY, "-I", str(pyz), "worker", "--print-config", *args],
-                          capture_output=True, timeout=30, cwd=tmp_path, env=env, check=False)
+    return subprocess.run(
+        [BARE_PY, "-I", str(pyz), "worker", "--print-config", *args],
+        capture_output=True,
+        timeout=30,
+        cwd=tmp_path,
+        env=env,
+        check=False,
+    )
 
 
 def test_print_config_without_controller_or_token_prints_it_and_exits_2(pyz, tmp_path, env):
@@ -183,11 +247,20 @@ def test_print_config_without_controller_or_token_prints_it_and_exits_2(pyz, tmp
         "rc worker: cannot start: no controller: give --controller URL or controller_url in "
         "the config\n"
         "rc worker: cannot start: no token: give --token-file, token_file in the config, or "
-        "RC_TOKEN\n")
-    res = _print_config(pyz, tmp_path, "--config", str(empty), "--controller",
-                        "http://127.0.0.1:9", env={**env, "RC_TOKEN": "rc_x"})
+        "RC_TOKEN\n"
+    )
+    res = _print_config(
+        pyz,
+        tmp_path,
+        "--config",
+        str(empty),
+        "--controller",
+        "http://127.0.0.1:9",
+        env={**env, "RC_TOKEN": "rc_x"},
+    )
     assert res.returncode == 0 and res.stderr == b"", res.stderr
-    res = _print_config(pyz, tmp_path, "--config", str(empty), "--controller",
-                        "http://127.0.0.1:9", env=env)
+    res = _print_config(
+        pyz, tmp_path, "--config", str(empty), "--controller", "http://127.0.0.1:9", env=env
+    )
     assert res.returncode == 2 and res.stderr.decode().count("\n") == 1
     assert "no token" in res.stderr.decode() and "http://127.0.0.1:9" in res.stdout.decode()

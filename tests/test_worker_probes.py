@@ -27,17 +27,25 @@ garbage line
 
 def test_parse_gpus():
     g0, g1, g2 = nvidia.parse_gpus(CAPTURED_GPUS)
-    assert g0.labels() == {"kind": "gpu", "vendor": "nvidia", "model": "NVIDIA A100-SXM4-80GB",
-                           "vram": "81920M", "vram_free": "80000M", "driver": "535.104.05",
-                           "uuid": "GPU-5f1b2c3d-0000"}
+    assert g0.labels() == {
+        "kind": "gpu",
+        "vendor": "nvidia",
+        "model": "NVIDIA A100-SXM4-80GB",
+        "vram": "81920M",
+        "vram_free": "80000M",
+        "driver": "535.104.05",
+        "uuid": "GPU-5f1b2c3d-0000",
+    }
     assert "vram" not in g1.labels() and "vram_free" not in g1.labels()  # [N/A]: no label
     assert g2.model == "Tesla K80, with a comma" and "uuid" not in g2.labels()
 
 
 def test_parse_compute_apps():
-    text = ("GPU-aaaa, 1234, /usr/bin/python3, 500\n"
-            "GPU-bbbb, 99, python train.py --lr 0.1, a, b, [N/A]\n"
-            "No running processes found\n")
+    text = (
+        "GPU-aaaa, 1234, /usr/bin/python3, 500\n"
+        "GPU-bbbb, 99, python train.py --lr 0.1, a, b, [N/A]\n"
+        "No running processes found\n"
+    )
     a, b = nvidia.parse_compute_apps(text)
     assert (a.gpu_uuid, a.pid, a.name, a.used_mib) == ("GPU-aaaa", 1234, "/usr/bin/python3", "500")
     assert (b.pid, b.name, b.used_mib) == (99, "python train.py --lr 0.1, a, b", "")
@@ -61,9 +69,22 @@ def test_cuda_numbering():
 
 
 def test_dropin_values_and_keys():
-    out = json.dumps({"rack": "r7", "cores": 64, "ratio": 1.50, "fast": True, "slow": False,
-                      "gone": None, "nested": {"a": 1}, "list": [1], "gpu0.ecc": "on",
-                      "gpu9.ecc": "off", ".x": "y", "gpu0.": "z"}).encode()
+    out = json.dumps(
+        {
+            "rack": "r7",
+            "cores": 64,
+            "ratio": 1.50,
+            "fast": True,
+            "slow": False,
+            "gone": None,
+            "nested": {"a": 1},
+            "list": [1],
+            "gpu0.ecc": "on",
+            "gpu9.ecc": "off",
+            ".x": "y",
+            "gpu0.": "z",
+        }
+    ).encode()
     host, per, warnings = parse_dropin(out, {"gpu0", "gpu1"})
     assert host == {"rack": "r7", "cores": "64", "ratio": "1.5", "fast": "true", "slow": "false"}
     assert per == {"gpu0": {"ecc": "on"}}
@@ -75,8 +96,9 @@ def test_numbers_keep_their_text():
     assert host == {"a": "1.50", "b": "1e3", "c": "-0"}
 
 
-@pytest.mark.parametrize("out", [b"", b"[]", b'"x"', b"{} {}", b'{"a": 1} trailing', b"{",
-                                 b'{"a": NaN}', b"\xff{}"])
+@pytest.mark.parametrize(
+    "out", [b"", b"[]", b'"x"', b"{} {}", b'{"a": 1} trailing', b"{", b'{"a": NaN}', b"\xff{}"]
+)
 def test_dropin_output_must_be_exactly_one_object(out):
     with pytest.raises(DropinError):
         parse_dropin(out, set())
@@ -115,7 +137,9 @@ def test_sheets_missing_unreadable_and_present(tmp_path):
     (tmp_path / "host.d" / "gpu0.md").write_text("gpu0 has ECC off")
     (tmp_path / "host.d" / "gpu1.md").mkdir()  # unreadable: left out, the stored copy stays
     assert sheets.read_sheets(str(tmp_path), ["gpu0", "gpu1", "gpu2"]) == (
-        "# Box\nbe nice\n", {"gpu0": "gpu0 has ECC off", "gpu2": ""})
+        "# Box\nbe nice\n",
+        {"gpu0": "gpu0 has ECC off", "gpu2": ""},
+    )
     (tmp_path / "host.md").unlink()
     (tmp_path / "host.md").mkdir()
     assert sheets.read_sheets(str(tmp_path), [])[0] is None
@@ -133,8 +157,15 @@ def fake(tmp_path, monkeypatch):
 
 def prober(tmp_path, *names: str) -> Prober:
     devices = tuple(DeviceConfig(n) for n in names)
-    return Prober(WorkerConfig(host="box", devices=devices, probe_dir=str(tmp_path / "probe.d"),
-                               probe_timeout=2.0, kill_grace=0.2))
+    return Prober(
+        WorkerConfig(
+            host="box",
+            devices=devices,
+            probe_dir=str(tmp_path / "probe.d"),
+            probe_timeout=2.0,
+            kill_grace=0.2,
+        )
+    )
 
 
 def test_nvidia_labels_land_on_gpu_devices_and_failures_preserve_them(tmp_path, fake):
@@ -223,7 +254,9 @@ def test_a_dropin_that_never_worked_covers_nothing(tmp_path, monkeypatch):
 def test_dropin_stdout_over_64k_is_a_failure(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
     d = tmp_path / "probe.d"
-    write_dropin(d, "10-big", """printf '{"a": "'; head -c 70000 /dev/zero | tr '\\0' x; echo '"}'""")
+    write_dropin(
+        d, "10-big", """printf '{"a": "'; head -c 70000 /dev/zero | tr '\\0' x; echo '"}'"""
+    )
     res = prober(tmp_path, "gpu0").run()
     assert "more than 65536 bytes" in res.failed["10-big"]
 
@@ -263,7 +296,9 @@ def test_gpu_leftovers(fake):
     assert leftovers.gpu_leftovers("GPU-fake-1", settle=0.2) == ""
     fake.add_app(1, 4343, "python train.py", 1024)
     assert leftovers.gpu_leftovers("GPU-fake-1", settle=0.2) == (
-        "GPU GPU-fake-1 still has compute processes: pid 4343 'python train.py' (1024 MiB)")
+        "GPU GPU-fake-1 still has compute processes: pid 4343 'python train.py' (1024 MiB)"
+    )
     fake.mode("broken")
     assert leftovers.gpu_leftovers("GPU-fake-1", settle=0.2).startswith(
-        "cannot check that GPU GPU-fake-1 is empty: nvidia-smi exited 9")
+        "cannot check that GPU GPU-fake-1 is empty: nvidia-smi exited 9"
+    )

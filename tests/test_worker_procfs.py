@@ -23,8 +23,10 @@ from rc.worker.supervise import Outcome
 from tests.harness import REPO, pid_alive, wait_until
 
 # Captured from a real /proc/PID/stat, then edited to stress the comm field.
-PLAIN = ("4242 (python3) S 4200 4242 4242 34816 4242 4194560 1234 0 0 0 12 3 0 0 20 0 1 0 "
-         "98765 24567808 2345 18446744073709551615 1 1 0 0 0 0 0 16781312 2 0 0 0 17 1 0 0 0 0 0")
+PLAIN = (
+    "4242 (python3) S 4200 4242 4242 34816 4242 4194560 1234 0 0 0 12 3 0 0 20 0 1 0 "
+    "98765 24567808 2345 18446744073709551615 1 1 0 0 0 0 0 16781312 2 0 0 0 17 1 0 0 0 0 0"
+)
 
 
 def test_parse_stat_plain():
@@ -50,8 +52,15 @@ def test_zombies_and_dead_are_not_live():
 
 
 def test_garbage_does_not_parse():
-    for text in ("", "4242", "4242 (x", "4242 (x) S", "x (y) S 1 2 3", "4242 (x) S a b c",
-                 ")( 1 2 3 4"):
+    for text in (
+        "",
+        "4242",
+        "4242 (x",
+        "4242 (x) S",
+        "x (y) S 1 2 3",
+        "4242 (x) S a b c",
+        ")( 1 2 3 4",
+    ):
         assert procfs.parse_stat(text) is None, text
 
 
@@ -61,16 +70,23 @@ def test_parse_stat_never_raises_on_arbitrary_bytes(data):
     assert st_ is None or isinstance(st_, procfs.ProcStat)
 
 
-@given(st.text(alphabet=st.characters(blacklist_characters="\x00"), max_size=64),
-       st.sampled_from("RSDZTtXI"), st.integers(0, 2**22), st.integers(0, 2**22),
-       st.integers(0, 2**22))
+@given(
+    st.text(alphabet=st.characters(blacklist_characters="\x00"), max_size=64),
+    st.sampled_from("RSDZTtXI"),
+    st.integers(0, 2**22),
+    st.integers(0, 2**22),
+    st.integers(0, 2**22),
+)
 def test_parse_stat_recovers_fields_whatever_the_comm(comm, state, ppid, pgrp, session):
     text = f"77 ({comm}) {state} {ppid} {pgrp} {session} 0 -1 4194560 0 0 0 0\n"
     assert procfs.parse_stat(text) == procfs.ProcStat(77, comm, state, ppid, pgrp, session)
 
 
-ENV_NAME = st.text(alphabet=st.characters(blacklist_characters="\x00=", blacklist_categories=("Cs",)),
-                   min_size=1, max_size=12)
+ENV_NAME = st.text(
+    alphabet=st.characters(blacklist_characters="\x00=", blacklist_categories=("Cs",)),
+    min_size=1,
+    max_size=12,
+)
 ENV_VALUE = st.binary(max_size=40).map(lambda b: b.replace(b"\0", b""))
 
 
@@ -104,23 +120,31 @@ def test_result_labels():
     assert label(Outcome(3), None, False, False).reason == "exited with code 3"
     r = label(Outcome(0), None, True, False)
     assert (r.state, r.reason) == ("killed", "stragglers reaped after exit")
-    assert label(Outcome(143, 15), "hold ended: its ttl of 1s was reached", False, True).state \
+    assert (
+        label(Outcome(143, 15), "hold ended: its ttl of 1s was reached", False, True).state
         == "succeeded"
+    )
 
 
 # -- real processes ------------------------------------------------------------
 
-IGNORE_TERM = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-               "open('{ready}', 'w').write('x'); time.sleep(60)")
+IGNORE_TERM = (
+    "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+    "open('{ready}', 'w').write('x'); time.sleep(60)"
+)
 
 
 def test_kill_reaches_a_child_that_ignores_sigterm(tmp_path):
     ready = tmp_path / "ready"
     child = [sys.executable, "-c", IGNORE_TERM.format(ready=ready)]
-    group = supervise.spawn(["sh", "-c", 'exec 3>&-; "$@" & echo $! > pid; wait', "sh", *child],
-                            cwd=str(tmp_path), env=dict(os.environ))
-    wait_until(lambda: ready.exists() and (tmp_path / "pid").read_text().strip(), 10,
-               "the child to start")
+    group = supervise.spawn(
+        ["sh", "-c", 'exec 3>&-; "$@" & echo $! > pid; wait', "sh", *child],
+        cwd=str(tmp_path),
+        env=dict(os.environ),
+    )
+    wait_until(
+        lambda: ready.exists() and (tmp_path / "pid").read_text().strip(), 10, "the child to start"
+    )
     pid = int((tmp_path / "pid").read_text())
     t0 = time.monotonic()
     outcome, survivors = supervise.kill_group(group, 0.5)
@@ -154,8 +178,13 @@ ZOMBIE_SCRIPT = textwrap.dedent("""
 
 def test_a_zombie_is_not_a_straggler(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    res = subprocess.run([sys.executable, "-c", ZOMBIE_SCRIPT], capture_output=True, env=env,
-                         timeout=30, cwd=tmp_path)
+    res = subprocess.run(
+        [sys.executable, "-c", ZOMBIE_SCRIPT],
+        capture_output=True,
+        env=env,
+        timeout=30,
+        cwd=tmp_path,
+    )
     assert res.returncode == 0, res.stderr
     got = json.loads(res.stdout)
     assert got["code"] == 0
@@ -169,12 +198,14 @@ def test_sweep_ends_setsid_escapees_by_their_job_id_only(tmp_path):
     env = {**os.environ, "RC_JOB_ID": job, "RC_WORKER_INSTANCE": "sweep-test"}
     ready = tmp_path / "ready"
     polite = supervise.spawn(["sleep", "60"], cwd=None, env=env)  # its own session
-    stubborn = supervise.spawn([sys.executable, "-c", IGNORE_TERM.format(ready=ready)], cwd=None,
-                               env=env)
+    stubborn = supervise.spawn(
+        [sys.executable, "-c", IGNORE_TERM.format(ready=ready)], cwd=None, env=env
+    )
     other_env = {**env, "RC_JOB_ID": job + "0"}
     bystander = supervise.spawn(["sleep", "60"], cwd=None, env=other_env)
-    foreign = supervise.spawn(["sleep", "60"], cwd=None,
-                              env={**env, "RC_WORKER_INSTANCE": "another-worker"})
+    foreign = supervise.spawn(
+        ["sleep", "60"], cwd=None, env={**env, "RC_WORKER_INSTANCE": "another-worker"}
+    )
     try:
         wait_until(ready.exists, 10, "the stubborn escapee to start")
         alive, complete = supervise.sweep_job(job, marker)
@@ -191,12 +222,12 @@ def test_sweep_ends_setsid_escapees_by_their_job_id_only(tmp_path):
 
 def test_sweep_spares_the_worker_and_its_ancestors(tmp_path):
     job = f"test-{uuid.uuid4().hex}"
-    code = ("import sys; from rc.worker import supervise; "
-            f"print(supervise.sweep_job({job!r}))")
+    code = f"import sys; from rc.worker import supervise; print(supervise.sweep_job({job!r}))"
     env = {**os.environ, "RC_JOB_ID": job, "PYTHONPATH": str(REPO)}
     # the sweeping process itself, and its parent sh, carry the job id
-    res = subprocess.run(["sh", "-c", f'{sys.executable} -c "$0"', code], env=env,
-                         capture_output=True, timeout=30)
+    res = subprocess.run(
+        ["sh", "-c", f'{sys.executable} -c "$0"', code], env=env, capture_output=True, timeout=30
+    )
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == b"([], True)"
 

@@ -30,8 +30,10 @@ ENV = dict(os.environ)
 
 
 def test_runner_keeps_the_head_of_stdout_and_the_tail_of_stderr(tmp_path):
-    s = make_script(tmp_path / "s", "printf 'A%.0s' $(seq 100); printf 'e%.0s' $(seq 50) >&2; "
-                                    "echo END >&2; exit 3")
+    s = make_script(
+        tmp_path / "s",
+        "printf 'A%.0s' $(seq 100); printf 'e%.0s' $(seq 50) >&2; echo END >&2; exit 3",
+    )
     res = script.run([str(s)], env=ENV, timeout=5, grace=0.5, out_cap=10, err_tail=8)
     assert not res.ok and res.describe() == "exited 3"
     assert res.out == b"A" * 10 and res.out_overflow
@@ -52,8 +54,10 @@ def test_runner_times_out_and_is_cancelled(tmp_path):
 
 
 def test_runner_reports_what_cannot_start(tmp_path):
-    assert script.run([str(tmp_path / "absent")], env=ENV, timeout=1, grace=1).describe() \
+    assert (
+        script.run([str(tmp_path / "absent")], env=ENV, timeout=1, grace=1).describe()
         == "run: No such file or directory"
+    )
     s = make_script(tmp_path / "noexec", "exit 0", mode=0o644)
     res = script.run([str(s)], env=ENV, timeout=1, grace=1)
     assert res.error == "Permission denied" and not res.ok
@@ -80,7 +84,7 @@ def test_verify_missing_dir_passes_and_clean_scripts_pass(tmp_path):
     d.mkdir()
     assert run_pass(d) is None
     make_script(d / "10-ok", "echo fine")
-    (d / "sub").mkdir()                                   # ignored
+    (d / "sub").mkdir()  # ignored
     make_script(d / "sub" / "fail", "exit 1")
     make_script(d / "20-not-executable", "exit 1", mode=0o644)  # skipped
     assert run_pass(d) is None
@@ -149,8 +153,11 @@ def test_verify_env_names_the_event_device_job_and_gpu(tmp_path):
     assert got["RC_EVENT"] == "verify" and got["RC_DEVICE"] == "box:gpu3"
     assert got["RC_JOB_ID"] == "42" and got["RC_SUBMITTER"] == "alice"
     assert got["CUDA_VISIBLE_DEVICES"] == "3" and got["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
-    assert not [k for k in got if k.startswith("RC_") and k not in
-                ("RC_EVENT", "RC_DEVICE", "RC_JOB_ID", "RC_SUBMITTER")]
+    assert not [
+        k
+        for k in got
+        if k.startswith("RC_") and k not in ("RC_EVENT", "RC_DEVICE", "RC_JOB_ID", "RC_SUBMITTER")
+    ]
 
 
 # -- lease hooks -------------------------------------------------------------------
@@ -221,8 +228,7 @@ def test_acquire_failure_and_cancel(hooked, tmp_path):
     h = make(on_acquire=bad)
     got = h.acquire(HookContext(7, "alice"), threading.Event())
     assert not got.ok and not got.cancelled
-    assert got.error == (f"acquire hook failed: {bad}: exited 3\n"
-                         "nvidia-persistenced: not running")
+    assert got.error == (f"acquire hook failed: {bad}: exited 3\nnvidia-persistenced: not running")
     assert not h.arm_release(got.epoch, HookContext(7, "alice"))  # failed: nothing to release
     slow = make_script(tmp_path / "slow-acquire", "sleep 30")
     h = make(on_acquire=slow)
@@ -238,9 +244,15 @@ def test_acquire_failure_and_cancel(hooked, tmp_path):
 def test_startup_release_pass_runs_every_release_hook_once(tmp_path):
     log = tmp_path / "events"
     rel = make_script(tmp_path / "release", f'echo "release $RC_DEVICE $RC_JOB_ID." >> {log}')
-    cfg = WorkerConfig(host="box", kill_grace=0.2,
-                       devices=(DeviceConfig("gpu0", on_release=str(rel)), DeviceConfig("gpu1"),
-                                DeviceConfig("gpu2", on_release=str(rel))))
+    cfg = WorkerConfig(
+        host="box",
+        kill_grace=0.2,
+        devices=(
+            DeviceConfig("gpu0", on_release=str(rel)),
+            DeviceConfig("gpu1"),
+            DeviceConfig("gpu2", on_release=str(rel)),
+        ),
+    )
     leases = Leases(cfg)
     leases.configure(list(cfg.devices))
     leases.startup_release_pass()

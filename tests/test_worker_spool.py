@@ -52,14 +52,17 @@ def site(tmp_path_factory, pyz):
     port = free_port()
     s = Site(root, pyz, listen=f"127.0.0.1:{port}")
     s.port = port
-    s.box = s.worker("spoolbox", f"""
+    s.box = s.worker(
+        "spoolbox",
+        f"""
 kill_grace = "1s"
 verify_dir = "{root}/none"
 probe_dir = "{root}/none"
 spool_dir = "{root}/spool"
 spool_max_bytes = {SPOOL_BYTES}
 devices = "cpu:1"
-""")
+""",
+    )
     yield s
     s.close()
 
@@ -90,14 +93,17 @@ def test_a_full_spool_loses_output_and_says_how_much(site, tmp_path):
     total = 12 << 20
     want = expected(total)
     got = outage(site, tmp_path, total)
-    m = re.search(rb"\n\[rc: (\d+) bytes of output lost here: the controller was unreachable "
-                  rb"and the worker's log spool was full\]\n", got)
+    m = re.search(
+        rb"\n\[rc: (\d+) bytes of output lost here: the controller was unreachable "
+        rb"and the worker's log spool was full\]\n",
+        got,
+    )
     assert m, got[-300:]
     kept = got[: m.start()]
-    assert want.startswith(kept)                      # in order, nothing invented
-    assert len(kept) > SPOOL_BYTES - (64 << 10)       # the spool was used to the full
-    assert len(kept) + int(m.group(1)) == len(want)   # every byte is accounted for
-    assert got[m.end():] == b""
+    assert want.startswith(kept)  # in order, nothing invented
+    assert len(kept) > SPOOL_BYTES - (64 << 10)  # the spool was used to the full
+    assert len(kept) + int(m.group(1)) == len(want)  # every byte is accounted for
+    assert got[m.end() :] == b""
 
 
 def test_spool_files_are_fifos_within_one_shared_budget(tmp_path):

@@ -14,8 +14,17 @@ import time
 import pytest
 
 from tests.harness import pid_alive, wait_until
-from tests.test_worker_e2e_kit import (Site, device, job, logs, proc_status, read_pid,
-                                       reset_peak_rss, submit, wait_state)
+from tests.test_worker_e2e_kit import (
+    Site,
+    device,
+    job,
+    logs,
+    proc_status,
+    read_pid,
+    reset_peak_rss,
+    submit,
+    wait_state,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -50,9 +59,15 @@ def run_job(site, command, **fields) -> dict:
 
 
 def test_job_environment(site, work):
-    j = run_job(site, [sys.executable, "-c",
-                       "import os; print(sorted((k, v) for k, v in os.environ.items() "
-                       "if k.startswith(('RC_', 'CUDA_'))))"])
+    j = run_job(
+        site,
+        [
+            sys.executable,
+            "-c",
+            "import os; print(sorted((k, v) for k, v in os.environ.items() "
+            "if k.startswith(('RC_', 'CUDA_'))))",
+        ],
+    )
     assert j["state"] == "succeeded", j
     env = dict(eval(logs(site.admin, j["id"])))  # noqa: S307 - our own job's repr output
     assert env["RC_JOB_ID"] == str(j["id"]) and env["RC_DEVICE"] == j["device_id"]
@@ -61,8 +76,10 @@ def test_job_environment(site, work):
 
 
 def test_a_child_ignoring_sigterm_is_killed_with_its_whole_tree(site, work):
-    script = (f"(trap '' TERM; exec sleep 300) & echo $! > {work}/child; "
-              f"(sleep 300) & echo $! > {work}/other; wait")
+    script = (
+        f"(trap '' TERM; exec sleep 300) & echo $! > {work}/child; "
+        f"(sleep 300) & echo $! > {work}/other; wait"
+    )
     job_id = submit(site.admin, ["sh", "-c", script], cwd=str(work))
     child, other = read_pid(work / "child"), read_pid(work / "other")
     t0 = time.monotonic()
@@ -75,9 +92,11 @@ def test_a_child_ignoring_sigterm_is_killed_with_its_whole_tree(site, work):
 
 
 def test_setsid_and_double_fork_escapees_are_swept(site, work):
-    script = (f"setsid sleep 300 & echo $! > {work}/setsid; "
-              f"(setsid sh -c 'sleep 300 & echo $! > {work}/double' &); "
-              f"while [ ! -s {work}/double ]; do sleep 0.05; done")
+    script = (
+        f"setsid sleep 300 & echo $! > {work}/setsid; "
+        f"(setsid sh -c 'sleep 300 & echo $! > {work}/double' &); "
+        f"while [ ! -s {work}/double ]; do sleep 0.05; done"
+    )
     j = run_job(site, ["sh", "-c", script], cwd=str(work))
     pids = [read_pid(work / "setsid"), read_pid(work / "double")]
     # they left the group, so the job itself is labelled by its own exit...
@@ -100,13 +119,18 @@ def test_trap_and_exit_0_after_a_kill_is_killed_not_succeeded(site, work):
 def test_death_by_signal_is_128_plus_n_and_killed(site):
     j = run_job(site, ["sh", "-c", "kill -USR1 $$"])
     assert (j["state"], j["exit_code"], j["kill_reason"]) == (
-        "killed", 128 + signal.SIGUSR1, "signal: SIGUSR1")
+        "killed",
+        128 + signal.SIGUSR1,
+        "signal: SIGUSR1",
+    )
 
 
 def test_a_zombie_left_behind_is_not_a_straggler(site):
     # the child exits at once and is never waited for: a zombie in the job's group
-    j = run_job(site, [sys.executable, "-c",
-                       "import os, time\nif os.fork() == 0: os._exit(0)\ntime.sleep(0.3)"])
+    j = run_job(
+        site,
+        [sys.executable, "-c", "import os, time\nif os.fork() == 0: os._exit(0)\ntime.sleep(0.3)"],
+    )
     assert (j["state"], j["exit_code"], j["kill_reason"]) == ("succeeded", 0, ""), j
 
 
@@ -120,8 +144,11 @@ def test_idle_timeout_trips_and_stderr_counts_as_output(site):
     j = run_job(site, ["sh", "-c", "echo hi; sleep 30"], idle_timeout_seconds=1)
     assert (j["state"], j["kill_reason"]) == ("killed", "idle: no output for 1s")
     assert logs(site.admin, j["id"]) == b"hi\n"
-    busy = run_job(site, ["sh", "-c", "for i in 1 2 3 4 5; do echo tick >&2; sleep 0.4; done"],
-                   idle_timeout_seconds=1)
+    busy = run_job(
+        site,
+        ["sh", "-c", "for i in 1 2 3 4 5; do echo tick >&2; sleep 0.4; done"],
+        idle_timeout_seconds=1,
+    )
     assert busy["state"] == "succeeded", busy
 
 
@@ -140,14 +167,18 @@ def test_512_mb_on_one_line_does_not_grow_the_worker(site):
     if not reset_peak_rss(pid):
         pytest.skip("cannot reset the worker's peak RSS here")
     mib = 512
-    code = ("import sys; b = b'x' * (1 << 20); w = sys.stdout.buffer.write\n"
-            f"for _ in range({mib}): w(b)\n")
+    code = (
+        "import sys; b = b'x' * (1 << 20); w = sys.stdout.buffer.write\n"
+        f"for _ in range({mib}): w(b)\n"
+    )
     j = run_job(site, [sys.executable, "-c", code])
     after = proc_status(pid)
     assert j["state"] == "succeeded", j
     grew_kib = after["VmHWM"] - before["VmRSS"]
-    print(f"worker RSS before {before['VmRSS']} KiB, peak during {after['VmHWM']} KiB, "
-          f"growth {grew_kib} KiB for {mib} MiB of output")
+    print(
+        f"worker RSS before {before['VmRSS']} KiB, peak during {after['VmHWM']} KiB, "
+        f"growth {grew_kib} KiB for {mib} MiB of output"
+    )
     assert grew_kib < 10 * 1024, (before, after)  # DESIGN.md §8: +10 MB at most
     stored = logs(site.admin, j["id"])  # the controller's 8 MiB cap kept the head
     assert stored.startswith(b"x" * (8 << 20)) and b"log truncated" in stored
@@ -155,8 +186,12 @@ def test_512_mb_on_one_line_does_not_grow_the_worker(site):
 
 def test_sigterm_to_the_worker_reports_running_jobs_and_exits_0(site, work):
     w = site.worker("leaving", CONFIG.format(root=site.root).replace("cpu:2", "cpu:1"))
-    job_id = submit(site.admin, ["sh", "-c", f"touch {work}/up; sleep 300"],
-                    device_id="leaving:cpu0", cwd=str(work))
+    job_id = submit(
+        site.admin,
+        ["sh", "-c", f"touch {work}/up; sleep 300"],
+        device_id="leaving:cpu0",
+        cwd=str(work),
+    )
     wait_until((work / "up").exists, 20, "the job to start")
     assert w.stop(signal.SIGTERM, timeout=30) == 0, w.log()
     j = job(site.admin, job_id)

@@ -23,14 +23,30 @@ GROUPS = ("run", "jobs", "devices", "admin", "relay", "copy", "local")
 """Modules of rc.cli that contribute subcommands, in help order."""
 
 VERBS = {
-    "run": "run", "hold": "run", "release": "run",
-    "jobs": "jobs", "logs": "jobs", "kill": "jobs", "ps": "jobs", "explain": "jobs",
-    "devices": "devices", "describe": "devices",
-    "token": "admin", "whoami": "admin", "clear": "admin", "retire": "admin",
-    "drain": "admin", "undrain": "admin", "events": "admin",
-    "shell": "relay", "exec": "relay",
+    "run": "run",
+    "hold": "run",
+    "release": "run",
+    "jobs": "jobs",
+    "logs": "jobs",
+    "kill": "jobs",
+    "ps": "jobs",
+    "explain": "jobs",
+    "devices": "devices",
+    "describe": "devices",
+    "token": "admin",
+    "whoami": "admin",
+    "clear": "admin",
+    "retire": "admin",
+    "drain": "admin",
+    "undrain": "admin",
+    "events": "admin",
+    "shell": "relay",
+    "exec": "relay",
     "cp": "copy",
-    "serve": "local", "worker": "local", "up": "local", "down": "local",
+    "serve": "local",
+    "worker": "local",
+    "up": "local",
+    "down": "local",
 }
 """Each verb and the GROUPS module that defines it, so that `rc devices` imports
 only rc.cli.devices and not the relay, copy and run machinery (DESIGN.md §8:
@@ -66,8 +82,11 @@ def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
 def add_client_flags(p: argparse.ArgumentParser) -> None:
     """--controller/--token/--cacert overrides, on every client command."""
     g = p.add_argument_group("connection")
-    g.add_argument("--controller", metavar="URL", help="controller URL (default: RC_CONTROLLER "
-                   "or the config file)")
+    g.add_argument(
+        "--controller",
+        metavar="URL",
+        help="controller URL (default: RC_CONTROLLER or the config file)",
+    )
     g.add_argument("--token", metavar="TOKEN", help=argparse.SUPPRESS)
     g.add_argument("--cacert", metavar="PEM", help="CA certificate to verify an https controller")
 

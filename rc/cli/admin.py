@@ -23,8 +23,13 @@ def add_parsers(sub) -> None:
     c = tsub.add_parser("create", help="create a token; prints its secret once")
     c.add_argument("name")
     c.add_argument("--role", choices=("user", "worker", "admin"), default="user")
-    c.add_argument("--expires", type=whole_seconds_arg, default=0, metavar="D",
-                   help="expire after D (e.g. 30d; default never)")
+    c.add_argument(
+        "--expires",
+        type=whole_seconds_arg,
+        default=0,
+        metavar="D",
+        help="expire after D (e.g. 30d; default never)",
+    )
     add_client_flags(c)
     c.set_defaults(handler="admin:cmd_token_create")
     ls = tsub.add_parser("list", help="tokens without their secrets")
@@ -64,8 +69,13 @@ def add_parsers(sub) -> None:
 
     p = sub.add_parser("events", help="the activity feed (-f to follow it)")
     p.add_argument("-f", "--follow", action="store_true", help="keep printing new events")
-    p.add_argument("--since", type=duration_seconds, default=0.0, metavar="D",
-                   help="only events from the last D (e.g. 1h)")
+    p.add_argument(
+        "--since",
+        type=duration_seconds,
+        default=0.0,
+        metavar="D",
+        help="only events from the last D (e.g. 1h)",
+    )
     p.add_argument("-n", "--limit", type=int, default=100, help="at most this many (default 100)")
     add_output_flag(p)
     add_client_flags(p)
@@ -73,8 +83,9 @@ def add_parsers(sub) -> None:
 
 
 def cmd_token_create(args: argparse.Namespace) -> int:
-    made = client(args).post("/v1/tokens", {"name": args.name, "role": args.role,
-                                            "expires_in_seconds": args.expires})
+    made = client(args).post(
+        "/v1/tokens", {"name": args.name, "role": args.role, "expires_in_seconds": args.expires}
+    )
     print(made["secret"])
     return 0
 
@@ -86,10 +97,22 @@ def cmd_token_list(args: argparse.Namespace) -> int:
         return 0
     rows = []
     for t in tokens:
-        status = "revoked" if t.get("revoked_at") else (
-            "expired" if t.get("expires_at") and t["expires_at"] <= time.time() else "live")
-        rows.append((t["name"], t["role"], status, t.get("host"), when(t["created_at"]),
-                     when(t.get("expires_at")), t.get("created_by")))
+        status = (
+            "revoked"
+            if t.get("revoked_at")
+            else ("expired" if t.get("expires_at") and t["expires_at"] <= time.time() else "live")
+        )
+        rows.append(
+            (
+                t["name"],
+                t["role"],
+                status,
+                t.get("host"),
+                when(t["created_at"]),
+                when(t.get("expires_at")),
+                t.get("created_by"),
+            )
+        )
     table(("NAME", "ROLE", "STATUS", "HOST", "CREATED", "EXPIRES", "BY"), rows)
     return 0
 
@@ -112,14 +135,20 @@ def cmd_clear(args: argparse.Namespace) -> int:
 
 def cmd_retire(args: argparse.Namespace) -> int:
     if not args.yes:
-        raise UsageError(f"retiring {args.device} removes it from the fleet; "
-                         f"run rc retire {args.device} --yes to do it")
+        raise UsageError(
+            f"retiring {args.device} removes it from the fleet; "
+            f"run rc retire {args.device} --yes to do it"
+        )
     print(client(args).delete(f"/v1/devices/{segment(args.device)}")["message"])
     return 0
 
 
 def cmd_drain(args: argparse.Namespace) -> int:
-    print(client(args).post(f"/v1/devices/{segment(args.device)}/drain", {"reason": args.reason})["message"])
+    print(
+        client(args).post(f"/v1/devices/{segment(args.device)}/drain", {"reason": args.reason})[
+            "message"
+        ]
+    )
     return 0
 
 
@@ -159,8 +188,9 @@ def cmd_events(args: argparse.Namespace) -> int:
         return 0
     try:
         while True:
-            got = c.get("/v1/events", params={"after": after, "wait": "50s", "limit": 1000},
-                        timeout=70)["events"]
+            got = c.get(
+                "/v1/events", params={"after": after, "wait": "50s", "limit": 1000}, timeout=70
+            )["events"]
             for e in got:
                 _emit(e, args.output)
                 after = e["id"]

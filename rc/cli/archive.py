@@ -33,8 +33,16 @@ from typing import BinaryIO
 
 from rc.proto.errors import RcError
 
-__all__ = ["ArchiveError", "Source", "scan", "send", "receive", "UPLOAD_SCRIPT",
-           "DOWNLOAD_SCRIPT", "BUFFER_BYTES"]
+__all__ = [
+    "ArchiveError",
+    "Source",
+    "scan",
+    "send",
+    "receive",
+    "UPLOAD_SCRIPT",
+    "DOWNLOAD_SCRIPT",
+    "BUFFER_BYTES",
+]
 
 BUFFER_BYTES = 1 << 20
 """Chunk size of the tar stream in both directions."""
@@ -101,7 +109,8 @@ def scan(src: str) -> Source:
                     raise ArchiveError(
                         f"{rel!r} is a symlink to {target!r}, outside what is copied; rc cp "
                         "never follows links out of the tree (copy the target itself, or "
-                        "remove the link)")
+                        "remove the link)"
+                    )
             elif stat.S_ISREG(lst.st_mode):
                 out.total_bytes += lst.st_size
                 out.files += 1
@@ -125,8 +134,13 @@ def _clean(ti: tarfile.TarInfo) -> tarfile.TarInfo | None:
 
 def send(src: Source, out: BinaryIO) -> None:
     """Write `src` as a tar stream to `out` (anything with write())."""
-    with tarfile.open(fileobj=out, mode="w|", format=tarfile.GNU_FORMAT, bufsize=BUFFER_BYTES,
-                      copybufsize=BUFFER_BYTES) as tar:
+    with tarfile.open(
+        fileobj=out,
+        mode="w|",
+        format=tarfile.GNU_FORMAT,
+        bufsize=BUFFER_BYTES,
+        copybufsize=BUFFER_BYTES,
+    ) as tar:
         tar.add(src.root, arcname=src.name, recursive=True, filter=_clean)
 
 
@@ -140,15 +154,19 @@ def _checker(state: dict) -> Callable[[tarfile.TarInfo, str], tarfile.TarInfo]:
             raise ArchiveError(f"refusing {name!r}: it would land outside the destination")
         top = state.setdefault("top", parts[0])
         if parts[0] != top:
-            raise ArchiveError(f"refusing {name!r}: the archive has more than one top-level "
-                               f"entry ({top!r} came first)")
+            raise ArchiveError(
+                f"refusing {name!r}: the archive has more than one top-level "
+                f"entry ({top!r} came first)"
+            )
         clean_name = "/".join(parts)
         if m.issym() and not _inside(top, posixpath.dirname(clean_name), m.linkname):
-            raise ArchiveError(f"refusing {name!r}: a symlink to {m.linkname!r}, outside "
-                               "what is copied")
+            raise ArchiveError(
+                f"refusing {name!r}: a symlink to {m.linkname!r}, outside what is copied"
+            )
         if m.islnk() and not _inside(top, "", m.linkname):
-            raise ArchiveError(f"refusing {name!r}: a hard link to {m.linkname!r}, outside "
-                               "what is copied")
+            raise ArchiveError(
+                f"refusing {name!r}: a hard link to {m.linkname!r}, outside what is copied"
+            )
         if not (m.isreg() or m.isdir() or m.issym() or m.islnk()):
             raise ArchiveError(f"refusing {name!r}: a device, fifo or other special file")
         safe = tarfile.data_filter(m, dest)
@@ -165,13 +183,15 @@ def receive(stream: BinaryIO, dest: str) -> str:
     entry that is refused and for an archive with nothing in it, and
     tarfile.TarError for a damaged one."""
     state: dict = {}
-    with tarfile.open(fileobj=stream, mode="r|", bufsize=BUFFER_BYTES,
-                      copybufsize=BUFFER_BYTES) as tar:
+    with tarfile.open(
+        fileobj=stream, mode="r|", bufsize=BUFFER_BYTES, copybufsize=BUFFER_BYTES
+    ) as tar:
         try:
             tar.extractall(dest, filter=_checker(state))
         except KeyError as e:  # tarfile: a link to a member the stream never held
-            raise ArchiveError(f"refusing a link whose target is not in the archive ({e.args[0]})"
-                               ) from None
+            raise ArchiveError(
+                f"refusing a link whose target is not in the archive ({e.args[0]})"
+            ) from None
     if "top" not in state:
         raise ArchiveError("the archive is empty")
     return state["top"]

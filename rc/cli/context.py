@@ -12,8 +12,17 @@ from rc.proto.client import Client
 from rc.proto.duration import DurationError, parse_duration
 from rc.proto.errors import RcError
 
-__all__ = ["client", "duration_seconds", "whole_seconds_arg", "UsageError", "stderr",
-           "job_cwd", "hangup_interrupts", "Hangup", "interrupt_cause"]
+__all__ = [
+    "client",
+    "duration_seconds",
+    "whole_seconds_arg",
+    "UsageError",
+    "stderr",
+    "job_cwd",
+    "hangup_interrupts",
+    "Hangup",
+    "interrupt_cause",
+]
 
 
 class UsageError(RcError):
@@ -33,11 +42,13 @@ def client(args: argparse.Namespace, *, timeout: float = 60.0) -> Client:
     cacert = getattr(args, "cacert", None) or cfg.cacert or None
     if not token:
         raise RcError(
-            f"no token: set RC_TOKEN, or put token = \"...\" in {cfg.path} (rc up writes one)"
+            f'no token: set RC_TOKEN, or put token = "..." in {cfg.path} (rc up writes one)'
         )
     if not valid_token_text(token):
-        raise RcError("the token (RC_TOKEN or the config file) is not valid: a token is printable "
-                      "ASCII without spaces, like rc_...")
+        raise RcError(
+            "the token (RC_TOKEN or the config file) is not valid: a token is printable "
+            "ASCII without spaces, like rc_..."
+        )
     return Client(url, token, timeout=timeout, cacert=cacert)
 
 
@@ -63,7 +74,8 @@ def device_arg(text: str) -> str:
 
     if not valid_device_id(text):
         raise argparse.ArgumentTypeError(
-            f"{text!r} is not a device id (host:name, e.g. gpu-box:gpu0; see rc devices)")
+            f"{text!r} is not a device id (host:name, e.g. gpu-box:gpu0; see rc devices)"
+        )
     return text
 
 
@@ -96,6 +108,7 @@ def hangup_interrupts() -> None:
     """Make SIGTERM and SIGHUP (a closed terminal, a killed shell) act as
     Ctrl-C (raising Hangup), so a command that cleans up on Ctrl-C (cancel a
     queued job, release a hold) does the same when its terminal goes away."""
+
     def interrupt(signum, frame):
         raise Hangup(signal.Signals(signum).name)
 

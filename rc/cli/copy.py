@@ -39,16 +39,24 @@ PROGRESS_EVERY_S = 0.25
 def add_parsers(sub) -> None:
     from rc.cli import add_client_flags
 
-    p = sub.add_parser("cp", help="copy files or directories to or from a device",
-                       description="Copy SRC to DST, one of them on a device written "
-                       "host:name:path (a relative remote path is relative to the home "
-                       "directory there). DST ending in '/' or naming an existing directory "
-                       "means 'into it'. Uses your hold on the device if you have one.")
+    p = sub.add_parser(
+        "cp",
+        help="copy files or directories to or from a device",
+        description="Copy SRC to DST, one of them on a device written "
+        "host:name:path (a relative remote path is relative to the home "
+        "directory there). DST ending in '/' or naming an existing directory "
+        "means 'into it'. Uses your hold on the device if you have one.",
+    )
     p.add_argument("src", metavar="SRC")
     p.add_argument("dst", metavar="DST")
-    p.add_argument("--hold", type=int, default=None, metavar="ID",
-                   help="copy inside this hold of yours (default: your hold on that device, "
-                   "if any; else a short job on the free device)")
+    p.add_argument(
+        "--hold",
+        type=int,
+        default=None,
+        metavar="ID",
+        help="copy inside this hold of yours (default: your hold on that device, "
+        "if any; else a short job on the free device)",
+    )
     add_client_flags(p)
     p.set_defaults(handler="copy:cmd_cp")
 
@@ -74,8 +82,7 @@ def parse_location(text: str) -> str | Remote:
             raise UsageError(f"{text!r} has no path after the device; e.g. {head}:/tmp/")
         return Remote(head, path)
     if head and ":" not in head and "/" not in head and path.startswith("/"):
-        raise UsageError(f"{text!r} names no device: write host:name:path, "
-                         f"e.g. {head}:gpu0:{path}")
+        raise UsageError(f"{text!r} names no device: write host:name:path, e.g. {head}:gpu0:{path}")
     return text
 
 
@@ -175,11 +182,12 @@ def _choose(c: Client, device: str, hold: int | None) -> _Place:
             stderr(f"copying inside your hold {view['job_id']} on {device}")
             return _Place(device, hold=view["job_id"])
         if holder == me:
-            raise RcError(f"{device} is busy with your job {view.get('job_id')}; wait for it, "
-                          "or copy inside a hold (rc hold, then rc cp --hold ID)")
+            raise RcError(
+                f"{device} is busy with your job {view.get('job_id')}; wait for it, "
+                "or copy inside a hold (rc hold, then rc cp --hold ID)"
+            )
         reason = f" ({view['reason']})" if view.get("reason") else ""
-        raise RcError(f"{device} is {what} by {holder}{reason}; rc cp needs the device to "
-                      "itself")
+        raise RcError(f"{device} is {what} by {holder}{reason}; rc cp needs the device to itself")
     return _Place(device)
 
 
@@ -188,16 +196,23 @@ def _start(c: Client, place: _Place, command: list[str]) -> None:
         view = open_session(c, place.hold, {"stdio": "pipe", "command": command})
         place.sid = view["session_id"]
         return
-    body = {"device_id": place.device, "command": command, "stdio": "pipe", "no_wait": True,
-            "idempotency_key": uuid.uuid4().hex}
+    body = {
+        "device_id": place.device,
+        "command": command,
+        "stdio": "pipe",
+        "no_wait": True,
+        "idempotency_key": uuid.uuid4().hex,
+    }
     from rc.cli.run import submit
 
     try:
         place.job_id = submit(c, body)["job"]["id"]
     except ApiError as e:
         if e.code == "no_device_available":
-            raise RcError(f"{place.device} is busy right now; try again, or copy inside a hold "
-                          "of yours (rc cp --hold ID)") from None
+            raise RcError(
+                f"{place.device} is busy right now; try again, or copy inside a hold "
+                "of yours (rc cp --hold ID)"
+            ) from None
         raise
 
 
@@ -212,8 +227,9 @@ def _remote_failure(c: Client, place: _Place) -> str | None:
             return None
         why = f"{job['state']}" + (f" ({job['kill_reason']})" if job.get("kill_reason") else "")
         with contextlib.suppress(RcError):
-            log = c.request("GET", f"/v1/jobs/{place.job_id}/logs",
-                            params={"follow": "0"}).body.decode("utf-8", "replace")
+            log = c.request(
+                "GET", f"/v1/jobs/{place.job_id}/logs", params={"follow": "0"}
+            ).body.decode("utf-8", "replace")
             if log.strip():
                 why += ": " + log.strip()[-STDERR_SHOWN:]
         return why
@@ -231,8 +247,9 @@ def cmd_cp(args: argparse.Namespace) -> int:
     if isinstance(src, Remote) and isinstance(dst, Remote):
         raise UsageError("copy between a device and here: only one side may be host:name:path")
     if not isinstance(src, Remote) and not isinstance(dst, Remote):
-        raise UsageError("one side must be on a device, written host:name:path "
-                         "(e.g. gpu-box:gpu0:/data/)")
+        raise UsageError(
+            "one side must be on a device, written host:name:path (e.g. gpu-box:gpu0:/data/)"
+        )
     c = client(args)
     if isinstance(dst, Remote):
         return _upload(c, src, dst, args.hold)
@@ -329,8 +346,10 @@ def _download(c: Client, src: Remote, dst: str, hold: int | None) -> int:
             raise RcError(f"copy from {src.device} refused: {local_error}")
         target = os.path.join(parent, final)
         if os.path.isdir(target) and not os.path.islink(target) and os.listdir(target):
-            raise RcError(f"{target} is a directory that is not empty; rc cp never merges "
-                          "into one (remove it, or copy to another name)")
+            raise RcError(
+                f"{target} is a directory that is not empty; rc cp never merges "
+                "into one (remove it, or copy to another name)"
+            )
         try:
             os.rename(os.path.join(tmp, top), target)
         except OSError as e:
@@ -352,4 +371,3 @@ def _remove_tree(path: str) -> None:
             func(p)
 
     shutil.rmtree(path, onerror=writable)
-

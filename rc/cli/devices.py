@@ -26,8 +26,14 @@ def add_parsers(sub) -> None:
     from rc.cli import add_client_flags
 
     p = sub.add_parser("devices", help="every device, its state and who holds it")
-    p.add_argument("-s", "--select", "--selector", dest="selector", metavar="SELECTOR",
-                   help="only devices matching this selector")
+    p.add_argument(
+        "-s",
+        "--select",
+        "--selector",
+        dest="selector",
+        metavar="SELECTOR",
+        help="only devices matching this selector",
+    )
     add_output_flag(p)
     add_client_flags(p)
     p.set_defaults(handler="devices:cmd_devices")
@@ -79,8 +85,15 @@ def cmd_devices(args: argparse.Namespace) -> int:
         if elapsed and v.get("max_runtime_seconds"):
             elapsed += f"/{duration(v['max_runtime_seconds'])}"
         what = "hold" if v.get("kind") == "hold" else command_text(v.get("command") or [], 40)
-        rows.append((v["device"]["id"], state_words(v), _holder(v), elapsed,
-                     what if v.get("holder") else ""))
+        rows.append(
+            (
+                v["device"]["id"],
+                state_words(v),
+                _holder(v),
+                elapsed,
+                what if v.get("holder") else "",
+            )
+        )
     table(("DEVICE", "STATE", "HOLDER", "ELAPSED", "COMMAND"), rows)
     return 0
 
@@ -104,7 +117,9 @@ def cmd_describe(args: argparse.Namespace) -> int:
         print_line("  free" if d["state"] == "ready" and not d.get("draining") else "  no holder")
     print_line(f"  last heartbeat {age(v.get('heartbeat_age_seconds'))}")
     if d["state"] == "unhealthy":
-        print_line(f"  out of the pool: {d.get('quarantine_detail') or d.get('quarantine_reason') or 'unknown cause'}")
+        print_line(
+            f"  out of the pool: {d.get('quarantine_detail') or d.get('quarantine_reason') or 'unknown cause'}"
+        )
     if d.get("draining"):
         print_line(f"  draining: {d.get('drain_reason') or 'no reason given'}")
     if d.get("max_runtime_seconds"):
@@ -112,8 +127,10 @@ def cmd_describe(args: argparse.Namespace) -> int:
     print_line("LABELS")
     ages = info.get("label_age_seconds", {})
     for lb in sorted(info["labels"], key=lambda x: (x["key"], x["source"] != "detected")):
-        print_line(f"  {lb['key']}={lb['value']}  {lb['source']}  "
-              f"{age(ages.get(lb['key'] + '/' + lb['source']))}")
+        print_line(
+            f"  {lb['key']}={lb['value']}  {lb['source']}  "
+            f"{age(ages.get(lb['key'] + '/' + lb['source']))}"
+        )
     if not info["labels"]:
         print_line("  (none)")
     print_line("USAGE SHEET")

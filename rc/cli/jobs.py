@@ -29,8 +29,13 @@ def add_parsers(sub) -> None:
     p.add_argument("-n", "--limit", type=int, default=20, help="how many (1..1000, default 20)")
     p.add_argument("--device", default="", help="only jobs on this device")
     p.add_argument("--submitter", default="", help="only this submitter's jobs")
-    p.add_argument("--state", default="", choices=("",) + STATES, metavar="STATE",
-                   help="only jobs in this state")
+    p.add_argument(
+        "--state",
+        default="",
+        choices=("",) + STATES,
+        metavar="STATE",
+        help="only jobs in this state",
+    )
     add_output_flag(p)
     add_client_flags(p)
     p.set_defaults(handler="jobs:cmd_jobs")
@@ -55,8 +60,14 @@ def add_parsers(sub) -> None:
     p = sub.add_parser("explain", help="why is my job waiting? (or: what does a selector match?)")
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("job", nargs="?", type=int, metavar="JOB", help="a queued job")
-    g.add_argument("-s", "--select", "--selector", dest="selector", metavar="SELECTOR",
-                   help="which devices match, which are free, how deep the queue is")
+    g.add_argument(
+        "-s",
+        "--select",
+        "--selector",
+        dest="selector",
+        metavar="SELECTOR",
+        help="which devices match, which are free, how deep the queue is",
+    )
     add_output_flag(p)
     add_client_flags(p)
     p.set_defaults(handler="jobs:cmd_explain")
@@ -94,8 +105,12 @@ def cmd_jobs(args: argparse.Namespace) -> int:
     if not 1 <= args.limit <= 1000:
         raise UsageError("--limit must be between 1 and 1000")
     c = client(args)
-    params = {"limit": args.limit, "device": args.device or None,
-              "submitter": args.submitter or None, "state": args.state or None}
+    params = {
+        "limit": args.limit,
+        "device": args.device or None,
+        "submitter": args.submitter or None,
+        "state": args.state or None,
+    }
     jobs = c.get("/v1/jobs", params=params)["jobs"]
     if args.output == "json":
         print_json(jobs)
@@ -103,8 +118,17 @@ def cmd_jobs(args: argparse.Namespace) -> int:
     rows = []
     for j in jobs:
         started, took = _started_and_duration(j)
-        rows.append((j["id"], j["device_id"] or j["selector"], _state(j), j["submitter"],
-                     started, took, _command(j)))
+        rows.append(
+            (
+                j["id"],
+                j["device_id"] or j["selector"],
+                _state(j),
+                j["submitter"],
+                started,
+                took,
+                _command(j),
+            )
+        )
     table(("JOB", "DEVICE", "STATE", "SUBMITTER", "STARTED", "DURATION", "COMMAND"), rows)
     return 0
 
@@ -138,21 +162,43 @@ def cmd_ps(args: argparse.Namespace) -> int:
     c = client(args)
     st = c.get("/v1/state")
     if args.output == "json":
-        print_json({"jobs": st["jobs"], "queued": st["queued"],
-                    "queue_positions": st["queue_positions"],
-                    "queued_waiting_seconds": st["queued_waiting_seconds"]})
+        print_json(
+            {
+                "jobs": st["jobs"],
+                "queued": st["queued"],
+                "queue_positions": st["queue_positions"],
+                "queued_waiting_seconds": st["queued_waiting_seconds"],
+            }
+        )
         return 0
     held_for = {v["job_id"]: v.get("elapsed_seconds") for v in st["devices"] if v.get("job_id")}
     rows = []
     for j in st["jobs"]:
-        rows.append((j["id"], j["device_id"], j["state"], j["submitter"], j["priority"],
-                     duration(held_for.get(j["id"])), _command(j)))
+        rows.append(
+            (
+                j["id"],
+                j["device_id"],
+                j["state"],
+                j["submitter"],
+                j["priority"],
+                duration(held_for.get(j["id"])),
+                _command(j),
+            )
+        )
     for j in st["queued"]:
         key = str(j["id"])
         pos = st["queue_positions"].get(key, 0)
-        rows.append((j["id"], j["device_id"] or j["selector"], f"queued (#{pos})",
-                     j["submitter"], j["priority"],
-                     duration(st["queued_waiting_seconds"].get(key)), _command(j)))
+        rows.append(
+            (
+                j["id"],
+                j["device_id"] or j["selector"],
+                f"queued (#{pos})",
+                j["submitter"],
+                j["priority"],
+                duration(st["queued_waiting_seconds"].get(key)),
+                _command(j),
+            )
+        )
     table(("JOB", "DEVICE", "STATE", "SUBMITTER", "PRIO", "FOR", "COMMAND"), rows)
     return 0
 
@@ -188,11 +234,15 @@ def cmd_explain(args: argparse.Namespace) -> int:
             return 0
         print(f"selector: {ex['selector']}")
         if not ex["matching"]:
-            print("no device matches it (rc devices lists the fleet, "
-                  "rc describe DEVICE a device's labels)")
+            print(
+                "no device matches it (rc devices lists the fleet, "
+                "rc describe DEVICE a device's labels)"
+            )
             return 0
-        views = {v["device"]["id"]: v for v in
-                 c.get("/v1/devices", params={"labels": "false"})["devices"]}
+        views = {
+            v["device"]["id"]: v
+            for v in c.get("/v1/devices", params={"labels": "false"})["devices"]
+        }
         for d in ex["matching"]:
             why = "free" if d in ex["free"] else _not_free(views.get(d))
             print_line(f"  {d}  {why}")  # stdout escapes the other control characters

@@ -34,7 +34,9 @@ STOP_TIMEOUT_S = 60.0
 
 def default_data_dir() -> Path:
     """$XDG_DATA_HOME/rc, else ~/.local/share/rc."""
-    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(
+        os.path.expanduser("~"), ".local", "share"
+    )
     return Path(base) / "rc"
 
 
@@ -42,6 +44,7 @@ def _in_range(parse, lo: float, hi: float, allowed: str, zero_ok: bool = False):
     """argparse type: `parse(text)` (a duration or an integer) within lo..hi
     (and 0 when `zero_ok`); out of range is a one-line usage error naming the
     allowed range (exit 2), at argument parsing."""
+
     def check(text: str):
         try:
             value = parse(text)
@@ -50,6 +53,7 @@ def _in_range(parse, lo: float, hi: float, allowed: str, zero_ok: bool = False):
         if not (lo <= value <= hi or (zero_ok and value == 0)):
             raise argparse.ArgumentTypeError(f"{text!r} is out of range: allowed {allowed}")
         return value
+
     check.__name__ = getattr(parse, "__name__", "value")
     return check
 
@@ -68,99 +72,169 @@ _D = duration_seconds
 def add_parsers(sub) -> None:
     from rc.cli import add_client_flags  # noqa: F401  (kept for symmetry)
 
-    p = sub.add_parser("serve", help="run the controller",
-                       description="Run the controller: API, scheduler, sweeper, dashboard.")
-    p.add_argument("--listen", default="127.0.0.1:8080", metavar="HOST:PORT",
-                   help="address to listen on (port 0 picks a free one; default %(default)s)")
-    p.add_argument("--data", default="/var/lib/rc", metavar="DIR",
-                   help="data directory: rc.db, logs/, admin.token (default %(default)s)")
+    p = sub.add_parser(
+        "serve",
+        help="run the controller",
+        description="Run the controller: API, scheduler, sweeper, dashboard.",
+    )
+    p.add_argument(
+        "--listen",
+        default="127.0.0.1:8080",
+        metavar="HOST:PORT",
+        help="address to listen on (port 0 picks a free one; default %(default)s)",
+    )
+    p.add_argument(
+        "--data",
+        default="/var/lib/rc",
+        metavar="DIR",
+        help="data directory: rc.db, logs/, admin.token (default %(default)s)",
+    )
     p.add_argument("--certfile", default="", help="TLS certificate (PEM); enables https")
     p.add_argument("--keyfile", default="", help="TLS private key (PEM)")
-    p.add_argument("--webhook-url", default=os.environ.get("RC_WEBHOOK_URL", ""),
-                   help="POST every activity-feed event here (default: $RC_WEBHOOK_URL)")
-    p.add_argument("--retain-disconnected-jobs", action="store_true",
-                   help="keep jobs of silent workers running instead of marking them lost")
-    p.add_argument("--aging",
-                   type=_in_range(_D, 1, 30 * _DAY, "0 (off) or 1s to 30d", True),
-                   default=600.0, metavar="D",
-                   help="a queued job gains one priority step per D waited (0: off; default 10m)")
-    p.add_argument("--max-devices-per-user",
-                   type=_in_range(_integer, 1, 1_000_000, "0 (no cap) or 1 to 1000000", True),
-                   default=0, metavar="N",
-                   help="most devices one user may hold at once (0: no cap)")
-    p.add_argument("--unknown-after",
-                   type=_in_range(_D, 1, _DAY, "1s to 1d"),
-                   default=30.0, metavar="D",
-                   help="silence after which a device shows unknown (default 30s)")
-    p.add_argument("--lost-after",
-                   type=_in_range(_D, 1, 30 * _DAY, "1s to 30d"),
-                   default=300.0, metavar="D",
-                   help="silence after which a device is quarantined and its jobs lost (5m)")
-    p.add_argument("--startup-grace",
-                   type=_in_range(_D, 0, _DAY, "0 to 1d"),
-                   default=30.0, metavar="D",
-                   help="after a start, nothing expires for this long (default 30s)")
-    p.add_argument("--lease-renewal",
-                   type=_in_range(_D, 1, 30 * _DAY, "1s to 30d"),
-                   default=900.0, metavar="D",
-                   help="a heartbeat keeps a running job's lease at least this long (15m)")
-    p.add_argument("--heartbeat-interval",
-                   type=_in_range(_D, 0.1, 3600, "100ms to 1h"),
-                   default=10.0, metavar="D",
-                   help="how often workers are told to heartbeat (default 10s)")
-    p.add_argument("--sweep-interval",
-                   type=_in_range(_D, 0.05, 3600, "50ms to 1h"),
-                   default=10.0, metavar="D",
-                   help="how often silent workers and expired leases are swept (10s)")
-    p.add_argument("--flap-limit",
-                   type=_in_range(_integer, 1, 1000, "1 to 1000"),
-                   default=3, metavar="N",
-                   help="automatic recoveries per device per --flap-window before a human "
-                   "must clear it (default 3)")
-    p.add_argument("--flap-window",
-                   type=_in_range(_D, 1, 30 * _DAY, "1s to 30d"),
-                   default=3600.0, metavar="D",
-                   help="the window of --flap-limit (default 1h)")
-    p.add_argument("--lease-default",
-                   type=_in_range(_D, 1, 30 * _DAY, "1s to 30d"),
-                   default=300.0, metavar="D",
-                   help="first lease of a job without a runtime, until a heartbeat renews it (5m)")
-    p.add_argument("--lease-grace",
-                   type=_in_range(_D, 1, 30 * _DAY, "1s to 30d"),
-                   default=600.0, metavar="D",
-                   help="a job's lease outlives its max runtime by this much (10m)")
-    p.add_argument("--log-cap",
-                   type=_in_range(_integer, 1024, 1 << 40, "1024 to 1099511627776 (1 TiB)"),
-                   default=256 << 20, metavar="BYTES",
-                   help="per-job log cap in bytes (default 256 MiB)")
+    p.add_argument(
+        "--webhook-url",
+        default=os.environ.get("RC_WEBHOOK_URL", ""),
+        help="POST every activity-feed event here (default: $RC_WEBHOOK_URL)",
+    )
+    p.add_argument(
+        "--retain-disconnected-jobs",
+        action="store_true",
+        help="keep jobs of silent workers running instead of marking them lost",
+    )
+    p.add_argument(
+        "--aging",
+        type=_in_range(_D, 1, 30 * _DAY, "0 (off) or 1s to 30d", True),
+        default=600.0,
+        metavar="D",
+        help="a queued job gains one priority step per D waited (0: off; default 10m)",
+    )
+    p.add_argument(
+        "--max-devices-per-user",
+        type=_in_range(_integer, 1, 1_000_000, "0 (no cap) or 1 to 1000000", True),
+        default=0,
+        metavar="N",
+        help="most devices one user may hold at once (0: no cap)",
+    )
+    p.add_argument(
+        "--unknown-after",
+        type=_in_range(_D, 1, _DAY, "1s to 1d"),
+        default=30.0,
+        metavar="D",
+        help="silence after which a device shows unknown (default 30s)",
+    )
+    p.add_argument(
+        "--lost-after",
+        type=_in_range(_D, 1, 30 * _DAY, "1s to 30d"),
+        default=300.0,
+        metavar="D",
+        help="silence after which a device is quarantined and its jobs lost (5m)",
+    )
+    p.add_argument(
+        "--startup-grace",
+        type=_in_range(_D, 0, _DAY, "0 to 1d"),
+        default=30.0,
+        metavar="D",
+        help="after a start, nothing expires for this long (default 30s)",
+    )
+    p.add_argument(
+        "--lease-renewal",
+        type=_in_range(_D, 1, 30 * _DAY, "1s to 30d"),
+        default=900.0,
+        metavar="D",
+        help="a heartbeat keeps a running job's lease at least this long (15m)",
+    )
+    p.add_argument(
+        "--heartbeat-interval",
+        type=_in_range(_D, 0.1, 3600, "100ms to 1h"),
+        default=10.0,
+        metavar="D",
+        help="how often workers are told to heartbeat (default 10s)",
+    )
+    p.add_argument(
+        "--sweep-interval",
+        type=_in_range(_D, 0.05, 3600, "50ms to 1h"),
+        default=10.0,
+        metavar="D",
+        help="how often silent workers and expired leases are swept (10s)",
+    )
+    p.add_argument(
+        "--flap-limit",
+        type=_in_range(_integer, 1, 1000, "1 to 1000"),
+        default=3,
+        metavar="N",
+        help="automatic recoveries per device per --flap-window before a human "
+        "must clear it (default 3)",
+    )
+    p.add_argument(
+        "--flap-window",
+        type=_in_range(_D, 1, 30 * _DAY, "1s to 30d"),
+        default=3600.0,
+        metavar="D",
+        help="the window of --flap-limit (default 1h)",
+    )
+    p.add_argument(
+        "--lease-default",
+        type=_in_range(_D, 1, 30 * _DAY, "1s to 30d"),
+        default=300.0,
+        metavar="D",
+        help="first lease of a job without a runtime, until a heartbeat renews it (5m)",
+    )
+    p.add_argument(
+        "--lease-grace",
+        type=_in_range(_D, 1, 30 * _DAY, "1s to 30d"),
+        default=600.0,
+        metavar="D",
+        help="a job's lease outlives its max runtime by this much (10m)",
+    )
+    p.add_argument(
+        "--log-cap",
+        type=_in_range(_integer, 1024, 1 << 40, "1024 to 1099511627776 (1 TiB)"),
+        default=256 << 20,
+        metavar="BYTES",
+        help="per-job log cap in bytes (default 256 MiB)",
+    )
     p.add_argument("--ready-fd", type=int, default=None, help=argparse.SUPPRESS)
     p.set_defaults(handler="local:cmd_serve")
 
-    p = sub.add_parser("worker", help="run the device agent on a GPU host (rc worker --help)",
-                       add_help=False)
+    p = sub.add_parser(
+        "worker", help="run the device agent on a GPU host (rc worker --help)", add_help=False
+    )
     p.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     p.set_defaults(handler="local:cmd_worker")
 
-    p = sub.add_parser("up", help="start a controller and a local worker (one-box deployment)",
-                       description="Start a controller and a worker for this host's devices. "
-                       "Writes the client config so the next rc run needs no flags.")
+    p = sub.add_parser(
+        "up",
+        help="start a controller and a local worker (one-box deployment)",
+        description="Start a controller and a worker for this host's devices. "
+        "Writes the client config so the next rc run needs no flags.",
+    )
     p.add_argument("-d", "--detach", action="store_true", help="run in the background")
-    p.add_argument("--data", default=None, metavar="DIR",
-                   help=f"data directory (default {default_data_dir()})")
-    p.add_argument("--listen", default="127.0.0.1:8080", metavar="HOST:PORT",
-                   help="controller address (default %(default)s; loopback unless --certfile "
-                   "or --insecure)")
-    p.add_argument("--devices", default="auto", metavar="auto|N",
-                   help="auto: the GPUs nvidia-smi lists, else 2 CPU devices; N: N CPU devices")
+    p.add_argument(
+        "--data", default=None, metavar="DIR", help=f"data directory (default {default_data_dir()})"
+    )
+    p.add_argument(
+        "--listen",
+        default="127.0.0.1:8080",
+        metavar="HOST:PORT",
+        help="controller address (default %(default)s; loopback unless --certfile or --insecure)",
+    )
+    p.add_argument(
+        "--devices",
+        default="auto",
+        metavar="auto|N",
+        help="auto: the GPUs nvidia-smi lists, else 2 CPU devices; N: N CPU devices",
+    )
     p.add_argument("--certfile", default="", help="TLS certificate for the controller")
     p.add_argument("--keyfile", default="", help="TLS private key for the controller")
-    p.add_argument("--insecure", action="store_true",
-                   help="allow a non-loopback --listen without TLS")
+    p.add_argument(
+        "--insecure", action="store_true", help="allow a non-loopback --listen without TLS"
+    )
     p.set_defaults(handler="local:cmd_up")
 
     p = sub.add_parser("down", help="stop what rc up -d started")
-    p.add_argument("--data", default=None, metavar="DIR",
-                   help=f"data directory (default {default_data_dir()})")
+    p.add_argument(
+        "--data", default=None, metavar="DIR", help=f"data directory (default {default_data_dir()})"
+    )
     p.set_defaults(handler="local:cmd_down")
 
 
@@ -169,8 +243,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         config = importlib.import_module("rc.controller.config")
         serve = importlib.import_module("rc.controller.serve")
     except ImportError as e:
-        raise RcError(f"rc serve needs the controller's packages ({e.name}); "
-                      "install rc with pip (the zipapp carries only worker and client)") from None
+        raise RcError(
+            f"rc serve needs the controller's packages ({e.name}); "
+            "install rc with pip (the zipapp carries only worker and client)"
+        ) from None
     cfg = config.ControllerConfig(
         data_dir=args.data,
         listen=args.listen,
@@ -237,15 +313,21 @@ def _is_loopback(listen: str) -> bool:
         return False
 
 
-def _spawn_ready(cmd: list[str], log, detach: bool, what: str, log_path: Path,
-                 extra_env: dict | None = None) -> tuple[subprocess.Popen, str]:
+def _spawn_ready(
+    cmd: list[str], log, detach: bool, what: str, log_path: Path, extra_env: dict | None = None
+) -> tuple[subprocess.Popen, str]:
     """Start `cmd` with `--ready-fd N` appended and wait (START_TIMEOUT_S) for
     the line it writes there once ready; returns the process and that line."""
     r, w = os.pipe()
     seen = log_path.stat().st_size if log_path.exists() else 0
-    proc = subprocess.Popen([*cmd, "--ready-fd", str(w)], pass_fds=(w,),
-                            stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                            start_new_session=detach)
+    proc = subprocess.Popen(
+        [*cmd, "--ready-fd", str(w)],
+        pass_fds=(w,),
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=log,
+        start_new_session=detach,
+    )
     os.close(w)
     deadline = time.monotonic() + START_TIMEOUT_S
     buf = b""
@@ -256,8 +338,10 @@ def _spawn_ready(cmd: list[str], log, detach: bool, what: str, log_path: Path,
                 raise RcError(f"the {what} did not start" + _tail(log_path, seen, detach))
             if time.monotonic() > deadline:
                 proc.terminate()
-                raise RcError(f"the {what} did not start within {START_TIMEOUT_S:.0f}s"
-                              + _tail(log_path, seen, detach))
+                raise RcError(
+                    f"the {what} did not start within {START_TIMEOUT_S:.0f}s"
+                    + _tail(log_path, seen, detach)
+                )
             try:
                 buf += os.read(r, 4096)
             except BlockingIOError:
@@ -316,16 +400,17 @@ def _wait_settled(c, host: str, log_hint: str) -> list[dict]:
     the devices (the `device` objects of GET /v1/devices)."""
     deadline = time.monotonic() + START_TIMEOUT_S
     while True:
-        mine = [v["device"] for v in c.get("/v1/devices")["devices"]
-                if v["device"]["host"] == host]
+        mine = [v["device"] for v in c.get("/v1/devices")["devices"] if v["device"]["host"] == host]
         if mine and all(d["state"] != "unknown" for d in mine):
             return mine
         if time.monotonic() > deadline:
             waiting = ", ".join(d["id"] for d in mine if d["state"] == "unknown")
-            raise RcError(f"the worker on {host} has not spoken to the controller within "
-                          f"{START_TIMEOUT_S:.0f}s" + (f" ({waiting} still unknown)" if waiting
-                                                       else " (it declared no device)")
-                          + f"; see {log_hint} and rc devices")
+            raise RcError(
+                f"the worker on {host} has not spoken to the controller within "
+                f"{START_TIMEOUT_S:.0f}s"
+                + (f" ({waiting} still unknown)" if waiting else " (it declared no device)")
+                + f"; see {log_hint} and rc devices"
+            )
         time.sleep(0.1)
 
 
@@ -348,21 +433,32 @@ def _out_of_pool(d: dict, as_admin: str, restart: str) -> str | None:
         detail = d.get("quarantine_detail") or ""
         why = f"{reason or 'quarantined'}: {detail}" if detail else (reason or "quarantined")
         if reason in REBOOT_CLEARABLE:
-            how = ("a process of the interrupted job may still be running. Once it has ended, "
-                   f"`{clear}` returns the device, and so does a restart ({restart}: the new "
-                   "worker finds nothing of the job left)")
+            how = (
+                "a process of the interrupted job may still be running. Once it has ended, "
+                f"`{clear}` returns the device, and so does a restart ({restart}: the new "
+                "worker finds nothing of the job left)"
+            )
         else:
             how = f"once you have seen to it, `{clear}` returns the device"
         return f"{dev} is out of the pool ({why}): {how}"
     if d.get("draining"):
         reason = d.get("drain_reason") or ""
-        return (f"{dev} is draining{f' ({reason})' if reason else ''}: it takes no new job "
-                f"until `{as_admin}rc undrain {dev}`")
+        return (
+            f"{dev} is draining{f' ({reason})' if reason else ''}: it takes no new job "
+            f"until `{as_admin}rc undrain {dev}`"
+        )
     return None
 
 
-def _say_out_of_pool(mine: list[dict], host: str, data: Path, args: argparse.Namespace,
-                     url: str, points_here: bool, foreground: bool) -> None:
+def _say_out_of_pool(
+    mine: list[dict],
+    host: str,
+    data: Path,
+    args: argparse.Namespace,
+    url: str,
+    points_here: bool,
+    foreground: bool,
+) -> None:
     """Name on stderr each of `mine` (this host's devices) that takes no job
     now, why, and how it returns. `foreground`: this process runs rc (so
     Ctrl-C stops it, not rc down)."""
@@ -417,8 +513,10 @@ def cmd_up(args: argparse.Namespace) -> int:
     if not host_port[1] or not host_port[2].isdigit() or int(host_port[2]) > 65535:
         raise UsageError(f"--listen {args.listen!r}: use HOST:PORT, e.g. 127.0.0.1:8080")
     if not _is_loopback(args.listen) and not args.certfile and not args.insecure:
-        raise UsageError(f"--listen {args.listen} is not a loopback address: give --certfile and "
-                         "--keyfile for TLS, or --insecure to serve plain HTTP on the network")
+        raise UsageError(
+            f"--listen {args.listen} is not a loopback address: give --certfile and "
+            "--keyfile for TLS, or --insecure to serve plain HTTP on the network"
+        )
     if args.devices != "auto" and not (args.devices.isdigit() and int(args.devices) > 0):
         raise UsageError(f"--devices {args.devices!r}: use auto or a number of CPU devices")
     data.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -429,20 +527,27 @@ def cmd_up(args: argparse.Namespace) -> int:
     host = re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname().split(".")[0] or "localhost")
     if serve_pid and worker_pid:
         # Not an error: `pip install . && rc up -d && rc run ...` can be re-run.
-        stderr(f"already up: controller at {st.get('url')} (pid {serve_pid}), worker pid "
-               f"{worker_pid}; stop both with rc down" + (f" --data {data}" if args.data else ""))
+        stderr(
+            f"already up: controller at {st.get('url')} (pid {serve_pid}), worker pid "
+            f"{worker_pid}; stop both with rc down" + (f" --data {data}" if args.data else "")
+        )
         try:  # best effort: a device out of the pool would leave rc run waiting
             url = st["url"]
             admin = Client(url, (data / "admin.token").read_text().strip(), timeout=5)
-            mine = [v["device"] for v in admin.get("/v1/devices")["devices"]
-                    if v["device"]["host"] == host]
+            mine = [
+                v["device"]
+                for v in admin.get("/v1/devices")["devices"]
+                if v["device"]["host"] == host
+            ]
             _say_out_of_pool(mine, host, data, args, url, _config_points_at(url), False)
         except (RcError, OSError, KeyError, TypeError, ValueError):
             pass
         return 0
     if (serve_pid or worker_pid) and not args.detach:
-        raise UsageError("part of an earlier rc up -d still runs; rc up -d restarts what is "
-                         "missing, or rc down stops it")
+        raise UsageError(
+            "part of an earlier rc up -d still runs; rc up -d restarts what is "
+            "missing, or rc down stops it"
+        )
     serve_log_path, worker_log_path = data / "serve.log", data / "worker.log"
     serve_log = open(serve_log_path, "ab") if args.detach else None
     worker_log = open(worker_log_path, "ab") if args.detach else None
@@ -457,8 +562,9 @@ def cmd_up(args: argparse.Namespace) -> int:
             cmd = [sys.executable, "-m", "rc", "serve", "--listen", listen, "--data", str(data)]
             if args.certfile:
                 cmd += ["--certfile", args.certfile, "--keyfile", args.keyfile]
-            controller, url = _spawn_ready(cmd, serve_log, args.detach, "controller",
-                                           serve_log_path)
+            controller, url = _spawn_ready(
+                cmd, serve_log, args.detach, "controller", serve_log_path
+            )
             serve_pid = controller.pid
         admin = Client(url, (data / "admin.token").read_text().strip())
         token_file = data / WORKER_TOKEN_FILE
@@ -478,12 +584,26 @@ def cmd_up(args: argparse.Namespace) -> int:
                 stderr(f"updated {cfg_path}: the controller is now at {url}")
             else:
                 points_here = False
-                stderr(f"note: {cfg_path} points at {existing.get('controller', 'nothing')}, "
-                       f"not {url}; set RC_CONTROLLER or edit it")
+                stderr(
+                    f"note: {cfg_path} points at {existing.get('controller', 'nothing')}, "
+                    f"not {url}; set RC_CONTROLLER or edit it"
+                )
         if not worker_pid:
             devices = "auto" if args.devices == "auto" else f"cpu:{args.devices}"
-            cmd = [sys.executable, "-m", "rc", "worker", "--controller", url,
-                   "--token-file", str(token_file), "--devices", devices, "--host", host]
+            cmd = [
+                sys.executable,
+                "-m",
+                "rc",
+                "worker",
+                "--controller",
+                url,
+                "--token-file",
+                str(token_file),
+                "--devices",
+                devices,
+                "--host",
+                host,
+            ]
             worker, _ = _spawn_ready(cmd, worker_log, args.detach, "worker", worker_log_path)
             worker_pid = worker.pid
     except BaseException:
@@ -498,11 +618,15 @@ def cmd_up(args: argparse.Namespace) -> int:
     # Both parts run and the worker has registered (or was already running):
     # rc is up. Record them before anything else can fail, so that rc down
     # and the next rc up find them.
-    state_path.write_text(json.dumps({"url": url, "serve_pid": serve_pid,
-                                      "worker_pid": worker_pid, "data": str(data)}))
+    state_path.write_text(
+        json.dumps(
+            {"url": url, "serve_pid": serve_pid, "worker_pid": worker_pid, "data": str(data)}
+        )
+    )
     try:
-        mine = _wait_settled(admin, host, str(worker_log_path) if args.detach
-                             else "the messages above")
+        mine = _wait_settled(
+            admin, host, str(worker_log_path) if args.detach else "the messages above"
+        )
     except BaseException:
         if not args.detach:  # the foreground rc up owns its children (it started both)
             for proc, what in ((worker, "worker"), (controller, "controller")):
@@ -510,12 +634,16 @@ def cmd_up(args: argparse.Namespace) -> int:
                     _stop(proc, what)
             state_path.unlink(missing_ok=True)
         raise
-    stderr(f"up: controller at {url}, worker on {host} with {', '.join(d['id'] for d in mine)}; "
-           f"the admin token is in {data / 'admin.token'}")
+    stderr(
+        f"up: controller at {url}, worker on {host} with {', '.join(d['id'] for d in mine)}; "
+        f"the admin token is in {data / 'admin.token'}"
+    )
     _say_out_of_pool(mine, host, data, args, url, points_here, not args.detach)
     if args.detach:
-        stderr(f"running in the background (logs in {data}); stop with: rc down"
-               + (f" --data {data}" if args.data else ""))
+        stderr(
+            f"running in the background (logs in {data}); stop with: rc down"
+            + (f" --data {data}" if args.data else "")
+        )
         return 0
     stderr("press Ctrl-C to stop")
     return _supervise(controller, worker, state_path)
@@ -537,8 +665,11 @@ def _supervise(controller: subprocess.Popen, worker: subprocess.Popen, state_pat
     finally:
         for s, h in old.items():
             signal.signal(s, h)
-        died = [what for what, p in (("worker", worker), ("controller", controller))
-                if p.poll() is not None]
+        died = [
+            what
+            for what, p in (("worker", worker), ("controller", controller))
+            if p.poll() is not None
+        ]
         _stop(worker, "worker")
         _stop(controller, "controller")
         state_path.unlink(missing_ok=True)

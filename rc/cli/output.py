@@ -11,8 +11,19 @@ from typing import Any
 from rc.proto.codec import encode
 from rc.proto.duration import format_duration
 
-__all__ = ["table", "print_json", "age", "when", "duration", "command_text", "add_output_flag",
-           "escape_controls", "EscapingStream", "one_line", "print_line"]
+__all__ = [
+    "table",
+    "print_json",
+    "age",
+    "when",
+    "duration",
+    "command_text",
+    "add_output_flag",
+    "escape_controls",
+    "EscapingStream",
+    "one_line",
+    "print_line",
+]
 
 _KEPT = "\n\t\r"
 
@@ -21,7 +32,10 @@ def escape_controls(text: str) -> str:
     """`text` with every control character but newline, tab and carriage
     return shown as an escape (ESC → \\x1b): what other users wrote (a hold
     reason, a command, a label) can never drive the terminal reading it."""
-    if text.isprintable() or text.replace("\n", "").replace("\t", "").replace("\r", "").isprintable():
+    if (
+        text.isprintable()
+        or text.replace("\n", "").replace("\t", "").replace("\r", "").isprintable()
+    ):
         return text  # the common case, at C speed (a whole table is one write)
     return "".join(c if c.isprintable() or c in _KEPT else repr(c)[1:-1] for c in text)
 
@@ -56,8 +70,13 @@ class EscapingStream:
 
 def add_output_flag(p) -> None:
     """The `-o text|json` option every listing takes."""
-    p.add_argument("-o", "--output", choices=("text", "json"), default="text",
-                   help="output format (json prints the records on stdout)")
+    p.add_argument(
+        "-o",
+        "--output",
+        choices=("text", "json"),
+        default="text",
+        help="output format (json prints the records on stdout)",
+    )
 
 
 def print_json(obj: Any) -> None:
@@ -73,8 +92,10 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
     for row in cells:
         for i, v in enumerate(row):
             widths[i] = max(widths[i], len(v))
-    lines = ["  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip()
-             for row in (list(headers), *cells)]
+    lines = [
+        "  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip()
+        for row in (list(headers), *cells)
+    ]
     sys.stdout.write("\n".join(lines) + "\n")
 
 

@@ -44,8 +44,16 @@ from rc.proto.client import Client
 from rc.proto.errors import ApiError, RcError, TransportError
 from rc.proto.relay import Download, Upload, data_frame, resize_frame
 
-__all__ = ["add_parsers", "cmd_run_tty", "cmd_shell", "cmd_exec", "LocalTerminal",
-           "open_halves", "open_session", "wait_session"]
+__all__ = [
+    "add_parsers",
+    "cmd_run_tty",
+    "cmd_shell",
+    "cmd_exec",
+    "LocalTerminal",
+    "open_halves",
+    "open_session",
+    "wait_session",
+]
 
 TTY_CHUNK = 4096
 """Bytes of keyboard input per frame (inventory §10)."""
@@ -58,14 +66,22 @@ OVER_GRACE_S = 5.0
 
 def add_parsers(sub) -> None:
 
-    _session_parser(sub, "shell", "a terminal on a device you hold (no second lease)",
-                    "Open a terminal inside hold HOLD: a login shell on the device's host with "
-                    "its CUDA_VISIBLE_DEVICES, or CMD. It ends when the hold ends.",
-                    "what to run instead of the login shell")
-    _session_parser(sub, "exec", "run a command inside a hold, stdin and stdout piped through",
-                    "Run CMD inside hold HOLD with this stdin and stdout wired through byte for "
-                    "byte; its stderr is shown when it ends. Exits with CMD's exit code.",
-                    "the command and its arguments")
+    _session_parser(
+        sub,
+        "shell",
+        "a terminal on a device you hold (no second lease)",
+        "Open a terminal inside hold HOLD: a login shell on the device's host with "
+        "its CUDA_VISIBLE_DEVICES, or CMD. It ends when the hold ends.",
+        "what to run instead of the login shell",
+    )
+    _session_parser(
+        sub,
+        "exec",
+        "run a command inside a hold, stdin and stdout piped through",
+        "Run CMD inside hold HOLD with this stdin and stdout wired through byte for "
+        "byte; its stderr is shown when it ends. Exits with CMD's exit code.",
+        "the command and its arguments",
+    )
 
 
 def _session_parser(sub, name: str, help: str, description: str, command_help: str) -> None:
@@ -74,10 +90,20 @@ def _session_parser(sub, name: str, help: str, description: str, command_help: s
 
     p = sub.add_parser(name, help=help, description=description)
     p.add_argument("hold", type=int, metavar="HOLD")
-    p.add_argument("--cwd", default=None, help="working directory on the device's host "
-                   "(default: the current directory, else the home directory there)")
-    p.add_argument("-e", "--env", action="append", default=[], metavar="KEY=VALUE",
-                   help="an environment variable (repeatable)")
+    p.add_argument(
+        "--cwd",
+        default=None,
+        help="working directory on the device's host "
+        "(default: the current directory, else the home directory there)",
+    )
+    p.add_argument(
+        "-e",
+        "--env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an environment variable (repeatable)",
+    )
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD", help=command_help)
     add_client_flags(p)
     p.set_defaults(handler=f"relay:cmd_{name}", session_parser=p)
@@ -89,7 +115,7 @@ def _command(args: argparse.Namespace) -> list[str]:
     so `rc exec 42 --cwd data -- ls` would otherwise run "--cwd")."""
     raw = list(args.command)
     if "--" in raw:
-        head, raw = raw[:raw.index("--")], raw[raw.index("--") + 1:]
+        head, raw = raw[: raw.index("--")], raw[raw.index("--") + 1 :]
     elif raw[:1] and raw[0].startswith("-"):
         head, raw = raw, []  # options and no command: a login shell
     else:
@@ -121,7 +147,8 @@ class LocalTerminal:
         for fd in (1, self.fd, 2):
             try:
                 rows, cols, _, _ = struct.unpack(
-                    "HHHH", fcntl.ioctl(fd, termios.TIOCGWINSZ, b"\0" * 8))
+                    "HHHH", fcntl.ioctl(fd, termios.TIOCGWINSZ, b"\0" * 8)
+                )
                 if rows and cols:
                     return rows, cols
             except OSError:
@@ -213,11 +240,12 @@ def _pump_stdin(up: Upload, fd: int, term: LocalTerminal | None, wake: int) -> N
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
 
 
-def splice(up: Upload, down: Download, term: LocalTerminal | None,
-           over: Callable[[], None] | None = None) -> bool:
+def splice(
+    up: Upload, down: Download, term: LocalTerminal | None, over: Callable[[], None] | None = None
+) -> bool:
     """Copy stdin into the session and its output to stdout until the output
     ends. `term` is the terminal for tty mode (None: pipe mode). `over` blocks
     until the job or session has ended; the output then gets OVER_GRACE_S
@@ -267,8 +295,11 @@ def wait_session(c: Client, hold: int, sid: int, give_up_after: float = 300.0) -
     state, failing_since = "", None
     while True:
         try:
-            view = c.get(f"/v1/jobs/{hold}/sessions/{sid}",
-                         params={"wait": "50s", "state": state}, timeout=65)
+            view = c.get(
+                f"/v1/jobs/{hold}/sessions/{sid}",
+                params={"wait": "50s", "state": state},
+                timeout=65,
+            )
             failing_since = None
         except TransportError:
             now = time.monotonic()
@@ -290,8 +321,10 @@ def _final_job(c: Client, job_id: int, clean: bool) -> dict:
     try:
         return wait_terminal(c, job_id, give_up_after=None if clean else 5.0)
     except TransportError:
-        raise RcError(f"lost the connection to the controller; job {job_id} may still be "
-                      f"running (rc ps, rc kill {job_id})") from None
+        raise RcError(
+            f"lost the connection to the controller; job {job_id} may still be "
+            f"running (rc ps, rc kill {job_id})"
+        ) from None
 
 
 def _session_code(c: Client, view: dict) -> int:
@@ -362,10 +395,18 @@ def cmd_shell(args: argparse.Namespace) -> int:
     with LocalTerminal(0) as term:
         term.raw()  # keys typed from now on, Ctrl-C included, are for the far side
         rows, cols = term.size()
-        view = open_session(c, args.hold, {
-            "stdio": "tty", "command": command,
-            "cwd": job_cwd(args.cwd),
-            "env": _env(args.env, True), "rows": rows, "cols": cols})
+        view = open_session(
+            c,
+            args.hold,
+            {
+                "stdio": "tty",
+                "command": command,
+                "cwd": job_cwd(args.cwd),
+                "env": _env(args.env, True),
+                "rows": rows,
+                "cols": cols,
+            },
+        )
         sid = view["session_id"]
         up, down = open_halves(c, f"/v1/jobs/{args.hold}/sessions/{sid}")
         clean = splice(up, down, term, _session_over(c, args.hold, sid))
@@ -376,8 +417,9 @@ def _final_session(c: Client, hold: int, sid: int, clean: bool) -> dict:
     try:
         return wait_session(c, hold, sid, give_up_after=300.0 if clean else 5.0)
     except TransportError:
-        raise RcError(f"lost the connection to the controller during session {sid} of hold "
-                      f"{hold}") from None
+        raise RcError(
+            f"lost the connection to the controller during session {sid} of hold {hold}"
+        ) from None
 
 
 def cmd_exec(args: argparse.Namespace) -> int:
@@ -385,10 +427,16 @@ def cmd_exec(args: argparse.Namespace) -> int:
     if not command:
         raise UsageError("give a command after --, e.g. rc exec 42 -- python3 train.py")
     c = client(args)
-    view = open_session(c, args.hold, {
-        "stdio": "pipe", "command": command,
-        "cwd": job_cwd(args.cwd),
-        "env": _env(args.env, False)})
+    view = open_session(
+        c,
+        args.hold,
+        {
+            "stdio": "pipe",
+            "command": command,
+            "cwd": job_cwd(args.cwd),
+            "env": _env(args.env, False),
+        },
+    )
     sid = view["session_id"]
     up, down = open_halves(c, f"/v1/jobs/{args.hold}/sessions/{sid}")
     try:
@@ -398,8 +446,9 @@ def cmd_exec(args: argparse.Namespace) -> int:
     final = _final_session(c, args.hold, sid, clean)
     if final.get("stderr"):
         if final.get("stderr_dropped"):
-            sys.stderr.write(f"[rc: {final['stderr_dropped']} earlier bytes of stderr "
-                             "were not kept]\n")
+            sys.stderr.write(
+                f"[rc: {final['stderr_dropped']} earlier bytes of stderr were not kept]\n"
+            )
         sys.stderr.write(final["stderr"])
         sys.stderr.flush()
     return _session_code(c, final)

@@ -58,51 +58,98 @@ def priority_arg(text: str) -> int:
 
 def _target_flags(p: argparse.ArgumentParser, required: bool) -> None:
     g = p.add_mutually_exclusive_group(required=required)
-    g.add_argument("-d", "--device", type=device_arg, metavar="DEVICE",
-                   help="a specific device, host:name")
-    g.add_argument("-s", "--select", "--selector", dest="selector", metavar="SELECTOR",
-                   help="any device matching the selector, e.g. 'model=h100,vram>=40G'")
+    g.add_argument(
+        "-d", "--device", type=device_arg, metavar="DEVICE", help="a specific device, host:name"
+    )
+    g.add_argument(
+        "-s",
+        "--select",
+        "--selector",
+        dest="selector",
+        metavar="SELECTOR",
+        help="any device matching the selector, e.g. 'model=h100,vram>=40G'",
+    )
 
 
 def add_parsers(sub) -> None:
     from rc.cli import add_client_flags
 
-    p = sub.add_parser("run", help="run a command on a device and stream its output",
-                       description="Run CMD on a device matching the target (any device by "
-                       "default), stream its output, exit with its exit code.")
+    p = sub.add_parser(
+        "run",
+        help="run a command on a device and stream its output",
+        description="Run CMD on a device matching the target (any device by "
+        "default), stream its output, exit with its exit code.",
+    )
     _target_flags(p, required=False)
-    p.add_argument("--priority", type=priority_arg, default=0,
-                   help="-10..10, higher first (default 0)")
-    p.add_argument("--max-runtime", type=whole_seconds_arg, default=0, metavar="D",
-                   help="kill it after D (default: the device's ceiling)")
-    p.add_argument("--idle-timeout", type=whole_seconds_arg, default=0, metavar="D",
-                   help="kill it after D without output")
-    p.add_argument("--cwd", default=None, help="working directory on the device's host "
-                   "(default: the current directory)")
-    p.add_argument("-e", "--env", action="append", default=[], metavar="KEY=VALUE",
-                   help="an environment variable for the job (repeatable)")
-    p.add_argument("--no-wait", action="store_true",
-                   help="fail at once (exit 1) unless a device is free now")
-    p.add_argument("--detach", action="store_true",
-                   help="print the job id once submitted and return")
+    p.add_argument(
+        "--priority", type=priority_arg, default=0, help="-10..10, higher first (default 0)"
+    )
+    p.add_argument(
+        "--max-runtime",
+        type=whole_seconds_arg,
+        default=0,
+        metavar="D",
+        help="kill it after D (default: the device's ceiling)",
+    )
+    p.add_argument(
+        "--idle-timeout",
+        type=whole_seconds_arg,
+        default=0,
+        metavar="D",
+        help="kill it after D without output",
+    )
+    p.add_argument(
+        "--cwd",
+        default=None,
+        help="working directory on the device's host (default: the current directory)",
+    )
+    p.add_argument(
+        "-e",
+        "--env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an environment variable for the job (repeatable)",
+    )
+    p.add_argument(
+        "--no-wait", action="store_true", help="fail at once (exit 1) unless a device is free now"
+    )
+    p.add_argument(
+        "--detach", action="store_true", help="print the job id once submitted and return"
+    )
     p.add_argument("--tty", action="store_true", help="an interactive terminal on the device")
-    p.add_argument("--as", dest="as_user", default="", metavar="NAME",
-                   help="submit on someone's behalf (admin tokens only)")
-    p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD",
-                   help="the command and its arguments")
+    p.add_argument(
+        "--as",
+        dest="as_user",
+        default="",
+        metavar="NAME",
+        help="submit on someone's behalf (admin tokens only)",
+    )
+    p.add_argument(
+        "command", nargs=argparse.REMAINDER, metavar="-- CMD", help="the command and its arguments"
+    )
     add_client_flags(p)
     p.set_defaults(handler="run:cmd_run")
 
-    p = sub.add_parser("hold", help="hold a device for yourself (with --ttl and --reason)",
-                       description="Take a device for a person: it stays yours until the ttl, "
-                       "rc release, or Ctrl-C.")
+    p = sub.add_parser(
+        "hold",
+        help="hold a device for yourself (with --ttl and --reason)",
+        description="Take a device for a person: it stays yours until the ttl, "
+        "rc release, or Ctrl-C.",
+    )
     _target_flags(p, required=True)
-    p.add_argument("--ttl", type=whole_seconds_arg, required=True, metavar="D",
-                   help="how long to hold it (e.g. 2h)")
+    p.add_argument(
+        "--ttl",
+        type=whole_seconds_arg,
+        required=True,
+        metavar="D",
+        help="how long to hold it (e.g. 2h)",
+    )
     p.add_argument("--reason", required=True, help="what it is for (shown to everyone)")
     p.add_argument("--priority", type=priority_arg, default=0, help="-10..10 (default 0)")
-    p.add_argument("--detach", action="store_true",
-                   help="print the hold id once granted and return")
+    p.add_argument(
+        "--detach", action="store_true", help="print the hold id once granted and return"
+    )
     p.add_argument("--as", dest="as_user", default="", metavar="NAME", help=argparse.SUPPRESS)
     add_client_flags(p)
     p.set_defaults(handler="run:cmd_hold")
@@ -134,8 +181,9 @@ def _target(args) -> tuple[dict, str]:
     return {"selector": sel}, ("any device" if sel == ANY else f"selector {sel!r}")
 
 
-def submit_run(c: Client, args: argparse.Namespace, command: list[str], env: dict[str, str],
-               stdio: str = "") -> tuple[dict, str]:
+def submit_run(
+    c: Client, args: argparse.Namespace, command: list[str], env: dict[str, str], stdio: str = ""
+) -> tuple[dict, str]:
     """Submit what `rc run` was asked for (stdio "" or "tty"); returns the
     JobView and a label for the target. Raises ApiError as the controller
     refused (--no-wait on a busy target: no_device_available, one line)."""
@@ -192,8 +240,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     if job is None:
         return 130
     stderr(f"job {job['id']} on {job['device_id']}")
-    still = (f"job {job['id']} is still running on {job['device_id']} "
-             f"(rc logs -f {job['id']} to follow it, rc kill {job['id']} to stop it)")
+    still = (
+        f"job {job['id']} is still running on {job['device_id']} "
+        f"(rc logs -f {job['id']} to follow it, rc kill {job['id']} to stop it)"
+    )
     try:
         follow_log(c, job["id"], sys.stdout.buffer)
     except KeyboardInterrupt:
@@ -222,15 +272,23 @@ def wait_started(c: Client, job: dict, position: int, label: str) -> dict | None
                 stderr(f"queued at position {position} for {label} (job {job['id']})")
                 shown = position
             try:
-                view = c.get(f"/v1/jobs/{job['id']}",
-                             params={"wait": f"{QUEUE_POLL_WAIT_S:g}s", "state": "queued",
-                                     "position": position}, timeout=QUEUE_POLL_WAIT_S + 15)
+                view = c.get(
+                    f"/v1/jobs/{job['id']}",
+                    params={
+                        "wait": f"{QUEUE_POLL_WAIT_S:g}s",
+                        "state": "queued",
+                        "position": position,
+                    },
+                    timeout=QUEUE_POLL_WAIT_S + 15,
+                )
                 failures = 0
             except TransportError:
                 failures += 1
                 if failures >= 16:
-                    raise RcError(f"lost track of job {job['id']} (it may still be queued or "
-                                  "running; see rc ps)") from None
+                    raise RcError(
+                        f"lost track of job {job['id']} (it may still be queued or "
+                        "running; see rc ps)"
+                    ) from None
                 time.sleep(min(0.5 * failures, 5.0))
                 continue
             job, position = view["job"], view.get("queue_position", 0)
@@ -266,8 +324,7 @@ def _post_kill(c: Client, job_id: int, reason: str) -> str:
         c.post(f"/v1/jobs/{job_id}/kill", {"reason": reason}, timeout=CANCEL_TIMEOUT_S)
         return ""
     except ApiError as e:
-        return "it had already ended" if e.code == "not_cancellable" else \
-            f"{e.code}: {e.message}"
+        return "it had already ended" if e.code == "not_cancellable" else f"{e.code}: {e.message}"
     except TransportError as e:
         return str(e)
 
@@ -279,9 +336,12 @@ def follow_log(c: Client, job_id: int, out, offset: int = 0, follow: bool = True
     delay = 0.2
     while True:
         try:
-            for chunk in c.stream("GET", f"/v1/jobs/{job_id}/logs",
-                                  params={"offset": offset, "follow": "1" if follow else "0"},
-                                  timeout=60.0):
+            for chunk in c.stream(
+                "GET",
+                f"/v1/jobs/{job_id}/logs",
+                params={"offset": offset, "follow": "1" if follow else "0"},
+                timeout=60.0,
+            ):
                 out.write(chunk)
                 out.flush()
                 offset += len(chunk)
@@ -290,8 +350,9 @@ def follow_log(c: Client, job_id: int, out, offset: int = 0, follow: bool = True
                 return offset
             state = c.get(f"/v1/jobs/{job_id}", timeout=10.0)["job"]["state"]
             if state in TERMINAL:
-                rest = c.request("GET", f"/v1/jobs/{job_id}/logs",
-                                 params={"offset": offset, "follow": "0"}).body
+                rest = c.request(
+                    "GET", f"/v1/jobs/{job_id}/logs", params={"offset": offset, "follow": "0"}
+                ).body
                 if rest:
                     out.write(rest)
                     out.flush()
@@ -321,8 +382,11 @@ def wait_terminal(c: Client, job_id: int, give_up_after: float | None = RECONNEC
     state, failing_since, delay = "", None, 0.5
     while True:
         try:
-            job = c.get(f"/v1/jobs/{job_id}", params={"wait": "50s", "state": state,
-                                                        "position": 0}, timeout=65)["job"]
+            job = c.get(
+                f"/v1/jobs/{job_id}",
+                params={"wait": "50s", "state": state, "position": 0},
+                timeout=65,
+            )["job"]
             failing_since, delay = None, 0.5
             if job["state"] in TERMINAL:
                 return job
@@ -367,9 +431,15 @@ def cmd_hold(args: argparse.Namespace) -> int:
         raise UsageError("--ttl must be positive")
     c = client(args)
     target, label = _target(args)
-    body = {**target, "kind": "hold", "max_runtime_seconds": args.ttl, "reason": args.reason,
-            "priority": args.priority, "idempotency_key": uuid.uuid4().hex,
-            "as_user": args.as_user}
+    body = {
+        **target,
+        "kind": "hold",
+        "max_runtime_seconds": args.ttl,
+        "reason": args.reason,
+        "priority": args.priority,
+        "idempotency_key": uuid.uuid4().hex,
+        "as_user": args.as_user,
+    }
     view = submit(c, body)
     hold_id = view["job"]["id"]
     hangup_interrupts()
@@ -379,14 +449,19 @@ def cmd_hold(args: argparse.Namespace) -> int:
             return 130
         job = _wait_running(c, job)
         if job["state"] != "running":
-            raise RcError(f"hold {hold_id} ended before it was granted ({job['state']}: "
-                          f"{job.get('kill_reason') or 'no reason given'})")
+            raise RcError(
+                f"hold {hold_id} ended before it was granted ({job['state']}: "
+                f"{job.get('kill_reason') or 'no reason given'})"
+            )
         if args.detach:
             print(hold_id, flush=True)
             return 0
         started = job.get("started_at") or time.time()
-        print(f"hold {hold_id} granted on {job['device_id']} until {when(started + args.ttl)} "
-              f"({format_duration(args.ttl)})", flush=True)
+        print(
+            f"hold {hold_id} granted on {job['device_id']} until {when(started + args.ttl)} "
+            f"({format_duration(args.ttl)})",
+            flush=True,
+        )
         stderr(f"end it with rc release {hold_id}, or Ctrl-C here")
         job = wait_terminal(c, hold_id, give_up_after=None)
     except KeyboardInterrupt as e:
@@ -403,8 +478,11 @@ def _wait_running(c: Client, job: dict) -> dict:
     failures = 0
     while job["state"] == "assigned":
         try:
-            job = c.get(f"/v1/jobs/{job['id']}", params={"wait": "20s", "state": "assigned",
-                                                          "position": 0}, timeout=35)["job"]
+            job = c.get(
+                f"/v1/jobs/{job['id']}",
+                params={"wait": "20s", "state": "assigned", "position": 0},
+                timeout=35,
+            )["job"]
             failures = 0
         except TransportError:
             failures += 1

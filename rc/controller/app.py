@@ -73,8 +73,10 @@ class _Envelope:
 
     def __init__(self, app: ASGIApp, instance: str) -> None:
         self.app = app
-        self.headers = [(INSTANCE_HEADER.lower().encode(), instance.encode()),
-                        (b"x-content-type-options", b"nosniff")]
+        self.headers = [
+            (INSTANCE_HEADER.lower().encode(), instance.encode()),
+            (b"x-content-type-options", b"nosniff"),
+        ]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -94,22 +96,32 @@ class _Envelope:
         except Exception:
             log.exception("unhandled error in %s %s", scope.get("method"), scope.get("path"))
             if not started:
-                resp = error_response(500, ErrorCode.INTERNAL,
-                                      "internal error (the controller log has the details)")
+                resp = error_response(
+                    500, ErrorCode.INTERNAL, "internal error (the controller log has the details)"
+                )
                 await resp(scope, receive, send_with_header)
 
 
 async def _internal(request: Request, exc: Exception) -> Response:
-    return error_response(500, ErrorCode.INTERNAL,
-                          "internal error (the controller log has the details)")
+    return error_response(
+        500, ErrorCode.INTERNAL, "internal error (the controller log has the details)"
+    )
 
 
 def build_app(ctl: Controller) -> ASGIApp:
     """The ASGI application serving `ctl`."""
     app = Starlette(
-        routes=[*workers.routes, *jobs.routes, *devices.routes, *admin.routes,
-                *stream.routes, *metrics.routes, *dashboard.routes, *relay.routes,
-                *docs.routes],
+        routes=[
+            *workers.routes,
+            *jobs.routes,
+            *devices.routes,
+            *admin.routes,
+            *stream.routes,
+            *metrics.routes,
+            *dashboard.routes,
+            *relay.routes,
+            *docs.routes,
+        ],
         exception_handlers={
             Refused: _refused,
             HTTPException: _http_exception,

@@ -91,8 +91,9 @@ class Controller:
         self._plan_pending: tuple | None = None
         self.metrics = Metrics(self)
         """Prometheus registry and hooks (`metrics.relay_sessions`, `metrics.webhook_dropped`)."""
-        self.relay = Relay(config.relay_alone_timeout, config.limits.relay_sessions_per_user,
-                           self.hub.notify)
+        self.relay = Relay(
+            config.relay_alone_timeout, config.limits.relay_sessions_per_user, self.hub.notify
+        )
         self.metrics.relay_sessions = lambda: float(self.relay.open_sessions())
 
     # -- life cycle ------------------------------------------------------
@@ -110,7 +111,9 @@ class Controller:
         except OSError as e:
             raise StartupError(f"data dir {self.data} is not writable: {e.strerror or e}") from None
         self.logs = LogStore(
-            self.data / "logs", self.cfg.limits.log_cap_bytes, lambda j: self.hub.notify([f"log:{j}"])
+            self.data / "logs",
+            self.cfg.limits.log_cap_bytes,
+            lambda j: self.hub.notify([f"log:{j}"]),
         )
         self.db.after_batch = self._pass
         self.db.on_commit = self.hub.notify
@@ -189,8 +192,11 @@ class Controller:
         """
         version = self._plan_version
         cached = self._plan
-        if cached is not None and cached[0] == version and \
-                time.monotonic() - cached[1] < PLAN_MAX_AGE_S:
+        if (
+            cached is not None
+            and cached[0] == version
+            and time.monotonic() - cached[1] < PLAN_MAX_AGE_S
+        ):
             return cached[2]
         pending = self._plan_pending
         if pending is not None and pending[0] == version:
@@ -258,6 +264,7 @@ class Controller:
         memory which assigned jobs it already handed out (the worker never
         starts a job id twice, so a re-delivery after a restart is harmless).
         """
+
         def read(tx: Tx):
             assigned = tx.all("jobs_assigned_to", (worker_id,))
             due = tx.scalar("count_kills_due", (worker_id, tx.now - self.cfg.kill_redelivery))

@@ -61,22 +61,27 @@ def page() -> Page:
         if tag in block.lower():
             raise ValueError(f"an inlined block contains {tag}>")
     html = html.replace(CSS_MARK, css).replace(JS_MARK, js)
-    csp = "; ".join([
-        "default-src 'none'",
-        f"script-src {_sha256(js)}",
-        f"style-src {_sha256(css)}",
-        "img-src data:",
-        "connect-src 'self'",
-        "base-uri 'none'",
-        "form-action 'none'",
-        "frame-ancestors 'none'",
-    ])
-    return Page(html.encode(), {
-        "Content-Security-Policy": csp,
-        "Cache-Control": "no-store",
-        "Referrer-Policy": "no-referrer",
-        "X-Frame-Options": "DENY",
-    })
+    csp = "; ".join(
+        [
+            "default-src 'none'",
+            f"script-src {_sha256(js)}",
+            f"style-src {_sha256(css)}",
+            "img-src data:",
+            "connect-src 'self'",
+            "base-uri 'none'",
+            "form-action 'none'",
+            "frame-ancestors 'none'",
+        ]
+    )
+    return Page(
+        html.encode(),
+        {
+            "Content-Security-Policy": csp,
+            "Cache-Control": "no-store",
+            "Referrer-Policy": "no-referrer",
+            "X-Frame-Options": "DENY",
+        },
+    )
 
 
 async def dashboard(request: Request) -> Response:

@@ -93,8 +93,9 @@ def register(tx: Tx, req: RegisterRequest, fleet: Fleet, th: Thresholds) -> bool
     prev = tx.one("worker_get", (host,))
     prev_boot = prev["boot_id"] if prev is not None else ""
     rebooted = bool(prev_boot and req.boot_id and prev_boot != req.boot_id)
-    same_process = bool(prev is not None and req.instance and not rebooted
-                        and prev["instance"] == req.instance)
+    same_process = bool(
+        prev is not None and req.instance and not rebooted and prev["instance"] == req.instance
+    )
     tx.exec("worker_upsert", (host, host, req.boot_id, req.instance, req.version, tx.now, tx.now))
     why = "host rebooted" if rebooted else "worker re-registered"
     named = set(req.running_job_ids)
@@ -104,17 +105,30 @@ def register(tx: Tx, req: RegisterRequest, fleet: Fleet, th: Thresholds) -> bool
         lose_job(tx, j["id"], j["device_id"], why)
         if rebooted:
             tx.exec("device_ready_if_busy_or_unknown", (j["device_id"],))
-        elif quarantine(tx, j["device_id"], QuarantineReason.REGISTRATION,
-                        f"job {j['id']} was running when the worker re-registered"):
-            feed.record(tx, EventKind.DEVICE_UNHEALTHY, device_id=j["device_id"], job_id=j["id"],
-                        text=f"quarantined: job {j['id']} was in flight when the worker "
-                             "re-registered, and nothing proves it is gone")
+        elif quarantine(
+            tx,
+            j["device_id"],
+            QuarantineReason.REGISTRATION,
+            f"job {j['id']} was running when the worker re-registered",
+        ):
+            feed.record(
+                tx,
+                EventKind.DEVICE_UNHEALTHY,
+                device_id=j["device_id"],
+                job_id=j["id"],
+                text=f"quarantined: job {j['id']} was in flight when the worker "
+                "re-registered, and nothing proves it is gone",
+            )
     if rebooted:
         for d in tx.all("devices_recoverable_on_worker", (host,)):
             tx.exec("device_unquarantine", (d["id"],))
-            feed.record(tx, EventKind.DEVICE_RECOVERED, device_id=d["id"],
-                        text=f"was quarantined for {d['quarantine_reason']}; the host rebooted "
-                             "(boot id changed)")
+            feed.record(
+                tx,
+                EventKind.DEVICE_RECOVERED,
+                device_id=d["id"],
+                text=f"was quarantined for {d['quarantine_reason']}; the host rebooted "
+                "(boot id changed)",
+            )
     existing = {r["name"]: r for r in tx.all("devices_of_worker", (host,))}
     declared = {d.name: d for d in req.devices}
     for name, decl in declared.items():
@@ -122,17 +136,25 @@ def register(tx: Tx, req: RegisterRequest, fleet: Fleet, th: Thresholds) -> bool
         if name in existing:
             tx.exec("device_reregister", (decl.max_runtime_seconds, tx.now, device_id))
         else:
-            tx.exec("device_insert", (device_id, host, name, host, decl.max_runtime_seconds,
-                                      tx.now, tx.now))
+            tx.exec(
+                "device_insert",
+                (device_id, host, name, host, decl.max_runtime_seconds, tx.now, tx.now),
+            )
     for name, r in existing.items():
         if name not in declared and tx.scalar("device_has_live_lease", (r["id"],)) == 0:
             _remove_device(tx, r["id"])
-            feed.record(tx, EventKind.DEVICE_RETIRED, device_id=r["id"], actor=host,
-                        text="no longer declared by its worker")
+            feed.record(
+                tx,
+                EventKind.DEVICE_RETIRED,
+                device_id=r["id"],
+                actor=host,
+                text="no longer declared by its worker",
+            )
     if req.recovery.proves():
         recover(tx, host, req.recovery, th)
-    set_labels(tx, host, tuple(declared), req.labels, req.declared_labels,
-               req.sheet, req.device_sheets)
+    set_labels(
+        tx, host, tuple(declared), req.labels, req.declared_labels, req.sheet, req.device_sheets
+    )
     fleet.invalidate()
     tx.schedule = True
     tx.notify("devices", "jobs")
@@ -152,14 +174,22 @@ def recover(tx: Tx, host: str, proof: RecoveryProof, th: Thresholds) -> list[str
     for d in tx.all("devices_recoverable_on_worker", (host,)):
         recent = tx.scalar("recoveries_count", (d["id"], tx.now - th.flap_window))
         if recent >= th.flap_limit:
-            feed.record(tx, EventKind.RECOVERY_REFUSED, device_id=d["id"],
-                        text=f"recovered {recent} times within {format_duration(th.flap_window)}; "
-                             "waiting for an admin (rc clear)")
+            feed.record(
+                tx,
+                EventKind.RECOVERY_REFUSED,
+                device_id=d["id"],
+                text=f"recovered {recent} times within {format_duration(th.flap_window)}; "
+                "waiting for an admin (rc clear)",
+            )
             continue
         tx.exec("device_unquarantine", (d["id"],))
         tx.exec("recovery_insert", (d["id"], tx.now, d["quarantine_reason"]))
-        feed.record(tx, EventKind.DEVICE_RECOVERED, device_id=d["id"],
-                    text=f"was quarantined for {d['quarantine_reason']}; {proof.summary()}")
+        feed.record(
+            tx,
+            EventKind.DEVICE_RECOVERED,
+            device_id=d["id"],
+            text=f"was quarantined for {d['quarantine_reason']}; {proof.summary()}",
+        )
         back.append(d["id"])
     if back:
         tx.schedule = True
@@ -274,12 +304,26 @@ def sweep(tx: Tx, th: Thresholds, started_at: float) -> int:
             job = tx.one("job_brief", (lease["job_id"],))
             if job is not None and job["state"] in ("assigned", "running"):
                 lose_job(tx, lease["job_id"], lease["device_id"], "lease expired")
-            feed.record(tx, EventKind.LEASE_EXPIRED, device_id=lease["device_id"],
-                        job_id=lease["job_id"], text="lease expired")
-            if quarantine(tx, lease["device_id"], QuarantineReason.LEASE_EXPIRED,
-                          f"the lease of job {lease['job_id']} expired"):
-                feed.record(tx, EventKind.DEVICE_UNHEALTHY, device_id=lease["device_id"],
-                            job_id=lease["job_id"], text="quarantined: lease expired")
+            feed.record(
+                tx,
+                EventKind.LEASE_EXPIRED,
+                device_id=lease["device_id"],
+                job_id=lease["job_id"],
+                text="lease expired",
+            )
+            if quarantine(
+                tx,
+                lease["device_id"],
+                QuarantineReason.LEASE_EXPIRED,
+                f"the lease of job {lease['job_id']} expired",
+            ):
+                feed.record(
+                    tx,
+                    EventKind.DEVICE_UNHEALTHY,
+                    device_id=lease["device_id"],
+                    job_id=lease["job_id"],
+                    text="quarantined: lease expired",
+                )
             changes += 1
     if changes:
         tx.notify("devices", "jobs")
@@ -310,7 +354,11 @@ def fault(tx: Tx, device_id: str, reason: str, job_id: int | None, actor: str) -
     if tx.one("device_state", (device_id,)) is None:
         raise Refused.not_found(f"no device {device_id!r}", ErrorCode.DEVICE_NOT_FOUND)
     quarantine(tx, device_id, QuarantineReason.FAULT, reason)
-    kind = EventKind.VERIFY_FAILED if reason.startswith("verify failed: ") else EventKind.DEVICE_UNHEALTHY
+    kind = (
+        EventKind.VERIFY_FAILED
+        if reason.startswith("verify failed: ")
+        else EventKind.DEVICE_UNHEALTHY
+    )
     feed.record(tx, kind, device_id=device_id, job_id=job_id, actor=actor, text=reason)
 
 
@@ -335,8 +383,13 @@ def clear(tx: Tx, device_id: str, actor: str) -> None:
         )
     was = row["quarantine_reason"] or "an unknown cause"
     tx.exec("device_unquarantine", (device_id,))
-    feed.record(tx, EventKind.DEVICE_CLEARED, device_id=device_id, actor=actor,
-                text=f"cleared by {actor} (was quarantined for {was})")
+    feed.record(
+        tx,
+        EventKind.DEVICE_CLEARED,
+        device_id=device_id,
+        actor=actor,
+        text=f"cleared by {actor} (was quarantined for {was})",
+    )
     tx.schedule = True
     tx.notify("devices")
 
@@ -357,8 +410,9 @@ def retire(tx: Tx, device_id: str, actor: str, fleet: Fleet) -> None:
         tx.exec("job_cancel_queued", (f"device {device_id} was retired", tx.now, j["id"]))
         tx.notify(f"job:{j['id']}")
     _remove_device(tx, device_id)
-    feed.record(tx, EventKind.DEVICE_RETIRED, device_id=device_id, actor=actor,
-                text=f"retired by {actor}")
+    feed.record(
+        tx, EventKind.DEVICE_RETIRED, device_id=device_id, actor=actor, text=f"retired by {actor}"
+    )
     fleet.invalidate()
     tx.notify("devices", "jobs")
 
@@ -381,16 +435,28 @@ def drain(tx: Tx, device_id: str, on: bool, reason: str, actor: str) -> None:
     if row is None:
         raise Refused.not_found(f"no device {device_id!r}", ErrorCode.DEVICE_NOT_FOUND)
     if on and row["draining"] and row["drain_reason"] == reason:
-        raise Refused.conflict(ErrorCode.CONFLICT, f"{device_id} is already draining"
-                               + (f" ({reason})" if reason else ""))
+        raise Refused.conflict(
+            ErrorCode.CONFLICT,
+            f"{device_id} is already draining" + (f" ({reason})" if reason else ""),
+        )
     if not on and not row["draining"]:
         raise Refused.conflict(ErrorCode.CONFLICT, f"{device_id} is not draining")
     tx.exec("device_drain", (1 if on else 0, reason if on else "", device_id))
     if on:
-        feed.record(tx, EventKind.DEVICE_DRAINED, device_id=device_id, actor=actor,
-                    text=f"drained by {actor}" + (f": {reason}" if reason else ""))
+        feed.record(
+            tx,
+            EventKind.DEVICE_DRAINED,
+            device_id=device_id,
+            actor=actor,
+            text=f"drained by {actor}" + (f": {reason}" if reason else ""),
+        )
     else:
-        feed.record(tx, EventKind.DEVICE_UNDRAINED, device_id=device_id, actor=actor,
-                    text=f"undrained by {actor}")
+        feed.record(
+            tx,
+            EventKind.DEVICE_UNDRAINED,
+            device_id=device_id,
+            actor=actor,
+            text=f"undrained by {actor}",
+        )
         tx.schedule = True
     tx.notify("devices")

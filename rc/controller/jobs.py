@@ -133,8 +133,13 @@ def enqueue(tx: Tx, job: NewJob, fleet: Fleet) -> tuple[int, bool]:
         ),
     )
     if job.token_name != job.submitter:  # an admin acting for someone: both names on record
-        feed.record(tx, EventKind.SUBMITTED_AS, job_id=job_id, actor=job.token_name,
-                    text=f"{job.token_name} submitted job {job_id} as {job.submitter}")
+        feed.record(
+            tx,
+            EventKind.SUBMITTED_AS,
+            job_id=job_id,
+            actor=job.token_name,
+            text=f"{job.token_name} submitted job {job_id} as {job.submitter}",
+        )
     tx.schedule = True
     tx.notify("jobs", f"job:{job_id}")
     return job_id, True
@@ -148,8 +153,9 @@ def cancel_queued(tx: Tx, job_id: int, reason: str) -> bool:
     return True
 
 
-def kill(tx: Tx, job_id: int, caller: str, admin: bool, reason: str = "",
-         retain: bool = False) -> str:
+def kill(
+    tx: Tx, job_id: int, caller: str, admin: bool, reason: str = "", retain: bool = False
+) -> str:
     """Kill or cancel a job for `caller`; returns what happened, in words.
 
     Only the submitter or an admin (403 not_job_owner otherwise). A queued job
@@ -172,8 +178,11 @@ def kill(tx: Tx, job_id: int, caller: str, admin: bool, reason: str = "",
             f"job {job_id} belongs to {owner}; only its owner or an admin may kill it",
             ErrorCode.NOT_JOB_OWNER,
         )
-    why = f"killed by {caller}" if owner == caller or caller == "admin" \
+    why = (
+        f"killed by {caller}"
+        if owner == caller or caller == "admin"
         else f"killed by {caller} (admin)"
+    )
     if reason:
         why += f": {reason}"
     state = JobState(row["state"])
@@ -182,8 +191,14 @@ def kill(tx: Tx, job_id: int, caller: str, admin: bool, reason: str = "",
             ErrorCode.NOT_CANCELLABLE, f"job {job_id} already ended ({state.value})"
         )
     if owner != caller:
-        feed.record(tx, EventKind.JOB_KILLED, job_id=job_id, device_id=row["device_id"],
-                    actor=caller, text=f"{caller} killed {owner}'s job {job_id}")
+        feed.record(
+            tx,
+            EventKind.JOB_KILLED,
+            job_id=job_id,
+            device_id=row["device_id"],
+            actor=caller,
+            text=f"{caller} killed {owner}'s job {job_id}",
+        )
     if state is JobState.QUEUED:
         cancel_queued(tx, job_id, why)
         return "cancelled"
@@ -191,8 +206,10 @@ def kill(tx: Tx, job_id: int, caller: str, admin: bool, reason: str = "",
     tx.notify(f"worker:{row['worker_id']}", f"job:{job_id}", "jobs")
     if retain:
         dev = tx.one("device_state", (row["device_id"],))
-        if dev is not None and (dev["state"] == "unknown" or (
-                dev["state"] == "unhealthy" and dev["quarantine_reason"] == "worker_lost")):
+        if dev is not None and (
+            dev["state"] == "unknown"
+            or (dev["state"] == "unhealthy" and dev["quarantine_reason"] == "worker_lost")
+        ):
             tx.exec("job_finish", ("killed", None, why, tx.now, None, job_id))
             tx.exec("lease_release_by_job", (tx.now, job_id))
             tx.notify(f"log:{job_id}", "devices")
@@ -212,8 +229,9 @@ def handout(tx: Tx, worker_id: str, delivered: set[int], redelivery: float):
     return assigned, kills
 
 
-def mark_running(tx: Tx, job_id: int, worker_id: str, started_at: float,
-                 started: list[float] | None = None) -> bool:
+def mark_running(
+    tx: Tx, job_id: int, worker_id: str, started_at: float, started: list[float] | None = None
+) -> bool:
     """assigned → running (a no-op when already past assigned).
 
     When it starts the job and `started` is a list, the submit→start latency
@@ -255,7 +273,9 @@ def release(
         return False
     if row["state"] == JobState.ASSIGNED:
         _note_start(tx, job_id, started_at, started)
-    final_reason = row["kill_reason"] if (row["kill_requested"] and state is JobState.KILLED) else reason
+    final_reason = (
+        row["kill_reason"] if (row["kill_requested"] and state is JobState.KILLED) else reason
+    )
     tx.exec(
         "job_finish",
         (state.value, exit_code, final_reason, tx.now, started_at, job_id),
@@ -281,8 +301,9 @@ def _own(tx: Tx, job_id: int, worker_id: str):
     return row
 
 
-def apply_reports(tx: Tx, worker_id: str, reports,
-                  started: list[float] | None = None) -> list[tuple[int, str, str]]:
+def apply_reports(
+    tx: Tx, worker_id: str, reports, started: list[float] | None = None
+) -> list[tuple[int, str, str]]:
     """Apply a worker's batch of JobReports; returns (job id, error code,
     message) per report, with an empty code for success. One refused report
     does not affect the others (each check happens before any change).
@@ -294,11 +315,21 @@ def apply_reports(tx: Tx, worker_id: str, reports,
             if rep.state is JobState.RUNNING:
                 mark_running(tx, rep.job_id, worker_id, rep.started_at or 0.0, started)
             elif rep.state.terminal:
-                release(tx, rep.job_id, worker_id, rep.state, rep.exit_code, rep.reason,
-                        rep.started_at, started)
+                release(
+                    tx,
+                    rep.job_id,
+                    worker_id,
+                    rep.state,
+                    rep.exit_code,
+                    rep.reason,
+                    rep.started_at,
+                    started,
+                )
             else:
-                raise Refused.bad(ErrorCode.BAD_REQUEST,
-                                  f"a worker reports running or a terminal state, not {rep.state}")
+                raise Refused.bad(
+                    ErrorCode.BAD_REQUEST,
+                    f"a worker reports running or a terminal state, not {rep.state}",
+                )
             out.append((rep.job_id, "", ""))
         except Refused as e:
             out.append((rep.job_id, e.code, e.message))

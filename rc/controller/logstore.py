@@ -25,7 +25,9 @@ from rc.proto.errors import ErrorCode
 
 __all__ = ["LogStore", "TRUNCATION_MARKER"]
 
-TRUNCATION_MARKER = b"\n[rc: log truncated at %d bytes (the per-job cap); later output was dropped]\n"
+TRUNCATION_MARKER = (
+    b"\n[rc: log truncated at %d bytes (the per-job cap); later output was dropped]\n"
+)
 
 
 class LogStore:
@@ -87,7 +89,7 @@ class LogStore:
                     f"append at offset {offset} but job {job_id}'s log holds {size} bytes; "
                     f"resend from {size}",
                 )
-            tail = data[size - offset:]
+            tail = data[size - offset :]
             if not tail:
                 return offset + len(data), False
             room = self.cap - size

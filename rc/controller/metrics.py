@@ -65,8 +65,24 @@ __all__ = ["Metrics", "StoreCollector", "routes", "START_LATENCY_BUCKETS_S", "HO
 log = logging.getLogger("rc.metrics")
 
 START_LATENCY_BUCKETS_S = (
-    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
-    300.0, 900.0, 3600.0, 14400.0, 86400.0,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    300.0,
+    900.0,
+    3600.0,
+    14400.0,
+    86400.0,
 )
 """Histogram buckets of rc_job_start_latency_seconds, in seconds: from the
 idle-device target (DESIGN.md §8, ≤ 10 ms) up to a day in the queue."""
@@ -205,33 +221,55 @@ def _labelled(cls, name: str, doc: str, label: str, counts: dict) -> Metric:
 
 def _devices(tx: Tx) -> Iterator[Metric]:
     states = _counts(tx, "metrics_devices_by_state", "state", (s.value for s in DeviceState))
-    yield _labelled(GaugeMetricFamily, "rc_devices", "Devices by state (ready = free)",
-                    "state", states)
-    reasons = _counts(tx, "metrics_devices_quarantined", "quarantine_reason",
-                      (q.value for q in QuarantineReason))
+    yield _labelled(
+        GaugeMetricFamily, "rc_devices", "Devices by state (ready = free)", "state", states
+    )
+    reasons = _counts(
+        tx, "metrics_devices_quarantined", "quarantine_reason", (q.value for q in QuarantineReason)
+    )
     reasons[UNKNOWN_REASON] = reasons.pop("")
-    yield _labelled(GaugeMetricFamily, "rc_devices_quarantined",
-                    "Quarantined (unhealthy) devices by reason", "reason", reasons)
-    yield GaugeMetricFamily("rc_devices_draining", "Devices being drained",
-                            value=tx.scalar("metrics_devices_draining"))
+    yield _labelled(
+        GaugeMetricFamily,
+        "rc_devices_quarantined",
+        "Quarantined (unhealthy) devices by reason",
+        "reason",
+        reasons,
+    )
+    yield GaugeMetricFamily(
+        "rc_devices_draining", "Devices being drained", value=tx.scalar("metrics_devices_draining")
+    )
 
 
 def _jobs(tx: Tx) -> Iterator[Metric]:
-    depth = _counts(tx, "metrics_queue_by_priority", "priority",
-                    range(PRIORITY_MIN, PRIORITY_MAX + 1))
-    yield _labelled(GaugeMetricFamily, "rc_queue_depth", "Queued jobs by priority",
-                    "priority", depth)
+    depth = _counts(
+        tx, "metrics_queue_by_priority", "priority", range(PRIORITY_MIN, PRIORITY_MAX + 1)
+    )
+    yield _labelled(
+        GaugeMetricFamily, "rc_queue_depth", "Queued jobs by priority", "priority", depth
+    )
     states = _counts(tx, "metrics_jobs_by_state", "state", (s.value for s in JobState))
-    yield _labelled(GaugeMetricFamily, "rc_jobs", "Jobs not yet finished, by state", "state",
-                    {s.value: states[s.value] for s in JobState if not s.terminal})
-    yield _labelled(CounterMetricFamily, "rc_jobs_finished", "Jobs that ended, by terminal state",
-                    "state", {s.value: states[s.value] for s in JobState if s.terminal})
+    yield _labelled(
+        GaugeMetricFamily,
+        "rc_jobs",
+        "Jobs not yet finished, by state",
+        "state",
+        {s.value: states[s.value] for s in JobState if not s.terminal},
+    )
+    yield _labelled(
+        CounterMetricFamily,
+        "rc_jobs_finished",
+        "Jobs that ended, by terminal state",
+        "state",
+        {s.value: states[s.value] for s in JobState if s.terminal},
+    )
 
 
 def _workers(tx: Tx) -> Iterator[Metric]:
-    g = GaugeMetricFamily("rc_worker_heartbeat_age_seconds",
-                          "Seconds since each worker's last heartbeat (controller clock)",
-                          labels=["worker"])
+    g = GaugeMetricFamily(
+        "rc_worker_heartbeat_age_seconds",
+        "Seconds since each worker's last heartbeat (controller clock)",
+        labels=["worker"],
+    )
     for r in tx.all("workers_all"):
         g.add_metric([r["id"]], tx.now - r["last_heartbeat_at"])
     yield g
@@ -247,19 +285,26 @@ def _extras(extra: dict[str, float]) -> Iterator[Metric]:
     info.add_metric([__version__], 1)
     yield info
     if "log_bytes" in extra:
-        yield GaugeMetricFamily("rc_log_bytes", "Bytes of job logs stored",
-                                value=extra["log_bytes"])
-        yield GaugeMetricFamily("rc_log_files", "Job log files stored",
-                                value=extra["log_files"])
+        yield GaugeMetricFamily(
+            "rc_log_bytes", "Bytes of job logs stored", value=extra["log_bytes"]
+        )
+        yield GaugeMetricFamily("rc_log_files", "Job log files stored", value=extra["log_files"])
     if "relay_sessions" in extra:
-        yield GaugeMetricFamily("rc_relay_sessions", "Open relay (tty/pipe) sessions",
-                                value=extra["relay_sessions"])
+        yield GaugeMetricFamily(
+            "rc_relay_sessions", "Open relay (tty/pipe) sessions", value=extra["relay_sessions"]
+        )
     if "webhook_dropped" in extra:
-        yield CounterMetricFamily("rc_webhook_dropped", "Webhook events dropped (queue full "
-                                  "or delivery given up)", value=extra["webhook_dropped"])
+        yield CounterMetricFamily(
+            "rc_webhook_dropped",
+            "Webhook events dropped (queue full or delivery given up)",
+            value=extra["webhook_dropped"],
+        )
     if "sse_subscribers" in extra:
-        yield GaugeMetricFamily("rc_sse_subscribers", "Open live-update streams "
-                                "(GET /v1/events/stream)", value=extra["sse_subscribers"])
+        yield GaugeMetricFamily(
+            "rc_sse_subscribers",
+            "Open live-update streams (GET /v1/events/stream)",
+            value=extra["sse_subscribers"],
+        )
 
 
 async def metrics_endpoint(request: Request) -> Response:
@@ -272,4 +317,3 @@ async def metrics_endpoint(request: Request) -> Response:
 
 
 routes = [Route("/metrics", metrics_endpoint, methods=["GET"])]
-

@@ -204,9 +204,16 @@ class Session:
     def view(self) -> SessionView:
         job, sid = self.key
         return SessionView(
-            session_id=sid, hold_id=job, device_id=self.start.device_id if self.start else "",
-            stdio=self.stdio, state=self.state, exit_code=self.exit_code, reason=self.reason,
-            stderr=self.stderr, stderr_dropped=self.stderr_dropped)
+            session_id=sid,
+            hold_id=job,
+            device_id=self.start.device_id if self.start else "",
+            stdio=self.stdio,
+            state=self.state,
+            exit_code=self.exit_code,
+            reason=self.reason,
+            stderr=self.stderr,
+            stderr_dropped=self.stderr_dropped,
+        )
 
 
 class Relay:
@@ -218,9 +225,13 @@ class Relay:
     "worker:<id>" for a new start) to long polls; `clock` is monotonic seconds.
     """
 
-    def __init__(self, alone_timeout: float, per_user: int,
-                 notify: Callable[[list[str]], None] = lambda keys: None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        alone_timeout: float,
+        per_user: int,
+        notify: Callable[[list[str]], None] = lambda keys: None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.alone_timeout = alone_timeout
         self.per_user = per_user
         self.notify = notify
@@ -234,9 +245,12 @@ class Relay:
     def _new(self, key: tuple[int, int], owner: str, worker: str, stdio: Stdio) -> Session:
         live = sum(1 for s in self.sessions.values() if s.owner == owner and not s.ended)
         if self.per_user and live >= self.per_user:
-            raise Refused(429, ErrorCode.LIMIT_EXCEEDED,
-                          f"{owner} already has {live} terminal or pipe sessions open "
-                          f"(the limit is {self.per_user})")
+            raise Refused(
+                429,
+                ErrorCode.LIMIT_EXCEEDED,
+                f"{owner} already has {live} terminal or pipe sessions open "
+                f"(the limit is {self.per_user})",
+            )
         s = Session(key, owner, worker, stdio, self.clock())
         s.alone_since = s.created
         self.sessions[key] = s
@@ -257,14 +271,24 @@ class Relay:
             raise Refused.conflict(ErrorCode.SESSION_ENDED, f"{s.name} has ended ({s.end_reason})")
         return s
 
-    def open_in_hold(self, hold_id: int, device_id: str, worker: str, owner: str,
-                     req: SessionRequest) -> Session:
+    def open_in_hold(
+        self, hold_id: int, device_id: str, worker: str, owner: str, req: SessionRequest
+    ) -> Session:
         """Record a session to start inside a running hold and wake its worker."""
         sid = next(self._ids)
         s = self._new((hold_id, sid), owner, worker, req.stdio)
-        s.start = SessionStart(session_id=sid, hold_id=hold_id, device_id=device_id,
-                               stdio=req.stdio, command=req.command, cwd=req.cwd,
-                               env=dict(req.env), submitter=owner, rows=req.rows, cols=req.cols)
+        s.start = SessionStart(
+            session_id=sid,
+            hold_id=hold_id,
+            device_id=device_id,
+            stdio=req.stdio,
+            command=req.command,
+            cwd=req.cwd,
+            env=dict(req.env),
+            submitter=owner,
+            rows=req.rows,
+            cols=req.cols,
+        )
         self.notify([f"worker:{worker}"])
         return s
 
@@ -283,8 +307,13 @@ class Relay:
         now = self.clock()
         out = []
         for s in self.sessions.values():
-            if (s.start is not None and s.worker == worker and not s.acked and not s.ended
-                    and now - s.delivered_at >= REDELIVER_S):
+            if (
+                s.start is not None
+                and s.worker == worker
+                and not s.acked
+                and not s.ended
+                and now - s.delivered_at >= REDELIVER_S
+            ):
                 s.delivered_at = now
                 out.append(s.start)
         return tuple(out)
@@ -317,12 +346,14 @@ class Relay:
         if s.ended:
             raise Refused.conflict(ErrorCode.SESSION_ENDED, f"{s.name} has ended ({s.end_reason})")
         if half in s.attached:
-            raise Refused.conflict(ErrorCode.CONFLICT,
-                                   f"{s.name} already has a {half.replace('_', ' ')} connection")
+            raise Refused.conflict(
+                ErrorCode.CONFLICT, f"{s.name} already has a {half.replace('_', ' ')} connection"
+            )
         if half in s.used:
-            raise Refused.conflict(ErrorCode.SESSION_ENDED,
-                                   f"the {half.replace('_', ' ')} half of {s.name} was closed "
-                                   "and cannot be reopened")
+            raise Refused.conflict(
+                ErrorCode.SESSION_ENDED,
+                f"the {half.replace('_', ' ')} half of {s.name} was closed and cannot be reopened",
+            )
         s.attached.add(half)
         s.used.add(half)
         if half.startswith("worker"):
@@ -368,8 +399,11 @@ class Relay:
         """End sessions left alone too long; forget ended ones after their linger."""
         for key, s in list(self.sessions.items()):
             if s.ended:
-                if s.start is not None and s.state != "ended" and \
-                        now - s.ended_at >= REPORT_GRACE_S:
+                if (
+                    s.start is not None
+                    and s.state != "ended"
+                    and now - s.ended_at >= REPORT_GRACE_S
+                ):
                     s.state = "ended"
                     s.reason = f"the worker did not say how it ended ({s.end_reason})"
                     self._changed(s)

@@ -327,8 +327,9 @@ class Snapshot:
         for other in p.order:
             if other == job_id:
                 return out
-            if (other not in p.capped or owner.get(other) == owner.get(job_id)) and \
-                    mine.intersection(p.candidates.get(other, ())):
+            if (
+                other not in p.capped or owner.get(other) == owner.get(job_id)
+            ) and mine.intersection(p.candidates.get(other, ())):
                 out.append(other)
         return []
 
@@ -377,8 +378,7 @@ def snapshot(tx: Tx, matching: Callable[[str], frozenset[str]], policy: Policy) 
     fleet_slots = slots(tx.all("device_slots"))
     matches = {sel: matching(sel) for sel in {j.selector for j in queue if j.selector}}
     usage = {r["holder"]: r["n"] for r in tx.all("live_leases_per_holder")}
-    p = plan(queue, fleet_slots, matches, tx.now, aging=policy.aging, cap=policy.cap,
-             usage=usage)
+    p = plan(queue, fleet_slots, matches, tx.now, aging=policy.aging, cap=policy.cap, usage=usage)
     return Snapshot(queue, fleet_slots, usage, p, tx.now)
 
 
@@ -394,12 +394,22 @@ def schedule(tx: Tx, fleet: Fleet, policy: Policy) -> list[tuple[int, str]]:
     if not tx.scalar("any_schedulable") or not tx.scalar("any_queued"):
         return []
     fleet_slots = slots(tx.all("device_slots"))
-    usage = ({r["holder"]: r["n"] for r in tx.all("live_leases_per_holder")}
-             if policy.cap > 0 else {})
+    usage = (
+        {r["holder"]: r["n"] for r in tx.all("live_leases_per_holder")} if policy.cap > 0 else {}
+    )
     rows = tx.iter("queued_jobs_ordered", {"now": tx.now, "aging": policy.aging})
     matches = LazyMatches(lambda sel: fleet.matching(tx, sel))
-    p = plan(map(_queued_job, rows), fleet_slots, matches, tx.now, aging=policy.aging,
-             cap=policy.cap, usage=usage, ordered=True, until_settled=True)
+    p = plan(
+        map(_queued_job, rows),
+        fleet_slots,
+        matches,
+        tx.now,
+        aging=policy.aging,
+        cap=policy.cap,
+        usage=usage,
+        ordered=True,
+        until_settled=True,
+    )
     done = []
     for job_id, device_id in p.assignments:
         if assign(tx, job_id, device_id, policy):

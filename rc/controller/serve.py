@@ -41,10 +41,12 @@ SHUTDOWN_GRACE_S = 5.0
 
 
 def parse_listen(text: str) -> tuple[str, int]:
-    """"HOST:PORT", "[::1]:PORT" or ":PORT" (all interfaces). Raises StartupError."""
+    """ "HOST:PORT", "[::1]:PORT" or ":PORT" (all interfaces). Raises StartupError."""
     host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit() or int(port) > 65535:
-        raise StartupError(f"listen address {text!r} must look like HOST:PORT (e.g. 127.0.0.1:8080)")
+        raise StartupError(
+            f"listen address {text!r} must look like HOST:PORT (e.g. 127.0.0.1:8080)"
+        )
     host = host.strip("[]") or "0.0.0.0"
     return host, int(port)
 
@@ -66,8 +68,10 @@ def bind(listen: str) -> socket.socket:
     except OSError as e:
         sock.close()
         if e.errno == 98:
-            raise StartupError(f"cannot listen on {listen}: address already in use "
-                               "(another rc serve? pick another port with --listen)") from None
+            raise StartupError(
+                f"cannot listen on {listen}: address already in use "
+                "(another rc serve? pick another port with --listen)"
+            ) from None
         raise StartupError(f"cannot listen on {listen}: {e.strerror}") from None
     return sock
 
@@ -85,8 +89,10 @@ def lock_data_dir(data_dir: str) -> int:
         pid = f" (pid {e.pid})" if e.pid else ""
         raise StartupError(f"data dir {data_dir} is in use by another rc serve{pid}") from None
     except OSError as e:
-        raise StartupError(f"cannot use data dir {data_dir}: {e.strerror or e}"
-                           f"{f' ({e.filename})' if e.filename else ''}") from None
+        raise StartupError(
+            f"cannot use data dir {data_dir}: {e.strerror or e}"
+            f"{f' ({e.filename})' if e.filename else ''}"
+        ) from None
 
 
 def check_tls_pair(certfile: str, keyfile: str) -> None:
@@ -97,11 +103,13 @@ def check_tls_pair(certfile: str, keyfile: str) -> None:
         # a passphrase-protected key is refused, never prompted for on the terminal
         ctx.load_cert_chain(certfile, keyfile, password=lambda: b"")
     except ssl.SSLError as e:
-        raise StartupError(f"TLS --certfile {certfile} / --keyfile {keyfile}: "
-                           f"{_tls_problem(e, certfile, keyfile)}") from None
+        raise StartupError(
+            f"TLS --certfile {certfile} / --keyfile {keyfile}: {_tls_problem(e, certfile, keyfile)}"
+        ) from None
     except OSError as e:
-        raise StartupError(f"TLS --certfile {certfile} / --keyfile {keyfile}: "
-                           f"{e.strerror or e}") from None
+        raise StartupError(
+            f"TLS --certfile {certfile} / --keyfile {keyfile}: {e.strerror or e}"
+        ) from None
 
 
 def _tls_problem(e: ssl.SSLError, certfile: str, keyfile: str) -> str:
@@ -174,11 +182,15 @@ async def _serve(cfg: ControllerConfig, ready_fd: int | None) -> None:
     state.write_text(json.dumps({"url": url, "pid": os.getpid(), "instance": ctl.instance}))
     print(f"rc serve: listening on {url} (data {cfg.data_dir})", file=sys.stderr, flush=True)
     if ctl.created_admin_token:
-        print(f"rc serve: admin token written to {Path(cfg.data_dir) / ADMIN_TOKEN_FILE}",
-              file=sys.stderr, flush=True)
+        print(
+            f"rc serve: admin token written to {Path(cfg.data_dir) / ADMIN_TOKEN_FILE}",
+            file=sys.stderr,
+            flush=True,
+        )
     if ready_fd is not None:
         os.write(ready_fd, (url + "\n").encode())
         os.close(ready_fd)
+
     async def shutdown_trigger() -> None:
         await stop.wait()
         ctl.hub.close()  # long polls and log follows answer now, not at their deadline
@@ -204,7 +216,8 @@ def run(cfg: ControllerConfig, ready_fd: int | None = None) -> int:
     `ready_fd`, when given, receives the URL and a newline once listening.
     """
     logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
     try:

@@ -18,8 +18,12 @@ def create(
     if tx.one("token_live_by_name", (name,)) is not None:
         raise Refused.conflict(ErrorCode.TOKEN_EXISTS, f"a token named {name!r} already exists")
     tx.exec("token_insert", (name, role.value, secret_hash, created_by, tx.now, expires_at))
-    feed.record(tx, EventKind.TOKEN_CREATED, actor=created_by,
-                text=f"{created_by or 'rc serve'} created {role.value} token {name!r}")
+    feed.record(
+        tx,
+        EventKind.TOKEN_CREATED,
+        actor=created_by,
+        text=f"{created_by or 'rc serve'} created {role.value} token {name!r}",
+    )
     tx.notify("tokens")
 
 
@@ -30,17 +34,22 @@ def revoke(tx: Tx, name: str, actor: str) -> None:
     live_rows = tx.all("tokens_live")
 
     def usable_admin(r) -> bool:
-        return r["role"] == Role.ADMIN.value and (r["expires_at"] is None
-                                                   or r["expires_at"] > tx.now)
+        return r["role"] == Role.ADMIN.value and (
+            r["expires_at"] is None or r["expires_at"] > tx.now
+        )
 
     target = [r for r in live_rows if r["name"] == name]
-    if target and usable_admin(target[0]) and not any(
-            usable_admin(r) for r in live_rows if r["name"] != name):
+    if (
+        target
+        and usable_admin(target[0])
+        and not any(usable_admin(r) for r in live_rows if r["name"] != name)
+    ):
         raise Refused.conflict(
             ErrorCode.LAST_ADMIN_TOKEN,
             f"token {name!r} is the last live admin token; revoking it would leave nobody "
             "able to administer rc (create another with `rc token create NAME --role admin` "
-            "first)")
+            "first)",
+        )
     if tx.exec("token_revoke", (tx.now, name)) == 0:
         raise Refused.not_found(f"no live token named {name!r}")
     feed.record(tx, EventKind.TOKEN_REVOKED, actor=actor, text=f"{actor} revoked token {name!r}")

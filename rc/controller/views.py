@@ -64,6 +64,8 @@ def for_caller(job: Job, name: str, admin: bool) -> Job:
     if admin or job.submitter == name or not job.env:
         return job
     return dataclasses.replace(job, env={k: HIDDEN for k in job.env})
+
+
 RIVALS_NAMED = 5
 """How many of the jobs ahead `rc explain JOB` names by id."""
 
@@ -139,10 +141,10 @@ def queue_position(tx: Tx, job: Job, policy: Policy) -> int:
     mine = set(candidates(job.selector, job.device_id, job.max_runtime_seconds, slots, lazy))
     ahead = 0
     if mine:
-        for g in tx.all("queue_ahead_by_ask",
-                        {"id": job.id, "now": tx.now, "aging": policy.aging}):
-            if mine.intersection(candidates(g["selector"], g["device_id"], g["max_runtime"],
-                                            slots, lazy)):
+        for g in tx.all("queue_ahead_by_ask", {"id": job.id, "now": tx.now, "aging": policy.aging}):
+            if mine.intersection(
+                candidates(g["selector"], g["device_id"], g["max_runtime"], slots, lazy)
+            ):
                 ahead += g["n"]
     return ahead + 1
 
@@ -212,9 +214,7 @@ def describe(tx: Tx, device_id: str) -> DescribeResponse:
     sheets = {x["device_name"]: x for x in tx.all("sheets_for_device", (dev.host, dev.name))}
     own = sheets.get(dev.name)
     chosen = own if own is not None and own["body"] else sheets.get("")
-    recent = tuple(
-        rows.job(x) for x in tx.all("jobs_recent_on_device", (device_id, RECENT_JOBS))
-    )
+    recent = tuple(rows.job(x) for x in tx.all("jobs_recent_on_device", (device_id, RECENT_JOBS)))
     return DescribeResponse(
         view=_view(dev, lease, tx.now),
         labels=labels,
@@ -222,7 +222,8 @@ def describe(tx: Tx, device_id: str) -> DescribeResponse:
         sheet=chosen["body"] if chosen is not None else "",
         sheet_is_host_wide=chosen is not None and chosen is not own,
         sheet_age_seconds=(tx.now - chosen["updated_at"])
-        if chosen is not None and chosen["body"] else None,
+        if chosen is not None and chosen["body"]
+        else None,
         recent_jobs=recent,
     )
 
@@ -269,10 +270,12 @@ def explain_job(tx: Tx, job_id: int, policy: Policy) -> JobExplanation:
         pool = [job.device_id] if job.device_id in snap.slots else []
     pos = snap.position(job_id)
     if not pool:
-        why = (f"No device matches {job.selector!r} any more (a device was retired or its "
-               "labels changed); it waits until one does, or rc kill it."
-               if job.selector else
-               f"Device {job.device_id} no longer exists (retired); rc kill this job.")
+        why = (
+            f"No device matches {job.selector!r} any more (a device was retired or its "
+            "labels changed); it waits until one does, or rc kill it."
+            if job.selector
+            else f"Device {job.device_id} no longer exists (retired); rc kill this job."
+        )
         return JobExplanation(job_id, "queued", (why,), pos, {})
     blockers: dict[str, str] = {}
     cands = []
@@ -281,12 +284,16 @@ def explain_job(tx: Tx, job_id: int, policy: Policy) -> JobExplanation:
         if fits_ceiling(me.max_runtime, ceiling):
             cands.append(d)
         else:
-            blockers[d] = (f"its runtime ceiling ({format_duration(ceiling)}) is below the "
-                           f"{format_duration(me.max_runtime)} this job asks for")
+            blockers[d] = (
+                f"its runtime ceiling ({format_duration(ceiling)}) is below the "
+                f"{format_duration(me.max_runtime)} this job asks for"
+            )
     if not cands:
-        why = (f"Every device it could use has a runtime ceiling below the "
-               f"{format_duration(me.max_runtime)} it asks for; it cannot start until a "
-               "ceiling is raised. rc kill it and ask for less.")
+        why = (
+            f"Every device it could use has a runtime ceiling below the "
+            f"{format_duration(me.max_runtime)} it asks for; it cannot start until a "
+            "ceiling is raised. rc kill it and ask for less."
+        )
         return JobExplanation(job_id, "queued", (why,), pos, blockers)
 
     devices = {x["id"]: x for x in tx.all("devices_all")}
@@ -328,16 +335,24 @@ def explain_job(tx: Tx, job_id: int, policy: Policy) -> JobExplanation:
         reasons.append(
             f"{me.submitter} already holds {_count(n, 'device')}, the per-user cap "
             f"(rc serve --max-devices-per-user {policy.cap}); it starts once one of them "
-            "is released.")
+            "is released."
+        )
     if not free:
         if held:
-            reasons.append("No matching device is free: "
-                           + "; ".join(f"{d}: {blockers[d]}" for d in held) + ".")
+            reasons.append(
+                "No matching device is free: "
+                + "; ".join(f"{d}: {blockers[d]}" for d in held)
+                + "."
+            )
         if out_of_pool:
-            lead = ("Every matching device is out of the pool" if not held
-                    else "The other matching devices are out of the pool")
-            reasons.append(lead + ": " + "; ".join(f"{d}: {blockers[d]}" for d in out_of_pool)
-                           + ".")
+            lead = (
+                "Every matching device is out of the pool"
+                if not held
+                else "The other matching devices are out of the pool"
+            )
+            reasons.append(
+                lead + ": " + "; ".join(f"{d}: {blockers[d]}" for d in out_of_pool) + "."
+            )
     rivals = snap.rivals(job_id)
     if rivals:
         named = ", ".join(str(j) for j in rivals[:RIVALS_NAMED])
@@ -353,14 +368,19 @@ def explain_job(tx: Tx, job_id: int, policy: Policy) -> JobExplanation:
         reasons.append(
             f"{_count(len(rivals), 'job')} ahead of it with higher or equal priority "
             f"{'wants' if one else 'want'} the same devices and {'gets' if one else 'get'} "
-            f"them first ({'job' if one else 'jobs'} {named}). {mine[0].upper()}{mine[1:]}.")
+            f"them first ({'job' if one else 'jobs'} {named}). {mine[0].upper()}{mine[1:]}."
+        )
     if not reasons:
         if job_id in taken_by:
-            reasons.append(f"It is starting: {taken_by[job_id]} is free and the next "
-                           "scheduling pass (within a second) hands it over.")
+            reasons.append(
+                f"It is starting: {taken_by[job_id]} is free and the next "
+                "scheduling pass (within a second) hands it over."
+            )
         else:
-            reasons.append("A matching device is free; the next scheduling pass (within a "
-                           "second) should start it.")
+            reasons.append(
+                "A matching device is free; the next scheduling pass (within a "
+                "second) should start it."
+            )
     return JobExplanation(job_id, "queued", tuple(reasons), pos, blockers)
 
 

@@ -44,8 +44,14 @@ TAIL_BATCH = 500
 class Webhook:
     """Delivers feed events to `url`; `dropped` and `failed` count losses."""
 
-    def __init__(self, url: str, db: Database, queue_size: int = QUEUE_SIZE,
-                 backoff: float = BACKOFF_S, timeout: float = POST_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        url: str,
+        db: Database,
+        queue_size: int = QUEUE_SIZE,
+        backoff: float = BACKOFF_S,
+        timeout: float = POST_TIMEOUT_S,
+    ) -> None:
         self.url = url
         self.db = db
         self.backoff = backoff
@@ -61,16 +67,20 @@ class Webhook:
 
     def listener(self) -> Callable[[list[str]], None]:
         """A Hub listener that wakes the tail when events were committed."""
+
         def on_commit(keys: list[str]) -> None:
             if "events" in keys:
                 self._wake.set()
+
         return on_commit
 
     async def start(self) -> None:
         """Begin after the newest existing event (history is not replayed)."""
         self._last_id = await self.db.read(lambda tx: tx.scalar("events_last_id"))
-        self._tasks = [asyncio.create_task(self._tail(), name="rc-webhook-tail"),
-                       asyncio.create_task(self._deliver(), name="rc-webhook-deliver")]
+        self._tasks = [
+            asyncio.create_task(self._tail(), name="rc-webhook-tail"),
+            asyncio.create_task(self._deliver(), name="rc-webhook-deliver"),
+        ]
 
     async def stop(self) -> None:
         """Stop tailing; give queued events up to 5 s, then give up on them."""
@@ -100,7 +110,8 @@ class Webhook:
             self._wake.clear()
             while True:
                 found = await self.db.read(
-                    lambda tx: tx.all("events_since", (self._last_id, 0.0, TAIL_BATCH)))
+                    lambda tx: tx.all("events_since", (self._last_id, 0.0, TAIL_BATCH))
+                )
                 for r in found:
                     self._last_id = r["id"]
                     self._offer(_body(rows.event(r)))
@@ -112,8 +123,13 @@ class Webhook:
             self.queue.put_nowait(body)
         except asyncio.QueueFull:
             self.dropped += 1
-            log.warning("webhook: queue full (%d); dropped event %s (%s); %d dropped so far",
-                        self.queue.maxsize, body["id"], body["event"], self.dropped)
+            log.warning(
+                "webhook: queue full (%d); dropped event %s (%s); %d dropped so far",
+                self.queue.maxsize,
+                body["id"],
+                body["event"],
+                self.dropped,
+            )
 
     async def _deliver(self) -> None:
         while True:
@@ -128,8 +144,12 @@ class Webhook:
                     if attempt == ATTEMPTS:
                         self.failed += 1
                         self.dropped += 1
-                        log.warning("webhook: gave up on event %s after %d attempts: %s",
-                                    body["id"], ATTEMPTS, err)
+                        log.warning(
+                            "webhook: gave up on event %s after %d attempts: %s",
+                            body["id"],
+                            ATTEMPTS,
+                            err,
+                        )
                     else:
                         await asyncio.sleep(delay)
                         delay *= 2
@@ -138,9 +158,12 @@ class Webhook:
 
     def _post(self, body: dict) -> str | None:
         data = json.dumps(body).encode()
-        req = urllib.request.Request(self.url, data=data, method="POST",
-                                     headers={"Content-Type": "application/json",
-                                              "User-Agent": "rc-webhook"})
+        req = urllib.request.Request(
+            self.url,
+            data=data,
+            method="POST",
+            headers={"Content-Type": "application/json", "User-Agent": "rc-webhook"},
+        )
         try:
             with urllib.request.urlopen(req, timeout=self.timeout) as resp:
                 resp.read(READ_LIMIT_BYTES)

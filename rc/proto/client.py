@@ -34,6 +34,7 @@ def segment(text: str) -> str:
     `rc clear 'gpu1:gpu0/drain?'` names a device, never another route."""
     return urllib.parse.quote(text, safe=":@")
 
+
 CONNECT_TIMEOUT_S = 5.0
 READ_TIMEOUT_S = 120.0
 
@@ -262,7 +263,9 @@ class Client:
                 raise
             if resp.getheader("Connection", "").lower() == "close":
                 self.close()
-            return self.check_response(resp.status, dict((k.lower(), v) for k, v in resp.getheaders()), payload)
+            return self.check_response(
+                resp.status, dict((k.lower(), v) for k, v in resp.getheaders()), payload
+            )
         raise AssertionError("unreachable")
 
     def check_response(self, status: int, headers: dict[str, str], payload: bytes) -> Response:
@@ -322,7 +325,9 @@ class Client:
                 try:
                     chunk = resp.read1(65536)
                 except (OSError, http.client.HTTPException) as e:
-                    raise TransportError(f"{self.url}: stream broke: {_describe(e, self.cacert)}") from None
+                    raise TransportError(
+                        f"{self.url}: stream broke: {_describe(e, self.cacert)}"
+                    ) from None
                 if not chunk:
                     return
                 yield chunk
@@ -359,8 +364,10 @@ def _describe(e: BaseException, cacert: str | None = None) -> str:
         return f"cannot resolve host ({e.strerror})"
     if isinstance(e, ssl.SSLCertVerificationError):
         if cacert:
-            return (f"TLS certificate not trusted ({e.verify_message}) by the CA file {cacert}; "
-                    "is it the CA that signed the controller's certificate?")
+            return (
+                f"TLS certificate not trusted ({e.verify_message}) by the CA file {cacert}; "
+                "is it the CA that signed the controller's certificate?"
+            )
         return f"TLS certificate not trusted ({e.verify_message}); pass --cacert"
     text = str(e) or type(e).__name__
     return text

@@ -284,7 +284,9 @@ class RecoveryProof:
     def summary(self) -> str:
         """Name the proof for an operator; empty when nothing is proven."""
         if self.isolated:
-            return "the worker is alone in a fresh PID namespace, so no process of the old job exists"
+            return (
+                "the worker is alone in a fresh PID namespace, so no process of the old job exists"
+            )
         if self.survivors_checked and not self.survivors_found:
             return "a scan of every process found none left from an earlier job"
         return ""

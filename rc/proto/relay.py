@@ -111,11 +111,12 @@ def _frame(line: bytes) -> tuple | None:
         try:
             return ("d", base64.b64decode(obj["b"], validate=True))
         except (KeyError, TypeError, ValueError):
-            raise FrameError("a data frame needs base64 text in \"b\"") from None
+            raise FrameError('a data frame needs base64 text in "b"') from None
     if kind == "r":
         rows, cols = obj.get("rows"), obj.get("cols")
-        if not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 65536
-                   for v in (rows, cols)):
+        if not all(
+            isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 65536 for v in (rows, cols)
+        ):
             raise FrameError("a resize frame needs integer rows and cols in 0..65535")
         return ("r", rows, cols)
     return None  # a frame kind this end does not know: skipped
@@ -123,8 +124,11 @@ def _frame(line: bytes) -> tuple | None:
 
 def _keepalive(sock: socket.socket) -> None:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-    for name, value in (("TCP_KEEPIDLE", KEEPALIVE_IDLE_S), ("TCP_KEEPINTVL", KEEPALIVE_INTERVAL_S),
-                        ("TCP_KEEPCNT", KEEPALIVE_COUNT)):
+    for name, value in (
+        ("TCP_KEEPIDLE", KEEPALIVE_IDLE_S),
+        ("TCP_KEEPINTVL", KEEPALIVE_INTERVAL_S),
+        ("TCP_KEEPCNT", KEEPALIVE_COUNT),
+    ):
         if hasattr(socket, name):
             sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, name), value)
 
@@ -215,7 +219,8 @@ class Upload(_Half):
         self.sent = 0
         self.finished = False
         self.conn, self.sock, self.resp = _open(
-            client, "POST", path, {"Content-Type": content_type, "Transfer-Encoding": "chunked"})
+            client, "POST", path, {"Content-Type": content_type, "Transfer-Encoding": "chunked"}
+        )
 
     def send(self, data: bytes) -> None:
         """Send `data` as one chunk (nothing for empty data)."""
@@ -227,7 +232,9 @@ class Upload(_Half):
             try:
                 _send_all(self.sock, [b"%x\r\n" % len(data), data, b"\r\n"])
             except OSError as e:
-                raise TransportError(f"{self.path}: the relay closed the stream ({_describe(e)})") from None
+                raise TransportError(
+                    f"{self.path}: the relay closed the stream ({_describe(e)})"
+                ) from None
             self.sent += len(data)
 
     def finish(self) -> None:
@@ -239,7 +246,9 @@ class Upload(_Half):
             try:
                 self.sock.sendall(b"0\r\n\r\n")
             except OSError as e:
-                raise TransportError(f"{self.path}: the relay closed the stream ({_describe(e)})") from None
+                raise TransportError(
+                    f"{self.path}: the relay closed the stream ({_describe(e)})"
+                ) from None
 
     def outcome(self) -> dict[str, Any]:
         """Block until the relay ends this half; its JSON line (`{"ok": true}`
@@ -293,4 +302,3 @@ class Download(_Half):
             if not data:
                 return
             yield data
-

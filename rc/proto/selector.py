@@ -29,8 +29,16 @@ from dataclasses import dataclass
 
 from rc.proto.errors import RcError
 
-__all__ = ["SelectorError", "Term", "Selector", "parse", "quantity", "valid_label_key",
-           "MAX_SELECTOR_LENGTH", "ANY"]
+__all__ = [
+    "SelectorError",
+    "Term",
+    "Selector",
+    "parse",
+    "quantity",
+    "valid_label_key",
+    "MAX_SELECTOR_LENGTH",
+    "ANY",
+]
 
 MAX_SELECTOR_LENGTH = 4096
 ANY = "*"
@@ -52,8 +60,7 @@ class SelectorError(RcError, ValueError):
 def valid_label_key(key: str) -> bool:
     """Whether a label name can be used in a selector term: non-empty,
     printable, no whitespace, none of = ! < > , (so `key op value` parses)."""
-    return bool(key) and key.isprintable() and not any(
-        c.isspace() or c in _FORBIDDEN for c in key)
+    return bool(key) and key.isprintable() and not any(c.isspace() or c in _FORBIDDEN for c in key)
 
 
 def quantity(text: str) -> float | None:
@@ -143,7 +150,7 @@ def _parse_term(raw: str) -> Term:
     op = next((o for o in OPERATORS if term.startswith(o, i)), None)
     if op is None:
         raise SelectorError(term, "unknown operator (use one of = != >= <= > <)")
-    key, value = term[:i].strip(), term[i + len(op):].strip()
+    key, value = term[:i].strip(), term[i + len(op) :].strip()
     if not key:
         raise SelectorError(term, "missing label name before the operator")
     if not value:

@@ -109,13 +109,15 @@ class Agent:
 
     # -- registration -----------------------------------------------------
 
-    def _probe(self, devices: list[DeviceConfig] | None) -> tuple[ProbeResult, str | None,
-                                                                   dict[str, str]]:
+    def _probe(
+        self, devices: list[DeviceConfig] | None
+    ) -> tuple[ProbeResult, str | None, dict[str, str]]:
         """One probe pass plus the usage sheets (inventory §6.8, §6.9)."""
         with self._probe_lock:
             res = self.prober.run(devices)
-        host_sheet, device_sheets = sheets.read_sheets(self.cfg.sheet_dir,
-                                                       [d.name for d in res.devices])
+        host_sheet, device_sheets = sheets.read_sheets(
+            self.cfg.sheet_dir, [d.name for d in res.devices]
+        )
         return res, host_sheet, device_sheets
 
     def _declared(self, configs: list[DeviceConfig]) -> dict[str, dict[str, str]]:
@@ -132,7 +134,9 @@ class Agent:
         self.leases.configure(configs)
         with self._lock:
             idle = not self.jobs
-        proof = recovery.recovery_proof(self.cfg.require_manual_clear, self.cfg.host) if idle else None
+        proof = (
+            recovery.recovery_proof(self.cfg.require_manual_clear, self.cfg.host) if idle else None
+        )
         return RegisterRequest(
             host=self.cfg.host,
             devices=tuple(DeviceDecl(d.name, int(d.max_runtime)) for d in configs),
@@ -152,9 +156,14 @@ class Agent:
         the controller took them."""
         configs = list(self.devices.values())
         res, host_sheet, device_sheets = self._probe(configs)
-        req = LabelsRequest(host=self.cfg.host, devices=tuple(d.name for d in configs),
-                            labels=res.labels, declared_labels=self._declared(configs),
-                            sheet=host_sheet, device_sheets=device_sheets)
+        req = LabelsRequest(
+            host=self.cfg.host,
+            devices=tuple(d.name for d in configs),
+            labels=res.labels,
+            declared_labels=self._declared(configs),
+            sheet=host_sheet,
+            device_sheets=device_sheets,
+        )
         try:
             self.client.post(f"/v1/workers/{self.worker_id}/labels", encode(req))
         except ApiError as e:
@@ -206,17 +215,27 @@ class Agent:
                 req = self._registration()
                 resp = self.client.post("/v1/workers/register", encode(req))
                 self.instance = resp["instance"]
-                self.heartbeat_interval = float(resp.get("heartbeat_seconds") or
-                                                self.cfg.heartbeat_interval)
+                self.heartbeat_interval = float(
+                    resp.get("heartbeat_seconds") or self.cfg.heartbeat_interval
+                )
                 episode.ok()
-                log.info("registered %s with %s: %s", self.cfg.host, self.client.url,
-                         ", ".join(self.devices) or "no devices")
+                log.info(
+                    "registered %s with %s: %s",
+                    self.cfg.host,
+                    self.client.url,
+                    ", ".join(self.devices) or "no devices",
+                )
                 self._announce_ready()
                 return True
             except ApiError as e:
                 if e.status in PERMANENT_REFUSALS:
-                    log.error("the controller %s refused to register %s (HTTP %d): %s; "
-                              "not retrying", self.client.url, self.cfg.host, e.status, e)
+                    log.error(
+                        "the controller %s refused to register %s (HTTP %d): %s; not retrying",
+                        self.client.url,
+                        self.cfg.host,
+                        e.status,
+                        e,
+                    )
                     self.refused = True
                     return False
                 episode.fail(e)
@@ -274,8 +293,9 @@ class Agent:
         with self._lock:
             named = sorted(set(self.jobs) | self.reporting)
         try:
-            resp = self.client.post(f"/v1/workers/{self.worker_id}/heartbeat",
-                                    {"running_job_ids": named})
+            resp = self.client.post(
+                f"/v1/workers/{self.worker_id}/heartbeat", {"running_job_ids": named}
+            )
         except ApiError as e:
             if e.status == 404:
                 log.warning("the controller does not know this worker; registering again")
@@ -328,8 +348,12 @@ class Agent:
             self._maybe_reregister()
             t0 = time.monotonic()
             try:
-                resp = self.client.request("GET", path, params={"wait": f"{self.cfg.poll_wait:g}s"},
-                                           timeout=self.cfg.poll_wait + 15)
+                resp = self.client.request(
+                    "GET",
+                    path,
+                    params={"wait": f"{self.cfg.poll_wait:g}s"},
+                    timeout=self.cfg.poll_wait + 15,
+                )
             except (TransportError, ApiError) as e:
                 episode.fail(e)
                 if isinstance(e, ApiError) and e.status == 404:
@@ -390,8 +414,9 @@ class Agent:
                     continue
                 self.started.add(a.job_id)
             if a.job_id in kills:
-                self.reporter.submit(Report(a.job_id, "killed", None,
-                                            "killed before this worker started it"))
+                self.reporter.submit(
+                    Report(a.job_id, "killed", None, "killed before this worker started it")
+                )
                 with self._lock:
                     self.reporting.add(a.job_id)
                 continue
@@ -417,8 +442,9 @@ class Agent:
             self.reporting.add(run.job_id)
             if run.release_epoch is not None:
                 self._arms[run.job_id] = run
-        self.reporter.submit(Report(run.job_id, result.state.value, result.exit_code,
-                                    result.reason, run.started_at))
+        self.reporter.submit(
+            Report(run.job_id, result.state.value, result.exit_code, result.reason, run.started_at)
+        )
 
     def _report_done(self, job_id: int) -> None:
         with self._lock:

@@ -60,9 +60,19 @@ from rc.worker.job import READER_DRAIN_S, Result, working_dir, job_env, label
 from rc.worker.logsink import LogSink
 from rc.worker.reporter import Report
 
-__all__ = ["run_job", "end_terminal_session", "Halves", "Process", "Terminal", "Pipes",
-           "CTTY_SHIM",
-           "TTY_DEFAULT_SIZE", "TTY_SIZE_WAIT_S", "TTY_DRAIN_S", "STDERR_TAIL_BYTES"]
+__all__ = [
+    "run_job",
+    "end_terminal_session",
+    "Halves",
+    "Process",
+    "Terminal",
+    "Pipes",
+    "CTTY_SHIM",
+    "TTY_DEFAULT_SIZE",
+    "TTY_SIZE_WAIT_S",
+    "TTY_DRAIN_S",
+    "STDERR_TAIL_BYTES",
+]
 
 log = logging.getLogger("rc.worker.attached")
 
@@ -132,8 +142,9 @@ class Halves:
         threading.Thread(target=self._watch, daemon=True, name="rc-relay-watch").start()
 
     @classmethod
-    def connect(cls, client, base: str, on_hangup: Callable[[str], None],
-                cancelled: threading.Event) -> Halves:
+    def connect(
+        cls, client, base: str, on_hangup: Callable[[str], None], cancelled: threading.Event
+    ) -> Halves:
         """Connect both halves, retrying transport failures (not refusals)."""
         delay = 0.5
         for attempt in range(ATTACH_ATTEMPTS):
@@ -266,8 +277,9 @@ def end_terminal_session(sid: int, grace: float) -> list[int]:
     left = supervise.wait_gone(lambda: _session_members(sid), time.monotonic() + grace)
     if left:
         _signal_session(sid, signal.SIGKILL)
-        left = supervise.wait_gone(lambda: _session_members(sid),
-                                    time.monotonic() + supervise.STRAGGLER_WAIT_S)
+        left = supervise.wait_gone(
+            lambda: _session_members(sid), time.monotonic() + supervise.STRAGGLER_WAIT_S
+        )
     return [p.pid for p in left]
 
 
@@ -333,8 +345,9 @@ class Process:
 class Terminal(Process):
     """A process on a pseudo-terminal, fed from input frames."""
 
-    def __init__(self, halves: Halves, on_output: Callable[[bool], None],
-                 size: tuple[int, int] | None) -> None:
+    def __init__(
+        self, halves: Halves, on_output: Callable[[bool], None], size: tuple[int, int] | None
+    ) -> None:
         super().__init__(halves, on_output)
         self.decoder = FrameDecoder()
         self.cond = threading.Condition()
@@ -357,9 +370,15 @@ class Terminal(Process):
             if note:
                 os.write(slave, note.replace(b"\n", b"\r\n"))
             shim = [sys.executable, "-I", "-S", "-c", CTTY_SHIM, *argv]
-            self.group = supervise.spawn(shim, cwd=cwd, env={**env, EXEC_FD_ENV: str(execd_w)},
-                                         stdin=slave, stdout=slave, stderr=slave,
-                                         pass_fds=(execd_w,))
+            self.group = supervise.spawn(
+                shim,
+                cwd=cwd,
+                env={**env, EXEC_FD_ENV: str(execd_w)},
+                stdin=slave,
+                stdout=slave,
+                stderr=slave,
+                pass_fds=(execd_w,),
+            )
         except BaseException:
             os.close(master)
             os.close(execd)
@@ -369,8 +388,11 @@ class Terminal(Process):
             os.close(execd_w)
         try:
             if not _wait_closed(execd, EXEC_WAIT_S):
-                log.warning("%s: the terminal's command did not start within %gs; passing "
-                            "input on anyway", self.halves.inp.path, EXEC_WAIT_S)
+                log.warning(
+                    "%s: the terminal's command did not start within %gs; passing input on anyway",
+                    self.halves.inp.path,
+                    EXEC_WAIT_S,
+                )
         finally:
             os.close(execd)
         os.set_blocking(master, False)
@@ -434,8 +456,9 @@ class Terminal(Process):
 class Pipes(Process):
     """A process on plain pipes: stdin from the relay, stdout to it, stderr to `err`."""
 
-    def __init__(self, halves: Halves, on_output: Callable[[bool], None],
-                 err: Callable[[bytes], None]) -> None:
+    def __init__(
+        self, halves: Halves, on_output: Callable[[bool], None], err: Callable[[bytes], None]
+    ) -> None:
         super().__init__(halves, on_output)
         self.err = err
         self.fds: list[int] = []
@@ -453,8 +476,9 @@ class Pipes(Process):
         if note:
             self.err(note)
         try:
-            self.group = supervise.spawn(argv, cwd=cwd, env=env, stdin=in_r, stdout=out_w,
-                                         stderr=err_w)
+            self.group = supervise.spawn(
+                argv, cwd=cwd, env=env, stdin=in_r, stdout=out_w, stderr=err_w
+            )
         except BaseException:
             self.close()
             raise

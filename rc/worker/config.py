@@ -131,9 +131,17 @@ class WorkerConfig:
         # Defaults for configs built in code: a zero or negative timeout never
         # means "unbounded".
         defaults = {f.name: f.default for f in dataclasses.fields(self)}
-        for name in ("heartbeat_interval", "poll_wait", "kill_grace", "hook_timeout",
-                     "probe_interval", "probe_timeout", "verify_timeout", "verify_pass_budget",
-                     "reregister_after"):
+        for name in (
+            "heartbeat_interval",
+            "poll_wait",
+            "kill_grace",
+            "hook_timeout",
+            "probe_interval",
+            "probe_timeout",
+            "verify_timeout",
+            "verify_pass_budget",
+            "reregister_after",
+        ):
             if getattr(self, name) <= 0:
                 object.__setattr__(self, name, defaults[name])
         if self.release_linger < 0:
@@ -168,8 +176,10 @@ class WorkerConfig:
             else:
                 lines.append(f"{f.name} = {_toml_value(value)}")
             if f.name == "kill_grace":
-                lines.append(f"hooks = {{ timeout = {_toml_value(_duration_text(self.hook_timeout))}, "
-                             f"release_linger = {_toml_value(_duration_text(self.release_linger))} }}")
+                lines.append(
+                    f"hooks = {{ timeout = {_toml_value(_duration_text(self.hook_timeout))}, "
+                    f"release_linger = {_toml_value(_duration_text(self.release_linger))} }}"
+                )
         return "\n".join(lines) + "\n"
 
 
@@ -196,8 +206,11 @@ def _toml_value(v: Any) -> str:
     if isinstance(v, dict):
         if not v:
             return "{}"
-        return "{ " + ", ".join(f"{_toml_value(str(k))} = {_toml_value(x)}"
-                                for k, x in v.items()) + " }"
+        return (
+            "{ "
+            + ", ".join(f"{_toml_value(str(k))} = {_toml_value(x)}" for k, x in v.items())
+            + " }"
+        )
     if isinstance(v, (list, tuple)):
         return "[" + ", ".join(_toml_value(x) for x in v) + "]"
     return _toml_value(str(v))
@@ -234,23 +247,50 @@ def parse_bool_env(value: str | None) -> bool | None:
         return True
     if v in ("0", "false", "no", "off"):
         return False
-    print(f"rc worker: warning: RC_REQUIRE_MANUAL_CLEAR={value!r} is not a boolean; "
-          "treating it as true", file=sys.stderr)
+    print(
+        f"rc worker: warning: RC_REQUIRE_MANUAL_CLEAR={value!r} is not a boolean; "
+        "treating it as true",
+        file=sys.stderr,
+    )
     return True
 
 
 _DURATIONS = {
-    "heartbeat_interval", "poll_wait", "kill_grace", "reregister_after", "reregister_jitter", "probe_interval", "probe_timeout",
-    "verify_timeout", "verify_pass_budget",
+    "heartbeat_interval",
+    "poll_wait",
+    "kill_grace",
+    "reregister_after",
+    "reregister_jitter",
+    "probe_interval",
+    "probe_timeout",
+    "verify_timeout",
+    "verify_pass_budget",
 }
-_STRINGS = {"controller_url", "token", "token_file", "cacert", "host", "probe_dir",
-            "verify_dir", "sheet_dir", "spool_dir"}
-_DEVICE_KEYS = {"name", "max_runtime", "on_acquire", "on_release", "timeout", "release_linger",
-                "labels"}
+_STRINGS = {
+    "controller_url",
+    "token",
+    "token_file",
+    "cacert",
+    "host",
+    "probe_dir",
+    "verify_dir",
+    "sheet_dir",
+    "spool_dir",
+}
+_DEVICE_KEYS = {
+    "name",
+    "max_runtime",
+    "on_acquire",
+    "on_release",
+    "timeout",
+    "release_linger",
+    "labels",
+}
 
 
-def load(path: str | None, overrides: dict[str, Any] | None = None,
-         env: dict[str, str] | None = None) -> WorkerConfig:
+def load(
+    path: str | None, overrides: dict[str, Any] | None = None, env: dict[str, str] | None = None
+) -> WorkerConfig:
     """Read `path` (None: /etc/rc/worker.toml if it exists), apply command-line
     `overrides` (keys as in the file) and the environment. Raises ConfigError."""
     env = os.environ if env is None else env
@@ -285,8 +325,9 @@ def load(path: str | None, overrides: dict[str, Any] | None = None,
         except UnicodeDecodeError:
             raise ConfigError(f"{named}: not a token (not UTF-8 text)") from None
         if not token:
-            raise ConfigError(f"{named}: the file is empty (it should hold the worker token, "
-                              "rc_...)")
+            raise ConfigError(
+                f"{named}: the file is empty (it should hold the worker token, rc_...)"
+            )
         cfg = dataclasses.replace(cfg, token=token)
     if not cfg.token and env.get("RC_TOKEN", "").strip():
         cfg = dataclasses.replace(cfg, token=env["RC_TOKEN"].strip())
@@ -303,8 +344,9 @@ def _parse(where: str, data: dict[str, Any]) -> dict[str, Any]:
         elif key in _STRINGS:
             kw[key] = _string(where, key, value)
             if key == "host" and kw[key] and not _valid_name(kw[key]):
-                raise ConfigError(f"{where}: host {kw[key]!r}: letters, digits, '.', '_', '-' "
-                                  "only, at most 63")
+                raise ConfigError(
+                    f"{where}: host {kw[key]!r}: letters, digits, '.', '_', '-' only, at most 63"
+                )
             if key == "controller_url" and kw[key]:
                 try:
                     parse_controller_url(kw[key])
@@ -340,13 +382,17 @@ def _parse(where: str, data: dict[str, Any]) -> dict[str, Any]:
 def _valid_name(name: str) -> bool:
     """Host and device names: ASCII letters, digits, '.', '_', '-'; 1 to 63, not
     starting with a punctuation mark (the controller's rule)."""
-    return (0 < len(name) <= 63 and name[0].isascii() and name[0].isalnum()
-            and all(c.isascii() and (c.isalnum() or c in "._-") for c in name))
+    return (
+        0 < len(name) <= 63
+        and name[0].isascii()
+        and name[0].isalnum()
+        and all(c.isascii() and (c.isalnum() or c in "._-") for c in name)
+    )
 
 
 def _duration(where: str, key: str, value: Any) -> float:
     if isinstance(value, bool):
-        raise ConfigError(f"{where}: {key} must be a duration such as \"30s\"")
+        raise ConfigError(f'{where}: {key} must be a duration such as "30s"')
     if isinstance(value, (int, float)):
         seconds = float(value)
     elif isinstance(value, str):
@@ -355,7 +401,7 @@ def _duration(where: str, key: str, value: Any) -> float:
         except DurationError as e:
             raise ConfigError(f"{where}: {key}: {e}") from None
     else:
-        raise ConfigError(f"{where}: {key} must be a duration such as \"30s\"")
+        raise ConfigError(f'{where}: {key} must be a duration such as "30s"')
     if seconds < 0:
         raise ConfigError(f"{where}: {key} cannot be negative")
     return seconds
@@ -385,8 +431,10 @@ def _labels(where: str, key: str, value: Any) -> dict[str, str]:
 def _check_count(where: str, what: Any, n: int) -> None:
     if n > MAX_DEVICES:
         shown = what if isinstance(what, str) and what.startswith("a list") else repr(what)
-        raise ConfigError(f"{where}: devices {shown}: {n} devices; a worker may declare at most "
-                          f"{MAX_DEVICES} (the controller's limit)")
+        raise ConfigError(
+            f"{where}: devices {shown}: {n} devices; a worker may declare at most "
+            f"{MAX_DEVICES} (the controller's limit)"
+        )
 
 
 def _devices(where: str, value: Any) -> tuple[DeviceConfig, ...] | str:
@@ -405,7 +453,7 @@ def _devices(where: str, value: Any) -> tuple[DeviceConfig, ...] | str:
             raise ConfigError(f"{where}: devices {value!r}: use auto, cpu:N or NAME,NAME,...")
         value = names
     if not isinstance(value, list) or not value:
-        raise ConfigError(f"{where}: devices must be \"auto\", \"cpu:N\" or a non-empty list")
+        raise ConfigError(f'{where}: devices must be "auto", "cpu:N" or a non-empty list')
     _check_count(where, f"a list of {len(value)}", len(value))
     out = []
     seen = set()

@@ -30,8 +30,16 @@ from rc.worker import script
 from rc.worker.config import DeviceConfig, WorkerConfig
 from rc.worker.probe import device_env
 
-__all__ = ["Leases", "DeviceHooks", "Acquired", "HookContext", "hook_env", "HOOK_OUTPUT_TAIL",
-           "STARTUP_PASS_BUDGET_S", "SHUTDOWN_DRAIN_S"]
+__all__ = [
+    "Leases",
+    "DeviceHooks",
+    "Acquired",
+    "HookContext",
+    "hook_env",
+    "HOOK_OUTPUT_TAIL",
+    "STARTUP_PASS_BUDGET_S",
+    "SHUTDOWN_DRAIN_S",
+]
 
 log = logging.getLogger("rc.worker.hooks")
 
@@ -72,9 +80,14 @@ def hook_env(event: str, device_id: str, ctx: HookContext) -> dict[str, str]:
     RC_* settings, then RC_EVENT, RC_DEVICE, RC_JOB_ID, RC_SUBMITTER and the
     device's CUDA variables."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RC_")}
-    env.update({"RC_EVENT": event, "RC_DEVICE": device_id,
-                "RC_JOB_ID": "" if ctx.job_id is None else str(ctx.job_id),
-                "RC_SUBMITTER": ctx.submitter})
+    env.update(
+        {
+            "RC_EVENT": event,
+            "RC_DEVICE": device_id,
+            "RC_JOB_ID": "" if ctx.job_id is None else str(ctx.job_id),
+            "RC_SUBMITTER": ctx.submitter,
+        }
+    )
     for k, v in device_env(device_id.rpartition(":")[2]).items():
         if v is None:
             env.pop(k, None)
@@ -91,8 +104,9 @@ def _output_tail(res: script.ScriptResult) -> str:
 class DeviceHooks:
     """The hooks and lease state of one device. Thread-safe."""
 
-    def __init__(self, device_id: str, dev: DeviceConfig, timeout: float, linger: float,
-                 grace: float) -> None:
+    def __init__(
+        self, device_id: str, dev: DeviceConfig, timeout: float, linger: float, grace: float
+    ) -> None:
         self.device_id = device_id
         self.dev = dev
         self.timeout = timeout
@@ -108,11 +122,23 @@ class DeviceHooks:
         self.acquires = 0
         self.releases = 0
 
-    def _run(self, event: str, path: str, ctx: HookContext, cancel: threading.Event | None,
-             timeout: float) -> script.ScriptResult:
-        return script.run([path], env=hook_env(event, self.device_id, ctx), timeout=timeout,
-                          grace=self.grace, cancel=cancel, merge=True,
-                          err_tail=HOOK_OUTPUT_TAIL)
+    def _run(
+        self,
+        event: str,
+        path: str,
+        ctx: HookContext,
+        cancel: threading.Event | None,
+        timeout: float,
+    ) -> script.ScriptResult:
+        return script.run(
+            [path],
+            env=hook_env(event, self.device_id, ctx),
+            timeout=timeout,
+            grace=self.grace,
+            cancel=cancel,
+            merge=True,
+            err_tail=HOOK_OUTPUT_TAIL,
+        )
 
     def acquire(self, ctx: HookContext, cancel: threading.Event) -> Acquired:
         """Take the device for a job: cancel a pending release, run on_acquire
@@ -120,8 +146,9 @@ class DeviceHooks:
         device; `cancel` interrupts the wait and the hook."""
         while not self._hook_lock.acquire(timeout=LOCK_POLL_S):
             if cancel.is_set():
-                return Acquired(self.epoch, "cancelled while a hook of this device was running",
-                                cancelled=True)
+                return Acquired(
+                    self.epoch, "cancelled while a hook of this device was running", cancelled=True
+                )
         try:
             with self._state:
                 self._cancel_pending()
@@ -138,11 +165,15 @@ class DeviceHooks:
             if res.cancelled:
                 with self._state:
                     self.held = True  # half done: the release restores the device
-                return Acquired(epoch, f"cancelled during acquire hook: {self.dev.on_acquire}",
-                                cancelled=True)
+                return Acquired(
+                    epoch, f"cancelled during acquire hook: {self.dev.on_acquire}", cancelled=True
+                )
             if not res.ok:
-                return Acquired(epoch, f"acquire hook failed: {self.dev.on_acquire}: "
-                                       f"{res.describe()}{_output_tail(res)}")
+                return Acquired(
+                    epoch,
+                    f"acquire hook failed: {self.dev.on_acquire}: "
+                    f"{res.describe()}{_output_tail(res)}",
+                )
             with self._state:
                 self.held = True
             return Acquired(epoch)
@@ -164,8 +195,11 @@ class DeviceHooks:
             return False  # nothing would run: no timer needed
         with self._state:
             if epoch != self.epoch:
-                log.info("%s: release for job %s dropped: a later job owns the device",
-                         self.device_id, ctx.job_id)
+                log.info(
+                    "%s: release for job %s dropped: a later job owns the device",
+                    self.device_id,
+                    ctx.job_id,
+                )
                 return False
             if not self.held:
                 return False
@@ -199,9 +233,14 @@ class DeviceHooks:
         self.releases += 1
         res = self._run("release", self.dev.on_release, ctx, None, timeout)
         if not res.ok:
-            log.error("%s: RELEASE HOOK FAILED: %s: %s%s (the device stays schedulable; "
-                      "the next worker start runs it again)", self.device_id,
-                      self.dev.on_release, res.describe(), _output_tail(res))
+            log.error(
+                "%s: RELEASE HOOK FAILED: %s: %s%s (the device stays schedulable; "
+                "the next worker start runs it again)",
+                self.device_id,
+                self.dev.on_release,
+                res.describe(),
+                _output_tail(res),
+            )
         return res.ok
 
     def release_now(self, timeout: float) -> bool:
@@ -229,8 +268,12 @@ class Leases:
             for d in devices:
                 if d.name not in self._devices or self._devices[d.name].dev != d:
                     self._devices[d.name] = DeviceHooks(
-                        f"{self.cfg.host}:{d.name}", d, self.cfg.device_timeout(d),
-                        self.cfg.device_linger(d), self.cfg.kill_grace)
+                        f"{self.cfg.host}:{d.name}",
+                        d,
+                        self.cfg.device_timeout(d),
+                        self.cfg.device_linger(d),
+                        self.cfg.kill_grace,
+                    )
 
     def device(self, name: str) -> DeviceHooks | None:
         """The hooks of device `name` (None for a device not configured)."""
@@ -251,8 +294,9 @@ class Leases:
                 continue
             left = deadline - time.monotonic()
             if left <= 0:
-                log.error("startup release pass: out of time (%.0fs) before %s", budget,
-                          h.device_id)
+                log.error(
+                    "startup release pass: out of time (%.0fs) before %s", budget, h.device_id
+                )
                 return
             h.release_now(min(h.timeout, left))
 

@@ -31,8 +31,9 @@ class HostLockBusy(Exception):
 
     def __init__(self, host: str, pid: int) -> None:
         who = f"pid {pid}" if pid else "pid unknown"
-        super().__init__(f"another rc worker for host {host} is running here ({who}); "
-                         "stop it first")
+        super().__init__(
+            f"another rc worker for host {host} is running here ({who}); stop it first"
+        )
         self.host = host
         self.pid = pid
 
@@ -84,4 +85,3 @@ class HostLock:
         fd, self.fd = self.fd, None
         if fd is not None:
             os.close(fd)
-

@@ -122,7 +122,7 @@ class JobRun:
         self.last_output = time.monotonic()
         self.in_write = False
         self._swept: list[int] | None = None
-        self._pid_floor = 0      # 0: the escapee sweep reads every process
+        self._pid_floor = 0  # 0: the escapee sweep reads every process
         self._last_pid: int | None = None
         self._pids_wrapped = True
         self.release_epoch: int | None = None
@@ -179,8 +179,9 @@ class JobRun:
         problems = []
         alive = list(result.survivors) + self.sweep_escapees()
         if alive:
-            problems.append(f"processes of job {a.job_id} survived teardown: "
-                            f"{leftovers.describe_pids(alive)}")
+            problems.append(
+                f"processes of job {a.job_id} survived teardown: {leftovers.describe_pids(alive)}"
+            )
         uuid = self.agent.gpu_uuid(self.device_name)
         if uuid:
             gpu = leftovers.gpu_leftovers(uuid)
@@ -189,9 +190,13 @@ class JobRun:
         if problems:
             self.agent.reporter.submit_fault(a.device_id, "; ".join(problems), a.job_id)
         cfg = self.agent.cfg
-        failed = verify.run_pass(cfg.verify_dir, self.agent.script_env("verify", self),
-                                 timeout=cfg.verify_timeout, budget=cfg.verify_pass_budget,
-                                 grace=cfg.kill_grace)
+        failed = verify.run_pass(
+            cfg.verify_dir,
+            self.agent.script_env("verify", self),
+            timeout=cfg.verify_timeout,
+            budget=cfg.verify_pass_budget,
+            grace=cfg.kill_grace,
+        )
         if failed:
             self.agent.reporter.submit_fault(a.device_id, failed, a.job_id)
         return result
@@ -218,11 +223,15 @@ class JobRun:
         if self._swept is None:
             self.note_pids()
             floor = 0 if self._pids_wrapped else self._pid_floor
-            escaped, _complete = supervise.sweep_job(str(self.a.job_id), self.agent.sweep_scope,
-                                                     floor)
+            escaped, _complete = supervise.sweep_job(
+                str(self.a.job_id), self.agent.sweep_scope, floor
+            )
             if escaped:
-                log.warning("job %d: %d process(es) escaped its group and survived",
-                            self.a.job_id, len(escaped))
+                log.warning(
+                    "job %d: %d process(es) escaped its group and survived",
+                    self.a.job_id,
+                    len(escaped),
+                )
             self._swept = list(escaped)
         return self._swept
 
@@ -234,8 +243,14 @@ class JobRun:
             return attached.run_job(self)
         hold = a.kind is JobKind.HOLD
         argv = HOLD_COMMAND if hold else a.command
-        env = job_env(dict(os.environ), {} if hold else a.env, a.job_id, a.device_id, self.cuda,
-                      self.agent.markers)
+        env = job_env(
+            dict(os.environ),
+            {} if hold else a.env,
+            a.job_id,
+            a.device_id,
+            self.cuda,
+            self.agent.markers,
+        )
         sink = LogSink(self.agent.client, a.job_id, spool=self.agent.spool)
         cwd, note = working_dir(a.cwd, self.agent.cfg.host)
         if note:
@@ -253,8 +268,9 @@ class JobRun:
         finally:
             os.close(w)
         self.agent.reporter.submit(Report(a.job_id, "running", started_at=self.started_at))
-        reader = threading.Thread(target=self._read, args=(r, sink), daemon=True,
-                                  name=f"rc-job-{a.job_id}-out")
+        reader = threading.Thread(
+            target=self._read, args=(r, sink), daemon=True, name=f"rc-job-{a.job_id}-out"
+        )
         self._reader_stop = False
         reader.start()
         outcome, why, survivors = self.watch(group, hold)
@@ -300,8 +316,11 @@ class JobRun:
             if self.cancelled.is_set():
                 why = self.cancel_reason or "cancelled"
             elif limit and now - start >= limit:
-                why = (f"hold ended: its ttl of {format_duration(limit)} was reached" if hold
-                       else f"max_runtime exceeded ({format_duration(limit)})")
+                why = (
+                    f"hold ended: its ttl of {format_duration(limit)} was reached"
+                    if hold
+                    else f"max_runtime exceeded ({format_duration(limit)})"
+                )
             elif idle and not self.in_write and now - self.last_output >= idle:
                 why = f"idle: no output for {format_duration(idle)}"
             if why is not None:
@@ -343,8 +362,9 @@ def working_dir(cwd: str, host: str) -> tuple[str | None, bytes]:
     return home, f"[rc: {cwd} does not exist on {host}; running in {home}]\n".encode()
 
 
-def label(outcome: supervise.Outcome | None, why: str | None, stragglers: bool,
-          hold: bool) -> Result:
+def label(
+    outcome: supervise.Outcome | None, why: str | None, stragglers: bool, hold: bool
+) -> Result:
     """The state, exit code and reason of a job that ended (inventory §6.4).
 
     `why` is our reason for ending it (kill, watchdog) or None; a hold ended

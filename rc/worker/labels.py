@@ -31,8 +31,15 @@ from rc.worker.config import DeviceConfig, WorkerConfig
 from rc.proto.selector import valid_label_key
 from rc.worker.probe import cuda_index, discover, host_facts, is_cpu_device
 
-__all__ = ["Prober", "ProbeResult", "parse_dropin", "DropinError", "PASS_BUDGET_S",
-           "LABEL_MAX_CHARS", "LABELS_MAX"]
+__all__ = [
+    "Prober",
+    "ProbeResult",
+    "parse_dropin",
+    "DropinError",
+    "PASS_BUDGET_S",
+    "LABEL_MAX_CHARS",
+    "LABELS_MAX",
+]
 
 log = logging.getLogger("rc.worker.probe")
 
@@ -55,8 +62,9 @@ def _reject_constant(name: str):
     raise DropinError(f"{name} is not a JSON value")
 
 
-def parse_dropin(data: bytes, devices: set[str]) -> tuple[dict[str, str], dict[str, dict[str, str]],
-                                                        list[str]]:
+def parse_dropin(
+    data: bytes, devices: set[str]
+) -> tuple[dict[str, str], dict[str, dict[str, str]], list[str]]:
     """Parse a drop-in's stdout: (host facts, {device: facts}, warnings).
 
     Strings are kept, numbers keep their text, booleans become "true" /
@@ -65,8 +73,9 @@ def parse_dropin(data: bytes, devices: set[str]) -> tuple[dict[str, str], dict[s
     unless the output is exactly one JSON object.
     """
     try:
-        obj = json.loads(data.decode("utf-8"), parse_int=str, parse_float=str,
-                         parse_constant=_reject_constant)
+        obj = json.loads(
+            data.decode("utf-8"), parse_int=str, parse_float=str, parse_constant=_reject_constant
+        )
     except UnicodeDecodeError:
         raise DropinError("output is not UTF-8") from None
     except json.JSONDecodeError as e:
@@ -105,11 +114,18 @@ def _bounded(facts: dict[str, str], where: str) -> dict[str, str]:
     out = {}
     for k, v in facts.items():
         if not valid_label_key(k):
-            log.warning("%s: label %r dropped: a label name has no spaces and none of "
-                        "= ! < > ,", where, k[:40])
+            log.warning(
+                "%s: label %r dropped: a label name has no spaces and none of = ! < > ,",
+                where,
+                k[:40],
+            )
         elif len(k) > LABEL_MAX_CHARS or len(v) > LABEL_MAX_CHARS:
-            log.warning("%s: label %r dropped: keys and values are at most %d characters",
-                        where, k[:40], LABEL_MAX_CHARS)
+            log.warning(
+                "%s: label %r dropped: keys and values are at most %d characters",
+                where,
+                k[:40],
+                LABEL_MAX_CHARS,
+            )
         elif len(out) >= LABELS_MAX:
             log.warning("%s: more than %d labels; %r and later dropped", where, LABELS_MAX, k[:40])
             break
@@ -160,8 +176,9 @@ class Prober:
             devices = discover(self.cfg.devices, gpus)
         names = [d.name for d in devices]
         host = host_facts()
-        per: dict[str, dict[str, str]] = {n: ({"kind": "cpu"} if is_cpu_device(n) else {})
-                                          for n in names}
+        per: dict[str, dict[str, str]] = {
+            n: ({"kind": "cpu"} if is_cpu_device(n) else {}) for n in names
+        }
         omit: set[str] = set()
         gpu_names = {n for n in names if cuda_index(n) is not None}
         if gpus is not None:
@@ -187,8 +204,15 @@ class Prober:
                 labels[n] = _bounded(per[n], n)
         return ProbeResult(devices, labels, failed)
 
-    def _dropins(self, names: set[str], host: dict[str, str], per: dict[str, dict[str, str]],
-                 omit: set[str], failed: dict[str, str], deadline: float) -> None:
+    def _dropins(
+        self,
+        names: set[str],
+        host: dict[str, str],
+        per: dict[str, dict[str, str]],
+        omit: set[str],
+        failed: dict[str, str],
+        deadline: float,
+    ) -> None:
         d = self.cfg.probe_dir
         try:
             entries = sorted(os.scandir(d), key=lambda e: e.name)
@@ -221,17 +245,22 @@ class Prober:
             if left <= 0:
                 self._fail(entry.name, "the probe pass ran out of time", names, omit, failed)
                 continue
-            res = script.run([path], env=self._env(sorted(names)),
-                             timeout=min(self.cfg.probe_timeout, left),
-                             grace=min(self.cfg.kill_grace, 2.0), out_cap=DROPIN_OUT_CAP)
+            res = script.run(
+                [path],
+                env=self._env(sorted(names)),
+                timeout=min(self.cfg.probe_timeout, left),
+                grace=min(self.cfg.kill_grace, 2.0),
+                out_cap=DROPIN_OUT_CAP,
+            )
             if not res.ok:
                 why = res.describe()
                 tail = res.err.decode("utf-8", "replace").strip()[-200:]
                 self._fail(entry.name, why + (f": {tail}" if tail else ""), names, omit, failed)
                 continue
             if res.out_overflow:
-                self._fail(entry.name, f"printed more than {DROPIN_OUT_CAP} bytes", names, omit,
-                           failed)
+                self._fail(
+                    entry.name, f"printed more than {DROPIN_OUT_CAP} bytes", names, omit, failed
+                )
                 continue
             try:
                 h, p, warnings = parse_dropin(res.out, names)
@@ -247,8 +276,9 @@ class Prober:
         for gone in set(self.dropin_covered) - seen - set(failed):
             del self.dropin_covered[gone]  # removed from probe_dir: its facts clear
 
-    def _fail(self, name: str, why: str, names: set[str], omit: set[str],
-              failed: dict[str, str]) -> None:
+    def _fail(
+        self, name: str, why: str, names: set[str], omit: set[str], failed: dict[str, str]
+    ) -> None:
         failed[name] = why
         cover = self.dropin_covered.get(name, set())
         omit |= names if ALL in cover else cover
@@ -262,8 +292,11 @@ class Prober:
         """Log failures and omissions once per episode."""
         for name, why in failed.items():
             if name not in self.failing:
-                covers = ("nothing yet, so the labels it gave clear" if name != "nvidia-smi"
-                          and not self.dropin_covered.get(name) else "its devices' labels are kept")
+                covers = (
+                    "nothing yet, so the labels it gave clear"
+                    if name != "nvidia-smi" and not self.dropin_covered.get(name)
+                    else "its devices' labels are kept"
+                )
                 log.warning("probe %s failed: %s (%s)", name, why, covers)
         for name in self.failing - set(failed):
             log.info("probe %s works again", name)

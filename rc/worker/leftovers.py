@@ -27,16 +27,19 @@ NAMED_MAX = 10
 
 
 def describe_pids(pids: list[int], command: Callable[[int], str] = procfs.cmdline) -> str:
-    """"pid 12 'sleep 300'; pid 13 'python x.py'" (at most NAMED_MAX, then a count)."""
+    """ "pid 12 'sleep 300'; pid 13 'python x.py'" (at most NAMED_MAX, then a count)."""
     parts = [f"pid {p} {command(p)!r}" for p in pids[:NAMED_MAX]]
     if len(pids) > NAMED_MAX:
         parts.append(f"and {len(pids) - NAMED_MAX} more")
     return "; ".join(parts)
 
 
-def gpu_leftovers(uuid: str, settle: float = GPU_SETTLE_S,
-                  query: Callable[[], list[nvidia.ComputeApp]] = nvidia.query_compute_apps) -> str:
-    """"" when no compute process remains on GPU `uuid` (waiting up to `settle`
+def gpu_leftovers(
+    uuid: str,
+    settle: float = GPU_SETTLE_S,
+    query: Callable[[], list[nvidia.ComputeApp]] = nvidia.query_compute_apps,
+) -> str:
+    """ "" when no compute process remains on GPU `uuid` (waiting up to `settle`
     seconds for contexts to go), else why the GPU is not empty, in words."""
     deadline = time.monotonic() + settle
     while True:
@@ -49,7 +52,8 @@ def gpu_leftovers(uuid: str, settle: float = GPU_SETTLE_S,
         if time.monotonic() >= deadline:
             named = "; ".join(
                 f"pid {a.pid} {a.name!r}" + (f" ({a.used_mib} MiB)" if a.used_mib else "")
-                for a in apps[:NAMED_MAX])
+                for a in apps[:NAMED_MAX]
+            )
             more = f"; and {len(apps) - NAMED_MAX} more" if len(apps) > NAMED_MAX else ""
             return f"GPU {uuid} still has compute processes: {named}{more}"
         time.sleep(GPU_POLL_S)

@@ -30,8 +30,15 @@ from rc.proto.client import Client
 from rc.proto.errors import ApiError, TransportError
 from rc.worker.spool import Spool, SpoolFile
 
-__all__ = ["LogSink", "BATCH_BYTES", "BATCH_SECONDS", "CHUNK_MAX", "MEMORY_BYTES",
-           "SPILL_AFTER_S", "lost_marker"]
+__all__ = [
+    "LogSink",
+    "BATCH_BYTES",
+    "BATCH_SECONDS",
+    "CHUNK_MAX",
+    "MEMORY_BYTES",
+    "SPILL_AFTER_S",
+    "lost_marker",
+]
 
 log = logging.getLogger("rc.worker.logs")
 
@@ -49,8 +56,10 @@ RETRY_MAX_S = 5.0
 
 def lost_marker(n: int) -> bytes:
     """The line written into a log where `n` bytes of output were dropped."""
-    return (f"\n[rc: {n} bytes of output lost here: the controller was unreachable and "
-            f"the worker's log spool was full]\n").encode()
+    return (
+        f"\n[rc: {n} bytes of output lost here: the controller was unreachable and "
+        f"the worker's log spool was full]\n"
+    ).encode()
 
 
 class LogSink:
@@ -72,14 +81,14 @@ class LogSink:
         self.max_buffer = max_buffer
         self.batch_bytes = batch_bytes
         self.batch_seconds = batch_seconds
-        self.offset = 0          # stream offset of the first unacknowledged byte
+        self.offset = 0  # stream offset of the first unacknowledged byte
         self.mem = bytearray()
         self.file: SpoolFile | None = None
         self.first_at: float | None = None
-        self.failing = False     # the last upload attempt got no answer (or a 5xx)
-        self.dropped = 0         # bytes dropped since the last marker
-        self.lost = 0            # bytes that will never reach the controller
-        self.spilled = 0         # bytes that went through the spool
+        self.failing = False  # the last upload attempt got no answer (or a 5xx)
+        self.dropped = 0  # bytes dropped since the last marker
+        self.lost = 0  # bytes that will never reach the controller
+        self.spilled = 0  # bytes that went through the spool
         self.closing = False
         self.abandon = False
         self._chunk: bytearray | None = None  # every upload is copied here: no churn
@@ -93,8 +102,9 @@ class LogSink:
         """Start the uploader (with the lock held)."""
         if self._thread is None:
             self._chunk = bytearray(CHUNK_MAX)
-            self._thread = threading.Thread(target=self._run, name=f"rc-logs-{self.job_id}",
-                                            daemon=True)
+            self._thread = threading.Thread(
+                target=self._run, name=f"rc-logs-{self.job_id}", daemon=True
+            )
             self._thread.start()
 
     # -- the writer's side ---------------------------------------------------
@@ -113,8 +123,10 @@ class LogSink:
         if not self.file.append(data):
             return False
         if not self.spilled:
-            log.info("job %d: the controller is not taking output; it waits in the disk spool",
-                     self.job_id)
+            log.info(
+                "job %d: the controller is not taking output; it waits in the disk spool",
+                self.job_id,
+            )
         self.spilled += len(data)
         return True
 
@@ -143,8 +155,9 @@ class LogSink:
                 elif len(self.mem) + len(payload) <= self.max_buffer or not self.mem:
                     self.mem += payload
                     break
-                elif self.failing or (blocked_since is not None
-                                      and time.monotonic() - blocked_since >= SPILL_AFTER_S):
+                elif self.failing or (
+                    blocked_since is not None and time.monotonic() - blocked_since >= SPILL_AFTER_S
+                ):
                     if self._to_disk(self.mem):
                         self.mem.clear()
                         continue
@@ -157,8 +170,11 @@ class LogSink:
                     blocked_since = time.monotonic()
                 self._cond.wait(0.1)
             if self.dropped:
-                log.warning("job %d: %d bytes of output lost: the log spool is full",
-                            self.job_id, self.dropped)
+                log.warning(
+                    "job %d: %d bytes of output lost: the log spool is full",
+                    self.job_id,
+                    self.dropped,
+                )
             self.dropped = 0
             if was_empty:
                 self.first_at = time.monotonic()
@@ -170,8 +186,11 @@ class LogSink:
         `timeout` seconds (else the rest is abandoned and counted lost)."""
         with self._cond:
             if self.dropped:
-                log.warning("job %d: %d bytes of output lost: the log spool is full",
-                            self.job_id, self.dropped)
+                log.warning(
+                    "job %d: %d bytes of output lost: the log spool is full",
+                    self.job_id,
+                    self.dropped,
+                )
                 marker = lost_marker(self.dropped)
                 if not (self.file is not None and self.file.pending and self._to_disk(marker)):
                     self.mem += marker  # a few bytes over the bound, once
@@ -211,8 +230,12 @@ class LogSink:
                 n = self._pending()
                 if n:
                     waited = time.monotonic() - (self.first_at or 0.0)
-                    if (self.closing or self.failing or n >= self.batch_bytes
-                            or waited >= self.batch_seconds):
+                    if (
+                        self.closing
+                        or self.failing
+                        or n >= self.batch_bytes
+                        or waited >= self.batch_seconds
+                    ):
                         out = memoryview(self._chunk)
                         if self.file is not None and self.file.pending:
                             return self.offset, out[: self.file.peek_into(out)]
@@ -258,8 +281,12 @@ class LogSink:
                 if e.status < 500:
                     # Refused for good (job gone, gap): drop these bytes rather
                     # than block the job forever.
-                    log.error("job %d: log upload refused (%s); %d bytes dropped",
-                              self.job_id, e, len(chunk))
+                    log.error(
+                        "job %d: log upload refused (%s); %d bytes dropped",
+                        self.job_id,
+                        e,
+                        len(chunk),
+                    )
                     with self._cond:
                         self.lost += len(chunk)
                     self._acked(len(chunk))

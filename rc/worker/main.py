@@ -24,13 +24,25 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run the worker: registers this host's devices with the controller and "
         "runs the jobs it is given (standard library only; runs from rc.pyz).",
     )
-    p.add_argument("--config", default=None, metavar="PATH",
-                   help="worker config (TOML; default /etc/rc/worker.toml when it exists)")
+    p.add_argument(
+        "--config",
+        default=None,
+        metavar="PATH",
+        help="worker config (TOML; default /etc/rc/worker.toml when it exists)",
+    )
     p.add_argument("--controller", default=None, metavar="URL", help="controller URL")
-    p.add_argument("--token-file", default=None, metavar="FILE",
-                   help="file holding the worker token (else $RC_TOKEN)")
-    p.add_argument("--devices", default=None, metavar="SPEC",
-                   help="auto (GPUs from nvidia-smi, else 2 CPU devices), cpu:N, or NAME,NAME...")
+    p.add_argument(
+        "--token-file",
+        default=None,
+        metavar="FILE",
+        help="file holding the worker token (else $RC_TOKEN)",
+    )
+    p.add_argument(
+        "--devices",
+        default=None,
+        metavar="SPEC",
+        help="auto (GPUs from nvidia-smi, else 2 CPU devices), cpu:N, or NAME,NAME...",
+    )
     p.add_argument("--host", default=None, help="host name to register as (default: hostname)")
     p.add_argument("--cacert", default=None, metavar="PEM", help="CA certificate for https")
     p.add_argument("--print-config", action="store_true", help="print the effective config, exit")
@@ -72,8 +84,9 @@ def startup_problems(cfg: worker_config.WorkerConfig) -> list[str]:
     if not cfg.token:
         problems.append("no token: give --token-file, token_file in the config, or RC_TOKEN")
     elif not (cfg.token.isascii() and cfg.token.isprintable() and " " not in cfg.token):
-        problems.append("the token is not valid: a token is printable ASCII without spaces, "
-                        "like rc_...")
+        problems.append(
+            "the token is not valid: a token is printable ASCII without spaces, like rc_..."
+        )
     return problems
 
 
@@ -126,16 +139,23 @@ def run(args: argparse.Namespace) -> int:
         print(f"rc worker: {e}", file=sys.stderr)
         return 1
     except OSError as e:
-        print(f"rc worker: cannot take the lock of host {cfg.host} in "
-              f"{os.path.dirname(HostLock(cfg.host).path)}: {e.strerror or e}", file=sys.stderr)
+        print(
+            f"rc worker: cannot take the lock of host {cfg.host} in "
+            f"{os.path.dirname(HostLock(cfg.host).path)}: {e.strerror or e}",
+            file=sys.stderr,
+        )
         return 1
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     if os.getpid() == 1:
         logging.getLogger("rc.worker").warning(
             "running as PID 1: orphaned processes of jobs become this worker's children and "
             "are never reaped; run it under an init (docker --init, tini, or a pod with "
-            "shareProcessNamespace)")
+            "shareProcessNamespace)"
+        )
     unignore_inherited_signals()
     agent = Agent(cfg, client)
     agent.ready_fd = args.ready_fd  # `rc up` learns of the first registration there

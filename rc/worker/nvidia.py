@@ -32,8 +32,16 @@ GPU_QUERY = "index,name,memory.total,memory.free,driver_version,uuid"
 APPS_QUERY = "gpu_uuid,pid,process_name,used_memory"
 TIMEOUT_S = 5.0
 """The longest one nvidia-smi call may take (a wedged driver hangs it)."""
-UNAVAILABLE = {"", "n/a", "[n/a]", "[not supported]", "[unknown error]", "[insufficient permissions]",
-               "[gpu is lost]", "unknown"}
+UNAVAILABLE = {
+    "",
+    "n/a",
+    "[n/a]",
+    "[not supported]",
+    "[unknown error]",
+    "[insufficient permissions]",
+    "[gpu is lost]",
+    "unknown",
+}
 """Values nvidia-smi prints for a fact it cannot read: never made into a label."""
 
 
@@ -60,9 +68,15 @@ class GPU:
     def labels(self) -> dict[str, str]:
         """The labels this GPU gives its device (inventory §6.8, plus kind and
         uuid); a fact nvidia-smi could not read is left out."""
-        out = {"kind": "gpu", "vendor": "nvidia", "model": self.model,
-               "vram": _mib(self.vram_mib), "vram_free": _mib(self.vram_free_mib),
-               "driver": self.driver, "uuid": self.uuid}
+        out = {
+            "kind": "gpu",
+            "vendor": "nvidia",
+            "model": self.model,
+            "vram": _mib(self.vram_mib),
+            "vram_free": _mib(self.vram_free_mib),
+            "driver": self.driver,
+            "uuid": self.uuid,
+        }
         return {k: v for k, v in out.items() if v}
 
 
@@ -102,8 +116,14 @@ def parse_compute_apps(text: str) -> list[ComputeApp]:
         parts = line.split(",")
         if len(parts) < 4 or not parts[1].strip().isdigit():
             continue
-        out.append(ComputeApp(parts[0].strip(), int(parts[1].strip()),
-                              ",".join(parts[2:-1]).strip(), _value(parts[-1])))
+        out.append(
+            ComputeApp(
+                parts[0].strip(),
+                int(parts[1].strip()),
+                ",".join(parts[2:-1]).strip(),
+                _value(parts[-1]),
+            )
+        )
     return out
 
 
@@ -117,8 +137,12 @@ def _run(query: str, timeout: float) -> str:
     if exe is None:
         raise NvidiaError("nvidia-smi is not on PATH")
     try:
-        res = subprocess.run([exe, query, "--format=csv,noheader,nounits"], capture_output=True,
-                             timeout=timeout, stdin=subprocess.DEVNULL)
+        res = subprocess.run(
+            [exe, query, "--format=csv,noheader,nounits"],
+            capture_output=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
     except subprocess.TimeoutExpired:
         raise NvidiaError(f"nvidia-smi did not answer within {timeout:g}s") from None
     except OSError as e:

@@ -171,9 +171,12 @@ def last_pid() -> int | None:
         return None
 
 
-def find_job_processes(job_id: str | None = None, exclude: set[int] | None = None,
-                       require: dict[bytes, bytes] | None = None,
-                       min_pid: int = 0) -> ScanResult:
+def find_job_processes(
+    job_id: str | None = None,
+    exclude: set[int] | None = None,
+    require: dict[bytes, bytes] | None = None,
+    min_pid: int = 0,
+) -> ScanResult:
     """Live processes whose environment has RC_JOB_ID (equal to `job_id` when
     given, any non-empty value otherwise) and every variable in `require` with
     exactly that value, excluding `exclude` (default: this process and its

@@ -50,8 +50,13 @@ class Report:
 
     def wire(self) -> dict:
         """The report as a JobReport in JSON."""
-        return {"job_id": self.job_id, "state": self.state, "exit_code": self.exit_code,
-                "reason": self.reason, "started_at": self.started_at}
+        return {
+            "job_id": self.job_id,
+            "state": self.state,
+            "exit_code": self.exit_code,
+            "reason": self.reason,
+            "started_at": self.started_at,
+        }
 
 
 @dataclass(slots=True)
@@ -96,8 +101,14 @@ class Reporter:
         """Queue a fault; it goes out before any report queued after it."""
         log.error("faulting %s: %s", device_id, reason)
         with self._cond:
-            self._faults.append(Fault(device_id, reason[:FAULT_REASON_MAX], job_id,
-                                      time.monotonic() + REPORT_DEADLINE_S))
+            self._faults.append(
+                Fault(
+                    device_id,
+                    reason[:FAULT_REASON_MAX],
+                    job_id,
+                    time.monotonic() + REPORT_DEADLINE_S,
+                )
+            )
             self._cond.notify_all()
 
     def pending(self) -> int:
@@ -138,8 +149,9 @@ class Reporter:
                 delay = RETRY_MIN_S
                 continue
             try:
-                resp = self.client.post(f"/v1/workers/{self.worker_id}/reports",
-                                        {"reports": [r.wire() for r in batch]})
+                resp = self.client.post(
+                    f"/v1/workers/{self.worker_id}/reports", {"reports": [r.wire() for r in batch]}
+                )
             except (TransportError, ApiError) as e:
                 if isinstance(e, ApiError) and e.status < 500:
                     log.error("reports refused: %s; dropping %d", e, len(batch))
@@ -148,8 +160,12 @@ class Reporter:
                 now = time.monotonic()
                 expired = [r for r in batch if r.deadline <= now]
                 if expired:
-                    log.error("giving up on %d report(s) after %.0fs: %s",
-                              len(expired), REPORT_DEADLINE_S, e)
+                    log.error(
+                        "giving up on %d report(s) after %.0fs: %s",
+                        len(expired),
+                        REPORT_DEADLINE_S,
+                        e,
+                    )
                     self._settle(expired)
                 if not self._pause(delay):
                     return
@@ -158,8 +174,12 @@ class Reporter:
             delay = RETRY_MIN_S
             for res in resp.get("results", []):
                 if not res.get("ok"):
-                    log.warning("job %s: report refused: %s: %s", res.get("job_id"),
-                                res.get("error"), res.get("message"))
+                    log.warning(
+                        "job %s: report refused: %s: %s",
+                        res.get("job_id"),
+                        res.get("error"),
+                        res.get("message"),
+                    )
             self._settle(batch)
 
     def _pause(self, delay: float) -> bool:
@@ -179,8 +199,10 @@ class Reporter:
                     return True
                 f = self._faults[0]
             try:
-                self.client.post(f"/v1/devices/{segment(f.device_id)}/fault",
-                                 {"reason": f.reason, "job_id": f.job_id})
+                self.client.post(
+                    f"/v1/devices/{segment(f.device_id)}/fault",
+                    {"reason": f.reason, "job_id": f.job_id},
+                )
             except ApiError as e:
                 if e.status >= 500 and time.monotonic() < f.deadline:
                     return False

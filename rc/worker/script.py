@@ -56,9 +56,14 @@ class ScriptResult:
     @property
     def ok(self) -> bool:
         """It ran and exited 0 on its own."""
-        return (not self.error and not self.timed_out and not self.cancelled
-                and self.outcome is not None and self.outcome.exit_code == 0
-                and not self.outcome.signal)
+        return (
+            not self.error
+            and not self.timed_out
+            and not self.cancelled
+            and self.outcome is not None
+            and self.outcome.exit_code == 0
+            and not self.outcome.signal
+        )
 
     def describe(self) -> str:
         """What happened, in words: "exited 3", "killed by SIGKILL",
@@ -98,8 +103,9 @@ def run(
     r_err, w_err = (None, None) if merge else os.pipe()
     try:
         try:
-            group = supervise.spawn(argv, cwd=cwd, env=env, stdout=w_out,
-                                    stderr=w_out if merge else w_err)
+            group = supervise.spawn(
+                argv, cwd=cwd, env=env, stdout=w_out, stderr=w_out if merge else w_err
+            )
         except OSError as e:
             res.error = e.strerror or str(e)
             return res
@@ -174,7 +180,7 @@ class _Reader:
                 room = self.out_cap - len(self.out)
                 if len(data) > room:
                     self.overflow = True
-                self.out += data[:max(0, room)]
+                self.out += data[: max(0, room)]
             else:
                 self.err += data
                 if len(self.err) > self.err_tail:

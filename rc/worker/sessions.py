@@ -39,6 +39,7 @@ __all__ = ["dispatch_sessions"]
 
 log = logging.getLogger("rc.worker.sessions")
 
+
 class _Started:
     """Which sessions this agent started (a session is never started twice)."""
 
@@ -60,8 +61,12 @@ def dispatch_sessions(agent, starts: tuple[SessionStart, ...]) -> None:
             if key in reg.keys:
                 continue
             reg.keys.add(key)
-        threading.Thread(target=_run_session, args=(agent, st), daemon=True,
-                         name=f"rc-session-{st.hold_id}.{st.session_id}").start()
+        threading.Thread(
+            target=_run_session,
+            args=(agent, st),
+            daemon=True,
+            name=f"rc-session-{st.hold_id}.{st.session_id}",
+        ).start()
 
 
 class _StderrTail:
@@ -82,8 +87,14 @@ class _StderrTail:
                 self.dropped += extra
 
 
-def _report(agent, st: SessionStart, state: str, exit_code: int | None = None,
-            reason: str = "", tail: _StderrTail | None = None) -> None:
+def _report(
+    agent,
+    st: SessionStart,
+    state: str,
+    exit_code: int | None = None,
+    reason: str = "",
+    tail: _StderrTail | None = None,
+) -> None:
     body = {"state": state, "exit_code": exit_code, "reason": reason[:4000]}
     if tail is not None:
         body["stderr"] = tail.buf.decode("utf-8", "replace")
@@ -96,8 +107,9 @@ def _report(agent, st: SessionStart, state: str, exit_code: int | None = None,
             return
         except ApiError as e:
             if e.status < 500:
-                log.warning("session %d of hold %d: report refused: %s", st.session_id,
-                            st.hold_id, e)
+                log.warning(
+                    "session %d of hold %d: report refused: %s", st.session_id, st.hold_id, e
+                )
                 return
         except TransportError:
             pass

@@ -35,7 +35,7 @@ def fit(data: bytes, limit: int = SHEET_MAX_BYTES) -> str:
 
 
 def _read(path: str) -> str | None:
-    """"" for a missing file, None when it cannot be read, else its text."""
+    """ "" for a missing file, None when it cannot be read, else its text."""
     try:
         with open(path, "rb") as f:
             return fit(f.read(SHEET_MAX_BYTES * 4 + 4))

@@ -56,8 +56,11 @@ class Spool:
                 fd, path = tempfile.mkstemp(prefix=f"job-{job_id}-", dir=d)
                 os.unlink(path)
         except OSError as e:
-            log.error("log spool %s unusable (%s): output waits in memory only",
-                      self.directory or "(temporary)", e.strerror or e)
+            log.error(
+                "log spool %s unusable (%s): output waits in memory only",
+                self.directory or "(temporary)",
+                e.strerror or e,
+            )
             self._broken = True
             return None
         return SpoolFile(self, fd)

@@ -26,7 +26,15 @@ from dataclasses import dataclass
 
 from rc.worker import procfs
 
-__all__ = ["Group", "Outcome", "spawn", "kill_group", "sweep_job", "signal_name", "STRAGGLER_WAIT_S"]
+__all__ = [
+    "Group",
+    "Outcome",
+    "spawn",
+    "kill_group",
+    "sweep_job",
+    "signal_name",
+    "STRAGGLER_WAIT_S",
+]
 
 STRAGGLER_WAIT_S = 2.0
 SWEEP_GRACE_S = 2.0
@@ -34,7 +42,7 @@ SWEEP_RESCAN_S = 0.02
 
 
 def signal_name(signum: int) -> str:
-    """"SIGKILL" for 9, "signal 64" for an unnamed one."""
+    """ "SIGKILL" for 9, "signal 64" for an unnamed one."""
     try:
         return signal.Signals(signum).name
     except ValueError:
@@ -196,8 +204,9 @@ def _signal_pid(pid: int, signum: int) -> None:
             raise
 
 
-def sweep_job(job_id: str, require: dict[bytes, bytes] | None = None,
-              min_pid: int = 0) -> tuple[list[int], bool]:
+def sweep_job(
+    job_id: str, require: dict[bytes, bytes] | None = None, min_pid: int = 0
+) -> tuple[list[int], bool]:
     """End every process that carries RC_JOB_ID=job_id (setsid and double-fork
     escapees) and the `require` variables (this worker instance's marker),
     excluding this worker and its ancestors.

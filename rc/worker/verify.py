@@ -83,8 +83,15 @@ def run_pass(
             first = first or f"{PREFIX}pass exceeded its {format_duration(budget)} budget"
             break
         limit = min(timeout, left)
-        res = script.run([entry.path], env=env, timeout=limit, grace=grace, cancel=cancel,
-                         out_cap=STDOUT_CAP, err_tail=STDERR_TAIL_CHARS * 4)
+        res = script.run(
+            [entry.path],
+            env=env,
+            timeout=limit,
+            grace=grace,
+            cancel=cancel,
+            out_cap=STDOUT_CAP,
+            err_tail=STDERR_TAIL_CHARS * 4,
+        )
         if res.ok:
             continue
         if res.timed_out and limit < timeout:

@@ -58,7 +58,9 @@ def caller(request: Request, *roles: Role, query_token: bool = False) -> Caller:
     return require(who, *roles)
 
 
-async def read_body(request: Request, limit: int, code: ErrorCode = ErrorCode.BODY_TOO_LARGE) -> bytes:
+async def read_body(
+    request: Request, limit: int, code: ErrorCode = ErrorCode.BODY_TOO_LARGE
+) -> bytes:
     """The whole request body, refusing more than `limit` bytes (413 `code`)."""
     declared = request.headers.get("content-length")
     if declared is not None:
@@ -163,7 +165,9 @@ def query_int(request: Request, name: str, default: int, lo: int, hi: int) -> in
     try:
         value = int(raw)
     except ValueError:
-        raise Refused.bad(ErrorCode.BAD_REQUEST, f"query parameter {name} must be an integer") from None
+        raise Refused.bad(
+            ErrorCode.BAD_REQUEST, f"query parameter {name} must be an integer"
+        ) from None
     if not lo <= value <= hi:
         raise Refused.bad(ErrorCode.BAD_REQUEST, f"query parameter {name} must be in {lo}..{hi}")
     return value

@@ -53,9 +53,13 @@ async def state(request: Request):
     caller(request, Role.USER)
     who = request.state.caller
     st = await c.db.read(views.state, c.policy)
-    return reply(dataclasses.replace(
-        st, jobs=tuple(views.for_caller(j, who.name, who.admin) for j in st.jobs),
-        queued=tuple(views.for_caller(j, who.name, who.admin) for j in st.queued)))
+    return reply(
+        dataclasses.replace(
+            st,
+            jobs=tuple(views.for_caller(j, who.name, who.admin) for j in st.jobs),
+            queued=tuple(views.for_caller(j, who.name, who.admin) for j in st.queued),
+        )
+    )
 
 
 async def clear(request: Request):
@@ -73,8 +77,13 @@ async def retire(request: Request):
     who = caller(request)
     device_id = request.path_params["device_id"]
     await c.db.write(fleet.retire, device_id, who.name, c.fleet)
-    return reply(ActionResult(True, f"retired {device_id}; a worker that still declares it "
-                                    "brings it back at its next registration"))
+    return reply(
+        ActionResult(
+            True,
+            f"retired {device_id}; a worker that still declares it "
+            "brings it back at its next registration",
+        )
+    )
 
 
 async def drain(request: Request):

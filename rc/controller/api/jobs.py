@@ -51,31 +51,52 @@ def validate_submit(req: SubmitRequest, who: Caller, lim: Limits) -> jobs.NewJob
         if not who.admin:
             raise Refused.forbidden("only an admin may submit as someone else")
         if not TOKEN_NAME_RE.fullmatch(req.as_user):
-            raise bad(ErrorCode.BAD_REQUEST, f"as_user {req.as_user[:40]!r} is not a valid name "
-                      "(letters, digits, '.', '_', '@', '-'; at most 64)")
+            raise bad(
+                ErrorCode.BAD_REQUEST,
+                f"as_user {req.as_user[:40]!r} is not a valid name "
+                "(letters, digits, '.', '_', '@', '-'; at most 64)",
+            )
         submitter = req.as_user
-    for what, text in (("cwd", req.cwd), ("reason", req.reason), ("device_id", req.device_id),
-                       ("selector", req.selector),
-                       ("as_user", req.as_user), ("idempotency_key", req.idempotency_key or "")):
+    for what, text in (
+        ("cwd", req.cwd),
+        ("reason", req.reason),
+        ("device_id", req.device_id),
+        ("selector", req.selector),
+        ("as_user", req.as_user),
+        ("idempotency_key", req.idempotency_key or ""),
+    ):
         if len(text) > lim.text_bytes:
-            raise bad(ErrorCode.LIMIT_EXCEEDED, f"{what} is longer than {lim.text_bytes} characters")
+            raise bad(
+                ErrorCode.LIMIT_EXCEEDED, f"{what} is longer than {lim.text_bytes} characters"
+            )
         if "\0" in text:
             raise bad(ErrorCode.BAD_REQUEST, f"{what} contains a NUL character")
     if not PRIORITY_MIN <= req.priority <= PRIORITY_MAX:
-        raise bad(ErrorCode.PRIORITY_OUT_OF_RANGE,
-                  f"priority {req.priority} is outside {PRIORITY_MIN}..{PRIORITY_MAX}")
+        raise bad(
+            ErrorCode.PRIORITY_OUT_OF_RANGE,
+            f"priority {req.priority} is outside {PRIORITY_MIN}..{PRIORITY_MAX}",
+        )
     if req.max_runtime_seconds < 0 or req.idle_timeout_seconds < 0:
         raise bad(ErrorCode.BAD_REQUEST, "durations cannot be negative")
     if max(req.max_runtime_seconds, req.idle_timeout_seconds) > MAX_SECONDS:
         raise bad(ErrorCode.LIMIT_EXCEEDED, "durations are at most 100 years")
     if req.kind is JobKind.HOLD:
-        extras = [name for name, present in (
-            ("a command", bool(req.command)), ("a cwd", bool(req.cwd)), ("env", bool(req.env)),
-            ("an idle timeout", bool(req.idle_timeout_seconds)),
-            ("a terminal or pipe", req.stdio is not Stdio.LOGS)) if present]
+        extras = [
+            name
+            for name, present in (
+                ("a command", bool(req.command)),
+                ("a cwd", bool(req.cwd)),
+                ("env", bool(req.env)),
+                ("an idle timeout", bool(req.idle_timeout_seconds)),
+                ("a terminal or pipe", req.stdio is not Stdio.LOGS),
+            )
+            if present
+        ]
         if extras:
-            raise bad(ErrorCode.BAD_REQUEST,
-                      f"a hold runs the worker's own sleeper; it cannot carry {', '.join(extras)}")
+            raise bad(
+                ErrorCode.BAD_REQUEST,
+                f"a hold runs the worker's own sleeper; it cannot carry {', '.join(extras)}",
+            )
         if req.max_runtime_seconds <= 0:
             raise bad(ErrorCode.BAD_REQUEST, "a hold needs a ttl (max_runtime_seconds > 0)")
         if not req.reason.strip():
@@ -86,18 +107,23 @@ def validate_submit(req: SubmitRequest, who: Caller, lim: Limits) -> jobs.NewJob
         if not command and req.stdio is not Stdio.TTY:
             raise bad(ErrorCode.BAD_REQUEST, "the command is empty")
         if len(command) > lim.argv_items:
-            raise bad(ErrorCode.LIMIT_EXCEEDED,
-                      f"the command has {len(command)} arguments; the limit is {lim.argv_items}")
+            raise bad(
+                ErrorCode.LIMIT_EXCEEDED,
+                f"the command has {len(command)} arguments; the limit is {lim.argv_items}",
+            )
         if sum(len(a.encode()) for a in command) > lim.argv_bytes:
-            raise bad(ErrorCode.LIMIT_EXCEEDED,
-                      f"the command is over the {lim.argv_bytes}-byte limit")
+            raise bad(
+                ErrorCode.LIMIT_EXCEEDED, f"the command is over the {lim.argv_bytes}-byte limit"
+            )
         if any("\0" in a for a in command):
             raise bad(ErrorCode.BAD_REQUEST, "a command argument contains a NUL character")
         if command and not command[0]:
             raise bad(ErrorCode.BAD_REQUEST, "the program name (first argument) is empty")
         if len(req.env) > lim.env_items:
-            raise bad(ErrorCode.LIMIT_EXCEEDED,
-                      f"{len(req.env)} environment entries; the limit is {lim.env_items}")
+            raise bad(
+                ErrorCode.LIMIT_EXCEEDED,
+                f"{len(req.env)} environment entries; the limit is {lim.env_items}",
+            )
         if sum(len(k.encode()) + len(v.encode()) for k, v in req.env.items()) > lim.env_bytes:
             raise bad(ErrorCode.LIMIT_EXCEEDED, f"the environment is over {lim.env_bytes} bytes")
         for k, v in req.env.items():
@@ -194,8 +220,9 @@ async def get_job(request: Request):
         waiters = [asyncio.ensure_future(ev_job.wait())]
         if view.job.state is JobState.QUEUED:
             waiters.append(asyncio.ensure_future(ev_jobs.wait()))
-        done, pending = await asyncio.wait(waiters, timeout=left,
-                                           return_when=asyncio.FIRST_COMPLETED)
+        done, pending = await asyncio.wait(
+            waiters, timeout=left, return_when=asyncio.FIRST_COMPLETED
+        )
         for p in pending:
             p.cancel()
 
@@ -228,8 +255,14 @@ async def kill(request: Request):
     who = caller(request, Role.USER)
     job_id = path_int(request)
     req = await json_body(request, KillRequest, c.cfg.limits.body_bytes, empty_ok=True)
-    what = await c.db.write(jobs.kill, job_id, who.name, who.admin,
-                            req.reason[: c.cfg.limits.text_bytes], c.thresholds.retain)
+    what = await c.db.write(
+        jobs.kill,
+        job_id,
+        who.name,
+        who.admin,
+        req.reason[: c.cfg.limits.text_bytes],
+        c.thresholds.retain,
+    )
     return reply({"ok": True, "message": f"{what} for job {job_id}"})
 
 
@@ -253,11 +286,16 @@ async def read_logs(request: Request):
     if row is None:
         raise Refused.not_found(f"no job {job_id}")
     if not who.admin and row["submitter"] != who.name:
-        raise Refused.forbidden(f"job {job_id} belongs to {row['submitter']}; only its owner "
-                                "or an admin may read its logs", ErrorCode.NOT_JOB_OWNER)
+        raise Refused.forbidden(
+            f"job {job_id} belongs to {row['submitter']}; only its owner "
+            "or an admin may read its logs",
+            ErrorCode.NOT_JOB_OWNER,
+        )
     if row["stdio"] == Stdio.TTY:
-        raise Refused.conflict(ErrorCode.LOGS_NOT_STORED,
-                               f"job {job_id} is a terminal session; its output is not stored")
+        raise Refused.conflict(
+            ErrorCode.LOGS_NOT_STORED,
+            f"job {job_id} is a terminal session; its output is not stored",
+        )
     header = request.headers.get("authorization")
 
     def still_allowed() -> bool:
@@ -267,9 +305,11 @@ async def read_logs(request: Request):
         except Refused:
             return False
 
-    return StreamingResponse(_log_stream(c, job_id, offset, follow_on, still_allowed),
-                             media_type="application/octet-stream",
-                             headers={"Cache-Control": "no-store"})
+    return StreamingResponse(
+        _log_stream(c, job_id, offset, follow_on, still_allowed),
+        media_type="application/octet-stream",
+        headers={"Cache-Control": "no-store"},
+    )
 
 
 async def _log_stream(c, job_id: int, offset: int, follow: bool, still_allowed):

@@ -50,14 +50,17 @@ SESSION_STATES = ("running", "ended")
 
 def _owner_check(who: Caller, owner: str, what: str) -> None:
     if not who.admin and who.name != owner:
-        raise Refused.forbidden(f"{what} belongs to {owner}; only its owner or an admin may "
-                                "attach to it", ErrorCode.NOT_JOB_OWNER)
+        raise Refused.forbidden(
+            f"{what} belongs to {owner}; only its owner or an admin may attach to it",
+            ErrorCode.NOT_JOB_OWNER,
+        )
 
 
 def _worker_check(who: Caller, worker: str, what: str) -> None:
     if who.role is Role.WORKER and who.host != worker:
-        raise Refused.forbidden(f"{what} does not run on {who.host or 'this worker'}",
-                                ErrorCode.NOT_WORKER_JOB)
+        raise Refused.forbidden(
+            f"{what} does not run on {who.host or 'this worker'}", ErrorCode.NOT_WORKER_JOB
+        )
 
 
 async def _job_session(request: Request, who: Caller, side: str) -> Session:
@@ -73,9 +76,10 @@ async def _job_session(request: Request, who: Caller, side: str) -> Session:
         _worker_check(who, row["worker_id"], what)
     stdio = Stdio(row["stdio"])
     if not stdio.attached:
-        raise Refused.conflict(ErrorCode.NOT_ATTACHED,
-                               f"{what} has no terminal or pipe; its output is in its log "
-                               f"(rc logs {job_id})")
+        raise Refused.conflict(
+            ErrorCode.NOT_ATTACHED,
+            f"{what} has no terminal or pipe; its output is in its log (rc logs {job_id})",
+        )
     if JobState(row["state"]).terminal:
         raise Refused.conflict(ErrorCode.SESSION_ENDED, f"{what} has ended ({row['state']})")
     return c.relay.for_job(job_id, row["submitter"], row["worker_id"], stdio)
@@ -86,8 +90,10 @@ def _hold_session(request: Request) -> Session:
     hold_id, sid = path_int(request), path_int(request, "sid")
     s = c.relay.get(hold_id, sid)
     if s is None or s.start is None:
-        raise Refused.not_found(f"no session {sid} in hold {hold_id} (a session is forgotten "
-                                "10 minutes after it ends, and when the controller restarts)")
+        raise Refused.not_found(
+            f"no session {sid} in hold {hold_id} (a session is forgotten "
+            "10 minutes after it ends, and when the controller restarts)"
+        )
     return s
 
 
@@ -129,9 +135,13 @@ class _Half:
 
 
 async def _start(send: Send, media_type: str) -> None:
-    await send({"type": "http.response.start", "status": 200,
-                "headers": [(b"content-type", media_type.encode()),
-                            (b"cache-control", b"no-store")]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [(b"content-type", media_type.encode()), (b"cache-control", b"no-store")],
+        }
+    )
 
 
 async def _disconnected(receive: Receive) -> None:
@@ -147,8 +157,15 @@ async def _first(*aws) -> set:
     return {tasks.index(t) for t in done}
 
 
-async def _reader(relay: Relay, s: Session, pipe: Pipe, half: str, receive: Receive, send: Send,
-                  stop: asyncio.Event) -> None:
+async def _reader(
+    relay: Relay,
+    s: Session,
+    pipe: Pipe,
+    half: str,
+    receive: Receive,
+    send: Send,
+    stop: asyncio.Event,
+) -> None:
     """A GET half: the pipe's bytes as a streamed response. A clean end of the
     output (everything read) ends the session; the reader going away ends it
     too (client) or closes the process's input (worker)."""
@@ -170,8 +187,9 @@ async def _reader(relay: Relay, s: Session, pipe: Pipe, half: str, receive: Rece
         watch.cancel()
 
 
-async def _watch_reader(relay: Relay, s: Session, pipe: Pipe, half: str, receive: Receive,
-                        stop: asyncio.Event) -> None:
+async def _watch_reader(
+    relay: Relay, s: Session, pipe: Pipe, half: str, receive: Receive, stop: asyncio.Event
+) -> None:
     """Wake a GET half's loop (through its pipe) when its reader goes away or
     the controller stops."""
     why = await _first(_disconnected(receive), stop.wait())
@@ -195,8 +213,15 @@ async def _pump(receive: Receive, pipe: Pipe) -> str:
             return "complete"
 
 
-async def _writer(relay: Relay, s: Session, pipe: Pipe, half: str, receive: Receive, send: Send,
-                  stop: asyncio.Event) -> None:
+async def _writer(
+    relay: Relay,
+    s: Session,
+    pipe: Pipe,
+    half: str,
+    receive: Receive,
+    send: Send,
+    stop: asyncio.Event,
+) -> None:
     """A POST half: its body into the pipe. The response's status line goes
     out at once; its one JSON line when the half ends."""
     await _start(send, "application/x-ndjson")
@@ -227,8 +252,9 @@ async def _writer(relay: Relay, s: Session, pipe: Pipe, half: str, receive: Rece
 
 
 async def _line(send: Send, obj: dict) -> None:
-    await send({"type": "http.response.body", "body": orjson.dumps(obj) + b"\n",
-                "more_body": False})
+    await send(
+        {"type": "http.response.body", "body": orjson.dumps(obj) + b"\n", "more_body": False}
+    )
 
 
 async def _drain(receive: Receive) -> None:
@@ -259,21 +285,34 @@ async def open_session(request: Request):
     is_hold = row["kind"] == JobKind.HOLD
     _owner_check(who, row["submitter"], f"{'hold' if is_hold else 'job'} {hold_id}")
     if not is_hold:
-        raise Refused.conflict(ErrorCode.NOT_A_HOLD,
-                               f"job {hold_id} is not a hold (sessions run inside holds; "
-                               "rc run --tty starts a terminal job of its own)")
+        raise Refused.conflict(
+            ErrorCode.NOT_A_HOLD,
+            f"job {hold_id} is not a hold (sessions run inside holds; "
+            "rc run --tty starts a terminal job of its own)",
+        )
     if row["state"] not in (JobState.ASSIGNED, JobState.RUNNING):
-        raise Refused.conflict(ErrorCode.SESSION_ENDED,
-                               f"hold {hold_id} has ended ({row['state']})"
-                               if JobState(row["state"]).terminal else
-                               f"hold {hold_id} is not granted yet ({row['state']})")
+        raise Refused.conflict(
+            ErrorCode.SESSION_ENDED,
+            f"hold {hold_id} has ended ({row['state']})"
+            if JobState(row["state"]).terminal
+            else f"hold {hold_id} is not granted yet ({row['state']})",
+        )
     if not req.stdio.attached:
         raise Refused.bad(ErrorCode.BAD_REQUEST, "a session's stdio is tty or pipe")
     if not (0 <= req.rows < 65536 and 0 <= req.cols < 65536):
         raise Refused.bad(ErrorCode.BAD_REQUEST, "rows and cols must be in 0..65535")
     # the same checks as a job's command, cwd and environment
-    validate_submit(SubmitRequest(command=req.command, device_id=row["device_id"], cwd=req.cwd,
-                                  env=req.env, stdio=req.stdio), who, c.cfg.limits)
+    validate_submit(
+        SubmitRequest(
+            command=req.command,
+            device_id=row["device_id"],
+            cwd=req.cwd,
+            env=req.env,
+            stdio=req.stdio,
+        ),
+        who,
+        c.cfg.limits,
+    )
     s = c.relay.open_in_hold(hold_id, row["device_id"], row["worker_id"], row["submitter"], req)
     return reply(s.view(), 201)
 

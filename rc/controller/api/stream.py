@@ -128,12 +128,14 @@ class Broadcaster:
         if self.ctl.hub.closing:
             raise Refused(503, ErrorCode.UNAVAILABLE, "the controller is shutting down")
         if len(self.subs) >= self.max:
-            raise Refused(503, ErrorCode.UNAVAILABLE,
-                          f"{len(self.subs)} live streams are open, the most this controller "
-                          "serves; the page falls back to polling")
+            raise Refused(
+                503,
+                ErrorCode.UNAVAILABLE,
+                f"{len(self.subs)} live streams are open, the most this controller "
+                "serves; the page falls back to polling",
+            )
         if self._closer is None:
-            self._closer = asyncio.create_task(self._close_on_shutdown(),
-                                               name="rc-stream-closer")
+            self._closer = asyncio.create_task(self._close_on_shutdown(), name="rc-stream-closer")
         sub = Subscriber()
         self.subs.add(sub)
         return sub
@@ -161,8 +163,9 @@ class EventStream(Response):
 
     media_type = "text/event-stream"
 
-    def __init__(self, c: Controller, broadcaster: Broadcaster, sub: Subscriber,
-                 after: int) -> None:
+    def __init__(
+        self, c: Controller, broadcaster: Broadcaster, sub: Subscriber, after: int
+    ) -> None:
         self.c = c
         self.broadcaster = broadcaster
         self.sub = sub
@@ -174,18 +177,30 @@ class EventStream(Response):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         watcher = asyncio.create_task(self._watch_disconnect(receive))
         try:
-            await self._send(send, {"type": "http.response.start", "status": self.status_code,
-                                    "headers": self.raw_headers})
-            hello = {"instance": self.c.instance, "after": self.after,
-                     "keepalive_seconds": self.broadcaster.keepalive_s}
+            await self._send(
+                send,
+                {
+                    "type": "http.response.start",
+                    "status": self.status_code,
+                    "headers": self.raw_headers,
+                },
+            )
+            hello = {
+                "instance": self.c.instance,
+                "after": self.after,
+                "keepalive_seconds": self.broadcaster.keepalive_s,
+            }
             await self._body(send, f"retry: {RETRY_MS}\n\n".encode() + _frame("hello", hello))
             await self._loop(send)
             if not self.sub.gone or self.c.hub.closing:
-                await self._send(send, {"type": "http.response.body", "body": b"",
-                                        "more_body": False})
+                await self._send(
+                    send, {"type": "http.response.body", "body": b"", "more_body": False}
+                )
         except _TooSlow:
-            log.info("dropped a live-update reader that took over %.1fs to accept a frame",
-                     self.broadcaster.write_timeout_s)
+            log.info(
+                "dropped a live-update reader that took over %.1fs to accept a frame",
+                self.broadcaster.write_timeout_s,
+            )
         except OSError:
             pass  # the connection broke; nothing to tell anyone
         finally:
@@ -227,7 +242,8 @@ class EventStream(Response):
     async def _feed_frames(self) -> bytes:
         after = self.after
         found = await self.c.db.read(
-            lambda tx: [rows.event(r) for r in feed.since(tx, after, 0.0, FEED_BATCH)])
+            lambda tx: [rows.event(r) for r in feed.since(tx, after, 0.0, FEED_BATCH)]
+        )
         if len(found) == FEED_BATCH:
             self.sub.pending.add("events")  # more to read: the next frame continues
         if found:

@@ -41,7 +41,6 @@ from rc.proto.wire import (
 __all__ = ["routes"]
 
 
-
 def _check_name(what: str, value: str) -> None:
     if not NAME_RE.fullmatch(value):
         raise Refused.bad(
@@ -55,25 +54,33 @@ def _check_labels(lim: Limits, labels: dict[str, dict[str, str]] | None, what: s
         return
     for scope, facts in labels.items():
         if len(facts) > lim.labels_per_device:
-            raise Refused.bad(ErrorCode.LIMIT_EXCEEDED,
-                              f"{what}[{scope!r}] has {len(facts)} labels; the limit is "
-                              f"{lim.labels_per_device}")
+            raise Refused.bad(
+                ErrorCode.LIMIT_EXCEEDED,
+                f"{what}[{scope!r}] has {len(facts)} labels; the limit is {lim.labels_per_device}",
+            )
         for k, v in facts.items():
             if not valid_label_key(k):
-                raise Refused.bad(ErrorCode.BAD_REQUEST,
-                                  f"{what}[{scope!r}] label {k[:40]!r}: a label name has no "
-                                  "spaces or control characters and none of = ! < > ,")
+                raise Refused.bad(
+                    ErrorCode.BAD_REQUEST,
+                    f"{what}[{scope!r}] label {k[:40]!r}: a label name has no "
+                    "spaces or control characters and none of = ! < > ,",
+                )
             if len(k) > lim.label_bytes or len(v) > lim.label_bytes:
-                raise Refused.bad(ErrorCode.LIMIT_EXCEEDED,
-                                  f"{what}[{scope!r}] label {k[:40]!r}: keys must be non-empty "
-                                  f"and keys and values at most {lim.label_bytes} characters")
+                raise Refused.bad(
+                    ErrorCode.LIMIT_EXCEEDED,
+                    f"{what}[{scope!r}] label {k[:40]!r}: keys must be non-empty "
+                    f"and keys and values at most {lim.label_bytes} characters",
+                )
 
 
 def _check_sheets(lim: Limits, sheet: str | None, device_sheets: dict[str, str]) -> None:
     for name, body in [("host.md", sheet or ""), *device_sheets.items()]:
         if len(body.encode()) > lim.sheet_bytes:
-            raise Refused(413, ErrorCode.SHEET_TOO_LARGE,
-                          f"usage sheet {name} is over the {lim.sheet_bytes}-byte limit")
+            raise Refused(
+                413,
+                ErrorCode.SHEET_TOO_LARGE,
+                f"usage sheet {name} is over the {lim.sheet_bytes}-byte limit",
+            )
 
 
 def _bound(request: Request, who: Caller, host: str) -> None:
@@ -93,8 +100,10 @@ async def register(request: Request):
     req = await json_body(request, RegisterRequest, lim.register_body_bytes)
     _check_name("host", req.host)
     if len(req.devices) > lim.devices_per_worker:
-        raise Refused.bad(ErrorCode.LIMIT_EXCEEDED,
-                          f"{len(req.devices)} devices; a worker may declare {lim.devices_per_worker}")
+        raise Refused.bad(
+            ErrorCode.LIMIT_EXCEEDED,
+            f"{len(req.devices)} devices; a worker may declare {lim.devices_per_worker}",
+        )
     names = set()
     for d in req.devices:
         _check_name("device name", d.name)
@@ -125,8 +134,9 @@ async def labels(request: Request):
     lim = c.cfg.limits
     req = await json_body(request, LabelsRequest, lim.register_body_bytes)
     if req.host != worker_id:
-        raise Refused.forbidden(f"labels for {req.host!r} sent to worker {worker_id!r}",
-                                ErrorCode.WRONG_HOST)
+        raise Refused.forbidden(
+            f"labels for {req.host!r} sent to worker {worker_id!r}", ErrorCode.WRONG_HOST
+        )
     _check_labels(lim, req.labels, "labels")
     _check_labels(lim, req.declared_labels, "declared_labels")
     _check_sheets(lim, req.sheet, req.device_sheets)
@@ -136,8 +146,9 @@ async def labels(request: Request):
             raise Refused.not_found(f"worker {worker_id} is not registered")
         known = {r["name"] for r in tx.all("devices_of_worker", (worker_id,))}
         names = tuple(n for n in req.devices if n in known) if req.devices else tuple(known)
-        fleet.set_labels(tx, worker_id, names, req.labels, req.declared_labels,
-                         req.sheet, req.device_sheets)
+        fleet.set_labels(
+            tx, worker_id, names, req.labels, req.declared_labels, req.sheet, req.device_sheets
+        )
         c.fleet.invalidate()
         tx.schedule = True
         tx.notify("devices")
@@ -152,8 +163,9 @@ async def heartbeat(request: Request):
     who = caller(request, Role.WORKER)
     worker_id = request.path_params["worker_id"]
     _bound(request, who, worker_id)
-    req = await json_body(request, HeartbeatRequest, c.cfg.limits.heartbeat_body_bytes,
-                          empty_ok=True)
+    req = await json_body(
+        request, HeartbeatRequest, c.cfg.limits.heartbeat_body_bytes, empty_ok=True
+    )
     stop = await c.db.write(fleet.heartbeat, worker_id, req.running_job_ids, c.thresholds)
     if c.forget_delivered(worker_id, set(req.running_job_ids)):
         c.hub.notify([f"worker:{worker_id}"])
@@ -234,7 +246,9 @@ async def reports(request: Request):
     started: list[float] = []
     results = await c.db.write(jobs.apply_reports, worker_id, req.reports, started)
     c.metrics.observe_starts(started)
-    return reply(ReportResults(tuple(ReportResult(j, not code, code, msg) for j, code, msg in results)))
+    return reply(
+        ReportResults(tuple(ReportResult(j, not code, code, msg) for j, code, msg in results))
+    )
 
 
 async def status(request: Request):
@@ -245,8 +259,9 @@ async def status(request: Request):
     req = await json_body(request, StatusReport, c.cfg.limits.body_bytes)
     _bound(request, who, req.worker_id)
     if req.state is not JobState.RUNNING and not req.state.terminal:
-        raise Refused.bad(ErrorCode.BAD_REQUEST,
-                          f"a worker reports running or a terminal state, not {req.state}")
+        raise Refused.bad(
+            ErrorCode.BAD_REQUEST, f"a worker reports running or a terminal state, not {req.state}"
+        )
     from rc.proto.wire import JobReport
 
     rep = JobReport(job_id, req.state, req.exit_code, req.reason, req.started_at)
@@ -271,11 +286,14 @@ async def append_log(request: Request):
     if row is None:
         raise Refused.not_found(f"no job {job_id}")
     if who.role is Role.WORKER and row["worker_id"] != who.host:
-        raise Refused.forbidden(f"job {job_id} does not run on {who.host or 'this worker'}",
-                                ErrorCode.NOT_WORKER_JOB)
+        raise Refused.forbidden(
+            f"job {job_id} does not run on {who.host or 'this worker'}", ErrorCode.NOT_WORKER_JOB
+        )
     if row["stdio"] == Stdio.TTY:
-        raise Refused.conflict(ErrorCode.LOGS_NOT_STORED,
-                               f"job {job_id} is a terminal session; its output is not stored")
+        raise Refused.conflict(
+            ErrorCode.LOGS_NOT_STORED,
+            f"job {job_id} is a terminal session; its output is not stored",
+        )
     data = await read_body(request, c.cfg.limits.log_chunk_bytes, ErrorCode.CHUNK_TOO_LARGE)
     end = await c.logs.append(job_id, int(raw_offset), data)
     return reply(LogAppended(end))
@@ -291,10 +309,14 @@ async def device_fault(request: Request):
         raise Refused.bad(ErrorCode.BAD_REQUEST, "a fault needs a reason")
     host = device_id.rpartition(":")[0]
     if who.role is Role.WORKER and who.host != host:
-        raise Refused.forbidden(f"worker token {who.name!r} may not fault {device_id} "
-                                f"(bound to {who.host or 'no host'})", ErrorCode.WRONG_HOST)
-    await c.db.write(fleet.fault, device_id, req.reason[: c.cfg.limits.text_bytes],
-                     req.job_id, who.name)
+        raise Refused.forbidden(
+            f"worker token {who.name!r} may not fault {device_id} "
+            f"(bound to {who.host or 'no host'})",
+            ErrorCode.WRONG_HOST,
+        )
+    await c.db.write(
+        fleet.fault, device_id, req.reason[: c.cfg.limits.text_bytes], req.job_id, who.name
+    )
     return reply({"ok": True})
 
 
