@@ -11,6 +11,6 @@ if __name__ != "__main__":
     raise ImportError("rc.py is a launcher; import the rc package instead")
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from rc.__main__ import main  # noqa: E402
+from rc.__main__ import main
 
 sys.exit(main())

@@ -319,7 +319,7 @@ def memory_and_cli(jobs: int) -> list[str]:
             )
         finally:
             stop(proc)
-    with fleet(8) as (url, admin, token, tmp, serve, worker):
+    with fleet(8) as (url, admin, token, tmp, _serve, worker):
         out.append(
             f"rc devices wall time with 8 devices: {cli_wall_time(url, token) * 1000:.0f}"
             " ms median   (target <= 150 ms)"

@@ -137,7 +137,7 @@ def main() -> None:
     p.add_argument("--jobs", type=int, default=1000)
     p.add_argument("--samples", type=int, default=100)
     args = p.parse_args()
-    with fleet(4) as (url, admin, token, tmp, serve, worker):
+    with fleet(4) as (url, _admin, token, tmp, _serve, _worker):
         lat = latency(url, token, tmp, args.samples)
         print(
             f"submit -> process started, {len(lat)} jobs, idle fleet: "

@@ -17,7 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from rc.proto.client import Client  # noqa: E402
+from rc.proto.client import Client
 
 BARE_PY = getattr(sys, "_base_executable", None) or sys.executable
 
@@ -67,7 +67,7 @@ def fleet(devices: int = 4, serve_args: tuple[str, ...] = (), worker_config: str
         ],
         pass_fds=(w,),
         env=env,
-        stdout=open(tmp / "serve.log", "wb"),
+        stdout=open(tmp / "serve.log", "wb"),  # noqa: SIM115 - the child keeps it
         stderr=subprocess.STDOUT,
         cwd=ROOT,
     )
@@ -97,7 +97,11 @@ def fleet(devices: int = 4, serve_args: tuple[str, ...] = (), worker_config: str
             (tmp / "worker.toml").write_text(worker_config)
             args += ["--config", str(tmp / "worker.toml")]
         worker = subprocess.Popen(
-            args, env=env, stdout=open(tmp / "worker.log", "wb"), stderr=subprocess.STDOUT, cwd=tmp
+            args,
+            env=env,
+            stdout=open(tmp / "worker.log", "wb"),  # noqa: SIM115
+            stderr=subprocess.STDOUT,
+            cwd=tmp,
         )
         deadline = time.monotonic() + 30
         while len(admin.get("/v1/devices")["devices"]) < devices:
@@ -119,5 +123,5 @@ def fleet(devices: int = 4, serve_args: tuple[str, ...] = (), worker_config: str
 def percentile(values: list[float], q: float) -> float:
     """The q-th percentile (0..100) by nearest rank."""
     s = sorted(values)
-    k = max(0, min(len(s) - 1, int(round(q / 100 * len(s) + 0.5)) - 1))
+    k = max(0, min(len(s) - 1, round(q / 100 * len(s) + 0.5) - 1))
     return s[k]

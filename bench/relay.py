@@ -51,8 +51,7 @@ def rc(env: dict, *args: str) -> float:
 def copies(env: dict, tmp: Path, hold: int, mb: int) -> None:
     src = tmp / "big.bin"
     with open(src, "wb") as f:
-        for _ in range(mb):
-            f.write(os.urandom(1 << 20))
+        f.writelines(os.urandom(1 << 20) for _ in range(mb))
     want = sha256(src)
     size = src.stat().st_size / 1e6
     up = rc(env, "cp", "--hold", str(hold), str(src), f"bench:cpu0:{tmp}/remote/")
@@ -138,7 +137,7 @@ def main() -> None:
     ap.add_argument("--mb", type=int, default=1024, help="size of the copied file in MiB")
     ap.add_argument("--keys", type=int, default=200, help="keystrokes timed")
     args = ap.parse_args()
-    with fleet(devices=2, worker_config='kill_grace = "1s"\n') as (url, admin, token, tmp, *_):
+    with fleet(devices=2, worker_config='kill_grace = "1s"\n') as (url, _admin, token, tmp, *_):
         env = {k: v for k, v in os.environ.items() if not k.startswith("RC_")}
         env.update(
             RC_CONTROLLER=url,

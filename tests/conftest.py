@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from tests.harness import REPO, Cli, Controller, Worker, base_env, wait_until
 from tests.inprocess import Lab
+
+# CI is deterministic: the same examples every run, no example database, so a
+# run is red only when the code is. Locally (no CI variable) hypothesis explores
+# and remembers what it found in .hypothesis/. RC_HYPOTHESIS_PROFILE overrides.
+settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
+settings.register_profile("dev")
+settings.load_profile(
+    os.environ.get("RC_HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev")
+)
 
 
 @pytest.fixture(scope="session")

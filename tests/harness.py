@@ -108,30 +108,29 @@ class Controller:
     def start(self, timeout: float = 30.0) -> Controller:
         self.data.mkdir(parents=True, exist_ok=True)
         r, w = os.pipe()
-        log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(
-            [
-                PY,
-                "-m",
-                "rc",
-                "serve",
-                "--listen",
-                self.listen,
-                "--data",
-                str(self.data),
-                "--ready-fd",
-                str(w),
-                *self.extra,
-            ],
-            env=self.env,
-            pass_fds=(w,),
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=log,
-            cwd=REPO,
-        )
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                [
+                    PY,
+                    "-m",
+                    "rc",
+                    "serve",
+                    "--listen",
+                    self.listen,
+                    "--data",
+                    str(self.data),
+                    "--ready-fd",
+                    str(w),
+                    *self.extra,
+                ],
+                env=self.env,
+                pass_fds=(w,),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                cwd=REPO,
+            )
         os.close(w)
-        log.close()
         buf = b""
         deadline = time.monotonic() + timeout
         os.set_blocking(r, False)
@@ -221,16 +220,15 @@ class Worker:
 
     def start(self) -> Worker:
         self.workdir.mkdir(parents=True, exist_ok=True)
-        log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(
-            self.command(),
-            env=self.env,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=log,
-            cwd=self.workdir,
-        )
-        log.close()
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                self.command(),
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                cwd=self.workdir,
+            )
         return self
 
     def log(self) -> str:
@@ -267,6 +265,7 @@ class Cli:
             capture_output=True,
             timeout=timeout,
             input=input,
+            check=False,
         )
         if check and res.returncode != 0:
             raise AssertionError(

@@ -21,7 +21,7 @@ from rc.controller.core import Controller
 from rc.proto.model import Job, JobKind, JobState, Role
 from rc.proto.wire import DeviceDecl, JobExplanation, RegisterRequest, SubmitRequest
 
-__all__ = ["Lab", "T0"]
+__all__ = ["T0", "Lab"]
 
 T0 = 1_800_000_000.0
 

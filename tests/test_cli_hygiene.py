@@ -43,7 +43,7 @@ def _no_raw_controls(out: bytes) -> None:
 
 def test_other_users_text_never_drives_the_terminal(box):
     """Report 4: a hold reason with ESC, BEL and newlines went to terminals raw."""
-    ctl, users, admin = box
+    _ctl, users, admin = box
     hold = int(
         users["ann"]
         .run("hold", "-d", "hy:cpu0", "--ttl", "5m", "--reason", EVIL, "--detach")
@@ -95,7 +95,7 @@ def test_a_device_id_is_one_path_segment(box):
 
 
 def test_bad_arguments_are_usage_errors(box):
-    ctl, users, admin = box
+    _ctl, users, _admin = box
     ann = users["ann"]
     for args, words in [
         (("run", "--priority", "99999999999999999999", "--", "true"), b"outside -10..10"),
@@ -112,7 +112,7 @@ def test_bad_arguments_are_usage_errors(box):
 
 
 def test_the_api_checks_names_and_durations(box):
-    ctl, users, admin = box
+    ctl, _users, _admin = box
     c = ctl.client()
     for body, code in [
         ({"command": ["true"], "selector": "*", "as_user": "x y"}, "bad_request"),
@@ -134,7 +134,7 @@ def test_the_api_checks_names_and_durations(box):
 
 def test_logs_follow_exits_as_the_job_did(box):
     """Report: after detaching, `rc logs -f` always exited 0."""
-    ctl, users, admin = box
+    ctl, users, _admin = box
     ann = users["ann"]
     job_id = int(ann.run("run", "--detach", "--", "sh", "-c", "echo bye; exit 5").stdout)
     res = ann.run("logs", "-f", str(job_id))
@@ -146,8 +146,8 @@ def test_logs_follow_exits_as_the_job_did(box):
 def test_a_drain_that_changes_nothing_is_refused(box):
     """Report: draining a drained device, or undraining a ready one, succeeded
     and added an event each time."""
-    ctl, users, admin = box
-    events = lambda: len(admin.json("events", "-o", "json"))  # noqa: E731
+    _ctl, _users, admin = box
+    events = lambda: len(admin.json("events", "-o", "json"))
     assert admin.run("drain", "hy:cpu1", "--reason", "cable swap").returncode == 0
     before = events()
     again = admin.run("drain", "hy:cpu1", "--reason", "cable swap")
@@ -161,7 +161,7 @@ def test_a_drain_that_changes_nothing_is_refused(box):
 
 def test_devices_leave_labels_out_only_when_asked(box):
     """The `rc devices` table asks for no labels (DESIGN.md §8: ≤ 150 ms)."""
-    ctl, users, admin = box
+    ctl, _users, admin = box
     c = ctl.client()
     full = c.get("/v1/devices")["devices"]
     assert all(v["device"]["labels"] for v in full)

@@ -163,8 +163,7 @@ def leftovers(d: Path) -> list[str]:
 def test_a_200_mb_file_both_ways_through_a_job(fleet, tmp_path):
     src = tmp_path / "big.bin"
     with open(src, "wb") as f:
-        for _ in range(200):
-            f.write(os.urandom(1 << 20))
+        f.writelines(os.urandom(1 << 20) for _ in range(200))
     remote = tmp_path / "remote"
     res = cp(fleet.alice, str(src), f"box:cpu0:{remote}/")
     assert res.returncode == 0, res.stderr

@@ -11,6 +11,7 @@ the database and the log files and proves:
 
 from __future__ import annotations
 
+import itertools
 import random
 import sqlite3
 import threading
@@ -124,7 +125,7 @@ def test_kill_9_the_controller_five_times(tmp_path, env, pyz):
         "SELECT device_id, acquired_at, released_at FROM leases ORDER BY device_id, acquired_at"
     ).fetchall()
     assert len(leases) == JOBS
-    for (d1, _, rel1), (d2, acq2, _) in zip(leases, leases[1:]):
+    for (d1, _, rel1), (d2, acq2, _) in itertools.pairwise(leases):
         if d1 == d2:
             assert rel1 is not None and rel1 <= acq2, f"overlapping leases on {d1}"
     assert all(rel is not None for _, _, rel in leases)

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 from selenium import webdriver
-from selenium.webdriver.chrome.service import Service
 from selenium.common.exceptions import WebDriverException
+from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 
 from tests.harness import Controller, Worker, base_env, device_state, job, wait_until
@@ -171,9 +171,9 @@ def test_the_page_is_one_self_contained_file(site):
         csp = r.headers["Content-Security-Policy"]
         assert r.headers["Content-Type"].startswith("text/html")
         assert r.headers["Cache-Control"] == "no-store"
-    script = re.search(r"<script>(.*)</script>", html, re.S).group(1)
-    style = re.search(r"<style>(.*)</style>", html, re.S).group(1)
-    digest = lambda s: base64.b64encode(hashlib.sha256(s.encode()).digest()).decode()  # noqa: E731
+    script = re.search(r"<script>(.*)</script>", html, re.DOTALL).group(1)
+    style = re.search(r"<style>(.*)</style>", html, re.DOTALL).group(1)
+    digest = lambda s: base64.b64encode(hashlib.sha256(s.encode()).digest()).decode()
     assert f"script-src 'sha256-{digest(script)}'" in csp
     assert f"style-src 'sha256-{digest(style)}'" in csp
     assert "default-src 'none'" in csp and "connect-src 'self'" in csp

@@ -45,7 +45,7 @@ class Stream:
                 if out:
                     return out
                 continue
-            if text.startswith(":") or text.startswith("retry:"):
+            if text.startswith((":", "retry:")):
                 continue
             field, _, val = text.partition(": ")
             out[field] = json.loads(val) if field == "data" else val

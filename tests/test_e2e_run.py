@@ -4,8 +4,8 @@ under `python3 -I`, real `rc` invocations (issue "rc runs a job end to end")."""
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import uuid
 
 import pytest

@@ -111,8 +111,10 @@ def test_the_user_cap(lab):
     assert lb.job(other).state is JobState.ASSIGNED  # bob is not held back behind her
     ex = lb.explain(capped)
     assert ex.reasons == (
-        "alice already holds 1 device, the per-user cap (rc serve "
-        "--max-devices-per-user 1); it starts once one of them is released.",
+        (
+            "alice already holds 1 device, the per-user cap (rc serve "
+            "--max-devices-per-user 1); it starts once one of them is released."
+        ),
     )
     assert ex.blockers["box:g2"] == "free"
     # a capped job ahead does not count as ahead of anyone

@@ -104,8 +104,10 @@ def test_every_waiting_case(fleet):
     c.post("/v1/devices/box:cpu1/fault", {"reason": "verify failed: ECC errors"})
     ex = json.loads(dave.run("explain", str(d2), "-o", "json", check=True).stdout)
     assert ex["reasons"] == [
-        "Every matching device is out of the pool: box:cpu1: quarantined "
-        "(fault): verify failed: ECC errors."
+        (
+            "Every matching device is out of the pool: box:cpu1: quarantined "
+            "(fault): verify failed: ECC errors."
+        )
     ]
     assert ex["queue_position"] == 1 and ex["state"] == "queued"
 

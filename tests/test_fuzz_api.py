@@ -16,8 +16,8 @@ import os
 
 import pytest
 import schemathesis
-from schemathesis import checks
 from hypothesis import HealthCheck, given, settings
+from schemathesis import checks
 
 from rc.controller.openapi import ROUTES
 from rc.proto.client import Client

@@ -101,12 +101,20 @@ def test_zipapp_holds_proto_worker_cli_only(pyz):
 
 def test_zipapp_runs_under_isolated_python(pyz, tmp_path):
     res = subprocess.run(
-        [BARE_PY, "-I", str(pyz), "worker", "--help"], capture_output=True, timeout=30, cwd=tmp_path
+        [BARE_PY, "-I", str(pyz), "worker", "--help"],
+        capture_output=True,
+        timeout=30,
+        cwd=tmp_path,
+        check=False,
     )
     assert res.returncode == 0, res.stderr
     assert b"--controller" in res.stdout
     res = subprocess.run(
-        [BARE_PY, "-I", str(pyz), "--version"], capture_output=True, timeout=30, cwd=tmp_path
+        [BARE_PY, "-I", str(pyz), "--version"],
+        capture_output=True,
+        timeout=30,
+        cwd=tmp_path,
+        check=False,
     )
     assert res.stdout.strip() == f"rc {rc.__version__}".encode()
     res = subprocess.run(
@@ -114,6 +122,7 @@ def test_zipapp_runs_under_isolated_python(pyz, tmp_path):
         capture_output=True,
         timeout=30,
         cwd=tmp_path,
+        check=False,
     )
     assert res.returncode == 1 and b"install rc with pip" in res.stderr
 
@@ -124,6 +133,7 @@ def test_rc_py_launcher_runs_the_same_entry_point(tmp_path):
         capture_output=True,
         timeout=30,
         cwd=tmp_path,
+        check=False,
     )
     assert res.stdout.strip() == f"rc {rc.__version__}".encode()
 
@@ -178,7 +188,12 @@ def test_a_verb_builds_only_its_own_group():
         "print(sorted(m for m in sys.modules if m.startswith('rc.cli.')))"
     )
     res = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=30, cwd=REPO
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=REPO,
+        check=False,
     )
     loaded = set(ast.literal_eval(res.stdout))
     assert "rc.cli.devices" in loaded

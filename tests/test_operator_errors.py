@@ -31,6 +31,7 @@ def _serve(env, data, *flags, timeout: float = 60):
         capture_output=True,
         timeout=timeout,
         stdin=subprocess.DEVNULL,
+        check=False,
     )
 
 

@@ -8,14 +8,13 @@ import asyncio
 
 import pytest
 
-from tests.inprocess import Lab
-
 from rc.controller import jobs
 from rc.controller.api.jobs import validate_submit
 from rc.controller.auth import Caller
 from rc.controller.errors import Refused
 from rc.proto.model import PRIORITY_MAX, PRIORITY_MIN, JobKind, JobState, Role, Stdio
 from rc.proto.wire import SubmitRequest
+from tests.inprocess import Lab
 
 
 def refused(fn, *args, **kw) -> Refused:
@@ -42,41 +41,46 @@ def test_refused_at_submit_with_the_inventorys_codes(lab):
     lb = lab()
     two_hosts(lb)
     cases = [
-        (dict(selector="model=tpu"), 400, "no_matching_device"),
-        (dict(selector="vram>=40G,model=a100"), 400, "no_matching_device"),  # [N/A] never
-        (dict(device_id="a:g9"), 400, "unknown_device"),
-        (dict(device_id="b:g0", max_runtime_seconds=601), 400, "runtime_above_ceiling"),
-        (dict(selector="model=a100", max_runtime_seconds=7200), 400, "runtime_above_ceiling"),
-        (dict(priority=PRIORITY_MAX + 1), 400, "priority_out_of_range"),
-        (dict(priority=PRIORITY_MIN - 1), 400, "priority_out_of_range"),
-        (dict(selector="model==h100"), 400, "bad_selector"),
+        ({"selector": "model=tpu"}, 400, "no_matching_device"),
+        ({"selector": "vram>=40G,model=a100"}, 400, "no_matching_device"),  # [N/A] never
+        ({"device_id": "a:g9"}, 400, "unknown_device"),
+        ({"device_id": "b:g0", "max_runtime_seconds": 601}, 400, "runtime_above_ceiling"),
+        ({"selector": "model=a100", "max_runtime_seconds": 7200}, 400, "runtime_above_ceiling"),
+        ({"priority": PRIORITY_MAX + 1}, 400, "priority_out_of_range"),
+        ({"priority": PRIORITY_MIN - 1}, 400, "priority_out_of_range"),
+        ({"selector": "model==h100"}, 400, "bad_selector"),
         (
-            dict(kind=JobKind.HOLD, command=("sh",), max_runtime_seconds=60, reason="x"),
+            {"kind": JobKind.HOLD, "command": ("sh",), "max_runtime_seconds": 60, "reason": "x"},
             400,
             "bad_request",
         ),
         (
-            dict(kind=JobKind.HOLD, cwd="/tmp", max_runtime_seconds=60, reason="x"),
+            {"kind": JobKind.HOLD, "cwd": "/tmp", "max_runtime_seconds": 60, "reason": "x"},
             400,
             "bad_request",
         ),
         (
-            dict(kind=JobKind.HOLD, env={"A": "1"}, max_runtime_seconds=60, reason="x"),
+            {"kind": JobKind.HOLD, "env": {"A": "1"}, "max_runtime_seconds": 60, "reason": "x"},
             400,
             "bad_request",
         ),
         (
-            dict(kind=JobKind.HOLD, idle_timeout_seconds=5, max_runtime_seconds=60, reason="x"),
+            {
+                "kind": JobKind.HOLD,
+                "idle_timeout_seconds": 5,
+                "max_runtime_seconds": 60,
+                "reason": "x",
+            },
             400,
             "bad_request",
         ),
         (
-            dict(kind=JobKind.HOLD, stdio=Stdio.TTY, max_runtime_seconds=60, reason="x"),
+            {"kind": JobKind.HOLD, "stdio": Stdio.TTY, "max_runtime_seconds": 60, "reason": "x"},
             400,
             "bad_request",
         ),
-        (dict(kind=JobKind.HOLD, max_runtime_seconds=60, reason="  "), 400, "bad_request"),
-        (dict(kind=JobKind.HOLD, reason="x"), 400, "bad_request"),  # no ttl
+        ({"kind": JobKind.HOLD, "max_runtime_seconds": 60, "reason": "  "}, 400, "bad_request"),
+        ({"kind": JobKind.HOLD, "reason": "x"}, 400, "bad_request"),  # no ttl
     ]
     for fields, status, code in cases:
         e = refused(lb.submit, **fields)

@@ -125,7 +125,6 @@ class SchedulerMachine(RuleBasedStateMachine):
     # -- the model's rule -----------------------------------------------------
 
     def model_pass(self) -> None:
-        now = self.lab.now
         busy = {j.device for j in self.jobs.values() if j.state == "active"}
         used = {
             u: sum(1 for j in self.jobs.values() if j.state == "active" and j.who == u)
@@ -178,7 +177,12 @@ class SchedulerMachine(RuleBasedStateMachine):
     )
     def submit(self, aim, prio, ask, kind, who, key, cmd):
         target = aim
-        fields = dict(priority=prio, max_runtime_seconds=ask, kind=kind, idempotency_key=key)
+        fields = {
+            "priority": prio,
+            "max_runtime_seconds": ask,
+            "kind": kind,
+            "idempotency_key": key,
+        }
         if target[0] == "dev":
             fields["device_id"] = target[1]
         else:
@@ -290,24 +294,24 @@ class SchedulerMachine(RuleBasedStateMachine):
         policy = self.lab.ctl.policy
 
         def read(tx):  # one consistent snapshot of everything the checks need
-            return dict(
-                jobs={
+            return {
+                "jobs": {
                     r["id"]: (r["state"], r["device_id"], r["max_runtime"])
                     for r in tx.all(
                         "jobs_list",
                         {"device": "", "submitter": "", "state": "", "before": 0, "limit": 10_000},
                     )
                 },
-                leases=[(r["device_id"], r["job_id"]) for r in tx.all("leases_live")],
-                devices={r["id"]: r["state"] for r in tx.all("device_slots")},
-                queue=[j.id for j in views.state(tx, policy).queued],
+                "leases": [(r["device_id"], r["job_id"]) for r in tx.all("leases_live")],
+                "devices": {r["id"]: r["state"] for r in tx.all("device_slots")},
+                "queue": [j.id for j in views.state(tx, policy).queued],
                 # positions as rc ps plans them, and as one job's view counts them
-                planned=views.state(tx, policy).queue_positions,
-                counted={
+                "planned": views.state(tx, policy).queue_positions,
+                "counted": {
                     str(j): views.job_view(tx, j, policy).queue_position
                     for j in (r["id"] for r in tx.all("queued_jobs"))
                 },
-            )
+            }
 
         real = self.lab.read(read)
         self.agrees_with_the_model(real["jobs"])

@@ -44,7 +44,7 @@ def _schema_db(path: Path) -> sqlite3.Connection:
 
 
 def _table_sql(table: str) -> str:
-    m = re.search(rf"CREATE TABLE {table} \((.*?)\n\) STRICT", db.SCHEMA_SQL, re.S)
+    m = re.search(rf"CREATE TABLE {table} \((.*?)\n\) STRICT", db.SCHEMA_SQL, re.DOTALL)
     assert m, table
     return m.group(1)
 
@@ -52,7 +52,7 @@ def _table_sql(table: str) -> str:
 @pytest.mark.parametrize("table,column", sorted(CHECKED))
 def test_check_lists_equal_the_python_enums(table, column):
     body = _table_sql(table)
-    m = re.search(rf"\b{column}\s+TEXT[^,]*?CHECK \({column} IN \((.*?)\)\)", body, re.S)
+    m = re.search(rf"\b{column}\s+TEXT[^,]*?CHECK \({column} IN \((.*?)\)\)", body, re.DOTALL)
     assert m, f"{table}.{column} has no CHECK list"
     values = set(re.findall(r"'([^']*)'", m.group(1)))
     assert values == {e.value for e in CHECKED[(table, column)]}
@@ -62,7 +62,7 @@ def test_every_table_is_strict():
     tables = re.findall(r"CREATE TABLE (\w+) \(", db.SCHEMA_SQL)
     assert len(tables) >= 8
     for t in tables:
-        assert re.search(rf"CREATE TABLE {t} \(.*?\n\) STRICT", db.SCHEMA_SQL, re.S), t
+        assert re.search(rf"CREATE TABLE {t} \(.*?\n\) STRICT", db.SCHEMA_SQL, re.DOTALL), t
 
 
 def test_the_schema_enforces_its_invariants(tmp_path):

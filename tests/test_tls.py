@@ -94,6 +94,7 @@ def test_serve_refuses_half_a_tls_config(tmp_path, env, tls):
         env=env,
         capture_output=True,
         timeout=60,
+        check=False,
     )
     assert res.returncode == 1
     assert b"--certfile and --keyfile go together" in res.stderr
@@ -143,6 +144,7 @@ def test_bad_ca_file_is_one_line_for_the_worker(tls, tmp_path, env, pyz, which):
         cwd=tmp_path,
         capture_output=True,
         timeout=60,
+        check=False,
     )
     assert w.returncode != 0
     assert b"Traceback" not in w.stderr, w.stderr
@@ -176,6 +178,7 @@ def test_config_cacert_is_relative_to_the_config_file_and_a_wrong_ca_is_named(tl
             cwd=elsewhere,
             capture_output=True,
             timeout=60,
+            check=False,
         )
         assert res.returncode == 0, res.stderr
         # a CA that did not sign the controller's certificate: named, no "pass --cacert"
@@ -187,6 +190,7 @@ def test_config_cacert_is_relative_to_the_config_file_and_a_wrong_ca_is_named(tl
             cwd=elsewhere,
             capture_output=True,
             timeout=60,
+            check=False,
         )
         assert res.returncode == 1
         err = res.stderr.decode()
@@ -255,6 +259,7 @@ def test_serve_refuses_a_bad_tls_pair_in_one_line(tmp_path, env, case):
         capture_output=True,
         timeout=60,
         stdin=subprocess.DEVNULL,
+        check=False,
     )
     assert res.returncode != 0
     assert b"Traceback" not in res.stderr, res.stderr

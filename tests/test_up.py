@@ -135,6 +135,7 @@ def _run_shell(user, command: str) -> subprocess.CompletedProcess:
         cwd=user.cwd,
         capture_output=True,
         timeout=60,
+        check=False,
     )
 
 
@@ -285,7 +286,12 @@ def test_readme_recipe_for_running_the_two_parts_yourself(tmp_path, env):
 
         wait_until(serving, 60, "rc serve to answer")
         res = subprocess.run(
-            shell(token_line), env=env, cwd=tmp_path, capture_output=True, timeout=60
+            shell(token_line),
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            timeout=60,
+            check=False,
         )
         assert res.returncode == 0, res.stderr
         token_file = data / "worker.token"
@@ -304,7 +310,12 @@ def test_readme_recipe_for_running_the_two_parts_yourself(tmp_path, env):
         me = admin.post("/v1/tokens", {"name": "me", "role": "user"})["secret"]
         with_user = dict(env, RC_CONTROLLER=url, RC_TOKEN=me)
         res = subprocess.run(
-            [PY, "-m", "rc", *HELLO], env=with_user, cwd=tmp_path, capture_output=True, timeout=60
+            [PY, "-m", "rc", *HELLO],
+            env=with_user,
+            cwd=tmp_path,
+            capture_output=True,
+            timeout=60,
+            check=False,
         )
         assert res.returncode == 0 and res.stdout.startswith(b"hello from "), res.stderr
     finally:

@@ -24,7 +24,7 @@ class Receiver:
         outer = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802
+            def do_POST(self):
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 if outer.stall.is_set():
                     outer.release.wait(30)

@@ -229,6 +229,7 @@ def test_worker_with_a_missing_token_file_names_the_flag(tmp_path):
         capture_output=True,
         timeout=30,
         cwd=tmp_path,
+        check=False,
     )
     assert res.returncode == 2
     assert res.stderr.decode() == f"rc worker: --token-file {missing}: No such file or directory\n"
@@ -297,6 +298,7 @@ def test_print_config_from_the_zipapp(pyz, tmp_path):
         capture_output=True,
         timeout=30,
         cwd=tmp_path,
+        check=False,
     )
     assert res.returncode == 0, res.stderr
     out = res.stdout.decode()
@@ -309,6 +311,7 @@ def test_print_config_from_the_zipapp(pyz, tmp_path):
         capture_output=True,
         timeout=30,
         cwd=tmp_path,
+        check=False,
     )
     assert res.returncode == 2
     err = res.stderr.decode()

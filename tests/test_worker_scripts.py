@@ -4,6 +4,7 @@ guard (inventory §6.6). Real scripts, small timeouts."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import stat
 import threading
@@ -218,12 +219,12 @@ def test_an_acquire_cancels_a_release_that_is_about_to_fire(hooked):
     wait_until(lambda: events() and events()[-1].startswith("release"), 5, "the last release")
     ev = events()
     # strictly alternating: never two acquires or two releases in a row
-    assert all(a.split()[0] != b.split()[0] for a, b in zip(ev, ev[1:])), ev
+    assert all(a.split()[0] != b.split()[0] for a, b in itertools.pairwise(ev)), ev
     assert ev[0] == "acquire 1"
 
 
 def test_acquire_failure_and_cancel(hooked, tmp_path):
-    make, events = hooked
+    make, _events = hooked
     bad = make_script(tmp_path / "bad-acquire", "echo 'nvidia-persistenced: not running'; exit 3")
     h = make(on_acquire=bad)
     got = h.acquire(HookContext(7, "alice"), threading.Event())

@@ -64,12 +64,14 @@ def test_job_environment(site, work):
         [
             sys.executable,
             "-c",
-            "import os; print(sorted((k, v) for k, v in os.environ.items() "
-            "if k.startswith(('RC_', 'CUDA_'))))",
+            (
+                "import os; print(sorted((k, v) for k, v in os.environ.items() "
+                "if k.startswith(('RC_', 'CUDA_'))))"
+            ),
         ],
     )
     assert j["state"] == "succeeded", j
-    env = dict(eval(logs(site.admin, j["id"])))  # noqa: S307 - our own job's repr output
+    env = dict(eval(logs(site.admin, j["id"])))
     assert env["RC_JOB_ID"] == str(j["id"]) and env["RC_DEVICE"] == j["device_id"]
     assert env["CUDA_VISIBLE_DEVICES"] == ""  # a CPU device: no GPU
     assert "RC_TOKEN" not in env and "CUDA_DEVICE_ORDER" not in env

@@ -17,7 +17,7 @@ import sys
 
 from rc import __version__
 
-__all__ = ["main", "build_parser", "GROUPS", "VERBS"]
+__all__ = ["GROUPS", "VERBS", "build_parser", "main"]
 
 GROUPS = ("run", "jobs", "devices", "admin", "relay", "copy", "local")
 """Modules of rc.cli that contribute subcommands, in help order."""

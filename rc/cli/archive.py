@@ -34,14 +34,14 @@ from typing import BinaryIO
 from rc.proto.errors import RcError
 
 __all__ = [
+    "BUFFER_BYTES",
+    "DOWNLOAD_SCRIPT",
+    "UPLOAD_SCRIPT",
     "ArchiveError",
     "Source",
+    "receive",
     "scan",
     "send",
-    "receive",
-    "UPLOAD_SCRIPT",
-    "DOWNLOAD_SCRIPT",
-    "BUFFER_BYTES",
 ]
 
 BUFFER_BYTES = 1 << 20

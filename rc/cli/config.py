@@ -17,7 +17,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["ClientConfig", "config_path", "load", "write_config", "DEFAULT_CONTROLLER"]
+__all__ = ["DEFAULT_CONTROLLER", "ClientConfig", "config_path", "load", "write_config"]
 
 DEFAULT_CONTROLLER = "http://127.0.0.1:8080"
 KEYS = ("controller", "token", "cacert")

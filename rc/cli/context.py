@@ -13,15 +13,15 @@ from rc.proto.duration import DurationError, parse_duration
 from rc.proto.errors import RcError
 
 __all__ = [
+    "Hangup",
+    "UsageError",
     "client",
     "duration_seconds",
-    "whole_seconds_arg",
-    "UsageError",
-    "stderr",
-    "job_cwd",
     "hangup_interrupts",
-    "Hangup",
     "interrupt_cause",
+    "job_cwd",
+    "stderr",
+    "whole_seconds_arg",
 ]
 
 

@@ -27,7 +27,7 @@ from rc.proto.client import Client
 from rc.proto.errors import ApiError, RcError, TransportError
 from rc.proto.relay import Download, Upload
 
-__all__ = ["add_parsers", "cmd_cp", "parse_location", "Remote"]
+__all__ = ["Remote", "add_parsers", "cmd_cp", "parse_location"]
 
 COPY_WAIT_S = 1800.0
 """rc cp's overall bound on waiting for the copy to finish (inventory §10)."""
@@ -330,7 +330,7 @@ def _download(c: Client, src: Remote, dst: str, hold: int | None) -> int:
             top = archive.receive(_Receiver(down, progress), tmp)
         except (archive.ArchiveError, TransportError, OSError) as e:
             local_error = e
-        except Exception as e:  # tarfile's errors on a damaged or cut stream
+        except Exception as e:  # noqa: BLE001 - tarfile's errors on a damaged or cut stream
             local_error = RcError(f"the archive is damaged or was cut short ({e})")
         if local_error is not None:
             down.close()  # ends the session: the remote side is stopped

@@ -134,9 +134,7 @@ def cmd_jobs(args: argparse.Namespace) -> int:
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
-    from rc.cli.run import follow_log
-
-    from rc.cli.run import exit_status
+    from rc.cli.run import exit_status, follow_log
 
     c = client(args)
     try:

@@ -549,8 +549,8 @@ def cmd_up(args: argparse.Namespace) -> int:
             "missing, or rc down stops it"
         )
     serve_log_path, worker_log_path = data / "serve.log", data / "worker.log"
-    serve_log = open(serve_log_path, "ab") if args.detach else None
-    worker_log = open(worker_log_path, "ab") if args.detach else None
+    serve_log = open(serve_log_path, "ab") if args.detach else None  # noqa: SIM115 - the children inherit it; rc up exits soon after
+    worker_log = open(worker_log_path, "ab") if args.detach else None  # noqa: SIM115
     controller = worker = None
     try:
         if serve_pid:

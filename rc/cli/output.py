@@ -12,17 +12,17 @@ from rc.proto.codec import encode
 from rc.proto.duration import format_duration
 
 __all__ = [
-    "table",
-    "print_json",
-    "age",
-    "when",
-    "duration",
-    "command_text",
-    "add_output_flag",
-    "escape_controls",
     "EscapingStream",
+    "add_output_flag",
+    "age",
+    "command_text",
+    "duration",
+    "escape_controls",
     "one_line",
+    "print_json",
     "print_line",
+    "table",
+    "when",
 ]
 
 _KEPT = "\n\t\r"

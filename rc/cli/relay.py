@@ -38,6 +38,7 @@ import threading
 import time
 import tty
 from collections.abc import Callable
+from typing import Self
 
 from rc.cli.context import UsageError, client, job_cwd, stderr
 from rc.proto.client import Client
@@ -45,11 +46,11 @@ from rc.proto.errors import ApiError, RcError, TransportError
 from rc.proto.relay import Download, Upload, data_frame, resize_frame
 
 __all__ = [
+    "LocalTerminal",
     "add_parsers",
+    "cmd_exec",
     "cmd_run_tty",
     "cmd_shell",
-    "cmd_exec",
-    "LocalTerminal",
     "open_halves",
     "open_session",
     "wait_session",
@@ -173,7 +174,7 @@ class LocalTerminal:
             with contextlib.suppress(termios.error, OSError):
                 termios.tcsetattr(self.fd, termios.TCSADRAIN, self.saved)
 
-    def __enter__(self) -> LocalTerminal:
+    def __enter__(self) -> Self:
         def leave(signum, frame):
             raise SystemExit(128 + signum)
 

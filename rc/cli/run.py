@@ -35,7 +35,7 @@ from rc.proto.errors import ApiError, RcError, TransportError
 from rc.proto.model import PRIORITY_MAX, PRIORITY_MIN
 from rc.proto.selector import ANY
 
-__all__ = ["add_parsers", "wait_started", "follow_log", "exit_status", "submit_run", "submit"]
+__all__ = ["add_parsers", "exit_status", "follow_log", "submit", "submit_run", "wait_started"]
 
 SUBMIT_RETRY_S = 30.0
 RECONNECT_MAX_S = 300.0

@@ -23,7 +23,7 @@ from rc.controller.errors import Refused
 from rc.proto.errors import ErrorCode
 from rc.proto.model import Role
 
-__all__ = ["Caller", "TokenCache", "new_secret", "hash_secret", "TOKEN_NAME_RE"]
+__all__ = ["TOKEN_NAME_RE", "Caller", "TokenCache", "hash_secret", "new_secret"]
 
 SECRET_PREFIX = "rc_"
 TOKEN_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,63}")

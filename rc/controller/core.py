@@ -27,12 +27,12 @@ from rc.controller.db import Database, Tx
 from rc.controller.errors import StartupError
 from rc.controller.hub import Hub
 from rc.controller.logstore import LogStore
+from rc.controller.metrics import Metrics
 from rc.controller.relay import Relay
 from rc.controller.webhook import Webhook
-from rc.controller.metrics import Metrics
 from rc.proto.model import Role
 
-__all__ = ["Controller", "ADMIN_TOKEN_FILE"]
+__all__ = ["ADMIN_TOKEN_FILE", "Controller"]
 
 log = logging.getLogger("rc.controller")
 

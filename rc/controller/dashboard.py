@@ -28,7 +28,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-__all__ = ["routes", "Page", "page"]
+__all__ = ["Page", "page", "routes"]
 
 STATIC = "rc.controller.static"
 CSS_MARK = "/*@css*/"

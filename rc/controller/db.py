@@ -36,7 +36,7 @@ import orjson
 
 from rc.controller.errors import StoreError
 
-__all__ = ["Database", "Tx", "QUERIES", "SCHEMA_VERSION", "load_queries", "dumps", "loads"]
+__all__ = ["QUERIES", "SCHEMA_VERSION", "Database", "Tx", "dumps", "load_queries", "loads"]
 
 log = logging.getLogger("rc.store")
 
@@ -88,7 +88,7 @@ class Tx:
     announce once the transaction has committed (worker pokes, job watchers).
     """
 
-    __slots__ = ("conn", "now", "notes", "schedule")
+    __slots__ = ("conn", "notes", "now", "schedule")
 
     def __init__(self, conn: sqlite3.Connection, now: float) -> None:
         self.conn = conn
@@ -344,7 +344,7 @@ class Database:
             extra = await self._on_thread(
                 self._writer, _run_batch, ops, self.clock(), self.after_batch
             )
-        except Exception as e:  # the commit failed: nothing in the batch happened
+        except Exception as e:  # noqa: BLE001 - the commit failed: nothing in the batch happened
             log.error("write batch of %d failed: %s", len(ops), e)
             self.on_rollback()
             err = StoreError(f"database write failed: {e}")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from rc.proto.errors import ErrorCode, RcError
 
-__all__ = ["ControllerError", "StoreError", "Refused", "StartupError"]
+__all__ = ["ControllerError", "Refused", "StartupError", "StoreError"]
 
 
 class ControllerError(RcError):

@@ -21,16 +21,16 @@ from rc.proto.wire import RegisterRequest
 
 __all__ = [
     "Thresholds",
-    "register",
+    "clear",
+    "drain",
+    "fault",
     "heartbeat",
+    "lose_job",
+    "quarantine",
+    "register",
+    "retire",
     "set_labels",
     "sweep",
-    "fault",
-    "clear",
-    "retire",
-    "drain",
-    "quarantine",
-    "lose_job",
 ]
 
 

@@ -17,15 +17,15 @@ from rc.proto.errors import ErrorCode
 from rc.proto.model import EventKind, JobKind, JobState
 
 __all__ = [
+    "WATCHDOG_PREFIXES",
     "NewJob",
-    "enqueue",
+    "apply_reports",
     "cancel_queued",
-    "kill",
+    "enqueue",
     "handout",
+    "kill",
     "mark_running",
     "release",
-    "apply_reports",
-    "WATCHDOG_PREFIXES",
 ]
 
 WATCHDOG_PREFIXES = ("max_runtime exceeded", "idle: no output for")

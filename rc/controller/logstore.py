@@ -23,7 +23,7 @@ from pathlib import Path
 from rc.controller.errors import Refused
 from rc.proto.errors import ErrorCode
 
-__all__ = ["LogStore", "TRUNCATION_MARKER"]
+__all__ = ["TRUNCATION_MARKER", "LogStore"]
 
 TRUNCATION_MARKER = (
     b"\n[rc: log truncated at %d bytes (the per-job cap); later output was dropped]\n"

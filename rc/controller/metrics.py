@@ -60,7 +60,7 @@ from rc.proto.model import (
 if TYPE_CHECKING:
     from rc.controller.core import Controller
 
-__all__ = ["Metrics", "StoreCollector", "routes", "START_LATENCY_BUCKETS_S", "HOOKS"]
+__all__ = ["HOOKS", "START_LATENCY_BUCKETS_S", "Metrics", "StoreCollector", "routes"]
 
 log = logging.getLogger("rc.metrics")
 

@@ -20,7 +20,7 @@ from rc import __version__
 from rc.proto import model, wire
 from rc.proto.errors import ErrorCode
 
-__all__ = ["Doc", "Param", "ROUTES", "document", "schema_for"]
+__all__ = ["ROUTES", "Doc", "Param", "document", "schema_for"]
 
 PUBLIC = "public"
 ANY = ("user", "worker", "admin")

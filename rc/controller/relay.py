@@ -48,14 +48,14 @@ from rc.proto.model import Stdio
 from rc.proto.wire import SessionReport, SessionRequest, SessionStart, SessionView
 
 __all__ = [
-    "Relay",
-    "Session",
-    "Pipe",
-    "Ended",
+    "ENDED_LINGER_S",
     "HALVES",
     "PIPE_BYTES",
-    "ENDED_LINGER_S",
     "REDELIVER_S",
+    "Ended",
+    "Pipe",
+    "Relay",
+    "Session",
 ]
 
 PIPE_BYTES = 1 << 20

@@ -21,7 +21,7 @@ from rc.proto.model import (
     Token,
 )
 
-__all__ = ["job", "device", "label", "event", "token"]
+__all__ = ["device", "event", "job", "label", "token"]
 
 
 def job(r: sqlite3.Row) -> Job:

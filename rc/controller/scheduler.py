@@ -32,21 +32,21 @@ from rc.proto import selector as selectors
 from rc.proto.model import DeviceState
 
 __all__ = [
+    "Fleet",
+    "LazyMatches",
+    "Plan",
+    "Policy",
     "QueuedJob",
     "Slot",
-    "Plan",
-    "plan",
+    "Snapshot",
+    "assign",
+    "candidates",
     "effective_priority",
     "fits_ceiling",
-    "candidates",
     "match_devices",
-    "LazyMatches",
-    "Fleet",
-    "Policy",
-    "Snapshot",
-    "snapshot",
+    "plan",
     "schedule",
-    "assign",
+    "snapshot",
 ]
 
 MATCH_CACHE_MAX = 4096
@@ -104,7 +104,7 @@ def effective_priority(job: QueuedJob, now: float, aging: float) -> int:
     if aging <= 0:
         return job.priority
     waited = max(0.0, now - job.queued_at)
-    return job.priority + int(math.floor(waited / aging))
+    return job.priority + math.floor(waited / aging)
 
 
 def fits_ceiling(ask: int, ceiling: int) -> bool:

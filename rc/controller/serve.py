@@ -31,7 +31,7 @@ from rc.controller.core import ADMIN_TOKEN_FILE, Controller
 from rc.controller.errors import ControllerError, StartupError
 from rc.proto import pidlock
 
-__all__ = ["run", "bind", "STATE_FILE"]
+__all__ = ["STATE_FILE", "bind", "run"]
 
 log = logging.getLogger("rc.serve")
 

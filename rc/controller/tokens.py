@@ -8,7 +8,7 @@ from rc.controller.errors import Refused
 from rc.proto.errors import ErrorCode
 from rc.proto.model import EventKind, Role
 
-__all__ = ["create", "revoke", "bind_host", "live"]
+__all__ = ["bind_host", "create", "live", "revoke"]
 
 
 def create(

@@ -16,9 +16,9 @@ from rc.controller import rows
 from rc.controller.db import Tx, loads
 from rc.controller.errors import Refused
 from rc.controller.scheduler import (
+    LazyMatches,
     Policy,
     Snapshot,
-    LazyMatches,
     candidates,
     effective_priority,
     fits_ceiling,
@@ -41,15 +41,15 @@ from rc.proto.wire import (
 )
 
 __all__ = [
+    "QueueSnapshot",
+    "describe",
+    "device_views",
+    "explain_job",
+    "explain_selector",
     "for_caller",
     "job_view",
-    "device_views",
-    "state",
-    "describe",
-    "explain_selector",
-    "explain_job",
-    "QueueSnapshot",
     "queue_snapshot",
+    "state",
 ]
 
 RECENT_JOBS = 5

@@ -100,7 +100,7 @@ class Webhook:
         for t in self._tasks:
             try:
                 await t
-            except (asyncio.CancelledError, Exception):
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001, S110 - shutting down
                 pass
         self._tasks = []
 

@@ -22,8 +22,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from rc.proto.errors import ApiError, RcError, TransportError
 from rc.proto import INSTANCE_HEADER
+from rc.proto.errors import ApiError, RcError, TransportError
 
 __all__ = ["Client", "ControllerURL", "Response", "parse_controller_url", "segment", "tls_context"]
 
@@ -191,7 +191,7 @@ class Client:
     def __del__(self) -> None:
         try:
             self.close_all()
-        except Exception:  # noqa: BLE001 - interpreter shutdown
+        except Exception:  # noqa: BLE001, S110 - interpreter shutdown
             pass
 
     def auth_headers(self, extra: dict[str, str] | None) -> dict[str, str]:
@@ -264,7 +264,7 @@ class Client:
             if resp.getheader("Connection", "").lower() == "close":
                 self.close()
             return self.check_response(
-                resp.status, dict((k.lower(), v) for k, v in resp.getheaders()), payload
+                resp.status, {k.lower(): v for k, v in resp.getheaders()}, payload
             )
         raise AssertionError("unreachable")
 
@@ -317,7 +317,7 @@ class Client:
                 resp = conn.getresponse()
             except (OSError, http.client.HTTPException) as e:
                 raise TransportError(f"{self.url}: {_describe(e, self.cacert)}") from None
-            hdrs = dict((k.lower(), v) for k, v in resp.getheaders())
+            hdrs = {k.lower(): v for k, v in resp.getheaders()}
             if resp.status >= 400:
                 self.check_response(resp.status, hdrs, resp.read())
             self.check_response(resp.status, hdrs, b"")

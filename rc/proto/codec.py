@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 from rc.proto.errors import WireError
 
-__all__ = ["encode", "decode", "WireError"]
+__all__ = ["WireError", "decode", "encode"]
 
 T = TypeVar("T")
 

@@ -11,7 +11,7 @@ import re
 
 from rc.proto.errors import RcError
 
-__all__ = ["DurationError", "parse_duration", "format_duration", "whole_seconds"]
+__all__ = ["DurationError", "format_duration", "parse_duration", "whole_seconds"]
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
@@ -70,7 +70,7 @@ def format_duration(seconds: float) -> str:
         return "-" + format_duration(-seconds)
     if seconds < 1 and seconds != 0:
         return f"{round(seconds * 1000)}ms"
-    total = int(round(seconds))
+    total = round(seconds)
     if total == 0:
         return "0s"
     out = []

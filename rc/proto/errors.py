@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 
-__all__ = ["RcError", "WireError", "ErrorCode", "ApiError", "TransportError"]
+__all__ = ["ApiError", "ErrorCode", "RcError", "TransportError", "WireError"]
 
 
 class RcError(Exception):

@@ -39,14 +39,14 @@ from rc.proto.client import Client, _describe
 from rc.proto.errors import RcError, TransportError
 
 __all__ = [
-    "Upload",
+    "MAX_FRAME_LINE",
+    "READ_CHUNK",
     "Download",
     "FrameDecoder",
     "FrameError",
+    "Upload",
     "data_frame",
     "resize_frame",
-    "MAX_FRAME_LINE",
-    "READ_CHUNK",
 ]
 
 MAX_FRAME_LINE = 1 << 20

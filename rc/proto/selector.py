@@ -30,14 +30,14 @@ from dataclasses import dataclass
 from rc.proto.errors import RcError
 
 __all__ = [
+    "ANY",
+    "MAX_SELECTOR_LENGTH",
+    "Selector",
     "SelectorError",
     "Term",
-    "Selector",
     "parse",
     "quantity",
     "valid_label_key",
-    "MAX_SELECTOR_LENGTH",
-    "ANY",
 ]
 
 MAX_SELECTOR_LENGTH = 4096

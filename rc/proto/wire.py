@@ -23,44 +23,44 @@ from rc.proto.model import (
 )
 
 __all__ = [
-    "INSTANCE_HEADER",
     "API",
-    "SubmitRequest",
-    "JobView",
-    "JobList",
-    "KillRequest",
-    "DeviceDecl",
-    "RegisterRequest",
-    "RegisterResponse",
-    "LabelsRequest",
-    "HeartbeatRequest",
-    "HeartbeatResponse",
+    "INSTANCE_HEADER",
+    "ActionResult",
     "Assignment",
     "Assignments",
-    "StatusReport",
+    "DescribeResponse",
+    "DeviceDecl",
+    "DeviceList",
+    "DeviceView",
+    "DrainRequest",
+    "EventList",
+    "ExplainResponse",
+    "FaultRequest",
+    "HeartbeatRequest",
+    "HeartbeatResponse",
+    "JobExplanation",
+    "JobList",
     "JobReport",
-    "Reports",
+    "JobView",
+    "KillRequest",
+    "LabelsRequest",
+    "LogAppended",
+    "RegisterRequest",
+    "RegisterResponse",
     "ReportResult",
     "ReportResults",
-    "LogAppended",
-    "FaultRequest",
-    "DeviceView",
-    "DeviceList",
-    "DescribeResponse",
-    "ExplainResponse",
-    "JobExplanation",
+    "Reports",
+    "SessionReport",
+    "SessionRequest",
+    "SessionStart",
+    "SessionView",
     "StateResponse",
-    "WhoAmI",
+    "StatusReport",
+    "SubmitRequest",
     "TokenCreate",
     "TokenCreated",
     "TokenList",
-    "EventList",
-    "DrainRequest",
-    "ActionResult",
-    "SessionRequest",
-    "SessionStart",
-    "SessionReport",
-    "SessionView",
+    "WhoAmI",
 ]
 
 # INSTANCE_HEADER and API are defined in rc.proto (cheap to import) and re-exported here.
@@ -140,7 +140,7 @@ class RegisterRequest:
     host: str
     devices: tuple[DeviceDecl, ...]
     boot_id: str = ""
-    recovery: RecoveryProof = RecoveryProof()
+    recovery: RecoveryProof = field(default_factory=RecoveryProof)
     labels: dict[str, dict[str, str]] | None = None
     declared_labels: dict[str, dict[str, str]] | None = None
     sheet: str | None = None

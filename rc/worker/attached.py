@@ -56,22 +56,22 @@ from rc.proto.errors import RcError, TransportError
 from rc.proto.model import JobState, Stdio
 from rc.proto.relay import Download, FrameDecoder, FrameError, Upload
 from rc.worker import procfs, supervise
-from rc.worker.job import READER_DRAIN_S, Result, working_dir, job_env, label
+from rc.worker.job import READER_DRAIN_S, Result, job_env, label, working_dir
 from rc.worker.logsink import LogSink
 from rc.worker.reporter import Report
 
 __all__ = [
-    "run_job",
-    "end_terminal_session",
+    "CTTY_SHIM",
+    "STDERR_TAIL_BYTES",
+    "TTY_DEFAULT_SIZE",
+    "TTY_DRAIN_S",
+    "TTY_SIZE_WAIT_S",
     "Halves",
+    "Pipes",
     "Process",
     "Terminal",
-    "Pipes",
-    "CTTY_SHIM",
-    "TTY_DEFAULT_SIZE",
-    "TTY_SIZE_WAIT_S",
-    "TTY_DRAIN_S",
-    "STDERR_TAIL_BYTES",
+    "end_terminal_session",
+    "run_job",
 ]
 
 log = logging.getLogger("rc.worker.attached")

@@ -31,14 +31,14 @@ from rc.worker.config import DeviceConfig, WorkerConfig
 from rc.worker.probe import device_env
 
 __all__ = [
-    "Leases",
-    "DeviceHooks",
-    "Acquired",
-    "HookContext",
-    "hook_env",
     "HOOK_OUTPUT_TAIL",
-    "STARTUP_PASS_BUDGET_S",
     "SHUTDOWN_DRAIN_S",
+    "STARTUP_PASS_BUDGET_S",
+    "Acquired",
+    "DeviceHooks",
+    "HookContext",
+    "Leases",
+    "hook_env",
 ]
 
 log = logging.getLogger("rc.worker.hooks")

@@ -41,7 +41,7 @@ from rc.worker.logsink import LogSink
 from rc.worker.probe import device_env
 from rc.worker.reporter import Report
 
-__all__ = ["JobRun", "Result", "job_env", "label", "HOLD_COMMAND", "WATCHDOG_TICK_S"]
+__all__ = ["HOLD_COMMAND", "WATCHDOG_TICK_S", "JobRun", "Result", "job_env", "label"]
 
 log = logging.getLogger("rc.worker.job")
 

@@ -26,19 +26,19 @@ import os
 import time
 from dataclasses import dataclass, field
 
+from rc.proto.selector import valid_label_key
 from rc.worker import nvidia, script
 from rc.worker.config import DeviceConfig, WorkerConfig
-from rc.proto.selector import valid_label_key
 from rc.worker.probe import cuda_index, discover, host_facts, is_cpu_device
 
 __all__ = [
-    "Prober",
-    "ProbeResult",
-    "parse_dropin",
-    "DropinError",
-    "PASS_BUDGET_S",
-    "LABEL_MAX_CHARS",
     "LABELS_MAX",
+    "LABEL_MAX_CHARS",
+    "PASS_BUDGET_S",
+    "DropinError",
+    "ProbeResult",
+    "Prober",
+    "parse_dropin",
 ]
 
 log = logging.getLogger("rc.worker.probe")

@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from rc.worker import nvidia, procfs
 
-__all__ = ["gpu_leftovers", "describe_pids", "GPU_SETTLE_S", "NAMED_MAX"]
+__all__ = ["GPU_SETTLE_S", "NAMED_MAX", "describe_pids", "gpu_leftovers"]
 
 GPU_SETTLE_S = 5.0
 """How long a GPU may take to drop the contexts of processes that just died."""

@@ -31,12 +31,12 @@ from rc.proto.errors import ApiError, TransportError
 from rc.worker.spool import Spool, SpoolFile
 
 __all__ = [
-    "LogSink",
     "BATCH_BYTES",
     "BATCH_SECONDS",
     "CHUNK_MAX",
     "MEMORY_BYTES",
     "SPILL_AFTER_S",
+    "LogSink",
     "lost_marker",
 ]
 
@@ -155,12 +155,15 @@ class LogSink:
                 elif len(self.mem) + len(payload) <= self.max_buffer or not self.mem:
                     self.mem += payload
                     break
-                elif self.failing or (
-                    blocked_since is not None and time.monotonic() - blocked_since >= SPILL_AFTER_S
-                ):
-                    if self._to_disk(self.mem):
-                        self.mem.clear()
-                        continue
+                elif (
+                    self.failing
+                    or (
+                        blocked_since is not None
+                        and time.monotonic() - blocked_since >= SPILL_AFTER_S
+                    )
+                ) and self._to_disk(self.mem):
+                    self.mem.clear()
+                    continue
                 if self.failing and (self.file is not None or self.spool is not None):
                     # the spool is full and the controller away: drop, and say so
                     self.dropped += len(data)

@@ -14,7 +14,7 @@ from rc.worker import config as worker_config
 from rc.worker.agent import Agent
 from rc.worker.hostlock import HostLock, HostLockBusy
 
-__all__ = ["run", "main", "build_parser"]
+__all__ = ["build_parser", "main", "run"]
 
 
 def build_parser() -> argparse.ArgumentParser:

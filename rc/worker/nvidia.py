@@ -15,17 +15,17 @@ from dataclasses import dataclass
 from rc.proto.errors import RcError
 
 __all__ = [
+    "APPS_QUERY",
     "GPU",
+    "GPU_QUERY",
+    "TIMEOUT_S",
     "ComputeApp",
     "NvidiaError",
-    "GPU_QUERY",
-    "APPS_QUERY",
-    "parse_gpus",
-    "parse_compute_apps",
     "available",
-    "query_gpus",
+    "parse_compute_apps",
+    "parse_gpus",
     "query_compute_apps",
-    "TIMEOUT_S",
+    "query_gpus",
 ]
 
 GPU_QUERY = "index,name,memory.total,memory.free,driver_version,uuid"
@@ -142,6 +142,7 @@ def _run(query: str, timeout: float) -> str:
             capture_output=True,
             timeout=timeout,
             stdin=subprocess.DEVNULL,
+            check=False,
         )
     except subprocess.TimeoutExpired:
         raise NvidiaError(f"nvidia-smi did not answer within {timeout:g}s") from None

@@ -14,7 +14,7 @@ import re
 from rc.worker.config import DeviceConfig
 from rc.worker.nvidia import GPU
 
-__all__ = ["host_facts", "discover", "cuda_index", "is_cpu_device", "device_env"]
+__all__ = ["cuda_index", "device_env", "discover", "host_facts", "is_cpu_device"]
 
 _TRAILING_DIGITS = re.compile(r"(\d+)$")
 

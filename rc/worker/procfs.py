@@ -12,17 +12,17 @@ from dataclasses import dataclass
 
 __all__ = [
     "ProcStat",
-    "parse_stat",
-    "parse_environ_value",
-    "processes",
-    "group_members",
-    "live_group_members",
-    "find_job_processes",
     "ScanResult",
     "ancestors",
     "cmdline",
+    "find_job_processes",
+    "group_members",
     "last_pid",
+    "live_group_members",
+    "parse_environ_value",
     "parse_last_pid",
+    "parse_stat",
+    "processes",
 ]
 
 PROC = "/proc"

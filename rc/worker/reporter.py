@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from rc.proto.client import Client, segment
 from rc.proto.errors import ApiError, TransportError
 
-__all__ = ["Reporter", "Report", "Fault", "REPORT_DEADLINE_S"]
+__all__ = ["REPORT_DEADLINE_S", "Fault", "Report", "Reporter"]
 
 log = logging.getLogger("rc.worker.reports")
 

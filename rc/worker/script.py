@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from rc.proto.duration import format_duration
 from rc.worker import procfs, supervise
 
-__all__ = ["ScriptResult", "run", "OUT_CAP", "ERR_TAIL", "PIPE_DRAIN_S"]
+__all__ = ["ERR_TAIL", "OUT_CAP", "PIPE_DRAIN_S", "ScriptResult", "run"]
 
 OUT_CAP = 64 << 10
 """Bytes of stdout kept by default (the head)."""

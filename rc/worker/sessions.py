@@ -133,9 +133,12 @@ def _hold_run(agent, hold_id: int, timeout: float = HOLD_WAIT_S):
     deadline = time.monotonic() + timeout
     while True:
         run = agent.jobs.get(hold_id)
-        if run is not None and run.a.kind is JobKind.HOLD:
-            if agent.leases.device(run.device_name) is None or run.release_epoch is not None:
-                return run
+        if (
+            run is not None
+            and run.a.kind is JobKind.HOLD
+            and (agent.leases.device(run.device_name) is None or run.release_epoch is not None)
+        ):
+            return run
         if time.monotonic() >= deadline or agent.stopping:
             return None
         time.sleep(0.05)

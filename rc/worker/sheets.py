@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["read_sheets", "fit", "SHEET_MAX_BYTES", "TRUNCATED_MARKER"]
+__all__ = ["SHEET_MAX_BYTES", "TRUNCATED_MARKER", "fit", "read_sheets"]
 
 SHEET_MAX_BYTES = 64 << 10
 """The controller's limit per sheet, marker included."""

@@ -27,13 +27,13 @@ from dataclasses import dataclass
 from rc.worker import procfs
 
 __all__ = [
+    "STRAGGLER_WAIT_S",
     "Group",
     "Outcome",
-    "spawn",
     "kill_group",
-    "sweep_job",
     "signal_name",
-    "STRAGGLER_WAIT_S",
+    "spawn",
+    "sweep_job",
 ]
 
 STRAGGLER_WAIT_S = 2.0

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from rc.proto.duration import format_duration
 from rc.worker import script
 
-__all__ = ["run_pass", "STDERR_TAIL_CHARS", "PREFIX"]
+__all__ = ["PREFIX", "STDERR_TAIL_CHARS", "run_pass"]
 
 log = logging.getLogger("rc.worker.verify")
 

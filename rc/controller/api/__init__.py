@@ -21,16 +21,16 @@ from rc.proto.errors import ErrorCode, WireError
 from rc.proto.model import Role
 
 __all__ = [
-    "ctl",
+    "Role",
     "caller",
-    "read_body",
+    "ctl",
     "json_body",
-    "reply",
     "path_int",
+    "query_bool",
     "query_float",
     "query_int",
-    "query_bool",
-    "Role",
+    "read_body",
+    "reply",
 ]
 
 T = TypeVar("T")

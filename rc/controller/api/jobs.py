@@ -220,7 +220,7 @@ async def get_job(request: Request):
         waiters = [asyncio.ensure_future(ev_job.wait())]
         if view.job.state is JobState.QUEUED:
             waiters.append(asyncio.ensure_future(ev_jobs.wait()))
-        done, pending = await asyncio.wait(
+        _done, pending = await asyncio.wait(
             waiters, timeout=left, return_when=asyncio.FIRST_COMPLETED
         )
         for p in pending:

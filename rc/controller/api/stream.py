@@ -51,7 +51,7 @@ from rc.controller.errors import Refused
 from rc.proto.codec import encode
 from rc.proto.errors import ErrorCode
 
-__all__ = ["routes", "Broadcaster", "Subscriber", "EventStream"]
+__all__ = ["Broadcaster", "EventStream", "Subscriber", "routes"]
 
 log = logging.getLogger("rc.stream")
 
@@ -76,7 +76,7 @@ CLOSING_KEY = "stream:closing"
 class Subscriber:
     """One open stream: changed keys not yet sent, and its wake-up."""
 
-    __slots__ = ("pending", "wake", "gone")
+    __slots__ = ("gone", "pending", "wake")
 
     def __init__(self) -> None:
         self.pending: set[str] = set()

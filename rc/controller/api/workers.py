@@ -20,8 +20,8 @@ from rc.controller.auth import Caller
 from rc.controller.config import Limits
 from rc.controller.errors import Refused
 from rc.proto.errors import ErrorCode
-from rc.proto.selector import valid_label_key
 from rc.proto.model import NAME_RE, JobKind, JobState, Stdio
+from rc.proto.selector import valid_label_key
 from rc.proto.wire import (
     Assignment,
     Assignments,
