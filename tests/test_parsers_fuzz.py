@@ -13,7 +13,7 @@ import tarfile
 import tempfile
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from rc.cli.archive import ArchiveError, receive
@@ -99,6 +99,7 @@ def _everything_under(root: str) -> set[str]:
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(member, min_size=1, max_size=5))
+@example([("dir", "a", ""), ("symlink", "a", "a")])  # recursed without end in tarfile
 def test_rc_cp_never_writes_outside_the_destination(members):
     with tempfile.TemporaryDirectory() as base:
         outside = os.path.join(base, "outside")
@@ -171,3 +172,10 @@ def test_a_hard_link_to_a_missing_member_is_refused_not_a_crash(tmp_path):
     """Found by the property above: tarfile raised a bare KeyError."""
     with pytest.raises(ArchiveError, match="not in the archive"):
         receive(io.BytesIO(_tar([("dir", "a", ""), ("hardlink", "a/x", "a/y")])), str(tmp_path))
+
+
+def test_a_member_given_twice_is_refused_not_a_recursion(tmp_path):
+    """Found by the property above: a directory `a`, then a symlink `a` -> `a`,
+    made tarfile recurse without end (RecursionError, a traceback)."""
+    with pytest.raises(ArchiveError, match="holds it twice"):
+        receive(io.BytesIO(_tar([("dir", "a", ""), ("symlink", "a", "a")])), str(tmp_path))

@@ -11,7 +11,7 @@ byte for byte.
 
 Receiving (`receive`): extraction into an empty directory, refusing
 (ArchiveError) absolute names, `..` components, more than one top-level
-entry, links (symbolic or hard) that point outside that entry, and special
+entry, a name given twice, links (symbolic or hard) that point outside that entry, and special
 files; tarfile's `data` filter then runs as well, with permission bits kept
 as sent.
 
@@ -159,6 +159,13 @@ def _checker(state: dict) -> Callable[[tarfile.TarInfo, str], tarfile.TarInfo]:
                 f"entry ({top!r} came first)"
             )
         clean_name = "/".join(parts)
+        seen = state.setdefault("seen", set())
+        if clean_name in seen:
+            # a second member of one name would replace the first: tarfile
+            # then resolves a symlink through itself (`a/` then `a` -> `a`
+            # recursed without end); neither end ever sends one
+            raise ArchiveError(f"refusing {name!r}: the archive holds it twice")
+        seen.add(clean_name)
         if m.issym() and not _inside(top, posixpath.dirname(clean_name), m.linkname):
             raise ArchiveError(
                 f"refusing {name!r}: a symlink to {m.linkname!r}, outside what is copied"
