@@ -54,6 +54,7 @@ def copies(env: dict, tmp: Path, hold: int, mb: int) -> None:
         f.writelines(os.urandom(1 << 20) for _ in range(mb))
     want = sha256(src)
     size = src.stat().st_size / 1e6
+    (tmp / "remote").mkdir()  # rc cp creates no directory
     up = rc(env, "cp", "--hold", str(hold), str(src), f"bench:cpu0:{tmp}/remote/")
     assert sha256(tmp / "remote" / "big.bin") == want, "upload not byte-exact"
     (tmp / "remote-job").mkdir()

@@ -4,6 +4,8 @@ input, and exit codes (each test names the report it comes from)."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -143,19 +145,35 @@ def test_logs_follow_exits_as_the_job_did(box):
     assert ann.run("logs", str(job_id)).returncode == 0  # a snapshot is just the bytes
 
 
-def test_a_drain_that_changes_nothing_is_refused(box):
-    """Report: draining a drained device, or undraining a ready one, succeeded
-    and added an event each time."""
+def test_a_verb_already_in_effect_exits_0_says_so_and_keeps_the_reason(box):
+    """Reports: draining a drained device, or undraining a ready one, succeeded
+    and added an event each time; then ("What a newcomer hit" 10) a second
+    `rc drain` without --reason erased the first reason and `rc undrain`
+    twice exited 1. A repeat exits 0, says since when and by whom the effect
+    is in place, and changes nothing; only a new reason is a change."""
     _ctl, _users, admin = box
-    events = lambda: len(admin.json("events", "-o", "json"))
-    assert admin.run("drain", "hy:cpu1", "--reason", "cable swap").returncode == 0
+    events = lambda: len(admin.json("events", "-n", "1000"))
+    drain_reason = lambda: next(
+        d["device"]["drain_reason"] for d in admin.json("devices") if d["device"]["id"] == "hy:cpu1"
+    )
+    assert admin.run("drain", "hy:cpu1", "--reason", "maintenance").returncode == 0
     before = events()
-    again = admin.run("drain", "hy:cpu1", "--reason", "cable swap")
-    assert again.returncode == 1 and b"hy:cpu1 is already draining" in again.stderr
-    assert admin.run("drain", "hy:cpu1", "--reason", "new cable").returncode == 0  # a new reason
+    for extra in ((), ("--reason", "maintenance")):
+        again = admin.run("drain", "hy:cpu1", *extra)
+        assert again.returncode == 0, again.stderr
+        assert re.fullmatch(rb"already drained: maintenance, by admin, \d+s ago\n", again.stdout), (
+            again.stdout
+        )
+        assert drain_reason() == "maintenance"
+    assert events() == before  # a no-op records nothing
+    changed = admin.run("drain", "hy:cpu1", "--reason", "new cable")
+    assert changed.returncode == 0, changed.stderr
+    assert changed.stdout == b"hy:cpu1: drain reason is now 'new cable' (was 'maintenance')\n"
+    assert drain_reason() == "new cable"
     assert admin.run("undrain", "hy:cpu1").returncode == 0
     undrain = admin.run("undrain", "hy:cpu1")
-    assert undrain.returncode == 1 and b"hy:cpu1 is not draining" in undrain.stderr
+    assert undrain.returncode == 0, undrain.stderr
+    assert undrain.stdout == b"already undrained: hy:cpu1 is not draining\n"
     assert events() == before + 2
 
 

@@ -165,6 +165,7 @@ def test_a_200_mb_file_both_ways_through_a_job(fleet, tmp_path):
     with open(src, "wb") as f:
         f.writelines(os.urandom(1 << 20) for _ in range(200))
     remote = tmp_path / "remote"
+    remote.mkdir()
     res = cp(fleet.alice, str(src), f"box:cpu0:{remote}/")
     assert res.returncode == 0, res.stderr
     assert sha(remote / "big.bin") == sha(src)
@@ -179,6 +180,7 @@ def test_a_200_mb_file_both_ways_through_a_job(fleet, tmp_path):
 def test_an_odd_tree_both_ways_inside_a_hold(fleet, tmp_path):
     src = make_tree(tmp_path / "tree")
     held = hold(fleet.alice, "box:cpu1")
+    (tmp_path / "remote").mkdir()
     try:
         res = cp(fleet.alice, "--hold", str(held), str(src), f"box:cpu1:{tmp_path}/remote/copy")
         assert res.returncode == 0, res.stderr
@@ -253,3 +255,73 @@ def test_usage_errors_and_someone_elses_device(fleet, tmp_path):
         assert res.returncode == 1 and b"not_job_owner" in res.stderr
     finally:
         fleet.bob.run("release", str(held))
+
+
+@pytest.mark.e2e
+def test_a_missing_parent_directory_is_refused_both_ways(fleet, tmp_path):
+    """Found by a new user: a typo in the destination of `rc cp` up silently
+    created a nested directory (mkdir -p), and down into `DIR/` made DIR.
+    Both ways now refuse, as scp does, naming the missing directory."""
+    (tmp_path / "f").write_text("x")
+    for dst, missing in [
+        (f"{tmp_path}/tpyo/sub/f", f"{tmp_path}/tpyo/sub"),
+        (f"{tmp_path}/tpyo/", f"{tmp_path}/tpyo"),
+    ]:
+        res = cp(fleet.alice, str(tmp_path / "f"), f"box:cpu0:{dst}")
+        assert res.returncode == 1, res.stderr
+        assert res.stderr.decode() == (
+            f"rc: copy to box:cpu0 failed: rc cp: no such directory: {missing} "
+            f"({archive.NO_PARENT})\n"
+        )
+        assert not (tmp_path / "tpyo").exists()
+    res = cp(fleet.alice, str(tmp_path / "f"), f"box:cpu0:{tmp_path}/f/g")
+    assert res.returncode == 1 and f"rc cp: {tmp_path}/f is not a directory".encode() in res.stderr
+    # down: the same refusal, before anything is asked of the device
+    for dst, missing in [
+        (f"{tmp_path}/tpyo/sub/f", f"{tmp_path}/tpyo/sub"),
+        (f"{tmp_path}/tpyo/", f"{tmp_path}/tpyo"),
+    ]:
+        res = cp(fleet.alice, f"box:cpu0:{tmp_path}/f", dst)
+        assert res.returncode == 1, res.stderr
+        assert res.stderr.decode() == (f"rc: no such directory: {missing} ({archive.NO_PARENT})\n")
+        assert not (tmp_path / "tpyo").exists()
+    # an existing directory, with or without the slash, is still "into it"
+    (tmp_path / "into").mkdir()
+    for dst in (f"{tmp_path}/into", f"{tmp_path}/into/"):
+        assert cp(fleet.alice, str(tmp_path / "f"), f"box:cpu0:{dst}").returncode == 0
+        assert (tmp_path / "into" / "f").read_text() == "x"
+        (tmp_path / "into" / "f").unlink()
+        assert cp(fleet.alice, f"box:cpu0:{tmp_path}/f", dst).returncode == 0
+        assert (tmp_path / "into" / "f").read_text() == "x"
+        (tmp_path / "into" / "f").unlink()
+
+
+@pytest.mark.e2e
+def test_a_download_refused_here_says_why_not_that_the_remote_was_stopped(fleet, tmp_path):
+    """Found by a new user: when this side refused the archive (a symlink out
+    of the tree), rc cp said only that the remote job was killed because the
+    pipe closed; the reason it was refused here is what to show."""
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    os.symlink("/etc/passwd", bad / "passwd")
+    # a file the remote tar is still reading when the refusal comes: it must
+    # come after the link in directory order (tar's order), so try names
+    for i in range(64):
+        big = bad / f"big{i}"
+        with open(big, "wb") as f:
+            f.truncate(4 << 30)  # sparse: 4 GiB of zeros to read, nothing on disk
+        order = os.listdir(bad)
+        if order.index("passwd") < order.index(big.name):
+            break
+        big.unlink()
+    else:
+        pytest.fail(f"no name put a file after the link in directory order: {order}")
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    res = cp(fleet.alice, f"box:cpu0:{bad}", f"{dest}/")
+    assert res.returncode == 1
+    assert res.stderr.decode() == (
+        "rc: copy from box:cpu0 refused: refusing 'bad/passwd': a symlink to "
+        "'/etc/passwd', outside what is copied\n"
+    )
+    assert os.listdir(dest) == []

@@ -210,12 +210,17 @@ class FleetMachine(RuleBasedStateMachine):
         d = f"{host}:{name}"
         draining = self.read(lambda tx: tx.one("device_drain_state", (d,)))
         try:
-            self.guarded(lambda dd, r: False, self.write, fleet.drain, d, on, "", "admin")
-        except Refused as e:  # a no-op (or a retired device) is refused, never a success
-            assert e.status in (404, 409), e
-            assert draining is None or bool(draining["draining"]) == on, e
-        else:
-            assert draining is not None and bool(draining["draining"]) != on  # a real change
+            _, already = self.guarded(
+                lambda dd, r: False, self.write, fleet.drain, d, on, "", "admin"
+            )
+        except Refused as e:  # a retired device
+            assert e.status == 404 and draining is None, e
+        else:  # a no-op says so (and changes nothing); anything else is a real change
+            assert draining is not None and already == (bool(draining["draining"]) == on)
+            after = self.read(lambda tx: tx.one("device_drain_state", (d,)))
+            assert bool(after["draining"]) == on
+            if already:
+                assert after["drain_reason"] == draining["drain_reason"]
 
     # -- invariants -----------------------------------------------------------------
 

@@ -327,3 +327,110 @@ def test_readme_recipe_for_running_the_two_parts_yourself(tmp_path, env):
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(10)
+
+
+# -- "What a newcomer hit" 8, 9, 10 ------------------------------------------------
+
+
+def _config(env) -> str:
+    return os.path.join(env["XDG_CONFIG_HOME"], "rc", "config.toml")
+
+
+def test_a_second_one_box_on_one_machine_takes_its_own_host_name(user, env, tmp_path):
+    """Found by a new user: `rc up --data D2 --listen ...` failed on the host
+    lock of the first one-box, with no word of how to run a second."""
+    up = user.run("up", "-d", "--listen", "127.0.0.1:0", "--devices", "1", timeout=120)
+    assert up.returncode == 0, up.stderr
+    d2 = tmp_path / "d2"
+    second = ("up", "-d", "--data", str(d2), "--listen", "127.0.0.1:0", "--devices", "1")
+    res = user.run(*second, timeout=120)
+    assert res.returncode == 1
+    assert b"another rc worker for host" in res.stderr and b"--host NAME" in res.stderr
+    assert not (d2 / "up.json").exists()
+    try:
+        res = user.run(*second, "--host", "box2", timeout=120)
+        assert res.returncode == 0, res.stderr
+        assert b"worker on box2 with box2:cpu0" in res.stderr
+        st2 = json.loads((d2 / "up.json").read_text())
+        assert st2["host"] == "box2"
+        # the second box runs jobs beside the first
+        other = Cli(st2["url"], (d2 / "admin.token").read_text().strip(), user.env, tmp_path)
+        res = other.run(*HELLO)
+        assert res.returncode == 0 and res.stdout == b"hello from box2:cpu0\n", res.stderr
+        res = user.run(*HELLO)  # the config still points at the first
+        assert res.returncode == 0 and not res.stdout.startswith(b"hello from box2"), res
+        # its data dir remembers the name: after rc down, rc up -d needs no --host
+        assert user.run("down", "--data", str(d2), timeout=120).returncode == 0
+        res = user.run("up", "-d", "--data", str(d2), "--listen", "127.0.0.1:0", timeout=120)
+        assert res.returncode == 0 and b"worker on box2 " in res.stderr, res.stderr
+    finally:
+        user.run("down", "--data", str(d2), timeout=120)
+
+
+def test_up_on_a_running_one_box_with_other_settings_names_them_and_fails(user, env):
+    """Found by a new user: `rc up -d --devices 2` on a running one-box with 1
+    device said "already up" and exited 0, the new setting quietly ignored."""
+    up = user.run("up", "-d", "--listen", "127.0.0.1:0", "--devices", "1", timeout=120)
+    assert up.returncode == 0, up.stderr
+    first = _state(env)
+    res = user.run("up", "-d", "--devices", "2", "--listen", "127.0.0.1:9", timeout=120)
+    assert res.returncode == 1
+    err = res.stderr.decode()
+    assert err.startswith("rc: rc is already up in "), err
+    assert "--devices 2 (it runs with --devices 1)" in err
+    assert f"--listen 127.0.0.1:9 (it listens at {first['url']})" in err
+    assert "rc down" in err and "--host NAME" in err
+    assert _state(env) == first  # nothing was restarted
+    # the same settings, or none, are "already up"
+    address = first["url"].rpartition("//")[2]
+    for again in (("--devices", "1"), ("--listen", address), ("--listen", "127.0.0.1:0"), ()):
+        res = user.run("up", "-d", *again, timeout=120)
+        assert res.returncode == 0 and b"already up" in res.stderr, (again, res.stderr)
+    # a crashed worker comes back with the devices it had, unless told otherwise
+    os.kill(first["worker_pid"], signal.SIGKILL)
+    wait_until(lambda: not pid_alive(first["worker_pid"]), 10, "the worker to die")
+    res = user.run("up", "-d", timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert re.search(rb"worker on \S+ with \S+:cpu0; ", res.stderr), res.stderr
+    assert _state(env)["devices"] == "1"
+
+
+def test_up_rewrites_a_deleted_or_corrupt_client_config(user, env):
+    """Found by a new user: with ~/.config/rc/config.toml deleted (or broken),
+    `rc up -d` said "already up" and the quick start's rc run failed for want
+    of a token."""
+    up = user.run("up", "-d", "--listen", "127.0.0.1:0", "--devices", "1", timeout=120)
+    assert up.returncode == 0, up.stderr
+    conf = _config(env)
+    os.unlink(conf)
+    res = user.run("up", "-d", timeout=120)
+    assert res.returncode == 0 and b"already up" in res.stderr, res.stderr
+    assert f"wrote {conf}".encode() in res.stderr
+    assert stat.S_IMODE(os.stat(conf).st_mode) == 0o600
+    assert user.run(*HELLO).returncode == 0
+    with open(conf, "w") as f:
+        f.write("controller = [\n")
+    res = user.run("up", "-d", timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert f"rewrote {conf}, which could not be read".encode() in res.stderr
+    with open(conf + ".broken") as f:
+        assert f.read() == "controller = [\n"
+    assert user.run(*HELLO).returncode == 0
+    # a token this controller does not know (a new data dir, say) is replaced too
+    url = _state(env)["url"]
+    with open(conf, "w") as f:
+        f.write(f'controller = "{url}"\ntoken = "rc_from-an-older-controller"\n')
+    res = user.run("up", "-d", timeout=120)
+    assert f"rewrote {conf}: its token is not one of this controller's".encode() in res.stderr
+    res = user.run(*HELLO)
+    assert res.returncode == 0, res.stderr
+
+
+def test_down_twice_says_already_down_and_succeeds(user):
+    """Found by a new user: the second `rc down` exited 1."""
+    up = user.run("up", "-d", "--listen", "127.0.0.1:0", "--devices", "1", timeout=120)
+    assert up.returncode == 0, up.stderr
+    assert user.run("down", timeout=120).returncode == 0
+    again = user.run("down", timeout=120)
+    assert again.returncode == 0, again.stderr
+    assert again.stderr.startswith(b"rc: already down: nothing to stop"), again.stderr

@@ -120,6 +120,22 @@ def test_configs_built_in_code_get_defaults_never_unbounded():
         ("nope = 1", "nope", "not a known key"),
         ('hooks = { timeout = "1s", colour = "red" }', "hooks.colour", "not a known key"),
         ('devices = [{ name = "gpu0", colour = "red" }]', "devices[0].colour", "not a known key"),
+        # a misspelt key names the nearest known one ("What a newcomer hit" 16)
+        (
+            "require_manual_claer = true",
+            "require_manual_claer",
+            "not a known key (did you mean 'require_manual_clear'?)",
+        ),
+        (
+            'hooks = { timout = "1s" }',
+            "hooks.timout",
+            "not a known key (did you mean 'timeout'?)",
+        ),
+        (
+            'devices = [{ name = "gpu0", max_runtim = "1h" }]',
+            "devices[0].max_runtim",
+            "not a known key (did you mean 'max_runtime'?)",
+        ),
         (
             'devices = [{ name = "gpu0", max_runtime = "500ms" }]',
             "devices[0].max_runtime",

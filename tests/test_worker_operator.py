@@ -63,7 +63,8 @@ def test_a_second_worker_for_the_same_host_is_refused_and_the_first_keeps_its_jo
     assert res.returncode != 0
     assert err == (
         f"rc worker: another rc worker for host {host} is running here "
-        f"(pid {first.proc.pid}); stop it first\n"
+        f"(pid {first.proc.pid}); stop it first, or give this one another host name "
+        "with --host NAME (a second rc up on this machine needs its own)\n"
     )
     # Nothing reached the controller: the job runs on, the device is not quarantined.
     assert admin.get(f"/v1/jobs/{job_id}")["job"]["state"] == "running"

@@ -127,7 +127,12 @@ def _dispatch(args: argparse.Namespace) -> int:
         print(f"rc {args.verb}: {e}", file=sys.stderr)
         return 2
     except ApiError as e:
-        print(f"rc: {e.code}: {e.message}", file=sys.stderr)
+        where = ""
+        if e.status == 401 and hasattr(args, "controller"):  # a client command's own token
+            from rc.cli.context import token_source
+
+            where = f" (the token came from {token_source(args)})"
+        print(f"rc: {e.code}: {e.message}{where}", file=sys.stderr)
         return 1
     except TransportError as e:
         print(f"rc: cannot reach the controller: {e}", file=sys.stderr)

@@ -38,6 +38,11 @@ def add_parsers(sub) -> None:
     ls.set_defaults(handler="admin:cmd_token_list")
     rv = tsub.add_parser("revoke", help="revoke a token by name")
     rv.add_argument("name")
+    rv.add_argument(
+        "--keep-jobs",
+        action="store_true",
+        help="leave its queued jobs and holds queued (default: they are cancelled)",
+    )
     add_client_flags(rv)
     rv.set_defaults(handler="admin:cmd_token_revoke")
 
@@ -118,7 +123,8 @@ def cmd_token_list(args: argparse.Namespace) -> int:
 
 
 def cmd_token_revoke(args: argparse.Namespace) -> int:
-    print(client(args).delete(f"/v1/tokens/{segment(args.name)}")["message"])
+    params = {"keep_jobs": "true"} if args.keep_jobs else None
+    print(client(args).delete(f"/v1/tokens/{segment(args.name)}", params=params)["message"])
     return 0
 
 

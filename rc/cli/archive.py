@@ -18,7 +18,8 @@ as sent.
 The remote side is GNU tar inside `sh` (UPLOAD_SCRIPT, DOWNLOAD_SCRIPT): it
 refuses `..` members and never writes outside its target by itself. Both
 ends extract into a temporary directory next to the destination and rename
-into place at the end, so a partial copy never carries the final name.
+into place at the end, so a partial copy never carries the final name. The
+directory the copy lands in must exist on either end (as with scp).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from rc.proto.errors import RcError
 __all__ = [
     "BUFFER_BYTES",
     "DOWNLOAD_SCRIPT",
+    "NO_PARENT",
     "UPLOAD_SCRIPT",
     "ArchiveError",
     "Source",
@@ -204,15 +206,24 @@ def receive(stream: BinaryIO, dest: str) -> str:
     return state["top"]
 
 
+NO_PARENT = "rc cp creates no directories, as scp does not; create it first"
+"""The advice after a missing destination directory, on both ends (no quote in it)."""
+
 # Remote commands. $1 is the remote path as given (relative: to $HOME). An
 # interrupted copy (SIGTERM, SIGHUP) still removes its temporary directory.
-UPLOAD_SCRIPT = r"""set -e
-trap 'exit 129' HUP; trap 'exit 143' TERM; trap 'exit 130' INT
+UPLOAD_SCRIPT = (
+    f"set -e\nNO_PARENT='{NO_PARENT}'\n"
+    + r"""trap 'exit 129' HUP; trap 'exit 143' TERM; trap 'exit 130' INT
 case $1 in /*) ;; *) cd -- "$HOME" 2>/dev/null || cd / ;; esac
 if [ -d "$1" ] || [ "${1%/}" != "$1" ]; then dir=$1; final=$2
 else dir=$(dirname -- "$1"); final=$(basename -- "$1"); fi
 while [ "${dir%/}" != "$dir" ] && [ "${dir%/}" != "" ]; do dir=${dir%/}; done
-mkdir -p -- "$dir"
+if [ ! -d "$dir" ]; then
+  case $dir in /*) shown=$dir ;; *) shown=$PWD/$dir ;; esac
+  if [ -e "$dir" ]; then echo "rc cp: $shown is not a directory" >&2
+  else echo "rc cp: no such directory: $shown ($NO_PARENT)" >&2; fi
+  exit 1
+fi
 tmp=$(mktemp -d "$dir/.rc-cp.XXXXXX")
 trap 'rm -rf -- "$tmp"' EXIT
 tar -x -p -B --no-same-owner -b 128 -f - -C "$tmp"
@@ -223,8 +234,11 @@ if [ -d "$dir/$final" ] && [ ! -L "$dir/$final" ] && [ -n "$(ls -A -- "$dir/$fin
 fi
 mv -T -- "$tmp/$2" "$dir/$final"
 """
+)
 """`sh -c UPLOAD_SCRIPT sh DEST NAME`: extract a tar of NAME from stdin and
-place it at DEST (into DEST when it is a directory or ends with '/')."""
+place it at DEST (into DEST when it is a directory or ends with '/'). The
+directory it lands in must exist: like scp, rc cp creates none (a typo in
+DEST is an error naming the missing directory, not a new tree)."""
 
 DOWNLOAD_SCRIPT = r"""set -e
 case $1 in /*) ;; *) cd -- "$HOME" 2>/dev/null || cd / ;; esac

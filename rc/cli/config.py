@@ -5,19 +5,30 @@ http://127.0.0.1:8080. Token: RC_TOKEN, else `token` in the config file.
 CA bundle for https: RC_CACERT, else `cacert` (a relative path there is
 relative to the config file's directory). The config file is
 $RC_CONFIG, else $XDG_CONFIG_HOME/rc/config.toml (~/.config/rc/config.toml),
-TOML, read once per process. A missing file is fine; an unreadable or
-malformed one gives one warning on stderr and is ignored.
+TOML. A missing file is fine; an unreadable or malformed one gives one
+warning on stderr and is ignored, and so does a key rc does not know (the
+warning names the nearest known key: `contoller` → did you mean
+`controller`?). Each warning is given once per process.
 """
 
 from __future__ import annotations
 
+import difflib
 import os
 import sys
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["DEFAULT_CONTROLLER", "ClientConfig", "config_path", "load", "write_config"]
+__all__ = [
+    "DEFAULT_CONTROLLER",
+    "ClientConfig",
+    "config_path",
+    "file_problem",
+    "load",
+    "read_file",
+    "write_config",
+]
 
 DEFAULT_CONTROLLER = "http://127.0.0.1:8080"
 KEYS = ("controller", "token", "cacert")
@@ -41,16 +52,47 @@ def config_path() -> Path:
     return Path(base) / "rc" / "config.toml"
 
 
-def read_file(path: Path) -> dict[str, str]:
-    """The file's known keys (warning once on stderr if it cannot be used)."""
+_warned: set[str] = set()
+
+
+def _warn(text: str) -> None:
+    if text not in _warned:
+        _warned.add(text)
+        print(f"rc: warning: {text}", file=sys.stderr)
+
+
+def _parse(path: Path) -> tuple[dict | None, str]:
+    """(the file's TOML, "") or (None, why it cannot be used); ({}, "") when missing."""
     try:
         with open(path, "rb") as f:
-            data = tomllib.load(f)
+            return tomllib.load(f), ""
     except FileNotFoundError:
-        return {}
+        return {}, ""
     except (OSError, ValueError) as e:  # TOMLDecodeError and UnicodeDecodeError are ValueErrors
-        print(f"rc: warning: ignoring {path}: {e}", file=sys.stderr)
+        return None, str(e)
+
+
+def file_problem(path: Path) -> str | None:
+    """Why the config file at `path` cannot be used as it is ("missing", or
+    the reason it cannot be read or parsed), None when it can."""
+    if not path.exists():
+        return "missing"
+    data, why = _parse(path)
+    return None if data is not None else why
+
+
+def read_file(path: Path) -> dict[str, str]:
+    """The file's known keys (warning once on stderr if it cannot be used,
+    and for each key it has that rc does not know)."""
+    data, why = _parse(path)
+    if data is None:
+        _warn(f"ignoring {path}: {why}")
         return {}
+    for key in data:
+        if key not in KEYS:
+            near = difflib.get_close_matches(key, KEYS, n=1)
+            hint = f" (did you mean {near[0]!r}?)" if near else f" (known: {', '.join(KEYS)})"
+            _warn(f"{path}: unknown key {key!r} ignored{hint}")
     out = {}
     for key in KEYS:
         value = data.get(key)
@@ -80,11 +122,26 @@ def load() -> ClientConfig:
     )
 
 
-def write_config(path: Path, controller: str, token: str) -> None:
+def write_config(path: Path, controller: str, token: str, cacert: str = "") -> None:
     """Write a client config file, mode 0600 (it holds a token)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     body = f'controller = "{controller}"\ntoken = "{token}"\n'
+    if cacert:
+        body += f"cacert = {_toml_string(cacert)}\n"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(body)
     os.chmod(path, 0o600)
+
+
+def _toml_string(text: str) -> str:
+    """`text` as a TOML basic string."""
+    out = []
+    for ch in text:
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'

@@ -21,6 +21,7 @@ __all__ = [
     "interrupt_cause",
     "job_cwd",
     "stderr",
+    "token_source",
     "whole_seconds_arg",
 ]
 
@@ -50,6 +51,16 @@ def client(args: argparse.Namespace, *, timeout: float = 60.0) -> Client:
             "ASCII without spaces, like rc_..."
         )
     return Client(url, token, timeout=timeout, cacert=cacert)
+
+
+def token_source(args: argparse.Namespace) -> str:
+    """Where `client(args)` takes its token from: "--token", "RC_TOKEN" or the
+    config file's path, for a refused token's message."""
+    if getattr(args, "token", None):
+        return "--token"
+    if os.environ.get("RC_TOKEN", "").strip():
+        return "RC_TOKEN"
+    return str(client_config.config_path())
 
 
 def duration_seconds(text: str) -> float:

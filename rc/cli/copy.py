@@ -21,6 +21,7 @@ import time
 import uuid
 from dataclasses import dataclass
 
+from rc.cli import archive
 from rc.cli.context import UsageError, client, stderr
 from rc.cli.relay import open_halves, open_session, wait_session
 from rc.proto.client import Client
@@ -230,6 +231,8 @@ def _remote_failure(c: Client, place: _Place) -> str | None:
             log = c.request(
                 "GET", f"/v1/jobs/{place.job_id}/logs", params={"follow": "0"}
             ).body.decode("utf-8", "replace")
+            if log.strip() and job["state"] == "failed":
+                return log.strip()[-STDERR_SHOWN:]  # the remote side's own words
             if log.strip():
                 why += ": " + log.strip()[-STDERR_SHOWN:]
         return why
@@ -257,8 +260,6 @@ def cmd_cp(args: argparse.Namespace) -> int:
 
 
 def _upload(c: Client, src: str, dst: Remote, hold: int | None) -> int:
-    from rc.cli import archive
-
     source = archive.scan(src)
     for name in source.skipped:
         stderr(f"skipping {name!r}: not a file, directory or symlink")
@@ -299,19 +300,22 @@ def _upload(c: Client, src: str, dst: Remote, hold: int | None) -> int:
 
 
 def _local_target(dst: str, name: str) -> tuple[str, str]:
-    """(directory, final name) of a download to local path `dst`."""
-    if os.path.isdir(dst) or dst.endswith(("/", os.sep)):
-        os.makedirs(dst, exist_ok=True)
-        return dst, name
-    parent = os.path.dirname(dst) or "."
+    """(directory, final name) of a download to local path `dst`: into `dst`
+    when it is a directory or ends with '/', else at `dst` itself. The
+    directory must exist (as with scp, rc cp creates none): RcError naming it."""
+    if dst.endswith(("/", os.sep)) or os.path.isdir(dst):
+        parent, final = dst, name
+    else:
+        parent, final = os.path.dirname(dst) or ".", os.path.basename(dst)
     if not os.path.isdir(parent):
-        raise RcError(f"{parent}: no such directory")
-    return parent, os.path.basename(dst)
+        shown = os.path.abspath(parent)
+        if os.path.exists(parent):
+            raise RcError(f"{shown} is not a directory")
+        raise RcError(f"no such directory: {shown} ({archive.NO_PARENT})")
+    return parent, final
 
 
 def _download(c: Client, src: Remote, dst: str, hold: int | None) -> int:
-    from rc.cli import archive
-
     path = src.path.rstrip("/") or "/"
     if path == "/":
         raise UsageError("rc cp will not copy a whole root directory")
@@ -339,11 +343,15 @@ def _download(c: Client, src: Remote, dst: str, hold: int | None) -> int:
             for _ in down:
                 pass  # the end-of-archive padding
         progress.done()
-        why = _remote_failure(c, place)
+        why = _remote_failure(c, place)  # waits for the remote side to end
+        if isinstance(local_error, (archive.ArchiveError, OSError)):
+            # refused (or not writable) here: the remote side was stopped for
+            # it, so its "pipe closed" is no reason
+            raise RcError(f"copy from {src.device} refused: {local_error}")
         if why:
             raise RcError(f"copy from {src.device} failed: {why}")
         if local_error is not None:
-            raise RcError(f"copy from {src.device} refused: {local_error}")
+            raise RcError(f"copy from {src.device} failed: {local_error}")
         target = os.path.join(parent, final)
         if os.path.isdir(target) and not os.path.islink(target) and os.listdir(target):
             raise RcError(

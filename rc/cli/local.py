@@ -27,6 +27,7 @@ from rc.proto.errors import RcError
 __all__ = ["add_parsers", "default_data_dir"]
 
 UP_STATE = "up.json"
+UP_LISTEN = "127.0.0.1:8080"
 WORKER_TOKEN_FILE = "worker.token"
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 60.0
@@ -214,15 +215,22 @@ def add_parsers(sub) -> None:
     )
     p.add_argument(
         "--listen",
-        default="127.0.0.1:8080",
+        default=None,  # given or not: a running rc up is compared only with what is given
         metavar="HOST:PORT",
-        help="controller address (default %(default)s; loopback unless --certfile or --insecure)",
+        help=f"controller address (default {UP_LISTEN}; loopback unless --certfile or --insecure)",
     )
     p.add_argument(
         "--devices",
-        default="auto",
+        default=None,  # auto, unless the running rc up has other
         metavar="auto|N",
         help="auto: the GPUs nvidia-smi lists, else 2 CPU devices; N: N CPU devices",
+    )
+    p.add_argument(
+        "--host",
+        default=None,
+        metavar="NAME",
+        help="the worker's host name (default: this machine's short name); a second "
+        "rc up on one machine needs its own",
     )
     p.add_argument("--certfile", default="", help="TLS certificate for the controller")
     p.add_argument("--keyfile", default="", help="TLS private key for the controller")
@@ -504,49 +512,175 @@ def _read_state(path: Path) -> dict:
         return {}
 
 
-def cmd_up(args: argparse.Namespace) -> int:
+def _default_host() -> str:
+    """This machine's short host name, made a valid rc host name."""
+    return re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname().split(".")[0] or "localhost")
+
+
+def _valid_host(name: str) -> bool:
+    """The controller's rule for host names: ASCII letters, digits, '.', '_',
+    '-'; 1 to 63, starting with a letter or digit."""
+    return bool(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}", name))
+
+
+def _same_address(listen: str, st: dict) -> bool:
+    """Whether `--listen listen` names the controller recorded in up.json
+    (as given then, or as it listens now; port 0 matches any port)."""
+    if listen == st.get("listen"):
+        return True
+    at = str(st.get("url", "")).rpartition("//")[2]
+    if listen == at:
+        return True
+    host, _, port = listen.rpartition(":")
+    return port == "0" and host == at.rpartition(":")[0]
+
+
+def _differences(args: argparse.Namespace, st: dict, worker_runs: bool) -> list[str]:
+    """The flags given to this rc up that the running one (up.json `st`)
+    does not have and cannot take while it runs: --listen while any part
+    runs, --devices and --host while its worker runs."""
+    out = []
+    if args.listen is not None and st.get("url") and not _same_address(args.listen, st):
+        out.append(f"--listen {args.listen} (it listens at {st['url']})")
+    if worker_runs:
+        if args.devices is not None and args.devices != st.get("devices", args.devices):
+            out.append(f"--devices {args.devices} (it runs with --devices {st['devices']})")
+        if args.host is not None and args.host != st.get("host", args.host):
+            out.append(f"--host {args.host} (its worker is host {st['host']})")
+    return out
+
+
+def _worker_token_host(url: str, token_file: Path) -> str | None:
+    """The host the worker token in `token_file` is bound to ("" while not
+    yet bound), or None when the file holds no worker token of the controller
+    at `url` (missing, empty, or refused with 401). Other errors raise."""
+    from rc.proto.client import Client
+    from rc.proto.errors import ApiError
+
+    try:
+        token = token_file.read_text().strip()
+    except FileNotFoundError:
+        return None
+    if not token or not token.isascii() or not token.isprintable():
+        return None
+    try:
+        me = Client(url, token, timeout=10).get("/v1/whoami")
+    except ApiError as e:
+        if e.status == 401:
+            return None
+        raise
+    return (me.get("host") or "") if me.get("role") == "worker" else None
+
+
+def _ensure_client_config(admin, url: str) -> bool:
+    """Make the client config file (~/.config/rc/config.toml) point at `url`
+    with a token that works there, unless it points at another controller
+    that rc up did not start (then only a note). Written when missing,
+    unreadable or corrupt (a corrupt one is kept as config.toml.broken), or
+    when it names this controller with a token it does not know. Returns
+    whether a plain `rc` command here talks to `url`."""
     from rc.cli import config as client_config
+
+    cfg_path = client_config.config_path()
+    points_here = os.environ.get("RC_CONTROLLER", "").strip() in ("", url)
+    problem = client_config.file_problem(cfg_path)
+    existing = client_config.read_file(cfg_path) if problem is None else {}
+
+    def write(what: str) -> None:
+        user_token = _ensure_token(admin, _token_name(getpass.getuser()), "user")
+        client_config.write_config(cfg_path, url, user_token, existing.get("cacert", ""))
+        stderr(f"{what} (controller {url}, a user token)")
+
+    if problem == "missing":
+        write(f"wrote {cfg_path}")
+    elif problem is not None:
+        broken = cfg_path.with_name(cfg_path.name + ".broken")
+        try:
+            os.replace(cfg_path, broken)
+        except OSError as e:
+            stderr(f"note: {cfg_path} cannot be read ({problem}) nor moved aside: {e.strerror}")
+            return False
+        write(f"rewrote {cfg_path}, which could not be read ({problem}; kept as {broken})")
+    elif not existing.get("controller") and not existing.get("token"):
+        write(f"rewrote {cfg_path}, which named neither controller nor token")
+    elif existing.get("controller") == url:
+        if not _token_works(url, existing.get("token", "")):
+            write(f"rewrote {cfg_path}: its token is not one of this controller's")
+    elif _token_works(url, existing.get("token", "")):
+        # the config holds a token of this very controller: it just moved
+        client_config.write_config(cfg_path, url, existing["token"], existing.get("cacert", ""))
+        stderr(f"updated {cfg_path}: the controller is now at {url}")
+    else:
+        points_here = False
+        stderr(
+            f"note: {cfg_path} points at {existing.get('controller', 'nothing')}, "
+            f"not {url}; set RC_CONTROLLER or edit it"
+        )
+    return points_here
+
+
+def cmd_up(args: argparse.Namespace) -> int:
     from rc.proto.client import Client
 
     data = Path(args.data) if args.data else default_data_dir()
-    host_port = args.listen.rpartition(":")
+    listen = args.listen or UP_LISTEN
+    host_port = listen.rpartition(":")
     if not host_port[1] or not host_port[2].isdigit() or int(host_port[2]) > 65535:
-        raise UsageError(f"--listen {args.listen!r}: use HOST:PORT, e.g. 127.0.0.1:8080")
-    if not _is_loopback(args.listen) and not args.certfile and not args.insecure:
+        raise UsageError(f"--listen {listen!r}: use HOST:PORT, e.g. 127.0.0.1:8080")
+    if not _is_loopback(listen) and not args.certfile and not args.insecure:
         raise UsageError(
-            f"--listen {args.listen} is not a loopback address: give --certfile and "
+            f"--listen {listen} is not a loopback address: give --certfile and "
             "--keyfile for TLS, or --insecure to serve plain HTTP on the network"
         )
-    if args.devices != "auto" and not (args.devices.isdigit() and int(args.devices) > 0):
+    if args.devices is not None and not (
+        args.devices == "auto" or (args.devices.isdigit() and int(args.devices) > 0)
+    ):
         raise UsageError(f"--devices {args.devices!r}: use auto or a number of CPU devices")
+    if args.host is not None and not _valid_host(args.host):
+        raise UsageError(
+            f"--host {args.host!r}: letters, digits, '.', '_' and '-', at most 63, "
+            "starting with a letter or digit"
+        )
     data.mkdir(mode=0o700, parents=True, exist_ok=True)
     state_path = data / UP_STATE
     st = _read_state(state_path)
     serve_pid = st.get("serve_pid") if _alive_pid(st.get("serve_pid")) else None
     worker_pid = st.get("worker_pid") if _alive_pid(st.get("worker_pid")) else None
-    host = re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname().split(".")[0] or "localhost")
+    down = f"rc down{f' --data {data}' if args.data else ''}"
+    if serve_pid or worker_pid:
+        differ = _differences(args, st, worker_pid is not None)
+        if differ:
+            raise RcError(
+                f"rc is already up in {data} with other settings: {'; '.join(differ)}. "
+                f"To change them, `{down}` first; for a second one-box beside it, give it "
+                "its own --data DIR, --listen and --host NAME"
+            )
+    devices = args.devices or st.get("devices") or "auto"
+    host = args.host or st.get("host") or ""
     if serve_pid and worker_pid:
         # Not an error: `pip install . && rc up -d && rc run ...` can be re-run.
+        host = host or _default_host()
         stderr(
             f"already up: controller at {st.get('url')} (pid {serve_pid}), worker pid "
-            f"{worker_pid}; stop both with rc down" + (f" --data {data}" if args.data else "")
+            f"{worker_pid}; stop both with {down}"
         )
-        try:  # best effort: a device out of the pool would leave rc run waiting
+        try:  # best effort: a missing config or a device out of the pool would leave rc stuck
             url = st["url"]
             admin = Client(url, (data / "admin.token").read_text().strip(), timeout=5)
+            points_here = _ensure_client_config(admin, url)
             mine = [
                 v["device"]
                 for v in admin.get("/v1/devices")["devices"]
                 if v["device"]["host"] == host
             ]
-            _say_out_of_pool(mine, host, data, args, url, _config_points_at(url), False)
-        except (RcError, OSError, KeyError, TypeError, ValueError):
-            pass
+            _say_out_of_pool(mine, host, data, args, url, points_here, False)
+        except (RcError, OSError, KeyError, TypeError, ValueError) as e:
+            stderr(f"note: could not check the client config and the devices: {e}")
         return 0
     if (serve_pid or worker_pid) and not args.detach:
         raise UsageError(
             "part of an earlier rc up -d still runs; rc up -d restarts what is "
-            "missing, or rc down stops it"
+            f"missing, or {down} stops it"
         )
     serve_log_path, worker_log_path = data / "serve.log", data / "worker.log"
     serve_log = open(serve_log_path, "ab") if args.detach else None  # noqa: SIM115 - the children inherit it; rc up exits soon after
@@ -556,7 +690,6 @@ def cmd_up(args: argparse.Namespace) -> int:
         if serve_pid:
             url = st["url"]
         else:
-            listen = args.listen
             if worker_pid and st.get("url"):  # the running worker keeps dialling this address
                 listen = st["url"].rpartition("//")[2]
             cmd = [sys.executable, "-m", "rc", "serve", "--listen", listen, "--data", str(data)]
@@ -568,28 +701,13 @@ def cmd_up(args: argparse.Namespace) -> int:
             serve_pid = controller.pid
         admin = Client(url, (data / "admin.token").read_text().strip())
         token_file = data / WORKER_TOKEN_FILE
-        if not token_file.exists():
+        bound = _worker_token_host(url, token_file)
+        # the data dir's worker token remembers the host name it was made for
+        host = host or bound or _default_host()
+        if bound is None or bound not in ("", host):
             _write_secret(token_file, _ensure_token(admin, f"worker-{host}", "worker"))
-        cfg_path = client_config.config_path()
-        existing = client_config.read_file(cfg_path)
-        points_here = os.environ.get("RC_CONTROLLER", "").strip() in ("", url)
-        if not cfg_path.exists():
-            user_token = _ensure_token(admin, _token_name(getpass.getuser()), "user")
-            client_config.write_config(cfg_path, url, user_token)
-            stderr(f"wrote {cfg_path} (controller {url}, a user token)")
-        elif existing.get("controller") != url:
-            if _token_works(url, existing.get("token", "")):
-                # the config holds a token of this very controller: it just moved
-                client_config.write_config(cfg_path, url, existing["token"])
-                stderr(f"updated {cfg_path}: the controller is now at {url}")
-            else:
-                points_here = False
-                stderr(
-                    f"note: {cfg_path} points at {existing.get('controller', 'nothing')}, "
-                    f"not {url}; set RC_CONTROLLER or edit it"
-                )
+        points_here = _ensure_client_config(admin, url)
         if not worker_pid:
-            devices = "auto" if args.devices == "auto" else f"cpu:{args.devices}"
             cmd = [
                 sys.executable,
                 "-m",
@@ -600,7 +718,7 @@ def cmd_up(args: argparse.Namespace) -> int:
                 "--token-file",
                 str(token_file),
                 "--devices",
-                devices,
+                "auto" if devices == "auto" else f"cpu:{devices}",
                 "--host",
                 host,
             ]
@@ -620,7 +738,15 @@ def cmd_up(args: argparse.Namespace) -> int:
     # and the next rc up find them.
     state_path.write_text(
         json.dumps(
-            {"url": url, "serve_pid": serve_pid, "worker_pid": worker_pid, "data": str(data)}
+            {
+                "url": url,
+                "serve_pid": serve_pid,
+                "worker_pid": worker_pid,
+                "data": str(data),
+                "listen": st.get("listen", listen) if st.get("url") == url else listen,
+                "devices": devices,
+                "host": host,
+            }
         )
     )
     try:
@@ -640,10 +766,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     )
     _say_out_of_pool(mine, host, data, args, url, points_here, not args.detach)
     if args.detach:
-        stderr(
-            f"running in the background (logs in {data}); stop with: rc down"
-            + (f" --data {data}" if args.data else "")
-        )
+        stderr(f"running in the background (logs in {data}); stop with: {down}")
         return 0
     stderr("press Ctrl-C to stop")
     return _supervise(controller, worker, state_path)
@@ -712,8 +835,9 @@ def cmd_down(args: argparse.Namespace) -> int:
     data = Path(args.data) if args.data else default_data_dir()
     state_path = data / UP_STATE
     if not state_path.exists():
-        stderr(f"nothing to stop: no {UP_STATE} in {data}")
-        return 1
+        # already down: not an error, as a repeated rc up -d is not one
+        stderr(f"already down: nothing to stop (no {UP_STATE} in {data})")
+        return 0
     st = _read_state(state_path)
     if not st:
         raise RcError(f"{state_path} is corrupt; stop the processes by hand")

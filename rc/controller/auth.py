@@ -1,9 +1,10 @@
 """Who is calling: bearer tokens → a Caller, and the role rules (DESIGN.md §6.1).
 
 Secrets look like `rc_<43 url-safe characters>`; the database keeps their
-sha256 only. Lookups go through an in-memory map from hash to token, rebuilt
-after every token change; the stored hash is compared with
-hmac.compare_digest. A token is never logged or echoed.
+sha256 only. Lookups go through an in-memory map from hash to token, loaded
+whole at start and then kept up to date one token at a time (create, revoke,
+a worker token's binding to its host: O(1) each); the stored hash is compared
+with hmac.compare_digest. A token is never logged or echoed.
 
 Roles: admin passes every route; otherwise the token's role must be one the
 route allows. 401 unauthorized for a missing, malformed, unknown, revoked or
@@ -56,19 +57,26 @@ class Caller:
 
 
 class TokenCache:
-    """hash → Caller for every live token; `load()` replaces the whole map."""
+    """hash → Caller for every live token. `load()` replaces the whole map
+    (at start); `put()` and `drop()` change one token each."""
 
     def __init__(self) -> None:
         self._by_hash: dict[str, tuple[str, Caller]] = {}
 
     def load(self, rows: Iterable) -> None:
-        self._by_hash = {
-            r["secret_hash"]: (
-                r["secret_hash"],
-                Caller(r["id"], r["name"], Role(r["role"]), r["host"], r["expires_at"]),
-            )
-            for r in rows
-        }
+        """Replace the map with `rows` (token rows, as in the tokens table)."""
+        self._by_hash = {r["secret_hash"]: _entry(r) for r in rows}
+
+    def put(self, row) -> None:
+        """Add one live token (a tokens row), or replace it (the same hash)."""
+        self._by_hash[row["secret_hash"]] = _entry(row)
+
+    def drop(self, secret_hash: str) -> None:
+        """Forget one token (revoked); an unknown hash is ignored."""
+        self._by_hash.pop(secret_hash, None)
+
+    def __len__(self) -> int:
+        return len(self._by_hash)
 
     def authenticate(self, header: str | None, now: float) -> Caller:
         """The Caller for an Authorization header value. Raises Refused(401)."""
@@ -86,6 +94,13 @@ class TokenCache:
         if caller.expires_at is not None and now >= caller.expires_at:
             raise Refused(401, ErrorCode.UNAUTHORIZED, f"token {caller.name!r} has expired")
         return caller
+
+
+def _entry(r) -> tuple[str, Caller]:
+    return (
+        r["secret_hash"],
+        Caller(r["id"], r["name"], Role(r["role"]), r["host"], r["expires_at"]),
+    )
 
 
 def require(caller: Caller, *roles: Role) -> Caller:

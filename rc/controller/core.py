@@ -173,7 +173,8 @@ class Controller:
         log.info("created the admin token in %s", path)
 
     async def reload_tokens(self) -> None:
-        """Rebuild the in-memory token map from the database."""
+        """Load the whole in-memory token map from the database (at start;
+        each token change then updates it in place: rc.controller.auth)."""
         self.tokens.load(await self.db.read(tokens.live))
 
     # -- the queue plan, shared by readers ----------------------------------

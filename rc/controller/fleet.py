@@ -424,32 +424,32 @@ def _remove_device(tx: Tx, device_id: str) -> None:
     tx.exec("device_delete", (device_id,))
 
 
-def drain(tx: Tx, device_id: str, on: bool, reason: str, actor: str) -> None:
+def drain(tx: Tx, device_id: str, on: bool, reason: str, actor: str) -> tuple[str, bool]:
     """Drain (no new job starts; the current one finishes) or undrain a device.
 
-    Draining a draining device changes its reason; with the same reason, or
-    undraining a device that is not draining, it is a 409 `conflict`: never a
-    success for a no-op (as for clear, inventory §7). 404 for an unknown device.
+    Returns (what happened in words, already). A verb whose effect is in
+    place already changes nothing and records no event (`already` True): a
+    drain of a draining device keeps its reason, and says it, who drained it
+    and how long ago ("already drained: cable swap, by admin, 5m ago"); an
+    undrain of a device that is not draining says so. The one change a
+    second drain makes is a new, different, non-empty reason, which replaces
+    the old one (a `device_drained` event names both). 404 for an unknown
+    device.
     """
     row = tx.one("device_drain_state", (device_id,))
     if row is None:
         raise Refused.not_found(f"no device {device_id!r}", ErrorCode.DEVICE_NOT_FOUND)
-    if on and row["draining"] and row["drain_reason"] == reason:
-        raise Refused.conflict(
-            ErrorCode.CONFLICT,
-            f"{device_id} is already draining" + (f" ({reason})" if reason else ""),
-        )
+    old = row["drain_reason"]
+    if on and row["draining"] and (not reason or reason == old):
+        return "already drained: " + _drained_since(tx, device_id, old), True
     if not on and not row["draining"]:
-        raise Refused.conflict(ErrorCode.CONFLICT, f"{device_id} is not draining")
+        return f"already undrained: {device_id} is not draining", True
     tx.exec("device_drain", (1 if on else 0, reason if on else "", device_id))
     if on:
-        feed.record(
-            tx,
-            EventKind.DEVICE_DRAINED,
-            device_id=device_id,
-            actor=actor,
-            text=f"drained by {actor}" + (f": {reason}" if reason else ""),
-        )
+        text = f"drained by {actor}" + (f": {reason}" if reason else "")
+        if row["draining"]:
+            text += f" (was: {old})" if old else " (it had no reason)"
+        feed.record(tx, EventKind.DEVICE_DRAINED, device_id=device_id, actor=actor, text=text)
     else:
         feed.record(
             tx,
@@ -460,3 +460,28 @@ def drain(tx: Tx, device_id: str, on: bool, reason: str, actor: str) -> None:
         )
         tx.schedule = True
     tx.notify("devices")
+    if not on:
+        return f"{device_id} is back in the pool", False
+    if row["draining"]:
+        return f"{device_id}: drain reason is now {reason!r} (was {old!r})", False
+    return f"draining {device_id}", False
+
+
+def _drained_since(tx: Tx, device_id: str, reason: str) -> str:
+    """ "REASON, by ACTOR, 5m ago" for a draining device, from its newest
+    device_drained event (the parts it cannot know are left out)."""
+    parts = [reason or "no reason given"]
+    ev = tx.one("event_last_drained", (device_id,))
+    if ev is not None:
+        if ev["actor"]:
+            parts.append(f"by {ev['actor']}")
+        parts.append(f"{_coarse(tx.now - ev['at'])} ago")
+    return ", ".join(parts)
+
+
+def _coarse(seconds: float) -> str:
+    """An age in its largest whole unit: 45s, 12m, 3h, 5d."""
+    for size in (86400, 3600, 60):
+        if seconds >= size:
+            return format_duration(seconds // size * size)
+    return format_duration(max(0, int(seconds)))

@@ -264,14 +264,14 @@ ROUTES: dict[tuple[str, str], Doc] = {
         wire.ActionResult,
         request=wire.DrainRequest,
         path_params=DEVICE,
-        errors=BAD + ((404, E.DEVICE_NOT_FOUND), (409, E.CONFLICT)),
+        errors=BAD + ((404, E.DEVICE_NOT_FOUND),),
     ),
     ("POST", "/v1/devices/{device_id}/undrain"): Doc(
         "Put a drained device back in the pool (admin)",
         ("admin",),
         wire.ActionResult,
         path_params=DEVICE,
-        errors=((404, E.DEVICE_NOT_FOUND), (409, E.CONFLICT)),
+        errors=((404, E.DEVICE_NOT_FOUND),),
     ),
     # -- identity, tokens, feed ------------------------------------------------------
     ("GET", "/v1/whoami"): Doc("The caller's token name and role", ("user", "worker"), wire.WhoAmI),
@@ -285,11 +285,19 @@ ROUTES: dict[tuple[str, str], Doc] = {
     ),
     ("GET", "/v1/tokens"): Doc("Tokens without their secrets (admin)", ("admin",), wire.TokenList),
     ("DELETE", "/v1/tokens/{name}"): Doc(
-        "Revoke a token (admin)",
+        "Revoke a token (admin); its name's queued jobs are cancelled unless keep_jobs",
         ("admin",),
-        wire.ActionResult,
+        wire.TokenRevoked,
         path_params={"name": "string"},
-        errors=((404, E.NOT_FOUND), (409, E.LAST_ADMIN_TOKEN)),
+        params=(
+            Param(
+                "keep_jobs",
+                "boolean",
+                "leave the queued jobs and holds of the token's name queued "
+                '(default false: they are cancelled, "token revoked")',
+            ),
+        ),
+        errors=((400, E.BAD_REQUEST), (404, E.NOT_FOUND), (409, E.LAST_ADMIN_TOKEN)),
     ),
     ("GET", "/v1/events"): Doc(
         "The activity feed, oldest first (long poll with after/wait)",

@@ -66,6 +66,9 @@ WHERE id = ? AND state IN ('assigned', 'running')
 -- name: jobs_active_on_worker
 SELECT id, device_id, kind, state FROM jobs WHERE worker_id = ? AND state IN ('assigned', 'running')
 
+-- name: jobs_queued_of_name
+SELECT id FROM jobs WHERE state = 'queued' AND (submitter = ? OR token_name = ?) ORDER BY id
+
 -- name: jobs_queued_pinned_to
 SELECT id FROM jobs WHERE state = 'queued' AND selector = '' AND device_id = ?
 
@@ -281,6 +284,10 @@ SELECT draining, drain_reason FROM devices WHERE id = ?
 -- name: device_drain
 UPDATE devices SET draining = ?, drain_reason = ? WHERE id = ?
 
+-- name: event_last_drained
+SELECT actor, at FROM events WHERE kind = 'device_drained' AND device_id = ?
+ORDER BY id DESC LIMIT 1
+
 -- name: device_delete
 DELETE FROM devices WHERE id = ?
 
@@ -388,8 +395,8 @@ UPDATE tokens SET revoked_at = ? WHERE name = ? AND revoked_at IS NULL
 -- name: token_bind_host
 UPDATE tokens SET host = ? WHERE id = ? AND host = '' AND role = 'worker'
 
--- name: token_host
-SELECT host FROM tokens WHERE id = ?
+-- name: token_live_by_id
+SELECT * FROM tokens WHERE id = ? AND revoked_at IS NULL
 
 -- ---------------------------------------------------------------- metrics (rc/controller/metrics.py)
 

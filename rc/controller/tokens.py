@@ -1,20 +1,29 @@
-"""Transactions on API tokens (DESIGN.md §6.1). Only sha256 hashes are stored."""
+"""Transactions on API tokens (DESIGN.md §6.1). Only sha256 hashes are stored.
+
+Each returns what the controller's in-memory token map (rc.controller.auth
+TokenCache) needs to follow the change, so no change rebuilds the map.
+"""
 
 from __future__ import annotations
 
 from rc.controller import feed
+from rc.controller import jobs as jobs_store
 from rc.controller.db import Tx
 from rc.controller.errors import Refused
 from rc.proto.errors import ErrorCode
 from rc.proto.model import EventKind, Role
 
-__all__ = ["bind_host", "create", "live", "revoke"]
+__all__ = ["REVOKED_REASON", "bind_host", "create", "live", "revoke"]
+
+REVOKED_REASON = "token revoked"
+"""The kill reason of the queued jobs a revoke cancels."""
 
 
 def create(
     tx: Tx, name: str, role: Role, secret_hash: str, created_by: str, expires_at: float | None
-) -> None:
-    """Store a new token. 409 token_exists when a live token has this name."""
+):
+    """Store a new token; returns its row. 409 token_exists when a live token
+    has this name."""
     if tx.one("token_live_by_name", (name,)) is not None:
         raise Refused.conflict(ErrorCode.TOKEN_EXISTS, f"a token named {name!r} already exists")
     tx.exec("token_insert", (name, role.value, secret_hash, created_by, tx.now, expires_at))
@@ -25,12 +34,17 @@ def create(
         text=f"{created_by or 'rc serve'} created {role.value} token {name!r}",
     )
     tx.notify("tokens")
+    return tx.one("token_live_by_name", (name,))
 
 
-def revoke(tx: Tx, name: str, actor: str) -> None:
-    """Revoke the live token with this name. 404 when there is none; 409
-    last_admin_token when it is the last live (unrevoked, unexpired) admin
-    token, which would leave nobody able to administer the controller."""
+def revoke(tx: Tx, name: str, actor: str, keep_jobs: bool = False) -> tuple[str, list[int]]:
+    """Revoke the live token with this name and, unless `keep_jobs`, cancel
+    the queued jobs and holds of that name: those it submitted and those an
+    admin submitted as it (--as), with kill reason REVOKED_REASON. Running
+    ones go on. Returns (the token's secret hash, the cancelled job ids).
+    404 when there is no such token; 409 last_admin_token when it is the last
+    live (unrevoked, unexpired) admin token, which would leave nobody able to
+    administer the controller."""
     live_rows = tx.all("tokens_live")
 
     def usable_admin(r) -> bool:
@@ -50,17 +64,29 @@ def revoke(tx: Tx, name: str, actor: str) -> None:
             "able to administer rc (create another with `rc token create NAME --role admin` "
             "first)",
         )
-    if tx.exec("token_revoke", (tx.now, name)) == 0:
+    if not target or tx.exec("token_revoke", (tx.now, name)) == 0:
         raise Refused.not_found(f"no live token named {name!r}")
-    feed.record(tx, EventKind.TOKEN_REVOKED, actor=actor, text=f"{actor} revoked token {name!r}")
+    cancelled = []
+    if not keep_jobs:
+        for row in tx.all("jobs_queued_of_name", (name, name)):
+            if jobs_store.cancel_queued(tx, row["id"], REVOKED_REASON):
+                cancelled.append(row["id"])
+    text = f"{actor} revoked token {name!r}"
+    if cancelled:
+        text += f"; cancelled {len(cancelled)} queued job{'s' if len(cancelled) > 1 else ''}"
+    feed.record(tx, EventKind.TOKEN_REVOKED, actor=actor, text=text)
     tx.notify("tokens")
+    if cancelled:
+        tx.schedule = True  # jobs that waited behind them may start
+    return target[0]["secret_hash"], cancelled
 
 
-def bind_host(tx: Tx, token_id: int, host: str) -> str:
-    """Bind a worker token to `host` at its first registration; returns the bound host."""
+def bind_host(tx: Tx, token_id: int, host: str):
+    """Bind a worker token to `host` at its first registration; returns the
+    token's row (its `host` the bound one), or None when it is no longer live."""
     tx.exec("token_bind_host", (host, token_id))
     tx.notify("tokens")
-    return tx.scalar("token_host", (token_id,))
+    return tx.one("token_live_by_id", (token_id,))
 
 
 def live(tx: Tx):

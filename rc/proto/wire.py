@@ -60,6 +60,7 @@ __all__ = [
     "TokenCreate",
     "TokenCreated",
     "TokenList",
+    "TokenRevoked",
     "WhoAmI",
 ]
 
@@ -411,10 +412,25 @@ class DrainRequest:
 
 @dataclass(frozen=True, slots=True)
 class ActionResult:
-    """The answer to an admin verb: what was done, in words."""
+    """The answer to an admin verb: what was done, in words. `already`: the
+    effect was in place before (drain a draining device, undrain one that is
+    not): nothing changed and no event was recorded; the message says since
+    when and by whom where it knows."""
 
     ok: bool
     message: str = ""
+    already: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class TokenRevoked:
+    """DELETE /v1/tokens/{name}[?keep_jobs=true]: the token is revoked; the
+    ids of the queued jobs and holds of its name that were cancelled with it
+    (none with keep_jobs)."""
+
+    ok: bool
+    message: str = ""
+    cancelled_job_ids: tuple[int, ...] = ()
 
 
 # ---------------------------------------------------------------- sessions inside a hold

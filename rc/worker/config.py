@@ -44,11 +44,16 @@ Command-line flags (--controller, --devices, --host, ...) override the file.
 
 Errors raise ConfigError naming the file, the key and the problem (a token
 file that cannot be read or is empty: the flag or the file that named it).
+A key the worker does not know is such an error too, naming the nearest
+known key (`require_manual_claer` → did you mean `require_manual_clear`?):
+the worker refuses to start rather than run without a setting its operator
+meant to give (a misspelt safety setting must not be dropped quietly).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import os
 import socket
@@ -371,12 +376,29 @@ def _parse(where: str, data: dict[str, Any]) -> dict[str, Any]:
                 elif k == "release_linger":
                     kw["release_linger"] = _duration(where, "hooks.release_linger", v)
                 else:
-                    raise ConfigError(f"{where}: hooks.{k} is not a known key")
+                    raise _unknown(where, f"hooks.{k}", k, ("timeout", "release_linger"))
         elif key == "devices":
             kw[key] = _devices(where, value)
         else:
-            raise ConfigError(f"{where}: {key} is not a known key")
+            raise _unknown(where, key, key, _TOP_KEYS)
     return kw
+
+
+_TOP_KEYS = (
+    *sorted(_STRINGS | _DURATIONS),
+    "require_manual_clear",
+    "spool_max_bytes",
+    "labels",
+    "hooks",
+    "devices",
+)
+
+
+def _unknown(where: str, shown: str, key: str, known) -> ConfigError:
+    """The error for an unknown key, naming the nearest known one (difflib)."""
+    near = difflib.get_close_matches(key, list(known), n=1)
+    hint = f" (did you mean {near[0]!r}?)" if near else ""
+    return ConfigError(f"{where}: {shown} is not a known key{hint}")
 
 
 def _valid_name(name: str) -> bool:
@@ -465,7 +487,7 @@ def _devices(where: str, value: Any) -> tuple[DeviceConfig, ...] | str:
             raise ConfigError(f"{where}: {at} must be a name or a table")
         for k in item:
             if k not in _DEVICE_KEYS:
-                raise ConfigError(f"{where}: {at}.{k} is not a known key")
+                raise _unknown(where, f"{at}.{k}", k, sorted(_DEVICE_KEYS))
         name = item.get("name")
         if not isinstance(name, str) or not name.strip():
             raise ConfigError(f"{where}: {at} needs a name")

@@ -32,7 +32,9 @@ class HostLockBusy(Exception):
     def __init__(self, host: str, pid: int) -> None:
         who = f"pid {pid}" if pid else "pid unknown"
         super().__init__(
-            f"another rc worker for host {host} is running here ({who}); stop it first"
+            f"another rc worker for host {host} is running here ({who}); stop it first, "
+            "or give this one another host name with --host NAME (a second rc up on "
+            "this machine needs its own)"
         )
         self.host = host
         self.pid = pid

@@ -9,16 +9,25 @@ from starlette.requests import Request
 from starlette.routing import Route
 
 from rc.controller import feed, rows, tokens
-from rc.controller.api import Role, caller, ctl, json_body, query_float, query_int, reply
+from rc.controller.api import (
+    Role,
+    caller,
+    ctl,
+    json_body,
+    query_bool,
+    query_float,
+    query_int,
+    reply,
+)
 from rc.controller.auth import TOKEN_NAME_RE, hash_secret, new_secret
 from rc.controller.errors import Refused
 from rc.proto.errors import ErrorCode
 from rc.proto.wire import (
-    ActionResult,
     EventList,
     TokenCreate,
     TokenCreated,
     TokenList,
+    TokenRevoked,
     WhoAmI,
 )
 
@@ -46,10 +55,11 @@ async def create_token(request: Request):
         raise Refused.bad(ErrorCode.BAD_REQUEST, "expires_in_seconds cannot be negative")
     secret = new_secret()
     expires = c.clock() + req.expires_in_seconds if req.expires_in_seconds else None
-    await c.db.write(tokens.create, req.name, req.role, hash_secret(secret), who.name, expires)
-    await c.reload_tokens()
-    made = await c.db.read(lambda tx: rows.token(tx.one("token_live_by_name", (req.name,))))
-    return reply(TokenCreated(made, secret), 201)
+    row = await c.db.write(
+        tokens.create, req.name, req.role, hash_secret(secret), who.name, expires
+    )
+    c.tokens.put(row)
+    return reply(TokenCreated(rows.token(row), secret), 201)
 
 
 async def list_tokens(request: Request):
@@ -61,13 +71,23 @@ async def list_tokens(request: Request):
 
 
 async def revoke_token(request: Request):
-    """DELETE /v1/tokens/{name} (admin)."""
+    """DELETE /v1/tokens/{name}?keep_jobs=BOOL (admin): the token stops
+    working at once; its name's queued jobs and holds are cancelled ("token
+    revoked") unless keep_jobs=true. Running ones go on."""
     c = ctl(request)
     who = caller(request)
     name = request.path_params["name"]
-    await c.db.write(tokens.revoke, name, who.name)
-    await c.reload_tokens()
-    return reply(ActionResult(True, f"revoked token {name!r}"))
+    keep = query_bool(request, "keep_jobs", False)
+    secret_hash, cancelled = await c.db.write(tokens.revoke, name, who.name, keep)
+    c.tokens.drop(secret_hash)
+    message = f"revoked token {name!r}"
+    if cancelled:
+        ids = ", ".join(str(j) for j in cancelled)
+        n = len(cancelled)
+        message += f"; cancelled its {n} queued job{'s' if n > 1 else ''} ({ids})"
+    elif not keep:
+        message += "; it had no queued job"
+    return reply(TokenRevoked(True, message, tuple(cancelled)))
 
 
 async def events(request: Request):

@@ -87,22 +87,27 @@ async def retire(request: Request):
 
 
 async def drain(request: Request):
-    """POST /v1/devices/{id}/drain (admin): the current job finishes, no new one starts."""
+    """POST /v1/devices/{id}/drain (admin): the current job finishes, no new one
+    starts. Draining a draining device is 200 with already=true and changes
+    nothing, unless it brings a new reason (fleet.drain)."""
     c = ctl(request)
     who = caller(request)
     device_id = request.path_params["device_id"]
     req = await json_body(request, DrainRequest, c.cfg.limits.body_bytes, empty_ok=True)
-    await c.db.write(fleet.drain, device_id, True, req.reason[: c.cfg.limits.text_bytes], who.name)
-    return reply(ActionResult(True, f"draining {device_id}"))
+    message, already = await c.db.write(
+        fleet.drain, device_id, True, req.reason[: c.cfg.limits.text_bytes], who.name
+    )
+    return reply(ActionResult(True, message, already))
 
 
 async def undrain(request: Request):
-    """POST /v1/devices/{id}/undrain (admin): schedulable again."""
+    """POST /v1/devices/{id}/undrain (admin): schedulable again; 200 with
+    already=true for a device that is not draining."""
     c = ctl(request)
     who = caller(request)
     device_id = request.path_params["device_id"]
-    await c.db.write(fleet.drain, device_id, False, "", who.name)
-    return reply(ActionResult(True, f"{device_id} is back in the pool"))
+    message, already = await c.db.write(fleet.drain, device_id, False, "", who.name)
+    return reply(ActionResult(True, message, already))
 
 
 routes = [

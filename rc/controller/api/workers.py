@@ -116,9 +116,11 @@ async def register(request: Request):
     _check_labels(lim, req.declared_labels, "declared_labels")
     _check_sheets(lim, req.sheet, req.device_sheets)
     if who.role is Role.WORKER and not who.host:
-        bound = await c.db.write(tokens.bind_host, who.token_id, req.host)
-        await c.reload_tokens()
-        who = Caller(who.token_id, who.name, who.role, bound, who.expires_at)
+        row = await c.db.write(tokens.bind_host, who.token_id, req.host)
+        if row is None:  # revoked meanwhile
+            raise Refused(401, ErrorCode.UNAUTHORIZED, "unknown or revoked token")
+        c.tokens.put(row)
+        who = Caller(who.token_id, who.name, who.role, row["host"], who.expires_at)
     _bound(request, who, req.host)
     await c.db.write(fleet.register, req, c.fleet, c.thresholds)
     c.delivered.pop(req.host, None)

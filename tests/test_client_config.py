@@ -1,0 +1,69 @@
+"""The client's config file and token, as a new user meets them ("What a
+newcomer hit" 16): a misspelt key is named with the key meant, and a refused
+token says where it came from."""
+
+from __future__ import annotations
+
+import pytest
+
+from rc.cli import config as client_config
+from tests.harness import Cli
+
+
+def test_an_unknown_key_is_a_warning_naming_the_nearest_known_key(tmp_path, capsys):
+    path = tmp_path / "config.toml"
+    path.write_text('contoller = "http://x:1"\ntoken = "rc_t"\ncolour = "red"\n')
+    got = client_config.read_file(path)
+    assert got == {"token": "rc_t"}  # the unknown keys are ignored, the rest is used
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        f"rc: warning: {path}: unknown key 'contoller' ignored (did you mean 'controller'?)",
+        f"rc: warning: {path}: unknown key 'colour' ignored (known: controller, token, cacert)",
+    ]
+    client_config.read_file(path)  # once per process, however often it is read
+    assert capsys.readouterr().err == ""
+
+
+def test_file_problem_tells_missing_from_corrupt(tmp_path):
+    path = tmp_path / "config.toml"
+    assert client_config.file_problem(path) == "missing"
+    path.write_text('controller = "http://x:1"\n')
+    assert client_config.file_problem(path) is None
+    path.write_text("controller = \n")
+    assert "Invalid value" in client_config.file_problem(path)
+    path.write_bytes(b'token = "\xff"\n')
+    assert client_config.file_problem(path)
+
+
+def test_cacert_survives_a_rewrite(tmp_path):
+    path = tmp_path / "rc" / "config.toml"
+    client_config.write_config(path, "https://x:1", "rc_t", 'ca "dir"\\ca.pem')
+    assert client_config.read_file(path) == {
+        "controller": "https://x:1",
+        "token": "rc_t",
+        "cacert": 'ca "dir"\\ca.pem',
+    }
+    assert path.stat().st_mode & 0o777 == 0o600
+
+
+@pytest.mark.e2e
+def test_a_refused_token_says_where_it_came_from(controller, env, tmp_path):
+    """Found by a new user: `unauthorized: unknown or revoked token` with three
+    places a token can come from and no word of which one was used."""
+    cli = Cli(controller.url, "rc_not-a-real-token", env, tmp_path)
+    res = cli.run("devices")
+    assert res.returncode == 1
+    assert res.stderr == (
+        b"rc: unauthorized: unknown or revoked token (the token came from RC_TOKEN)\n"
+    )
+    conf = tmp_path / "conf.toml"
+    conf.write_text('token = "rc_stale"\n')
+    del cli.env["RC_TOKEN"]
+    cli.env["RC_CONFIG"] = str(conf)
+    res = cli.run("devices")
+    assert res.returncode == 1
+    assert res.stderr.decode() == (
+        f"rc: unauthorized: unknown or revoked token (the token came from {conf})\n"
+    )
+    res = cli.run("devices", "--token", "rc_flag")
+    assert res.stderr.endswith(b"(the token came from --token)\n"), res.stderr

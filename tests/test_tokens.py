@@ -1,0 +1,116 @@
+"""Revoking a token ("What a newcomer hit" 16, 18): its name's queued jobs are
+cancelled unless kept, and the in-memory token map follows each change
+without being rebuilt."""
+
+from __future__ import annotations
+
+import pytest
+
+from rc.controller import jobs, tokens
+from rc.controller.api.jobs import validate_submit
+from rc.controller.auth import Caller, TokenCache, hash_secret, new_secret
+from rc.controller.errors import Refused
+from rc.proto.model import JobKind, JobState, Role
+from rc.proto.wire import SubmitRequest
+from tests.harness import Cli, job, wait_until
+from tests.inprocess import Lab
+
+
+@pytest.fixture
+def lab(tmp_path):
+    lb = Lab(tmp_path / "data")
+    yield lb
+    lb.close()
+
+
+def _token(lab: Lab, name: str, role: Role = Role.USER) -> str:
+    secret = new_secret()
+    lab.write(tokens.create, name, role, hash_secret(secret), "admin", None)
+    return secret
+
+
+def test_revoke_cancels_the_queued_jobs_of_its_name_and_no_others(lab):
+    """Found by a new user: revoking a token left its owner's queued jobs to run."""
+    lab.register("box", {"g0": (0, {})})
+    _token(lab, "alice")
+    _token(lab, "bob")
+    running, _ = lab.submit("alice")  # takes the one device
+    assert lab.job(running).state is JobState.ASSIGNED
+    hold = lab.submit("alice", kind=JobKind.HOLD, max_runtime_seconds=60, reason="r")[0]
+    queued = [lab.submit("alice")[0], hold]
+    # an admin's job submitted as alice is alice's too
+    as_alice = validate_submit(
+        SubmitRequest(command=("true",), selector="*", as_user="alice"),
+        Caller(0, "admin", Role.ADMIN),
+        lab.ctl.cfg.limits,
+    )
+    queued.append(lab.write(jobs.enqueue, as_alice, lab.ctl.fleet)[0])
+    bobs, _ = lab.submit("bob")
+    _hash, cancelled = lab.write(tokens.revoke, "alice", "admin")
+    assert cancelled == sorted(queued)
+    for j in queued:
+        got = lab.job(j)
+        assert (got.state, got.kill_reason) == (JobState.KILLED, tokens.REVOKED_REASON)
+    assert lab.job(running).state is JobState.ASSIGNED  # running ones go on
+    assert lab.job(bobs).state is JobState.QUEUED
+    # --keep-jobs: bob's queued job stays queued
+    assert lab.write(tokens.revoke, "bob", "admin", True)[1] == []
+    assert lab.job(bobs).state is JobState.QUEUED
+    with pytest.raises(Refused) as e:
+        lab.write(tokens.revoke, "alice", "admin")
+    assert e.value.status == 404
+
+
+def test_the_token_map_follows_each_change_in_place():
+    """Found reading the code: each token create rebuilt the whole map (O(n))."""
+    cache = TokenCache()
+    row = {"id": 1, "name": "a", "role": "user", "host": "", "expires_at": None}
+    rows = [dict(row, id=i, name=f"t{i}", secret_hash=f"h{i}", revoked_at=None) for i in range(3)]
+    cache.load(rows)
+    assert len(cache) == 3
+    secret = new_secret()
+    cache.put(dict(row, id=9, name="new", secret_hash=hash_secret(secret), revoked_at=None))
+    assert len(cache) == 4
+    assert cache.authenticate(f"Bearer {secret}", 0.0).name == "new"
+    cache.drop(hash_secret(secret))
+    assert len(cache) == 3
+    with pytest.raises(Refused) as e:
+        cache.authenticate(f"Bearer {secret}", 0.0)
+    assert e.value.status == 401
+    cache.drop("not-there")  # ignored
+    assert len(cache) == 3
+
+
+@pytest.mark.e2e
+def test_rc_token_revoke_cancels_or_keeps_queued_jobs(controller, make_worker, env, tmp_path):
+    make_worker(controller, host="rv", devices="cpu:1")
+    admin = Cli(controller.url, controller.admin_token, env, tmp_path)
+    users = {n: controller.client(controller.token(n)) for n in ("ann", "ben", "cat")}
+    busy = users["cat"].post("/v1/jobs", {"command": ["sleep", "300"], "selector": "*"})["job"]
+    c = controller.client()
+    wait_until(lambda: job(c, busy["id"])["state"] == "running", 30, "cat's job to run")
+    submit = lambda who: users[who].post("/v1/jobs", {"command": ["true"], "selector": "*"})
+    anns = [submit("ann")["job"]["id"] for _ in range(2)]
+    bens = submit("ben")["job"]["id"]
+    try:
+        res = admin.run("token", "revoke", "ann")
+        assert res.returncode == 0, res.stderr
+        assert res.stdout.decode() == (
+            f"revoked token 'ann'; cancelled its 2 queued jobs ({anns[0]}, {anns[1]})\n"
+        )
+        for j in anns:
+            got = job(c, j)
+            assert (got["state"], got["kill_reason"]) == ("killed", "token revoked")
+        res = admin.run("token", "revoke", "ben", "--keep-jobs")
+        assert res.returncode == 0 and res.stdout == b"revoked token 'ben'\n", res
+        assert job(c, bens)["state"] == "queued"
+        # the revoked tokens stop working at once; the others still work
+        gone = Cli(controller.url, "", env, tmp_path)
+        for name in ("ann", "ben"):
+            gone.env["RC_TOKEN"] = users[name].token
+            res = gone.run("whoami")
+            assert res.returncode == 1 and b"unauthorized" in res.stderr, res.stderr
+        assert users["cat"].get("/v1/whoami")["name"] == "cat"
+    finally:
+        c.post(f"/v1/jobs/{busy['id']}/kill", {})
+        c.post(f"/v1/jobs/{bens}/kill", {})
