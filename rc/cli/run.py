@@ -19,6 +19,7 @@ import time
 import uuid
 
 from rc.cli.context import (
+    SelectorTerms,
     UsageError,
     client,
     device_arg,
@@ -56,8 +57,9 @@ def priority_arg(text: str) -> int:
     return value
 
 
-def _target_flags(p: argparse.ArgumentParser, required: bool) -> None:
-    g = p.add_mutually_exclusive_group(required=required)
+def _target_flags(p: argparse.ArgumentParser) -> None:
+    """-d DEVICE or -s SELECTOR (repeatable); with neither, any device (`*`)."""
+    g = p.add_mutually_exclusive_group()
     g.add_argument(
         "-d", "--device", type=device_arg, metavar="DEVICE", help="a specific device, host:name"
     )
@@ -66,8 +68,10 @@ def _target_flags(p: argparse.ArgumentParser, required: bool) -> None:
         "--select",
         "--selector",
         dest="selector",
+        action=SelectorTerms,
         metavar="SELECTOR",
-        help="any device matching the selector, e.g. 'model=h100,vram>=40G'",
+        help="any device matching the selector, e.g. 'model=h100,vram>=40G' "
+        "(repeated: every one must match)",
     )
 
 
@@ -80,7 +84,7 @@ def add_parsers(sub) -> None:
         description="Run CMD on a device matching the target (any device by "
         "default), stream its output, exit with its exit code.",
     )
-    _target_flags(p, required=False)
+    _target_flags(p)
     p.add_argument(
         "--priority", type=priority_arg, default=0, help="-10..10, higher first (default 0)"
     )
@@ -134,10 +138,10 @@ def add_parsers(sub) -> None:
     p = sub.add_parser(
         "hold",
         help="hold a device for yourself (with --ttl and --reason)",
-        description="Take a device for a person: it stays yours until the ttl, "
-        "rc release, or Ctrl-C.",
+        description="Take a device matching the target (any device by default) for "
+        "a person: it stays yours until the ttl, rc release, or Ctrl-C.",
     )
-    _target_flags(p, required=True)
+    _target_flags(p)
     p.add_argument(
         "--ttl",
         type=whole_seconds_arg,
