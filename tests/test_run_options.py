@@ -6,11 +6,16 @@ passed on. The e2e tests run a real controller and a worker from the zipapp
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 
 from rc.cli import build_parser
+from rc.cli.context import UsageError
+from rc.cli.run import job_env, read_env_file
+from rc.proto.errors import ApiError
 from rc.proto.selector import conjoin
-from tests.harness import Cli, job
+from tests.harness import PY, Cli, job, wait_until
 from tests.test_hold import admin, alice, bob, start_fleet  # noqa: F401  (fixtures)
 
 
@@ -90,3 +95,140 @@ def test_hold_without_a_target_takes_any_device(alice, admin):
     h = job(admin, int(res.stdout))
     assert (h["kind"], h["selector"], h["state"]) == ("hold", "*", "running")
     assert h["device_id"] in ("box:cpu0", "box:cpu1")
+
+
+# -- the environment -----------------------------------------------------------------
+
+
+def test_e_name_alone_passes_the_local_value(monkeypatch):
+    """Report 6: `-e FOO` was a usage error; it now passes this machine's FOO."""
+    monkeypatch.setenv("RC_TEST_FOO", "from here")
+    monkeypatch.delenv("RC_TEST_UNSET", raising=False)
+    assert job_env(["RC_TEST_FOO", "B=x=y", "C="]) == {
+        "RC_TEST_FOO": "from here",
+        "B": "x=y",
+        "C": "",
+    }
+    with pytest.raises(UsageError, match="-e 'RC_TEST_UNSET': RC_TEST_UNSET is not set here"):
+        job_env(["RC_TEST_UNSET"])
+
+
+@pytest.mark.parametrize("item", ["A B=1", "1X=2", "=x", "A\nB=1", "É=1", "A-B=1", ""])
+def test_e_refuses_a_name_a_shell_could_not_name(item):
+    with pytest.raises(UsageError, match="is not a variable name"):
+        job_env([item])
+
+
+def test_env_file_lines_comments_and_precedence(tmp_path):
+    first = tmp_path / "first.env"
+    first.write_bytes(
+        b'# a comment\n\nA=1\n  # an indented comment\nQUOTED="kept as is"\r\n'
+        b"EMPTY=\nB=from-first\nEQ=a=b\n"
+    )
+    second = tmp_path / "second.env"
+    second.write_text("B=from-second\nC=3")
+    env = job_env(["C=from-e"], [str(first), str(second)])
+    assert env == {
+        "A": "1",
+        "QUOTED": '"kept as is"',
+        "EMPTY": "",
+        "B": "from-second",  # a later file wins
+        "EQ": "a=b",
+        "C": "from-e",  # -e wins over every file
+    }
+
+
+@pytest.mark.parametrize(
+    "text,words",
+    [
+        ("A=1\nNOEQUALS\n", ":2: 'NOEQUALS' is not NAME=VALUE"),
+        ("A=1\n\n# c\nBAD NAME=1\n", ":4: 'BAD NAME' is not a variable name"),
+        ("export A=1\n", ":1: 'export A' is not a variable name"),
+        ("A=\0\n", ":1: the value of A contains a NUL character"),
+    ],
+)
+def test_env_file_errors_name_the_file_and_line(tmp_path, text, words):
+    path = tmp_path / "bad.env"
+    path.write_text(text)
+    with pytest.raises(UsageError) as e:
+        read_env_file(str(path))
+    assert str(e.value) == f"{path}{words}" or str(e.value).startswith(f"{path}{words}")
+
+
+def test_env_file_that_cannot_be_read_is_named(tmp_path):
+    with pytest.raises(UsageError, match=f"--env-file {tmp_path}/nope.env: cannot read it"):
+        read_env_file(str(tmp_path / "nope.env"))
+    (tmp_path / "latin1.env").write_bytes(b"A=1\nB=caf\xe9\n")
+    with pytest.raises(UsageError, match="latin1.env:2: not UTF-8 text"):
+        read_env_file(str(tmp_path / "latin1.env"))
+
+
+@pytest.mark.e2e
+def test_the_job_gets_e_and_env_file_variables(alice, admin, tmp_path):
+    envfile = tmp_path / "job.env"
+    envfile.write_text("# for the job\nFROM_FILE=file value\nBOTH=file\n")
+    cli = Cli(alice.env["RC_CONTROLLER"], alice.env["RC_TOKEN"], alice.env, alice.cwd)
+    cli.env["LOCAL_ONLY"] = "local value"
+    res = cli.run(
+        "run",
+        "--env-file",
+        str(envfile),
+        "-e",
+        "LOCAL_ONLY",
+        "-e",
+        "BOTH=flag",
+        "--",
+        "sh",
+        "-c",
+        'printf "%s|%s|%s\\n" "$FROM_FILE" "$LOCAL_ONLY" "$BOTH"',
+    )
+    assert (res.returncode, res.stdout) == (0, b"file value|local value|flag\n"), res.stderr
+    res = cli.run("run", "--env-file", str(tmp_path / "missing.env"), "--", "true")
+    assert res.returncode == 2 and b"missing.env: cannot read it" in res.stderr
+    assert res.stderr.count(b"\n") == 1, res.stderr
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("name", ["A B", "X\nY", "1ST", "É"])
+def test_the_controller_refuses_a_bad_variable_name(fleet, alice, admin, name):
+    """Names with spaces or newlines were accepted at submit (and in a session)."""
+    c = fleet[0].client(alice.env["RC_TOKEN"])
+    with pytest.raises(ApiError) as e:
+        c.post("/v1/jobs", {"command": ["true"], "selector": "*", "env": {name: "v"}})
+    assert (e.value.status, e.value.code) == (400, "bad_request")
+    assert f"environment variable name {name!r} is not valid" in e.value.message
+    hold = c.post(
+        "/v1/jobs",
+        {"kind": "hold", "selector": "*", "max_runtime_seconds": 60, "reason": "env check"},
+    )["job"]["id"]
+    try:
+        wait_until(lambda: job(c, hold)["state"] == "running", 20, "the hold to be granted")
+        with pytest.raises(ApiError) as e:
+            c.post(
+                f"/v1/jobs/{hold}/sessions",
+                {"stdio": "pipe", "command": ["true"], "env": {name: "v"}},
+            )
+        assert (e.value.status, e.value.code) == (400, "bad_request")
+        assert f"environment variable name {name!r}" in e.value.message
+    finally:
+        c.post(f"/v1/jobs/{hold}/kill", {"reason": "test done"})
+        wait_until(lambda: job(c, hold)["state"] == "killed", 20, "the hold to end")
+        c.close_all()
+
+
+@pytest.mark.e2e
+def test_a_piped_stdin_is_said_to_be_not_passed_on(alice, admin):
+    res = alice.run("run", "--", "sh", "-c", "cat; echo done", input=b"lost data\n")
+    assert (res.returncode, res.stdout) == (0, b"done\n"), res.stderr
+    assert b"stdin is empty (/dev/null): rc run does not pass its stdin on" in res.stderr
+    assert b"rc exec HOLD -- CMD inside a hold" in res.stderr
+    quiet = subprocess.run(
+        [PY, "-m", "rc", "run", "--", "true"],
+        env=alice.env,
+        cwd=alice.cwd,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert quiet.returncode == 0 and b"stdin" not in quiet.stderr, quiet.stderr

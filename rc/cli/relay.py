@@ -86,8 +86,9 @@ def add_parsers(sub) -> None:
 
 
 def _session_parser(sub, name: str, help: str, description: str, command_help: str) -> None:
-    """`rc shell` and `rc exec`: HOLD, --cwd, -e, -- CMD."""
+    """`rc shell` and `rc exec`: HOLD, --cwd, -e, --env-file, -- CMD."""
     from rc.cli import add_client_flags
+    from rc.cli.run import add_env_flags
 
     p = sub.add_parser(name, help=help, description=description)
     p.add_argument("hold", type=int, metavar="HOLD")
@@ -97,14 +98,7 @@ def _session_parser(sub, name: str, help: str, description: str, command_help: s
         help="working directory on the device's host "
         "(default: the current directory, else the home directory there)",
     )
-    p.add_argument(
-        "-e",
-        "--env",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="an environment variable (repeatable)",
-    )
+    add_env_flags(p, "the command")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD", help=command_help)
     add_client_flags(p)
     p.set_defaults(handler=f"relay:cmd_{name}", session_parser=p)
@@ -346,10 +340,10 @@ def _session_code(c: Client, view: dict) -> int:
     return code if 0 <= code < 256 else 1
 
 
-def _env(items: list[str], tty_mode: bool) -> dict[str, str]:
-    from rc.cli.run import _parse_env
+def _env(args: argparse.Namespace, tty_mode: bool) -> dict[str, str]:
+    from rc.cli.run import job_env
 
-    env = _parse_env(items)
+    env = job_env(args.env, args.env_files)
     if tty_mode:
         env.setdefault("TERM", os.environ.get("TERM") or "xterm-256color")
     return env
@@ -365,7 +359,7 @@ def cmd_run_tty(args: argparse.Namespace, command: list[str]) -> int:
     if args.detach:
         raise UsageError("--tty and --detach do not go together (a terminal needs you there)")
     c = client(args)
-    view, label = submit_run(c, args, command, _env(args.env, True), stdio="tty")
+    view, label = submit_run(c, args, command, _env(args, True), stdio="tty")
     with LocalTerminal(0) as term:
         term.quiet()
         job = wait_started(c, view["job"], view.get("queue_position", 0), label)
@@ -403,7 +397,7 @@ def cmd_shell(args: argparse.Namespace) -> int:
                 "stdio": "tty",
                 "command": command,
                 "cwd": job_cwd(args.cwd),
-                "env": _env(args.env, True),
+                "env": _env(args, True),
                 "rows": rows,
                 "cols": cols,
             },
@@ -435,7 +429,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
             "stdio": "pipe",
             "command": command,
             "cwd": job_cwd(args.cwd),
-            "env": _env(args.env, False),
+            "env": _env(args, False),
         },
     )
     sid = view["session_id"]

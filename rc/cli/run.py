@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import stat
 import sys
 import time
 import uuid
@@ -36,7 +37,18 @@ from rc.proto.errors import ApiError, RcError, TransportError
 from rc.proto.model import PRIORITY_MAX, PRIORITY_MIN
 from rc.proto.selector import ANY
 
-__all__ = ["add_parsers", "exit_status", "follow_log", "submit", "submit_run", "wait_started"]
+__all__ = [
+    "add_env_flags",
+    "add_parsers",
+    "exit_status",
+    "follow_log",
+    "job_env",
+    "read_env_file",
+    "stdin_is_data",
+    "submit",
+    "submit_run",
+    "wait_started",
+]
 
 SUBMIT_RETRY_S = 30.0
 RECONNECT_MAX_S = 300.0
@@ -107,14 +119,7 @@ def add_parsers(sub) -> None:
         default=None,
         help="working directory on the device's host (default: the current directory)",
     )
-    p.add_argument(
-        "-e",
-        "--env",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="an environment variable for the job (repeatable)",
-    )
+    add_env_flags(p, "the job")
     p.add_argument(
         "--no-wait", action="store_true", help="fail at once (exit 1) unless a device is free now"
     )
@@ -164,14 +169,94 @@ def add_parsers(sub) -> None:
     p.set_defaults(handler="run:cmd_release")
 
 
-def _parse_env(items: list[str]) -> dict[str, str]:
-    env = {}
+def add_env_flags(p: argparse.ArgumentParser, whose: str) -> None:
+    """-e NAME[=VALUE] and --env-file FILE (both repeatable), read by job_env()."""
+    p.add_argument(
+        "-e",
+        "--env",
+        action="append",
+        default=[],
+        metavar="NAME[=VALUE]",
+        help=f"an environment variable for {whose}; NAME alone passes its value here (repeatable)",
+    )
+    p.add_argument(
+        "--env-file",
+        dest="env_files",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="NAME=VALUE lines (# comments and blank lines allowed); -e wins (repeatable)",
+    )
+
+
+_NAME_RULE = "letters, digits and '_', not starting with a digit"
+
+
+def job_env(items: list[str], files: list[str] = ()) -> dict[str, str]:
+    """The environment a job or session asks for: each --env-file in order,
+    then each -e in order, a later value of a name replacing an earlier one.
+    `-e NAME=VALUE` gives a value; `-e NAME` passes this process's value of
+    NAME. Names are checked as the controller checks them (valid_env_name).
+    Raises UsageError naming the bad item (a file's name and line number)."""
+    from rc.proto.model import valid_env_name
+
+    env: dict[str, str] = {}
+    for path in files:
+        env.update(read_env_file(path))
     for item in items:
         key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise UsageError(f"-e {item!r}: use KEY=VALUE")
+        if not valid_env_name(key):
+            raise UsageError(f"-e {item!r}: {key!r} is not a variable name ({_NAME_RULE})")
+        if not sep:
+            if key not in os.environ:
+                raise UsageError(f"-e {item!r}: {key} is not set here (give it: -e {key}=VALUE)")
+            value = os.environ[key]
+        if "\0" in value:
+            raise UsageError(f"-e {item!r}: the value contains a NUL character")
         env[key] = value
     return env
+
+
+def read_env_file(path: str) -> dict[str, str]:
+    """The NAME=VALUE lines of an --env-file, in order (a later line of a name
+    wins). The value is everything after the first '=', taken as it is
+    (quotes included, like `docker run --env-file`; a final CR is dropped);
+    lines that are blank or start with '#' are skipped. Raises UsageError
+    naming the file, and the line for a bad one."""
+    from rc.proto.model import valid_env_name
+
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise UsageError(f"--env-file {path}: cannot read it: {e.strerror or e}") from None
+    env: dict[str, str] = {}
+    for n, raw in enumerate(data.split(b"\n"), 1):
+        try:
+            line = raw.decode().removesuffix("\r")
+        except UnicodeDecodeError:
+            raise UsageError(f"{path}:{n}: not UTF-8 text") from None
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        key, sep, value = line.lstrip().partition("=")
+        if not sep:
+            raise UsageError(f"{path}:{n}: {line[:60]!r} is not NAME=VALUE")
+        if not valid_env_name(key):
+            raise UsageError(f"{path}:{n}: {key[:60]!r} is not a variable name ({_NAME_RULE})")
+        if "\0" in value:
+            raise UsageError(f"{path}:{n}: the value of {key} contains a NUL character")
+        env[key] = value
+    return env
+
+
+def stdin_is_data() -> bool:
+    """Whether stdin is a pipe, a file or a socket: data someone meant to send
+    (a terminal or /dev/null is not)."""
+    try:
+        mode = os.fstat(0).st_mode
+    except OSError:
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISREG(mode) or stat.S_ISSOCK(mode)
 
 
 def _target(args) -> tuple[dict, str]:
@@ -233,9 +318,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         from rc.cli.relay import cmd_run_tty
 
         return cmd_run_tty(args, command)
+    env = job_env(args.env, args.env_files)
     c = client(args)
-    view, label = submit_run(c, args, command, _parse_env(args.env))
+    view, label = submit_run(c, args, command, env)
     job = view["job"]
+    if stdin_is_data():
+        stderr(
+            f"job {job['id']}'s stdin is empty (/dev/null): rc run does not pass its "
+            "stdin on; to pipe data in, use rc exec HOLD -- CMD inside a hold"
+        )
     if args.detach:
         print(job["id"], flush=True)
         return 0
