@@ -6,6 +6,8 @@ passed on. The e2e tests run a real controller and a worker from the zipapp
 
 from __future__ import annotations
 
+import re
+import signal
 import subprocess
 
 import pytest
@@ -15,8 +17,8 @@ from rc.cli.context import UsageError
 from rc.cli.run import job_env, read_env_file
 from rc.proto.errors import ApiError
 from rc.proto.selector import conjoin
-from tests.harness import PY, Cli, job, wait_until
-from tests.test_hold import admin, alice, bob, start_fleet  # noqa: F401  (fixtures)
+from tests.harness import PY, Cli, job, stop_process, wait_until
+from tests.test_hold import admin, alice, bob, read_line, start_fleet  # noqa: F401  (fixtures)
 
 
 @pytest.fixture(scope="module")
@@ -232,3 +234,160 @@ def test_a_piped_stdin_is_said_to_be_not_passed_on(alice, admin):
         check=False,
     )
     assert quiet.returncode == 0 and b"stdin" not in quiet.stderr, quiet.stderr
+
+
+# -- Ctrl-C, SIGTERM, SIGHUP on a running job ----------------------------------------------
+
+LOOP = ["--", "sh", "-c", "echo started; while :; do echo tick; sleep 0.1; done"]
+
+
+def _running(cli: Cli, *flags: str, env: dict | None = None) -> tuple[subprocess.Popen, int]:
+    """`rc run FLAGS -- a loop`, once its first output line came (rc is then
+    following the log, its handlers set); returns the process and the job id."""
+    proc = subprocess.Popen(
+        [PY, "-m", "rc", "run", *flags, *LOOP],
+        env={**cli.env, **(env or {})},
+        cwd=cli.cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    started = read_line(proc, 30, "the job's first line")
+    assert started == "started\n", started
+    m = re.fullmatch(r"rc: job (\d+) on box:cpu\d\n", read_line(proc, 10, "the job line", "stderr"))
+    assert m
+    return proc, int(m[1])
+
+
+@pytest.mark.e2e
+def test_a_first_ctrl_c_detaches_and_says_a_second_one_kills(alice, admin):
+    """Report 5: Ctrl-C only ever detached."""
+    proc, job_id = _running(alice)
+    try:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 130, err
+        assert (
+            f"rc: detached from job {job_id}; press Ctrl-C again within 2 s to kill job {job_id}\n"
+            f"rc: detached; job {job_id} is still running"
+        ).encode() in err, err
+        assert job(admin, job_id)["state"] == "running"
+    finally:
+        stop_process(proc)
+
+
+@pytest.mark.e2e
+def test_a_second_ctrl_c_within_2s_kills_the_job(alice, admin):
+    proc, job_id = _running(alice)
+    try:
+        proc.send_signal(signal.SIGINT)
+        line = read_line(proc, 10, "the detach line", "stderr")
+        assert line.startswith(f"rc: detached from job {job_id}; press Ctrl-C again"), line
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 130, err
+        assert f"rc: Ctrl-C twice: killed job {job_id}\n".encode() in err, err
+        j = job(admin, job_id)
+        assert (j["state"], j["kill_reason"]) == (
+            "killed",
+            "killed by alice: rc run got Ctrl-C twice",
+        )
+    finally:
+        stop_process(proc)
+
+
+@pytest.mark.e2e
+def test_sigterm_kills_the_running_job(alice, admin):
+    """`timeout 60 rc run ...` left the job running: SIGTERM now kills it, as
+    srun passes SIGTERM on to its tasks."""
+    proc, job_id = _running(alice)
+    try:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 130, err
+        assert f"rc: SIGTERM: killed job {job_id}\n".encode() in err, err
+        j = job(admin, job_id)
+        assert (j["state"], j["kill_reason"]) == ("killed", "killed by alice: rc run got SIGTERM")
+    finally:
+        stop_process(proc)
+
+
+@pytest.mark.e2e
+def test_timeout_rc_run_bounds_the_job(alice, admin):
+    res = subprocess.run(
+        ["timeout", "4", PY, "-m", "rc", "run", *LOOP],
+        env=alice.env,
+        cwd=alice.cwd,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert res.returncode == 124, res.stderr
+    job_id = int(re.search(rb"job (\d+)", res.stderr)[1])
+    j = job(admin, job_id)  # killed if it had started by then, cancelled if not
+    assert j["state"] == "killed", (j, res.stderr)
+
+
+@pytest.mark.e2e
+def test_sighup_detaches_and_the_job_goes_on(alice, admin):
+    proc, job_id = _running(alice)
+    try:
+        proc.send_signal(signal.SIGHUP)
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 130, err
+        assert f"rc: detached; job {job_id} is still running".encode() in err, err
+        assert b"press Ctrl-C again" not in err
+        assert job(admin, job_id)["state"] == "running"
+    finally:
+        stop_process(proc)
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize(
+    "flags,env,sig,cause",
+    [
+        (["--kill-on-detach"], {}, signal.SIGINT, "Ctrl-C"),
+        ([], {"RC_KILL_ON_DETACH": "1"}, signal.SIGHUP, "SIGHUP"),
+        (["--kill-on-detach"], {}, signal.SIGHUP, "SIGHUP"),
+    ],
+)
+def test_kill_on_detach_kills_at_the_first_interruption(alice, admin, flags, env, sig, cause):
+    proc, job_id = _running(alice, *flags, env=env)
+    try:
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 130, err
+        assert f"rc: {cause}: killed job {job_id}\n".encode() in err, err
+        assert b"press Ctrl-C again" not in err
+        j = job(admin, job_id)
+        assert (j["state"], j["kill_reason"]) == ("killed", f"killed by alice: rc run got {cause}")
+    finally:
+        stop_process(proc)
+
+
+@pytest.mark.e2e
+def test_kill_on_detach_kills_when_the_output_closes(alice, admin):
+    proc, job_id = _running(alice, "--kill-on-detach")
+    try:
+        proc.stdout.close()
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 141, err
+        assert f"rc: output closed: killed job {job_id}\n".encode() in err, err
+        j = job(admin, job_id)
+        assert (j["state"], j["kill_reason"]) == (
+            "killed",
+            "killed by alice: rc run's output closed",
+        )
+    finally:
+        stop_process(proc)
+
+
+@pytest.mark.e2e
+def test_kill_on_detach_usage_errors(alice):
+    res = alice.run("run", "--detach", "--kill-on-detach", "--", "true")
+    assert res.returncode == 2 and b"--detach and --kill-on-detach" in res.stderr
+    cli = Cli(alice.env["RC_CONTROLLER"], alice.env["RC_TOKEN"], alice.env, alice.cwd)
+    cli.env["RC_KILL_ON_DETACH"] = "maybe"
+    res = cli.run("run", "--", "true")
+    assert res.returncode == 2 and b"RC_KILL_ON_DETACH='maybe': use 1" in res.stderr

@@ -4,10 +4,18 @@
 two jobs), prints its queue position while it waits, then streams the log and
 exits with the job's own exit code. The log stream resumes from the byte
 offset it reached after a broken connection or a controller restart, so
-nothing is shown twice or lost. Ctrl-C while queued cancels the job; while it
-runs, Ctrl-C only detaches (the job keeps its device) and exits 130. SIGTERM
-and SIGHUP (a closed terminal) count as Ctrl-C. When rc's own output is closed
-(`rc run -- cmd | head`) it says the job goes on and exits 141.
+nothing is shown twice or lost.
+
+Interruptions (exit 130), as srun users expect them:
+- while queued, Ctrl-C, SIGTERM and SIGHUP cancel the job;
+- while it runs, a first Ctrl-C detaches (the job keeps its device) and a
+  second within DOUBLE_INTERRUPT_S kills it; SIGTERM kills it (so `timeout
+  60 rc run ...` bounds the job); SIGHUP (a closed terminal, a dropped ssh)
+  detaches;
+- when rc's own output is closed (`rc run -- cmd | head`) it says the job
+  goes on and exits 141.
+With --kill-on-detach (or RC_KILL_ON_DETACH=1) every way of leaving a running
+job (Ctrl-C, SIGHUP, SIGTERM, closed output) kills it.
 """
 
 from __future__ import annotations
@@ -43,6 +51,7 @@ __all__ = [
     "exit_status",
     "follow_log",
     "job_env",
+    "kill_on_detach_default",
     "read_env_file",
     "stdin_is_data",
     "submit",
@@ -54,6 +63,8 @@ SUBMIT_RETRY_S = 30.0
 RECONNECT_MAX_S = 300.0
 QUEUE_POLL_WAIT_S = 20.0
 CANCEL_TIMEOUT_S = 10.0
+DOUBLE_INTERRUPT_S = 2.0
+"""After a first Ctrl-C on a running `rc run`, how long a second one kills the job."""
 EXIT_OUTPUT_CLOSED = 141
 """rc run's exit status when its standard output was closed (128 + SIGPIPE)."""
 
@@ -125,6 +136,13 @@ def add_parsers(sub) -> None:
     )
     p.add_argument(
         "--detach", action="store_true", help="print the job id once submitted and return"
+    )
+    p.add_argument(
+        "--kill-on-detach",
+        action="store_true",
+        default=None,
+        help="kill the job whenever rc stops following it: Ctrl-C, SIGHUP, closed "
+        "output (default: RC_KILL_ON_DETACH=1, else only a second Ctrl-C or SIGTERM kills)",
     )
     p.add_argument("--tty", action="store_true", help="an interactive terminal on the device")
     p.add_argument(
@@ -318,6 +336,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         from rc.cli.relay import cmd_run_tty
 
         return cmd_run_tty(args, command)
+    if args.detach and args.kill_on_detach:
+        raise UsageError("--detach and --kill-on-detach do not go together (rc would not stay)")
+    kill_on_detach = args.kill_on_detach or kill_on_detach_default()
     env = job_env(args.env, args.env_files)
     c = client(args)
     view, label = submit_run(c, args, command, env)
@@ -335,21 +356,93 @@ def cmd_run(args: argparse.Namespace) -> int:
     if job is None:
         return 130
     stderr(f"job {job['id']} on {job['device_id']}")
-    still = (
+    try:
+        follow_log(c, job["id"], sys.stdout.buffer)
+    except KeyboardInterrupt as e:
+        return _interrupted(c, job, interrupt_cause(e), kill_on_detach)
+    except BrokenPipeError:
+        # `rc run -- cmd | head`: the reader is gone; the job goes on unless asked
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        if kill_on_detach:
+            _kill_running(c, job, "output closed", "rc run's output closed")
+        else:
+            stderr(f"output closed; {_still_running(job)}")
+        return EXIT_OUTPUT_CLOSED
+    return exit_status(wait_terminal(c, job["id"]))
+
+
+def kill_on_detach_default() -> bool:
+    """RC_KILL_ON_DETACH: 1/true/yes/on, or 0/false/no/off/unset. Raises
+    UsageError for any other value."""
+    text = os.environ.get("RC_KILL_ON_DETACH", "").strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("", "0", "false", "no", "off"):
+        return False
+    raise UsageError(f"RC_KILL_ON_DETACH={text!r}: use 1 (kill the job on detach) or 0")
+
+
+def _still_running(job: dict) -> str:
+    return (
         f"job {job['id']} is still running on {job['device_id']} "
         f"(rc logs -f {job['id']} to follow it, rc kill {job['id']} to stop it)"
     )
-    try:
-        follow_log(c, job["id"], sys.stdout.buffer)
-    except KeyboardInterrupt:
-        stderr(f"detached; {still}")
+
+
+def _interrupted(c: Client, job: dict, cause: str, kill_on_detach: bool) -> int:
+    """rc run interrupted while its job runs (exit 130). SIGTERM kills the job
+    (srun forwards it; `timeout 60 rc run ...` bounds the job), and so does
+    any interruption with kill_on_detach. Otherwise SIGHUP detaches, and a
+    first Ctrl-C detaches after giving DOUBLE_INTERRUPT_S for a second one,
+    which kills the job (srun's convention)."""
+    if cause == "SIGTERM" or kill_on_detach:
+        _kill_running(c, job, cause)
         return 130
-    except BrokenPipeError:
-        # `rc run -- cmd | head`: the reader is gone, the job is not ours to kill
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        stderr(f"output closed; {still}")
-        return EXIT_OUTPUT_CLOSED
-    return exit_status(wait_terminal(c, job["id"]))
+    if cause == "Ctrl-C":
+        stderr(
+            f"detached from job {job['id']}; press Ctrl-C again within "
+            f"{DOUBLE_INTERRUPT_S:g} s to kill job {job['id']}"
+        )
+        deadline = time.monotonic() + DOUBLE_INTERRUPT_S
+        try:
+            while (left := deadline - time.monotonic()) > 0:
+                time.sleep(left)
+        except KeyboardInterrupt as e:
+            again = interrupt_cause(e)
+            if again != "SIGHUP":
+                _kill_running(c, job, "Ctrl-C twice" if again == "Ctrl-C" else again)
+                return 130
+    stderr(f"detached; {_still_running(job)}")
+    return 130
+
+
+def _kill_running(c: Client, job: dict, why: str, reason: str = "") -> None:
+    """Kill a running job on rc run's behalf (`why`: "SIGTERM", "Ctrl-C
+    twice"...; the kill reason is `reason`, else "rc run got WHY") and wait
+    at most CANCEL_TIMEOUT_S for it to end, saying what came of it."""
+    job_id = job["id"]
+    failed = _post_kill(c, job_id, reason or f"rc run got {why}")
+    if failed == "it had already ended":
+        stderr(f"{why}: job {job_id} had already ended")
+        return
+    if failed:
+        stderr(f"{why}: job {job_id} could not be killed: {failed}; run rc kill {job_id}")
+        return
+    deadline = time.monotonic() + CANCEL_TIMEOUT_S
+    state = job["state"]
+    while (left := deadline - time.monotonic()) > 0:
+        try:
+            state = c.get(
+                f"/v1/jobs/{job_id}",
+                params={"wait": f"{max(1, int(left))}s", "state": state, "position": 0},
+                timeout=left + 5,
+            )["job"]["state"]
+        except RcError:
+            break
+        if state in TERMINAL:
+            stderr(f"{why}: killed job {job_id}")
+            return
+    stderr(f"{why}: kill requested for job {job_id}; it is still ending (see rc ps)")
 
 
 def wait_started(c: Client, job: dict, position: int, label: str) -> dict | None:
