@@ -6,8 +6,9 @@
   queue the local terminal only stops echoing (keys typed meanwhile wait in
   it and are sent once the job starts; Ctrl-C still cancels); once it runs
   the terminal is raw, so every key, Ctrl-C and Ctrl-Z included, reaches the
-  remote foreground process, and window resizes follow. rc exits with the
-  job's exit code.
+  remote foreground process, and window resizes follow (whenever stdout or
+  stdin is a terminal, even after piped-in keys have ended). rc exits with
+  the job's exit code.
 - `rc shell HOLD [-- CMD]`: the same inside a hold you have, with no second
   lease (and no queue, so the terminal is raw from the start); its
   processes end with the hold.
@@ -205,31 +206,47 @@ def _first_size(term: LocalTerminal) -> tuple[int, int]:
 
 def _pump_stdin(up: Upload, fd: int, term: LocalTerminal | None, wake: int) -> None:
     """stdin → the session: frames in tty mode (the window size first and on
-    every SIGWINCH, which writes to `wake`), raw chunks in pipe mode. End of
-    file ends the input and adds nothing to it (in tty mode the far side's
-    process just gets no more keys; the session goes on)."""
+    every SIGWINCH, which writes to `wake`, whenever a terminal on stdout or
+    stdin reports one), raw chunks in pipe mode. End of file adds nothing to
+    the input (in tty mode the far side's process just gets no more keys;
+    the session goes on). It ends the input, except in tty mode while a
+    terminal reports a size: resizes are still forwarded until `wake` closes
+    (`rc run --tty < script` in a terminal window)."""
     try:
         if term is not None:
             up.send(resize_frame(*_first_size(term)))
         try:
             os.fstat(fd)
         except OSError:  # no stdin at all: end of file at once
-            up.finish()
-            return
-        while True:
+            fd = -1
+        while fd >= 0:
             ready, _, _ = select.select([fd, wake], [], [])
-            if wake in ready:
-                os.read(wake, 512)
-                if term is not None and term.is_tty:
-                    up.send(resize_frame(*term.size()))
+            if wake in ready and not _forward_resize(up, term, wake):
+                return
             if fd in ready:
                 data = os.read(fd, TTY_CHUNK if term is not None else PIPE_CHUNK)
                 if not data:
-                    up.finish()
-                    return
+                    break
                 up.send(data_frame(data) if term is not None else data)
+        if term is None or term.size() == (0, 0):
+            up.finish()
+            return
+        while _forward_resize(up, term, wake):
+            pass
     except (TransportError, OSError):
         return  # the session ended
+
+
+def _forward_resize(up: Upload, term: LocalTerminal | None, wake: int) -> bool:
+    """Wait for a SIGWINCH on `wake` and send the new size (tty mode, when a
+    terminal reports one); False once `wake` is closed."""
+    if not os.read(wake, 512):
+        return False
+    if term is not None:
+        rows, cols = term.size()
+        if rows and cols:
+            up.send(resize_frame(rows, cols))
+    return True
 
 
 def _write_all(fd: int, data: bytes) -> None:
