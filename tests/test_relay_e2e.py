@@ -420,6 +420,21 @@ def test_resizes_follow_when_only_stdout_is_a_terminal(fleet):
         t.close()
 
 
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_a_terminal_job_is_hung_up_when_rc_goes_away(fleet, pty_cli, sig):
+    """README "Stopping rc run": a terminal job does not outlive its rc run
+    (with or without --kill-on-detach)."""
+    t = pty_cli(
+        fleet.alice, "run", "--tty", "-d", "box:cpu1", "--", "sh", "-c", "echo up; sleep 60"
+    )
+    job_id = int(t.expect(rb"job (\d+) on box:cpu1").group(1))
+    t.expect(b"up")
+    t.proc.send_signal(sig)
+    assert t.wait() == 128 + sig
+    assert t.restored()
+    wait_until(lambda: job(fleet.ctl.client(), job_id)["state"] == "killed", 20, "the job to end")
+
+
 def test_ctrl_c_on_exec_ends_the_remote_command(fleet):
     held = hold(fleet.alice, "box:cpu1")
     try:
