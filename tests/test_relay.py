@@ -309,6 +309,51 @@ def test_stdin_ending_adds_nothing_to_a_terminal_session_and_0x0_is_sent_as_24x8
     assert up.finished
 
 
+class _OutputTerminal:
+    """stdin is not a terminal, stdout is (`rc shell HOLD < script` in a window)."""
+
+    is_tty = False
+
+    def __init__(self) -> None:
+        self.rows_cols = (30, 100)
+
+    def size(self) -> tuple[int, int]:
+        return self.rows_cols
+
+
+def test_resizes_are_forwarded_when_only_stdout_is_a_terminal_even_after_stdin_ends():
+    """Report 18: with stdin from a pipe, window resizes were never sent."""
+    up = _Upload()
+    term = _OutputTerminal()
+    r, w = os.pipe()
+    wake_r, wake_w = os.pipe()
+    pump = threading.Thread(target=_pump_stdin, args=(up, r, term, wake_r), daemon=True)
+    pump.start()
+    try:
+        os.write(w, b"ls\r")
+        wait_until(lambda: len(up.sent) == 2, 10, "the first size and the keys")
+        term.rows_cols = (40, 120)
+        os.write(wake_w, b"w")  # what the SIGWINCH handler writes
+        wait_until(lambda: len(up.sent) == 3, 10, "the first resize")
+        os.close(w)  # stdin ends; the window can still change
+        term.rows_cols = (50, 132)
+        os.write(wake_w, b"w")
+        wait_until(lambda: len(up.sent) == 4, 10, "a resize after the end of stdin")
+        assert up.sent == [
+            resize_frame(30, 100),
+            data_frame(b"ls\r"),
+            resize_frame(40, 120),
+            resize_frame(50, 132),
+        ]
+        assert not up.finished  # the input stays open for the resizes
+    finally:
+        os.close(wake_w)  # as splice() does at the end: the pump ends
+        pump.join(10)
+        for fd in (r, wake_r):
+            os.close(fd)
+    assert not pump.is_alive()
+
+
 # -- rc cp locations --------------------------------------------------------------------
 
 

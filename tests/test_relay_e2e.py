@@ -364,6 +364,77 @@ def test_a_command_that_cannot_start_and_a_terminal_fed_from_a_pipe(fleet):
     assert b"piped-3" in res.stdout
 
 
+OUT_CTTY = (
+    "import fcntl,os,sys,termios\n"
+    "fcntl.ioctl(1,termios.TIOCSCTTY,0)\n"
+    "os.execvp(sys.argv[1],sys.argv[1:])\n"
+)
+"""Make the terminal on stdout (not stdin) the controlling terminal, then exec."""
+
+
+class PtyOutCli(PtyCli):
+    """`rc ARGS` with stdin from /dev/null and a pseudo-terminal on stdout and
+    stderr, its controlling terminal (so SIGWINCH reaches rc)."""
+
+    def __init__(self, cli: Cli, *args: str, rows: int = 24, cols: int = 80) -> None:
+        self.master, self.slave = os.openpty()
+        self.resize(rows, cols)
+        self.before = termios.tcgetattr(self.slave)
+        self.proc = subprocess.Popen(
+            [PY, "-c", OUT_CTTY, PY, "-m", "rc", *args],
+            stdin=subprocess.DEVNULL,
+            stdout=self.slave,
+            stderr=self.slave,
+            env=cli.env,
+            cwd=cli.cwd,
+            start_new_session=True,
+        )
+        self.buf = b""
+        self.seen = b""
+
+
+def test_resizes_follow_when_only_stdout_is_a_terminal(fleet):
+    """Report 18: `rc run --tty < /dev/null` in a terminal window never sent
+    a resize (stdin was not a terminal, and its end stopped the input)."""
+    t = PtyOutCli(
+        fleet.alice,
+        "run",
+        "--tty",
+        "-d",
+        "box:cpu1",
+        "--",
+        "sh",
+        "-c",
+        "i=0; while [ $i -lt 300 ]; do stty size; sleep 0.1; i=$((i+1)); done",
+        rows=33,
+        cols=101,
+    )
+    try:
+        job_id = int(t.expect(rb"job (\d+) on box:cpu1").group(1))
+        t.expect(rb"33 101\r+\n")  # the local terminal is not raw: it adds a CR
+        t.resize(40, 120)  # the kernel sends rc (its foreground group) SIGWINCH
+        t.expect(rb"40 120\r+\n")
+        fleet.alice.run("kill", str(job_id), check=True)
+        assert t.wait() != 0
+    finally:
+        t.close()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_a_terminal_job_is_hung_up_when_rc_goes_away(fleet, pty_cli, sig):
+    """README "Stopping rc run": a terminal job does not outlive its rc run
+    (with or without --kill-on-detach)."""
+    t = pty_cli(
+        fleet.alice, "run", "--tty", "-d", "box:cpu1", "--", "sh", "-c", "echo up; sleep 60"
+    )
+    job_id = int(t.expect(rb"job (\d+) on box:cpu1").group(1))
+    t.expect(b"up")
+    t.proc.send_signal(sig)
+    assert t.wait() == 128 + sig
+    assert t.restored()
+    wait_until(lambda: job(fleet.ctl.client(), job_id)["state"] == "killed", 20, "the job to end")
+
+
 def test_ctrl_c_on_exec_ends_the_remote_command(fleet):
     held = hold(fleet.alice, "box:cpu1")
     try:

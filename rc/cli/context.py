@@ -14,6 +14,7 @@ from rc.proto.errors import RcError
 
 __all__ = [
     "Hangup",
+    "SelectorTerms",
     "UsageError",
     "client",
     "duration_seconds",
@@ -88,6 +89,25 @@ def device_arg(text: str) -> str:
             f"{text!r} is not a device id (host:name, e.g. gpu-box:gpu0; see rc devices)"
         )
     return text
+
+
+class SelectorTerms(argparse.Action):
+    """argparse action for `-s SELECTOR`: repeated, the selectors are ANDed
+    (`-s model=h100 -s 'vram>=80G'` is `model=h100,vram>=80G`), so a second
+    `-s` never replaces the first. A blank one makes the whole value blank,
+    which the command refuses ("-s needs a selector") rather than dropping it."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        from rc.proto.selector import conjoin
+
+        have = getattr(namespace, self.dest, None)
+        if have is None:
+            value = values
+        elif not have.strip() or not values.strip():
+            value = ""
+        else:
+            value = conjoin([have, values])
+        setattr(namespace, self.dest, value)
 
 
 def stderr(*parts: object) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from rc.cli.context import client, device_arg
+from rc.cli.context import SelectorTerms, UsageError, client, device_arg
 from rc.cli.output import (
     add_output_flag,
     age,
@@ -31,8 +31,9 @@ def add_parsers(sub) -> None:
         "--select",
         "--selector",
         dest="selector",
+        action=SelectorTerms,
         metavar="SELECTOR",
-        help="only devices matching this selector",
+        help="only devices matching this selector (repeated: every one must match)",
     )
     add_output_flag(p)
     add_client_flags(p)
@@ -73,7 +74,9 @@ def cmd_devices(args: argparse.Namespace) -> int:
     # the table shows no labels: leave them out of the reply (-o json keeps them)
     labels = "true" if args.output == "json" else "false"
     views = c.get("/v1/devices", params={"labels": labels})["devices"]
-    if args.selector:
+    if args.selector is not None:
+        if not args.selector.strip():
+            raise UsageError("-s needs a selector, e.g. 'kind=gpu'")
         keep = set(c.get("/v1/explain", params={"selector": args.selector})["matching"])
         views = [v for v in views if v["device"]["id"] in keep]
     if args.output == "json":

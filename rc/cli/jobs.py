@@ -6,7 +6,7 @@ import argparse
 import sys
 import time
 
-from rc.cli.context import UsageError, client
+from rc.cli.context import SelectorTerms, UsageError, client
 from rc.cli.output import (
     add_output_flag,
     command_text,
@@ -65,8 +65,10 @@ def add_parsers(sub) -> None:
         "--select",
         "--selector",
         dest="selector",
+        action=SelectorTerms,
         metavar="SELECTOR",
-        help="which devices match, which are free, how deep the queue is",
+        help="which devices match, which are free, how deep the queue is "
+        "(repeated: every one must match)",
     )
     add_output_flag(p)
     add_client_flags(p)

@@ -6,8 +6,9 @@
   queue the local terminal only stops echoing (keys typed meanwhile wait in
   it and are sent once the job starts; Ctrl-C still cancels); once it runs
   the terminal is raw, so every key, Ctrl-C and Ctrl-Z included, reaches the
-  remote foreground process, and window resizes follow. rc exits with the
-  job's exit code.
+  remote foreground process, and window resizes follow (whenever stdout or
+  stdin is a terminal, even after piped-in keys have ended). rc exits with
+  the job's exit code.
 - `rc shell HOLD [-- CMD]`: the same inside a hold you have, with no second
   lease (and no queue, so the terminal is raw from the start); its
   processes end with the hold.
@@ -86,8 +87,9 @@ def add_parsers(sub) -> None:
 
 
 def _session_parser(sub, name: str, help: str, description: str, command_help: str) -> None:
-    """`rc shell` and `rc exec`: HOLD, --cwd, -e, -- CMD."""
+    """`rc shell` and `rc exec`: HOLD, --cwd, -e, --env-file, -- CMD."""
     from rc.cli import add_client_flags
+    from rc.cli.run import add_env_flags
 
     p = sub.add_parser(name, help=help, description=description)
     p.add_argument("hold", type=int, metavar="HOLD")
@@ -97,14 +99,7 @@ def _session_parser(sub, name: str, help: str, description: str, command_help: s
         help="working directory on the device's host "
         "(default: the current directory, else the home directory there)",
     )
-    p.add_argument(
-        "-e",
-        "--env",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="an environment variable (repeatable)",
-    )
+    add_env_flags(p, "the command")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD", help=command_help)
     add_client_flags(p)
     p.set_defaults(handler=f"relay:cmd_{name}", session_parser=p)
@@ -211,31 +206,47 @@ def _first_size(term: LocalTerminal) -> tuple[int, int]:
 
 def _pump_stdin(up: Upload, fd: int, term: LocalTerminal | None, wake: int) -> None:
     """stdin → the session: frames in tty mode (the window size first and on
-    every SIGWINCH, which writes to `wake`), raw chunks in pipe mode. End of
-    file ends the input and adds nothing to it (in tty mode the far side's
-    process just gets no more keys; the session goes on)."""
+    every SIGWINCH, which writes to `wake`, whenever a terminal on stdout or
+    stdin reports one), raw chunks in pipe mode. End of file adds nothing to
+    the input (in tty mode the far side's process just gets no more keys;
+    the session goes on). It ends the input, except in tty mode while a
+    terminal reports a size: resizes are still forwarded until `wake` closes
+    (`rc run --tty < script` in a terminal window)."""
     try:
         if term is not None:
             up.send(resize_frame(*_first_size(term)))
         try:
             os.fstat(fd)
         except OSError:  # no stdin at all: end of file at once
-            up.finish()
-            return
-        while True:
+            fd = -1
+        while fd >= 0:
             ready, _, _ = select.select([fd, wake], [], [])
-            if wake in ready:
-                os.read(wake, 512)
-                if term is not None and term.is_tty:
-                    up.send(resize_frame(*term.size()))
+            if wake in ready and not _forward_resize(up, term, wake):
+                return
             if fd in ready:
                 data = os.read(fd, TTY_CHUNK if term is not None else PIPE_CHUNK)
                 if not data:
-                    up.finish()
-                    return
+                    break
                 up.send(data_frame(data) if term is not None else data)
+        if term is None or term.size() == (0, 0):
+            up.finish()
+            return
+        while _forward_resize(up, term, wake):
+            pass
     except (TransportError, OSError):
         return  # the session ended
+
+
+def _forward_resize(up: Upload, term: LocalTerminal | None, wake: int) -> bool:
+    """Wait for a SIGWINCH on `wake` and send the new size (tty mode, when a
+    terminal reports one); False once `wake` is closed."""
+    if not os.read(wake, 512):
+        return False
+    if term is not None:
+        rows, cols = term.size()
+        if rows and cols:
+            up.send(resize_frame(rows, cols))
+    return True
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -346,10 +357,10 @@ def _session_code(c: Client, view: dict) -> int:
     return code if 0 <= code < 256 else 1
 
 
-def _env(items: list[str], tty_mode: bool) -> dict[str, str]:
-    from rc.cli.run import _parse_env
+def _env(args: argparse.Namespace, tty_mode: bool) -> dict[str, str]:
+    from rc.cli.run import job_env
 
-    env = _parse_env(items)
+    env = job_env(args.env, args.env_files)
     if tty_mode:
         env.setdefault("TERM", os.environ.get("TERM") or "xterm-256color")
     return env
@@ -365,7 +376,7 @@ def cmd_run_tty(args: argparse.Namespace, command: list[str]) -> int:
     if args.detach:
         raise UsageError("--tty and --detach do not go together (a terminal needs you there)")
     c = client(args)
-    view, label = submit_run(c, args, command, _env(args.env, True), stdio="tty")
+    view, label = submit_run(c, args, command, _env(args, True), stdio="tty")
     with LocalTerminal(0) as term:
         term.quiet()
         job = wait_started(c, view["job"], view.get("queue_position", 0), label)
@@ -403,7 +414,7 @@ def cmd_shell(args: argparse.Namespace) -> int:
                 "stdio": "tty",
                 "command": command,
                 "cwd": job_cwd(args.cwd),
-                "env": _env(args.env, True),
+                "env": _env(args, True),
                 "rows": rows,
                 "cols": cols,
             },
@@ -435,7 +446,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
             "stdio": "pipe",
             "command": command,
             "cwd": job_cwd(args.cwd),
-            "env": _env(args.env, False),
+            "env": _env(args, False),
         },
     )
     sid = view["session_id"]

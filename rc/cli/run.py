@@ -4,21 +4,31 @@
 two jobs), prints its queue position while it waits, then streams the log and
 exits with the job's own exit code. The log stream resumes from the byte
 offset it reached after a broken connection or a controller restart, so
-nothing is shown twice or lost. Ctrl-C while queued cancels the job; while it
-runs, Ctrl-C only detaches (the job keeps its device) and exits 130. SIGTERM
-and SIGHUP (a closed terminal) count as Ctrl-C. When rc's own output is closed
-(`rc run -- cmd | head`) it says the job goes on and exits 141.
+nothing is shown twice or lost.
+
+Interruptions (exit 130), as srun users expect them:
+- while queued, Ctrl-C, SIGTERM and SIGHUP cancel the job;
+- while it runs, a first Ctrl-C detaches (the job keeps its device) and a
+  second within DOUBLE_INTERRUPT_S kills it; SIGTERM kills it (so `timeout
+  60 rc run ...` bounds the job); SIGHUP (a closed terminal, a dropped ssh)
+  detaches;
+- when rc's own output is closed (`rc run -- cmd | head`) it says the job
+  goes on and exits 141.
+With --kill-on-detach (or RC_KILL_ON_DETACH=1) every way of leaving a running
+job (Ctrl-C, SIGHUP, SIGTERM, closed output) kills it.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import stat
 import sys
 import time
 import uuid
 
 from rc.cli.context import (
+    SelectorTerms,
     UsageError,
     client,
     device_arg,
@@ -35,12 +45,26 @@ from rc.proto.errors import ApiError, RcError, TransportError
 from rc.proto.model import PRIORITY_MAX, PRIORITY_MIN
 from rc.proto.selector import ANY
 
-__all__ = ["add_parsers", "exit_status", "follow_log", "submit", "submit_run", "wait_started"]
+__all__ = [
+    "add_env_flags",
+    "add_parsers",
+    "exit_status",
+    "follow_log",
+    "job_env",
+    "kill_on_detach_default",
+    "read_env_file",
+    "stdin_is_data",
+    "submit",
+    "submit_run",
+    "wait_started",
+]
 
 SUBMIT_RETRY_S = 30.0
 RECONNECT_MAX_S = 300.0
 QUEUE_POLL_WAIT_S = 20.0
 CANCEL_TIMEOUT_S = 10.0
+DOUBLE_INTERRUPT_S = 2.0
+"""After a first Ctrl-C on a running `rc run`, how long a second one kills the job."""
 EXIT_OUTPUT_CLOSED = 141
 """rc run's exit status when its standard output was closed (128 + SIGPIPE)."""
 
@@ -56,8 +80,9 @@ def priority_arg(text: str) -> int:
     return value
 
 
-def _target_flags(p: argparse.ArgumentParser, required: bool) -> None:
-    g = p.add_mutually_exclusive_group(required=required)
+def _target_flags(p: argparse.ArgumentParser) -> None:
+    """-d DEVICE or -s SELECTOR (repeatable); with neither, any device (`*`)."""
+    g = p.add_mutually_exclusive_group()
     g.add_argument(
         "-d", "--device", type=device_arg, metavar="DEVICE", help="a specific device, host:name"
     )
@@ -66,8 +91,10 @@ def _target_flags(p: argparse.ArgumentParser, required: bool) -> None:
         "--select",
         "--selector",
         dest="selector",
+        action=SelectorTerms,
         metavar="SELECTOR",
-        help="any device matching the selector, e.g. 'model=h100,vram>=40G'",
+        help="any device matching the selector, e.g. 'model=h100,vram>=40G' "
+        "(repeated: every one must match)",
     )
 
 
@@ -80,7 +107,7 @@ def add_parsers(sub) -> None:
         description="Run CMD on a device matching the target (any device by "
         "default), stream its output, exit with its exit code.",
     )
-    _target_flags(p, required=False)
+    _target_flags(p)
     p.add_argument(
         "--priority", type=priority_arg, default=0, help="-10..10, higher first (default 0)"
     )
@@ -103,19 +130,19 @@ def add_parsers(sub) -> None:
         default=None,
         help="working directory on the device's host (default: the current directory)",
     )
-    p.add_argument(
-        "-e",
-        "--env",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="an environment variable for the job (repeatable)",
-    )
+    add_env_flags(p, "the job")
     p.add_argument(
         "--no-wait", action="store_true", help="fail at once (exit 1) unless a device is free now"
     )
     p.add_argument(
         "--detach", action="store_true", help="print the job id once submitted and return"
+    )
+    p.add_argument(
+        "--kill-on-detach",
+        action="store_true",
+        default=None,
+        help="kill the job whenever rc stops following it: Ctrl-C, SIGHUP, closed "
+        "output (default: RC_KILL_ON_DETACH=1, else only a second Ctrl-C or SIGTERM kills)",
     )
     p.add_argument("--tty", action="store_true", help="an interactive terminal on the device")
     p.add_argument(
@@ -134,10 +161,10 @@ def add_parsers(sub) -> None:
     p = sub.add_parser(
         "hold",
         help="hold a device for yourself (with --ttl and --reason)",
-        description="Take a device for a person: it stays yours until the ttl, "
-        "rc release, or Ctrl-C.",
+        description="Take a device matching the target (any device by default) for "
+        "a person: it stays yours until the ttl, rc release, or Ctrl-C.",
     )
-    _target_flags(p, required=True)
+    _target_flags(p)
     p.add_argument(
         "--ttl",
         type=whole_seconds_arg,
@@ -160,14 +187,94 @@ def add_parsers(sub) -> None:
     p.set_defaults(handler="run:cmd_release")
 
 
-def _parse_env(items: list[str]) -> dict[str, str]:
-    env = {}
+def add_env_flags(p: argparse.ArgumentParser, whose: str) -> None:
+    """-e NAME[=VALUE] and --env-file FILE (both repeatable), read by job_env()."""
+    p.add_argument(
+        "-e",
+        "--env",
+        action="append",
+        default=[],
+        metavar="NAME[=VALUE]",
+        help=f"an environment variable for {whose}; NAME alone passes its value here (repeatable)",
+    )
+    p.add_argument(
+        "--env-file",
+        dest="env_files",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="NAME=VALUE lines (# comments and blank lines allowed); -e wins (repeatable)",
+    )
+
+
+_NAME_RULE = "letters, digits and '_', not starting with a digit"
+
+
+def job_env(items: list[str], files: list[str] = ()) -> dict[str, str]:
+    """The environment a job or session asks for: each --env-file in order,
+    then each -e in order, a later value of a name replacing an earlier one.
+    `-e NAME=VALUE` gives a value; `-e NAME` passes this process's value of
+    NAME. Names are checked as the controller checks them (valid_env_name).
+    Raises UsageError naming the bad item (a file's name and line number)."""
+    from rc.proto.model import valid_env_name
+
+    env: dict[str, str] = {}
+    for path in files:
+        env.update(read_env_file(path))
     for item in items:
         key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise UsageError(f"-e {item!r}: use KEY=VALUE")
+        if not valid_env_name(key):
+            raise UsageError(f"-e {item!r}: {key!r} is not a variable name ({_NAME_RULE})")
+        if not sep:
+            if key not in os.environ:
+                raise UsageError(f"-e {item!r}: {key} is not set here (give it: -e {key}=VALUE)")
+            value = os.environ[key]
+        if "\0" in value:
+            raise UsageError(f"-e {item!r}: the value contains a NUL character")
         env[key] = value
     return env
+
+
+def read_env_file(path: str) -> dict[str, str]:
+    """The NAME=VALUE lines of an --env-file, in order (a later line of a name
+    wins). The value is everything after the first '=', taken as it is
+    (quotes included, like `docker run --env-file`; a final CR is dropped);
+    lines that are blank or start with '#' are skipped. Raises UsageError
+    naming the file, and the line for a bad one."""
+    from rc.proto.model import valid_env_name
+
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise UsageError(f"--env-file {path}: cannot read it: {e.strerror or e}") from None
+    env: dict[str, str] = {}
+    for n, raw in enumerate(data.split(b"\n"), 1):
+        try:
+            line = raw.decode().removesuffix("\r")
+        except UnicodeDecodeError:
+            raise UsageError(f"{path}:{n}: not UTF-8 text") from None
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        key, sep, value = line.lstrip().partition("=")
+        if not sep:
+            raise UsageError(f"{path}:{n}: {line[:60]!r} is not NAME=VALUE")
+        if not valid_env_name(key):
+            raise UsageError(f"{path}:{n}: {key[:60]!r} is not a variable name ({_NAME_RULE})")
+        if "\0" in value:
+            raise UsageError(f"{path}:{n}: the value of {key} contains a NUL character")
+        env[key] = value
+    return env
+
+
+def stdin_is_data() -> bool:
+    """Whether stdin is a pipe, a file or a socket: data someone meant to send
+    (a terminal or /dev/null is not)."""
+    try:
+        mode = os.fstat(0).st_mode
+    except OSError:
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISREG(mode) or stat.S_ISSOCK(mode)
 
 
 def _target(args) -> tuple[dict, str]:
@@ -229,9 +336,18 @@ def cmd_run(args: argparse.Namespace) -> int:
         from rc.cli.relay import cmd_run_tty
 
         return cmd_run_tty(args, command)
+    if args.detach and args.kill_on_detach:
+        raise UsageError("--detach and --kill-on-detach do not go together (rc would not stay)")
+    kill_on_detach = args.kill_on_detach or kill_on_detach_default()
+    env = job_env(args.env, args.env_files)
     c = client(args)
-    view, label = submit_run(c, args, command, _parse_env(args.env))
+    view, label = submit_run(c, args, command, env)
     job = view["job"]
+    if stdin_is_data():
+        stderr(
+            f"job {job['id']}'s stdin is empty (/dev/null): rc run does not pass its "
+            "stdin on; to pipe data in, use rc exec HOLD -- CMD inside a hold"
+        )
     if args.detach:
         print(job["id"], flush=True)
         return 0
@@ -240,21 +356,93 @@ def cmd_run(args: argparse.Namespace) -> int:
     if job is None:
         return 130
     stderr(f"job {job['id']} on {job['device_id']}")
-    still = (
+    try:
+        follow_log(c, job["id"], sys.stdout.buffer)
+    except KeyboardInterrupt as e:
+        return _interrupted(c, job, interrupt_cause(e), kill_on_detach)
+    except BrokenPipeError:
+        # `rc run -- cmd | head`: the reader is gone; the job goes on unless asked
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        if kill_on_detach:
+            _kill_running(c, job, "output closed", "rc run's output closed")
+        else:
+            stderr(f"output closed; {_still_running(job)}")
+        return EXIT_OUTPUT_CLOSED
+    return exit_status(wait_terminal(c, job["id"]))
+
+
+def kill_on_detach_default() -> bool:
+    """RC_KILL_ON_DETACH: 1/true/yes/on, or 0/false/no/off/unset. Raises
+    UsageError for any other value."""
+    text = os.environ.get("RC_KILL_ON_DETACH", "").strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("", "0", "false", "no", "off"):
+        return False
+    raise UsageError(f"RC_KILL_ON_DETACH={text!r}: use 1 (kill the job on detach) or 0")
+
+
+def _still_running(job: dict) -> str:
+    return (
         f"job {job['id']} is still running on {job['device_id']} "
         f"(rc logs -f {job['id']} to follow it, rc kill {job['id']} to stop it)"
     )
-    try:
-        follow_log(c, job["id"], sys.stdout.buffer)
-    except KeyboardInterrupt:
-        stderr(f"detached; {still}")
+
+
+def _interrupted(c: Client, job: dict, cause: str, kill_on_detach: bool) -> int:
+    """rc run interrupted while its job runs (exit 130). SIGTERM kills the job
+    (srun forwards it; `timeout 60 rc run ...` bounds the job), and so does
+    any interruption with kill_on_detach. Otherwise SIGHUP detaches, and a
+    first Ctrl-C detaches after giving DOUBLE_INTERRUPT_S for a second one,
+    which kills the job (srun's convention)."""
+    if cause == "SIGTERM" or kill_on_detach:
+        _kill_running(c, job, cause)
         return 130
-    except BrokenPipeError:
-        # `rc run -- cmd | head`: the reader is gone, the job is not ours to kill
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        stderr(f"output closed; {still}")
-        return EXIT_OUTPUT_CLOSED
-    return exit_status(wait_terminal(c, job["id"]))
+    if cause == "Ctrl-C":
+        stderr(
+            f"detached from job {job['id']}; press Ctrl-C again within "
+            f"{DOUBLE_INTERRUPT_S:g} s to kill job {job['id']}"
+        )
+        deadline = time.monotonic() + DOUBLE_INTERRUPT_S
+        try:
+            while (left := deadline - time.monotonic()) > 0:
+                time.sleep(left)
+        except KeyboardInterrupt as e:
+            again = interrupt_cause(e)
+            if again != "SIGHUP":
+                _kill_running(c, job, "Ctrl-C twice" if again == "Ctrl-C" else again)
+                return 130
+    stderr(f"detached; {_still_running(job)}")
+    return 130
+
+
+def _kill_running(c: Client, job: dict, why: str, reason: str = "") -> None:
+    """Kill a running job on rc run's behalf (`why`: "SIGTERM", "Ctrl-C
+    twice"...; the kill reason is `reason`, else "rc run got WHY") and wait
+    at most CANCEL_TIMEOUT_S for it to end, saying what came of it."""
+    job_id = job["id"]
+    failed = _post_kill(c, job_id, reason or f"rc run got {why}")
+    if failed == "it had already ended":
+        stderr(f"{why}: job {job_id} had already ended")
+        return
+    if failed:
+        stderr(f"{why}: job {job_id} could not be killed: {failed}; run rc kill {job_id}")
+        return
+    deadline = time.monotonic() + CANCEL_TIMEOUT_S
+    state = job["state"]
+    while (left := deadline - time.monotonic()) > 0:
+        try:
+            state = c.get(
+                f"/v1/jobs/{job_id}",
+                params={"wait": f"{max(1, int(left))}s", "state": state, "position": 0},
+                timeout=left + 5,
+            )["job"]["state"]
+        except RcError:
+            break
+        if state in TERMINAL:
+            stderr(f"{why}: killed job {job_id}")
+            return
+    stderr(f"{why}: kill requested for job {job_id}; it is still ending (see rc ps)")
 
 
 def wait_started(c: Client, job: dict, position: int, label: str) -> dict | None:

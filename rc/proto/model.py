@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field
 
 __all__ = [
+    "ENV_NAME_RE",
     "NAME_RE",
     "PRIORITY_MAX",
     "PRIORITY_MIN",
@@ -32,6 +33,7 @@ __all__ = [
     "Token",
     "Worker",
     "valid_device_id",
+    "valid_env_name",
 ]
 
 PRIORITY_MIN = -10
@@ -45,6 +47,16 @@ def valid_device_id(text: str) -> bool:
     """Whether `text` has the form of a device id, "host:name"."""
     host, sep, name = text.partition(":")
     return bool(sep) and bool(NAME_RE.fullmatch(host)) and bool(NAME_RE.fullmatch(name))
+
+
+ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+"""An environment variable name a job may set: letters, digits and '_', not
+starting with a digit (what a shell can name)."""
+
+
+def valid_env_name(name: str) -> bool:
+    """Whether `name` is an environment variable name a job may set (ENV_NAME_RE)."""
+    return bool(ENV_NAME_RE.fullmatch(name))
 
 
 class DeviceState(enum.StrEnum):

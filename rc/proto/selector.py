@@ -13,8 +13,9 @@ Matching a term against a device's labels:
 - an ordered comparison with exactly one side a quantity never matches (so
   `vram>=40G` never matches `[N/A]`); `=` and `!=` then compare as strings.
 
-A lone `*` is the selector that matches every device (what `rc run` uses
-when given neither a device nor a selector).
+A lone `*` is the selector that matches every device (what `rc run` and
+`rc hold` use when given neither a device nor a selector). `conjoin()` joins
+several selectors into the one that requires them all (a repeated `-s`).
 
 `parse()` raises SelectorError naming the bad term; `str(selector)` is the
 normalised form that is stored and shown (`key<op>value` joined by commas, no
@@ -35,6 +36,7 @@ __all__ = [
     "Selector",
     "SelectorError",
     "Term",
+    "conjoin",
     "parse",
     "quantity",
     "valid_label_key",
@@ -136,6 +138,15 @@ def parse(text: str) -> Selector:
     if text.strip() == ANY:
         return Selector(())
     return Selector(tuple(_parse_term(raw) for raw in text.split(",")))
+
+
+def conjoin(texts: list[str]) -> str:
+    """One selector text that requires every selector in `texts`: their terms
+    joined by commas, with `*` (any device) dropping out; `*` when nothing is
+    left. The texts are not parsed here: a malformed term stays in the result
+    and `parse()` names it."""
+    parts = [t.strip() for t in texts if t.strip() != ANY]
+    return ",".join(parts) if parts else ANY
 
 
 def _parse_term(raw: str) -> Term:

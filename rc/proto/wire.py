@@ -74,6 +74,7 @@ class SubmitRequest:
     A hold (kind=hold) carries no command, cwd, env, idle timeout or attached
     stdio, needs max_runtime_seconds (its TTL) and a non-blank reason.
     `as_user` lets an admin submit on someone's behalf (DESIGN.md §6.1).
+    `env` names are model.ENV_NAME_RE (400 bad_request naming a bad one).
     """
 
     command: tuple[str, ...] = ()

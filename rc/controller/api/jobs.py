@@ -30,7 +30,14 @@ from rc.proto import selector as selectors
 from rc.proto.codec import encode
 from rc.proto.duration import MAX_SECONDS
 from rc.proto.errors import ErrorCode
-from rc.proto.model import PRIORITY_MAX, PRIORITY_MIN, JobKind, JobState, Stdio
+from rc.proto.model import (
+    PRIORITY_MAX,
+    PRIORITY_MIN,
+    JobKind,
+    JobState,
+    Stdio,
+    valid_env_name,
+)
 from rc.proto.wire import JobList, KillRequest, SubmitRequest
 
 __all__ = ["routes", "validate_submit"]
@@ -127,8 +134,16 @@ def validate_submit(req: SubmitRequest, who: Caller, lim: Limits) -> jobs.NewJob
         if sum(len(k.encode()) + len(v.encode()) for k, v in req.env.items()) > lim.env_bytes:
             raise bad(ErrorCode.LIMIT_EXCEEDED, f"the environment is over {lim.env_bytes} bytes")
         for k, v in req.env.items():
-            if not k or "=" in k or "\0" in k or "\0" in v:
-                raise bad(ErrorCode.BAD_REQUEST, f"environment entry {k[:40]!r} is not valid")
+            if not valid_env_name(k):
+                raise bad(
+                    ErrorCode.BAD_REQUEST,
+                    f"environment variable name {k[:40]!r} is not valid "
+                    "(letters, digits and '_', not starting with a digit)",
+                )
+            if "\0" in v:
+                raise bad(
+                    ErrorCode.BAD_REQUEST, f"environment variable {k!r} contains a NUL character"
+                )
     sel = ""
     if req.selector:
         try:

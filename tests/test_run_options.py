@@ -1,0 +1,393 @@
+"""What a newcomer hit in `rc run` / `rc hold` and their options (issue "What a
+newcomer hit"): repeated -s, a hold on any device, -e NAME and --env-file,
+Ctrl-C and SIGTERM on a running job, --kill-on-detach, stdin that is not
+passed on. The e2e tests run a real controller and a worker from the zipapp
+(devices box:cpu0 model=h100 vram=81920M, box:cpu1 model=a100 vram=40G)."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+
+import pytest
+
+from rc.cli import build_parser
+from rc.cli.context import UsageError
+from rc.cli.run import job_env, read_env_file
+from rc.proto.errors import ApiError
+from rc.proto.selector import conjoin
+from tests.harness import PY, Cli, job, stop_process, wait_until
+from tests.test_hold import admin, alice, bob, read_line, start_fleet  # noqa: F401  (fixtures)
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory, pyz):
+    tmp = tmp_path_factory.mktemp("runopts")
+    ctl, w, env = start_fleet(tmp, pyz, [])
+    yield (
+        ctl,
+        {name: Cli(ctl.url, ctl.token(name), env, tmp) for name in ("alice", "bob")},
+        w.proc.pid,
+    )
+    w.stop()
+    ctl.stop()
+
+
+# -- repeated -s ---------------------------------------------------------------------
+
+
+def test_conjoin_joins_terms_and_drops_any():
+    assert conjoin(["model=h100", "vram>=80G"]) == "model=h100,vram>=80G"
+    assert conjoin(["*", " model=h100 "]) == "model=h100"
+    assert conjoin(["*", " * "]) == "*"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["run", "-s", "model=h100", "-s", "vram>=80G", "--", "true"],
+        ["run", "--tty", "-s", "model=h100", "--select", "vram>=80G"],
+        ["hold", "-s", "model=h100", "--selector", "vram>=80G", "--ttl", "1m", "--reason", "r"],
+        ["devices", "-s", "model=h100", "-s", "vram>=80G"],
+        ["explain", "-s", "model=h100", "-s", "vram>=80G"],
+    ],
+)
+def test_a_second_s_is_anded_never_a_replacement(argv):
+    """Report 2: `rc run -s model=h100 -s 'vram>=80G'` dropped the model."""
+    args = build_parser(argv[0]).parse_args(argv)
+    assert args.selector == "model=h100,vram>=80G"
+
+
+@pytest.mark.parametrize("blank", [["-s", "", "-s", "a=1"], ["-s", "a=1", "-s", " "]])
+def test_a_blank_s_among_several_is_kept_blank_for_the_command_to_refuse(blank):
+    assert build_parser("devices").parse_args(["devices", *blank]).selector == ""
+
+
+@pytest.mark.e2e
+def test_every_selector_verb_ands_its_s_flags(alice, admin):
+    res = alice.run("run", "-s", "model=a100", "-s", "vram>=80G", "--", "true")
+    assert res.returncode == 1 and b"no_matching_device" in res.stderr, res.stderr
+    res = alice.run(
+        "run", "-s", "model=h100", "-s", "vram>=80G", "--", "sh", "-c", "echo $RC_DEVICE"
+    )
+    assert (res.returncode, res.stdout) == (0, b"box:cpu0\n"), res.stderr
+    res = alice.run(
+        "hold", "-s", "model=a100", "-s", "vram>=80G", "--ttl", "1m", "--reason", "r", "--detach"
+    )
+    assert res.returncode == 1 and b"no_matching_device" in res.stderr, res.stderr
+    res = alice.run("devices", "-s", "model=a100", "-s", "vram>=40G")
+    assert res.returncode == 0, res.stderr
+    assert b"box:cpu1" in res.stdout and b"box:cpu0" not in res.stdout, res.stdout
+    res = alice.run("devices", "-s", "model=a100", "-s", "")
+    assert res.returncode == 2 and b"-s needs a selector" in res.stderr, res.stderr
+    res = alice.run("explain", "-s", "model=h100", "-s", "vram<80G")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.startswith(b"selector: model=h100,vram<80G\nno device matches it")
+
+
+# -- rc hold on any device -------------------------------------------------------------
+
+
+@pytest.mark.e2e
+def test_hold_without_a_target_takes_any_device(alice, admin):
+    """Report 17: `rc hold` without -d/-s was a usage error; `rc run` takes any device."""
+    res = alice.run("hold", "--ttl", "1m", "--reason", "a quick look", "--detach")
+    assert res.returncode == 0, res.stderr
+    h = job(admin, int(res.stdout))
+    assert (h["kind"], h["selector"], h["state"]) == ("hold", "*", "running")
+    assert h["device_id"] in ("box:cpu0", "box:cpu1")
+
+
+# -- the environment -----------------------------------------------------------------
+
+
+def test_e_name_alone_passes_the_local_value(monkeypatch):
+    """Report 6: `-e FOO` was a usage error; it now passes this machine's FOO."""
+    monkeypatch.setenv("RC_TEST_FOO", "from here")
+    monkeypatch.delenv("RC_TEST_UNSET", raising=False)
+    assert job_env(["RC_TEST_FOO", "B=x=y", "C="]) == {
+        "RC_TEST_FOO": "from here",
+        "B": "x=y",
+        "C": "",
+    }
+    with pytest.raises(UsageError, match="-e 'RC_TEST_UNSET': RC_TEST_UNSET is not set here"):
+        job_env(["RC_TEST_UNSET"])
+
+
+@pytest.mark.parametrize("item", ["A B=1", "1X=2", "=x", "A\nB=1", "É=1", "A-B=1", ""])
+def test_e_refuses_a_name_a_shell_could_not_name(item):
+    with pytest.raises(UsageError, match="is not a variable name"):
+        job_env([item])
+
+
+def test_env_file_lines_comments_and_precedence(tmp_path):
+    first = tmp_path / "first.env"
+    first.write_bytes(
+        b'# a comment\n\nA=1\n  # an indented comment\nQUOTED="kept as is"\r\n'
+        b"EMPTY=\nB=from-first\nEQ=a=b\n"
+    )
+    second = tmp_path / "second.env"
+    second.write_text("B=from-second\nC=3")
+    env = job_env(["C=from-e"], [str(first), str(second)])
+    assert env == {
+        "A": "1",
+        "QUOTED": '"kept as is"',
+        "EMPTY": "",
+        "B": "from-second",  # a later file wins
+        "EQ": "a=b",
+        "C": "from-e",  # -e wins over every file
+    }
+
+
+@pytest.mark.parametrize(
+    "text,words",
+    [
+        ("A=1\nNOEQUALS\n", ":2: 'NOEQUALS' is not NAME=VALUE"),
+        ("A=1\n\n# c\nBAD NAME=1\n", ":4: 'BAD NAME' is not a variable name"),
+        ("export A=1\n", ":1: 'export A' is not a variable name"),
+        ("A=\0\n", ":1: the value of A contains a NUL character"),
+    ],
+)
+def test_env_file_errors_name_the_file_and_line(tmp_path, text, words):
+    path = tmp_path / "bad.env"
+    path.write_text(text)
+    with pytest.raises(UsageError) as e:
+        read_env_file(str(path))
+    assert str(e.value) == f"{path}{words}" or str(e.value).startswith(f"{path}{words}")
+
+
+def test_env_file_that_cannot_be_read_is_named(tmp_path):
+    with pytest.raises(UsageError, match=f"--env-file {tmp_path}/nope.env: cannot read it"):
+        read_env_file(str(tmp_path / "nope.env"))
+    (tmp_path / "latin1.env").write_bytes(b"A=1\nB=caf\xe9\n")
+    with pytest.raises(UsageError, match="latin1.env:2: not UTF-8 text"):
+        read_env_file(str(tmp_path / "latin1.env"))
+
+
+@pytest.mark.e2e
+def test_the_job_gets_e_and_env_file_variables(alice, admin, tmp_path):
+    envfile = tmp_path / "job.env"
+    envfile.write_text("# for the job\nFROM_FILE=file value\nBOTH=file\n")
+    cli = Cli(alice.env["RC_CONTROLLER"], alice.env["RC_TOKEN"], alice.env, alice.cwd)
+    cli.env["LOCAL_ONLY"] = "local value"
+    res = cli.run(
+        "run",
+        "--env-file",
+        str(envfile),
+        "-e",
+        "LOCAL_ONLY",
+        "-e",
+        "BOTH=flag",
+        "--",
+        "sh",
+        "-c",
+        'printf "%s|%s|%s\\n" "$FROM_FILE" "$LOCAL_ONLY" "$BOTH"',
+    )
+    assert (res.returncode, res.stdout) == (0, b"file value|local value|flag\n"), res.stderr
+    res = cli.run("run", "--env-file", str(tmp_path / "missing.env"), "--", "true")
+    assert res.returncode == 2 and b"missing.env: cannot read it" in res.stderr
+    assert res.stderr.count(b"\n") == 1, res.stderr
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("name", ["A B", "X\nY", "1ST", "É"])
+def test_the_controller_refuses_a_bad_variable_name(fleet, alice, admin, name):
+    """Names with spaces or newlines were accepted at submit (and in a session)."""
+    c = fleet[0].client(alice.env["RC_TOKEN"])
+    with pytest.raises(ApiError) as e:
+        c.post("/v1/jobs", {"command": ["true"], "selector": "*", "env": {name: "v"}})
+    assert (e.value.status, e.value.code) == (400, "bad_request")
+    assert f"environment variable name {name!r} is not valid" in e.value.message
+    hold = c.post(
+        "/v1/jobs",
+        {"kind": "hold", "selector": "*", "max_runtime_seconds": 60, "reason": "env check"},
+    )["job"]["id"]
+    try:
+        wait_until(lambda: job(c, hold)["state"] == "running", 20, "the hold to be granted")
+        with pytest.raises(ApiError) as e:
+            c.post(
+                f"/v1/jobs/{hold}/sessions",
+                {"stdio": "pipe", "command": ["true"], "env": {name: "v"}},
+            )
+        assert (e.value.status, e.value.code) == (400, "bad_request")
+        assert f"environment variable name {name!r}" in e.value.message
+    finally:
+        c.post(f"/v1/jobs/{hold}/kill", {"reason": "test done"})
+        wait_until(lambda: job(c, hold)["state"] == "killed", 20, "the hold to end")
+        c.close_all()
+
+
+@pytest.mark.e2e
+def test_a_piped_stdin_is_said_to_be_not_passed_on(alice, admin):
+    res = alice.run("run", "--", "sh", "-c", "cat; echo done", input=b"lost data\n")
+    assert (res.returncode, res.stdout) == (0, b"done\n"), res.stderr
+    assert b"stdin is empty (/dev/null): rc run does not pass its stdin on" in res.stderr
+    assert b"rc exec HOLD -- CMD inside a hold" in res.stderr
+    quiet = subprocess.run(
+        [PY, "-m", "rc", "run", "--", "true"],
+        env=alice.env,
+        cwd=alice.cwd,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert quiet.returncode == 0 and b"stdin" not in quiet.stderr, quiet.stderr
+
+
+# -- Ctrl-C, SIGTERM, SIGHUP on a running job ----------------------------------------------
+
+LOOP = ["--", "sh", "-c", "echo started; while :; do echo tick; sleep 0.1; done"]
+
+
+def _running(cli: Cli, *flags: str, env: dict | None = None) -> tuple[subprocess.Popen, int]:
+    """`rc run FLAGS -- a loop`, once its first output line came (rc is then
+    following the log, its handlers set); returns the process and the job id."""
+    proc = subprocess.Popen(
+        [PY, "-m", "rc", "run", *flags, *LOOP],
+        env={**cli.env, **(env or {})},
+        cwd=cli.cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    started = read_line(proc, 30, "the job's first line")
+    assert started == "started\n", started
+    m = re.fullmatch(r"rc: job (\d+) on box:cpu\d\n", read_line(proc, 10, "the job line", "stderr"))
+    assert m
+    return proc, int(m[1])
+
+
+@pytest.mark.e2e
+def test_a_first_ctrl_c_detaches_and_says_a_second_one_kills(alice, admin):
+    """Report 5: Ctrl-C only ever detached."""
+    proc, job_id = _running(alice)
+    try:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 130, err
+        assert (
+            f"rc: detached from job {job_id}; press Ctrl-C again within 2 s to kill job {job_id}\n"
+            f"rc: detached; job {job_id} is still running"
+        ).encode() in err, err
+        assert job(admin, job_id)["state"] == "running"
+    finally:
+        stop_process(proc)
+
+
+@pytest.mark.e2e
+def test_a_second_ctrl_c_within_2s_kills_the_job(alice, admin):
+    proc, job_id = _running(alice)
+    try:
+        proc.send_signal(signal.SIGINT)
+        line = read_line(proc, 10, "the detach line", "stderr")
+        assert line.startswith(f"rc: detached from job {job_id}; press Ctrl-C again"), line
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 130, err
+        assert f"rc: Ctrl-C twice: killed job {job_id}\n".encode() in err, err
+        j = job(admin, job_id)
+        assert (j["state"], j["kill_reason"]) == (
+            "killed",
+            "killed by alice: rc run got Ctrl-C twice",
+        )
+    finally:
+        stop_process(proc)
+
+
+@pytest.mark.e2e
+def test_sigterm_kills_the_running_job(alice, admin):
+    """`timeout 60 rc run ...` left the job running: SIGTERM now kills it, as
+    srun passes SIGTERM on to its tasks."""
+    proc, job_id = _running(alice)
+    try:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 130, err
+        assert f"rc: SIGTERM: killed job {job_id}\n".encode() in err, err
+        j = job(admin, job_id)
+        assert (j["state"], j["kill_reason"]) == ("killed", "killed by alice: rc run got SIGTERM")
+    finally:
+        stop_process(proc)
+
+
+@pytest.mark.e2e
+def test_timeout_rc_run_bounds_the_job(alice, admin):
+    res = subprocess.run(
+        ["timeout", "4", PY, "-m", "rc", "run", *LOOP],
+        env=alice.env,
+        cwd=alice.cwd,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert res.returncode == 124, res.stderr
+    job_id = int(re.search(rb"job (\d+)", res.stderr)[1])
+    j = job(admin, job_id)  # killed if it had started by then, cancelled if not
+    assert j["state"] == "killed", (j, res.stderr)
+
+
+@pytest.mark.e2e
+def test_sighup_detaches_and_the_job_goes_on(alice, admin):
+    proc, job_id = _running(alice)
+    try:
+        proc.send_signal(signal.SIGHUP)
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 130, err
+        assert f"rc: detached; job {job_id} is still running".encode() in err, err
+        assert b"press Ctrl-C again" not in err
+        assert job(admin, job_id)["state"] == "running"
+    finally:
+        stop_process(proc)
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize(
+    "flags,env,sig,cause",
+    [
+        (["--kill-on-detach"], {}, signal.SIGINT, "Ctrl-C"),
+        ([], {"RC_KILL_ON_DETACH": "1"}, signal.SIGHUP, "SIGHUP"),
+        (["--kill-on-detach"], {}, signal.SIGHUP, "SIGHUP"),
+    ],
+)
+def test_kill_on_detach_kills_at_the_first_interruption(alice, admin, flags, env, sig, cause):
+    proc, job_id = _running(alice, *flags, env=env)
+    try:
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 130, err
+        assert f"rc: {cause}: killed job {job_id}\n".encode() in err, err
+        assert b"press Ctrl-C again" not in err
+        j = job(admin, job_id)
+        assert (j["state"], j["kill_reason"]) == ("killed", f"killed by alice: rc run got {cause}")
+    finally:
+        stop_process(proc)
+
+
+@pytest.mark.e2e
+def test_kill_on_detach_kills_when_the_output_closes(alice, admin):
+    proc, job_id = _running(alice, "--kill-on-detach")
+    try:
+        proc.stdout.close()
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 141, err
+        assert f"rc: output closed: killed job {job_id}\n".encode() in err, err
+        j = job(admin, job_id)
+        assert (j["state"], j["kill_reason"]) == (
+            "killed",
+            "killed by alice: rc run's output closed",
+        )
+    finally:
+        stop_process(proc)
+
+
+@pytest.mark.e2e
+def test_kill_on_detach_usage_errors(alice):
+    res = alice.run("run", "--detach", "--kill-on-detach", "--", "true")
+    assert res.returncode == 2 and b"--detach and --kill-on-detach" in res.stderr
+    cli = Cli(alice.env["RC_CONTROLLER"], alice.env["RC_TOKEN"], alice.env, alice.cwd)
+    cli.env["RC_KILL_ON_DETACH"] = "maybe"
+    res = cli.run("run", "--", "true")
+    assert res.returncode == 2 and b"RC_KILL_ON_DETACH='maybe': use 1" in res.stderr
