@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from rc.cli.relay import wait_session
+from rc.proto.client import Client
 from rc.proto.errors import ApiError
 from rc.proto.relay import Download, Upload
 from rc.worker.attached import CTTY_SHIM
@@ -362,6 +363,32 @@ def test_a_command_that_cannot_start_and_a_terminal_fed_from_a_pipe(fleet):
     res = fleet.alice.run("run", "--tty", "--", "sh", "-i", input=b"echo piped-$((1+2))\nexit\n")
     assert res.returncode == 0, res.stderr
     assert b"piped-3" in res.stdout
+
+
+def test_a_command_that_ends_at_once_waits_for_the_output_half(fleet):
+    """Failed under load: `rc exec HOLD -- /no/such/program` said session_ended
+    (the output ended). The client connected its output half first; the command
+    ended at once; the relay ended the session as soon as the client had its
+    output, before the input half connected, which was refused. The input half
+    now connects first (rc.cli.relay.open_halves), and the relay keeps a
+    session whose output nobody has read: this is the order it relies on."""
+    held = hold(fleet.alice, "box:cpu1")
+    try:
+        c = Client(fleet.ctl.url, fleet.alice.env["RC_TOKEN"])
+        view = c.post(
+            f"/v1/jobs/{held}/sessions",
+            {"stdio": "pipe", "command": ["/no/such/program"], "cwd": "", "env": {}},
+        )
+        base = f"/v1/jobs/{held}/sessions/{view['session_id']}"
+        up = Upload(c, base + "/tty/in")
+        ended = wait_session(c, held, view["session_id"])  # the worker said how it ended
+        assert ended["exit_code"] == 127, ended
+        down = Download(c, base + "/tty/out")  # still served: nobody read its output
+        assert b"".join(down) == b""
+        up.close()
+        down.close()
+    finally:
+        fleet.alice.run("release", str(held))
 
 
 OUT_CTTY = (

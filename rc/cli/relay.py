@@ -187,12 +187,17 @@ class LocalTerminal:
 
 
 def open_halves(c: Client, base: str) -> tuple[Upload, Download]:
-    """The client's two halves of the session at `base` (input, output)."""
-    down = Download(c, base + "/tty/out")
+    """The client's two halves of the session at `base` (input, output).
+
+    The input half connects first. The relay ends a session cleanly once the
+    client has read all of its output, so with the output half first, a
+    command that ended at once (one that cannot start) could end the session
+    before the input half connected, which was then refused session_ended."""
+    up = Upload(c, base + "/tty/in")
     try:
-        up = Upload(c, base + "/tty/in")
+        down = Download(c, base + "/tty/out")
     except RcError:
-        down.close()
+        up.close()
         raise
     return up, down
 
