@@ -184,3 +184,19 @@ def test_escaping_leaves_no_control_character_and_keeps_plain_text(text):
     assert all(c.isprintable() or c in "\n\t\r" for c in out)
     if all(c.isprintable() or c in "\n\t\r" for c in text):
         assert out == text
+
+
+def test_a_refused_no_wait_leaves_no_row(box):
+    """Report 15: a refused `rc run --no-wait` stayed in rc jobs as killed."""
+    ctl, users, admin = box
+    ann, ben = users["ann"], users["ben"]
+    hold = int(ann.run("hold", "-d", "hy:cpu0", "--ttl", "5m", "--reason", "r", "--detach").stdout)
+    refused = ben.run("run", "--no-wait", "-d", "hy:cpu0", "--", "echo", "nowait-marker")
+    assert refused.returncode == 1 and b"no_device_available" in refused.stderr
+    assert b"nothing was queued" in refused.stderr
+    everything = ctl.client().get("/v1/jobs", params={"limit": 1000})["jobs"]
+    assert not [j for j in everything if "nowait-marker" in j["command"]]
+    assert b"nowait-marker" not in admin.run("jobs", "-n", "1000").stdout
+    assert b"nowait-marker" not in admin.run("describe", "hy:cpu0").stdout
+    ann.run("release", str(hold), check=True)
+    wait_until(lambda: job(ctl.client(), hold)["state"] == "killed", 20, "the hold to end")
