@@ -186,6 +186,37 @@ def test_escaping_leaves_no_control_character_and_keeps_plain_text(text):
         assert out == text
 
 
+def _with_env(cli: Cli, **extra: str) -> Cli:
+    other = Cli(cli.env["RC_CONTROLLER"], cli.env["RC_TOKEN"], cli.env, cli.cwd)
+    other.env.update(extra)
+    return other
+
+
+def _row(out: bytes, job_id: int) -> str:
+    for line in out.decode().splitlines():
+        if line.split(" ", 1)[0] == str(job_id):
+            return line
+    raise AssertionError(f"no row for job {job_id} in:\n{out.decode()}")
+
+
+def test_cells_escape_carriage_returns(box):
+    """Report 13: `\\r` in a hold reason or a command reached the terminal raw
+    in rc ps, rc jobs and rc devices (a cell escaped only newline and tab)."""
+    ctl, users, _admin = box
+    ann, ben = users["ann"], users["ben"]
+    hold = int(
+        ann.run("hold", "-d", "hy:cpu0", "--ttl", "5m", "--reason", "ok\rFORGED", "--detach").stdout
+    )
+    queued = int(ben.run("run", "--detach", "-d", "hy:cpu0", "--", "printf", "a\rb").stdout)
+    for args in (("ps",), ("jobs",), ("devices",), ("describe", "hy:cpu0")):
+        out = ben.run(*args, check=True).stdout
+        assert b"\r" not in out, (args, out)
+        assert b"\\r" in out, (args, out)
+    ben.run("kill", str(queued), check=True)
+    ann.run("release", str(hold), check=True)
+    wait_until(lambda: job(ctl.client(), hold)["state"] == "killed", 20, "the hold to end")
+
+
 def test_a_refused_no_wait_leaves_no_row(box):
     """Report 15: a refused `rc run --no-wait` stayed in rc jobs as killed."""
     ctl, users, admin = box
@@ -200,3 +231,55 @@ def test_a_refused_no_wait_leaves_no_row(box):
     assert b"nowait-marker" not in admin.run("describe", "hy:cpu0").stdout
     ann.run("release", str(hold), check=True)
     wait_until(lambda: job(ctl.client(), hold)["state"] == "killed", 20, "the hold to end")
+
+
+def test_a_kill_reads_as_one_phrase(box):
+    """Report 15: a cancelled job read `killed (killed by admin)`."""
+    ctl, users, admin = box
+    ann, ben = users["ann"], users["ben"]
+    hold = int(ann.run("hold", "-d", "hy:cpu0", "--ttl", "5m", "--reason", "r", "--detach").stdout)
+    queued = int(ben.run("run", "--detach", "-d", "hy:cpu0", "--", "true").stdout)
+    admin.run("kill", str(queued), check=True)
+    ann.run("release", str(hold), check=True)
+    wait_until(lambda: job(ctl.client(), hold)["state"] == "killed", 20, "the hold to end")
+    listing = ben.run("jobs", check=True).stdout
+    assert "killed: cancelled while queued (by admin)" in _row(listing, queued)
+    assert "killed: released (by ann)" in _row(listing, hold)
+    assert b"killed (killed by" not in listing
+    described = ben.run("describe", "hy:cpu0", check=True).stdout.decode()
+    assert f"{queued}  killed: cancelled while queued (by admin)" in described
+
+
+def test_human_times_are_local_and_json_times_utc(box):
+    """Report 15: times were UTC for humans; `TZ` is honoured now."""
+    ctl, users, _admin = box
+    ann = users["ann"]
+    job_id = int(ann.run("run", "--detach", "--", "true").stdout)
+    wait_until(lambda: job(ctl.client(), job_id)["state"] == "succeeded", 20, "the job to end")
+    started = job(ctl.client(), job_id)["started_at"]
+    import time
+
+    from rc.cli.output import iso_utc
+
+    for tz, offset in (("UTC0", 0), ("XYZ-05:45", 5 * 3600 + 45 * 60), ("ABC+07", -7 * 3600)):
+        out = _with_env(ann, TZ=tz).run("jobs", "--submitter", "ann", check=True).stdout
+        local = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(started + offset))
+        assert local in _row(out, job_id), (tz, out)
+    records = _with_env(ann, TZ="XYZ-05:45").json("jobs", "--submitter", "ann")
+    mine = next(j for j in records if j["id"] == job_id)
+    assert mine["started_at"] == iso_utc(started) and mine["started_at"].endswith("Z")
+
+
+def test_cp_is_listed_as_rc_cp(box):
+    """Report 15: rc cp's job was listed as `sh -c 'set -e...`."""
+    ctl, users, _admin = box
+    ann = users["ann"]
+    (ann.cwd / "notes.txt").write_text("hello\n")
+    res = ann.run("cp", "notes.txt", "hy:cpu1:cp-into/")
+    assert res.returncode == 0, res.stderr
+    copies = [j for j in ctl.client().get("/v1/jobs")["jobs"] if j["stdio"] == "pipe"]
+    assert copies and copies[0]["reason"] == "rc cp notes.txt hy:cpu1:cp-into/"
+    row = _row(ann.run("jobs", check=True).stdout, copies[0]["id"])
+    assert row.endswith("rc cp notes.txt hy:cpu1:cp-into/") and "sh -c" not in row
+    described = ann.run("describe", "hy:cpu1", check=True).stdout.decode()
+    assert f"{copies[0]['id']}  succeeded" in described and "rc cp notes.txt" in described

@@ -8,7 +8,7 @@ import sys
 import time
 
 from rc.cli.context import UsageError, client, device_arg, duration_seconds, whole_seconds_arg
-from rc.cli.output import add_output_flag, one_line, print_json, table, when
+from rc.cli.output import add_output_flag, machine, one_line, print_json, table, when
 from rc.proto.client import segment
 
 __all__ = ["add_parsers"]
@@ -202,7 +202,7 @@ def _emit(e: dict, output: str) -> None:
     if output == "json":
         import json
 
-        print(json.dumps(e), flush=True)
+        print(json.dumps(machine(e)), flush=True)
     else:
         print(_event_line(e), flush=True)
     sys.stdout.flush()

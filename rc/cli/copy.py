@@ -191,7 +191,9 @@ def _choose(c: Client, device: str, hold: int | None) -> _Place:
     return _Place(device)
 
 
-def _start(c: Client, place: _Place, command: list[str]) -> None:
+def _start(c: Client, place: _Place, command: list[str], title: str) -> None:
+    """Start the remote side: a session in the hold, else a pipe job whose
+    reason is `title` ("rc cp SRC DST", what listings show for it)."""
     if place.hold is not None:
         view = open_session(c, place.hold, {"stdio": "pipe", "command": command})
         place.sid = view["session_id"]
@@ -200,6 +202,7 @@ def _start(c: Client, place: _Place, command: list[str]) -> None:
         "device_id": place.device,
         "command": command,
         "stdio": "pipe",
+        "reason": title,
         "no_wait": True,
         "idempotency_key": uuid.uuid4().hex,
     }
@@ -251,19 +254,31 @@ def cmd_cp(args: argparse.Namespace) -> int:
             "one side must be on a device, written host:name:path (e.g. gpu-box:gpu0:/data/)"
         )
     c = client(args)
+    title = _title(args.src, args.dst)
     if isinstance(dst, Remote):
-        return _upload(c, src, dst, args.hold)
-    return _download(c, src, dst, args.hold)
+        return _upload(c, src, dst, args.hold, title)
+    return _download(c, src, dst, args.hold, title)
 
 
-def _upload(c: Client, src: str, dst: Remote, hold: int | None) -> int:
+TITLE_CHARS = 1000
+"""Longest "rc cp SRC DST" a copy job carries as its reason (free text: ≤ 4096)."""
+
+
+def _title(src: str, dst: str) -> str:
+    import shlex
+
+    text = shlex.join(["rc", "cp", src, dst])
+    return text if len(text) <= TITLE_CHARS else text[: TITLE_CHARS - 1] + "…"
+
+
+def _upload(c: Client, src: str, dst: Remote, hold: int | None, title: str) -> int:
     from rc.cli import archive
 
     source = archive.scan(src)
     for name in source.skipped:
         stderr(f"skipping {name!r}: not a file, directory or symlink")
     place = _choose(c, dst.device, hold)
-    _start(c, place, ["sh", "-c", archive.UPLOAD_SCRIPT, "sh", dst.path, source.name])
+    _start(c, place, ["sh", "-c", archive.UPLOAD_SCRIPT, "sh", dst.path, source.name], title)
     up, down = open_halves(c, place.base)
     progress = _Progress("sent", source.total_bytes)
     failed: list[BaseException] = []
@@ -309,7 +324,7 @@ def _local_target(dst: str, name: str) -> tuple[str, str]:
     return parent, os.path.basename(dst)
 
 
-def _download(c: Client, src: Remote, dst: str, hold: int | None) -> int:
+def _download(c: Client, src: Remote, dst: str, hold: int | None, title: str) -> int:
     from rc.cli import archive
 
     path = src.path.rstrip("/") or "/"
@@ -318,7 +333,7 @@ def _download(c: Client, src: Remote, dst: str, hold: int | None) -> int:
     name = os.path.basename(path)
     parent, final = _local_target(dst, name)
     place = _choose(c, src.device, hold)
-    _start(c, place, ["sh", "-c", archive.DOWNLOAD_SCRIPT, "sh", src.path])
+    _start(c, place, ["sh", "-c", archive.DOWNLOAD_SCRIPT, "sh", src.path], title)
     up, down = open_halves(c, place.base)
     progress = _Progress("received", None)
     tmp = tempfile.mkdtemp(prefix=".rc-cp-", dir=parent)

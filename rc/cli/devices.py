@@ -9,8 +9,9 @@ from rc.cli.context import client, device_arg
 from rc.cli.output import (
     add_output_flag,
     age,
-    command_text,
     duration,
+    job_state,
+    job_what,
     print_json,
     print_line,
     table,
@@ -84,7 +85,7 @@ def cmd_devices(args: argparse.Namespace) -> int:
         elapsed = duration(v["elapsed_seconds"]) if v.get("elapsed_seconds") is not None else ""
         if elapsed and v.get("max_runtime_seconds"):
             elapsed += f"/{duration(v['max_runtime_seconds'])}"
-        what = "hold" if v.get("kind") == "hold" else command_text(v.get("command") or [], 40)
+        what = "hold" if v.get("kind") == "hold" else job_what(v, 40)
         rows.append(
             (
                 v["device"]["id"],
@@ -146,8 +147,8 @@ def cmd_describe(args: argparse.Namespace) -> int:
         took = ""
         if j.get("started_at"):
             took = duration((j.get("finished_at") or time.time()) - j["started_at"])
-        state = j["state"] + (f" ({j['kill_reason']})" if j.get("kill_reason") else "")
-        what = "hold" if j["kind"] == "hold" else command_text(j["command"], 50)
+        state = job_state(j, limit=None)
+        what = "hold" if j["kind"] == "hold" else job_what(j, 50)
         print_line(f"  {j['id']}  {state}  {took}  {what}")
     if not info.get("recent_jobs"):
         print_line("  (none)")

@@ -9,8 +9,9 @@ import time
 from rc.cli.context import UsageError, client
 from rc.cli.output import (
     add_output_flag,
-    command_text,
     duration,
+    job_state,
+    job_what,
     print_json,
     print_line,
     table,
@@ -81,26 +82,6 @@ def _started_and_duration(j: dict) -> tuple[str, str]:
     return when(start), duration(end - start)
 
 
-STATE_REASON_SHOWN = 40
-"""Characters of a kill reason shown in a table (rc jobs JOB -o json has it all)."""
-
-
-def _state(j: dict) -> str:
-    s = j["state"]
-    reason = j.get("kill_reason") or ""
-    if reason and s in ("killed", "lost", "failed"):
-        if len(reason) > STATE_REASON_SHOWN:
-            reason = reason[: STATE_REASON_SHOWN - 1] + "…"
-        s += f" ({reason})"
-    return s
-
-
-def _command(j: dict) -> str:
-    if j["kind"] == "hold":
-        return f"hold: {j.get('reason', '')}"
-    return command_text(j["command"])
-
-
 def cmd_jobs(args: argparse.Namespace) -> int:
     if not 1 <= args.limit <= 1000:
         raise UsageError("--limit must be between 1 and 1000")
@@ -122,11 +103,11 @@ def cmd_jobs(args: argparse.Namespace) -> int:
             (
                 j["id"],
                 j["device_id"] or j["selector"],
-                _state(j),
+                job_state(j),
                 j["submitter"],
                 started,
                 took,
-                _command(j),
+                job_what(j),
             )
         )
     table(("JOB", "DEVICE", "STATE", "SUBMITTER", "STARTED", "DURATION", "COMMAND"), rows)
@@ -180,7 +161,7 @@ def cmd_ps(args: argparse.Namespace) -> int:
                 j["submitter"],
                 j["priority"],
                 duration(held_for.get(j["id"])),
-                _command(j),
+                job_what(j),
             )
         )
     for j in st["queued"]:
@@ -194,7 +175,7 @@ def cmd_ps(args: argparse.Namespace) -> int:
                 j["submitter"],
                 j["priority"],
                 duration(st["queued_waiting_seconds"].get(key)),
-                _command(j),
+                job_what(j),
             )
         )
     table(("JOB", "DEVICE", "STATE", "SUBMITTER", "PRIO", "FOR", "COMMAND"), rows)
