@@ -283,3 +283,45 @@ def test_cp_is_listed_as_rc_cp(box):
     assert row.endswith("rc cp notes.txt hy:cpu1:cp-into/") and "sh -c" not in row
     described = ann.run("describe", "hy:cpu1", check=True).stdout.decode()
     assert f"{copies[0]['id']}  succeeded" in described and "rc cp notes.txt" in described
+
+
+def test_whoami_prints_json(box):
+    """Report 14: `rc whoami -o json` was refused."""
+    _ctl, users, _admin = box
+    assert users["ann"].json("whoami") == {"name": "ann", "role": "user", "host": ""}
+
+
+def _complete(cli: Cli, line: str, tmp) -> set[str]:
+    out = tmp / "completions"
+    env = {
+        "_ARGCOMPLETE": "1",
+        "_ARGCOMPLETE_IFS": "\n",
+        "COMP_LINE": line,
+        "COMP_POINT": str(len(line)),
+        "_ARGCOMPLETE_STDOUT_FILENAME": str(out),
+    }
+    res = _with_env(cli, **env).run(timeout=30)
+    assert res.returncode == 0, res.stderr
+    return {w.strip() for w in out.read_text().split("\n") if w.strip()}
+
+
+def test_tab_completes_job_ids_device_ids_and_label_keys(box, tmp_path):
+    """Report 14: argcomplete completed no job id, device id or label key."""
+    ctl, users, _admin = box
+    ann = users["ann"]
+    hold = int(
+        ann.run("hold", "-d", "hy:cpu0", "--ttl", "5m", "--reason", "tab", "--detach").stdout
+    )
+    try:
+        assert _complete(ann, "rc kill ", tmp_path) == {str(hold)}  # options only after "-"
+        assert _complete(ann, "rc shell ", tmp_path) == {str(hold)}
+        assert _complete(ann, "rc describe ", tmp_path) == {"hy:cpu0", "hy:cpu1"}
+        keys = _complete(ann, "rc devices -s ", tmp_path)
+        assert {"host", "device", "id"} <= keys
+        assert _complete(ann, "rc run -s host=hy,dev", tmp_path) == {"host=hy,device"}
+        # a controller that is not there: no completions, no error, no wait
+        gone = _with_env(ann, RC_CONTROLLER="http://127.0.0.1:9")
+        assert _complete(gone, "rc kill ", tmp_path) == set()
+    finally:
+        ann.run("release", str(hold), check=True)
+        wait_until(lambda: job(ctl.client(), hold)["state"] == "killed", 20, "the hold to end")

@@ -1,15 +1,21 @@
-"""What a newcomer hit in rc's listings, pinned without processes: table
-cells that let a carriage return through, JSON times, the words for a job's
-state and what it runs."""
+"""What a newcomer hit in rc's listings and help, pinned without processes:
+table cells that let a carriage return through, JSON times, the words for a
+job's state and what it runs, help text on every verb and argument, usage
+errors pointing at the verb's own help, and completions that fail silently."""
 
 from __future__ import annotations
 
+import argparse
 import datetime
+import socket
+import time
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rc.cli import build_parser, main
+from rc.cli.complete import COMPLETE_TIMEOUT_S, devices, label_keys, live_jobs, recent_jobs
 from rc.cli.output import end_reason, iso_utc, job_state, job_what, machine, table, visible
 
 
@@ -112,3 +118,86 @@ def test_a_job_is_listed_by_its_reason_when_it_has_one():
     assert job_what(cp) == "rc cp ./data box:cpu0:/tmp/"
     assert job_what({"kind": "job", "reason": "", "command": ["echo", "a b"]}) == "echo 'a b'"
     assert job_what({"kind": "hold", "reason": "NCCL", "command": ["hold"]}) == "hold: NCCL"
+
+
+HIDDEN = {
+    ("hold", "--as"),
+    ("serve", "--ready-fd"),
+    ("worker", "rest"),
+}
+"""Arguments deliberately left out of --help (help=SUPPRESS), by verb; --token
+is hidden on every client verb (a token on a command line leaks into ps)."""
+
+
+def _parsers(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            helps = {a.dest: a.help for a in action._choices_actions}
+            for name, sub in action.choices.items():
+                yield (*path, name), sub, helps.get(name)
+                yield from _parsers(sub, (*path, name))
+
+
+def test_every_verb_and_every_argument_has_help():
+    """Report 14: jobs, ps, kill, ... had no description and no argument help."""
+    found = list(_parsers(build_parser()))
+    assert len(found) >= 25
+    for path, parser, summary in found:
+        name = " ".join(path)
+        assert summary, f"rc {name} has no one-line help in rc --help"
+        assert parser.description, f"rc {name} has no description"
+        for action in parser._actions:
+            if isinstance(action, (argparse._HelpAction, argparse._SubParsersAction)):
+                continue
+            label = action.option_strings[0] if action.option_strings else action.dest
+            if action.help == argparse.SUPPRESS:
+                assert label == "--token" or (path[0], label) in HIDDEN, (name, label)
+                continue
+            assert action.help and action.help.strip(), f"rc {name} {label} has no help"
+
+
+@pytest.mark.parametrize(
+    ("argv", "verb"),
+    [
+        (["jobs", "--json"], "rc jobs"),
+        (["whoami", "--bogus"], "rc whoami"),
+        (["token", "create", "x", "--bogus"], "rc token create"),
+        (["logs"], "rc logs"),
+    ],
+)
+def test_a_usage_error_points_at_the_verbs_own_help(argv, verb, capsys):
+    """Report 14: `rc jobs --json` said `(see rc --help)`."""
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"{verb}: ") and err.endswith(f"(see {verb} --help)\n"), err
+    assert err.count("\n") == 1
+
+
+def test_whoami_takes_o_json():
+    args = build_parser("whoami").parse_args(["whoami", "-o", "json"])
+    assert args.output == "json"
+
+
+@pytest.mark.parametrize("completer", [live_jobs, recent_jobs, devices, label_keys])
+def test_a_completion_with_no_controller_is_silently_empty(completer, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    monkeypatch.delenv("RC_CONTROLLER", raising=False)
+    monkeypatch.delenv("RC_TOKEN", raising=False)
+    # no token at all
+    assert completer(prefix="", parsed_args=argparse.Namespace()) == {}
+    # a port nobody listens on (connection refused)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]
+    ns = argparse.Namespace(controller=f"http://127.0.0.1:{dead}", token="rc_x", cacert=None)
+    assert completer(prefix="", parsed_args=ns) == {}
+    # a controller that accepts and never answers: bounded by the short timeout
+    with socket.socket() as mute:
+        mute.bind(("127.0.0.1", 0))
+        mute.listen(8)
+        ns.controller = f"http://127.0.0.1:{mute.getsockname()[1]}"
+        t0 = time.monotonic()
+        assert completer(prefix="", parsed_args=ns) == {}
+        assert time.monotonic() - t0 < COMPLETE_TIMEOUT_S * 3

@@ -47,8 +47,8 @@ def add_parsers(sub) -> None:
         "directory there). DST ending in '/' or naming an existing directory "
         "means 'into it'. Uses your hold on the device if you have one.",
     )
-    p.add_argument("src", metavar="SRC")
-    p.add_argument("dst", metavar="DST")
+    p.add_argument("src", metavar="SRC", help="what to copy: a local path, or host:name:path")
+    p.add_argument("dst", metavar="DST", help="where to: host:name:path, or a local path")
     p.add_argument(
         "--hold",
         type=int,

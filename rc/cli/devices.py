@@ -25,22 +25,41 @@ NO_CONTACT_S = 30.0
 
 def add_parsers(sub) -> None:
     from rc.cli import add_client_flags
+    from rc.cli.complete import attach, devices, label_keys
 
-    p = sub.add_parser("devices", help="every device, its state and who holds it")
-    p.add_argument(
-        "-s",
-        "--select",
-        "--selector",
-        dest="selector",
-        metavar="SELECTOR",
-        help="only devices matching this selector",
+    p = sub.add_parser(
+        "devices",
+        help="every device, its state and who holds it",
+        description="Every device: its state (free, busy, draining, out of the "
+        "pool and why, no contact), who holds it and why, how long against its "
+        "max runtime, and what it runs.",
+    )
+    attach(
+        p.add_argument(
+            "-s",
+            "--select",
+            "--selector",
+            dest="selector",
+            metavar="SELECTOR",
+            help="only devices matching this selector, e.g. 'vram>=40G'",
+        ),
+        label_keys,
     )
     add_output_flag(p)
     add_client_flags(p)
     p.set_defaults(handler="devices:cmd_devices")
 
-    p = sub.add_parser("describe", help="everything about one device: labels, sheet, jobs")
-    p.add_argument("device", type=device_arg, metavar="DEVICE")
+    p = sub.add_parser(
+        "describe",
+        help="everything about one device: labels, sheet, jobs",
+        description="Everything about device DEVICE: state, holder, last "
+        "heartbeat, why it is out of the pool or draining, its labels with "
+        "their source and age, its usage sheet and its recent jobs.",
+    )
+    attach(
+        p.add_argument("device", type=device_arg, metavar="DEVICE", help="a device id, host:name"),
+        devices,
+    )
     add_output_flag(p)
     add_client_flags(p)
     p.set_defaults(handler="devices:cmd_describe")
