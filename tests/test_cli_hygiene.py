@@ -202,3 +202,144 @@ def test_escaping_leaves_no_control_character_and_keeps_plain_text(text):
     assert all(c.isprintable() or c in "\n\t\r" for c in out)
     if all(c.isprintable() or c in "\n\t\r" for c in text):
         assert out == text
+
+
+def _with_env(cli: Cli, **extra: str) -> Cli:
+    other = Cli(cli.env["RC_CONTROLLER"], cli.env["RC_TOKEN"], cli.env, cli.cwd)
+    other.env.update(extra)
+    return other
+
+
+def _row(out: bytes, job_id: int) -> str:
+    for line in out.decode().splitlines():
+        if line.split(" ", 1)[0] == str(job_id):
+            return line
+    raise AssertionError(f"no row for job {job_id} in:\n{out.decode()}")
+
+
+def test_cells_escape_carriage_returns(box):
+    """Report 13: `\\r` in a hold reason or a command reached the terminal raw
+    in rc ps, rc jobs and rc devices (a cell escaped only newline and tab)."""
+    ctl, users, _admin = box
+    ann, ben = users["ann"], users["ben"]
+    hold = int(
+        ann.run("hold", "-d", "hy:cpu0", "--ttl", "5m", "--reason", "ok\rFORGED", "--detach").stdout
+    )
+    queued = int(ben.run("run", "--detach", "-d", "hy:cpu0", "--", "printf", "a\rb").stdout)
+    for args in (("ps",), ("jobs",), ("devices",), ("describe", "hy:cpu0")):
+        out = ben.run(*args, check=True).stdout
+        assert b"\r" not in out, (args, out)
+        assert b"\\r" in out, (args, out)
+    ben.run("kill", str(queued), check=True)
+    ann.run("release", str(hold), check=True)
+    wait_until(lambda: job(ctl.client(), hold)["state"] == "killed", 20, "the hold to end")
+
+
+def test_a_refused_no_wait_leaves_no_row(box):
+    """Report 15: a refused `rc run --no-wait` stayed in rc jobs as killed."""
+    ctl, users, admin = box
+    ann, ben = users["ann"], users["ben"]
+    hold = int(ann.run("hold", "-d", "hy:cpu0", "--ttl", "5m", "--reason", "r", "--detach").stdout)
+    refused = ben.run("run", "--no-wait", "-d", "hy:cpu0", "--", "echo", "nowait-marker")
+    assert refused.returncode == 1 and b"no_device_available" in refused.stderr
+    assert b"nothing was queued" in refused.stderr
+    everything = ctl.client().get("/v1/jobs", params={"limit": 1000})["jobs"]
+    assert not [j for j in everything if "nowait-marker" in j["command"]]
+    assert b"nowait-marker" not in admin.run("jobs", "-n", "1000").stdout
+    assert b"nowait-marker" not in admin.run("describe", "hy:cpu0").stdout
+    ann.run("release", str(hold), check=True)
+    wait_until(lambda: job(ctl.client(), hold)["state"] == "killed", 20, "the hold to end")
+
+
+def test_a_kill_reads_as_one_phrase(box):
+    """Report 15: a cancelled job read `killed (killed by admin)`."""
+    ctl, users, admin = box
+    ann, ben = users["ann"], users["ben"]
+    hold = int(ann.run("hold", "-d", "hy:cpu0", "--ttl", "5m", "--reason", "r", "--detach").stdout)
+    queued = int(ben.run("run", "--detach", "-d", "hy:cpu0", "--", "true").stdout)
+    admin.run("kill", str(queued), check=True)
+    ann.run("release", str(hold), check=True)
+    wait_until(lambda: job(ctl.client(), hold)["state"] == "killed", 20, "the hold to end")
+    listing = ben.run("jobs", check=True).stdout
+    assert "killed: cancelled while queued (by admin)" in _row(listing, queued)
+    assert "killed: released (by ann)" in _row(listing, hold)
+    assert b"killed (killed by" not in listing
+    described = ben.run("describe", "hy:cpu0", check=True).stdout.decode()
+    assert f"{queued}  killed: cancelled while queued (by admin)" in described
+
+
+def test_human_times_are_local_and_json_times_utc(box):
+    """Report 15: times were UTC for humans; `TZ` is honoured now."""
+    ctl, users, _admin = box
+    ann = users["ann"]
+    job_id = int(ann.run("run", "--detach", "--", "true").stdout)
+    wait_until(lambda: job(ctl.client(), job_id)["state"] == "succeeded", 20, "the job to end")
+    started = job(ctl.client(), job_id)["started_at"]
+    import time
+
+    from rc.cli.output import iso_utc
+
+    for tz, offset in (("UTC0", 0), ("XYZ-05:45", 5 * 3600 + 45 * 60), ("ABC+07", -7 * 3600)):
+        out = _with_env(ann, TZ=tz).run("jobs", "--submitter", "ann", check=True).stdout
+        local = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(started + offset))
+        assert local in _row(out, job_id), (tz, out)
+    records = _with_env(ann, TZ="XYZ-05:45").json("jobs", "--submitter", "ann")
+    mine = next(j for j in records if j["id"] == job_id)
+    assert mine["started_at"] == iso_utc(started) and mine["started_at"].endswith("Z")
+
+
+def test_cp_is_listed_as_rc_cp(box):
+    """Report 15: rc cp's job was listed as `sh -c 'set -e...`."""
+    ctl, users, _admin = box
+    ann = users["ann"]
+    (ann.cwd / "notes.txt").write_text("hello\n")
+    res = ann.run("cp", "notes.txt", "hy:cpu1:cp-into/")
+    assert res.returncode == 0, res.stderr
+    copies = [j for j in ctl.client().get("/v1/jobs")["jobs"] if j["stdio"] == "pipe"]
+    assert copies and copies[0]["reason"] == "rc cp notes.txt hy:cpu1:cp-into/"
+    row = _row(ann.run("jobs", check=True).stdout, copies[0]["id"])
+    assert row.endswith("rc cp notes.txt hy:cpu1:cp-into/") and "sh -c" not in row
+    described = ann.run("describe", "hy:cpu1", check=True).stdout.decode()
+    assert f"{copies[0]['id']}  succeeded" in described and "rc cp notes.txt" in described
+
+
+def test_whoami_prints_json(box):
+    """Report 14: `rc whoami -o json` was refused."""
+    _ctl, users, _admin = box
+    assert users["ann"].json("whoami") == {"name": "ann", "role": "user", "host": ""}
+
+
+def _complete(cli: Cli, line: str, tmp) -> set[str]:
+    out = tmp / "completions"
+    env = {
+        "_ARGCOMPLETE": "1",
+        "_ARGCOMPLETE_IFS": "\n",
+        "COMP_LINE": line,
+        "COMP_POINT": str(len(line)),
+        "_ARGCOMPLETE_STDOUT_FILENAME": str(out),
+    }
+    res = _with_env(cli, **env).run(timeout=30)
+    assert res.returncode == 0, res.stderr
+    return {w.strip() for w in out.read_text().split("\n") if w.strip()}
+
+
+def test_tab_completes_job_ids_device_ids_and_label_keys(box, tmp_path):
+    """Report 14: argcomplete completed no job id, device id or label key."""
+    ctl, users, _admin = box
+    ann = users["ann"]
+    hold = int(
+        ann.run("hold", "-d", "hy:cpu0", "--ttl", "5m", "--reason", "tab", "--detach").stdout
+    )
+    try:
+        assert _complete(ann, "rc kill ", tmp_path) == {str(hold)}  # options only after "-"
+        assert _complete(ann, "rc shell ", tmp_path) == {str(hold)}
+        assert _complete(ann, "rc describe ", tmp_path) == {"hy:cpu0", "hy:cpu1"}
+        keys = _complete(ann, "rc devices -s ", tmp_path)
+        assert {"host", "device", "id"} <= keys
+        assert _complete(ann, "rc run -s host=hy,dev", tmp_path) == {"host=hy,device"}
+        # a controller that is not there: no completions, no error, no wait
+        gone = _with_env(ann, RC_CONTROLLER="http://127.0.0.1:9")
+        assert _complete(gone, "rc kill ", tmp_path) == set()
+    finally:
+        ann.run("release", str(hold), check=True)
+        wait_until(lambda: job(ctl.client(), hold)["state"] == "killed", 20, "the hold to end")

@@ -251,6 +251,49 @@ def test_a_running_job_shows_with_its_log_and_ends_without_a_reload(site, browse
     click(browser, "#drawer-close")
 
 
+def test_a_device_lists_its_running_job_by_what_it_runs_and_kills_in_words(site, browser, tmp_path):
+    """Report 7: a running job among a device's "Recent jobs here" read
+    "20788d 8h ago" (aged from the finished_at it does not have yet). Report
+    15: a copy was listed by its sh -c script, a cancel as "killed by admin"."""
+    signed_in(browser, site.ctl.url, site.alice)
+    alice = site.ctl.client(site.alice)
+    flag = tmp_path / "finish"
+    title = "rc cp ./data box:cpu0:/tmp/"
+    running = alice.post(
+        "/v1/jobs",
+        {
+            "command": ["sh", "-c", f"while [ ! -e {flag} ]; do sleep 0.05; done"],
+            "device_id": "box:cpu0",
+            "reason": title,
+        },
+    )["job"]["id"]
+    queued = alice.post("/v1/jobs", {"command": ["true"], "device_id": "box:cpu0"})["job"]
+    assert queued["state"] == "queued"
+    site.ctl.client().post(f"/v1/jobs/{queued['id']}/kill")  # the admin cancels it
+    wait_until(
+        lambda: f"job {running}" in (t := text_of(browser, row("box:cpu0"))) and title in t,
+        20,
+        "the copy on its device row, by what it runs",
+    )
+    wait_until(lambda: title in text_of(browser, "#running"), 10, "the copy among running jobs")
+    wait_until(
+        lambda: "cancelled while queued (by admin)" in text_of(browser, "#recent"),
+        10,
+        "the cancel among recent jobs, in words",
+    )
+    click(browser, row("box:cpu0"))
+    item = f'#drawer-body [data-job="{running}"]'
+    wait_until(lambda: text_of(browser, item), 10, "the device's recent jobs")
+    text = text_of(browser, item)
+    assert "running" in text and title in text, text
+    assert re.search(r"\bfor \d+s\b", text) and "ago" not in text, text
+    cancelled = text_of(browser, f'#drawer-body [data-job="{queued["id"]}"]')
+    assert "cancelled while queued (by admin)" in cancelled and "killed by" not in cancelled
+    flag.touch()
+    wait_until(lambda: "Free" in text_of(browser, row("box:cpu0")), 20, "the device to be free")
+    click(browser, "#drawer-close")
+
+
 def test_a_hostile_label_is_shown_as_text(site, browser):
     signed_in(browser, site.ctl.url, site.alice)
     chips = js(

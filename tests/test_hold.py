@@ -154,7 +154,7 @@ def sleeper_of(job_id: int, worker_pid: int) -> str:
 
 
 GRANTED = re.compile(
-    r"hold (\d+) granted on (\S+) until (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ) "
+    r"hold (\d+) granted on (\S+) until (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) "
     r"\((\S+)\)\n"
 )
 
@@ -168,7 +168,8 @@ def test_hold_is_granted_shown_and_released(alice, bob, admin, fleet):
         hold_id, device, until, ttl = int(m[1]), m[2], m[3], m[4]
         assert (device, ttl) == ("box:cpu0", "1h")
         started = job(admin, hold_id)["started_at"]
-        assert until == time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started + 3600))
+        # local time, as every human-facing time (this process has rc's TZ)
+        assert until == time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started + 3600))
         # the worker runs its own sleeper, never a submitted command
         assert (
             wait_until(lambda: sleeper_of(hold_id, worker_pid), 10, "its process")

@@ -55,10 +55,22 @@ only rc.cli.devices and not the relay, copy and run machinery (DESIGN.md §8:
 
 class _Parser(argparse.ArgumentParser):
     """An ArgumentParser whose usage errors are one line (exit 2), naming the
-    command and where its help is; subcommand parsers inherit the class."""
+    command and where its help is."""
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+class _VerbParser(_Parser):
+    """A verb's parser (and its own subcommands'): arguments it does not know
+    are its usage error, so the message points at `rc VERB --help`, not at
+    `rc --help` (argparse leaves them to the top parser otherwise)."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras and "_ARGCOMPLETE" not in os.environ:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed, extras
 
 
 def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
@@ -72,7 +84,7 @@ def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
         "~/.config/rc/config.toml (rc up writes it).",
     )
     p.add_argument("--version", action="version", version=f"rc {__version__}")
-    sub = p.add_subparsers(dest="verb", metavar="COMMAND")
+    sub = p.add_subparsers(dest="verb", metavar="COMMAND", parser_class=_VerbParser)
     sub.required = True
     for name in (VERBS[verb],) if verb in VERBS else GROUPS:
         importlib.import_module(f"rc.cli.{name}").add_parsers(sub)
@@ -100,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             import argcomplete  # optional
 
-            argcomplete.autocomplete(parser)
+            # options are offered once "-" is typed: `rc kill <Tab>` lists job ids
+            argcomplete.autocomplete(parser, always_complete_options=False)
         except ImportError:
             pass
     else:

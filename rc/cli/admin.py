@@ -8,7 +8,7 @@ import sys
 import time
 
 from rc.cli.context import UsageError, client, device_arg, duration_seconds, whole_seconds_arg
-from rc.cli.output import add_output_flag, one_line, print_json, table, when
+from rc.cli.output import add_output_flag, machine, one_line, print_json, table, when
 from rc.proto.client import segment
 
 __all__ = ["add_parsers"]
@@ -16,13 +16,27 @@ __all__ = ["add_parsers"]
 
 def add_parsers(sub) -> None:
     from rc.cli import add_client_flags
+    from rc.cli.complete import attach, devices
 
-    p = sub.add_parser("token", help="create, list and revoke API tokens (admin)")
+    p = sub.add_parser(
+        "token",
+        help="create, list and revoke API tokens (admin)",
+        description="Manage the controller's API tokens (admin only).",
+    )
     tsub = p.add_subparsers(dest="token_command", metavar="ACTION")
     tsub.required = True
-    c = tsub.add_parser("create", help="create a token; prints its secret once")
-    c.add_argument("name")
-    c.add_argument("--role", choices=("user", "worker", "admin"), default="user")
+    c = tsub.add_parser(
+        "create",
+        help="create a token; prints its secret once",
+        description="Create token NAME and print its secret on stdout, the only time it is shown.",
+    )
+    c.add_argument("name", metavar="NAME", help="the token's name: the submitter of its jobs")
+    c.add_argument(
+        "--role",
+        choices=("user", "worker", "admin"),
+        default="user",
+        help="what it may do (default user; a worker token is bound to its host)",
+    )
     c.add_argument(
         "--expires",
         type=whole_seconds_arg,
@@ -32,12 +46,20 @@ def add_parsers(sub) -> None:
     )
     add_client_flags(c)
     c.set_defaults(handler="admin:cmd_token_create")
-    ls = tsub.add_parser("list", help="tokens without their secrets")
+    ls = tsub.add_parser(
+        "list",
+        help="tokens without their secrets",
+        description="Every token: name, role, status, bound host, dates, creator; never a secret.",
+    )
     add_output_flag(ls)
     add_client_flags(ls)
     ls.set_defaults(handler="admin:cmd_token_list")
-    rv = tsub.add_parser("revoke", help="revoke a token by name")
-    rv.add_argument("name")
+    rv = tsub.add_parser(
+        "revoke",
+        help="revoke a token by name",
+        description="Revoke token NAME at once (never the last admin token).",
+    )
+    rv.add_argument("name", metavar="NAME", help="the token's name (rc token list)")
     rv.add_argument(
         "--keep-jobs",
         action="store_true",
@@ -46,33 +68,76 @@ def add_parsers(sub) -> None:
     add_client_flags(rv)
     rv.set_defaults(handler="admin:cmd_token_revoke")
 
-    p = sub.add_parser("whoami", help="which token you are using")
+    p = sub.add_parser(
+        "whoami",
+        help="which token you are using",
+        description="The name, role (and, for a worker token, host) of the token this rc uses.",
+    )
+    add_output_flag(p)
     add_client_flags(p)
     p.set_defaults(handler="admin:cmd_whoami")
 
-    p = sub.add_parser("clear", help="return a quarantined device to the pool (admin)")
-    p.add_argument("device", type=device_arg, metavar="DEVICE")
+    p = sub.add_parser(
+        "clear",
+        help="return a quarantined device to the pool (admin)",
+        description="Return quarantined device DEVICE to the pool (admin only): "
+        "do it once you know nothing of the old job is left on it. Refused while "
+        "a lease is live or when the device is not quarantined.",
+    )
+    attach(
+        p.add_argument("device", type=device_arg, metavar="DEVICE", help="a device id, host:name"),
+        devices,
+    )
     add_client_flags(p)
     p.set_defaults(handler="admin:cmd_clear")
 
-    p = sub.add_parser("retire", help="remove a device from the fleet (admin)")
-    p.add_argument("device", type=device_arg, metavar="DEVICE")
+    p = sub.add_parser(
+        "retire",
+        help="remove a device from the fleet (admin)",
+        description="Remove device DEVICE from the fleet; its history stays and "
+        "queued jobs pinned to it are cancelled (admin only).",
+    )
+    attach(
+        p.add_argument("device", type=device_arg, metavar="DEVICE", help="a device id, host:name"),
+        devices,
+    )
     p.add_argument("--yes", action="store_true", help="really retire it")
     add_client_flags(p)
     p.set_defaults(handler="admin:cmd_retire")
 
-    p = sub.add_parser("drain", help="let the current job finish, start no new one (admin)")
-    p.add_argument("device", type=device_arg, metavar="DEVICE")
-    p.add_argument("--reason", default="", help="shown to everyone")
+    p = sub.add_parser(
+        "drain",
+        help="let the current job finish, start no new one (admin)",
+        description="Drain device DEVICE: the job on it finishes, no new job "
+        "starts there until rc undrain (admin only).",
+    )
+    attach(
+        p.add_argument("device", type=device_arg, metavar="DEVICE", help="a device id, host:name"),
+        devices,
+    )
+    p.add_argument("--reason", default="", metavar="TEXT", help="why (shown to everyone)")
     add_client_flags(p)
     p.set_defaults(handler="admin:cmd_drain")
 
-    p = sub.add_parser("undrain", help="put a drained device back in the pool (admin)")
-    p.add_argument("device", type=device_arg, metavar="DEVICE")
+    p = sub.add_parser(
+        "undrain",
+        help="put a drained device back in the pool (admin)",
+        description="Undrain device DEVICE: new jobs may start on it again (admin only).",
+    )
+    attach(
+        p.add_argument("device", type=device_arg, metavar="DEVICE", help="a device id, host:name"),
+        devices,
+    )
     add_client_flags(p)
     p.set_defaults(handler="admin:cmd_undrain")
 
-    p = sub.add_parser("events", help="the activity feed (-f to follow it)")
+    p = sub.add_parser(
+        "events",
+        help="the activity feed (-f to follow it)",
+        description="The activity feed, oldest first: quarantines, recoveries, "
+        "watchdog trips, lost jobs, clears, drains, token changes (times in the "
+        "local time zone). With -f, keep printing new events.",
+    )
     p.add_argument("-f", "--follow", action="store_true", help="keep printing new events")
     p.add_argument(
         "--since",
@@ -81,7 +146,9 @@ def add_parsers(sub) -> None:
         metavar="D",
         help="only events from the last D (e.g. 1h)",
     )
-    p.add_argument("-n", "--limit", type=int, default=100, help="at most this many (default 100)")
+    p.add_argument(
+        "-n", "--limit", type=int, default=100, metavar="N", help="at most this many (default 100)"
+    )
     add_output_flag(p)
     add_client_flags(p)
     p.set_defaults(handler="admin:cmd_events")
@@ -130,6 +197,9 @@ def cmd_token_revoke(args: argparse.Namespace) -> int:
 
 def cmd_whoami(args: argparse.Namespace) -> int:
     me = client(args).get("/v1/whoami")
+    if args.output == "json":
+        print_json(me)
+        return 0
     print(f"{me['name']} ({me['role']}" + (f", host {me['host']})" if me.get("host") else ")"))
     return 0
 
@@ -208,7 +278,7 @@ def _emit(e: dict, output: str) -> None:
     if output == "json":
         import json
 
-        print(json.dumps(e), flush=True)
+        print(json.dumps(machine(e)), flush=True)
     else:
         print(_event_line(e), flush=True)
     sys.stdout.flush()

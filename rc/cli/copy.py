@@ -48,8 +48,8 @@ def add_parsers(sub) -> None:
         "directory there). DST ending in '/' or naming an existing directory "
         "means 'into it'. Uses your hold on the device if you have one.",
     )
-    p.add_argument("src", metavar="SRC")
-    p.add_argument("dst", metavar="DST")
+    p.add_argument("src", metavar="SRC", help="what to copy: a local path, or host:name:path")
+    p.add_argument("dst", metavar="DST", help="where to: host:name:path, or a local path")
     p.add_argument(
         "--hold",
         type=int,
@@ -192,7 +192,9 @@ def _choose(c: Client, device: str, hold: int | None) -> _Place:
     return _Place(device)
 
 
-def _start(c: Client, place: _Place, command: list[str]) -> None:
+def _start(c: Client, place: _Place, command: list[str], title: str) -> None:
+    """Start the remote side: a session in the hold, else a pipe job whose
+    reason is `title` ("rc cp SRC DST", what listings show for it)."""
     if place.hold is not None:
         view = open_session(c, place.hold, {"stdio": "pipe", "command": command})
         place.sid = view["session_id"]
@@ -201,6 +203,7 @@ def _start(c: Client, place: _Place, command: list[str]) -> None:
         "device_id": place.device,
         "command": command,
         "stdio": "pipe",
+        "reason": title,
         "no_wait": True,
         "idempotency_key": uuid.uuid4().hex,
     }
@@ -254,17 +257,29 @@ def cmd_cp(args: argparse.Namespace) -> int:
             "one side must be on a device, written host:name:path (e.g. gpu-box:gpu0:/data/)"
         )
     c = client(args)
+    title = _title(args.src, args.dst)
     if isinstance(dst, Remote):
-        return _upload(c, src, dst, args.hold)
-    return _download(c, src, dst, args.hold)
+        return _upload(c, src, dst, args.hold, title)
+    return _download(c, src, dst, args.hold, title)
 
 
-def _upload(c: Client, src: str, dst: Remote, hold: int | None) -> int:
+TITLE_CHARS = 1000
+"""Longest "rc cp SRC DST" a copy job carries as its reason (free text: ≤ 4096)."""
+
+
+def _title(src: str, dst: str) -> str:
+    import shlex
+
+    text = shlex.join(["rc", "cp", src, dst])
+    return text if len(text) <= TITLE_CHARS else text[: TITLE_CHARS - 1] + "…"
+
+
+def _upload(c: Client, src: str, dst: Remote, hold: int | None, title: str) -> int:
     source = archive.scan(src)
     for name in source.skipped:
         stderr(f"skipping {name!r}: not a file, directory or symlink")
     place = _choose(c, dst.device, hold)
-    _start(c, place, ["sh", "-c", archive.UPLOAD_SCRIPT, "sh", dst.path, source.name])
+    _start(c, place, ["sh", "-c", archive.UPLOAD_SCRIPT, "sh", dst.path, source.name], title)
     up, down = open_halves(c, place.base)
     progress = _Progress("sent", source.total_bytes)
     failed: list[BaseException] = []
@@ -315,14 +330,14 @@ def _local_target(dst: str, name: str) -> tuple[str, str]:
     return parent, final
 
 
-def _download(c: Client, src: Remote, dst: str, hold: int | None) -> int:
+def _download(c: Client, src: Remote, dst: str, hold: int | None, title: str) -> int:
     path = src.path.rstrip("/") or "/"
     if path == "/":
         raise UsageError("rc cp will not copy a whole root directory")
     name = os.path.basename(path)
     parent, final = _local_target(dst, name)
     place = _choose(c, src.device, hold)
-    _start(c, place, ["sh", "-c", archive.DOWNLOAD_SCRIPT, "sh", src.path])
+    _start(c, place, ["sh", "-c", archive.DOWNLOAD_SCRIPT, "sh", src.path], title)
     up, down = open_halves(c, place.base)
     progress = _Progress("received", None)
     tmp = tempfile.mkdtemp(prefix=".rc-cp-", dir=parent)

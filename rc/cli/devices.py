@@ -9,8 +9,9 @@ from rc.cli.context import SelectorTerms, UsageError, client, device_arg
 from rc.cli.output import (
     add_output_flag,
     age,
-    command_text,
     duration,
+    job_state,
+    job_what,
     print_json,
     print_line,
     table,
@@ -24,23 +25,43 @@ NO_CONTACT_S = 30.0
 
 def add_parsers(sub) -> None:
     from rc.cli import add_client_flags
+    from rc.cli.complete import attach, devices, label_keys
 
-    p = sub.add_parser("devices", help="every device, its state and who holds it")
-    p.add_argument(
-        "-s",
-        "--select",
-        "--selector",
-        dest="selector",
-        action=SelectorTerms,
-        metavar="SELECTOR",
-        help="only devices matching this selector (repeated: every one must match)",
+    p = sub.add_parser(
+        "devices",
+        help="every device, its state and who holds it",
+        description="Every device: its state (free, busy, draining, out of the "
+        "pool and why, no contact), who holds it and why, how long against its "
+        "max runtime, and what it runs.",
+    )
+    attach(
+        p.add_argument(
+            "-s",
+            "--select",
+            "--selector",
+            dest="selector",
+            action=SelectorTerms,
+            metavar="SELECTOR",
+            help="only devices matching this selector, e.g. 'vram>=40G' (repeated: "
+            "every one must match)",
+        ),
+        label_keys,
     )
     add_output_flag(p)
     add_client_flags(p)
     p.set_defaults(handler="devices:cmd_devices")
 
-    p = sub.add_parser("describe", help="everything about one device: labels, sheet, jobs")
-    p.add_argument("device", type=device_arg, metavar="DEVICE")
+    p = sub.add_parser(
+        "describe",
+        help="everything about one device: labels, sheet, jobs",
+        description="Everything about device DEVICE: state, holder, last "
+        "heartbeat, why it is out of the pool or draining, its labels with "
+        "their source and age, its usage sheet and its recent jobs.",
+    )
+    attach(
+        p.add_argument("device", type=device_arg, metavar="DEVICE", help="a device id, host:name"),
+        devices,
+    )
     add_output_flag(p)
     add_client_flags(p)
     p.set_defaults(handler="devices:cmd_describe")
@@ -87,7 +108,7 @@ def cmd_devices(args: argparse.Namespace) -> int:
         elapsed = duration(v["elapsed_seconds"]) if v.get("elapsed_seconds") is not None else ""
         if elapsed and v.get("max_runtime_seconds"):
             elapsed += f"/{duration(v['max_runtime_seconds'])}"
-        what = "hold" if v.get("kind") == "hold" else command_text(v.get("command") or [], 40)
+        what = "hold" if v.get("kind") == "hold" else job_what(v, 40)
         rows.append(
             (
                 v["device"]["id"],
@@ -149,8 +170,8 @@ def cmd_describe(args: argparse.Namespace) -> int:
         took = ""
         if j.get("started_at"):
             took = duration((j.get("finished_at") or time.time()) - j["started_at"])
-        state = j["state"] + (f" ({j['kill_reason']})" if j.get("kill_reason") else "")
-        what = "hold" if j["kind"] == "hold" else command_text(j["command"], 50)
+        state = job_state(j, limit=None)
+        what = "hold" if j["kind"] == "hold" else job_what(j, 50)
         print_line(f"  {j['id']}  {state}  {took}  {what}")
     if not info.get("recent_jobs"):
         print_line("  (none)")

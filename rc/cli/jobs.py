@@ -9,8 +9,9 @@ import time
 from rc.cli.context import SelectorTerms, UsageError, client
 from rc.cli.output import (
     add_output_flag,
-    command_text,
     duration,
+    job_state,
+    job_what,
     print_json,
     print_line,
     table,
@@ -24,51 +25,101 @@ STATES = ("queued", "assigned", "running", "succeeded", "failed", "killed", "los
 
 def add_parsers(sub) -> None:
     from rc.cli import add_client_flags
+    from rc.cli.complete import attach, devices, label_keys, live_jobs, recent_jobs
 
-    p = sub.add_parser("jobs", help="list jobs, newest first (history included)")
-    p.add_argument("-n", "--limit", type=int, default=20, help="how many (1..1000, default 20)")
-    p.add_argument("--device", default="", help="only jobs on this device")
-    p.add_argument("--submitter", default="", help="only this submitter's jobs")
+    p = sub.add_parser(
+        "jobs",
+        help="list jobs, newest first (history included)",
+        description="List jobs and holds, newest first, finished ones included: "
+        "device (or selector while queued), state and why it ended, submitter, "
+        "start time (local time zone), duration, command.",
+    )
+    p.add_argument(
+        "-n", "--limit", type=int, default=20, metavar="N", help="how many (1..1000, default 20)"
+    )
+    attach(
+        p.add_argument(
+            "--device", default="", metavar="DEVICE", help="only jobs on this device (host:name)"
+        ),
+        devices,
+    )
+    p.add_argument("--submitter", default="", metavar="NAME", help="only this submitter's jobs")
     p.add_argument(
         "--state",
         default="",
         choices=("",) + STATES,
         metavar="STATE",
-        help="only jobs in this state",
+        help=f"only jobs in this state ({', '.join(STATES)})",
     )
     add_output_flag(p)
     add_client_flags(p)
     p.set_defaults(handler="jobs:cmd_jobs")
 
-    p = sub.add_parser("logs", help="print a job's output (-f to follow it to the end)")
-    p.add_argument("job", type=int, metavar="JOB")
-    p.add_argument("-f", "--follow", action="store_true", help="keep printing until it ends")
+    p = sub.add_parser(
+        "logs",
+        help="print a job's output (-f to follow it to the end)",
+        description="Print the stored output (stdout and stderr together) of "
+        "job JOB. With -f, keep printing until the job ends, reconnecting "
+        "without gaps or repeats, and exit with the job's exit code.",
+    )
+    attach(p.add_argument("job", type=int, metavar="JOB", help="the job id"), recent_jobs)
+    p.add_argument(
+        "-f",
+        "--follow",
+        action="store_true",
+        help="keep printing until the job ends, then exit with its code",
+    )
     add_client_flags(p)
     p.set_defaults(handler="jobs:cmd_logs")
 
-    p = sub.add_parser("kill", help="kill a job or cancel a queued one (yours, or any as admin)")
-    p.add_argument("job", type=int, metavar="JOB")
-    p.add_argument("--reason", default="", help="why (recorded with the job)")
+    p = sub.add_parser(
+        "kill",
+        help="kill a job or cancel a queued one (yours, or any as admin)",
+        description="Kill job JOB (SIGTERM to its process group, SIGKILL after "
+        "the worker's grace), end a hold, or cancel a queued job. Only its "
+        "submitter or an admin may.",
+    )
+    attach(p.add_argument("job", type=int, metavar="JOB", help="the job or hold id"), live_jobs)
+    p.add_argument(
+        "--reason", default="", metavar="TEXT", help="why (recorded with the job, shown to all)"
+    )
     add_client_flags(p)
     p.set_defaults(handler="jobs:cmd_kill")
 
-    p = sub.add_parser("ps", help="running jobs and holds, then the queue in order")
+    p = sub.add_parser(
+        "ps",
+        help="running jobs and holds, then the queue in order",
+        description="Running jobs and holds with how long they have had their "
+        "device, then the queue in scheduling order with each job's position "
+        "and how long it has waited.",
+    )
     add_output_flag(p)
     add_client_flags(p)
     p.set_defaults(handler="jobs:cmd_ps")
 
-    p = sub.add_parser("explain", help="why is my job waiting? (or: what does a selector match?)")
+    p = sub.add_parser(
+        "explain",
+        help="why is my job waiting? (or: what does a selector match?)",
+        description="Why queued job JOB is not running, from the scheduler's own "
+        "plan: each device it could use and why that one is not its now. With "
+        "-s, which devices a selector matches, which are free, and the queue depth.",
+    )
     g = p.add_mutually_exclusive_group(required=True)
-    g.add_argument("job", nargs="?", type=int, metavar="JOB", help="a queued job")
-    g.add_argument(
-        "-s",
-        "--select",
-        "--selector",
-        dest="selector",
-        action=SelectorTerms,
-        metavar="SELECTOR",
-        help="which devices match, which are free, how deep the queue is "
-        "(repeated: every one must match)",
+    attach(
+        g.add_argument("job", nargs="?", type=int, metavar="JOB", help="a queued job"), live_jobs
+    )
+    attach(
+        g.add_argument(
+            "-s",
+            "--select",
+            "--selector",
+            dest="selector",
+            action=SelectorTerms,
+            metavar="SELECTOR",
+            help="which devices match, which are free, how deep the queue is "
+            "(repeated: every one must match)",
+        ),
+        label_keys,
     )
     add_output_flag(p)
     add_client_flags(p)
@@ -81,26 +132,6 @@ def _started_and_duration(j: dict) -> tuple[str, str]:
         return "-", "-"
     end = j.get("finished_at") or time.time()
     return when(start), duration(end - start)
-
-
-STATE_REASON_SHOWN = 40
-"""Characters of a kill reason shown in a table (rc jobs JOB -o json has it all)."""
-
-
-def _state(j: dict) -> str:
-    s = j["state"]
-    reason = j.get("kill_reason") or ""
-    if reason and s in ("killed", "lost", "failed"):
-        if len(reason) > STATE_REASON_SHOWN:
-            reason = reason[: STATE_REASON_SHOWN - 1] + "…"
-        s += f" ({reason})"
-    return s
-
-
-def _command(j: dict) -> str:
-    if j["kind"] == "hold":
-        return f"hold: {j.get('reason', '')}"
-    return command_text(j["command"])
 
 
 def cmd_jobs(args: argparse.Namespace) -> int:
@@ -124,11 +155,11 @@ def cmd_jobs(args: argparse.Namespace) -> int:
             (
                 j["id"],
                 j["device_id"] or j["selector"],
-                _state(j),
+                job_state(j),
                 j["submitter"],
                 started,
                 took,
-                _command(j),
+                job_what(j),
             )
         )
     table(("JOB", "DEVICE", "STATE", "SUBMITTER", "STARTED", "DURATION", "COMMAND"), rows)
@@ -182,7 +213,7 @@ def cmd_ps(args: argparse.Namespace) -> int:
                 j["submitter"],
                 j["priority"],
                 duration(held_for.get(j["id"])),
-                _command(j),
+                job_what(j),
             )
         )
     for j in st["queued"]:
@@ -196,7 +227,7 @@ def cmd_ps(args: argparse.Namespace) -> int:
                 j["submitter"],
                 j["priority"],
                 duration(st["queued_waiting_seconds"].get(key)),
-                _command(j),
+                job_what(j),
             )
         )
     table(("JOB", "DEVICE", "STATE", "SUBMITTER", "PRIO", "FOR", "COMMAND"), rows)

@@ -198,7 +198,10 @@ def add_parsers(sub) -> None:
     p.set_defaults(handler="local:cmd_serve")
 
     p = sub.add_parser(
-        "worker", help="run the device agent on a GPU host (rc worker --help)", add_help=False
+        "worker",
+        help="run the device agent on a GPU host (rc worker --help)",
+        description="Run the device agent (its own options: rc worker --help).",
+        add_help=False,
     )
     p.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     p.set_defaults(handler="local:cmd_worker")
@@ -239,7 +242,12 @@ def add_parsers(sub) -> None:
     )
     p.set_defaults(handler="local:cmd_up")
 
-    p = sub.add_parser("down", help="stop what rc up -d started")
+    p = sub.add_parser(
+        "down",
+        help="stop what rc up -d started",
+        description="Stop the controller and the worker that rc up -d started "
+        "for this data directory.",
+    )
     p.add_argument(
         "--data", default=None, metavar="DIR", help=f"data directory (default {default_data_dir()})"
     )

@@ -1,11 +1,19 @@
-"""Rendering for humans and machines: tables, JSON, ages, durations."""
+"""Rendering for humans and machines: tables, JSON, ages, durations, times,
+and the words a listing uses for a job's state and what it runs.
+
+Humans get times in the local time zone (`TZ` honoured); `-o json` gets every
+timestamp as RFC 3339 UTC text. Table cells show every control character as an
+escape, so what other users wrote can never drive the terminal or forge a row.
+"""
 
 from __future__ import annotations
 
+import datetime
 import json
+import re
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from rc.proto.codec import encode
@@ -18,10 +26,15 @@ __all__ = [
     "command_text",
     "duration",
     "escape_controls",
+    "iso_utc",
+    "job_state",
+    "job_what",
+    "machine",
     "one_line",
     "print_json",
     "print_line",
     "table",
+    "visible",
     "when",
 ]
 
@@ -38,6 +51,17 @@ def escape_controls(text: str) -> str:
     ):
         return text  # the common case, at C speed (a whole table is one write)
     return "".join(c if c.isprintable() or c in _KEPT else repr(c)[1:-1] for c in text)
+
+
+def visible(text: str) -> str:
+    """`text` with every character that is not printable shown as an escape:
+    newline, tab and carriage return as \\n, \\t, \\r; the rest of C0, DEL,
+    C1 (ESC as \\x1b, CSI as \\x9b) and other invisible or layout-changing
+    characters (bidi overrides, line separators, ...) as \\xNN / \\uNNNN.
+    For a table cell: one line, nothing that moves the cursor."""
+    if text.isprintable():
+        return text  # the common case, at C speed
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def one_line(text: str) -> str:
@@ -75,14 +99,42 @@ def add_output_flag(p) -> None:
         "--output",
         choices=("text", "json"),
         default="text",
-        help="output format (json prints the records on stdout)",
+        help="text (default) or json: the records on stdout, times as RFC 3339 UTC",
     )
 
 
 def print_json(obj: Any) -> None:
-    """Records as indented JSON on stdout."""
-    json.dump(encode(obj), sys.stdout, indent=2)
+    """Records as indented JSON on stdout, timestamps as RFC 3339 UTC (machine)."""
+    json.dump(machine(obj), sys.stdout, indent=2)
     sys.stdout.write("\n")
+
+
+def machine(obj: Any) -> Any:
+    """`obj` as JSON primitives (records encoded) with every timestamp (a
+    number under a key `at` or ending in `_at`: seconds since the epoch)
+    rewritten as RFC 3339 UTC text to the millisecond, e.g.
+    "2026-03-02T16:04:05.123Z". Other numbers (durations, ages) stay numbers."""
+    return _timestamps(encode(obj))
+
+
+def _timestamps(v: Any, key: str = "") -> Any:
+    if isinstance(v, dict):
+        return {k: _timestamps(x, k) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_timestamps(x) for x in v]
+    if (
+        (key == "at" or key.endswith("_at"))
+        and isinstance(v, (int, float))
+        and not isinstance(v, bool)
+    ):
+        return iso_utc(v)
+    return v
+
+
+def iso_utc(ts: float) -> str:
+    """Seconds since the epoch as RFC 3339 UTC to the millisecond."""
+    moment = datetime.datetime.fromtimestamp(ts, datetime.UTC)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
@@ -102,8 +154,7 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
 def _cell(v: Any) -> str:
     if v is None or v == "":
         return "-"
-    text = str(v)
-    return text.replace("\n", "\\n").replace("\t", " ")
+    return visible(str(v))
 
 
 def duration(seconds: float | None) -> str:
@@ -139,10 +190,11 @@ def _ladder(s: float) -> str:
 
 
 def when(ts: float | None) -> str:
-    """A timestamp as UTC RFC 3339 to the second ("-" for None)."""
+    """A timestamp for a human: local time (the `TZ` environment variable
+    honoured) to the second, "2026-03-02 17:04:05" ("-" for None)."""
     if ts is None:
         return "-"
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
 
 
 def command_text(argv: Sequence[str], limit: int = 60) -> str:
@@ -151,3 +203,75 @@ def command_text(argv: Sequence[str], limit: int = 60) -> str:
 
     text = " ".join(shlex.quote(a) for a in argv).replace("\n", "\\n")
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+STATE_REASON_SHOWN = 40
+"""Characters of a job's end reason shown in a table (-o json has it all)."""
+
+_KILLED_BY = re.compile(
+    r"killed by (?P<who>[^\s:]+)(?P<admin> \(admin\))?(?:: (?P<why>.*))?\Z", re.DOTALL
+)
+_REWORDED = (
+    # the worker's and controller's fixed reasons, as a listing says them
+    (re.compile(r"idle: no output for (?P<d>\S+)\Z"), "no output for {d} (idle timeout)"),
+    (re.compile(r"max_runtime exceeded \((?P<d>[^)]*)\)\Z"), "ran past its max runtime of {d}"),
+    (re.compile(r"signal: (?P<sig>\S+)\Z"), "signal {sig}"),
+    (re.compile(r"no-wait: no device was free\Z"), "no device was free (--no-wait)"),
+)
+
+
+def end_reason(job: Mapping[str, Any]) -> str:
+    """Why a job ended, in words that follow its state ("" for none).
+
+    A kill stored as "killed by NAME[ (admin)][: WHY]" reads "WHY (by NAME)"
+    ("cancelled while queued" when it never started and no WHY was given; a
+    WHY ending in ")" takes the name inside: "released (Ctrl-C, by ann)");
+    the worker's fixed reasons are reworded ("idle: no output for 5m" → "no
+    output for 5m (idle timeout)"); anything else is shown as it is.
+    """
+    reason = (job.get("kill_reason") or "").strip()
+    m = _KILLED_BY.match(reason)
+    if m is None:
+        for pattern, words in _REWORDED:
+            hit = pattern.match(reason)
+            if hit:
+                return words.format(**hit.groupdict())
+        return reason
+    who = f"by {m['who']}" + (", an admin" if m["admin"] else "")
+    why = (m["why"] or "").strip()
+    if not why and not job.get("started_at"):
+        why = "cancelled while queued"
+    if not why:
+        return who
+    if why.endswith(")") and "(" in why:
+        return f"{why[:-1]}, {who})"
+    return f"{why} ({who})"
+
+
+def job_state(job: Mapping[str, Any], limit: int | None = STATE_REASON_SHOWN) -> str:
+    """A finished job's state with why, as listings show it: "killed:
+    cancelled while queued (by root)", "failed: exited with code 3", "lost:
+    ...", "killed by ann"; other states as they are. The reason is cut to
+    `limit` characters (None: whole)."""
+    state = job["state"]
+    if state not in ("killed", "lost", "failed"):
+        return state
+    why = end_reason(job)
+    if not why:
+        return state
+    if limit is not None and len(why) > limit:
+        why = why[: limit - 1] + "…"
+    return f"{state} {why}" if why.startswith("by ") else f"{state}: {why}"
+
+
+def job_what(job: Mapping[str, Any], limit: int = 60) -> str:
+    """What a job runs, for a listing: "hold: REASON" for a hold; for a job
+    submitted with a reason (`rc cp` gives "rc cp SRC DST") that reason, not
+    its command (the command is in -o json and the dashboard's job panel);
+    else the command line, shortened to `limit` characters."""
+    if job.get("kind") == "hold":
+        return f"hold: {job.get('reason', '')}"
+    reason = job.get("reason") or ""
+    if reason:
+        return reason if len(reason) <= limit else reason[: limit - 1] + "…"
+    return command_text(job.get("command") or (), limit)

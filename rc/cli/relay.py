@@ -89,10 +89,13 @@ def add_parsers(sub) -> None:
 def _session_parser(sub, name: str, help: str, description: str, command_help: str) -> None:
     """`rc shell` and `rc exec`: HOLD, --cwd, -e, --env-file, -- CMD."""
     from rc.cli import add_client_flags
+    from rc.cli.complete import attach, live_jobs
     from rc.cli.run import add_env_flags
 
     p = sub.add_parser(name, help=help, description=description)
-    p.add_argument("hold", type=int, metavar="HOLD")
+    attach(
+        p.add_argument("hold", type=int, metavar="HOLD", help="a running hold of yours"), live_jobs
+    )
     p.add_argument(
         "--cwd",
         default=None,

@@ -82,19 +82,27 @@ def priority_arg(text: str) -> int:
 
 def _target_flags(p: argparse.ArgumentParser) -> None:
     """-d DEVICE or -s SELECTOR (repeatable); with neither, any device (`*`)."""
+    from rc.cli.complete import attach, devices, label_keys
+
     g = p.add_mutually_exclusive_group()
-    g.add_argument(
-        "-d", "--device", type=device_arg, metavar="DEVICE", help="a specific device, host:name"
+    attach(
+        g.add_argument(
+            "-d", "--device", type=device_arg, metavar="DEVICE", help="a specific device, host:name"
+        ),
+        devices,
     )
-    g.add_argument(
-        "-s",
-        "--select",
-        "--selector",
-        dest="selector",
-        action=SelectorTerms,
-        metavar="SELECTOR",
-        help="any device matching the selector, e.g. 'model=h100,vram>=40G' "
-        "(repeated: every one must match)",
+    attach(
+        g.add_argument(
+            "-s",
+            "--select",
+            "--selector",
+            dest="selector",
+            action=SelectorTerms,
+            metavar="SELECTOR",
+            help="any device matching the selector, e.g. 'model=h100,vram>=40G' "
+            "(repeated: every one must match)",
+        ),
+        label_keys,
     )
 
 
@@ -181,8 +189,15 @@ def add_parsers(sub) -> None:
     add_client_flags(p)
     p.set_defaults(handler="run:cmd_hold")
 
-    p = sub.add_parser("release", help="end a hold (or kill a job) you own")
-    p.add_argument("job", type=int, metavar="ID")
+    p = sub.add_parser(
+        "release",
+        help="end a hold (or kill a job) you own",
+        description="End hold ID now (or kill job ID): the device goes back to "
+        "the pool once its worker has checked it.",
+    )
+    from rc.cli.complete import attach, live_jobs
+
+    attach(p.add_argument("job", type=int, metavar="ID", help="the hold (or job) id"), live_jobs)
     add_client_flags(p)
     p.set_defaults(handler="run:cmd_release")
 

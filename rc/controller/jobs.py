@@ -26,6 +26,7 @@ __all__ = [
     "kill",
     "mark_running",
     "release",
+    "withdraw_queued",
 ]
 
 WATCHDOG_PREFIXES = ("max_runtime exceeded", "idle: no output for")
@@ -150,6 +151,17 @@ def cancel_queued(tx: Tx, job_id: int, reason: str) -> bool:
     if tx.exec("job_cancel_queued", (reason, tx.now, job_id)) == 0:
         return False
     tx.notify("jobs", f"job:{job_id}", f"log:{job_id}")
+    return True
+
+
+def withdraw_queued(tx: Tx, job_id: int) -> bool:
+    """Take back a --no-wait submission that is still queued: the row goes
+    (no listing, count or history keeps a job that never was); its id is not
+    reused (AUTOINCREMENT) and its idempotency key is free again. False when
+    it was no longer queued (it got a device meanwhile)."""
+    if tx.exec("job_withdraw_queued", (job_id,)) == 0:
+        return False
+    tx.notify("jobs", f"job:{job_id}")
     return True
 
 

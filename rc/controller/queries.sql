@@ -31,6 +31,10 @@ SELECT count(*) FROM jobs WHERE state = 'queued' AND submitter = ?
 UPDATE jobs SET state = 'killed', kill_reason = ?, finished_at = ?
 WHERE id = ? AND state = 'queued'
 
+-- name: job_withdraw_queued
+-- A --no-wait submission that could not start: it is taken back, never kept.
+DELETE FROM jobs WHERE id = ? AND state = 'queued'
+
 -- name: job_request_kill
 UPDATE jobs SET kill_requested = 1, kill_delivered_at = 0, kill_reason = ?
 WHERE id = ? AND state IN ('assigned', 'running')

@@ -44,6 +44,8 @@ __all__ = ["routes", "validate_submit"]
 
 LOG_READ_CHUNK = 256 << 10
 NO_WAIT_REASON = "no-wait: no device was free"
+"""The kill reason of a refused no_wait submission in a database from before
+such submissions were taken back (jobs.withdraw_queued); still answered 409."""
 TOKEN_RECHECK_S = 1.0
 """A log follow re-checks its caller's token this often (a revoked token stops it)."""
 
@@ -177,23 +179,31 @@ def validate_submit(req: SubmitRequest, who: Caller, lim: Limits) -> jobs.NewJob
 async def submit(request: Request):
     """POST /v1/jobs: 201 with the job (200 for an idempotent replay).
 
-    With no_wait, a job that cannot start at once is cancelled and the answer
-    is 409 no_device_available: nothing is left in the queue.
+    With no_wait, a job that cannot start at once is taken back (deleted, see
+    jobs.withdraw_queued) and the answer is 409 no_device_available: nothing
+    is left in the queue, the listings or the history.
     """
     c = ctl(request)
     who = caller(request, Role.USER)
     req = await json_body(request, SubmitRequest, c.cfg.limits.body_bytes)
     new = validate_submit(req, who, c.cfg.limits)
     job_id, created = await c.db.write(jobs.enqueue, new, c.fleet)
-    view = await c.job_view(job_id)
+    try:
+        view = await c.job_view(job_id)
+    except Refused as e:
+        if not (req.no_wait and e.status == 404):
+            raise
+        view = None  # a concurrent duplicate (same key, no_wait too) took it back
     if req.no_wait:
         # A concurrent duplicate (created False) carries no_wait too: either
-        # request may cancel, and both then answer 409.
-        if view.job.state is JobState.QUEUED:
-            await c.db.write(jobs.cancel_queued, job_id, NO_WAIT_REASON)
-            view = await c.job_view(job_id)
-        if view.job.state is JobState.KILLED and view.job.kill_reason == NO_WAIT_REASON:
-            _no_device(req, job_id)
+        # request may take it back, and both then answer 409.
+        if view is not None and view.job.state is JobState.QUEUED:
+            await c.db.write(jobs.withdraw_queued, job_id)
+            view = None
+        if view is None or (
+            view.job.state is JobState.KILLED and view.job.kill_reason == NO_WAIT_REASON
+        ):
+            _no_device(req)
     return reply(_visible(view, who), 201 if created else 200)
 
 
@@ -202,12 +212,11 @@ def _visible(view, who):
     return dataclasses.replace(view, job=views.for_caller(view.job, who.name, who.admin))
 
 
-def _no_device(req: SubmitRequest, job_id: int):
+def _no_device(req: SubmitRequest):
     target = req.device_id or f"selector {req.selector!r}"
     raise Refused.conflict(
         ErrorCode.NO_DEVICE_AVAILABLE,
-        f"{target}: no device free right now (no-wait); nothing was left queued "
-        f"(job {job_id} was cancelled)",
+        f"{target}: no device free right now (no-wait); nothing was queued",
     )
 
 

@@ -211,6 +211,42 @@
 
   function commandText(argv) { return (argv || []).map((a) => (/^[\w@%+=:,./-]+$/.test(a) ? a : JSON.stringify(a))).join(" "); }
 
+  // What a job (or a device's holder) runs, as the rc listings say it
+  // (rc.cli.output.job_what): a hold's reason; a job's reason when it was
+  // submitted with one (rc cp gives "rc cp SRC DST"), else its command line.
+  function jobWhat(j) {
+    if (j.kind === "hold") return `hold: ${j.reason || ""}`;
+    return j.reason || commandText(j.command);
+  }
+
+  // Why a job ended, in words that follow its state (rc.cli.output.end_reason):
+  // "killed by NAME[ (admin)][: WHY]" reads "WHY (by NAME)", the worker's
+  // fixed reasons are reworded, anything else is shown as it is.
+  const KILLED_BY = /^killed by ([^\s:]+)( \(admin\))?(?:: ([\s\S]*))?$/;
+  const REWORDED = [
+    [/^idle: no output for (\S+)$/, (m) => `no output for ${m[1]} (idle timeout)`],
+    [/^max_runtime exceeded \(([^)]*)\)$/, (m) => `ran past its max runtime of ${m[1]}`],
+    [/^signal: (\S+)$/, (m) => `signal ${m[1]}`],
+    [/^no-wait: no device was free$/, () => "no device was free (--no-wait)"],
+  ];
+
+  function endReason(j) {
+    const reason = (j.kill_reason || "").trim();
+    const m = KILLED_BY.exec(reason);
+    if (!m) {
+      for (const [re, words] of REWORDED) {
+        const hit = re.exec(reason);
+        if (hit) return words(hit);
+      }
+      return reason;
+    }
+    const who = `by ${m[1]}${m[2] ? ", an admin" : ""}`;
+    let why = (m[3] || "").trim();
+    if (!why && !j.started_at) why = "cancelled while queued";
+    if (!why) return who;
+    return why.endsWith(")") && why.includes("(") ? `${why.slice(0, -1)}, ${who})` : `${why} (${who})`;
+  }
+
   function stripAnsi(text) { return text.replace(/\x1b\[[0-9;?]*[ -/]*[@-~]/g, ""); }
 
   // Seconds since the snapshot was fetched (elapsed counters tick locally).
@@ -400,7 +436,7 @@
     if (v.holder) {
       const what = v.kind === "hold"
         ? ["holds it", v.reason ? [": ", h("span", null, v.reason)] : null]
-        : ["· ", ref(`job ${v.job_id}`, () => openJob(v.job_id)), " · ", h("span", { class: "cmd" }, commandText(v.command))];
+        : ["· ", ref(`job ${v.job_id}`, () => openJob(v.job_id)), " · ", h("span", { class: "cmd" }, jobWhat(v))];
       const line = h("div", { class: "dev-line" }, h("b", null, v.holder), youBadge(v.holder), " ", what);
       if (d.draining) line.append(" · draining: no new job after this one");
       if (d.state === "unknown") line.prepend("Worker silent; lease kept by ");
@@ -491,7 +527,7 @@
         h("span", { class: "jid" }, `#${j.id}`),
         h("span", { class: "grow" }, h("b", null, j.submitter), youBadge(j.submitter), ` on ${j.device_id}`),
         v && v.elapsed_seconds !== null ? ticking("span", "num", () => dur(v.elapsed_seconds + sinceFetch())) : h("span", { class: `js js-${j.state}` }, JOB_WORDS[j.state])),
-      h("div", { class: "item-sub" }, j.kind === "hold" ? `hold: ${j.reason}` : h("span", { class: "mono" }, commandText(j.command))));
+      h("div", { class: "item-sub" }, j.kind === "hold" ? jobWhat(j) : h("span", { class: "mono" }, jobWhat(j))));
     return clickable(item, () => openJob(j.id));
   }
 
@@ -502,7 +538,19 @@
   function outcome(j) {
     if (j.state === "succeeded") return "exit 0";
     if (j.state === "failed") return j.exit_code !== null && j.exit_code !== undefined ? `exit ${j.exit_code}` : "failed";
-    return j.kill_reason || JOB_WORDS[j.state];
+    if (!TERMINAL.has(j.state)) return jobWhat(j);
+    const why = endReason(j);
+    if (!why) return JOB_WORDS[j.state];
+    return why.startsWith("by ") ? `${JOB_WORDS[j.state]} ${why}` : why;
+  }
+
+  // When, for a job in a list of recent ones: how long ago it finished; for
+  // one still running (a device's recent jobs include it), for how long.
+  function recentWhen(j) {
+    const now = Date.now() / 1000;
+    if (j.finished_at) return ago(now - j.finished_at);
+    if (j.started_at) return `for ${dur(now - j.started_at)}`;
+    return JOB_WORDS[j.state];
   }
 
   function recentItem(j) {
@@ -512,7 +560,7 @@
         h("span", { class: "jid" }, `#${j.id}`),
         h("span", { class: `js js-${j.state}` }, JOB_WORDS[j.state]),
         h("span", { class: "grow" }, h("b", null, j.submitter), youBadge(j.submitter), j.device_id ? ` · ${j.device_id}` : ""),
-        ticking("span", "num", () => ago(Date.now() / 1000 - j.finished_at))),
+        ticking("span", "num", () => recentWhen(j))),
       h("div", { class: "item-sub" }, outcome(j), took ? ` · ran ${took}` : ""));
     return clickable(item, () => openJob(j.id));
   }
@@ -778,7 +826,7 @@
       ["Heartbeat", ago(data.view.heartbeat_age_seconds || 0)],
       ["Runtime ceiling", d.max_runtime_seconds ? dur(d.max_runtime_seconds) : "none"],
       v.job_id ? ["Job", ref(`job ${v.job_id}`, () => openJob(v.job_id))] : null,
-      v.command && v.command.length && v.kind !== "hold" ? ["Command", h("span", { class: "mono" }, commandText(v.command))] : null,
+      v.command && v.command.length && v.kind !== "hold" ? ["Command", h("span", { class: "mono" }, jobWhat(v))] : null,
       d.draining ? ["Draining", d.drain_reason || "yes"] : null,
     ]));
     if (S.me && S.me.role === "admin") out.push(adminActions(d));
@@ -833,6 +881,11 @@
     return box;
   }
 
+  function endWords(j) {
+    const why = endReason(j);
+    return !why ? "" : why.startsWith("by ") ? ` ${why}` : `: ${why}`;
+  }
+
   function jobHeadline(j, pos) {
     switch (j.state) {
       case "queued": return `Waiting${pos ? `, ${ordinal(pos)} in line` : ""} for ${j.selector ? `a device matching ${j.selector}` : j.device_id}.`;
@@ -840,8 +893,8 @@
       case "running": return `Running on ${j.device_id}.`;
       case "succeeded": return `Succeeded on ${j.device_id}.`;
       case "failed": return `Failed on ${j.device_id}${j.exit_code !== null && j.exit_code !== undefined ? ` with exit code ${j.exit_code}` : ""}.`;
-      case "killed": return `Killed${j.kill_reason ? `: ${j.kill_reason}` : ""}.`;
-      case "lost": return `Lost${j.kill_reason ? `: ${j.kill_reason}` : ""}. Nothing proves it ended; its device was quarantined.`;
+      case "killed": return `Killed${endWords(j)}.`;
+      case "lost": return `Lost${endWords(j)}. Nothing proves it ended; its device was quarantined.`;
       default: return j.state;
     }
   }

@@ -1,0 +1,203 @@
+"""What a newcomer hit in rc's listings and help, pinned without processes:
+table cells that let a carriage return through, JSON times, the words for a
+job's state and what it runs, help text on every verb and argument, usage
+errors pointing at the verb's own help, and completions that fail silently."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import socket
+import time
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rc.cli import build_parser, main
+from rc.cli.complete import COMPLETE_TIMEOUT_S, devices, label_keys, live_jobs, recent_jobs
+from rc.cli.output import end_reason, iso_utc, job_state, job_what, machine, table, visible
+
+
+def _table_text(capsys, rows) -> str:
+    table(("A", "B"), rows)
+    return capsys.readouterr().out
+
+
+def test_a_cell_escapes_a_carriage_return_and_every_control_character(capsys):
+    """Report 13: `\\r` in a hold reason or a command reached the terminal raw."""
+    out = _table_text(
+        capsys, [("a\rFORGED", "x\x1b[2Jy"), ("tab\there", "del\x7f c1\x9b bidi\u202e ls\u2028")]
+    )
+    assert "\r" not in out and "\x1b" not in out and "\x7f" not in out and "\x9b" not in out
+    assert "\u202e" not in out and "\u2028" not in out
+    assert r"a\rFORGED" in out and r"x\x1b[2Jy" in out and r"tab\there" in out
+    assert r"del\x7f c1\x9b bidi\u202e ls\u2028" in out
+    assert out.count("\n") == 3  # the header and two rows, nothing forged
+
+
+@given(st.lists(st.tuples(st.text(), st.text()), max_size=5))
+@settings(max_examples=200, deadline=None)
+def test_a_table_is_one_printable_line_per_row(rows):
+    import contextlib
+    import io
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        table(("A", "B"), rows)
+    lines = buf.getvalue().split("\n")
+    assert lines[-1] == "" and len(lines) == len(rows) + 2
+    assert all(line.isprintable() for line in lines)
+
+
+def test_visible_keeps_plain_text():
+    assert visible("python3 train.py --lr=3e-4 ü 日本") == "python3 train.py --lr=3e-4 ü 日本"
+
+
+def test_json_times_are_rfc3339_utc_and_other_numbers_stay():
+    got = machine(
+        {
+            "job": {"started_at": 1772467445.1234, "finished_at": None, "max_runtime_seconds": 60},
+            "events": [{"at": 0, "id": 3}],
+            "heartbeat_age_seconds": 2.5,
+            "flag_at": True,
+        }
+    )
+    assert got["job"] == {
+        "started_at": "2026-03-02T16:04:05.123Z",
+        "finished_at": None,
+        "max_runtime_seconds": 60,
+    }
+    assert got["events"] == [{"at": "1970-01-01T00:00:00.000Z", "id": 3}]
+    assert got["heartbeat_age_seconds"] == 2.5 and got["flag_at"] is True
+    back = datetime.datetime.fromisoformat(iso_utc(1772467445.5))
+    assert back.utcoffset() == datetime.timedelta(0) and back.timestamp() == 1772467445.5
+
+
+@pytest.mark.parametrize(
+    ("state", "reason", "started", "words"),
+    [
+        # report 15: `killed (killed by root: ...)` said killed twice
+        ("killed", "killed by root", None, "killed: cancelled while queued (by root)"),
+        ("killed", "killed by root", 1.0, "killed by root"),
+        (
+            "killed",
+            "killed by ann: cancelled while queued (Ctrl-C)",
+            None,
+            "killed: cancelled while queued (Ctrl-C, by ann)",
+        ),
+        ("killed", "killed by ann: released", 1.0, "killed: released (by ann)"),
+        ("killed", "killed by bob (admin): disk full", 1.0, "killed: disk full (by bob, an admin)"),
+        ("killed", "idle: no output for 5m", 1.0, "killed: no output for 5m (idle timeout)"),
+        ("killed", "max_runtime exceeded (2h)", 1.0, "killed: ran past its max runtime of 2h"),
+        ("killed", "signal: SIGSEGV", 1.0, "killed: signal SIGSEGV"),
+        ("killed", "stragglers reaped after exit", 1.0, "killed: stragglers reaped after exit"),
+        ("killed", "no-wait: no device was free", None, "killed: no device was free (--no-wait)"),
+        ("killed", "device box:cpu0 was retired", None, "killed: device box:cpu0 was retired"),
+        ("killed", "", 1.0, "killed"),
+        ("failed", "exited with code 3", 1.0, "failed: exited with code 3"),
+        ("lost", "lease expired", 1.0, "lost: lease expired"),
+        ("succeeded", "hold ended: its ttl of 2h was reached", 1.0, "succeeded"),
+        ("running", "", 1.0, "running"),
+    ],
+)
+def test_a_state_and_its_reason_read_as_one_phrase(state, reason, started, words):
+    job = {"state": state, "kill_reason": reason, "started_at": started}
+    assert job_state(job, limit=None) == words
+
+
+def test_a_long_reason_is_cut_in_a_table():
+    job = {"state": "killed", "kill_reason": "killed by ann: " + "x" * 100, "started_at": 1.0}
+    assert job_state(job) == "killed: " + "x" * 39 + "…"
+    assert end_reason(job) == "x" * 100 + " (by ann)"
+
+
+def test_a_job_is_listed_by_its_reason_when_it_has_one():
+    """Report 15: rc cp's job was listed as `sh -c 'set -e...`."""
+    cp = {"kind": "job", "reason": "rc cp ./data box:cpu0:/tmp/", "command": ["sh", "-c", "x"]}
+    assert job_what(cp) == "rc cp ./data box:cpu0:/tmp/"
+    assert job_what({"kind": "job", "reason": "", "command": ["echo", "a b"]}) == "echo 'a b'"
+    assert job_what({"kind": "hold", "reason": "NCCL", "command": ["hold"]}) == "hold: NCCL"
+
+
+HIDDEN = {
+    ("hold", "--as"),
+    ("serve", "--ready-fd"),
+    ("worker", "rest"),
+}
+"""Arguments deliberately left out of --help (help=SUPPRESS), by verb; --token
+is hidden on every client verb (a token on a command line leaks into ps)."""
+
+
+def _parsers(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            helps = {a.dest: a.help for a in action._choices_actions}
+            for name, sub in action.choices.items():
+                yield (*path, name), sub, helps.get(name)
+                yield from _parsers(sub, (*path, name))
+
+
+def test_every_verb_and_every_argument_has_help():
+    """Report 14: jobs, ps, kill, ... had no description and no argument help."""
+    found = list(_parsers(build_parser()))
+    assert len(found) >= 25
+    for path, parser, summary in found:
+        name = " ".join(path)
+        assert summary, f"rc {name} has no one-line help in rc --help"
+        assert parser.description, f"rc {name} has no description"
+        for action in parser._actions:
+            if isinstance(action, (argparse._HelpAction, argparse._SubParsersAction)):
+                continue
+            label = action.option_strings[0] if action.option_strings else action.dest
+            if action.help == argparse.SUPPRESS:
+                assert label == "--token" or (path[0], label) in HIDDEN, (name, label)
+                continue
+            assert action.help and action.help.strip(), f"rc {name} {label} has no help"
+
+
+@pytest.mark.parametrize(
+    ("argv", "verb"),
+    [
+        (["jobs", "--json"], "rc jobs"),
+        (["whoami", "--bogus"], "rc whoami"),
+        (["token", "create", "x", "--bogus"], "rc token create"),
+        (["logs"], "rc logs"),
+    ],
+)
+def test_a_usage_error_points_at_the_verbs_own_help(argv, verb, capsys):
+    """Report 14: `rc jobs --json` said `(see rc --help)`."""
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"{verb}: ") and err.endswith(f"(see {verb} --help)\n"), err
+    assert err.count("\n") == 1
+
+
+def test_whoami_takes_o_json():
+    args = build_parser("whoami").parse_args(["whoami", "-o", "json"])
+    assert args.output == "json"
+
+
+@pytest.mark.parametrize("completer", [live_jobs, recent_jobs, devices, label_keys])
+def test_a_completion_with_no_controller_is_silently_empty(completer, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    monkeypatch.delenv("RC_CONTROLLER", raising=False)
+    monkeypatch.delenv("RC_TOKEN", raising=False)
+    # no token at all
+    assert completer(prefix="", parsed_args=argparse.Namespace()) == {}
+    # a port nobody listens on (connection refused)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]
+    ns = argparse.Namespace(controller=f"http://127.0.0.1:{dead}", token="rc_x", cacert=None)
+    assert completer(prefix="", parsed_args=ns) == {}
+    # a controller that accepts and never answers: bounded by the short timeout
+    with socket.socket() as mute:
+        mute.bind(("127.0.0.1", 0))
+        mute.listen(8)
+        ns.controller = f"http://127.0.0.1:{mute.getsockname()[1]}"
+        t0 = time.monotonic()
+        assert completer(prefix="", parsed_args=ns) == {}
+        assert time.monotonic() - t0 < COMPLETE_TIMEOUT_S * 3
