@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import io
 import socket
+import sys
 import time
 
 import pytest
@@ -201,3 +203,23 @@ def test_a_completion_with_no_controller_is_silently_empty(completer, tmp_path, 
         t0 = time.monotonic()
         assert completer(prefix="", parsed_args=ns) == {}
         assert time.monotonic() - t0 < COMPLETE_TIMEOUT_S * 3
+
+
+class _Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_the_cp_progress_line_erases_with_a_real_escape(monkeypatch):
+    """Found by a review: rc cp's progress line printed a literal `\\x1b[K`,
+    because rc's own erase-to-end-of-line went through the escaping stderr."""
+    from rc.cli.copy import _Progress
+    from rc.cli.output import EscapingStream
+
+    term = _Tty()
+    monkeypatch.setattr(sys, "stderr", EscapingStream(term))
+    progress = _Progress("sent", 2_000_000)
+    progress.add(1_000_000)
+    progress.done()
+    assert "\x1b[K" in term.getvalue() and "\\x1b" not in term.getvalue()
+    assert term.getvalue().endswith("\n")

@@ -111,8 +111,10 @@ class _Progress:
         text = f"{mb:,.1f} MB"
         if self.total:
             text += f" of {self.total / 1e6:,.1f} MB ({min(100, 100 * self.bytes // self.total)}%)"
-        sys.stderr.write(f"\rrc: {self.verb} {text}, {rate:,.1f} MB/s\x1b[K{end}")
-        sys.stderr.flush()
+        # rc's own erase-to-end-of-line: past the escaping of sys.stderr
+        out = getattr(sys.stderr, "unescaped", sys.stderr)
+        out.write(f"\rrc: {self.verb} {text}, {rate:,.1f} MB/s\x1b[K{end}")
+        out.flush()
 
     def done(self) -> None:
         if self.on:

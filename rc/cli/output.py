@@ -84,6 +84,9 @@ class EscapingStream:
 
     def __init__(self, stream) -> None:
         self._stream = stream
+        self.unescaped = stream
+        """The stream itself, for rc's own terminal control (a progress line's
+        erase-to-end-of-line), never for text someone else wrote."""
 
     def write(self, text: str) -> int:
         return self._stream.write(escape_controls(text))
