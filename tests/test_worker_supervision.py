@@ -154,6 +154,27 @@ def test_idle_timeout_trips_and_stderr_counts_as_output(site):
     assert busy["state"] == "succeeded", busy
 
 
+def test_python_output_streams_so_a_print_loop_is_not_idle(site):
+    """Found by a new user: a job writes to a pipe, so Python block-buffered
+    a healthy print() loop and --idle-timeout killed it. The worker sets
+    PYTHONUNBUFFERED=1 unless the job sets it (this worker's own environment
+    does not have it)."""
+    env = {k: v for k, v in site.env.items() if k != "PYTHONUNBUFFERED"}
+    config = CONFIG.format(root=site.root).replace("cpu:2", "cpu:1")
+    site.worker("plain", config, env=env)
+    loop = "import time\nfor i in range(4):\n    print('tick', i)\n    time.sleep(0.7)\n"
+    j = run_job(site, [sys.executable, "-c", loop], device_id="plain:cpu0", idle_timeout_seconds=1)
+    assert j["state"] == "succeeded", j
+    assert logs(site.admin, j["id"]) == b"".join(b"tick %d\n" % i for i in range(4))
+    show = "import os; print(repr(os.environ.get('PYTHONUNBUFFERED')))"
+    j = run_job(site, [sys.executable, "-c", show], device_id="plain:cpu0")
+    assert logs(site.admin, j["id"]) == b"'1'\n"
+    j = run_job(
+        site, [sys.executable, "-c", show], device_id="plain:cpu0", env={"PYTHONUNBUFFERED": ""}
+    )
+    assert logs(site.admin, j["id"]) == b"''\n", "the job's own setting wins"
+
+
 def test_max_runtime_trips_and_a_hold_ends_at_its_ttl(site):
     j = run_job(site, ["sleep", "30"], max_runtime_seconds=1)
     assert (j["state"], j["kill_reason"]) == ("killed", "max_runtime exceeded (1s)")

@@ -53,6 +53,7 @@ LOG_FLUSH_S = 300.0
 LOG_FLUSH_SHUTDOWN_S = 20.0
 STRIPPED_ENV_PREFIX = "RC_"
 """Worker settings (RC_TOKEN above all) never leak into a job's environment."""
+UNBUFFERED = "PYTHONUNBUFFERED"
 
 
 def job_env(
@@ -66,6 +67,9 @@ def job_env(
     """A job's environment: the worker's own (minus RC_* settings), the job's
     entries, then RC_JOB_ID, RC_DEVICE, the CUDA variables and the worker's
     `markers` (RC_HOST, RC_WORKER_INSTANCE), which always win over the job's.
+    PYTHONUNBUFFERED=1 unless the job sets it itself (even to ""): a job's
+    output goes to a pipe, where Python would hold it in a block buffer, and
+    a healthy print() loop would look idle to --idle-timeout.
 
     `cuda` is the device's GPU index (JobRun.cuda, from probe.device_env): set
     with CUDA_DEVICE_ORDER=PCI_BUS_ID so CUDA numbers GPUs as nvidia-smi does;
@@ -73,6 +77,8 @@ def job_env(
     """
     env = {k: v for k, v in base.items() if not k.startswith(STRIPPED_ENV_PREFIX)}
     env.update(requested)
+    if UNBUFFERED not in requested:
+        env[UNBUFFERED] = "1"
     env.update(markers or {})
     env["RC_JOB_ID"] = str(job_id)
     env["RC_DEVICE"] = device_id
