@@ -136,10 +136,26 @@ def test_a_zombie_left_behind_is_not_a_straggler(site):
     assert (j["state"], j["exit_code"], j["kill_reason"]) == ("succeeded", 0, ""), j
 
 
-def test_a_live_background_child_is_a_straggler(site, work):
-    j = run_job(site, ["sh", "-c", f"sleep 300 & echo $! > {work}/bg"])
-    assert (j["state"], j["kill_reason"]) == ("killed", "stragglers reaped after exit")
+def test_a_live_background_child_is_reaped_and_the_job_keeps_its_exit(site, work):
+    """Found by a new user: `sh -c 'sleep 100 & echo done'` ended `killed`
+    with exit 1. The straggler is reaped and noted; the job is what its main
+    process made it (as Slurm's COMPLETED)."""
+    j = run_job(site, ["sh", "-c", f"sleep 300 & echo $! > {work}/bg; echo done"])
+    assert (j["state"], j["exit_code"], j["kill_reason"]) == (
+        "succeeded",
+        0,
+        "1 straggler reaped after exit",
+    )
     assert not pid_alive(read_pid(work / "bg"))
+    assert logs(site.admin, j["id"]) == b"done\n"
+    assert device(site.admin, j["device_id"])["state"] == "ready"
+    j = run_job(site, ["sh", "-c", f"sleep 300 & echo $! > {work}/bg2; exit 3"])
+    assert (j["state"], j["exit_code"], j["kill_reason"]) == (
+        "failed",
+        3,
+        "exited with code 3; 1 straggler reaped after exit",
+    )
+    assert not pid_alive(read_pid(work / "bg2"))
 
 
 def test_idle_timeout_trips_and_stderr_counts_as_output(site):

@@ -20,6 +20,9 @@
 State: killed (we ended it, or a signal did) > failed (start error or a
 non-zero exit) > succeeded. Death by signal N is exit code 128+N. A job that
 exits on its own while a kill is on its way is labelled by how it exited.
+Background children left in the group after the leader's exit (stragglers)
+are reaped with SIGKILL and noted in the reason; they do not change the
+state.
 """
 
 from __future__ import annotations
@@ -280,7 +283,7 @@ class JobRun:
         self._reader_stop = False
         reader.start()
         outcome, why, survivors = self.watch(group, hold)
-        stragglers = False
+        stragglers = 0
         if why is None:
             stragglers, left = supervise.reap_stragglers(group)
             survivors = survivors or left
@@ -369,14 +372,18 @@ def working_dir(cwd: str, host: str) -> tuple[str | None, bytes]:
 
 
 def label(
-    outcome: supervise.Outcome | None, why: str | None, stragglers: bool, hold: bool
+    outcome: supervise.Outcome | None, why: str | None, stragglers: int, hold: bool
 ) -> Result:
     """The state, exit code and reason of a job that ended (inventory §6.4).
 
     `why` is our reason for ending it (kill, watchdog) or None; a hold ended
-    by its TTL succeeded. Otherwise: death by signal → killed; stragglers in
-    the group after the leader's exit → killed; an exit code other than
-    exactly 0 (including a status whose low byte is 0) → failed.
+    by its TTL succeeded. Otherwise the leader's own exit decides: death by
+    signal → killed; an exit code other than exactly 0 (including a status
+    whose low byte is 0) → failed; 0 → succeeded. `stragglers` (members of
+    the group still alive after the leader exited, reaped with SIGKILL) only
+    add a note to the reason, "N stragglers reaped after exit": the job did
+    finish, as Slurm's COMPLETED says of a batch script that leaves children
+    behind (the teardown checks still verify the device).
     """
     code = outcome.exit_code if outcome is not None else None
     if why is not None:
@@ -384,10 +391,18 @@ def label(
             return Result(JobState.SUCCEEDED, 0, why)
         return Result(JobState.KILLED, code, why)
     assert outcome is not None
+    note = straggler_note(stragglers)
     if outcome.signal:
-        return Result(JobState.KILLED, code, f"signal: {supervise.signal_name(outcome.signal)}")
-    if stragglers:
-        return Result(JobState.KILLED, code, "stragglers reaped after exit")
+        reason = f"signal: {supervise.signal_name(outcome.signal)}"
+        return Result(JobState.KILLED, code, f"{reason}; {note}" if note else reason)
     if code != 0:
-        return Result(JobState.FAILED, code, f"exited with code {code}")
-    return Result(JobState.SUCCEEDED, 0, "")
+        reason = f"exited with code {code}"
+        return Result(JobState.FAILED, code, f"{reason}; {note}" if note else reason)
+    return Result(JobState.SUCCEEDED, 0, note)
+
+
+def straggler_note(n: int) -> str:
+    """ "2 stragglers reaped after exit" ("" for none)."""
+    if n <= 0:
+        return ""
+    return f"{n} straggler{'' if n == 1 else 's'} reaped after exit"

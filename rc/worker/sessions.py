@@ -193,10 +193,10 @@ def _session(agent, st: SessionStart) -> None:
             proc.hangup()
             outcome, _ = supervise.kill_group(proc.group, agent.cfg.kill_grace)
             break
-    stragglers, _ = proc.leftovers(agent.cfg.kill_grace) if why is None else (False, [])
+    stragglers, _ = proc.leftovers(agent.cfg.kill_grace) if why is None else (0, [])
     proc.drain(TTY_DRAIN_S if st.stdio is Stdio.TTY else READER_DRAIN_S)
     if st.stdio is Stdio.TTY:
         end_terminal_session(proc.group.pgid, agent.cfg.kill_grace)
     proc.finish()
-    result = label(outcome, why, stragglers and st.stdio is not Stdio.TTY, False)
+    result = label(outcome, why, stragglers, False)
     _report(agent, st, "ended", result.exit_code, result.reason, tail)
