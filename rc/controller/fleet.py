@@ -166,7 +166,8 @@ def recover(tx: Tx, host: str, proof: RecoveryProof, th: Thresholds) -> list[str
 
     Never `fault`, never an unknown reason, never a device with a live lease;
     at most `flap_limit` times per device per `flap_window` (then a
-    recovery_refused event: it waits for a human). Returns the device ids
+    recovery_refused event, once per quarantine however often the worker
+    presents its proof again: it waits for a human). Returns the device ids
     recovered.
     """
     back = []
@@ -174,13 +175,14 @@ def recover(tx: Tx, host: str, proof: RecoveryProof, th: Thresholds) -> list[str
     for d in tx.all("devices_recoverable_on_worker", (host,)):
         recent = tx.scalar("recoveries_count", (d["id"], tx.now - th.flap_window))
         if recent >= th.flap_limit:
-            feed.record(
-                tx,
-                EventKind.RECOVERY_REFUSED,
-                device_id=d["id"],
-                text=f"recovered {recent} times within {format_duration(th.flap_window)}; "
-                "waiting for an admin (rc clear)",
-            )
+            if not tx.scalar("recovery_refused_since", (d["id"], d["quarantined_at"] or 0.0)):
+                feed.record(
+                    tx,
+                    EventKind.RECOVERY_REFUSED,
+                    device_id=d["id"],
+                    text=f"recovered {recent} time{'' if recent == 1 else 's'} within "
+                    f"{format_duration(th.flap_window)}; waiting for an admin (rc clear)",
+                )
             continue
         tx.exec("device_unquarantine", (d["id"],))
         tx.exec("recovery_insert", (d["id"], tx.now, d["quarantine_reason"]))

@@ -228,7 +228,7 @@ WHERE id = ? AND state IN ('busy', 'unknown')
   AND NOT EXISTS (SELECT 1 FROM leases WHERE device_id = devices.id AND released_at IS NULL)
 
 -- name: devices_recoverable_on_worker
-SELECT id, quarantine_reason FROM devices
+SELECT id, quarantine_reason, quarantined_at FROM devices
 WHERE worker_id = ? AND state = 'unhealthy'
   AND quarantine_reason IN ('worker_lost', 'lease_expired', 'registration')
   AND NOT EXISTS (SELECT 1 FROM leases WHERE device_id = devices.id AND released_at IS NULL)
@@ -315,6 +315,11 @@ SELECT count(*) FROM device_recoveries WHERE device_id = ? AND at >= ?
 
 -- name: recovery_insert
 INSERT INTO device_recoveries (device_id, at, reason) VALUES (?, ?, ?)
+
+-- name: recovery_refused_since
+-- Whether a recovery of this device was refused since it was quarantined (at ?2).
+SELECT EXISTS (SELECT 1 FROM events
+               WHERE kind = 'recovery_refused' AND device_id = ?1 AND at >= ?2)
 
 -- ---------------------------------------------------------------- labels and sheets
 
