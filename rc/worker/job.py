@@ -136,6 +136,9 @@ class JobRun:
         self._pids_wrapped = True
         self.release_epoch: int | None = None
         """The ownership epoch to arm this job's release with (None: none)."""
+        self.ending: str | None = None
+        """Once the worker decided to end the job (or it ended): why, in the
+        words a hold's sessions report ("hold 17 expired (ttl 30m)")."""
         self.hook_context = HookContext(a.job_id, a.submitter)
         self.thread = threading.Thread(target=self._run, name=f"rc-job-{a.job_id}", daemon=True)
 
@@ -283,6 +286,8 @@ class JobRun:
         self._reader_stop = False
         reader.start()
         outcome, why, survivors = self.watch(group, hold)
+        if self.ending is None:
+            self.ending = f"hold {a.job_id} ended" if hold else (why or "ended")
         stragglers = 0
         if why is None:
             stragglers, left = supervise.reap_stragglers(group)
@@ -336,8 +341,16 @@ class JobRun:
                 outcome = group.wait(0)  # it may have just exited on its own
                 if outcome is not None:
                     return outcome, None, []
+                self.ending = self._hold_ending(why, limit) if hold else why
                 outcome, survivors = supervise.kill_group(group, self.agent.cfg.kill_grace)
                 return outcome, why, survivors
+
+    def _hold_ending(self, why: str, limit: int) -> str:
+        """What the sessions of a hold ended for `why` report (`limit`: its ttl, s)."""
+        if why.startswith("hold ended"):  # its ttl
+            return f"hold {self.job_id} expired (ttl {format_duration(limit)})"
+        detail = "" if why == "cancelled" else f": {why}"
+        return f"hold {self.job_id} ended{detail}"
 
     def _read(self, fd: int, sink: LogSink) -> None:
         poller = select.poll()
