@@ -25,6 +25,7 @@ __all__ = [
     "drain",
     "fault",
     "heartbeat",
+    "leave",
     "lose_job",
     "quarantine",
     "register",
@@ -267,6 +268,59 @@ def heartbeat(tx: Tx, worker_id: str, running: tuple[int, ...], th: Thresholds) 
     if changed or freed:
         tx.notify("devices")
     return [r["id"] for r in tx.all("jobs_to_stop", (ids, worker_id))] if running else []
+
+
+def leave(
+    tx: Tx, worker_id: str, instance: str, started: tuple[int, ...]
+) -> tuple[list[int], list[int]]:
+    """A worker process stops cleanly (wire.LeaveRequest): what it proves it
+    never started goes back to the queue (DESIGN.md §3).
+
+    The proof is the claim of the process the controller has on record
+    (`instance`, from its registration): it will start nothing more, and
+    `started` holds every job it started whose end the controller has not
+    recorded. Every job assigned to the worker and not in `started` was
+    therefore never started: it goes back to `queued` in its old place (its
+    priority, id and queued_at are kept; a selector job forgets the device
+    it was given; its max_runtime stays the one assignment gave it), and its
+    lease is released; one whose kill was requested ends `killed` instead.
+    Jobs that may have run are not touched (the next registration
+    reconciles them: silence proves nothing). The worker's devices then
+    leave the pool (`unknown`) until it speaks again, so nothing more is
+    handed to a worker that is going away.
+
+    404 for a worker that never registered; 409 conflict (nothing changes)
+    when `instance` is not the registered process (another one registered
+    since, or the claim names none). Returns (requeued ids, killed ids).
+    """
+    row = tx.one("worker_get", (worker_id,))
+    if row is None:
+        raise Refused.not_found(f"worker {worker_id} is not registered")
+    if not instance or row["instance"] != instance:
+        raise Refused.conflict(
+            ErrorCode.CONFLICT,
+            f"worker {worker_id} is registered by another process now; "
+            "only that process can hand its jobs back",
+        )
+    named = set(started)
+    requeued, killed = [], []
+    for j in tx.all("jobs_assigned_to", (worker_id,)):
+        if j["id"] in named:
+            continue
+        if j["kill_requested"]:
+            tx.exec("job_finish", ("killed", None, j["kill_reason"], tx.now, None, j["id"]))
+            killed.append(j["id"])
+            tx.notify(f"log:{j['id']}")
+        else:
+            tx.exec("job_requeue", (j["id"],))
+            requeued.append(j["id"])
+        tx.exec("lease_release_by_job", (tx.now, j["id"]))
+        tx.notify(f"job:{j['id']}")
+    tx.exec("devices_to_unknown", (worker_id,))
+    if requeued:
+        tx.schedule = True  # another worker's device may take them now
+    tx.notify("jobs", "devices")
+    return requeued, killed
 
 
 def sweep(tx: Tx, th: Thresholds, started_at: float) -> int:

@@ -59,6 +59,13 @@ UPDATE jobs SET state = ?, exit_code = ?, kill_reason = ?, finished_at = ?,
                 started_at = coalesce(started_at, ?)
 WHERE id = ? AND state IN ('assigned', 'running')
 
+-- name: job_requeue
+-- An assigned job its worker proves it never started goes back to the queue
+-- in its old place (priority, id and queued_at unchanged).
+UPDATE jobs SET state = 'queued', worker_id = '', assigned_at = NULL, kill_delivered_at = 0,
+                device_id = CASE WHEN selector = '' THEN device_id ELSE '' END
+WHERE id = ? AND state = 'assigned'
+
 -- name: job_lose
 UPDATE jobs SET state = 'lost', kill_reason = ?, finished_at = ?
 WHERE id = ? AND state IN ('assigned', 'running')
