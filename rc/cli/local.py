@@ -496,6 +496,12 @@ def _token_works(url: str, token: str) -> bool:
         return False
 
 
+def _this_host() -> str:
+    """The host name `rc up`'s worker registers as: this machine's short
+    name, with anything but letters, digits, '.', '_' and '-' made '-'."""
+    return re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname().split(".")[0] or "localhost")
+
+
 def _read_state(path: Path) -> dict:
     try:
         st = json.loads(path.read_text())
@@ -524,7 +530,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     st = _read_state(state_path)
     serve_pid = st.get("serve_pid") if _alive_pid(st.get("serve_pid")) else None
     worker_pid = st.get("worker_pid") if _alive_pid(st.get("worker_pid")) else None
-    host = re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname().split(".")[0] or "localhost")
+    host = _this_host()
     if serve_pid and worker_pid:
         # Not an error: `pip install . && rc up -d && rc run ...` can be re-run.
         stderr(
@@ -708,6 +714,43 @@ def _stop_pid(pid: int, what: str) -> None:
         time.sleep(0.05)
 
 
+def _say_what_stops(st: dict, data: Path) -> None:
+    """Before `rc down` stops the worker: name the jobs and holds running on
+    it, which end `killed` ("the worker is shutting down"). Best effort: a
+    controller that does not answer within 5 s is not asked again."""
+    from rc.cli.output import command_text, escape_controls, one_line
+    from rc.proto.client import Client
+
+    try:
+        admin = Client(st["url"], (data / "admin.token").read_text().strip(), timeout=5)
+        active = admin.get("/v1/state")["jobs"]
+    except (RcError, OSError, KeyError, TypeError, ValueError):
+        return
+    host = _this_host()
+    running = [
+        j
+        for j in active
+        if j.get("state") == "running" and j.get("device_id", "").rpartition(":")[0] == host
+    ]
+    if not running:
+        return
+    holds = sum(j.get("kind") == "hold" for j in running)
+    parts = [
+        f"{n} {word}{'' if n == 1 else 's'}"
+        for n, word in ((len(running) - holds, "running job"), (holds, "hold"))
+        if n
+    ]
+    stderr(f"stopping the worker ends {' and '.join(parts)}:")
+    for j in sorted(running, key=lambda j: j["id"]):
+        what = (
+            f"hold {j['id']}: {j.get('reason', '')}"
+            if j.get("kind") == "hold"
+            else f"job {j['id']}: {command_text(j.get('command') or [])}"
+        )
+        line = f"  {what} ({j.get('submitter', '?')} on {j.get('device_id', '?')})"
+        stderr(escape_controls(one_line(line)))
+
+
 def cmd_down(args: argparse.Namespace) -> int:
     data = Path(args.data) if args.data else default_data_dir()
     state_path = data / UP_STATE
@@ -717,6 +760,8 @@ def cmd_down(args: argparse.Namespace) -> int:
     st = _read_state(state_path)
     if not st:
         raise RcError(f"{state_path} is corrupt; stop the processes by hand")
+    if _alive_pid(st.get("worker_pid")):
+        _say_what_stops(st, data)
     stopped = []
     for key, what in (("worker_pid", "worker"), ("serve_pid", "controller")):
         pid = st.get(key)
