@@ -500,20 +500,30 @@ class Agent:
         it does not get through, those jobs stay assigned and the next
         registration reconciles them (silence proves nothing). True when the
         controller took it."""
-        if not self._leaving.acquire(timeout=timeout):  # a heartbeat is stuck
+        deadline = time.monotonic() + timeout
+        # No heartbeat and no re-registration may land after the leave: either
+        # would bring this worker's devices back into the pool.
+        if not self._leaving.acquire(timeout=timeout):
             log.warning("could not hand back the jobs assigned here: a heartbeat is stuck")
             return False
         try:
             self.left = True
-            with self._lock:
-                req = LeaveRequest(self.instance_id, tuple(sorted(self.unsettled)))
+            if not self._reregistering.acquire(timeout=max(0.0, deadline - time.monotonic())):
+                log.warning("could not hand back the jobs assigned here: a registration is stuck")
+                return False
             try:
+                with self._lock:
+                    req = LeaveRequest(self.instance_id, tuple(sorted(self.unsettled)))
                 resp = self.client.post(
-                    f"/v1/workers/{self.worker_id}/leave", encode(req), timeout=timeout
+                    f"/v1/workers/{self.worker_id}/leave",
+                    encode(req),
+                    timeout=max(1.0, deadline - time.monotonic()),
                 )
             except (ApiError, TransportError) as e:
                 log.warning("could not hand back the jobs assigned here that never started: %s", e)
                 return False
+            finally:
+                self._reregistering.release()
         finally:
             self._leaving.release()
         got = decode(LeaveResponse, resp)
