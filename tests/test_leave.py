@@ -5,13 +5,19 @@ clock: rc.controller.fleet.leave and the registration after it."""
 
 from __future__ import annotations
 
+import contextlib
+import socket
+import time
+
 import pytest
 
 from rc.controller import fleet
 from rc.controller.errors import Refused
 from rc.proto.model import JobState, RecoveryProof
 from rc.proto.wire import DeviceDecl, RegisterRequest
+from tests.harness import Cli, stop_process, wait_until
 from tests.inprocess import Lab
+from tests.test_partition import Proxy
 
 
 class Box(Lab):
@@ -129,3 +135,75 @@ def test_a_job_killed_while_assigned_ends_killed_instead_of_queued(box):
     j = box.job(b)
     assert (j.state, j.kill_reason) == (JobState.KILLED, "killed by alice")
     assert not box.live_lease(b)
+
+
+# -- rc hold, waiting on a hold that goes back to the queue -----------------------
+
+
+class Tap(Proxy):
+    """The partition test's proxy, keeping every byte it forwards."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.seen = b""
+        super().__init__(target)
+
+    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                self.seen += data
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            with contextlib.suppress(OSError):
+                dst.shutdown(socket.SHUT_WR)
+
+
+@pytest.mark.e2e
+def test_rc_hold_waits_on_when_its_hold_goes_back_to_the_queue(controller, env, tmp_path):
+    """The hold was assigned (rc hold waits for its sleeper to start) when its
+    worker stopped and handed it back: rc hold goes on waiting in the queue
+    instead of saying the hold ended, and the hold is granted later."""
+    host, port = controller.url.rsplit("//", 1)[1].rsplit(":", 1)
+    tap = Tap((host, int(port)))
+    admin = controller.client()
+    worker = controller.client(controller.token("w-hand", "worker"))
+
+    def register(instance: str) -> None:
+        body = {"host": "hand", "devices": [{"name": "cpu0"}], "instance": instance}
+        worker.post("/v1/workers/register", body)
+
+    register("one")
+    first = admin.post("/v1/jobs", {"command": ["true"], "device_id": "hand:cpu0"})["job"]["id"]
+    alice = Cli(f"http://127.0.0.1:{tap.port}", controller.token("alice"), env, tmp_path)
+    proc = alice.popen("hold", "-d", "hand:cpu0", "--ttl", "10m", "--reason", "r")
+    try:
+        wait_until(lambda: b"state=queued" in tap.seen, 30, "rc hold to wait in the queue")
+        [hold] = [j["id"] for j in admin.get("/v1/state")["queued"]]
+        report = {"job_id": first, "state": "succeeded", "exit_code": 0}
+        worker.post("/v1/workers/hand/reports", {"reports": [report]})
+        wait_until(lambda: b"state=assigned" in tap.seen, 30, "rc hold to wait for the sleeper")
+        mark = len(tap.seen)
+        got = worker.post("/v1/workers/hand/leave", {"instance": "one"})
+        assert got["requeued_job_ids"] == [hold]
+        wait_until(
+            lambda: proc.poll() is not None or b"state=queued" in tap.seen[mark:],
+            30,
+            "rc hold to notice",
+        )
+        assert proc.poll() is None, proc.communicate(timeout=10)
+        register("two")  # the worker is back: the hold is assigned again, and starts
+        report = {"job_id": hold, "state": "running", "started_at": time.time()}
+        worker.post("/v1/workers/hand/reports", {"reports": [report]})
+        line = proc.stdout.readline().decode()
+        assert line.startswith(f"hold {hold} granted on hand:cpu0 until "), line
+        admin.post(f"/v1/jobs/{hold}/kill", {"reason": "done"})
+        report = {"job_id": hold, "state": "killed", "exit_code": None}
+        worker.post("/v1/workers/hand/reports", {"reports": [report]})
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 0, err
+    finally:
+        stop_process(proc)
+        for stream in (proc.stdout, proc.stderr):
+            stream.close()
+        tap.close()
