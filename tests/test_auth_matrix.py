@@ -129,6 +129,14 @@ ROWS = [
         lambda w: (f"/v1/workers/{w.host}/heartbeat", {}),
         expect(**WORKER_HERE),
     ),
+    # leave answers an authorized caller 409 here (the claim names another
+    # process), so it hands nothing back and the world stays as it is
+    Row(
+        "POST",
+        "/v1/workers/{worker_id}/leave",
+        lambda w: (f"/v1/workers/{w.host}/leave", {"instance": "not-the-registered-one"}),
+        expect(worker_this=409, worker_other=403, admin=409),
+    ),
     Row(
         "GET",
         "/v1/workers/{worker_id}/assignments",

@@ -27,6 +27,7 @@ class Proxy:
         self.port = self.listener.getsockname()[1]
         self.socks: list[socket.socket] = []
         self.closed = False
+        self._lock = threading.Lock()
         threading.Thread(target=self._accept, daemon=True).start()
 
     def pause(self) -> None:
@@ -42,7 +43,14 @@ class Proxy:
             except OSError:
                 return
             upstream = socket.create_connection(self.target)
-            self.socks += [client, upstream]
+            with self._lock:
+                # accept() may still take a connection after close() (closing a
+                # listener does not wake a thread blocked in accept): drop it
+                if self.closed:
+                    client.close()
+                    upstream.close()
+                    return
+                self.socks += [client, upstream]
             for a, b in ((client, upstream), (upstream, client)):
                 threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
 
@@ -63,10 +71,12 @@ class Proxy:
                 pass
 
     def close(self) -> None:
-        self.closed = True
+        with self._lock:
+            self.closed = True
+            socks, self.socks = self.socks, []
         self.resume()
         self.listener.close()
-        for s in self.socks:
+        for s in socks:
             s.close()
 
 

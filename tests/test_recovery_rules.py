@@ -189,6 +189,27 @@ def test_flap_guard_waits_for_a_human_after_three_recoveries(f):
     assert f.device() == ("ready", "")
 
 
+def test_a_refused_recovery_is_recorded_once_per_quarantine(f):
+    """Found by a new user: each registration presenting its proof again
+    recorded the same refusal once more."""
+    for _ in range(3):
+        f.quarantine("registration")
+        f.register(CLEAN)
+        f.t += 60
+    f.quarantine("registration")
+    for _ in range(3):
+        f.register(CLEAN)
+        f.t += 10
+    assert f.device() == ("unhealthy", "registration")
+    assert f.events("recovery_refused") == [
+        "recovered 3 times within 1h; waiting for an admin (rc clear)"
+    ]
+    f.w(fleet.clear, "h:cpu0", "admin")
+    f.quarantine("registration")  # a new quarantine: a new refusal is worth saying
+    f.register(CLEAN)
+    assert len(f.events("recovery_refused")) == 2
+
+
 # -- the sweeper (inventory §7.2) ---------------------------------------------
 
 

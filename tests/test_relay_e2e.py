@@ -629,3 +629,24 @@ def test_exec_takes_a_relative_cwd_from_where_rc_runs_and_refuses_an_ended_hold(
     with pytest.raises(ApiError) as e:
         alice.post(f"/v1/jobs/{held}/sessions", {"stdio": "pipe", "command": ["true"]})
     assert (e.value.code, e.value.message) == ("session_ended", f"hold {held} has ended (killed)")
+
+
+def test_sessions_of_a_hold_that_reaches_its_ttl_say_it_expired(fleet, pty_cli):
+    """Found by a new user: a hold reaching its ttl told its open terminal
+    "signal: SIGKILL" (an interactive shell ignores SIGTERM) instead of why."""
+    res = fleet.alice.run(
+        "hold", "-d", "box:cpu1", "--ttl", "6s", "--reason", "ttl", "--detach", check=True
+    )
+    held = int(res.stdout)
+    t = pty_cli(fleet.alice, "shell", str(held), "--", *BASH)
+    t.send(b"echo in-$((3*3))\r")
+    t.expect(b"in-9")
+    ex = fleet.alice.popen("exec", str(held), "--", "sh", "-c", "echo up; exec sleep 60")
+    assert ex.stdout.readline() == b"up\n"
+    assert t.wait() != 0
+    assert t.restored()
+    expired = f"hold {held} expired (ttl 6s)".encode()
+    assert expired in t.seen and b"SIGKILL" not in t.seen, t.seen[-400:]
+    _, err = ex.communicate(timeout=30)
+    assert ex.returncode != 0
+    assert re.search(rb"session \d+ of hold %d: " % held + re.escape(expired), err), err

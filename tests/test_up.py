@@ -49,6 +49,39 @@ def test_up_run_down_up_run_again(user):
         assert user.run("down", timeout=120).returncode == 0
 
 
+def test_down_names_what_it_stops_and_loses_no_job_that_never_started(user):
+    """Found by a new user: two jobs queued behind a `sleep 100` on one
+    device, `rc down`, `rc up -d`: the one assigned as the sleep ended was
+    `lost (worker re-registered)` though it never started. The stopping
+    worker proves it never started it, so it goes back to its place."""
+    up = user.run("up", "-d", "--listen", "127.0.0.1:0", "--devices", "1", timeout=120)
+    assert up.returncode == 0, up.stderr
+    ids = [
+        int(user.run("run", "--detach", "--", *cmd, check=True).stdout)
+        for cmd in (("sleep", "100"), ("echo", "a"), ("echo", "b"))
+    ]
+    wait_until(
+        lambda: json.loads(user.run("ps", "-o", "json").stdout)["jobs"][0]["state"] == "running",
+        30,
+        "the sleep to run",
+    )
+    down = user.run("down", timeout=120)
+    assert down.returncode == 0, down.stderr
+    err = down.stderr.decode()
+    listed = err.index(f"rc:   job {ids[0]}: sleep 100 (")
+    assert err.index("stopping the worker ends 1 running job:") < listed
+    assert listed < err.index("stopped the worker"), "named before it is stopped"
+    up = user.run("up", "-d", "--devices", "1", timeout=120)
+    assert up.returncode == 0, up.stderr
+    for job_id in ids[1:]:
+        res = user.run("logs", "-f", str(job_id), timeout=60)
+        assert res.returncode == 0, (job_id, res.stderr)
+    info = {j["id"]: j for j in json.loads(user.run("jobs", "-o", "json").stdout)}
+    assert [info[i]["state"] for i in ids] == ["killed", "succeeded", "succeeded"]
+    assert info[ids[0]]["kill_reason"] == "the worker is shutting down"
+    assert info[ids[1]]["started_at"] <= info[ids[2]]["started_at"], "the queue order is kept"
+
+
 def test_up_after_the_controller_was_killed_restarts_only_it(user, env):
     assert (
         user.run("up", "-d", "--listen", "127.0.0.1:0", "--devices", "1", timeout=120).returncode

@@ -5,8 +5,10 @@ example config listing every key."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -83,16 +85,21 @@ def test_a_worker_restarts_after_the_first_was_killed_with_sigkill(
     controller, make_worker, tmp_path, env, pyz
 ):
     host = unique_host("restart")
+    lock_file = Path(env["TMPDIR"]) / f"rc-worker-{os.getuid()}" / f"{host}.lock"
     first = make_worker(controller, host=host, devices="cpu:1")
     first.kill9()  # the kernel drops the lock with the process
+    assert lock_file.exists()  # (the file stays; the next worker reuses it)
     second = make_worker(controller, host=host, devices="cpu:1")
     assert second.proc.poll() is None
     admin = controller.client()
     job_id = submit(admin, ["true"], device_id=f"{host}:cpu0")
     assert wait_state(admin, job_id)["state"] == "succeeded"
-    # And after a clean stop too.
+    # And after a clean stop too, which removes the lock file (found by a new
+    # user: one file per host name ever run piled up in the temp dir).
     assert second.stop() == 0
+    assert not lock_file.exists()
     make_worker(controller, host=host, devices="cpu:1")
+    assert lock_file.exists()
 
 
 def test_the_lock_file_is_never_inherited_by_jobs(controller, make_worker, tmp_path):

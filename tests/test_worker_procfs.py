@@ -118,8 +118,15 @@ def test_result_labels():
     # a status that is a multiple of 256 is not success
     assert label(Outcome(256), None, False, False).state == "failed"
     assert label(Outcome(3), None, False, False).reason == "exited with code 3"
-    r = label(Outcome(0), None, True, False)
-    assert (r.state, r.reason) == ("killed", "stragglers reaped after exit")
+    # stragglers reaped after the leader's exit are a note, never the outcome
+    r = label(Outcome(0), None, 1, False)
+    assert (r.state, r.exit_code, r.reason) == ("succeeded", 0, "1 straggler reaped after exit")
+    r = label(Outcome(3), None, 2, False)
+    assert (r.state, r.exit_code, r.reason) == (
+        "failed",
+        3,
+        "exited with code 3; 2 stragglers reaped after exit",
+    )
     assert (
         label(Outcome(143, 15), "hold ended: its ttl of 1s was reached", False, True).state
         == "succeeded"
@@ -190,7 +197,7 @@ def test_a_zombie_is_not_a_straggler(tmp_path):
     got = json.loads(res.stdout)
     assert got["code"] == 0
     assert got["states"] == ["Z"]  # the group holds exactly the zombie
-    assert got["stragglers"] is False and got["left"] == 0
+    assert got["stragglers"] == 0 and got["left"] == 0
 
 
 def test_sweep_ends_setsid_escapees_by_their_job_id_only(tmp_path):

@@ -136,10 +136,26 @@ def test_a_zombie_left_behind_is_not_a_straggler(site):
     assert (j["state"], j["exit_code"], j["kill_reason"]) == ("succeeded", 0, ""), j
 
 
-def test_a_live_background_child_is_a_straggler(site, work):
-    j = run_job(site, ["sh", "-c", f"sleep 300 & echo $! > {work}/bg"])
-    assert (j["state"], j["kill_reason"]) == ("killed", "stragglers reaped after exit")
+def test_a_live_background_child_is_reaped_and_the_job_keeps_its_exit(site, work):
+    """Found by a new user: `sh -c 'sleep 100 & echo done'` ended `killed`
+    with exit 1. The straggler is reaped and noted; the job is what its main
+    process made it (as Slurm's COMPLETED)."""
+    j = run_job(site, ["sh", "-c", f"sleep 300 & echo $! > {work}/bg; echo done"])
+    assert (j["state"], j["exit_code"], j["kill_reason"]) == (
+        "succeeded",
+        0,
+        "1 straggler reaped after exit",
+    )
     assert not pid_alive(read_pid(work / "bg"))
+    assert logs(site.admin, j["id"]) == b"done\n"
+    assert device(site.admin, j["device_id"])["state"] == "ready"
+    j = run_job(site, ["sh", "-c", f"sleep 300 & echo $! > {work}/bg2; exit 3"])
+    assert (j["state"], j["exit_code"], j["kill_reason"]) == (
+        "failed",
+        3,
+        "exited with code 3; 1 straggler reaped after exit",
+    )
+    assert not pid_alive(read_pid(work / "bg2"))
 
 
 def test_idle_timeout_trips_and_stderr_counts_as_output(site):
@@ -152,6 +168,27 @@ def test_idle_timeout_trips_and_stderr_counts_as_output(site):
         idle_timeout_seconds=1,
     )
     assert busy["state"] == "succeeded", busy
+
+
+def test_python_output_streams_so_a_print_loop_is_not_idle(site):
+    """Found by a new user: a job writes to a pipe, so Python block-buffered
+    a healthy print() loop and --idle-timeout killed it. The worker sets
+    PYTHONUNBUFFERED=1 unless the job sets it (this worker's own environment
+    does not have it)."""
+    env = {k: v for k, v in site.env.items() if k != "PYTHONUNBUFFERED"}
+    config = CONFIG.format(root=site.root).replace("cpu:2", "cpu:1")
+    site.worker("plain", config, env=env)
+    loop = "import time\nfor i in range(4):\n    print('tick', i)\n    time.sleep(0.7)\n"
+    j = run_job(site, [sys.executable, "-c", loop], device_id="plain:cpu0", idle_timeout_seconds=1)
+    assert j["state"] == "succeeded", j
+    assert logs(site.admin, j["id"]) == b"".join(b"tick %d\n" % i for i in range(4))
+    show = "import os; print(repr(os.environ.get('PYTHONUNBUFFERED')))"
+    j = run_job(site, [sys.executable, "-c", show], device_id="plain:cpu0")
+    assert logs(site.admin, j["id"]) == b"'1'\n"
+    j = run_job(
+        site, [sys.executable, "-c", show], device_id="plain:cpu0", env={"PYTHONUNBUFFERED": ""}
+    )
+    assert logs(site.admin, j["id"]) == b"''\n", "the job's own setting wins"
 
 
 def test_max_runtime_trips_and_a_hold_ends_at_its_ttl(site):

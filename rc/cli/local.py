@@ -839,6 +839,43 @@ def _stop_pid(pid: int, what: str) -> None:
         time.sleep(0.05)
 
 
+def _say_what_stops(st: dict, data: Path) -> None:
+    """Before `rc down` stops the worker: name the jobs and holds running on
+    it, which end `killed` ("the worker is shutting down"). Best effort: a
+    controller that does not answer within 5 s is not asked again."""
+    from rc.cli.output import command_text, escape_controls, one_line
+    from rc.proto.client import Client
+
+    try:
+        admin = Client(st["url"], (data / "admin.token").read_text().strip(), timeout=5)
+        active = admin.get("/v1/state")["jobs"]
+    except (RcError, OSError, KeyError, TypeError, ValueError):
+        return
+    host = st.get("host") or _default_host()
+    running = [
+        j
+        for j in active
+        if j.get("state") == "running" and j.get("device_id", "").rpartition(":")[0] == host
+    ]
+    if not running:
+        return
+    holds = sum(j.get("kind") == "hold" for j in running)
+    parts = [
+        f"{n} {word}{'' if n == 1 else 's'}"
+        for n, word in ((len(running) - holds, "running job"), (holds, "hold"))
+        if n
+    ]
+    stderr(f"stopping the worker ends {' and '.join(parts)}:")
+    for j in sorted(running, key=lambda j: j["id"]):
+        what = (
+            f"hold {j['id']}: {j.get('reason', '')}"
+            if j.get("kind") == "hold"
+            else f"job {j['id']}: {command_text(j.get('command') or [])}"
+        )
+        line = f"  {what} ({j.get('submitter', '?')} on {j.get('device_id', '?')})"
+        stderr(escape_controls(one_line(line)))
+
+
 def cmd_down(args: argparse.Namespace) -> int:
     data = Path(args.data) if args.data else default_data_dir()
     state_path = data / UP_STATE
@@ -849,6 +886,8 @@ def cmd_down(args: argparse.Namespace) -> int:
     st = _read_state(state_path)
     if not st:
         raise RcError(f"{state_path} is corrupt; stop the processes by hand")
+    if _alive_pid(st.get("worker_pid")):
+        _say_what_stops(st, data)
     stopped = []
     for key, what in (("worker_pid", "worker"), ("serve_pid", "controller")):
         pid = st.get(key)

@@ -354,7 +354,7 @@ def _session_code(c: Client, view: dict) -> int:
     name = f"session {view['session_id']} of hold {view['hold_id']}"
     why = view.get("reason") or "no exit code"
     if code is None or (code != 0 and not why.startswith("exited with code")):
-        if code is None or code >= 128:
+        if (code is None or code >= 128) and not why.startswith(f"hold {view['hold_id']} expired"):
             with contextlib.suppress(RcError):
                 hold = c.get(f"/v1/jobs/{view['hold_id']}", timeout=10)["job"]
                 if hold["state"] not in ("assigned", "running") or hold.get("kill_reason"):

@@ -651,6 +651,12 @@ def cmd_hold(args: argparse.Namespace) -> int:
         if job is None:
             return 130
         job = _wait_running(c, job)
+        while job["state"] == "queued":  # its worker stopped before starting it: back in line
+            view = c.get(f"/v1/jobs/{hold_id}")
+            job = wait_started(c, view["job"], view.get("queue_position", 0), label)
+            if job is None:
+                return 130
+            job = _wait_running(c, job)
         if job["state"] != "running":
             raise RcError(
                 f"hold {hold_id} ended before it was granted ({job['state']}: "

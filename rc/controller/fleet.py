@@ -25,6 +25,7 @@ __all__ = [
     "drain",
     "fault",
     "heartbeat",
+    "leave",
     "lose_job",
     "quarantine",
     "register",
@@ -166,7 +167,8 @@ def recover(tx: Tx, host: str, proof: RecoveryProof, th: Thresholds) -> list[str
 
     Never `fault`, never an unknown reason, never a device with a live lease;
     at most `flap_limit` times per device per `flap_window` (then a
-    recovery_refused event: it waits for a human). Returns the device ids
+    recovery_refused event, once per quarantine however often the worker
+    presents its proof again: it waits for a human). Returns the device ids
     recovered.
     """
     back = []
@@ -174,13 +176,14 @@ def recover(tx: Tx, host: str, proof: RecoveryProof, th: Thresholds) -> list[str
     for d in tx.all("devices_recoverable_on_worker", (host,)):
         recent = tx.scalar("recoveries_count", (d["id"], tx.now - th.flap_window))
         if recent >= th.flap_limit:
-            feed.record(
-                tx,
-                EventKind.RECOVERY_REFUSED,
-                device_id=d["id"],
-                text=f"recovered {recent} times within {format_duration(th.flap_window)}; "
-                "waiting for an admin (rc clear)",
-            )
+            if not tx.scalar("recovery_refused_since", (d["id"], d["quarantined_at"] or 0.0)):
+                feed.record(
+                    tx,
+                    EventKind.RECOVERY_REFUSED,
+                    device_id=d["id"],
+                    text=f"recovered {recent} time{'' if recent == 1 else 's'} within "
+                    f"{format_duration(th.flap_window)}; waiting for an admin (rc clear)",
+                )
             continue
         tx.exec("device_unquarantine", (d["id"],))
         tx.exec("recovery_insert", (d["id"], tx.now, d["quarantine_reason"]))
@@ -265,6 +268,59 @@ def heartbeat(tx: Tx, worker_id: str, running: tuple[int, ...], th: Thresholds) 
     if changed or freed:
         tx.notify("devices")
     return [r["id"] for r in tx.all("jobs_to_stop", (ids, worker_id))] if running else []
+
+
+def leave(
+    tx: Tx, worker_id: str, instance: str, started: tuple[int, ...]
+) -> tuple[list[int], list[int]]:
+    """A worker process stops cleanly (wire.LeaveRequest): what it proves it
+    never started goes back to the queue (DESIGN.md §3).
+
+    The proof is the claim of the process the controller has on record
+    (`instance`, from its registration): it will start nothing more, and
+    `started` holds every job it started whose end the controller has not
+    recorded. Every job assigned to the worker and not in `started` was
+    therefore never started: it goes back to `queued` in its old place (its
+    priority, id and queued_at are kept; a selector job forgets the device
+    it was given; its max_runtime stays the one assignment gave it), and its
+    lease is released; one whose kill was requested ends `killed` instead.
+    Jobs that may have run are not touched (the next registration
+    reconciles them: silence proves nothing). The worker's devices then
+    leave the pool (`unknown`) until it speaks again, so nothing more is
+    handed to a worker that is going away.
+
+    404 for a worker that never registered; 409 conflict (nothing changes)
+    when `instance` is not the registered process (another one registered
+    since, or the claim names none). Returns (requeued ids, killed ids).
+    """
+    row = tx.one("worker_get", (worker_id,))
+    if row is None:
+        raise Refused.not_found(f"worker {worker_id} is not registered")
+    if not instance or row["instance"] != instance:
+        raise Refused.conflict(
+            ErrorCode.CONFLICT,
+            f"worker {worker_id} is registered by another process now; "
+            "only that process can hand its jobs back",
+        )
+    named = set(started)
+    requeued, killed = [], []
+    for j in tx.all("jobs_assigned_to", (worker_id,)):
+        if j["id"] in named:
+            continue
+        if j["kill_requested"]:
+            tx.exec("job_finish", ("killed", None, j["kill_reason"], tx.now, None, j["id"]))
+            killed.append(j["id"])
+            tx.notify(f"log:{j['id']}")
+        else:
+            tx.exec("job_requeue", (j["id"],))
+            requeued.append(j["id"])
+        tx.exec("lease_release_by_job", (tx.now, j["id"]))
+        tx.notify(f"job:{j['id']}")
+    tx.exec("devices_to_unknown", (worker_id,))
+    if requeued:
+        tx.schedule = True  # another worker's device may take them now
+    tx.notify("jobs", "devices")
+    return requeued, killed
 
 
 def sweep(tx: Tx, th: Thresholds, started_at: float) -> int:

@@ -100,6 +100,14 @@ ROUTES: dict[tuple[str, str], Doc] = {
         path_params=WORKER,
         errors=BAD + ((403, E.WRONG_HOST), (404, E.NOT_FOUND)),
     ),
+    ("POST", "/v1/workers/{worker_id}/leave"): Doc(
+        "A worker stopping cleanly hands back the assigned jobs it never started",
+        ("worker",),
+        wire.LeaveResponse,
+        request=wire.LeaveRequest,
+        path_params=WORKER,
+        errors=BAD + ((403, E.WRONG_HOST), (404, E.NOT_FOUND), (409, E.CONFLICT)),
+    ),
     ("GET", "/v1/workers/{worker_id}/assignments"): Doc(
         "Long poll for new jobs and kill requests (204 after the wait)",
         ("worker",),

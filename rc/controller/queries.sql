@@ -63,6 +63,13 @@ UPDATE jobs SET state = ?, exit_code = ?, kill_reason = ?, finished_at = ?,
                 started_at = coalesce(started_at, ?)
 WHERE id = ? AND state IN ('assigned', 'running')
 
+-- name: job_requeue
+-- An assigned job its worker proves it never started goes back to the queue
+-- in its old place (priority, id and queued_at unchanged).
+UPDATE jobs SET state = 'queued', worker_id = '', assigned_at = NULL, kill_delivered_at = 0,
+                device_id = CASE WHEN selector = '' THEN device_id ELSE '' END
+WHERE id = ? AND state = 'assigned'
+
 -- name: job_lose
 UPDATE jobs SET state = 'lost', kill_reason = ?, finished_at = ?
 WHERE id = ? AND state IN ('assigned', 'running')
@@ -235,7 +242,7 @@ WHERE id = ? AND state IN ('busy', 'unknown')
   AND NOT EXISTS (SELECT 1 FROM leases WHERE device_id = devices.id AND released_at IS NULL)
 
 -- name: devices_recoverable_on_worker
-SELECT id, quarantine_reason FROM devices
+SELECT id, quarantine_reason, quarantined_at FROM devices
 WHERE worker_id = ? AND state = 'unhealthy'
   AND quarantine_reason IN ('worker_lost', 'lease_expired', 'registration')
   AND NOT EXISTS (SELECT 1 FROM leases WHERE device_id = devices.id AND released_at IS NULL)
@@ -326,6 +333,11 @@ SELECT count(*) FROM device_recoveries WHERE device_id = ? AND at >= ?
 
 -- name: recovery_insert
 INSERT INTO device_recoveries (device_id, at, reason) VALUES (?, ?, ?)
+
+-- name: recovery_refused_since
+-- Whether a recovery of this device was refused since it was quarantined (at ?2).
+SELECT EXISTS (SELECT 1 FROM events
+               WHERE kind = 'recovery_refused' AND device_id = ?1 AND at >= ?2)
 
 -- ---------------------------------------------------------------- labels and sheets
 

@@ -44,6 +44,8 @@ __all__ = [
     "JobView",
     "KillRequest",
     "LabelsRequest",
+    "LeaveRequest",
+    "LeaveResponse",
     "LogAppended",
     "RegisterRequest",
     "RegisterResponse",
@@ -189,6 +191,31 @@ class HeartbeatResponse:
 
     instance: str
     stop_job_ids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class LeaveRequest:
+    """POST /v1/workers/{id}/leave: a worker process stopping cleanly.
+
+    A positive claim by the process `instance` (RegisterRequest.instance):
+    it will start nothing more, and of the jobs assigned to it, it started
+    (or may have started) only those in `started_job_ids` (every job it
+    started whose terminal report the controller has not yet accepted).
+    Every other job still assigned to it provably never started: it goes
+    back to the queue in its old place.
+    """
+
+    instance: str
+    started_job_ids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class LeaveResponse:
+    """The assigned jobs the leave put back in the queue, and those it ended
+    instead because a kill had been requested for them."""
+
+    requeued_job_ids: tuple[int, ...] = ()
+    killed_job_ids: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,8 +11,11 @@ out.
 
 A job id is never started twice by one worker process. A job's lingering
 release is armed once its terminal report is settled. SIGTERM/SIGINT: stop
-polling, end running jobs (their terminal reports go out), wait for the
-reports (45 s at most), fire pending releases (20 s at most), exit 0.
+polling and start nothing more, end running jobs (their terminal reports go
+out), wait for the reports (45 s at most), leave (POST
+/v1/workers/{id}/leave: the jobs assigned to this worker that it never
+started go back to the queue, rc.controller.fleet.leave), fire pending
+releases (20 s at most), exit 0.
 """
 
 from __future__ import annotations
@@ -29,7 +32,14 @@ from rc.proto.client import Client
 from rc.proto.codec import decode, encode
 from rc.proto.errors import ApiError, TransportError
 from rc.proto.model import RecoveryProof
-from rc.proto.wire import Assignments, DeviceDecl, LabelsRequest, RegisterRequest
+from rc.proto.wire import (
+    Assignments,
+    DeviceDecl,
+    LabelsRequest,
+    LeaveRequest,
+    LeaveResponse,
+    RegisterRequest,
+)
 from rc.worker import recovery, sheets
 from rc.worker.config import DeviceConfig, WorkerConfig
 from rc.worker.hooks import Leases, hook_env
@@ -46,6 +56,8 @@ RETRY_MIN_S = 1.0
 RETRY_MAX_S = 30.0
 POLL_FLOOR_S = 0.25
 SHUTDOWN_GRACE_S = 45.0
+LEAVE_TIMEOUT_S = 10.0
+"""The most a stopping worker waits to hand back the jobs it never started."""
 POLL_RETRY_MAX_S = 5.0
 """A failed long poll is retried within this, so work resumes soon after a
 controller restart."""
@@ -85,7 +97,15 @@ class Agent:
         self.jobs: dict[int, JobRun] = {}
         self.reporting: set[int] = set()
         self.started: set[int] = set()
+        self.unsettled: set[int] = set()
+        """Jobs this process started (or may have) whose end the controller
+        has not acknowledged: what its leave claims it may have started."""
+        self.closed = False
+        """Set once shutting down: from then on nothing starts (the leave's
+        claim rests on it)."""
+        self.left = False
         self._lock = threading.Lock()
+        self._leaving = threading.Lock()  # a heartbeat never overtakes the leave
         self.devices: dict[str, DeviceConfig] = {}
         self.heartbeat_interval = cfg.heartbeat_interval
         self.instance = ""
@@ -289,23 +309,23 @@ class Agent:
 
     def heartbeat_once(self, episode: _Episode | None = None) -> None:
         """One heartbeat naming the jobs this worker supervises; stops the
-        ones the controller says have ended."""
-        with self._lock:
-            named = sorted(set(self.jobs) | self.reporting)
-        try:
-            resp = self.client.post(
-                f"/v1/workers/{self.worker_id}/heartbeat", {"running_job_ids": named}
-            )
-        except ApiError as e:
-            if e.status == 404:
-                log.warning("the controller does not know this worker; registering again")
-                self.reregister = True
-            elif episode:
-                episode.fail(e)
-            return
-        except TransportError as e:
-            if episode:
-                episode.fail(e)
+        ones the controller says have ended. None once the worker has left
+        (a heartbeat would bring its devices back into the pool)."""
+        with self._leaving:
+            if self.left:
+                return
+            with self._lock:
+                named = sorted(set(self.jobs) | self.reporting)
+            try:
+                resp = self.client.post(
+                    f"/v1/workers/{self.worker_id}/heartbeat", {"running_job_ids": named}
+                )
+            except (ApiError, TransportError) as e:
+                err = e
+            else:
+                err = None
+        if err is not None:
+            self._heartbeat_failed(err, episode)
             return
         if episode:
             episode.ok()
@@ -313,6 +333,13 @@ class Agent:
         for job_id in resp.get("stop_job_ids", []):
             self._cancel(job_id, "the controller ended this job")
         self._maybe_reregister()  # the poll loop may sit in a long poll
+
+    def _heartbeat_failed(self, e: Exception, episode: _Episode | None) -> None:
+        if isinstance(e, ApiError) and e.status == 404:
+            log.warning("the controller does not know this worker; registering again")
+            self.reregister = True
+        elif episode:
+            episode.fail(e)
 
     def _note_instance(self, instance: str) -> None:
         """After any response: arm a re-registration when the controller
@@ -386,6 +413,8 @@ class Agent:
             self._reregistering.release()
 
     def _reregister_if_due(self) -> None:
+        if self.closed:
+            return  # a worker shutting down leaves; registering would undo that
         urgent = self.reregister
         now = time.monotonic()
         with self._lock:
@@ -404,26 +433,31 @@ class Agent:
         kills = set(got.kills)
         for job_id in kills:
             self._cancel(job_id, "")
-        if got.sessions:  # sessions inside holds (rc shell / rc exec / rc cp --hold)
+        if got.sessions and not self.closed:  # sessions inside holds (rc shell / exec / cp)
             from rc.worker import sessions
 
             sessions.dispatch_sessions(self, got.sessions)
         for a in got.assignments:
+            # One critical section decides, records and (for the shutdown's
+            # list of runs to end) registers a start: once `closed` is set,
+            # `unsettled` names every job this process may have started.
             with self._lock:
-                if a.job_id in self.started:
-                    continue
+                if self.closed or a.job_id in self.started:
+                    continue  # shutting down: never started, so the leave hands it back
                 self.started.add(a.job_id)
-            if a.job_id in kills:
+                self.unsettled.add(a.job_id)
+                if a.job_id in kills:
+                    self.reporting.add(a.job_id)
+                    run = None
+                else:
+                    run = JobRun(self, a, self.devices.get(a.device_id.rpartition(":")[2]))
+                    self.jobs[a.job_id] = run
+            if run is None:
                 self.reporter.submit(
                     Report(a.job_id, "killed", None, "killed before this worker started it")
                 )
-                with self._lock:
-                    self.reporting.add(a.job_id)
-                continue
-            run = JobRun(self, a, self.devices.get(a.device_id.rpartition(":")[2]))
-            with self._lock:
-                self.jobs[a.job_id] = run
-            run.start()
+            else:
+                run.start()
 
     def _cancel(self, job_id: int, reason: str) -> None:
         with self._lock:
@@ -446,14 +480,65 @@ class Agent:
             Report(run.job_id, result.state.value, result.exit_code, result.reason, run.started_at)
         )
 
-    def _report_done(self, job_id: int) -> None:
+    def _report_done(self, job_id: int, accepted: bool) -> None:
         with self._lock:
             self.reporting.discard(job_id)
+            if accepted:  # the controller recorded its end: no longer "may have run"
+                self.unsettled.discard(job_id)
             run = self._arms.pop(job_id, None)
         if run is not None:
             hooks = self.leases.device(run.device_name)
             if hooks is not None and run.release_epoch is not None:
                 hooks.arm_release(run.release_epoch, run.hook_context)
+
+    def leave(self, timeout: float) -> bool:
+        """Tell the controller this process stops (POST /v1/workers/{id}/leave):
+        it starts nothing more (`closed` must be set), and it may have started
+        only the jobs in `unsettled`, so every other job assigned to it goes
+        back to the queue in its old place (rc.controller.fleet.leave). After
+        it no heartbeat is sent. Best effort within `timeout` seconds: when
+        it does not get through, those jobs stay assigned and the next
+        registration reconciles them (silence proves nothing). True when the
+        controller took it."""
+        deadline = time.monotonic() + timeout
+        # No heartbeat and no re-registration may land after the leave: either
+        # would bring this worker's devices back into the pool.
+        if not self._leaving.acquire(timeout=timeout):
+            log.warning("could not hand back the jobs assigned here: a heartbeat is stuck")
+            return False
+        try:
+            self.left = True
+            if not self._reregistering.acquire(timeout=max(0.0, deadline - time.monotonic())):
+                log.warning("could not hand back the jobs assigned here: a registration is stuck")
+                return False
+            try:
+                with self._lock:
+                    req = LeaveRequest(self.instance_id, tuple(sorted(self.unsettled)))
+                resp = self.client.post(
+                    f"/v1/workers/{self.worker_id}/leave",
+                    encode(req),
+                    timeout=max(1.0, deadline - time.monotonic()),
+                )
+            except (ApiError, TransportError) as e:
+                log.warning("could not hand back the jobs assigned here that never started: %s", e)
+                return False
+            finally:
+                self._reregistering.release()
+        finally:
+            self._leaving.release()
+        got = decode(LeaveResponse, resp)
+        if got.requeued_job_ids:
+            log.info(
+                "handed back %d assigned job(s) that never started here, to the queue: %s",
+                len(got.requeued_job_ids),
+                ", ".join(map(str, got.requeued_job_ids)),
+            )
+        if got.killed_job_ids:
+            log.info(
+                "assigned job(s) killed before they started here: %s",
+                ", ".join(map(str, got.killed_job_ids)),
+            )
+        return True
 
     def fault(self, device_id: str, reason: str, job_id: int | None) -> None:
         """Quarantine a device (`fault`): queued, retried, and sent before any
@@ -461,16 +546,18 @@ class Agent:
         self.reporter.submit_fault(device_id, reason, job_id)
 
     def _shutdown(self) -> int:
-        log.info("shutting down: ending %d running job(s)", len(self.jobs))
-        deadline = time.monotonic() + SHUTDOWN_GRACE_S
         with self._lock:
+            self.closed = True  # nothing starts from here on
             runs = list(self.jobs.values())
+        log.info("shutting down: ending %d running job(s)", len(runs))
+        deadline = time.monotonic() + SHUTDOWN_GRACE_S
         for run in runs:
             run.cancel("the worker is shutting down")
         for run in runs:
             run.thread.join(max(0.0, deadline - time.monotonic()))
         if not self.reporter.drain(max(1.0, deadline - time.monotonic())):
             log.error("some job reports could not be delivered before shutdown")
+        self.leave(max(1.0, min(LEAVE_TIMEOUT_S, deadline - time.monotonic())))
         self.reporter.stop()
         self.leases.drain()
         self.spool.close()

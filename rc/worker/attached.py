@@ -435,13 +435,14 @@ class Terminal(Process):
         if self.group is not None:
             _signal_session(self.group.pgid, signal.SIGHUP, signal.SIGCONT)
 
-    def leftovers(self, grace: float) -> tuple[bool, list[int]]:
+    def leftovers(self, grace: float) -> tuple[int, list[int]]:
         """After the leader exited: let the output drain, then end the rest of
-        its terminal session (background jobs do not make the job fail)."""
+        its terminal session (background jobs of a shell are not stragglers:
+        0, and the survivors)."""
         self.drain(TTY_DRAIN_S)
         if self.group is None:
-            return False, []
-        return False, end_terminal_session(self.group.pgid, grace)
+            return 0, []
+        return 0, end_terminal_session(self.group.pgid, grace)
 
     def close(self) -> None:
         with self.cond:
@@ -509,11 +510,12 @@ class Pipes(Process):
     def hangup(self) -> None:
         pass  # a pipe process is killed like a cancelled job instead
 
-    def leftovers(self, grace: float) -> tuple[bool, list[int]]:
+    def leftovers(self, grace: float) -> tuple[int, list[int]]:
         """After the leader exited: SIGKILL what is left of its group (as for
-        a logs job: stragglers make it killed), then let the output drain."""
+        a logs job: the stragglers are counted, and noted in its reason), then
+        let the output drain. Returns (stragglers, survivors' pids)."""
         if self.group is None:
-            return False, []
+            return 0, []
         stragglers, left = supervise.reap_stragglers(self.group)
         self.drain(READER_DRAIN_S)
         return stragglers, [p.pid for p in left]
@@ -587,7 +589,7 @@ def run_job(run) -> Result:
     if tty:  # a cancelled terminal is hung up first: an interactive shell ignores SIGTERM
         threading.Thread(target=_hangup_on_cancel, args=(run, proc), daemon=True).start()
     outcome, why, survivors = run.watch(proc.group, False)
-    stragglers, left = proc.leftovers(agent.cfg.kill_grace) if why is None else (False, [])
+    stragglers, left = proc.leftovers(agent.cfg.kill_grace) if why is None else (0, [])
     run.sweep_escapees()  # before draining: an escapee may hold the output open
     proc.drain(TTY_DRAIN_S if tty else READER_DRAIN_S)
     if tty:

@@ -12,7 +12,10 @@ $TMPDIR, else /tmp), made 0700 and refused unless it is a real directory of
 this user that nobody else can write. The location does not depend on the
 worker's configuration, so two workers for one host are caught whatever their
 configs say. The kernel drops the lock when the worker ends, however it
-ends, and jobs never inherit it.
+ends, and jobs never inherit it. A worker that exits cleanly also removes
+the file (rc.proto.pidlock.release), so the directory does not collect a
+file for every host name ever run here; after a kill -9 the file stays and
+the next worker for the host reuses it.
 """
 
 from __future__ import annotations
@@ -83,7 +86,8 @@ class HostLock:
         return self
 
     def release(self) -> None:
-        """Drop the lock (the process's end does it too)."""
+        """Drop the lock and remove its file (the process's end drops the
+        lock too, but leaves the file)."""
         fd, self.fd = self.fd, None
         if fd is not None:
-            os.close(fd)
+            pidlock.release(fd, self.path, remove=True)

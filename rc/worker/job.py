@@ -20,6 +20,9 @@
 State: killed (we ended it, or a signal did) > failed (start error or a
 non-zero exit) > succeeded. Death by signal N is exit code 128+N. A job that
 exits on its own while a kill is on its way is labelled by how it exited.
+Background children left in the group after the leader's exit (stragglers)
+are reaped with SIGKILL and noted in the reason; they do not change the
+state.
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ LOG_FLUSH_S = 300.0
 LOG_FLUSH_SHUTDOWN_S = 20.0
 STRIPPED_ENV_PREFIX = "RC_"
 """Worker settings (RC_TOKEN above all) never leak into a job's environment."""
+UNBUFFERED = "PYTHONUNBUFFERED"
 
 
 def job_env(
@@ -66,6 +70,9 @@ def job_env(
     """A job's environment: the worker's own (minus RC_* settings), the job's
     entries, then RC_JOB_ID, RC_DEVICE, the CUDA variables and the worker's
     `markers` (RC_HOST, RC_WORKER_INSTANCE), which always win over the job's.
+    PYTHONUNBUFFERED=1 unless the job sets it itself (even to ""): a job's
+    output goes to a pipe, where Python would hold it in a block buffer, and
+    a healthy print() loop would look idle to --idle-timeout.
 
     `cuda` is the device's GPU index (JobRun.cuda, from probe.device_env): set
     with CUDA_DEVICE_ORDER=PCI_BUS_ID so CUDA numbers GPUs as nvidia-smi does;
@@ -73,6 +80,8 @@ def job_env(
     """
     env = {k: v for k, v in base.items() if not k.startswith(STRIPPED_ENV_PREFIX)}
     env.update(requested)
+    if UNBUFFERED not in requested:
+        env[UNBUFFERED] = "1"
     env.update(markers or {})
     env["RC_JOB_ID"] = str(job_id)
     env["RC_DEVICE"] = device_id
@@ -127,6 +136,9 @@ class JobRun:
         self._pids_wrapped = True
         self.release_epoch: int | None = None
         """The ownership epoch to arm this job's release with (None: none)."""
+        self.ending: str | None = None
+        """Once the worker decided to end the job (or it ended): why, in the
+        words a hold's sessions report ("hold 17 expired (ttl 30m)")."""
         self.hook_context = HookContext(a.job_id, a.submitter)
         self.thread = threading.Thread(target=self._run, name=f"rc-job-{a.job_id}", daemon=True)
 
@@ -274,7 +286,9 @@ class JobRun:
         self._reader_stop = False
         reader.start()
         outcome, why, survivors = self.watch(group, hold)
-        stragglers = False
+        if self.ending is None:
+            self.ending = f"hold {a.job_id} ended" if hold else (why or "ended")
+        stragglers = 0
         if why is None:
             stragglers, left = supervise.reap_stragglers(group)
             survivors = survivors or left
@@ -327,8 +341,16 @@ class JobRun:
                 outcome = group.wait(0)  # it may have just exited on its own
                 if outcome is not None:
                     return outcome, None, []
+                self.ending = self._hold_ending(why, limit) if hold else why
                 outcome, survivors = supervise.kill_group(group, self.agent.cfg.kill_grace)
                 return outcome, why, survivors
+
+    def _hold_ending(self, why: str, limit: int) -> str:
+        """What the sessions of a hold ended for `why` report (`limit`: its ttl, s)."""
+        if why.startswith("hold ended"):  # its ttl
+            return f"hold {self.job_id} expired (ttl {format_duration(limit)})"
+        detail = "" if why == "cancelled" else f": {why}"
+        return f"hold {self.job_id} ended{detail}"
 
     def _read(self, fd: int, sink: LogSink) -> None:
         poller = select.poll()
@@ -363,14 +385,18 @@ def working_dir(cwd: str, host: str) -> tuple[str | None, bytes]:
 
 
 def label(
-    outcome: supervise.Outcome | None, why: str | None, stragglers: bool, hold: bool
+    outcome: supervise.Outcome | None, why: str | None, stragglers: int, hold: bool
 ) -> Result:
     """The state, exit code and reason of a job that ended (inventory §6.4).
 
     `why` is our reason for ending it (kill, watchdog) or None; a hold ended
-    by its TTL succeeded. Otherwise: death by signal → killed; stragglers in
-    the group after the leader's exit → killed; an exit code other than
-    exactly 0 (including a status whose low byte is 0) → failed.
+    by its TTL succeeded. Otherwise the leader's own exit decides: death by
+    signal → killed; an exit code other than exactly 0 (including a status
+    whose low byte is 0) → failed; 0 → succeeded. `stragglers` (members of
+    the group still alive after the leader exited, reaped with SIGKILL) only
+    add a note to the reason, "N stragglers reaped after exit": the job did
+    finish, as Slurm's COMPLETED says of a batch script that leaves children
+    behind (the teardown checks still verify the device).
     """
     code = outcome.exit_code if outcome is not None else None
     if why is not None:
@@ -378,10 +404,18 @@ def label(
             return Result(JobState.SUCCEEDED, 0, why)
         return Result(JobState.KILLED, code, why)
     assert outcome is not None
+    note = straggler_note(stragglers)
     if outcome.signal:
-        return Result(JobState.KILLED, code, f"signal: {supervise.signal_name(outcome.signal)}")
-    if stragglers:
-        return Result(JobState.KILLED, code, "stragglers reaped after exit")
+        reason = f"signal: {supervise.signal_name(outcome.signal)}"
+        return Result(JobState.KILLED, code, f"{reason}; {note}" if note else reason)
     if code != 0:
-        return Result(JobState.FAILED, code, f"exited with code {code}")
-    return Result(JobState.SUCCEEDED, 0, "")
+        reason = f"exited with code {code}"
+        return Result(JobState.FAILED, code, f"{reason}; {note}" if note else reason)
+    return Result(JobState.SUCCEEDED, 0, note)
+
+
+def straggler_note(n: int) -> str:
+    """ "2 stragglers reaped after exit" ("" for none)."""
+    if n <= 0:
+        return ""
+    return f"{n} straggler{'' if n == 1 else 's'} reaped after exit"

@@ -7,9 +7,10 @@ its device) can never overtake the fault that must quarantine the device. A term
 not yet sent for the same job (it carries started_at). Transport errors and
 5xx are retried with backoff (200 ms doubling to 5 s) until the report's
 deadline (30 min: the controller may be restarting); a report the controller
-refuses (4xx) is logged and dropped. `on_done(job_id)` is called once a
-terminal report is settled either way, so the job stops being named in
-heartbeats.
+refuses (4xx) is logged and dropped. `on_done(job_id, accepted)` is called
+once a terminal report is settled either way, so the job stops being named in
+heartbeats; `accepted` says whether the controller took it (so it has
+recorded the job's end).
 """
 
 from __future__ import annotations
@@ -76,7 +77,9 @@ FAULT_REASON_MAX = 4000
 class Reporter:
     """Sends reports for one worker; thread-safe."""
 
-    def __init__(self, client: Client, worker_id: str, on_done: Callable[[int], None]) -> None:
+    def __init__(
+        self, client: Client, worker_id: str, on_done: Callable[[int, bool], None]
+    ) -> None:
         self.client = client
         self.worker_id = worker_id
         self.on_done = on_done
@@ -155,7 +158,7 @@ class Reporter:
             except (TransportError, ApiError) as e:
                 if isinstance(e, ApiError) and e.status < 500:
                     log.error("reports refused: %s; dropping %d", e, len(batch))
-                    self._settle(batch)
+                    self._settle(batch, set())
                     continue
                 now = time.monotonic()
                 expired = [r for r in batch if r.deadline <= now]
@@ -166,21 +169,24 @@ class Reporter:
                         REPORT_DEADLINE_S,
                         e,
                     )
-                    self._settle(expired)
+                    self._settle(expired, set())
                 if not self._pause(delay):
                     return
                 delay = min(delay * 2, RETRY_MAX_S)
                 continue
             delay = RETRY_MIN_S
+            accepted = set()
             for res in resp.get("results", []):
-                if not res.get("ok"):
+                if res.get("ok"):
+                    accepted.add(res.get("job_id"))
+                else:
                     log.warning(
                         "job %s: report refused: %s: %s",
                         res.get("job_id"),
                         res.get("error"),
                         res.get("message"),
                     )
-            self._settle(batch)
+            self._settle(batch, accepted)
 
     def _pause(self, delay: float) -> bool:
         """Wait `delay` s before a retry (a new submission wakes it); False
@@ -215,7 +221,7 @@ class Reporter:
                 self._faults.pop(0)
                 self._cond.notify_all()
 
-    def _settle(self, batch: list[Report]) -> None:
+    def _settle(self, batch: list[Report], accepted: set[int]) -> None:
         with self._cond:
             for r in batch:
                 if self._pending.get(r.job_id) is r:
@@ -223,4 +229,4 @@ class Reporter:
             self._cond.notify_all()
         for r in batch:
             if r.terminal:
-                self.on_done(r.job_id)
+                self.on_done(r.job_id, r.job_id in accepted)

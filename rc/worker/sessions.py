@@ -4,7 +4,9 @@
 A session runs on the hold's device (the hold's CUDA_VISIBLE_DEVICES) with
 RC_JOB_ID set to the hold's id, under the hold's lease, and ends when the
 hold ends: the session watches the hold, and the hold's teardown sweeps every
-process carrying its RC_JOB_ID anyway. The process itself is a Terminal or
+process carrying its RC_JOB_ID anyway. Either way the session reports the
+hold's end as its reason (JobRun.ending: "hold 17 expired (ttl 30m)"), not
+the signal that ended its process. The process itself is a Terminal or
 Pipes of rc.worker.attached, dialled to the relay first. Its outcome goes to
 POST /v1/jobs/{hold}/sessions/{sid}/status.
 """
@@ -185,18 +187,20 @@ def _session(agent, st: SessionStart) -> None:
             break
         if hung.is_set():
             why = f"{'terminal hung up' if st.stdio is Stdio.TTY else 'pipe closed'}: {halves.hung_up}"
-        elif agent.jobs.get(st.hold_id) is not hold:
-            why = f"hold {st.hold_id} ended"
+        elif hold.ending is not None or agent.jobs.get(st.hold_id) is not hold:
+            why = hold.ending or f"hold {st.hold_id} ended"
         elif agent.stopping:
             why = "the worker is shutting down"
         if why is not None:
             proc.hangup()
             outcome, _ = supervise.kill_group(proc.group, agent.cfg.kill_grace)
             break
-    stragglers, _ = proc.leftovers(agent.cfg.kill_grace) if why is None else (False, [])
+    if why is None and outcome is not None and outcome.signal and hold.ending is not None:
+        why = hold.ending  # the hold's teardown (its RC_JOB_ID sweep) got here first
+    stragglers, _ = proc.leftovers(agent.cfg.kill_grace) if why is None else (0, [])
     proc.drain(TTY_DRAIN_S if st.stdio is Stdio.TTY else READER_DRAIN_S)
     if st.stdio is Stdio.TTY:
         end_terminal_session(proc.group.pgid, agent.cfg.kill_grace)
     proc.finish()
-    result = label(outcome, why, stragglers and st.stdio is not Stdio.TTY, False)
+    result = label(outcome, why, stragglers, False)
     _report(agent, st, "ended", result.exit_code, result.reason, tail)

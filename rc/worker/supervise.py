@@ -187,13 +187,14 @@ def kill_group(group: Group, grace: float) -> tuple[Outcome | None, list[procfs.
     return outcome, survivors
 
 
-def reap_stragglers(group: Group) -> tuple[bool, list[procfs.ProcStat]]:
-    """After the leader exited: SIGKILL live group members. Returns (there were
-    stragglers, survivors)."""
-    if not group.live_members():
-        return False, []
+def reap_stragglers(group: Group) -> tuple[int, list[procfs.ProcStat]]:
+    """After the leader exited: SIGKILL live group members. Returns (how many
+    members were alive: the stragglers, the survivors of the SIGKILL)."""
+    live = group.live_members()
+    if not live:
+        return 0, []
     group.signal(signal.SIGKILL)
-    return True, wait_gone(group.live_members, time.monotonic() + STRAGGLER_WAIT_S)
+    return len(live), wait_gone(group.live_members, time.monotonic() + STRAGGLER_WAIT_S)
 
 
 def _signal_pid(pid: int, signum: int) -> None:

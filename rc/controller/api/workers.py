@@ -1,5 +1,5 @@
-"""Worker routes (inventory §3.2): register, labels, heartbeat, long poll,
-reports, log appends, faults.
+"""Worker routes (inventory §3.2): register, labels, heartbeat, leave, long
+poll, reports, log appends, faults.
 
 A worker token is bound to its host at its first registration (DESIGN.md
 §6.1): afterwards it may only act for that host's worker, devices and jobs
@@ -29,6 +29,8 @@ from rc.proto.wire import (
     HeartbeatRequest,
     HeartbeatResponse,
     LabelsRequest,
+    LeaveRequest,
+    LeaveResponse,
     LogAppended,
     RegisterRequest,
     RegisterResponse,
@@ -172,6 +174,19 @@ async def heartbeat(request: Request):
     if c.forget_delivered(worker_id, set(req.running_job_ids)):
         c.hub.notify([f"worker:{worker_id}"])
     return reply(HeartbeatResponse(c.instance, tuple(stop)))
+
+
+async def leave(request: Request):
+    """POST /v1/workers/{worker_id}/leave: a worker process stopping cleanly
+    hands back the assigned jobs it never started (fleet.leave)."""
+    c = ctl(request)
+    who = caller(request, Role.WORKER)
+    worker_id = request.path_params["worker_id"]
+    _bound(request, who, worker_id)
+    req = await json_body(request, LeaveRequest, c.cfg.limits.body_bytes)
+    requeued, killed = await c.db.write(fleet.leave, worker_id, req.instance, req.started_job_ids)
+    c.delivered.pop(worker_id, None)
+    return reply(LeaveResponse(tuple(requeued), tuple(killed)))
 
 
 async def assignments(request: Request):
@@ -326,6 +341,7 @@ routes = [
     Route("/v1/workers/register", register, methods=["POST"]),
     Route("/v1/workers/{worker_id}/labels", labels, methods=["POST"]),
     Route("/v1/workers/{worker_id}/heartbeat", heartbeat, methods=["POST"]),
+    Route("/v1/workers/{worker_id}/leave", leave, methods=["POST"]),
     Route("/v1/workers/{worker_id}/assignments", assignments, methods=["GET"]),
     Route("/v1/workers/{worker_id}/reports", reports, methods=["POST"]),
     Route("/v1/jobs/{job_id}/status", status, methods=["POST"]),
