@@ -5,6 +5,7 @@ input, and exit codes (each test names the report it comes from)."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -293,6 +294,7 @@ def test_cp_is_listed_as_rc_cp(box):
     ctl, users, _admin = box
     ann = users["ann"]
     (ann.cwd / "notes.txt").write_text("hello\n")
+    (Path(ann.env["HOME"]) / "cp-into").mkdir()  # rc cp makes no directories
     res = ann.run("cp", "notes.txt", "hy:cpu1:cp-into/")
     assert res.returncode == 0, res.stderr
     copies = [j for j in ctl.client().get("/v1/jobs")["jobs"] if j["stdio"] == "pipe"]
