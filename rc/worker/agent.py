@@ -24,7 +24,6 @@ import logging
 import os
 import random
 import threading
-import time
 import uuid
 
 from rc import __version__
@@ -41,6 +40,7 @@ from rc.proto.wire import (
     RegisterRequest,
 )
 from rc.worker import recovery, sheets
+from rc.worker.clock import SYSTEM, Clock
 from rc.worker.config import DeviceConfig, WorkerConfig
 from rc.worker.hooks import Leases, hook_env
 from rc.worker.job import JobRun, Result
@@ -86,11 +86,16 @@ class _Episode:
 
 
 class Agent:
-    """One worker process: `run()` returns the exit code."""
+    """One worker process: `run()` returns the exit code.
 
-    def __init__(self, cfg: WorkerConfig, client: Client) -> None:
+    `clock` (default: the real one) is the time of every timer of the worker:
+    its loops, its job runs, hooks, reporter and log sinks (rc.worker.clock).
+    """
+
+    def __init__(self, cfg: WorkerConfig, client: Client, clock: Clock = SYSTEM) -> None:
         self.cfg = cfg
         self.client = client
+        self.clock = clock
         self.worker_id = cfg.host
         self.stop_event = threading.Event()
         self.stopping = False
@@ -115,15 +120,15 @@ class Agent:
         self.ready_fd: int | None = None
         self.refused = False
         self._reregistering = threading.Lock()
-        self.reporter = Reporter(client, self.worker_id, self._report_done)
+        self.reporter = Reporter(client, self.worker_id, self._report_done, clock)
         # Every job carries these, so sweeps and survivor scans only ever see
         # this host's jobs (and post-job sweeps only this worker process's).
         self.instance_id = uuid.uuid4().hex
         self.markers = {"RC_HOST": cfg.host, "RC_WORKER_INSTANCE": self.instance_id}
         self.sweep_scope = {b"RC_WORKER_INSTANCE": self.instance_id.encode()}
-        self.prober = Prober(cfg)
+        self.prober = Prober(cfg, clock=clock)
         self._probe_lock = threading.Lock()
-        self.leases = Leases(cfg)
+        self.leases = Leases(cfg, clock)
         self.spool = Spool(cfg.spool_dir, cfg.spool_max_bytes)
         self._arms: dict[int, JobRun] = {}
 
@@ -261,7 +266,7 @@ class Agent:
                 episode.fail(e)
             except TransportError as e:
                 episode.fail(e)
-            self.stop_event.wait(delay)
+            self.clock.wait(self.stop_event, delay)
             delay = min(delay * 2, RETRY_MAX_S)
         return False
 
@@ -286,12 +291,12 @@ class Agent:
         threading.Thread(target=self._heartbeat_loop, name="rc-heartbeat", daemon=True).start()
         threading.Thread(target=self._probe_loop, name="rc-probe", daemon=True).start()
         threading.Thread(target=self._poll_loop, name="rc-poll", daemon=True).start()
-        while not self.stop_event.wait(1.0):
+        while not self.stop_event.wait(1.0):  # a tick: signal handlers run between waits
             pass
         return self._shutdown()
 
     def _probe_loop(self) -> None:
-        while not self.stop_event.wait(self.cfg.probe_interval):
+        while not self.clock.wait(self.stop_event, self.cfg.probe_interval):
             try:
                 self.push_labels()
             except Exception:  # a probe bug must not end the loop
@@ -304,7 +309,7 @@ class Agent:
 
     def _heartbeat_loop(self) -> None:
         episode = _Episode("heartbeat failed")
-        while not self.stop_event.wait(self.heartbeat_interval):
+        while not self.clock.wait(self.stop_event, self.heartbeat_interval):
             self.heartbeat_once(episode)
 
     def heartbeat_once(self, episode: _Episode | None = None) -> None:
@@ -364,7 +369,7 @@ class Agent:
             delay = random.uniform(0, self.cfg.reregister_jitter)
         with self._lock:
             if self.reregister_at is None:
-                self.reregister_at = time.monotonic() + delay
+                self.reregister_at = self.clock.monotonic() + delay
 
     def _poll_loop(self) -> None:
         self.leases.startup_release_pass()
@@ -373,7 +378,7 @@ class Agent:
         path = f"/v1/workers/{self.worker_id}/assignments"
         while not self.stop_event.is_set():
             self._maybe_reregister()
-            t0 = time.monotonic()
+            t0 = self.clock.monotonic()
             try:
                 resp = self.client.request(
                     "GET",
@@ -385,7 +390,7 @@ class Agent:
                 episode.fail(e)
                 if isinstance(e, ApiError) and e.status == 404:
                     self.reregister = True
-                self.stop_event.wait(delay)
+                self.clock.wait(self.stop_event, delay)
                 delay = min(delay * 2, POLL_RETRY_MAX_S)
                 continue
             episode.ok()
@@ -396,8 +401,8 @@ class Agent:
                 self._dispatch(got)
                 if got.assignments or got.kills:
                     continue
-            if time.monotonic() - t0 < POLL_FLOOR_S:
-                self.stop_event.wait(POLL_FLOOR_S)
+            if self.clock.monotonic() - t0 < POLL_FLOOR_S:
+                self.clock.wait(self.stop_event, POLL_FLOOR_S)
 
     def _maybe_reregister(self) -> None:
         """Pay a re-registration debt once due. A controller that does not know
@@ -416,7 +421,7 @@ class Agent:
         if self.closed:
             return  # a worker shutting down leaves; registering would undo that
         urgent = self.reregister
-        now = time.monotonic()
+        now = self.clock.monotonic()
         with self._lock:
             due = urgent or (self.reregister_at is not None and now >= self.reregister_at)
             busy = bool(self.jobs) or bool(self.reporting)
@@ -500,7 +505,7 @@ class Agent:
         it does not get through, those jobs stay assigned and the next
         registration reconciles them (silence proves nothing). True when the
         controller took it."""
-        deadline = time.monotonic() + timeout
+        deadline = self.clock.monotonic() + timeout
         # No heartbeat and no re-registration may land after the leave: either
         # would bring this worker's devices back into the pool.
         if not self._leaving.acquire(timeout=timeout):
@@ -508,7 +513,8 @@ class Agent:
             return False
         try:
             self.left = True
-            if not self._reregistering.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            left = max(0.0, deadline - self.clock.monotonic())
+            if not self._reregistering.acquire(timeout=left):
                 log.warning("could not hand back the jobs assigned here: a registration is stuck")
                 return False
             try:
@@ -517,7 +523,7 @@ class Agent:
                 resp = self.client.post(
                     f"/v1/workers/{self.worker_id}/leave",
                     encode(req),
-                    timeout=max(1.0, deadline - time.monotonic()),
+                    timeout=max(1.0, deadline - self.clock.monotonic()),
                 )
             except (ApiError, TransportError) as e:
                 log.warning("could not hand back the jobs assigned here that never started: %s", e)
@@ -550,14 +556,14 @@ class Agent:
             self.closed = True  # nothing starts from here on
             runs = list(self.jobs.values())
         log.info("shutting down: ending %d running job(s)", len(runs))
-        deadline = time.monotonic() + SHUTDOWN_GRACE_S
+        deadline = self.clock.monotonic() + SHUTDOWN_GRACE_S
         for run in runs:
             run.cancel("the worker is shutting down")
         for run in runs:
-            run.thread.join(max(0.0, deadline - time.monotonic()))
-        if not self.reporter.drain(max(1.0, deadline - time.monotonic())):
+            run.thread.join(max(0.0, deadline - self.clock.monotonic()))
+        if not self.reporter.drain(max(1.0, deadline - self.clock.monotonic())):
             log.error("some job reports could not be delivered before shutdown")
-        self.leave(max(1.0, min(LEAVE_TIMEOUT_S, deadline - time.monotonic())))
+        self.leave(max(1.0, min(LEAVE_TIMEOUT_S, deadline - self.clock.monotonic())))
         self.reporter.stop()
         self.leases.drain()
         self.spool.close()

@@ -56,6 +56,7 @@ from rc.proto.errors import RcError, TransportError
 from rc.proto.model import JobState, Stdio
 from rc.proto.relay import Download, FrameDecoder, FrameError, Upload
 from rc.worker import procfs, supervise
+from rc.worker.clock import SYSTEM, Clock
 from rc.worker.job import READER_DRAIN_S, Result, job_env, label, working_dir
 from rc.worker.logsink import LogSink
 from rc.worker.reporter import Report
@@ -143,15 +144,21 @@ class Halves:
 
     @classmethod
     def connect(
-        cls, client, base: str, on_hangup: Callable[[str], None], cancelled: threading.Event
+        cls,
+        client,
+        base: str,
+        on_hangup: Callable[[str], None],
+        cancelled: threading.Event,
+        clock: Clock = SYSTEM,
     ) -> Halves:
-        """Connect both halves, retrying transport failures (not refusals)."""
+        """Connect both halves, retrying transport failures (not refusals)
+        after 0.5 s, then 1 s of `clock`."""
         delay = 0.5
         for attempt in range(ATTACH_ATTEMPTS):
             try:
                 return cls(client, base, on_hangup)
             except TransportError:
-                if attempt == ATTACH_ATTEMPTS - 1 or cancelled.wait(delay):
+                if attempt == ATTACH_ATTEMPTS - 1 or clock.wait(cancelled, delay):
                     raise
                 delay *= 2
         raise AssertionError("unreachable")
@@ -558,12 +565,14 @@ def run_job(run) -> Result:
         run.cancel(f"{'terminal hung up' if tty else 'pipe closed'}: {reason}")
 
     try:
-        halves = Halves.connect(agent.client, f"/v1/jobs/{a.job_id}", hung_up, run.cancelled)
+        halves = Halves.connect(
+            agent.client, f"/v1/jobs/{a.job_id}", hung_up, run.cancelled, run.clock
+        )
     except RcError as e:
         return Result(JobState.FAILED, None, f"cannot attach to the relay: {e}")
 
     def on_output(sending: bool) -> None:
-        run.last_output = time.monotonic()
+        run.last_output = run.clock.monotonic()
         run.in_write = sending
 
     sink = None
@@ -572,7 +581,7 @@ def run_job(run) -> Result:
         env.setdefault("TERM", "xterm")
         argv = list(a.command) or login_shell()
     else:
-        sink = LogSink(agent.client, a.job_id, spool=agent.spool)
+        sink = LogSink(agent.client, a.job_id, spool=agent.spool, clock=run.clock)
         proc = Pipes(halves, on_output, sink.write)
         argv = list(a.command)
     try:

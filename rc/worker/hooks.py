@@ -23,10 +23,10 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import time
 from dataclasses import dataclass
 
 from rc.worker import script
+from rc.worker.clock import SYSTEM, Clock, Timer
 from rc.worker.config import DeviceConfig, WorkerConfig
 from rc.worker.probe import device_env
 
@@ -102,22 +102,33 @@ def _output_tail(res: script.ScriptResult) -> str:
 
 
 class DeviceHooks:
-    """The hooks and lease state of one device. Thread-safe."""
+    """The hooks and lease state of one device. Thread-safe.
+
+    `timeout` bounds each hook and `linger` delays a release (seconds of
+    `clock`); `grace` is the kill grace of a hook that must be ended.
+    """
 
     def __init__(
-        self, device_id: str, dev: DeviceConfig, timeout: float, linger: float, grace: float
+        self,
+        device_id: str,
+        dev: DeviceConfig,
+        timeout: float,
+        linger: float,
+        grace: float,
+        clock: Clock = SYSTEM,
     ) -> None:
         self.device_id = device_id
         self.dev = dev
         self.timeout = timeout
         self.linger = linger
         self.grace = grace
+        self.clock = clock
         self._hook_lock = threading.Lock()
         self._state = threading.Lock()
         self.held = False
         self.epoch = 0
         self.generation = 0
-        self._timer: threading.Timer | None = None
+        self._timer: Timer | None = None
         self._pending: HookContext | None = None
         self.acquires = 0
         self.releases = 0
@@ -138,6 +149,7 @@ class DeviceHooks:
             cancel=cancel,
             merge=True,
             err_tail=HOOK_OUTPUT_TAIL,
+            clock=self.clock,
         )
 
     def acquire(self, ctx: HookContext, cancel: threading.Event) -> Acquired:
@@ -206,10 +218,9 @@ class DeviceHooks:
             self._cancel_pending()
             gen = self.generation
             self._pending = ctx
-            self._timer = threading.Timer(self.linger, self._fire, args=(gen,))
-            self._timer.daemon = True
-            self._timer.name = f"rc-release-{self.dev.name}"
-            self._timer.start()
+            self._timer = self.clock.timer(
+                self.linger, lambda: self._fire(gen), f"rc-release-{self.dev.name}"
+            )
             return True
 
     def pending(self) -> bool:
@@ -255,10 +266,11 @@ class DeviceHooks:
 
 
 class Leases:
-    """The hooks of every device of one worker."""
+    """The hooks of every device of one worker, on `clock`."""
 
-    def __init__(self, cfg: WorkerConfig) -> None:
+    def __init__(self, cfg: WorkerConfig, clock: Clock = SYSTEM) -> None:
         self.cfg = cfg
+        self.clock = clock
         self._devices: dict[str, DeviceHooks] = {}
         self._lock = threading.Lock()
 
@@ -273,6 +285,7 @@ class Leases:
                         self.cfg.device_timeout(d),
                         self.cfg.device_linger(d),
                         self.cfg.kill_grace,
+                        self.clock,
                     )
 
     def device(self, name: str) -> DeviceHooks | None:
@@ -288,11 +301,11 @@ class Leases:
         """Run every device's on_release once, one after another, within
         `budget` seconds (a previous worker may have died holding them).
         Failures are logged only; hooks must be idempotent."""
-        deadline = time.monotonic() + budget
+        deadline = self.clock.monotonic() + budget
         for h in self._all():
             if not h.dev.on_release:
                 continue
-            left = deadline - time.monotonic()
+            left = deadline - self.clock.monotonic()
             if left <= 0:
                 log.error(
                     "startup release pass: out of time (%.0fs) before %s", budget, h.device_id
@@ -302,11 +315,11 @@ class Leases:
 
     def drain(self, budget: float = SHUTDOWN_DRAIN_S) -> None:
         """At shutdown: fire every pending lingering release now, within `budget`."""
-        deadline = time.monotonic() + budget
+        deadline = self.clock.monotonic() + budget
         for h in self._all():
             if not h.pending():
                 continue
-            left = deadline - time.monotonic()
+            left = deadline - self.clock.monotonic()
             if left <= 0:
                 log.error("shutdown: no time left to release %s", h.device_id)
                 return

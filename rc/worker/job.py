@@ -31,7 +31,6 @@ import logging
 import os
 import select
 import threading
-import time
 from dataclasses import dataclass, field
 
 from rc.proto.duration import format_duration
@@ -116,6 +115,7 @@ class JobRun:
 
     def __init__(self, agent, a: Assignment, device: DeviceConfig | None) -> None:
         self.agent = agent
+        self.clock = agent.clock
         self.a = a
         self.device = device
         self.device_name = a.device_id.rpartition(":")[2]
@@ -128,7 +128,7 @@ class JobRun:
         # cancel() writes here so a waiting supervisor acts at once, not at its tick
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._wake_lock = threading.Lock()
-        self.last_output = time.monotonic()
+        self.last_output = self.clock.monotonic()
         self.in_write = False
         self._swept: list[int] | None = None
         self._pid_floor = 0  # 0: the escapee sweep reads every process
@@ -161,7 +161,7 @@ class JobRun:
     # -- the run ------------------------------------------------------------
 
     def _run(self) -> None:
-        self.started_at = time.time()
+        self.started_at = self.clock.time()
         try:
             result = self._lifecycle()
         except Exception as e:  # a bug must still end in a report
@@ -186,7 +186,7 @@ class JobRun:
                 self.agent.reporter.submit_fault(a.device_id, got.error, a.job_id)
                 return Result(JobState.FAILED, None, got.error)
             self.release_epoch = got.epoch
-        self.started_at = time.time()  # the job proper starts after its acquire hook
+        self.started_at = self.clock.time()  # the job proper starts after its acquire hook
         result = self._execute()
         problems = []
         alive = list(result.survivors) + self.sweep_escapees()
@@ -208,6 +208,7 @@ class JobRun:
             timeout=cfg.verify_timeout,
             budget=cfg.verify_pass_budget,
             grace=cfg.kill_grace,
+            clock=self.clock,
         )
         if failed:
             self.agent.reporter.submit_fault(a.device_id, failed, a.job_id)
@@ -263,7 +264,7 @@ class JobRun:
             self.cuda,
             self.agent.markers,
         )
-        sink = LogSink(self.agent.client, a.job_id, spool=self.agent.spool)
+        sink = LogSink(self.agent.client, a.job_id, spool=self.agent.spool, clock=self.clock)
         cwd, note = working_dir(a.cwd, self.agent.cfg.host)
         if note:
             sink.write(note)
@@ -317,7 +318,7 @@ class JobRun:
         """Wait for the group's leader under the watchdogs; returns (outcome,
         why we ended it or None, survivors)."""
         a = self.a
-        start = time.monotonic()
+        start = self.clock.monotonic()
         limit = self.runtime_limit()
         idle = a.idle_timeout_seconds if not hold else 0
         why: str | None = None
@@ -326,7 +327,7 @@ class JobRun:
             self.note_pids()
             if outcome is not None:
                 return outcome, why, []
-            now = time.monotonic()
+            now = self.clock.monotonic()
             if self.cancelled.is_set():
                 why = self.cancel_reason or "cancelled"
             elif limit and now - start >= limit:
@@ -364,13 +365,13 @@ class JobRun:
                 return
             if not data:
                 return
-            self.last_output = time.monotonic()
+            self.last_output = self.clock.monotonic()
             self.in_write = True  # a write blocked by us is not the job being idle
             try:
                 sink.write(data)
             finally:
                 self.in_write = False
-                self.last_output = time.monotonic()
+                self.last_output = self.clock.monotonic()
 
 
 def working_dir(cwd: str, host: str) -> tuple[str | None, bytes]:

@@ -23,11 +23,11 @@ from __future__ import annotations
 import json
 import logging
 import os
-import time
 from dataclasses import dataclass, field
 
 from rc.proto.selector import valid_label_key
 from rc.worker import nvidia, script
+from rc.worker.clock import SYSTEM, Clock
 from rc.worker.config import DeviceConfig, WorkerConfig
 from rc.worker.probe import cuda_index, discover, host_facts, is_cpu_device
 
@@ -148,11 +148,15 @@ class ProbeResult:
 class Prober:
     """Runs probe passes for one worker process and remembers what the
     preservation rule needs between passes. Not thread-safe: one pass at a time
-    (the agent serialises them)."""
+    (the agent serialises them). A pass takes at most `budget` seconds of
+    `clock`."""
 
-    def __init__(self, cfg: WorkerConfig, budget: float = PASS_BUDGET_S) -> None:
+    def __init__(
+        self, cfg: WorkerConfig, budget: float = PASS_BUDGET_S, clock: Clock = SYSTEM
+    ) -> None:
         self.cfg = cfg
         self.budget = budget
+        self.clock = clock
         self.nvidia_at_start = nvidia.available()
         self.nvidia_covered: set[str] | None = None
         self.dropin_covered: dict[str, set[str]] = {}
@@ -164,7 +168,7 @@ class Prober:
 
     def run(self, devices: list[DeviceConfig] | None = None) -> ProbeResult:
         """One pass. `devices` None: discover them from the config (and nvidia-smi)."""
-        deadline = time.monotonic() + self.budget
+        deadline = self.clock.monotonic() + self.budget
         failed: dict[str, str] = {}
         try:
             gpus: list[nvidia.GPU] | None = nvidia.query_gpus()
@@ -241,7 +245,7 @@ class Prober:
                 continue
             self.skipped.discard(entry.name)
             seen.add(entry.name)
-            left = deadline - time.monotonic()
+            left = deadline - self.clock.monotonic()
             if left <= 0:
                 self._fail(entry.name, "the probe pass ran out of time", names, omit, failed)
                 continue
@@ -251,6 +255,7 @@ class Prober:
                 timeout=min(self.cfg.probe_timeout, left),
                 grace=min(self.cfg.kill_grace, 2.0),
                 out_cap=DROPIN_OUT_CAP,
+                clock=self.clock,
             )
             if not res.ok:
                 why = res.describe()

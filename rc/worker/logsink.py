@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 
 from rc.proto.client import Client
 from rc.proto.errors import ApiError, TransportError
+from rc.worker.clock import SYSTEM, Clock
 from rc.worker.spool import Spool, SpoolFile
 
 __all__ = [
@@ -52,6 +52,8 @@ SPILL_AFTER_S = 2.0
 """A write blocked this long on a full buffer goes to the spool instead."""
 RETRY_MIN_S = 0.2
 RETRY_MAX_S = 5.0
+BLOCKED_TICK_S = 0.1
+"""How often a blocked write looks again (real seconds: a tick, not a timer)."""
 
 
 def lost_marker(n: int) -> bytes:
@@ -63,7 +65,11 @@ def lost_marker(n: int) -> bytes:
 
 
 class LogSink:
-    """An ordered, offset-idempotent uploader for one job's output."""
+    """An ordered, offset-idempotent uploader for one job's output.
+
+    `batch_seconds`, SPILL_AFTER_S and the retry delays are seconds of
+    `clock`; `max_buffer` and `batch_bytes` are bytes.
+    """
 
     def __init__(
         self,
@@ -74,8 +80,10 @@ class LogSink:
         max_buffer: int = MEMORY_BYTES,
         batch_bytes: int = BATCH_BYTES,
         batch_seconds: float = BATCH_SECONDS,
+        clock: Clock = SYSTEM,
     ) -> None:
         self.client = client
+        self.clock = clock
         self.job_id = job_id
         self.spool = spool
         self.max_buffer = max_buffer
@@ -159,7 +167,7 @@ class LogSink:
                     self.failing
                     or (
                         blocked_since is not None
-                        and time.monotonic() - blocked_since >= SPILL_AFTER_S
+                        and self.clock.monotonic() - blocked_since >= SPILL_AFTER_S
                     )
                 ) and self._to_disk(self.mem):
                     self.mem.clear()
@@ -170,8 +178,8 @@ class LogSink:
                     self.lost += len(data)
                     return
                 if blocked_since is None:
-                    blocked_since = time.monotonic()
-                self._cond.wait(0.1)
+                    blocked_since = self.clock.monotonic()
+                self._cond.wait(BLOCKED_TICK_S)
             if self.dropped:
                 log.warning(
                     "job %d: %d bytes of output lost: the log spool is full",
@@ -180,13 +188,14 @@ class LogSink:
                 )
             self.dropped = 0
             if was_empty:
-                self.first_at = time.monotonic()
+                self.first_at = self.clock.monotonic()
             if was_empty or self._pending() >= self.batch_bytes:
                 self._cond.notify_all()  # an idle uploader starts the batch_seconds timer
 
     def close(self, timeout: float) -> bool:
         """Flush everything; True when every byte was acknowledged within
-        `timeout` seconds (else the rest is abandoned and counted lost)."""
+        `timeout` seconds (real ones: a bounded join of the uploader; else the
+        rest is abandoned and counted lost)."""
         with self._cond:
             if self.dropped:
                 log.warning(
@@ -198,7 +207,7 @@ class LogSink:
                 if not (self.file is not None and self.file.pending and self._to_disk(marker)):
                     self.mem += marker  # a few bytes over the bound, once
                 if self.first_at is None:
-                    self.first_at = time.monotonic()
+                    self.first_at = self.clock.monotonic()
                 self.dropped = 0
             self.closing = True
             if self._pending():
@@ -232,7 +241,7 @@ class LogSink:
                     return None
                 n = self._pending()
                 if n:
-                    waited = time.monotonic() - (self.first_at or 0.0)
+                    waited = self.clock.monotonic() - (self.first_at or 0.0)
                     if (
                         self.closing
                         or self.failing
@@ -246,7 +255,7 @@ class LogSink:
                         with memoryview(self.mem) as view:
                             out[:k] = view[:k]
                         return self.offset, out[:k]
-                    self._cond.wait(self.batch_seconds - waited)
+                    self.clock.wait_on(self._cond, self.batch_seconds - waited)
                     continue
                 if self.closing:
                     return None
@@ -261,7 +270,7 @@ class LogSink:
             else:
                 del self.mem[:n]
             self.offset += n
-            self.first_at = time.monotonic() if self._pending() else None
+            self.first_at = self.clock.monotonic() if self._pending() else None
             self._cond.notify_all()
 
     def _set_failing(self, value: bool) -> None:
@@ -303,6 +312,6 @@ class LogSink:
                 delay = RETRY_MIN_S
                 self._acked(len(chunk))
                 continue
-            if self._abandoned.wait(delay):
+            if self.clock.wait(self._abandoned, delay):
                 return
             delay = min(delay * 2, RETRY_MAX_S)

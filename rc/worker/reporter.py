@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from rc.proto.client import Client, segment
 from rc.proto.errors import ApiError, TransportError
+from rc.worker.clock import SYSTEM, Clock
 
 __all__ = ["REPORT_DEADLINE_S", "Fault", "Report", "Reporter"]
 
@@ -43,6 +43,7 @@ class Report:
     reason: str = ""
     started_at: float | None = None
     deadline: float = 0.0
+    """Monotonic seconds (the reporter's clock) after which it is given up."""
 
     @property
     def terminal(self) -> bool:
@@ -75,12 +76,18 @@ FAULT_REASON_MAX = 4000
 
 
 class Reporter:
-    """Sends reports for one worker; thread-safe."""
+    """Sends reports for one worker; thread-safe. Deadlines and retry
+    delays are seconds of `clock`."""
 
     def __init__(
-        self, client: Client, worker_id: str, on_done: Callable[[int, bool], None]
+        self,
+        client: Client,
+        worker_id: str,
+        on_done: Callable[[int, bool], None],
+        clock: Clock = SYSTEM,
     ) -> None:
         self.client = client
+        self.clock = clock
         self.worker_id = worker_id
         self.on_done = on_done
         self._pending: dict[int, Report] = {}
@@ -92,7 +99,7 @@ class Reporter:
 
     def submit(self, report: Report) -> None:
         """Queue a report (a terminal one supersedes a running one)."""
-        report.deadline = time.monotonic() + REPORT_DEADLINE_S
+        report.deadline = self.clock.monotonic() + REPORT_DEADLINE_S
         with self._cond:
             old = self._pending.get(report.job_id)
             if old is not None and old.terminal and not report.terminal:
@@ -109,7 +116,7 @@ class Reporter:
                     device_id,
                     reason[:FAULT_REASON_MAX],
                     job_id,
-                    time.monotonic() + REPORT_DEADLINE_S,
+                    self.clock.monotonic() + REPORT_DEADLINE_S,
                 )
             )
             self._cond.notify_all()
@@ -121,11 +128,14 @@ class Reporter:
 
     def drain(self, timeout: float) -> bool:
         """Wait up to `timeout` s for every queued report to settle."""
-        deadline = time.monotonic() + timeout
+        deadline = self.clock.monotonic() + timeout
         with self._cond:
-            while (self._pending or self._faults) and time.monotonic() < deadline:
-                self._cond.wait(0.1)
-            return not self._pending and not self._faults
+            while self._pending or self._faults:
+                left = deadline - self.clock.monotonic()
+                if left <= 0:
+                    return False
+                self.clock.wait_on(self._cond, left)
+            return True
 
     def stop(self) -> None:
         """Stop once nothing is pending (bounded: RETRY_MAX_S + 2 s)."""
@@ -160,7 +170,7 @@ class Reporter:
                     log.error("reports refused: %s; dropping %d", e, len(batch))
                     self._settle(batch, set())
                     continue
-                now = time.monotonic()
+                now = self.clock.monotonic()
                 expired = [r for r in batch if r.deadline <= now]
                 if expired:
                     log.error(
@@ -194,7 +204,7 @@ class Reporter:
         with self._cond:
             if self._stopping and not self._pending and not self._faults:
                 return False
-            self._cond.wait(delay)
+            self.clock.wait_on(self._cond, delay)
             return True
 
     def _send_faults(self) -> bool:
@@ -210,11 +220,11 @@ class Reporter:
                     {"reason": f.reason, "job_id": f.job_id},
                 )
             except ApiError as e:
-                if e.status >= 500 and time.monotonic() < f.deadline:
+                if e.status >= 500 and self.clock.monotonic() < f.deadline:
                     return False
                 log.error("fault on %s refused: %s", f.device_id, e)
             except TransportError as e:
-                if time.monotonic() < f.deadline:
+                if self.clock.monotonic() < f.deadline:
                     return False
                 log.error("giving up on the fault of %s: %s", f.device_id, e)
             with self._cond:

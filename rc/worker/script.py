@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from rc.proto.duration import format_duration
 from rc.worker import procfs, supervise
+from rc.worker.clock import SYSTEM, Clock
 
 __all__ = ["ERR_TAIL", "OUT_CAP", "PIPE_DRAIN_S", "ScriptResult", "run"]
 
@@ -92,8 +93,11 @@ def run(
     out_cap: int = OUT_CAP,
     err_tail: int = ERR_TAIL,
     cwd: str | None = None,
+    clock: Clock = SYSTEM,
 ) -> ScriptResult:
-    """Run `argv` (never through a shell) for at most `timeout` seconds.
+    """Run `argv` (never through a shell) for at most `timeout` seconds of
+    `clock` (the kill `grace` and the final drain of its pipes are real
+    seconds: rc.worker.clock says why).
 
     `cancel`, when set, ends it early (result.cancelled). Never raises for a
     script that cannot start: result.error says why.
@@ -121,7 +125,7 @@ def run(
             if r_err is not None:
                 os.close(r_err)
     reader = _Reader(r_out, r_err, out_cap, err_tail)
-    deadline = time.monotonic() + max(0.0, timeout)
+    deadline = clock.monotonic() + max(0.0, timeout)
     try:
         while True:
             res.outcome = group.wait(0)
@@ -130,12 +134,13 @@ def run(
                 break
             if cancel is not None and cancel.is_set():
                 res.cancelled = True
-            elif time.monotonic() >= deadline:
-                res.timed_out = True
+            else:
+                left = deadline - clock.monotonic()  # read once per turn
+                res.timed_out = left <= 0
             if res.cancelled or res.timed_out:
                 res.outcome, res.survivors = supervise.kill_group(group, grace)
                 break
-            reader.pump(min(TICK_S, max(0.0, deadline - time.monotonic())))
+            reader.pump(min(TICK_S, left))
         reader.drain(time.monotonic() + PIPE_DRAIN_S)
     finally:
         group.close()

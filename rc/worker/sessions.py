@@ -41,6 +41,9 @@ __all__ = ["dispatch_sessions"]
 
 log = logging.getLogger("rc.worker.sessions")
 
+HOLD_POLL_S = 0.05
+"""How often a session looks for its hold's run while it waits for it."""
+
 
 class _Started:
     """Which sessions this agent started (a session is never started twice)."""
@@ -115,7 +118,7 @@ def _report(
                 return
         except TransportError:
             pass
-        time.sleep(delay)
+        agent.clock.sleep(delay)
         delay *= 2
     log.warning("session %d of hold %d: could not report %s", st.session_id, st.hold_id, state)
 
@@ -132,7 +135,7 @@ def _hold_run(agent, hold_id: int, timeout: float = HOLD_WAIT_S):
     """The hold's JobRun once its device is acquired (its acquire hook, if
     the device has one, succeeded), or None if that does not happen within
     `timeout` seconds (a session may come with the hold's own assignment)."""
-    deadline = time.monotonic() + timeout
+    deadline = agent.clock.monotonic() + timeout
     while True:
         run = agent.jobs.get(hold_id)
         if (
@@ -141,9 +144,9 @@ def _hold_run(agent, hold_id: int, timeout: float = HOLD_WAIT_S):
             and (agent.leases.device(run.device_name) is None or run.release_epoch is not None)
         ):
             return run
-        if time.monotonic() >= deadline or agent.stopping:
+        if agent.clock.monotonic() >= deadline or agent.stopping:
             return None
-        time.sleep(0.05)
+        time.sleep(HOLD_POLL_S)  # a tick: the deadline above is the clock's
 
 
 def _session(agent, st: SessionStart) -> None:
@@ -156,7 +159,9 @@ def _session(agent, st: SessionStart) -> None:
     hung = threading.Event()
     base = f"/v1/jobs/{st.hold_id}/sessions/{st.session_id}"
     try:
-        halves = Halves.connect(agent.client, base, lambda reason: hung.set(), threading.Event())
+        halves = Halves.connect(
+            agent.client, base, lambda reason: hung.set(), threading.Event(), agent.clock
+        )
     except RcError as e:
         _report(agent, st, "ended", None, f"cannot attach to the relay: {e}")
         return

@@ -19,11 +19,11 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import time
 from collections.abc import Mapping
 
 from rc.proto.duration import format_duration
 from rc.worker import script
+from rc.worker.clock import SYSTEM, Clock
 
 __all__ = ["PREFIX", "STDERR_TAIL_CHARS", "run_pass"]
 
@@ -53,13 +53,15 @@ def run_pass(
     budget: float,
     grace: float,
     cancel: threading.Event | None = None,
+    clock: Clock = SYSTEM,
 ) -> str | None:
     """Run the pass; None when the device is clean, else the failure reason.
 
-    `timeout` bounds each script and `budget` the pass (seconds); `grace` is
-    the SIGTERM → SIGKILL grace for a script that must be ended.
+    `timeout` bounds each script and `budget` the pass (seconds of `clock`);
+    `grace` is the SIGTERM → SIGKILL grace (real seconds) for a script that
+    must be ended.
     """
-    deadline = time.monotonic() + budget
+    deadline = clock.monotonic() + budget
     try:
         entries = sorted(os.scandir(verify_dir), key=lambda e: e.name)
     except FileNotFoundError:
@@ -78,7 +80,7 @@ def run_pass(
         if not (st.st_mode & 0o111) or not os.access(entry.path, os.X_OK):
             log.warning("verify script %s is not executable; skipped", entry.path)
             continue
-        left = deadline - time.monotonic()
+        left = deadline - clock.monotonic()
         if left <= 0:
             first = first or f"{PREFIX}pass exceeded its {format_duration(budget)} budget"
             break
@@ -91,6 +93,7 @@ def run_pass(
             cancel=cancel,
             out_cap=STDOUT_CAP,
             err_tail=STDERR_TAIL_CHARS * 4,
+            clock=clock,
         )
         if res.ok:
             continue
