@@ -4,10 +4,11 @@
    or shutdown → killed, device untouched; failed → the job fails with the
    hook's output and the device is faulted.
 2. The job, in its own session and process group, stdin from /dev/null,
-   stdout and stderr merged into the LogSink. Watchdogs tick every 100 ms:
-   max runtime (wall clock; the device's ceiling when the job has none or a
-   larger one), idle timeout (no output), and cancellation (a kill request,
-   the controller ending the job, worker shutdown). Ending it is SIGTERM to
+   stdout and stderr merged into the LogSink. Every 100 ms the run reads its
+   clock and asks the watchdog (rc.worker.watchdog: max runtime, the
+   device's ceiling when the job has none or a larger one; idle timeout),
+   after cancellation (a kill request, the controller ending the job, worker
+   shutdown). Ending it is SIGTERM to
    the group, SIGKILL after the kill grace, then stragglers.
 3. Teardown checks (rc.worker.leftovers): processes that escaped the group
    but carry RC_JOB_ID are swept; where nvidia-smi knows the device's GPU no
@@ -36,7 +37,7 @@ from dataclasses import dataclass, field
 from rc.proto.duration import format_duration
 from rc.proto.model import JobKind, JobState, Stdio
 from rc.proto.wire import Assignment
-from rc.worker import leftovers, procfs, supervise, verify
+from rc.worker import leftovers, procfs, supervise, verify, watchdog
 from rc.worker.config import DeviceConfig
 from rc.worker.hooks import HookContext
 from rc.worker.logsink import LogSink
@@ -305,51 +306,43 @@ class JobRun:
         result.survivors = [p.pid for p in survivors]
         return result
 
-    def runtime_limit(self) -> int:
-        """The wall-clock limit in seconds (0: none): the job's, capped by the
-        device's ceiling, which also applies to a job that gave none."""
-        limit = self.a.max_runtime_seconds
-        ceiling = int(self.device.max_runtime) if self.device is not None else 0
-        if ceiling and (not limit or limit > ceiling):
-            return ceiling
-        return limit
+    def limits(self, hold: bool) -> watchdog.Limits:
+        """This job's watchdog limits (its device's ceiling applied)."""
+        ceiling = self.device.max_runtime if self.device is not None else 0
+        return watchdog.Limits.of(self.a, ceiling, hold)
 
     def watch(self, group: supervise.Group, hold: bool):
-        """Wait for the group's leader under the watchdogs; returns (outcome,
-        why we ended it or None, survivors)."""
-        a = self.a
-        start = self.clock.monotonic()
-        limit = self.runtime_limit()
-        idle = a.idle_timeout_seconds if not hold else 0
-        why: str | None = None
+        """Wait for the group's leader under the watchdog and cancellation,
+        reading the clock once per turn (every WATCHDOG_TICK_S, or at once on
+        cancel()); returns (outcome, why we ended it or None, survivors)."""
+        limits = self.limits(hold)
+        started = self.clock.monotonic()
         while True:
             outcome = group.wait(WATCHDOG_TICK_S, self._wake_r)
             self.note_pids()
             if outcome is not None:
-                return outcome, why, []
+                return outcome, None, []
             now = self.clock.monotonic()
+            fired = None
             if self.cancelled.is_set():
                 why = self.cancel_reason or "cancelled"
-            elif limit and now - start >= limit:
-                why = (
-                    f"hold ended: its ttl of {format_duration(limit)} was reached"
-                    if hold
-                    else f"max_runtime exceeded ({format_duration(limit)})"
-                )
-            elif idle and not self.in_write and now - self.last_output >= idle:
-                why = f"idle: no output for {format_duration(idle)}"
-            if why is not None:
-                outcome = group.wait(0)  # it may have just exited on its own
-                if outcome is not None:
-                    return outcome, None, []
-                self.ending = self._hold_ending(why, limit) if hold else why
-                outcome, survivors = supervise.kill_group(group, self.agent.cfg.kill_grace)
-                return outcome, why, survivors
+            else:
+                last_output = now if self.in_write else self.last_output
+                fired = watchdog.due(limits, started, last_output, now)
+                if fired is None:
+                    continue
+                why = watchdog.reason(fired, limits)
+            outcome = group.wait(0)  # it may have just exited on its own
+            if outcome is not None:
+                return outcome, None, []
+            self.ending = self._hold_ending(why, fired, limits) if hold else why
+            outcome, survivors = supervise.kill_group(group, self.agent.cfg.kill_grace)
+            return outcome, why, survivors
 
-    def _hold_ending(self, why: str, limit: int) -> str:
-        """What the sessions of a hold ended for `why` report (`limit`: its ttl, s)."""
-        if why.startswith("hold ended"):  # its ttl
-            return f"hold {self.job_id} expired (ttl {format_duration(limit)})"
+    def _hold_ending(self, why: str, fired: watchdog.Fired | None, limits: watchdog.Limits) -> str:
+        """What the sessions of a hold ended for `why` report."""
+        if fired is watchdog.Fired.MAX_RUNTIME:  # its ttl
+            return f"hold {self.job_id} expired (ttl {format_duration(limits.max_runtime)})"
         detail = "" if why == "cancelled" else f": {why}"
         return f"hold {self.job_id} ended{detail}"
 
