@@ -42,9 +42,10 @@ from rc.proto.wire import (
 from rc.worker import recovery, sheets
 from rc.worker.clock import SYSTEM, Clock
 from rc.worker.config import DeviceConfig, WorkerConfig
-from rc.worker.hooks import Leases, hook_env
-from rc.worker.job import JobRun, Result
+from rc.worker.hooks import Leases
+from rc.worker.job import JobContext, JobRun, Result
 from rc.worker.labels import Prober, ProbeResult
+from rc.worker.logsink import LogSink
 from rc.worker.reporter import Report, Reporter
 from rc.worker.spool import Spool
 
@@ -125,12 +126,25 @@ class Agent:
         # this host's jobs (and post-job sweeps only this worker process's).
         self.instance_id = uuid.uuid4().hex
         self.markers = {"RC_HOST": cfg.host, "RC_WORKER_INSTANCE": self.instance_id}
-        self.sweep_scope = {b"RC_WORKER_INSTANCE": self.instance_id.encode()}
         self.prober = Prober(cfg, clock=clock)
         self._probe_lock = threading.Lock()
         self.leases = Leases(cfg, clock)
         self.spool = Spool(cfg.spool_dir, cfg.spool_max_bytes)
         self._arms: dict[int, JobRun] = {}
+        self.job_context = JobContext(
+            cfg=cfg,
+            clock=clock,
+            client=client,
+            markers=self.markers,
+            report=self.reporter.submit,
+            fault=self.reporter.submit_fault,
+            open_log=self._open_log,
+            hooks=self.leases.device,
+            gpu_uuid=self.gpu_uuid,
+            stopping=lambda: self.stopping,
+            finished=self.finished,
+        )
+        """What this worker's job runs see of it."""
 
     # -- registration -----------------------------------------------------
 
@@ -205,9 +219,9 @@ class Agent:
         """The UUID of a device's GPU, as nvidia-smi last listed it ("" if never)."""
         return self.prober.uuids.get(device_name, "")
 
-    def script_env(self, event: str, run: JobRun) -> dict[str, str]:
-        """The environment of a hook or verify script run for `run`'s job."""
-        return hook_env(event, run.a.device_id, run.hook_context)
+    def _open_log(self, job_id: int) -> LogSink:
+        """Where job `job_id`'s output goes: the controller, through the spool."""
+        return LogSink(self.client, job_id, spool=self.spool, clock=self.clock)
 
     def _register_once(self) -> bool:
         """One registration attempt; True when the controller took it."""
@@ -455,7 +469,9 @@ class Agent:
                     self.reporting.add(a.job_id)
                     run = None
                 else:
-                    run = JobRun(self, a, self.devices.get(a.device_id.rpartition(":")[2]))
+                    run = JobRun(
+                        self.job_context, a, self.devices.get(a.device_id.rpartition(":")[2])
+                    )
                     self.jobs[a.job_id] = run
             if run is None:
                 self.reporter.submit(

@@ -58,7 +58,6 @@ from rc.proto.relay import Download, FrameDecoder, FrameError, Upload
 from rc.worker import procfs, supervise
 from rc.worker.clock import SYSTEM, Clock
 from rc.worker.job import READER_DRAIN_S, Result, job_env, label, working_dir
-from rc.worker.logsink import LogSink
 from rc.worker.reporter import Report
 
 __all__ = [
@@ -553,10 +552,10 @@ def run_job(run) -> Result:
     Result, with the pids of its group that survived (for the teardown
     checks JobRun runs next)."""
     a = run.a
-    agent = run.agent
+    ctx = run.ctx
     tty = a.stdio is Stdio.TTY
-    env = job_env(dict(os.environ), a.env, a.job_id, a.device_id, run.cuda, agent.markers)
-    cwd, note = working_dir(a.cwd, agent.cfg.host)
+    env = job_env(dict(os.environ), a.env, a.job_id, a.device_id, run.cuda, ctx.markers)
+    cwd, note = working_dir(a.cwd, ctx.cfg.host)
     procs: list[Process] = []
 
     def hung_up(reason: str) -> None:
@@ -566,7 +565,7 @@ def run_job(run) -> Result:
 
     try:
         halves = Halves.connect(
-            agent.client, f"/v1/jobs/{a.job_id}", hung_up, run.cancelled, run.clock
+            ctx.client, f"/v1/jobs/{a.job_id}", hung_up, run.cancelled, run.clock
         )
     except RcError as e:
         return Result(JobState.FAILED, None, f"cannot attach to the relay: {e}")
@@ -581,7 +580,7 @@ def run_job(run) -> Result:
         env.setdefault("TERM", "xterm")
         argv = list(a.command) or login_shell()
     else:
-        sink = LogSink(agent.client, a.job_id, spool=agent.spool, clock=run.clock)
+        sink = ctx.open_log(a.job_id)
         proc = Pipes(halves, on_output, sink.write)
         argv = list(a.command)
     try:
@@ -594,15 +593,15 @@ def run_job(run) -> Result:
         code = 127 if isinstance(e, FileNotFoundError) else 126
         return Result(JobState.FAILED, code, f"cannot start: {e.strerror or e}")
     procs.append(proc)
-    agent.reporter.submit(Report(a.job_id, "running", started_at=run.started_at))
+    ctx.report(Report(a.job_id, "running", started_at=run.started_at))
     if tty:  # a cancelled terminal is hung up first: an interactive shell ignores SIGTERM
         threading.Thread(target=_hangup_on_cancel, args=(run, proc), daemon=True).start()
     outcome, why, survivors = run.watch(proc.group, False)
-    stragglers, left = proc.leftovers(agent.cfg.kill_grace) if why is None else (0, [])
+    stragglers, left = proc.leftovers(ctx.cfg.kill_grace) if why is None else (0, [])
     run.sweep_escapees()  # before draining: an escapee may hold the output open
     proc.drain(TTY_DRAIN_S if tty else READER_DRAIN_S)
     if tty:
-        left += end_terminal_session(proc.group.pgid, agent.cfg.kill_grace)
+        left += end_terminal_session(proc.group.pgid, ctx.cfg.kill_grace)
     proc.finish()
     if sink is not None and not sink.close(FLUSH_S):
         log.error("job %d: %d stderr bytes could not be stored", a.job_id, sink.lost)

@@ -32,19 +32,30 @@ import logging
 import os
 import select
 import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from rc.proto.client import Client
 from rc.proto.duration import format_duration
 from rc.proto.model import JobKind, JobState, Stdio
 from rc.proto.wire import Assignment
 from rc.worker import leftovers, procfs, supervise, verify, watchdog
-from rc.worker.config import DeviceConfig
-from rc.worker.hooks import HookContext
+from rc.worker.clock import Clock
+from rc.worker.config import DeviceConfig, WorkerConfig
+from rc.worker.hooks import DeviceHooks, HookContext, hook_env
 from rc.worker.logsink import LogSink
 from rc.worker.probe import device_env
 from rc.worker.reporter import Report
 
-__all__ = ["HOLD_COMMAND", "WATCHDOG_TICK_S", "JobRun", "Result", "job_env", "label"]
+__all__ = [
+    "HOLD_COMMAND",
+    "WATCHDOG_TICK_S",
+    "JobContext",
+    "JobRun",
+    "Result",
+    "job_env",
+    "label",
+]
 
 log = logging.getLogger("rc.worker.job")
 
@@ -107,16 +118,54 @@ class Result:
     survivors: list[int] = field(default_factory=list)
 
 
+@dataclass(frozen=True, slots=True)
+class JobContext:
+    """What a job run needs of its worker (rc.worker.agent builds one; a
+    test can build its own).
+
+    cfg: the worker's configuration (host, kill_grace, verify_dir,
+    verify_timeout, verify_pass_budget). clock: its time (rc.worker.clock).
+    client: the controller (the relay halves of a tty or pipe job). markers:
+    RC_HOST and RC_WORKER_INSTANCE, set in every job's environment (the
+    escapee sweep only ends processes carrying this RC_WORKER_INSTANCE).
+    report(Report): queue a status report. fault(device_id, reason, job_id):
+    quarantine a device (sent before any later report). open_log(job_id): a
+    LogSink for a job's output. hooks(device_name): the device's lease hooks
+    (None: not configured). gpu_uuid(device_name): its GPU's UUID ("" when
+    none is known). stopping(): the worker is shutting down. finished(run,
+    result): the run is over; its terminal report is the worker's to send.
+    """
+
+    cfg: WorkerConfig
+    clock: Clock
+    client: Client
+    markers: Mapping[str, str]
+    report: Callable[[Report], None]
+    fault: Callable[[str, str, int | None], None]
+    open_log: Callable[[int], LogSink]
+    hooks: Callable[[str], DeviceHooks | None]
+    gpu_uuid: Callable[[str], str]
+    stopping: Callable[[], bool]
+    finished: Callable[[JobRun, Result], None]
+
+    @property
+    def sweep_scope(self) -> dict[bytes, bytes]:
+        """The variables a process must carry to be swept as this worker's."""
+        instance = self.markers.get("RC_WORKER_INSTANCE", "")
+        return {b"RC_WORKER_INSTANCE": instance.encode()} if instance else {}
+
+
 class JobRun:
-    """One assignment being run; `cancel()` may be called from any thread.
+    """One assignment being run in `ctx`; `cancel()` may be called from any
+    thread.
 
     `device` is the configuration of the device it runs on (None if the
     worker does not know it: then no hooks and no ceiling apply).
     """
 
-    def __init__(self, agent, a: Assignment, device: DeviceConfig | None) -> None:
-        self.agent = agent
-        self.clock = agent.clock
+    def __init__(self, ctx: JobContext, a: Assignment, device: DeviceConfig | None) -> None:
+        self.ctx = ctx
+        self.clock = ctx.clock
         self.a = a
         self.device = device
         self.device_name = a.device_id.rpartition(":")[2]
@@ -173,18 +222,19 @@ class JobRun:
                 os.close(self._wake_r)
                 os.close(self._wake_w)
                 self._wake_r = self._wake_w = -1
-        self.agent.finished(self, result)
+        self.ctx.finished(self, result)
 
     def _lifecycle(self) -> Result:
         a = self.a
-        hooks = self.agent.leases.device(self.device_name)
+        ctx = self.ctx
+        hooks = ctx.hooks(self.device_name)
         if hooks is not None:
             got = hooks.acquire(self.hook_context, self.cancelled)
             if got.cancelled:
                 self.release_epoch = got.epoch
                 return Result(JobState.KILLED, None, got.error)
             if not got.ok:
-                self.agent.reporter.submit_fault(a.device_id, got.error, a.job_id)
+                ctx.fault(a.device_id, got.error, a.job_id)
                 return Result(JobState.FAILED, None, got.error)
             self.release_epoch = got.epoch
         self.started_at = self.clock.time()  # the job proper starts after its acquire hook
@@ -195,24 +245,24 @@ class JobRun:
             problems.append(
                 f"processes of job {a.job_id} survived teardown: {leftovers.describe_pids(alive)}"
             )
-        uuid = self.agent.gpu_uuid(self.device_name)
+        uuid = ctx.gpu_uuid(self.device_name)
         if uuid:
             gpu = leftovers.gpu_leftovers(uuid)
             if gpu:
                 problems.append(gpu)
         if problems:
-            self.agent.reporter.submit_fault(a.device_id, "; ".join(problems), a.job_id)
-        cfg = self.agent.cfg
+            ctx.fault(a.device_id, "; ".join(problems), a.job_id)
+        cfg = ctx.cfg
         failed = verify.run_pass(
             cfg.verify_dir,
-            self.agent.script_env("verify", self),
+            hook_env("verify", a.device_id, self.hook_context),
             timeout=cfg.verify_timeout,
             budget=cfg.verify_pass_budget,
             grace=cfg.kill_grace,
             clock=self.clock,
         )
         if failed:
-            self.agent.reporter.submit_fault(a.device_id, failed, a.job_id)
+            ctx.fault(a.device_id, failed, a.job_id)
         return result
 
     def watch_pids(self, leader: int) -> None:
@@ -238,7 +288,7 @@ class JobRun:
             self.note_pids()
             floor = 0 if self._pids_wrapped else self._pid_floor
             escaped, _complete = supervise.sweep_job(
-                str(self.a.job_id), self.agent.sweep_scope, floor
+                str(self.a.job_id), self.ctx.sweep_scope, floor
             )
             if escaped:
                 log.warning(
@@ -263,10 +313,10 @@ class JobRun:
             a.job_id,
             a.device_id,
             self.cuda,
-            self.agent.markers,
+            self.ctx.markers,
         )
-        sink = LogSink(self.agent.client, a.job_id, spool=self.agent.spool, clock=self.clock)
-        cwd, note = working_dir(a.cwd, self.agent.cfg.host)
+        sink = self.ctx.open_log(a.job_id)
+        cwd, note = working_dir(a.cwd, self.ctx.cfg.host)
         if note:
             sink.write(note)
         r, w = os.pipe()
@@ -281,7 +331,7 @@ class JobRun:
                 return Result(JobState.FAILED, code, f"cannot start: {e.strerror or e}")
         finally:
             os.close(w)
-        self.agent.reporter.submit(Report(a.job_id, "running", started_at=self.started_at))
+        self.ctx.report(Report(a.job_id, "running", started_at=self.started_at))
         reader = threading.Thread(
             target=self._read, args=(r, sink), daemon=True, name=f"rc-job-{a.job_id}-out"
         )
@@ -300,7 +350,7 @@ class JobRun:
             self._reader_stop = True
             reader.join(1.0)
         os.close(r)
-        if not sink.close(LOG_FLUSH_SHUTDOWN_S if self.agent.stopping else LOG_FLUSH_S):
+        if not sink.close(LOG_FLUSH_SHUTDOWN_S if self.ctx.stopping() else LOG_FLUSH_S):
             log.error("job %d: %d log bytes could not be delivered", a.job_id, sink.lost)
         result = label(outcome, why, stragglers, hold)
         result.survivors = [p.pid for p in survivors]
@@ -336,7 +386,7 @@ class JobRun:
             if outcome is not None:
                 return outcome, None, []
             self.ending = self._hold_ending(why, fired, limits) if hold else why
-            outcome, survivors = supervise.kill_group(group, self.agent.cfg.kill_grace)
+            outcome, survivors = supervise.kill_group(group, self.ctx.cfg.kill_grace)
             return outcome, why, survivors
 
     def _hold_ending(self, why: str, fired: watchdog.Fired | None, limits: watchdog.Limits) -> str:
