@@ -18,7 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rc.worker import procfs, supervise
-from rc.worker.job import label
+from rc.worker.launch import label
 from rc.worker.supervise import Outcome
 from tests.harness import REPO, pid_alive, wait_until
 

@@ -57,7 +57,15 @@ from rc.proto.model import JobState, Stdio
 from rc.proto.relay import Download, FrameDecoder, FrameError, Upload
 from rc.worker import procfs, supervise
 from rc.worker.clock import SYSTEM, Clock
-from rc.worker.job import READER_DRAIN_S, Result, job_env, label, working_dir
+from rc.worker.launch import (
+    READER_DRAIN_S,
+    Result,
+    cannot_start,
+    cannot_start_line,
+    job_env,
+    label,
+    working_dir,
+)
 from rc.worker.reporter import Report
 
 __all__ = [
@@ -588,10 +596,9 @@ def run_job(run) -> Result:
     except OSError as e:
         proc.finish()
         if sink is not None:
-            sink.write(f"rc: cannot start {argv[0]!r}: {e.strerror or e}\n".encode())
+            sink.write(cannot_start_line(argv[0], e))
             sink.close(FLUSH_S)
-        code = 127 if isinstance(e, FileNotFoundError) else 126
-        return Result(JobState.FAILED, code, f"cannot start: {e.strerror or e}")
+        return cannot_start(e)
     procs.append(proc)
     ctx.report(Report(a.job_id, "running", started_at=run.started_at))
     if tty:  # a cancelled terminal is hung up first: an interactive shell ignores SIGTERM

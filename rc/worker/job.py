@@ -8,8 +8,9 @@
    clock and asks the watchdog (rc.worker.watchdog: max runtime, the
    device's ceiling when the job has none or a larger one; idle timeout),
    after cancellation (a kill request, the controller ending the job, worker
-   shutdown). Ending it is SIGTERM to
-   the group, SIGKILL after the kill grace, then stragglers.
+   shutdown). Ending it is SIGTERM to the group, SIGKILL after the kill
+   grace, then stragglers. A tty or pipe job is wired to the relay instead
+   (rc.worker.attached).
 3. Teardown checks (rc.worker.leftovers): processes that escaped the group
    but carry RC_JOB_ID are swept; where nvidia-smi knows the device's GPU no
    compute process may remain on it. Anything that survives faults the
@@ -18,6 +19,7 @@
 5. Logs flushed, then the terminal report is queued (faults go out first);
    once it is settled the agent arms the lingering release.
 
+How it ended is labelled by rc.worker.launch.label.
 State: killed (we ended it, or a signal did) > failed (start error or a
 non-zero exit) > succeeded. Death by signal N is exit code 128+N. A job that
 exits on its own while a kill is on its way is labelled by how it exited.
@@ -33,89 +35,40 @@ import os
 import select
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from rc.proto.client import Client
 from rc.proto.duration import format_duration
 from rc.proto.model import JobKind, JobState, Stdio
 from rc.proto.wire import Assignment
-from rc.worker import leftovers, procfs, supervise, verify, watchdog
+from rc.worker import attached, leftovers, procfs, supervise, verify, watchdog
 from rc.worker.clock import Clock
 from rc.worker.config import DeviceConfig, WorkerConfig
 from rc.worker.hooks import DeviceHooks, HookContext, hook_env
+from rc.worker.launch import (
+    HOLD_COMMAND,
+    READER_DRAIN_S,
+    Result,
+    cannot_start,
+    cannot_start_line,
+    job_env,
+    label,
+    working_dir,
+)
 from rc.worker.logsink import LogSink
 from rc.worker.probe import device_env
 from rc.worker.reporter import Report
 
-__all__ = [
-    "HOLD_COMMAND",
-    "WATCHDOG_TICK_S",
-    "JobContext",
-    "JobRun",
-    "Result",
-    "job_env",
-    "label",
-]
+__all__ = ["LOG_FLUSH_S", "LOG_FLUSH_SHUTDOWN_S", "WATCHDOG_TICK_S", "JobContext", "JobRun"]
 
 log = logging.getLogger("rc.worker.job")
 
-HOLD_COMMAND = ("sleep", "2147483647")
-"""What a hold runs: the worker's own sleeper, never a submitted command."""
 WATCHDOG_TICK_S = 0.1
-READER_DRAIN_S = 2.0
+"""How often a running job's watchdog looks (real seconds: a tick)."""
 LOG_FLUSH_S = 300.0
+"""How long a job's log may take to reach the controller after it ended (s)."""
 LOG_FLUSH_SHUTDOWN_S = 20.0
-STRIPPED_ENV_PREFIX = "RC_"
-"""Worker settings (RC_TOKEN above all) never leak into a job's environment."""
-UNBUFFERED = "PYTHONUNBUFFERED"
-
-
-def job_env(
-    base: dict[str, str],
-    requested: dict[str, str],
-    job_id: int,
-    device_id: str,
-    cuda: str | None,
-    markers: dict[str, str] | None = None,
-) -> dict[str, str]:
-    """A job's environment: the worker's own (minus RC_* settings), the job's
-    entries, then RC_JOB_ID, RC_DEVICE, the CUDA variables and the worker's
-    `markers` (RC_HOST, RC_WORKER_INSTANCE), which always win over the job's.
-    PYTHONUNBUFFERED=1 unless the job sets it itself (even to ""): a job's
-    output goes to a pipe, where Python would hold it in a block buffer, and
-    a healthy print() loop would look idle to --idle-timeout.
-
-    `cuda` is the device's GPU index (JobRun.cuda, from probe.device_env): set
-    with CUDA_DEVICE_ORDER=PCI_BUS_ID so CUDA numbers GPUs as nvidia-smi does;
-    "" for a CPU device (no GPU visible); None removes the variables.
-    """
-    env = {k: v for k, v in base.items() if not k.startswith(STRIPPED_ENV_PREFIX)}
-    env.update(requested)
-    if UNBUFFERED not in requested:
-        env[UNBUFFERED] = "1"
-    env.update(markers or {})
-    env["RC_JOB_ID"] = str(job_id)
-    env["RC_DEVICE"] = device_id
-    env.pop("CUDA_DEVICE_ORDER", None)
-    if cuda is None:
-        env.pop("CUDA_VISIBLE_DEVICES", None)
-    else:
-        env["CUDA_VISIBLE_DEVICES"] = cuda
-        if cuda:  # number GPUs as nvidia-smi does
-            env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
-    return env
-
-
-@dataclass(slots=True)
-class Result:
-    """How a job ended: its state, exit code (None: never started or never
-    reaped), reason, and the pids of its process group still alive after
-    SIGKILL (survivors, for the teardown checks)."""
-
-    state: JobState
-    exit_code: int | None
-    reason: str
-    survivors: list[int] = field(default_factory=list)
+"""The same while the worker shuts down (s)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -302,8 +255,6 @@ class JobRun:
     def _execute(self) -> Result:
         a = self.a
         if a.stdio is not Stdio.LOGS:  # a terminal or pipe on the relay
-            from rc.worker import attached
-
             return attached.run_job(self)
         hold = a.kind is JobKind.HOLD
         argv = HOLD_COMMAND if hold else a.command
@@ -325,10 +276,9 @@ class JobRun:
                 group = supervise.spawn(argv, cwd=cwd, env=env, stdout=w, stderr=w)
                 self.watch_pids(group.pid)
             except OSError as e:
-                sink.write(f"rc: cannot start {argv[0]!r}: {e.strerror or e}\n".encode())
+                sink.write(cannot_start_line(argv[0], e))
                 sink.close(LOG_FLUSH_S)
-                code = 127 if isinstance(e, FileNotFoundError) else 126
-                return Result(JobState.FAILED, code, f"cannot start: {e.strerror or e}")
+                return cannot_start(e)
         finally:
             os.close(w)
         self.ctx.report(Report(a.job_id, "running", started_at=self.started_at))
@@ -415,51 +365,3 @@ class JobRun:
             finally:
                 self.in_write = False
                 self.last_output = self.clock.monotonic()
-
-
-def working_dir(cwd: str, host: str) -> tuple[str | None, bytes]:
-    """Where a job runs: `cwd` when it exists on this host, else the home
-    directory with a note for the log (None, b"" for no cwd at all)."""
-    if not cwd:
-        return None, b""
-    if os.path.isdir(cwd):
-        return cwd, b""
-    home = os.path.expanduser("~")
-    return home, f"[rc: {cwd} does not exist on {host}; running in {home}]\n".encode()
-
-
-def label(
-    outcome: supervise.Outcome | None, why: str | None, stragglers: int, hold: bool
-) -> Result:
-    """The state, exit code and reason of a job that ended (inventory §6.4).
-
-    `why` is our reason for ending it (kill, watchdog) or None; a hold ended
-    by its TTL succeeded. Otherwise the leader's own exit decides: death by
-    signal → killed; an exit code other than exactly 0 (including a status
-    whose low byte is 0) → failed; 0 → succeeded. `stragglers` (members of
-    the group still alive after the leader exited, reaped with SIGKILL) only
-    add a note to the reason, "N stragglers reaped after exit": the job did
-    finish, as Slurm's COMPLETED says of a batch script that leaves children
-    behind (the teardown checks still verify the device).
-    """
-    code = outcome.exit_code if outcome is not None else None
-    if why is not None:
-        if hold and why.startswith("hold ended"):
-            return Result(JobState.SUCCEEDED, 0, why)
-        return Result(JobState.KILLED, code, why)
-    assert outcome is not None
-    note = straggler_note(stragglers)
-    if outcome.signal:
-        reason = f"signal: {supervise.signal_name(outcome.signal)}"
-        return Result(JobState.KILLED, code, f"{reason}; {note}" if note else reason)
-    if code != 0:
-        reason = f"exited with code {code}"
-        return Result(JobState.FAILED, code, f"{reason}; {note}" if note else reason)
-    return Result(JobState.SUCCEEDED, 0, note)
-
-
-def straggler_note(n: int) -> str:
-    """ "2 stragglers reaped after exit" ("" for none)."""
-    if n <= 0:
-        return ""
-    return f"{n} straggler{'' if n == 1 else 's'} reaped after exit"

@@ -35,7 +35,7 @@ from rc.worker.attached import (
     end_terminal_session,
     login_shell,
 )
-from rc.worker.job import READER_DRAIN_S, job_env, label, working_dir
+from rc.worker.launch import READER_DRAIN_S, cannot_start, job_env, label, working_dir
 
 __all__ = ["dispatch_sessions"]
 
@@ -181,8 +181,8 @@ def _session(agent, st: SessionStart) -> None:
         # client attaching only now still reads that end instead of a break
         proc.output_ended = True
         proc.finish()
-        code = 127 if isinstance(e, FileNotFoundError) else 126
-        _report(agent, st, "ended", code, f"cannot start: {e.strerror or e}", tail)
+        failed = cannot_start(e)
+        _report(agent, st, "ended", failed.exit_code, failed.reason, tail)
         return
     _report(agent, st, "running")
     why = None

@@ -1,0 +1,147 @@
+"""Starting a job's process: the pieces every way of running one shares.
+
+A job with logs (rc.worker.job), a job on a terminal or on pipes (run by
+rc.worker.job with rc.worker.attached and rc.worker.terminal) and a session
+inside a hold (rc.worker.sessions) all start a process with the environment
+`job_env` builds, in the working directory `working_dir` picks, and end up
+with a `Result` that `label` gives them (inventory §6.4): state, exit code
+and reason. Pure functions, except `working_dir`, which looks at the disk.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from rc.proto.model import JobState
+from rc.worker import supervise
+
+__all__ = [
+    "HOLD_COMMAND",
+    "READER_DRAIN_S",
+    "Result",
+    "cannot_start",
+    "cannot_start_line",
+    "job_env",
+    "label",
+    "straggler_note",
+    "working_dir",
+]
+
+HOLD_COMMAND = ("sleep", "2147483647")
+"""What a hold runs: the worker's own sleeper, never a submitted command."""
+
+STRIPPED_ENV_PREFIX = "RC_"
+"""Worker settings (RC_TOKEN above all) never leak into a job's environment."""
+UNBUFFERED = "PYTHONUNBUFFERED"
+READER_DRAIN_S = 2.0
+"""After a job's process exited, how long its output may still drain (s)."""
+
+
+def job_env(
+    base: dict[str, str],
+    requested: dict[str, str],
+    job_id: int,
+    device_id: str,
+    cuda: str | None,
+    markers: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """A job's environment: the worker's own (minus RC_* settings), the job's
+    entries, then RC_JOB_ID, RC_DEVICE, the CUDA variables and the worker's
+    `markers` (RC_HOST, RC_WORKER_INSTANCE), which always win over the job's.
+    PYTHONUNBUFFERED=1 unless the job sets it itself (even to ""): a job's
+    output goes to a pipe, where Python would hold it in a block buffer, and
+    a healthy print() loop would look idle to --idle-timeout.
+
+    `cuda` is the device's GPU index (JobRun.cuda, from probe.device_env): set
+    with CUDA_DEVICE_ORDER=PCI_BUS_ID so CUDA numbers GPUs as nvidia-smi does;
+    "" for a CPU device (no GPU visible); None removes the variables.
+    """
+    env = {k: v for k, v in base.items() if not k.startswith(STRIPPED_ENV_PREFIX)}
+    env.update(requested)
+    if UNBUFFERED not in requested:
+        env[UNBUFFERED] = "1"
+    env.update(markers or {})
+    env["RC_JOB_ID"] = str(job_id)
+    env["RC_DEVICE"] = device_id
+    env.pop("CUDA_DEVICE_ORDER", None)
+    if cuda is None:
+        env.pop("CUDA_VISIBLE_DEVICES", None)
+    else:
+        env["CUDA_VISIBLE_DEVICES"] = cuda
+        if cuda:  # number GPUs as nvidia-smi does
+            env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+    return env
+
+
+@dataclass(slots=True)
+class Result:
+    """How a job ended: its state, exit code (None: never started or never
+    reaped), reason, and the pids of its process group still alive after
+    SIGKILL (survivors, for the teardown checks)."""
+
+    state: JobState
+    exit_code: int | None
+    reason: str
+    survivors: list[int] = field(default_factory=list)
+
+
+def working_dir(cwd: str, host: str) -> tuple[str | None, bytes]:
+    """Where a job runs: `cwd` when it exists on this host, else the home
+    directory with a note for the log (None, b"" for no cwd at all)."""
+    if not cwd:
+        return None, b""
+    if os.path.isdir(cwd):
+        return cwd, b""
+    home = os.path.expanduser("~")
+    return home, f"[rc: {cwd} does not exist on {host}; running in {home}]\n".encode()
+
+
+def label(
+    outcome: supervise.Outcome | None, why: str | None, stragglers: int, hold: bool
+) -> Result:
+    """The state, exit code and reason of a job that ended (inventory §6.4).
+
+    `why` is our reason for ending it (kill, watchdog) or None; a hold ended
+    by its TTL succeeded. Otherwise the leader's own exit decides: death by
+    signal → killed; an exit code other than exactly 0 (including a status
+    whose low byte is 0) → failed; 0 → succeeded. `stragglers` (members of
+    the group still alive after the leader exited, reaped with SIGKILL) only
+    add a note to the reason, "N stragglers reaped after exit": the job did
+    finish, as Slurm's COMPLETED says of a batch script that leaves children
+    behind (the teardown checks still verify the device).
+    """
+    code = outcome.exit_code if outcome is not None else None
+    if why is not None:
+        if hold and why.startswith("hold ended"):
+            return Result(JobState.SUCCEEDED, 0, why)
+        return Result(JobState.KILLED, code, why)
+    assert outcome is not None
+    note = straggler_note(stragglers)
+    if outcome.signal:
+        reason = f"signal: {supervise.signal_name(outcome.signal)}"
+        return Result(JobState.KILLED, code, f"{reason}; {note}" if note else reason)
+    if code != 0:
+        reason = f"exited with code {code}"
+        return Result(JobState.FAILED, code, f"{reason}; {note}" if note else reason)
+    return Result(JobState.SUCCEEDED, 0, note)
+
+
+def straggler_note(n: int) -> str:
+    """ "2 stragglers reaped after exit" ("" for none)."""
+    if n <= 0:
+        return ""
+    return f"{n} straggler{'' if n == 1 else 's'} reaped after exit"
+
+
+def cannot_start(e: OSError) -> Result:
+    """The Result of a process that could not be started: failed, exit code
+    127 for a missing program (as a shell says), else 126."""
+    code = 127 if isinstance(e, FileNotFoundError) else 126
+    return Result(JobState.FAILED, code, f"cannot start: {e.strerror or e}")
+
+
+def cannot_start_line(program: str, e: OSError) -> bytes:
+    """The line a job's log gets when `program` could not be started."""
+    return f"rc: cannot start {program!r}: {e.strerror or e}\n".encode()
