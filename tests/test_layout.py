@@ -199,3 +199,77 @@ def test_a_verb_builds_only_its_own_group():
     loaded = set(ast.literal_eval(res.stdout))
     assert "rc.cli.devices" in loaded
     assert not loaded & {"rc.cli.run", "rc.cli.relay", "rc.cli.copy", "rc.cli.local"}
+
+
+def _import_graph(package: str, base: Path = REPO) -> dict[str, set[str]]:
+    """Module → the modules of `package` (a directory under `base`) it
+    imports, at any level: a function-level import counts (it only hides a
+    cycle). `from pkg import sub` depends on the submodule, `from pkg import
+    name` on the package's __init__."""
+    paths = {}
+    for path in sorted((base / package).rglob("*.py")):
+        parts = path.relative_to(base).with_suffix("").parts
+        paths[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph: dict[str, set[str]] = {}
+    for mod, path in paths.items():
+        deps = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                deps |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                subs = {f"{node.module}.{a.name}" for a in node.names}
+                deps |= subs & paths.keys()
+                if subs - paths.keys():  # a name defined in the module itself
+                    deps.add(node.module)
+        graph[mod] = {d for d in deps if d in paths and d != mod}
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import cycles: strongly connected components of more than one
+    module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_the_cycle_check_sees_a_function_level_import(tmp_path):
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from pkg.b import g\n\n\ndef f():\n    return g()\n")
+    (pkg / "b.py").write_text("def g():\n    from pkg import a\n\n    return a\n")
+    (pkg / "c.py").write_text("import pkg.a\n")
+    assert _cycles(_import_graph("pkg", tmp_path)) == [["pkg.a", "pkg.b"]]
+
+
+@pytest.mark.parametrize("package", ["rc/proto", "rc/worker"])
+def test_no_import_cycles(package):
+    """No module of the package imports itself back, even from inside a
+    function (rc/cli and rc/controller join once their cycles are broken)."""
+    assert _cycles(_import_graph(package)) == []

@@ -21,7 +21,7 @@ from rc.controller.relay import Ended, Pipe, Relay
 from rc.proto.model import Stdio
 from rc.proto.relay import FrameDecoder, FrameError, data_frame, resize_frame
 from rc.proto.wire import SessionReport, SessionRequest
-from rc.worker.attached import Terminal
+from rc.worker.terminal import Terminal
 from tests.harness import wait_until
 
 

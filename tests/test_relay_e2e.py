@@ -25,7 +25,7 @@ from rc.cli.relay import wait_session
 from rc.proto.client import Client
 from rc.proto.errors import ApiError
 from rc.proto.relay import Download, Upload
-from rc.worker.attached import CTTY_SHIM
+from rc.worker.terminal import CTTY_SHIM
 from tests.harness import PY, REPO, Cli, Controller, Worker, base_env, job, pid_alive, wait_until
 
 pytestmark = pytest.mark.e2e

@@ -39,7 +39,7 @@ from rc.proto.wire import (
     LeaveResponse,
     RegisterRequest,
 )
-from rc.worker import recovery, sheets
+from rc.worker import recovery, sessions, sheets
 from rc.worker.clock import SYSTEM, Clock
 from rc.worker.config import DeviceConfig, WorkerConfig
 from rc.worker.hooks import Leases
@@ -453,8 +453,6 @@ class Agent:
         for job_id in kills:
             self._cancel(job_id, "")
         if got.sessions and not self.closed:  # sessions inside holds (rc shell / exec / cp)
-            from rc.worker import sessions
-
             sessions.dispatch_sessions(self, got.sessions)
         for a in got.assignments:
             # One critical section decides, records and (for the shutdown's

@@ -39,9 +39,11 @@ from dataclasses import dataclass
 
 from rc.proto.client import Client
 from rc.proto.duration import format_duration
+from rc.proto.errors import RcError
 from rc.proto.model import JobKind, JobState, Stdio
 from rc.proto.wire import Assignment
-from rc.worker import attached, leftovers, procfs, supervise, verify, watchdog
+from rc.worker import leftovers, procfs, supervise, verify, watchdog
+from rc.worker.attached import Halves, Pipes, Process
 from rc.worker.clock import Clock
 from rc.worker.config import DeviceConfig, WorkerConfig
 from rc.worker.hooks import DeviceHooks, HookContext, hook_env
@@ -58,6 +60,7 @@ from rc.worker.launch import (
 from rc.worker.logsink import LogSink
 from rc.worker.probe import device_env
 from rc.worker.reporter import Report
+from rc.worker.terminal import TTY_DRAIN_S, Terminal, end_terminal_session, login_shell
 
 __all__ = ["LOG_FLUSH_S", "LOG_FLUSH_SHUTDOWN_S", "WATCHDOG_TICK_S", "JobContext", "JobRun"]
 
@@ -255,7 +258,7 @@ class JobRun:
     def _execute(self) -> Result:
         a = self.a
         if a.stdio is not Stdio.LOGS:  # a terminal or pipe on the relay
-            return attached.run_job(self)
+            return self._execute_attached()
         hold = a.kind is JobKind.HOLD
         argv = HOLD_COMMAND if hold else a.command
         env = job_env(
@@ -305,6 +308,75 @@ class JobRun:
         result = label(outcome, why, stragglers, hold)
         result.survivors = [p.pid for p in survivors]
         return result
+
+    def _execute_attached(self) -> Result:
+        """Run a tty or pipe job on the relay (rc.worker.attached,
+        rc.worker.terminal); the Result, with the pids of its group that
+        survived (for the teardown checks that come next)."""
+        a = self.a
+        ctx = self.ctx
+        tty = a.stdio is Stdio.TTY
+        env = job_env(dict(os.environ), a.env, a.job_id, a.device_id, self.cuda, ctx.markers)
+        cwd, note = working_dir(a.cwd, ctx.cfg.host)
+        procs: list[Process] = []
+
+        def hung_up(reason: str) -> None:
+            if procs:
+                procs[0].hangup()
+            self.cancel(f"{'terminal hung up' if tty else 'pipe closed'}: {reason}")
+
+        try:
+            halves = Halves.connect(
+                ctx.client, f"/v1/jobs/{a.job_id}", hung_up, self.cancelled, self.clock
+            )
+        except RcError as e:
+            return Result(JobState.FAILED, None, f"cannot attach to the relay: {e}")
+
+        def on_output(sending: bool) -> None:
+            self.last_output = self.clock.monotonic()
+            self.in_write = sending
+
+        sink = None
+        if tty:
+            proc: Process = Terminal(halves, on_output, None)
+            env.setdefault("TERM", "xterm")
+            argv = list(a.command) or login_shell()
+        else:
+            sink = ctx.open_log(a.job_id)
+            proc = Pipes(halves, on_output, sink.write)
+            argv = list(a.command)
+        try:
+            proc.start(argv, env, cwd, note)
+        except OSError as e:
+            proc.finish()
+            if sink is not None:
+                sink.write(cannot_start_line(argv[0], e))
+                sink.close(LOG_FLUSH_S)
+            return cannot_start(e)
+        procs.append(proc)
+        ctx.report(Report(a.job_id, "running", started_at=self.started_at))
+        if tty:  # a cancelled terminal is hung up first: an interactive shell ignores SIGTERM
+            threading.Thread(target=self._hangup_on_cancel, args=(proc,), daemon=True).start()
+        outcome, why, survivors = self.watch(proc.group, False)
+        stragglers, left = proc.leftovers(ctx.cfg.kill_grace) if why is None else (0, [])
+        self.sweep_escapees()  # before draining: an escapee may hold the output open
+        proc.drain(TTY_DRAIN_S if tty else READER_DRAIN_S)
+        if tty:
+            left += end_terminal_session(proc.group.pgid, ctx.cfg.kill_grace)
+        proc.finish()
+        if sink is not None and not sink.close(LOG_FLUSH_S):
+            log.error("job %d: %d stderr bytes could not be stored", a.job_id, sink.lost)
+        result = label(outcome, why, stragglers, False)
+        if halves.hung_up and why is None and outcome is not None and outcome.signal:
+            result = Result(JobState.KILLED, result.exit_code, self.cancel_reason or result.reason)
+        result.survivors = [p.pid for p in survivors] + left
+        return result
+
+    def _hangup_on_cancel(self, proc: Process) -> None:
+        while not proc.stop.is_set():
+            if self.cancelled.wait(0.1):
+                proc.hangup()
+                return
 
     def limits(self, hold: bool) -> watchdog.Limits:
         """This job's watchdog limits (its device's ceiling applied)."""

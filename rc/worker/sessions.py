@@ -6,8 +6,9 @@ RC_JOB_ID set to the hold's id, under the hold's lease, and ends when the
 hold ends: the session watches the hold, and the hold's teardown sweeps every
 process carrying its RC_JOB_ID anyway. Either way the session reports the
 hold's end as its reason (JobRun.ending: "hold 17 expired (ttl 30m)"), not
-the signal that ended its process. The process itself is a Terminal or
-Pipes of rc.worker.attached, dialled to the relay first. Its outcome goes to
+the signal that ended its process. The process itself is a Terminal
+(rc.worker.terminal) or Pipes (rc.worker.attached), dialled to the relay
+first. Its outcome goes to
 POST /v1/jobs/{hold}/sessions/{sid}/status.
 """
 
@@ -23,26 +24,22 @@ from rc.proto.errors import ApiError, RcError, TransportError
 from rc.proto.model import JobKind, Stdio
 from rc.proto.wire import SessionStart
 from rc.worker import supervise
-from rc.worker.attached import (
-    HOLD_WAIT_S,
-    REPORT_ATTEMPTS,
-    STDERR_TAIL_BYTES,
-    TTY_DRAIN_S,
-    Halves,
-    Pipes,
-    Process,
-    Terminal,
-    end_terminal_session,
-    login_shell,
-)
+from rc.worker.attached import Halves, Pipes, Process
 from rc.worker.launch import READER_DRAIN_S, cannot_start, job_env, label, working_dir
+from rc.worker.terminal import TTY_DRAIN_S, Terminal, end_terminal_session, login_shell
 
 __all__ = ["dispatch_sessions"]
 
 log = logging.getLogger("rc.worker.sessions")
 
+HOLD_WAIT_S = 30.0
+"""How long a session waits for its hold to be running on this worker."""
 HOLD_POLL_S = 0.05
 """How often a session looks for its hold's run while it waits for it."""
+REPORT_ATTEMPTS = 5
+"""Tries of a session's status report (0.2 s doubling between them)."""
+STDERR_TAIL_BYTES = 64 << 10
+"""Stderr a pipe session inside a hold keeps for its final report."""
 
 
 class _Started:
