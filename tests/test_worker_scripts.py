@@ -1,20 +1,22 @@
 """Operator scripts the worker runs: the bounded runner, the verify pass
 (inventory §6.7, fail-closed) and the lease hooks with linger and the epoch
-guard (inventory §6.6). Real scripts, small timeouts."""
+guard (inventory §6.6). Real scripts; their timeouts, budgets and lingers on
+a fake clock (tests.fakeclock)."""
 
 from __future__ import annotations
 
 import itertools
 import os
+import queue
 import stat
 import threading
-import time
 
 import pytest
 
 from rc.worker import script, verify
 from rc.worker.config import DeviceConfig, WorkerConfig
 from rc.worker.hooks import DeviceHooks, HookContext, Leases, hook_env
+from tests.fakeclock import FakeClock
 from tests.harness import pid_alive, wait_until
 
 
@@ -41,17 +43,36 @@ def test_runner_keeps_the_head_of_stdout_and_the_tail_of_stderr(tmp_path):
     assert res.err == b"eeeeEND\n"
 
 
-def test_runner_times_out_and_is_cancelled(tmp_path):
-    s = make_script(tmp_path / "s", "trap '' TERM; sleep 30")
-    t0 = time.monotonic()
-    res = script.run([str(s)], env=ENV, timeout=0.3, grace=0.3)
-    assert res.timed_out and res.describe() == "timed out after 300ms"
+def in_thread(fn, *args, **kwargs) -> queue.Queue:
+    """Run fn on a thread; its return value arrives on the queue."""
+    out: queue.Queue = queue.Queue()
+    threading.Thread(target=lambda: out.put(fn(*args, **kwargs)), daemon=True).start()
+    return out
+
+
+def test_runner_times_out_on_its_clock(tmp_path):
+    s = make_script(tmp_path / "s", "trap '' TERM; sleep 300")
+    clock = FakeClock()
+    got = in_thread(script.run, [str(s)], env=ENV, timeout=60, grace=0.3, clock=clock)
+    clock.wait_for_reads(2)  # its deadline, then a turn: it is running
+    clock.advance(59.9)
+    clock.turns()
+    assert got.empty()
+    clock.advance(0.1)
+    res = got.get(timeout=10)
+    assert res.timed_out and res.describe() == "timed out after 1m"
     assert res.outcome is not None and res.outcome.signal == 9  # ignored TERM: SIGKILL
-    assert time.monotonic() - t0 < 5
+
+
+def test_runner_is_cancelled(tmp_path):
+    up = tmp_path / "up"
+    s = make_script(tmp_path / "s", f"touch {up}; sleep 300")
     cancel = threading.Event()
-    threading.Timer(0.2, cancel.set).start()
-    res = script.run([str(tmp_path / "s")], env=ENV, timeout=30, grace=0.2, cancel=cancel)
-    assert res.cancelled and not res.ok
+    got = in_thread(script.run, [str(s)], env=ENV, timeout=600, grace=0.2, cancel=cancel)
+    wait_until(up.exists, 10, "the script to start")
+    cancel.set()
+    res = got.get(timeout=10)
+    assert res.cancelled and not res.ok and res.describe() == "cancelled"
 
 
 def test_runner_reports_what_cannot_start(tmp_path):
@@ -132,15 +153,21 @@ def test_verify_unreadable_dir_fails(tmp_path):
             d.chmod(stat.S_IRWXU)
 
 
-def test_verify_timeout_and_budget(tmp_path):
+def test_verify_timeout_and_budget_on_the_clock(tmp_path):
     d = tmp_path / "verify.d"
     d.mkdir()
-    make_script(d / "slow", "sleep 30")
-    assert run_pass(d, timeout=0.3) == "verify failed: slow: timed out after 300ms"
-    make_script(d / "slow2", "sleep 30")
-    t0 = time.monotonic()
-    assert run_pass(d, timeout=5, budget=0.5) == "verify failed: pass exceeded its 500ms budget"
-    assert time.monotonic() - t0 < 4
+    make_script(d / "slow", "sleep 300")
+    clock = FakeClock()
+    got = in_thread(verify.run_pass, str(d), ENV, timeout=60, budget=600, grace=0.2, clock=clock)
+    clock.wait_for_reads(4)  # the pass's deadline and what is left, the script's, a turn
+    clock.advance(60)
+    assert got.get(timeout=10) == "verify failed: slow: timed out after 1m"
+    make_script(d / "slow2", "sleep 300")
+    clock = FakeClock()
+    got = in_thread(verify.run_pass, str(d), ENV, timeout=600, budget=90, grace=0.2, clock=clock)
+    clock.wait_for_reads(4)
+    clock.advance(90)  # slow uses the whole budget; slow2 gets no time at all
+    assert got.get(timeout=10) == "verify failed: pass exceeded its 1m30s budget"
 
 
 def test_verify_env_names_the_event_device_job_and_gpu(tmp_path):
@@ -170,9 +197,11 @@ def hooked(tmp_path):
     acq = make_script(tmp_path / "acquire", f'echo "acquire $RC_JOB_ID" >> {log}')
     rel = make_script(tmp_path / "release", f'echo "release $RC_JOB_ID" >> {log}')
 
-    def make(linger: float = 0.3, on_acquire=acq) -> DeviceHooks:
+    def make(linger: float = 30.0, on_acquire=acq, clock=None, timeout=2.0) -> DeviceHooks:
         dev = DeviceConfig("gpu0", on_acquire=str(on_acquire), on_release=str(rel))
-        return DeviceHooks("box:gpu0", dev, timeout=2.0, linger=linger, grace=0.2)
+        return DeviceHooks(
+            "box:gpu0", dev, timeout=timeout, linger=linger, grace=0.2, clock=clock or FakeClock()
+        )
 
     def events() -> list[str]:
         return log.read_text().splitlines() if log.exists() else []
@@ -182,14 +211,17 @@ def hooked(tmp_path):
 
 def test_a_burst_of_jobs_gives_one_acquire_and_one_release(hooked):
     make, events = hooked
-    h = make(linger=0.3)
+    clock = FakeClock()
+    h = make(linger=30, clock=clock)
     never = threading.Event()
     for job in (1, 2, 3):
         got = h.acquire(HookContext(job, "alice"), never)
         assert got.ok
         h.arm_release(got.epoch, HookContext(job, "alice"))
-    assert events() == ["acquire 1"]
-    wait_until(lambda: events() == ["acquire 1", "release 3"], 5, "the lingering release")
+        clock.advance(29)  # each job comes within the linger of the last one
+    assert events() == ["acquire 1"] and h.pending()
+    clock.advance(1)  # 30 s after job 3: its release runs (during advance)
+    assert events() == ["acquire 1", "release 3"]
     assert not h.pending()
     got = h.acquire(HookContext(4, "bob"), never)  # released: acquire runs again
     assert events()[-1] == "acquire 4" and got.ok
@@ -197,27 +229,48 @@ def test_a_burst_of_jobs_gives_one_acquire_and_one_release(hooked):
 
 def test_a_release_armed_late_never_fires_during_the_next_job(hooked):
     make, events = hooked
-    h = make(linger=0.0)
+    clock = FakeClock()
+    h = make(linger=0.0, clock=clock)
     never = threading.Event()
     first = h.acquire(HookContext(1, "alice"), never)
     second = h.acquire(HookContext(2, "bob"), never)  # job 1's report was slow; job 2 started
     assert not h.arm_release(first.epoch, HookContext(1, "alice"))  # stale epoch: dropped
-    time.sleep(0.3)  # give a wrongly armed zero-linger release every chance to fire
+    clock.advance(3600)  # runs every release that is due, wrongly armed or not
     assert events() == ["acquire 1"]
     assert h.arm_release(second.epoch, HookContext(2, "bob"))
-    wait_until(lambda: events() == ["acquire 1", "release 2"], 5, "job 2's release")
+    clock.advance(0)
+    assert events() == ["acquire 1", "release 2"]
 
 
 def test_an_acquire_cancels_a_release_that_is_about_to_fire(hooked):
+    """The race of a release timer firing on its own thread while a new
+    acquire cancels it: another thread keeps the clock moving (the timers
+    fire on it) while this one acquires, arms, and waits on the clock until
+    just before, at or after the linger's end."""
     make, events = hooked
-    h = make(linger=0.05)
+    clock = FakeClock()
+    # the clock runs fast here: a hook's timeout must not come while it runs
+    h = make(linger=0.05, clock=clock, timeout=1e9)
     never = threading.Event()
-    for job in range(1, 30):
-        got = h.acquire(HookContext(job, ""), never)
-        h.arm_release(got.epoch, HookContext(job, ""))
-        time.sleep(0.03)
-    wait_until(lambda: events() and events()[-1].startswith("release"), 5, "the last release")
+    stop = threading.Event()
+
+    def tick() -> None:
+        while not stop.is_set():
+            clock.advance(0.01)  # timers fire on this thread
+
+    ticker = threading.Thread(target=tick, daemon=True)
+    ticker.start()
+    try:
+        for job in range(1, 30):
+            got = h.acquire(HookContext(job, ""), never)
+            h.arm_release(got.epoch, HookContext(job, ""))
+            clock.sleep(0.03 + 0.01 * (job % 3))  # the next job comes near the linger's end
+    finally:
+        stop.set()
+        ticker.join(10)
+    clock.advance(1)  # the last job's release
     ev = events()
+    assert ev[-1].startswith("release"), ev
     # strictly alternating: never two acquires or two releases in a row
     assert all(a.split()[0] != b.split()[0] for a, b in itertools.pairwise(ev)), ev
     assert ev[0] == "acquire 1"

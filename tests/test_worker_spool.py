@@ -1,21 +1,24 @@
 """Logs across a controller outage (DESIGN.md §6.3): the controller is killed
 while a job writes, the job keeps running and writing into the worker's disk
 spool, the controller restarts on the same data dir and port, and the log is
-complete and in order; when the spool fills, the loss is a marker in the log."""
+complete and in order; when the spool fills, the loss is a marker in the log.
+The spool itself, and the log sink's timers (batching, spilling a blocked
+write) on a fake clock, without processes."""
 
 from __future__ import annotations
 
 import re
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 
+from rc.worker.logsink import SPILL_AFTER_S, LogSink
 from rc.worker.spool import Spool
+from tests.fakeclock import FakeClock
 from tests.harness import Controller, wait_until
 from tests.test_worker_e2e_kit import Site, free_port, logs, submit, wait_state
-
-pytestmark = pytest.mark.e2e
 
 SPOOL_BYTES = 4 << 20
 
@@ -82,6 +85,7 @@ def outage(site, tmp_path, total: int) -> bytes:
     return logs(site.admin, job_id)
 
 
+@pytest.mark.e2e
 def test_the_spool_carries_a_log_across_a_controller_outage(site, tmp_path):
     total = 3 << 20  # more than the worker keeps in memory, less than the spool
     assert outage(site, tmp_path, total) == expected(total)
@@ -89,6 +93,7 @@ def test_the_spool_carries_a_log_across_a_controller_outage(site, tmp_path):
     assert list((site.root / "spool").iterdir()) == []  # nothing left behind
 
 
+@pytest.mark.e2e
 def test_a_full_spool_loses_output_and_says_how_much(site, tmp_path):
     total = 12 << 20
     want = expected(total)
@@ -129,3 +134,64 @@ def test_spool_files_are_fifos_within_one_shared_budget(tmp_path):
     f.close()
     tmp.close()
     assert not Path(d).exists()  # a private temporary directory is removed
+
+
+# -- the log sink's timers, on a fake clock ----------------------------------------------
+
+
+class _Uploads:
+    """The controller's log endpoint as a LogSink sees it (Client.request):
+    keeps each upload's offset and bytes; while `gate` is clear an upload
+    waits (a controller that is slow, not gone)."""
+
+    def __init__(self) -> None:
+        self.got: list[tuple[int, bytes]] = []
+        self.gate = threading.Event()
+        self.gate.set()
+
+    def request(self, method, path, *, raw, params):
+        assert self.gate.wait(30), "a held upload was never released"
+        self.got.append((params["offset"], bytes(raw)))
+
+    def bytes(self) -> bytes:
+        return b"".join(data for _, data in self.got)
+
+
+def test_a_batch_goes_out_batch_seconds_after_its_first_byte():
+    clock, up = FakeClock(), _Uploads()
+    sink = LogSink(up, 1, clock=clock, batch_seconds=1.0, batch_bytes=1000)
+    sink.write(b"abc")
+    sink.write(b"def")
+    clock.advance(0.99)
+    assert up.got == []  # the uploader waits on the clock, which stands still
+    clock.advance(0.01)
+    wait_until(lambda: up.got == [(0, b"abcdef")], 10, "the batch after 1 s")
+    sink.write(b"x" * 1000)  # a full batch goes at once, whatever the clock says
+    wait_until(lambda: up.got[1:] == [(6, b"x" * 1000)], 10, "the full batch")
+    assert sink.close(10)
+
+
+def test_a_write_blocked_spill_after_s_goes_to_the_spool(tmp_path):
+    """The controller answers, but slowly: a write blocked on the full
+    memory buffer for SPILL_AFTER_S goes to the disk spool, so the job
+    writes on; the order is kept."""
+    clock, up = FakeClock(), _Uploads()
+    spool = Spool(str(tmp_path / "spool"), max_bytes=1 << 20)
+    sink = LogSink(up, 1, spool=spool, clock=clock, max_buffer=10, batch_bytes=10)
+    up.gate.clear()
+    sink.write(b"x" * 10)  # fills memory; the uploader takes it and waits
+    writer = threading.Thread(target=sink.write, args=(b"y" * 10,), daemon=True)
+    writer.start()
+    # the clock's readings: the first byte's time, the uploader's look at it,
+    # the writer's "blocked since", then one per look of the blocked writer
+    clock.wait_for_reads(4)
+    clock.advance(SPILL_AFTER_S - 0.01)
+    clock.turns()
+    assert writer.is_alive() and sink.spilled == 0
+    clock.advance(0.01)
+    writer.join(10)
+    assert not writer.is_alive() and sink.spilled == 20  # memory first, then the write
+    up.gate.set()
+    assert sink.close(10)
+    assert up.bytes() == b"x" * 10 + b"y" * 10 and sink.lost == 0
+    spool.close()

@@ -435,5 +435,7 @@ class JobRun:
             try:
                 sink.write(data)
             finally:
-                self.in_write = False
+                # in this order: a watchdog turn between the two never sees
+                # the time from before a long blocked write
                 self.last_output = self.clock.monotonic()
+                self.in_write = False
