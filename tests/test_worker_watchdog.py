@@ -47,6 +47,14 @@ def test_idle_fires_after_silence_and_output_resets_it():
     assert due(limits, 0.0, 100.0, 100.0) is None
 
 
+def test_silence_is_counted_from_the_start_not_from_before_it():
+    """Found in review: idle was counted from when the worker took the job,
+    so a slow acquire hook used up its idle timeout before it ran."""
+    limits = Limits(idle_timeout=60)
+    assert due(limits, started=100.0, last_output=0.0, now=159.9) is None
+    assert due(limits, started=100.0, last_output=0.0, now=160.0) is Fired.IDLE
+
+
 def test_max_runtime_wins_over_idle_when_both_are_due():
     limits = Limits(max_runtime=10, idle_timeout=5)
     assert due(limits, 0.0, 0.0, 10.0) is Fired.MAX_RUNTIME
@@ -122,8 +130,9 @@ class _Log:
 class _Worker:
     """A JobContext on a FakeClock, and what the runs sent through it."""
 
-    def __init__(self, tmp_path, hooks: DeviceHooks | None = None) -> None:
+    def __init__(self, tmp_path) -> None:
         self.clock = FakeClock()
+        self.hooks: DeviceHooks | None = None
         self.log = _Log()
         self.reports: list[Report] = []
         self.faults: list[tuple] = []
@@ -136,7 +145,7 @@ class _Worker:
             report=self.reports.append,
             fault=lambda *fault: self.faults.append(fault),
             open_log=lambda job_id: self.log,
-            hooks=lambda name: hooks,
+            hooks=lambda name: self.hooks,
             gpu_uuid=lambda name: "",
             stopping=lambda: False,
             finished=lambda run, result: self.results.put(result),
@@ -155,8 +164,14 @@ class _Worker:
         self.clock.turns()
 
     def still_running(self) -> None:
-        self.clock.turns()
-        assert self.results.empty(), self.results.queue
+        """The watchdog took turns at the clock's time and the job runs on."""
+        target = self.clock.reads + 2
+        wait_until(
+            lambda: self.clock.reads >= target or not self.results.empty(),
+            10,
+            "two watchdog turns",
+        )
+        assert self.results.empty(), f"the job ended: {self.results.queue[0]}"
 
     def result(self) -> Result:
         try:
@@ -238,3 +253,27 @@ def test_a_hold_ends_at_its_ttl_and_succeeds(tmp_path):
         "hold ended: its ttl of 30m was reached",
     )
     assert run.ending == "hold 7 expired (ttl 30m)"  # what its sessions report
+
+
+def test_a_slow_acquire_hook_does_not_use_up_the_idle_timeout(tmp_path):
+    """Found in review: a job whose acquire hook took longer than its idle
+    timeout was killed as idle at its first watchdog turn."""
+    go = tmp_path / "go"
+    hook = tmp_path / "acquire"
+    hook.write_text(
+        f"#!/bin/sh\ntouch {tmp_path}/hooked; while [ ! -e {go} ]; do sleep 0.01; done\n"
+    )
+    hook.chmod(0o755)
+    w = _Worker(tmp_path)
+    dev = DeviceConfig("cpu0", on_acquire=str(hook))
+    w.hooks = DeviceHooks("box:cpu0", dev, timeout=1e6, linger=0, grace=0.2, clock=w.clock)
+    w.start(SILENT, device=dev, idle=60)
+    wait_until((tmp_path / "hooked").exists, 10, "the acquire hook to run")
+    w.clock.advance(100)  # the hook takes 100 s
+    go.touch()
+    w.running()
+    w.still_running()
+    w.clock.advance(59.9)
+    w.still_running()
+    w.clock.advance(0.1)
+    assert w.result().reason == "idle: no output for 1m"

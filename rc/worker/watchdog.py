@@ -5,9 +5,10 @@ Two limits, in seconds (0: none):
 - max runtime, counted from when the job's process started: the job's own,
   capped by its device's ceiling (the device's `max_runtime`), which also
   applies to a job that gave none. A hold's max runtime is its ttl.
-- idle timeout: no output for that long (never for a hold). Output that is
-  still being written (held up on its way to the log or the relay by us) is
-  output now: backpressure is not the job being idle.
+- idle timeout: no output for that long since the process started (never
+  for a hold). Output that is still being written (held up on its way to
+  the log or the relay by us) is output now: backpressure is not the job
+  being idle.
 
 `due` is a pure function of the limits and three readings of one monotonic
 clock: the job run reads its clock once per watchdog turn and asks
@@ -65,11 +66,12 @@ def runtime_limit(requested: int, ceiling: int) -> int:
 def due(limits: Limits, started: float, last_output: float, now: float) -> Fired | None:
     """Which limit has fired at monotonic time `now` for a job whose process
     started at `started` and last wrote output at `last_output` (pass `now`
-    while a write is under way); None when none has. Max runtime is checked
-    first."""
+    while a write is under way); None when none has. Silence is counted from
+    the later of the two (output from before the start, or none yet, counts
+    from the start). Max runtime is checked first."""
     if limits.max_runtime and now - started >= limits.max_runtime:
         return Fired.MAX_RUNTIME
-    if limits.idle_timeout and now - last_output >= limits.idle_timeout:
+    if limits.idle_timeout and now - max(started, last_output) >= limits.idle_timeout:
         return Fired.IDLE
     return None
 
