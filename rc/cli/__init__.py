@@ -91,18 +91,6 @@ def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
     return p
 
 
-def add_client_flags(p: argparse.ArgumentParser) -> None:
-    """--controller/--token/--cacert overrides, on every client command."""
-    g = p.add_argument_group("connection")
-    g.add_argument(
-        "--controller",
-        metavar="URL",
-        help="controller URL (default: RC_CONTROLLER or the config file)",
-    )
-    g.add_argument("--token", metavar="TOKEN", help=argparse.SUPPRESS)
-    g.add_argument("--cacert", metavar="PEM", help="CA certificate to verify an https controller")
-
-
 def main(argv: list[str] | None = None) -> int:
     """Parse the command line and run one command; returns the exit code."""
     if argv is None:

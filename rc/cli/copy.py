@@ -22,7 +22,7 @@ import uuid
 from dataclasses import dataclass
 
 from rc.cli import archive
-from rc.cli.context import UsageError, client, stderr
+from rc.cli.context import UsageError, add_client_flags, client, stderr
 from rc.cli.relay import open_halves, open_session, wait_session
 from rc.proto.client import Client
 from rc.proto.errors import ApiError, RcError, TransportError
@@ -38,8 +38,6 @@ PROGRESS_EVERY_S = 0.25
 
 
 def add_parsers(sub) -> None:
-    from rc.cli import add_client_flags
-
     p = sub.add_parser(
         "cp",
         help="copy files or directories to or from a device",

@@ -6,7 +6,8 @@ import argparse
 import sys
 import time
 
-from rc.cli.context import SelectorTerms, UsageError, client
+from rc.cli.complete import attach, devices, label_keys, live_jobs, recent_jobs
+from rc.cli.context import SelectorTerms, UsageError, add_client_flags, client
 from rc.cli.output import (
     add_output_flag,
     duration,
@@ -24,9 +25,6 @@ STATES = ("queued", "assigned", "running", "succeeded", "failed", "killed", "los
 
 
 def add_parsers(sub) -> None:
-    from rc.cli import add_client_flags
-    from rc.cli.complete import attach, devices, label_keys, live_jobs, recent_jobs
-
     p = sub.add_parser(
         "jobs",
         help="list jobs, newest first (history included)",

@@ -71,8 +71,6 @@ _D = duration_seconds
 
 
 def add_parsers(sub) -> None:
-    from rc.cli import add_client_flags  # noqa: F401  (kept for symmetry)
-
     p = sub.add_parser(
         "serve",
         help="run the controller",

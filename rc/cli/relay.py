@@ -41,7 +41,8 @@ import tty
 from collections.abc import Callable
 from typing import Self
 
-from rc.cli.context import UsageError, client, job_cwd, stderr
+from rc.cli.complete import attach, live_jobs
+from rc.cli.context import UsageError, add_client_flags, client, job_cwd, stderr
 from rc.proto.client import Client
 from rc.proto.errors import ApiError, RcError, TransportError
 from rc.proto.relay import Download, Upload, data_frame, resize_frame
@@ -67,7 +68,6 @@ OVER_GRACE_S = 5.0
 
 
 def add_parsers(sub) -> None:
-
     _session_parser(
         sub,
         "shell",
@@ -88,8 +88,6 @@ def add_parsers(sub) -> None:
 
 def _session_parser(sub, name: str, help: str, description: str, command_help: str) -> None:
     """`rc shell` and `rc exec`: HOLD, --cwd, -e, --env-file, -- CMD."""
-    from rc.cli import add_client_flags
-    from rc.cli.complete import attach, live_jobs
     from rc.cli.run import add_env_flags
 
     p = sub.add_parser(name, help=help, description=description)

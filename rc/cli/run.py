@@ -27,9 +27,11 @@ import sys
 import time
 import uuid
 
+from rc.cli.complete import attach, devices, label_keys, live_jobs
 from rc.cli.context import (
     SelectorTerms,
     UsageError,
+    add_client_flags,
     client,
     device_arg,
     hangup_interrupts,
@@ -82,8 +84,6 @@ def priority_arg(text: str) -> int:
 
 def _target_flags(p: argparse.ArgumentParser) -> None:
     """-d DEVICE or -s SELECTOR (repeatable); with neither, any device (`*`)."""
-    from rc.cli.complete import attach, devices, label_keys
-
     g = p.add_mutually_exclusive_group()
     attach(
         g.add_argument(
@@ -107,8 +107,6 @@ def _target_flags(p: argparse.ArgumentParser) -> None:
 
 
 def add_parsers(sub) -> None:
-    from rc.cli import add_client_flags
-
     p = sub.add_parser(
         "run",
         help="run a command on a device and stream its output",
@@ -195,8 +193,6 @@ def add_parsers(sub) -> None:
         description="End hold ID now (or kill job ID): the device goes back to "
         "the pool once its worker has checked it.",
     )
-    from rc.cli.complete import attach, live_jobs
-
     attach(p.add_argument("job", type=int, metavar="ID", help="the hold (or job) id"), live_jobs)
     add_client_flags(p)
     p.set_defaults(handler="run:cmd_release")
