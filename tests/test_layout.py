@@ -78,7 +78,7 @@ def test_only_the_serve_entry_loads_the_controller_by_name():
         for p in (REPO / "rc").rglob("*.py")
         if "controller" not in p.parts and '"rc.controller' in p.read_text()
     ]
-    assert users == ["rc/cli/local.py"]
+    assert users == ["rc/cli/serve.py"]
 
 
 def test_version_is_one_value():
@@ -198,7 +198,15 @@ def test_a_verb_builds_only_its_own_group():
     )
     loaded = set(ast.literal_eval(res.stdout))
     assert "rc.cli.devices" in loaded
-    assert not loaded & {"rc.cli.run", "rc.cli.relay", "rc.cli.copy", "rc.cli.local"}
+    assert not loaded & {
+        "rc.cli.run",
+        "rc.cli.follow",
+        "rc.cli.relay",
+        "rc.cli.copy",
+        "rc.cli.serve",
+        "rc.cli.up",
+        "rc.cli.children",
+    }
 
 
 # -- the import graph ---------------------------------------------------------------

@@ -19,7 +19,7 @@ from rc import __version__
 
 __all__ = ["GROUPS", "VERBS", "build_parser", "main"]
 
-GROUPS = ("run", "jobs", "devices", "admin", "relay", "copy", "local")
+GROUPS = ("run", "jobs", "devices", "admin", "relay", "copy", "serve", "up")
 """Modules of rc.cli that contribute subcommands, in help order."""
 
 VERBS = {
@@ -43,10 +43,10 @@ VERBS = {
     "shell": "relay",
     "exec": "relay",
     "cp": "copy",
-    "serve": "local",
-    "worker": "local",
-    "up": "local",
-    "down": "local",
+    "serve": "serve",
+    "worker": "serve",
+    "up": "up",
+    "down": "up",
 }
 """Each verb and the GROUPS module that defines it, so that `rc devices` imports
 only rc.cli.devices and not the relay, copy and run machinery (DESIGN.md §8:

@@ -60,15 +60,7 @@ from rc.proto.duration import format_duration
 from rc.proto.errors import RcError, TransportError
 from rc.proto.model import PRIORITY_MAX, PRIORITY_MIN
 
-__all__ = [
-    "add_parsers",
-    "cmd_hold",
-    "cmd_release",
-    "cmd_run",
-    "kill_on_detach_default",
-    "priority_arg",
-    "stdin_is_data",
-]
+__all__ = ["add_parsers", "kill_on_detach_default", "stdin_is_data"]
 
 DOUBLE_INTERRUPT_S = 2.0
 """After a first Ctrl-C on a running `rc run`, how long a second one kills the job."""
