@@ -78,7 +78,7 @@ def test_only_the_serve_entry_loads_the_controller_by_name():
         for p in (REPO / "rc").rglob("*.py")
         if "controller" not in p.parts and '"rc.controller' in p.read_text()
     ]
-    assert users == ["rc/cli/local.py"]
+    assert users == ["rc/cli/serve.py"]
 
 
 def test_version_is_one_value():
@@ -198,4 +198,136 @@ def test_a_verb_builds_only_its_own_group():
     )
     loaded = set(ast.literal_eval(res.stdout))
     assert "rc.cli.devices" in loaded
-    assert not loaded & {"rc.cli.run", "rc.cli.relay", "rc.cli.copy", "rc.cli.local"}
+    assert not loaded & {
+        "rc.cli.run",
+        "rc.cli.follow",
+        "rc.cli.relay",
+        "rc.cli.copy",
+        "rc.cli.serve",
+        "rc.cli.up",
+        "rc.cli.children",
+    }
+
+
+# -- the import graph ---------------------------------------------------------------
+
+ACYCLIC = ("rc.cli", "rc.proto")
+"""Packages whose modules may take part in no import cycle. The graph covers
+the whole rc package; a package joins this list once its cycles are gone."""
+NO_PRIVATE_IMPORTS = ("rc.cli",)
+"""Packages whose modules import no `_name` from another module: a helper
+that two modules use is public in its home module."""
+
+
+def _module_paths() -> dict[str, Path]:
+    """Every module of the rc package by dotted name (a package by its own)."""
+    out = {}
+    for path in sorted((REPO / "rc").rglob("*.py")):
+        parts = path.relative_to(REPO).with_suffix("").parts
+        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return out
+
+
+def _import_statements(name: str, path: Path):
+    """(line, module, imported names) of every import statement in the
+    module, at module level or inside a function; relative imports resolved."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                yield node.lineno, a.name, []
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            yield node.lineno, base, [a.name for a in node.names]
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Module -> the rc modules it imports. `from pkg import mod` is an edge
+    to pkg.mod when that is a module, else to pkg; `import a.b` is an edge to
+    the longest rc module it names. A package's __init__, run implicitly
+    before its submodules, is not an edge of theirs."""
+    modules = _module_paths()
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, path in modules.items():
+        for _line, module, names in _import_statements(name, path):
+            targets = [f"{module}.{n}" for n in names if f"{module}.{n}" in modules]
+            if len(targets) < len(names) or not names:
+                parts = module.split(".")
+                while parts and ".".join(parts) not in modules:
+                    parts.pop()
+                targets.append(".".join(parts))
+            graph[name] |= {t for t in targets if t and t != name}
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def _in(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def test_the_import_graph_sees_function_level_and_relative_imports():
+    graph = _import_graph()
+    assert "rc.proto.errors" in graph["rc.proto.client"]
+    assert "rc.cli.config" in graph["rc.cli.context"]  # from rc.cli import config
+    assert "rc.cli.output" in graph["rc.cli"]  # imported inside main()
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+@pytest.mark.parametrize("package", ACYCLIC)
+def test_no_import_cycles(package):
+    cycles = [c for c in _cycles(_import_graph()) if any(_in(m, package) for m in c)]
+    assert cycles == [], "import cycles (counting imports inside functions):\n" + "\n".join(
+        " <-> ".join(c) for c in cycles
+    )
+
+
+@pytest.mark.parametrize("package", NO_PRIVATE_IMPORTS)
+def test_no_private_names_imported_across_modules(package):
+    modules = _module_paths()
+    bad = [
+        f"{path.relative_to(REPO)}:{line}: {n} from {module}"
+        for name, path in modules.items()
+        if _in(name, package)
+        for line, module, names in _import_statements(name, path)
+        if _in(module, "rc")
+        for n in names
+        if n.startswith("_") and not n.startswith("__")
+    ]
+    assert bad == []

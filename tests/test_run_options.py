@@ -14,7 +14,7 @@ import pytest
 
 from rc.cli import build_parser
 from rc.cli.context import UsageError
-from rc.cli.run import job_env, read_env_file
+from rc.cli.follow import job_env, read_env_file
 from rc.proto.errors import ApiError
 from rc.proto.selector import conjoin
 from tests.harness import PY, Cli, job, stop_process, wait_until
