@@ -10,7 +10,6 @@ import sqlite3
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rc.controller import db
 from rc.controller.scheduler import (
     QueuedJob,
     Slot,
@@ -18,6 +17,7 @@ from rc.controller.scheduler import (
     effective_priority,
     plan,
 )
+from rc.controller.store import db
 from rc.proto.model import DeviceState
 
 DEVICES = [f"h:d{i}" for i in range(5)]

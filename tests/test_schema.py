@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from rc.controller import db
 from rc.controller.errors import StoreError
+from rc.controller.store import db
 from rc.proto.model import (
     DeviceState,
     EventKind,

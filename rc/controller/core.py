@@ -23,12 +23,12 @@ from pathlib import Path
 from rc.controller import fleet, jobs, scheduler, tokens, views
 from rc.controller.auth import TokenCache, hash_secret, new_secret
 from rc.controller.config import ControllerConfig
-from rc.controller.db import Database, Tx
 from rc.controller.errors import StartupError
 from rc.controller.hub import Hub
 from rc.controller.logstore import LogStore
 from rc.controller.metrics import Metrics
 from rc.controller.relay import Relay
+from rc.controller.store.db import Database, Tx
 from rc.controller.webhook import Webhook
 from rc.proto.model import Role
 

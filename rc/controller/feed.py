@@ -7,7 +7,7 @@ dashboard, the webhook sink) read rows after an id.
 
 from __future__ import annotations
 
-from rc.controller.db import Tx
+from rc.controller.store.db import Tx
 from rc.proto.model import EventKind
 
 __all__ = ["record", "since"]

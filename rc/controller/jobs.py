@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rc.controller import feed
-from rc.controller.db import Tx, dumps
 from rc.controller.errors import Refused
 from rc.controller.scheduler import Fleet, fits_ceiling
+from rc.controller.store.db import Tx, dumps
 from rc.proto.duration import format_duration
 from rc.proto.errors import ErrorCode
 from rc.proto.model import EventKind, JobKind, JobState

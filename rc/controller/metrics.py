@@ -46,7 +46,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from rc import __version__
-from rc.controller.db import Tx
+from rc.controller.store.db import Tx
 from rc.proto.model import (
     PRIORITY_MAX,
     PRIORITY_MIN,

@@ -27,7 +27,7 @@ import sqlite3
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from rc.controller.db import Tx
+from rc.controller.store.db import Tx
 from rc.proto import selector as selectors
 from rc.proto.model import DeviceState
 

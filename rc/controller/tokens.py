@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from rc.controller import feed
 from rc.controller import jobs as jobs_store
-from rc.controller.db import Tx
 from rc.controller.errors import Refused
+from rc.controller.store.db import Tx
 from rc.proto.errors import ErrorCode
 from rc.proto.model import EventKind, Role
 

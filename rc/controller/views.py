@@ -13,7 +13,6 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from rc.controller import rows
-from rc.controller.db import Tx, loads
 from rc.controller.errors import Refused
 from rc.controller.scheduler import (
     LazyMatches,
@@ -27,6 +26,7 @@ from rc.controller.scheduler import (
     snapshot,
 )
 from rc.controller.scheduler import slots as scheduler_slots
+from rc.controller.store.db import Tx, loads
 from rc.proto import selector as selectors
 from rc.proto.duration import format_duration
 from rc.proto.errors import ErrorCode

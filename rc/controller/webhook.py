@@ -26,7 +26,7 @@ import urllib.request
 from collections.abc import Callable
 
 from rc.controller import rows
-from rc.controller.db import Database
+from rc.controller.store.db import Database
 
 __all__ = ["Webhook"]
 

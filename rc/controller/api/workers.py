@@ -237,7 +237,7 @@ def _no_content():
 
 
 def _assignment(r) -> Assignment:
-    from rc.controller.db import loads
+    from rc.controller.store.db import loads
 
     return Assignment(
         job_id=r["id"],

@@ -1,4 +1,4 @@
--- Named queries of the controller, loaded once by rc.controller.db.
+-- Named queries of the controller, loaded once by rc.controller.store.db.
 -- Each starts at a `-- name: NAME` header; tests check every name the code
 -- uses is defined here. Lists travel as JSON arrays through json_each().
 

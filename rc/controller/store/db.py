@@ -70,10 +70,10 @@ def _resource(package: str, name: str) -> str:
     return importlib.resources.files(package).joinpath(name).read_text(encoding="utf-8")
 
 
-QUERIES: dict[str, str] = load_queries(_resource("rc.controller", "queries.sql"))
+QUERIES: dict[str, str] = load_queries(_resource("rc.controller.store", "queries.sql"))
 SCHEMA_SQL: str = _resource("rc", "store.sql")
 
-# Ordered migrations: (version, file) under rc/controller/migrations/. Version 1
+# Ordered migrations: (version, file) under rc/controller/store/migrations/. Version 1
 # is store.sql itself; a later version appends its file here and edits
 # store.sql to match (tests/test_schema.py proves the two paths agree).
 MIGRATIONS: list[tuple[int, str]] = []
@@ -168,7 +168,7 @@ def _migrate(conn: sqlite3.Connection, path: str) -> None:
         if target <= version:
             continue
         conn.execute("BEGIN IMMEDIATE")
-        for stmt in _statements(_resource("rc.controller.migrations", name)):
+        for stmt in _statements(_resource("rc.controller.store.migrations", name)):
             conn.execute(stmt)
         conn.execute(f"PRAGMA user_version = {target}")
         conn.execute("COMMIT")
