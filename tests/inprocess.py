@@ -72,7 +72,7 @@ class Lab:
             devices=tuple(DeviceDecl(name, ceiling) for name, (ceiling, _) in devices.items()),
             labels={name: dict(labels) for name, (_, labels) in devices.items()},
         )
-        self.write(fleet.register, req, self.ctl.fleet, self.ctl.thresholds)
+        self.write(fleet.register, req, self.ctl.match_cache, self.ctl.thresholds)
 
     # -- jobs ------------------------------------------------------------------
 
@@ -86,7 +86,7 @@ class Lab:
         new = validate_submit(
             SubmitRequest(**fields), Caller(0, who, Role.USER), self.ctl.cfg.limits
         )
-        return self.write(jobs.enqueue, new, self.ctl.fleet)
+        return self.write(jobs.enqueue, new, self.ctl.match_cache)
 
     def job(self, job_id: int) -> Job:
         return self.read(lambda tx: rows.job(tx.one("job_get", (job_id,))))

@@ -31,7 +31,7 @@ class Box(Lab):
             recovery=RecoveryProof(survivors_checked=True),
             instance=instance,
         )
-        self.write(fleet.register, req, self.ctl.fleet, self.ctl.thresholds)
+        self.write(fleet.register, req, self.ctl.match_cache, self.ctl.thresholds)
 
     def leave(self, instance: str, started=()):
         return self.write(fleet.leave, "h", instance, tuple(started))

@@ -96,7 +96,7 @@ class FleetMachine(RuleBasedStateMachine):
             recovery=proof,
             labels={n: {"kind": "cpu"} for n in DEVICES},
         )
-        return self.write(fleet.register, req, self.ctl.fleet, self.ctl.thresholds)
+        return self.write(fleet.register, req, self.ctl.match_cache, self.ctl.thresholds)
 
     @rule(host=st.sampled_from(HOSTS), reboot=st.booleans(), proof=st.sampled_from(sorted(PROOFS)))
     def register(self, host, reboot, proof):
@@ -141,7 +141,7 @@ class FleetMachine(RuleBasedStateMachine):
         )
         new = validate_submit(req, USER, self.ctl.cfg.limits)
         try:
-            self.guarded(lambda d, r: False, self.write, jobs.enqueue, new, self.ctl.fleet)
+            self.guarded(lambda d, r: False, self.write, jobs.enqueue, new, self.ctl.match_cache)
         except Refused:
             pass
 

@@ -49,7 +49,7 @@ class Fleet(Lab):
             recovery=proof,
             labels={"cpu0": {"kind": "cpu"}},
         )
-        return self.w(fleet.register, req, self.ctl.fleet, self.ctl.thresholds)
+        return self.w(fleet.register, req, self.ctl.match_cache, self.ctl.thresholds)
 
     def device(self):
         row = self.r(lambda tx: tx.one("device_get", ("h:cpu0",)))
@@ -58,7 +58,7 @@ class Fleet(Lab):
     def submit(self):
         req = SubmitRequest(command=("sleep", "1"), device_id="h:cpu0")
         new = validate_submit(req, Caller(1, "alice", Role.USER), self.ctl.cfg.limits)
-        job_id, _ = self.w(jobs.enqueue, new, self.ctl.fleet)
+        job_id, _ = self.w(jobs.enqueue, new, self.ctl.match_cache)
         return job_id
 
     def job(self, job_id):
@@ -255,7 +255,7 @@ def test_heartbeat_renews_only_named_jobs_of_that_worker(f):
     assert f.job(job_id)["state"] == "assigned"
     # another worker naming this job renews nothing
     other = RegisterRequest(host="g", devices=(DeviceDecl("cpu0"),), boot_id="x")
-    f.w(fleet.register, other, f.ctl.fleet, f.ctl.thresholds)
+    f.w(fleet.register, other, f.ctl.match_cache, f.ctl.thresholds)
     for _ in range(5):
         f.t += 200
         f.heartbeat([job_id])  # h still alive ...
@@ -361,7 +361,7 @@ def test_the_same_worker_process_registering_again_keeps_its_jobs(f):
             instance=instance,
             running_job_ids=tuple(running),
         )
-        f.w(fleet.register, req, f.ctl.fleet, f.ctl.thresholds)
+        f.w(fleet.register, req, f.ctl.match_cache, f.ctl.thresholds)
 
     register("proc-1")
     job_id = f.submit()  # assigned, never handed out
@@ -382,7 +382,7 @@ def test_the_same_process_keeps_a_running_job_it_names(f):
             instance=instance,
             running_job_ids=tuple(running),
         )
-        f.w(fleet.register, req, f.ctl.fleet, f.ctl.thresholds)
+        f.w(fleet.register, req, f.ctl.match_cache, f.ctl.thresholds)
 
     register("proc-1")
     job_id = f.submit()

@@ -10,7 +10,7 @@ import sqlite3
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rc.controller.scheduler import (
+from rc.controller.planner import (
     QueuedJob,
     Slot,
     Snapshot,
@@ -138,12 +138,12 @@ def test_a_rolled_back_label_change_never_stays_in_the_cache(tmp_path):
             req = RegisterRequest(
                 host="h", devices=(DeviceDecl("d0"),), labels={"d0": {"kind": "cpu"}}
             )
-            await ctl.db.write(fleet_tx.register, req, ctl.fleet, ctl.thresholds)
+            await ctl.db.write(fleet_tx.register, req, ctl.match_cache, ctl.thresholds)
 
             def relabel_then_fail(tx):
                 fleet_tx.set_labels(tx, "h", ("d0",), {"d0": {"kind": "gpu"}}, None, None, {})
-                ctl.fleet.invalidate()
-                assert ctl.fleet.matching(tx, "kind=gpu")  # the cache now says gpu...
+                ctl.match_cache.invalidate()
+                assert ctl.match_cache.matching(tx, "kind=gpu")  # the cache now says gpu...
                 raise RuntimeError("and then the transaction fails")
 
             try:
@@ -152,8 +152,8 @@ def test_a_rolled_back_label_change_never_stays_in_the_cache(tmp_path):
                 pass
             return await ctl.db.write(
                 lambda tx: (
-                    sorted(ctl.fleet.matching(tx, "kind=gpu")),
-                    sorted(ctl.fleet.matching(tx, "kind=cpu")),
+                    sorted(ctl.match_cache.matching(tx, "kind=gpu")),
+                    sorted(ctl.match_cache.matching(tx, "kind=cpu")),
                 )
             )
         finally:

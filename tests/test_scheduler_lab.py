@@ -143,7 +143,7 @@ def test_concurrent_duplicates_make_exactly_one_job(lab):
 
     async def many():
         return await asyncio.gather(
-            *[lb.ctl.db.write(jobs.enqueue, req, lb.ctl.fleet) for _ in range(25)]
+            *[lb.ctl.db.write(jobs.enqueue, req, lb.ctl.match_cache) for _ in range(25)]
         )
 
     out = lb.run(many())

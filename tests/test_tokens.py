@@ -44,7 +44,7 @@ def test_revoke_cancels_the_queued_jobs_of_its_name_and_no_others(lab):
         Caller(0, "admin", Role.ADMIN),
         lab.ctl.cfg.limits,
     )
-    queued.append(lab.write(jobs.enqueue, as_alice, lab.ctl.fleet)[0])
+    queued.append(lab.write(jobs.enqueue, as_alice, lab.ctl.match_cache)[0])
     bobs, _ = lab.submit("bob")
     _hash, cancelled = lab.write(tokens.revoke, "alice", "admin")
     assert cancelled == sorted(queued)

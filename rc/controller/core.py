@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from rc.controller import fleet, jobs, scheduler, tokens, views
+from rc.controller import fleet, jobs, planner, scheduler, tokens, views
 from rc.controller.auth import TokenCache, hash_secret, new_secret
 from rc.controller.config import ControllerConfig
 from rc.controller.errors import StartupError
@@ -60,10 +60,10 @@ class Controller:
         self.data = Path(config.data_dir)
         self.db = Database(str(self.data / DB_FILE), clock)
         self.hub = Hub()
-        self.fleet = scheduler.Fleet()
+        self.match_cache = scheduler.MatchCache()
         self.tokens = TokenCache()
         self.logs: LogStore | None = None
-        self.policy = scheduler.Policy(
+        self.policy = planner.Policy(
             aging=config.aging,
             cap=config.max_devices_per_user,
             lease_default=config.lease_default,
@@ -117,7 +117,7 @@ class Controller:
         )
         self.db.after_batch = self._pass
         self.db.on_commit = self.hub.notify
-        self.db.on_rollback = self.fleet.invalidate
+        self.db.on_rollback = self.match_cache.invalidate
         self.hub.listeners.append(self._note_change)
         await self.db.open()
         self.started_at = self.clock()
@@ -184,7 +184,7 @@ class Controller:
             self._plan_version += 1
 
     async def queue_plan(self):
-        """A plan of the queue (scheduler.Snapshot) no older than the latest
+        """A plan of the queue (planner.Snapshot) no older than the latest
         committed change to jobs or devices and at most PLAN_MAX_AGE_S old.
 
         Readers that only need queue positions share it: under a burst of
@@ -227,7 +227,7 @@ class Controller:
     # -- scheduling ------------------------------------------------------
 
     def _pass(self, tx: Tx) -> None:
-        done = scheduler.schedule(tx, self.fleet, self.policy)
+        done = scheduler.schedule(tx, self.match_cache, self.policy)
         if done:
             for hook in self.on_assign:
                 hook(done)

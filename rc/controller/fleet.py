@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from rc.controller import feed
 from rc.controller.errors import Refused
-from rc.controller.scheduler import Fleet
+from rc.controller.scheduler import MatchCache
 from rc.controller.store.db import Tx, dumps
 from rc.proto.duration import format_duration
 from rc.proto.errors import ErrorCode
@@ -76,7 +76,7 @@ def lose_job(tx: Tx, job_id: int, device_id: str, why: str) -> None:
         tx.notify(f"job:{job_id}", f"log:{job_id}", "jobs")
 
 
-def register(tx: Tx, req: RegisterRequest, fleet: Fleet, th: Thresholds) -> bool:
+def register(tx: Tx, req: RegisterRequest, match_cache: MatchCache, th: Thresholds) -> bool:
     """A worker (re)registers: reconcile, upsert devices, maybe recover, store labels.
 
     Inventory §7.4: every job the controller believes runs on this worker is
@@ -156,7 +156,7 @@ def register(tx: Tx, req: RegisterRequest, fleet: Fleet, th: Thresholds) -> bool
     set_labels(
         tx, host, tuple(declared), req.labels, req.declared_labels, req.sheet, req.device_sheets
     )
-    fleet.invalidate()
+    match_cache.invalidate()
     tx.schedule = True
     tx.notify("devices", "jobs")
     return rebooted
@@ -450,7 +450,7 @@ def clear(tx: Tx, device_id: str, actor: str) -> None:
     tx.notify("devices")
 
 
-def retire(tx: Tx, device_id: str, actor: str, fleet: Fleet) -> None:
+def retire(tx: Tx, device_id: str, actor: str, match_cache: MatchCache) -> None:
     """An admin removes a device: its labels, sheet and row go, job history stays.
 
     Queued jobs pinned to it are cancelled. 404 device_not_found; 409
@@ -469,7 +469,7 @@ def retire(tx: Tx, device_id: str, actor: str, fleet: Fleet) -> None:
     feed.record(
         tx, EventKind.DEVICE_RETIRED, device_id=device_id, actor=actor, text=f"retired by {actor}"
     )
-    fleet.invalidate()
+    match_cache.invalidate()
     tx.notify("devices", "jobs")
 
 

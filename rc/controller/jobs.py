@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 from rc.controller import feed
 from rc.controller.errors import Refused
-from rc.controller.scheduler import Fleet, fits_ceiling
+from rc.controller.planner import fits_ceiling
+from rc.controller.scheduler import MatchCache
 from rc.controller.store.db import Tx, dumps
 from rc.proto.duration import format_duration
 from rc.proto.errors import ErrorCode
@@ -59,7 +60,7 @@ class NewJob:
     queued_limit: int
 
 
-def enqueue(tx: Tx, job: NewJob, fleet: Fleet) -> tuple[int, bool]:
+def enqueue(tx: Tx, job: NewJob, match_cache: MatchCache) -> tuple[int, bool]:
     """Insert a queued job and ask for a scheduling pass.
 
     Returns (job id, created). The same idempotency key with the same request
@@ -97,7 +98,7 @@ def enqueue(tx: Tx, job: NewJob, fleet: Fleet) -> tuple[int, bool]:
                 f"asked for {format_duration(max_runtime)}",
             )
     else:
-        matching = fleet.matching(tx, job.selector)
+        matching = match_cache.matching(tx, job.selector)
         if not matching:
             raise Refused.bad(
                 ErrorCode.NO_MATCHING_DEVICE, f"no device matches selector {job.selector!r}"

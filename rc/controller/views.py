@@ -2,7 +2,7 @@
 
 Functions here take a read `Tx` (a consistent snapshot) and return rc.proto
 wire records. Queue order, positions and explanations come from the same
-`scheduler.plan()` the scheduling pass uses, so what `rc ps` and `rc explain`
+`planner.plan()` the scheduling pass uses, so what `rc ps` and `rc explain`
 say is what the scheduler does.
 """
 
@@ -14,17 +14,16 @@ from dataclasses import dataclass
 
 from rc.controller import rows
 from rc.controller.errors import Refused
-from rc.controller.scheduler import (
+from rc.controller.planner import (
     LazyMatches,
     Policy,
     Snapshot,
     candidates,
     effective_priority,
     fits_ceiling,
-    load_labels,
     match_devices,
-    snapshot,
 )
+from rc.controller.scheduler import load_labels, snapshot
 from rc.controller.scheduler import slots as scheduler_slots
 from rc.controller.store.db import Tx, loads
 from rc.proto import selector as selectors
@@ -72,7 +71,7 @@ RIVALS_NAMED = 5
 
 @dataclass(slots=True)
 class QueueSnapshot:
-    """The queue planned as the scheduler would plan it now (scheduler.Snapshot),
+    """The queue planned as the scheduler would plan it now (planner.Snapshot),
     with the queued jobs as records and every device's effective labels."""
 
     snap: Snapshot

@@ -76,7 +76,7 @@ async def retire(request: Request):
     c = ctl(request)
     who = caller(request)
     device_id = request.path_params["device_id"]
-    await c.db.write(fleet.retire, device_id, who.name, c.fleet)
+    await c.db.write(fleet.retire, device_id, who.name, c.match_cache)
     return reply(
         ActionResult(
             True,

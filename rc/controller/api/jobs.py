@@ -187,7 +187,7 @@ async def submit(request: Request):
     who = caller(request, Role.USER)
     req = await json_body(request, SubmitRequest, c.cfg.limits.body_bytes)
     new = validate_submit(req, who, c.cfg.limits)
-    job_id, created = await c.db.write(jobs.enqueue, new, c.fleet)
+    job_id, created = await c.db.write(jobs.enqueue, new, c.match_cache)
     try:
         view = await c.job_view(job_id)
     except Refused as e:

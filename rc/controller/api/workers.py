@@ -124,7 +124,7 @@ async def register(request: Request):
         c.tokens.put(row)
         who = Caller(who.token_id, who.name, who.role, row["host"], who.expires_at)
     _bound(request, who, req.host)
-    await c.db.write(fleet.register, req, c.fleet, c.thresholds)
+    await c.db.write(fleet.register, req, c.match_cache, c.thresholds)
     c.delivered.pop(req.host, None)
     return reply(RegisterResponse(req.host, c.instance, c.cfg.heartbeat_interval))
 
@@ -153,7 +153,7 @@ async def labels(request: Request):
         fleet.set_labels(
             tx, worker_id, names, req.labels, req.declared_labels, req.sheet, req.device_sheets
         )
-        c.fleet.invalidate()
+        c.match_cache.invalidate()
         tx.schedule = True
         tx.notify("devices")
 
