@@ -126,9 +126,9 @@ def test_a_rolled_back_label_change_never_stays_in_the_cache(tmp_path):
     fails must not leave its labels in the cache (found in review)."""
     import asyncio
 
-    from rc.controller import fleet as fleet_tx
     from rc.controller.config import ControllerConfig
     from rc.controller.core import Controller
+    from rc.controller.store import labels, workers
     from rc.proto.wire import DeviceDecl, RegisterRequest
 
     async def scenario():
@@ -138,10 +138,10 @@ def test_a_rolled_back_label_change_never_stays_in_the_cache(tmp_path):
             req = RegisterRequest(
                 host="h", devices=(DeviceDecl("d0"),), labels={"d0": {"kind": "cpu"}}
             )
-            await ctl.db.write(fleet_tx.register, req, ctl.match_cache, ctl.thresholds)
+            await ctl.db.write(workers.register, req, ctl.match_cache, ctl.thresholds)
 
             def relabel_then_fail(tx):
-                fleet_tx.set_labels(tx, "h", ("d0",), {"d0": {"kind": "gpu"}}, None, None, {})
+                labels.set_labels(tx, "h", ("d0",), {"d0": {"kind": "gpu"}}, None, None, {})
                 ctl.match_cache.invalidate()
                 assert ctl.match_cache.matching(tx, "kind=gpu")  # the cache now says gpu...
                 raise RuntimeError("and then the transaction fails")

@@ -8,10 +8,10 @@ import asyncio
 
 import pytest
 
-from rc.controller import jobs
 from rc.controller.api.jobs import validate_submit
 from rc.controller.auth import Caller
 from rc.controller.errors import Refused
+from rc.controller.store import jobs
 from rc.proto.model import PRIORITY_MAX, PRIORITY_MIN, JobKind, JobState, Role, Stdio
 from rc.proto.wire import SubmitRequest
 from tests.inprocess import Lab

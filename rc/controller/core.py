@@ -7,7 +7,7 @@ through `ctl.db.write(...)` and views through `ctl.db.read(...)`.
 Background loops (each turn reads the clock once, every wait has a deadline):
 - the scheduling tick: a pass every `schedule_interval` seconds, besides the
   pass that follows every submit, release and registration;
-- the sweeper: `fleet.sweep` every `sweep_interval` seconds.
+- the sweeper: `store.workers.sweep` every `sweep_interval` seconds.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from rc.controller import fleet, jobs, planner, scheduler, tokens, views
+from rc.controller import planner, scheduler
 from rc.controller.auth import TokenCache, hash_secret, new_secret
 from rc.controller.config import ControllerConfig
 from rc.controller.errors import StartupError
@@ -28,7 +28,9 @@ from rc.controller.hub import Hub
 from rc.controller.logstore import LogStore
 from rc.controller.metrics import Metrics
 from rc.controller.relay import Relay
+from rc.controller.store import jobs, queue, tokens, views, workers
 from rc.controller.store.db import Database, Tx
+from rc.controller.store.labels import MatchCache
 from rc.controller.webhook import Webhook
 from rc.proto.model import Role
 
@@ -40,10 +42,6 @@ ADMIN_TOKEN_FILE = "admin.token"
 PLAN_MAX_AGE_S = 1.0
 """A shared queue plan is reused at most this long (aging moves the order)."""
 DB_FILE = "rc.db"
-
-
-def _request_pass(tx: Tx) -> None:
-    tx.schedule = True
 
 
 class Controller:
@@ -60,7 +58,7 @@ class Controller:
         self.data = Path(config.data_dir)
         self.db = Database(str(self.data / DB_FILE), clock)
         self.hub = Hub()
-        self.match_cache = scheduler.MatchCache()
+        self.match_cache = MatchCache()
         self.tokens = TokenCache()
         self.logs: LogStore | None = None
         self.policy = planner.Policy(
@@ -69,7 +67,7 @@ class Controller:
             lease_default=config.lease_default,
             lease_grace=config.lease_grace,
         )
-        self.thresholds = fleet.Thresholds(
+        self.thresholds = workers.Thresholds(
             unknown_after=config.unknown_after,
             lost_after=config.lost_after,
             startup_grace=config.startup_grace,
@@ -121,7 +119,7 @@ class Controller:
         self.hub.listeners.append(self._note_change)
         await self.db.open()
         self.started_at = self.clock()
-        await self.db.write(fleet.controller_started)
+        await self.db.write(workers.controller_started)
         await self._bootstrap_admin()
         await self.reload_tokens()
         if self.cfg.webhook_url:
@@ -160,7 +158,7 @@ class Controller:
     async def _bootstrap_admin(self) -> None:
         """On an empty database, create the `admin` token and write it to
         DATA/admin.token (mode 0600): the only time that secret is shown."""
-        if await self.db.read(lambda tx: tx.scalar("tokens_count")):
+        if await self.db.read(tokens.count):
             return
         secret = new_secret()
         path = self.data / ADMIN_TOKEN_FILE
@@ -234,7 +232,7 @@ class Controller:
 
     async def kick(self) -> None:
         """Run a scheduling pass now (in the next write batch)."""
-        await self.db.write(_request_pass)
+        await self.db.write(queue.request_pass)
 
     async def _tick_loop(self) -> None:
         while True:
@@ -254,7 +252,7 @@ class Controller:
 
     async def sweep(self) -> int:
         """One sweep now; returns how many things changed."""
-        return await self.db.write(fleet.sweep, self.thresholds, self.started_at)
+        return await self.db.write(workers.sweep, self.thresholds, self.started_at)
 
     # -- hand-out ----------------------------------------------------------
 
@@ -266,12 +264,7 @@ class Controller:
         starts a job id twice, so a re-delivery after a restart is harmless).
         """
 
-        def read(tx: Tx):
-            assigned = tx.all("jobs_assigned_to", (worker_id,))
-            due = tx.scalar("count_kills_due", (worker_id, tx.now - self.cfg.kill_redelivery))
-            return assigned, due
-
-        assigned, due = await self.db.read(read)
+        assigned, due = await self.db.read(jobs.pending_for, worker_id, self.cfg.kill_redelivery)
         seen = self.delivered.setdefault(worker_id, set())
         fresh = [r for r in assigned if r["id"] not in seen]
         self.delivered[worker_id] = {r["id"] for r in assigned}

@@ -12,7 +12,6 @@ import dataclasses
 from collections import defaultdict
 from dataclasses import dataclass
 
-from rc.controller import rows
 from rc.controller.errors import Refused
 from rc.controller.planner import (
     LazyMatches,
@@ -23,9 +22,11 @@ from rc.controller.planner import (
     fits_ceiling,
     match_devices,
 )
-from rc.controller.scheduler import load_labels, snapshot
-from rc.controller.scheduler import slots as scheduler_slots
+from rc.controller.store import rows
 from rc.controller.store.db import Tx, loads
+from rc.controller.store.labels import effective as effective_labels
+from rc.controller.store.queue import slots as queue_slots
+from rc.controller.store.queue import snapshot
 from rc.proto import selector as selectors
 from rc.proto.duration import format_duration
 from rc.proto.errors import ErrorCode
@@ -40,7 +41,9 @@ from rc.proto.wire import (
 )
 
 __all__ = [
+    "Census",
     "QueueSnapshot",
+    "census",
     "describe",
     "device_views",
     "explain_job",
@@ -86,7 +89,7 @@ class QueueSnapshot:
 
 def queue_snapshot(tx: Tx, policy: Policy) -> QueueSnapshot:
     """Plan the current queue on fresh labels (no writes)."""
-    labels = load_labels(tx)
+    labels = effective_labels(tx)
     snap = snapshot(tx, lambda sel: match_devices(labels, sel), policy)
     queued = {r["id"]: rows.job(r) for r in tx.all("jobs_queued_full")}
     return QueueSnapshot(snap, queued, labels)
@@ -94,7 +97,7 @@ def queue_snapshot(tx: Tx, policy: Policy) -> QueueSnapshot:
 
 def plan_snapshot(tx: Tx, policy: Policy) -> Snapshot:
     """The queue planned on fresh labels (what Controller.queue_plan caches)."""
-    labels = load_labels(tx)
+    labels = effective_labels(tx)
     return snapshot(tx, lambda sel: match_devices(labels, sel), policy)
 
 
@@ -128,12 +131,12 @@ def queue_position(tx: Tx, job: Job, policy: Policy) -> int:
     caller plans instead (job_view). Held equal to the plan by the scheduler
     state machine test.
     """
-    slots = scheduler_slots(tx.all("device_slots"))
+    slots = queue_slots(tx)
     labels: dict[str, dict[str, str]] = {}
 
     def matches(sel: str) -> frozenset[str]:
         if not labels:
-            labels.update(load_labels(tx))
+            labels.update(effective_labels(tx))
         return match_devices(labels, sel)
 
     lazy = LazyMatches(matches)
@@ -410,3 +413,43 @@ def _holding(lease, now: float) -> str:
     if left <= 0:
         return what + ", past its time limit (it is being stopped)"
     return what + f", for at most {format_duration(max(1.0, round(left)))} more"
+
+
+@dataclass(frozen=True, slots=True)
+class Census:
+    """The store's facts for /metrics (rc.controller.metrics), read in one
+    transaction. Each map holds only the keys present in the store (a state,
+    reason, priority or kind with no row is absent, not 0).
+
+    devices_by_state: DeviceState value → devices; quarantined_by_reason:
+    QuarantineReason value ('' for an unknown cause) → unhealthy devices;
+    draining: devices being drained; queued_by_priority: priority → queued
+    jobs; jobs_by_state: JobState value → jobs; events_by_kind: EventKind
+    value → feed events; heartbeat_age: worker id → seconds since its last
+    heartbeat (controller clock).
+    """
+
+    devices_by_state: dict[str, int]
+    quarantined_by_reason: dict[str, int]
+    draining: int
+    queued_by_priority: dict[int, int]
+    jobs_by_state: dict[str, int]
+    events_by_kind: dict[str, int]
+    heartbeat_age: dict[str, float]
+
+
+def census(tx: Tx) -> Census:
+    """Count the store for /metrics (one pass over the jobs table)."""
+
+    def counts(query: str, column: str) -> dict:
+        return {r[column]: r["n"] for r in tx.all(query)}
+
+    return Census(
+        devices_by_state=counts("metrics_devices_by_state", "state"),
+        quarantined_by_reason=counts("metrics_devices_quarantined", "quarantine_reason"),
+        draining=tx.scalar("metrics_devices_draining"),
+        queued_by_priority=counts("metrics_queue_by_priority", "priority"),
+        jobs_by_state=counts("metrics_jobs_by_state", "state"),
+        events_by_kind=counts("metrics_events_by_kind", "kind"),
+        heartbeat_age={r["id"]: tx.now - r["last_heartbeat_at"] for r in tx.all("workers_all")},
+    )

@@ -1,32 +1,40 @@
-"""Transactions on jobs: enqueue, cancel, kill, hand-out, running, release.
+"""Transactions on jobs: enqueue, cancel, kill, hand-out, running, release,
+lose; and the reads of one job or a listing.
 
-Each function takes a `Tx` first and is run whole by the writer (rc.controller.
-db). Refusals raise `Refused` with the inventory's codes (§3.3).
+Each function takes a `Tx` first and is run whole by the writer (or a reader)
+of rc.controller.store.db. Refusals raise `Refused` with the inventory's
+codes (§3.3).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rc.controller import feed
 from rc.controller.errors import Refused
 from rc.controller.planner import fits_ceiling
-from rc.controller.scheduler import MatchCache
+from rc.controller.store import events, rows
 from rc.controller.store.db import Tx, dumps
+from rc.controller.store.labels import MatchCache
 from rc.proto.duration import format_duration
 from rc.proto.errors import ErrorCode
-from rc.proto.model import EventKind, JobKind, JobState
+from rc.proto.model import EventKind, Job, JobKind, JobState
 
 __all__ = [
     "WATCHDOG_PREFIXES",
     "NewJob",
     "apply_reports",
+    "brief",
     "cancel_queued",
     "enqueue",
+    "get",
     "handout",
     "kill",
+    "listing",
+    "lose",
     "mark_running",
+    "pending_for",
     "release",
+    "state_of",
     "withdraw_queued",
 ]
 
@@ -85,7 +93,7 @@ def enqueue(tx: Tx, job: NewJob, match_cache: MatchCache) -> tuple[int, bool]:
             ErrorCode.QUEUE_FULL,
             f"{job.submitter} already has {job.queued_limit} queued jobs (the per-user limit)",
         )
-    max_runtime = job.max_runtime  # 0: inherit the ceiling where it lands (scheduler.assign)
+    max_runtime = job.max_runtime  # 0: inherit the ceiling where it lands (leases.assign)
     if job.device_id:
         dev = tx.one("device_ceiling", (job.device_id,))
         if dev is None:
@@ -135,7 +143,7 @@ def enqueue(tx: Tx, job: NewJob, match_cache: MatchCache) -> tuple[int, bool]:
         ),
     )
     if job.token_name != job.submitter:  # an admin acting for someone: both names on record
-        feed.record(
+        events.record(
             tx,
             EventKind.SUBMITTED_AS,
             job_id=job_id,
@@ -204,7 +212,7 @@ def kill(
             ErrorCode.NOT_CANCELLABLE, f"job {job_id} already ended ({state.value})"
         )
     if owner != caller:
-        feed.record(
+        events.record(
             tx,
             EventKind.JOB_KILLED,
             job_id=job_id,
@@ -228,6 +236,23 @@ def kill(
             tx.notify(f"log:{job_id}", "devices")
             return "killed (its worker is silent; it will be told when it returns)"
     return "kill requested"
+
+
+def lose(tx: Tx, job_id: int, device_id: str, why: str) -> None:
+    """An active job → lost, its lease released, and a job_lost event."""
+    if tx.exec("job_lose", (why, tx.now, job_id)):
+        tx.exec("lease_release_by_job", (tx.now, job_id))
+        events.record(tx, EventKind.JOB_LOST, job_id=job_id, device_id=device_id, text=why)
+        tx.notify(f"job:{job_id}", f"log:{job_id}", "jobs")
+
+
+def pending_for(tx: Tx, worker_id: str, redelivery: float):
+    """What a worker's long poll may hand out, read without writing: the
+    jobs assigned to it (rows, id order) and how many kill requests are due
+    (never delivered, or last delivered `redelivery` seconds ago or more)."""
+    assigned = tx.all("jobs_assigned_to", (worker_id,))
+    due = tx.scalar("count_kills_due", (worker_id, tx.now - redelivery))
+    return assigned, due
 
 
 def handout(tx: Tx, worker_id: str, delivered: set[int], redelivery: float):
@@ -297,7 +322,7 @@ def release(
     tx.exec("lease_release_by_job", (tx.now, job_id))
     tx.exec("device_free", (device_id,))
     if row["kind"] == JobKind.JOB and reason.startswith(WATCHDOG_PREFIXES):
-        feed.record(tx, EventKind.WATCHDOG_TRIP, job_id=job_id, device_id=device_id, text=reason)
+        events.record(tx, EventKind.WATCHDOG_TRIP, job_id=job_id, device_id=device_id, text=reason)
     tx.schedule = True
     tx.notify(f"job:{job_id}", f"log:{job_id}", "jobs", "devices")
     return True
@@ -347,3 +372,34 @@ def apply_reports(
         except Refused as e:
             out.append((rep.job_id, e.code, e.message))
     return out
+
+
+def get(tx: Tx, job_id: int) -> Job | None:
+    """The job with this id, or None."""
+    r = tx.one("job_get", (job_id,))
+    return None if r is None else rows.job(r)
+
+
+def brief(tx: Tx, job_id: int):
+    """A job's row with what access checks need (id, state, kind, submitter,
+    device_id, worker_id, kill_requested, kill_reason, stdio), or None."""
+    return tx.one("job_brief", (job_id,))
+
+
+def state_of(tx: Tx, job_id: int) -> str | None:
+    """A job's state (JobState value), or None when there is no such job."""
+    return tx.scalar("job_state", (job_id,))
+
+
+def listing(tx: Tx, device: str, submitter: str, state: str, before: int, limit: int) -> list[Job]:
+    """Jobs newest first, at most `limit`, filtered by each non-empty
+    argument: on `device`, by `submitter`, in `state`, with an id below
+    `before` (0: no bound)."""
+    params = {
+        "device": device,
+        "submitter": submitter,
+        "state": state,
+        "before": before,
+        "limit": limit,
+    }
+    return [rows.job(r) for r in tx.all("jobs_list", params)]
