@@ -34,7 +34,7 @@ from typing import Any
 import aiosqlite
 import orjson
 
-from rc.controller.errors import StoreError
+from rc.controller.errors import GuardFailed, StoreError
 
 __all__ = ["QUERIES", "SCHEMA_VERSION", "Database", "Tx", "dumps", "load_queries", "loads"]
 
@@ -118,8 +118,25 @@ class Tx:
         return self.conn.execute(QUERIES[name], params)
 
     def exec(self, name: str, params: Any = ()) -> int:
-        """Run a named statement; returns the number of rows changed."""
+        """Run a named statement; returns the number of rows changed.
+
+        For a statement whose count is the answer (`if tx.exec(...) == 0`)
+        or that changes any number of rows by design; a write that must
+        change exactly one row is a `change`.
+        """
         return self.conn.execute(QUERIES[name], params).rowcount
+
+    def change(self, name: str, params: Any = ()) -> None:
+        """Run a named statement that must change exactly one row: a guarded
+        transition (`UPDATE jobs SET state = 'assigned' WHERE id = ? AND
+        state = 'queued'`), or an insert, upsert or delete of one row.
+
+        Raises GuardFailed, naming the query, when it changed none or more
+        than one (the transaction function's savepoint is then rolled back).
+        """
+        n = self.conn.execute(QUERIES[name], params).rowcount
+        if n != 1:
+            raise GuardFailed(f"query {name} changed {n} rows; it must change exactly one")
 
     def many(self, name: str, rows: Iterable[Any]) -> int:
         """Run a named statement once per parameter set; returns rows changed."""

@@ -31,10 +31,10 @@ def quarantine(tx: Tx, device_id: str, reason: QuarantineReason, detail: str) ->
         return False
     if row["state"] == "unhealthy":
         if reason is QuarantineReason.FAULT and row["quarantine_reason"] != "fault":
-            tx.exec("device_quarantine", (reason.value, detail, tx.now, device_id))
+            tx.change("device_quarantine", (reason.value, detail, tx.now, device_id))
             tx.notify("devices")
         return False
-    tx.exec("device_quarantine", (reason.value, detail, tx.now, device_id))
+    tx.change("device_quarantine", (reason.value, detail, tx.now, device_id))
     tx.notify("devices")
     return True
 
@@ -76,7 +76,7 @@ def clear(tx: Tx, device_id: str, actor: str) -> None:
             f"{device_id} still has a live lease; kill or release its job first",
         )
     was = row["quarantine_reason"] or "an unknown cause"
-    tx.exec("device_unquarantine", (device_id,))
+    tx.change("device_unquarantine", (device_id,))
     events.record(
         tx,
         EventKind.DEVICE_CLEARED,
@@ -101,7 +101,7 @@ def retire(tx: Tx, device_id: str, actor: str, match_cache: MatchCache) -> None:
             ErrorCode.DEVICE_BUSY, f"{device_id} has a live lease; kill or release its job first"
         )
     for j in tx.all("jobs_queued_pinned_to", (device_id,)):
-        tx.exec("job_cancel_queued", (f"device {device_id} was retired", tx.now, j["id"]))
+        tx.change("job_cancel_queued", (f"device {device_id} was retired", tx.now, j["id"]))
         tx.notify(f"job:{j['id']}")
     remove(tx, device_id)
     events.record(
@@ -113,9 +113,9 @@ def retire(tx: Tx, device_id: str, actor: str, match_cache: MatchCache) -> None:
 
 def remove(tx: Tx, device_id: str) -> None:
     host, _, name = device_id.rpartition(":")
-    tx.exec("labels_delete_all", (device_id,))
-    tx.exec("sheet_delete", (host, name))
-    tx.exec("device_delete", (device_id,))
+    tx.exec("labels_delete_all", (device_id,))  # all of its labels: any number
+    tx.exec("sheet_delete", (host, name))  # its own sheet, when it has one
+    tx.change("device_delete", (device_id,))
 
 
 def drain(tx: Tx, device_id: str, on: bool, reason: str, actor: str) -> tuple[str, bool]:
@@ -138,7 +138,7 @@ def drain(tx: Tx, device_id: str, on: bool, reason: str, actor: str) -> tuple[st
         return "already drained: " + _drained_since(tx, device_id, old), True
     if not on and not row["draining"]:
         return f"already undrained: {device_id} is not draining", True
-    tx.exec("device_drain", (1 if on else 0, reason if on else "", device_id))
+    tx.change("device_drain", (1 if on else 0, reason if on else "", device_id))
     if on:
         text = f"drained by {actor}" + (f": {reason}" if reason else "")
         if row["draining"]:

@@ -223,7 +223,7 @@ def kill(
     if state is JobState.QUEUED:
         cancel_queued(tx, job_id, why)
         return "cancelled"
-    tx.exec("job_request_kill", (why, job_id))
+    tx.change("job_request_kill", (why, job_id))
     tx.notify(f"worker:{row['worker_id']}", f"job:{job_id}", "jobs")
     if retain:
         dev = tx.one("device_state", (row["device_id"],))
@@ -231,8 +231,8 @@ def kill(
             dev["state"] == "unknown"
             or (dev["state"] == "unhealthy" and dev["quarantine_reason"] == "worker_lost")
         ):
-            tx.exec("job_finish", ("killed", None, why, tx.now, None, job_id))
-            tx.exec("lease_release_by_job", (tx.now, job_id))
+            tx.change("job_finish", ("killed", None, why, tx.now, None, job_id))
+            tx.change("lease_release_by_job", (tx.now, job_id))
             tx.notify(f"log:{job_id}", "devices")
             return "killed (its worker is silent; it will be told when it returns)"
     return "kill requested"
@@ -241,6 +241,7 @@ def kill(
 def lose(tx: Tx, job_id: int, device_id: str, why: str) -> None:
     """An active job → lost, its lease released, and a job_lost event."""
     if tx.exec("job_lose", (why, tx.now, job_id)):
+        # no live lease left when the sweep released an expired one first
         tx.exec("lease_release_by_job", (tx.now, job_id))
         events.record(tx, EventKind.JOB_LOST, job_id=job_id, device_id=device_id, text=why)
         tx.notify(f"job:{job_id}", f"log:{job_id}", "jobs")
@@ -314,13 +315,13 @@ def release(
     final_reason = (
         row["kill_reason"] if (row["kill_requested"] and state is JobState.KILLED) else reason
     )
-    tx.exec(
+    tx.change(
         "job_finish",
         (state.value, exit_code, final_reason, tx.now, started_at, job_id),
     )
     device_id = row["device_id"]
-    tx.exec("lease_release_by_job", (tx.now, job_id))
-    tx.exec("device_free", (device_id,))
+    tx.change("lease_release_by_job", (tx.now, job_id))
+    tx.exec("device_free", (device_id,))  # not a quarantined one: it stays out of the pool
     if row["kind"] == JobKind.JOB and reason.startswith(WATCHDOG_PREFIXES):
         events.record(tx, EventKind.WATCHDOG_TRIP, job_id=job_id, device_id=device_id, text=reason)
     tx.schedule = True

@@ -95,18 +95,18 @@ def set_labels(
             merged = {**declared.get("", {}), **declared.get(name, {})}
             _replace_labels(tx, device_id, LabelSource.DECLARED, merged)
     if sheet is not None:
-        tx.exec("sheet_upsert", (host, "", sheet, tx.now))
+        tx.change("sheet_upsert", (host, "", sheet, tx.now))
     for name, body in device_sheets.items():
         if name in names:
-            tx.exec("sheet_upsert", (host, name, body, tx.now))
+            tx.change("sheet_upsert", (host, name, body, tx.now))
 
 
 def _replace_labels(tx: Tx, device_id: str, source: LabelSource, values: dict[str, str]) -> None:
     old = {r["key"]: r["value"] for r in tx.all("labels_of", (device_id, source.value))}
     if old == values:
-        tx.exec("labels_touch", (tx.now, device_id, source.value))
+        tx.exec("labels_touch", (tx.now, device_id, source.value))  # each of them, maybe none
         return
-    tx.exec("labels_delete", (device_id, source.value))
+    tx.exec("labels_delete", (device_id, source.value))  # every old one, maybe none
     tx.many("label_insert", [(device_id, k, v, source.value, tx.now) for k, v in values.items()])
 
 

@@ -31,9 +31,9 @@ def assign(tx: Tx, job_id: int, device_id: str, policy: Policy) -> bool:
         return False
     runtime = job["max_runtime"] or dev["max_runtime"]
     ttl = runtime + policy.lease_grace if runtime else policy.lease_default
-    tx.exec("device_set_busy", (device_id,))
-    tx.exec("job_assign", (device_id, dev["worker_id"], runtime, tx.now, job_id))
-    tx.exec(
+    tx.change("device_set_busy", (device_id,))
+    tx.change("job_assign", (device_id, dev["worker_id"], runtime, tx.now, job_id))
+    tx.change(
         "lease_insert",
         (device_id, job_id, job["submitter"], job["kind"], job["reason"], tx.now, tx.now + ttl),
     )

@@ -25,7 +25,7 @@ def create(
     has this name."""
     if tx.one("token_live_by_name", (name,)) is not None:
         raise Refused.conflict(ErrorCode.TOKEN_EXISTS, f"a token named {name!r} already exists")
-    tx.exec("token_insert", (name, role.value, secret_hash, created_by, tx.now, expires_at))
+    tx.change("token_insert", (name, role.value, secret_hash, created_by, tx.now, expires_at))
     events.record(
         tx,
         EventKind.TOKEN_CREATED,
@@ -83,6 +83,8 @@ def revoke(tx: Tx, name: str, actor: str, keep_jobs: bool = False) -> tuple[str,
 def bind_host(tx: Tx, token_id: int, host: str):
     """Bind a worker token to `host` at its first registration; returns the
     token's row (its `host` the bound one), or None when it is no longer live."""
+    # no row changes when an earlier registration bound it already: the row
+    # returned says to which host, and the caller checks it is this one
     tx.exec("token_bind_host", (host, token_id))
     tx.notify("tokens")
     return tx.one("token_live_by_id", (token_id,))

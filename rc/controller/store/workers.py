@@ -65,7 +65,7 @@ def register(tx: Tx, req: RegisterRequest, match_cache: MatchCache, th: Threshol
     same_process = bool(
         prev is not None and req.instance and not rebooted and prev["instance"] == req.instance
     )
-    tx.exec("worker_upsert", (host, host, req.boot_id, req.instance, req.version, tx.now, tx.now))
+    tx.change("worker_upsert", (host, host, req.boot_id, req.instance, req.version, tx.now, tx.now))
     why = "host rebooted" if rebooted else "worker re-registered"
     named = set(req.running_job_ids)
     for j in tx.all("jobs_active_on_worker", (host,)):
@@ -73,6 +73,7 @@ def register(tx: Tx, req: RegisterRequest, match_cache: MatchCache, th: Threshol
             continue
         jobs.lose(tx, j["id"], j["device_id"], why)
         if rebooted:
+            # a quarantined device stays so (the reboot returns it below, by its reason)
             tx.exec("device_ready_if_busy_or_unknown", (j["device_id"],))
         elif devices.quarantine(
             tx,
@@ -90,7 +91,7 @@ def register(tx: Tx, req: RegisterRequest, match_cache: MatchCache, th: Threshol
             )
     if rebooted:
         for d in tx.all("devices_recoverable_on_worker", (host,)):
-            tx.exec("device_unquarantine", (d["id"],))
+            tx.change("device_unquarantine", (d["id"],))
             events.record(
                 tx,
                 EventKind.DEVICE_RECOVERED,
@@ -103,9 +104,9 @@ def register(tx: Tx, req: RegisterRequest, match_cache: MatchCache, th: Threshol
     for name, decl in declared.items():
         device_id = f"{host}:{name}"
         if name in existing:
-            tx.exec("device_reregister", (decl.max_runtime_seconds, tx.now, device_id))
+            tx.change("device_reregister", (decl.max_runtime_seconds, tx.now, device_id))
         else:
-            tx.exec(
+            tx.change(
                 "device_insert",
                 (device_id, host, name, host, decl.max_runtime_seconds, tx.now, tx.now),
             )
@@ -140,7 +141,7 @@ def recover(tx: Tx, host: str, proof: RecoveryProof, th: Thresholds) -> list[str
     recovered.
     """
     back = []
-    tx.exec("recoveries_prune", (tx.now - th.flap_window,))
+    tx.exec("recoveries_prune", (tx.now - th.flap_window,))  # every old one, maybe none
     for d in tx.all("devices_recoverable_on_worker", (host,)):
         recent = tx.scalar("recoveries_count", (d["id"], tx.now - th.flap_window))
         if recent >= th.flap_limit:
@@ -153,8 +154,8 @@ def recover(tx: Tx, host: str, proof: RecoveryProof, th: Thresholds) -> list[str
                     f"{format_duration(th.flap_window)}; waiting for an admin (rc clear)",
                 )
             continue
-        tx.exec("device_unquarantine", (d["id"],))
-        tx.exec("recovery_insert", (d["id"], tx.now, d["quarantine_reason"]))
+        tx.change("device_unquarantine", (d["id"],))
+        tx.change("recovery_insert", (d["id"], tx.now, d["quarantine_reason"]))
         events.record(
             tx,
             EventKind.DEVICE_RECOVERED,
@@ -182,9 +183,10 @@ def heartbeat(tx: Tx, worker_id: str, running: tuple[int, ...], th: Thresholds) 
     """
     if tx.exec("worker_touch", (tx.now, worker_id)) == 0:
         raise Refused.not_found(f"worker {worker_id} is not registered; register first")
-    tx.exec("devices_touch", (tx.now, worker_id))
+    tx.exec("devices_touch", (tx.now, worker_id))  # each of its devices, maybe none
     ids = dumps(list(running))
     if running:
+        # only the named jobs that are this worker's and active: maybe none
         tx.exec("leases_renew", (tx.now + th.lease_renewal, ids, worker_id))
     changed = tx.exec("devices_unknown_to_busy", (worker_id,))
     freed = tx.exec("devices_unknown_to_ready", (worker_id, ids))
@@ -235,15 +237,15 @@ def leave(
         if j["id"] in named:
             continue
         if j["kill_requested"]:
-            tx.exec("job_finish", ("killed", None, j["kill_reason"], tx.now, None, j["id"]))
+            tx.change("job_finish", ("killed", None, j["kill_reason"], tx.now, None, j["id"]))
             killed.append(j["id"])
             tx.notify(f"log:{j['id']}")
         else:
-            tx.exec("job_requeue", (j["id"],))
+            tx.change("job_requeue", (j["id"],))
             requeued.append(j["id"])
-        tx.exec("lease_release_by_job", (tx.now, j["id"]))
+        tx.change("lease_release_by_job", (tx.now, j["id"]))
         tx.notify(f"job:{j['id']}")
-    tx.exec("devices_to_unknown", (worker_id,))
+    tx.exec("devices_to_unknown", (worker_id,))  # those ready or busy, maybe none
     if requeued:
         tx.schedule = True  # another worker's device may take them now
     tx.notify("jobs", "devices")
@@ -283,7 +285,7 @@ def sweep(tx: Tx, th: Thresholds, started_at: float) -> int:
         for lease in tx.all("leases_expired", (tx.now,)):
             if th.retain and lease["kind"] == "job":
                 continue
-            tx.exec("lease_release", (tx.now, lease["id"]))
+            tx.change("lease_release", (tx.now, lease["id"]))
             job = tx.one("job_brief", (lease["job_id"],))
             if job is not None and job["state"] in ("assigned", "running"):
                 jobs.lose(tx, lease["job_id"], lease["device_id"], "lease expired")

@@ -1,0 +1,59 @@
+"""The store's contract (rc/controller/store/__init__.py): a guarded write
+changes exactly one row or raises, and what its transaction function wrote
+is rolled back with it."""
+
+from __future__ import annotations
+
+import pytest
+
+from rc.controller.errors import GuardFailed, StoreError
+from rc.controller.store import events, jobs
+from rc.proto.model import EventKind, JobState
+from tests.inprocess import Lab
+
+
+@pytest.fixture
+def lab():
+    lb = Lab()
+    lb.register("h", {"d0": (0, {})})
+    yield lb
+    lb.close()
+
+
+def test_a_guarded_change_of_no_row_raises_naming_the_query(lab):
+    def cancel_nothing(tx):
+        tx.change("job_cancel_queued", ("gone", tx.now, 999_999))
+
+    with pytest.raises(GuardFailed, match=r"query job_cancel_queued changed 0 rows") as err:
+        lab.write(cancel_nothing)
+    assert isinstance(err.value, StoreError)
+
+
+def test_a_guarded_change_checks_the_state_it_is_guarded_by(lab):
+    """`UPDATE ... WHERE state = 'assigned'` on a running job changes no row:
+    with tx.change that is an error, not a silent no-op."""
+    job_id, _ = lab.submit()
+    worker = lab.job(job_id).worker_id
+    assert lab.write(jobs.mark_running, job_id, worker, lab.now)
+
+    def requeue_a_running_job(tx):
+        tx.change("job_requeue", (job_id,))
+
+    with pytest.raises(GuardFailed, match="job_requeue"):
+        lab.write(requeue_a_running_job)
+    assert lab.job(job_id).state is JobState.RUNNING
+
+
+def test_a_failed_guard_rolls_back_what_its_function_wrote(lab):
+    before = lab.read(events.last_id)
+
+    def record_then_fail(tx):
+        events.record(tx, EventKind.DEVICE_CLEARED, device_id="h:d0", text="never")
+        tx.change("device_drain", (1, "x", "no:such"))
+
+    with pytest.raises(GuardFailed, match="device_drain"):
+        lab.write(record_then_fail)
+    assert lab.read(events.last_id) == before
+    # the writer goes on: the next transaction commits
+    lab.write(lambda tx: events.record(tx, EventKind.DEVICE_CLEARED, device_id="h:d0"))
+    assert lab.read(events.last_id) == before + 1
