@@ -94,6 +94,7 @@ def test_sqlite_orders_the_queue_like_effective_priority(tmp_path_factory, jobs,
     path = tmp_path_factory.mktemp("order") / "rc.db"
     conn = sqlite3.connect(path, isolation_level=None)
     conn.row_factory = sqlite3.Row
+    db.add_functions(conn)
     db._migrate(conn, str(path))
     for j in jobs:
         conn.execute(

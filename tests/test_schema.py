@@ -39,6 +39,7 @@ CHECKED = {
 
 def _schema_db(path: Path) -> sqlite3.Connection:
     conn = sqlite3.connect(path, isolation_level=None)
+    db.add_functions(conn)
     db._migrate(conn, str(path))
     return conn
 

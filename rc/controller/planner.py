@@ -37,6 +37,7 @@ __all__ = [
     "QueuedJob",
     "Slot",
     "Snapshot",
+    "aged_priority",
     "candidates",
     "effective_priority",
     "fits_ceiling",
@@ -90,12 +91,24 @@ class Plan:
     candidates: dict[int, tuple[str, ...]] = field(default_factory=dict)
 
 
-def effective_priority(job: QueuedJob, now: float, aging: float) -> int:
-    """Priority plus one step per `aging` seconds waited (aging 0: no aging)."""
+def aged_priority(priority: int, queued_at: float, now: float, aging: float) -> int:
+    """The aging rule, its one definition: `priority` plus one step per
+    `aging` seconds waited since `queued_at` (seconds since the epoch); aging
+    0 (or less) turns it off, and a clock that went back counts as no wait.
+
+    SQL calls this same function as `effective_priority(priority, queued_at,
+    :now, :aging)` (registered on every connection by
+    rc.controller.store.db), so the queue SQLite orders is the queue plan()
+    orders.
+    """
     if aging <= 0:
-        return job.priority
-    waited = max(0.0, now - job.queued_at)
-    return job.priority + math.floor(waited / aging)
+        return priority
+    return priority + math.floor(max(0.0, now - queued_at) / aging)
+
+
+def effective_priority(job: QueuedJob, now: float, aging: float) -> int:
+    """A queued job's priority with aging (aged_priority)."""
+    return aged_priority(job.priority, job.queued_at, now, aging)
 
 
 def fits_ceiling(ask: int, ceiling: int) -> bool:

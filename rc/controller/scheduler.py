@@ -21,7 +21,7 @@ def schedule(tx: Tx, match_cache: MatchCache, policy: Policy) -> list[tuple[int,
 
     Cheap when nothing can move: no queued job or no schedulable device means
     no planning at all. Otherwise it reads the queue lazily, already in
-    scheduling order (aging computed by SQLite), and plans only until every
+    scheduling order (SQLite orders it with the planner's aging rule), and plans only until every
     free device is assigned or reserved, so a pass costs the jobs it looks
     at, not the length of the queue. The decisions are plan()'s.
     """

@@ -35,6 +35,7 @@ import aiosqlite
 import orjson
 
 from rc.controller.errors import GuardFailed, StoreError
+from rc.controller.planner import aged_priority
 
 __all__ = ["QUERIES", "SCHEMA_VERSION", "Database", "Tx", "dumps", "load_queries", "loads"]
 
@@ -153,8 +154,30 @@ class _Op:
     notes: set[str] = field(default_factory=set)
 
 
+SQL_FUNCTIONS: dict[str, tuple[int, Callable[..., Any]]] = {
+    "effective_priority": (4, aged_priority),
+}
+"""Python functions queries call by name: name → (number of arguments, function).
+
+Why aging is a Python function called from SQL rather than a SQL expression:
+it is then written once (rc.controller.planner.aged_priority), for the
+planner and for the queries that order the queue. The cost, measured on the
+2-core machine we target: the first job of a 10,000-job queue in scheduling
+order (aging on) comes after 7.0 ms with the rule as an inline SQL
+expression and 10.0 ms with the function (0.3 µs a row); the pass orders the
+queue only when a device is free (queue.anything_to_place).
+"""
+
+
+def add_functions(conn: sqlite3.Connection) -> None:
+    """Register SQL_FUNCTIONS on a connection (every connection the store opens)."""
+    for name, (n_args, fn) in SQL_FUNCTIONS.items():
+        conn.create_function(name, n_args, fn, deterministic=True)
+
+
 def _configure(conn: sqlite3.Connection) -> None:
     conn.row_factory = sqlite3.Row
+    add_functions(conn)
     conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
     conn.execute("PRAGMA foreign_keys = ON")
     conn.execute("PRAGMA synchronous = FULL")

@@ -117,24 +117,17 @@ FROM jobs WHERE state = 'queued' ORDER BY priority DESC, id
 -- :aging seconds waited; :aging 0 turns aging off), then submission order.
 SELECT id, submitter, priority, queued_at, selector, device_id, max_runtime
 FROM jobs WHERE state = 'queued'
-ORDER BY priority + CASE WHEN :aging > 0
-                         THEN CAST(max(0.0, :now - queued_at) / :aging AS INTEGER)
-                         ELSE 0 END DESC,
-         id
+ORDER BY effective_priority(priority, queued_at, :now, :aging) DESC, id
 
 -- name: queue_ahead_by_ask
 -- The queued jobs ahead of job :id in scheduling order (queued_jobs_ordered's
 -- order), counted by what they ask for: target and runtime.
 WITH q AS (
     SELECT id, selector, device_id, max_runtime,
-           priority + CASE WHEN :aging > 0
-                           THEN CAST(max(0.0, :now - queued_at) / :aging AS INTEGER)
-                           ELSE 0 END AS eff
+           effective_priority(priority, queued_at, :now, :aging) AS eff
     FROM jobs WHERE state = 'queued'
 ), me AS (
-    SELECT id, priority + CASE WHEN :aging > 0
-                               THEN CAST(max(0.0, :now - queued_at) / :aging AS INTEGER)
-                               ELSE 0 END AS eff
+    SELECT id, effective_priority(priority, queued_at, :now, :aging) AS eff
     FROM jobs WHERE id = :id
 )
 SELECT q.selector, q.device_id, q.max_runtime, count(*) AS n
