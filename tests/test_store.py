@@ -9,6 +9,7 @@ import pytest
 from rc.controller.errors import GuardFailed, StoreError
 from rc.controller.store import events, jobs
 from rc.proto.model import EventKind, JobState
+from rc.proto.wire import JobReport
 from tests.inprocess import Lab
 
 
@@ -57,3 +58,21 @@ def test_a_failed_guard_rolls_back_what_its_function_wrote(lab):
     # the writer goes on: the next transaction commits
     lab.write(lambda tx: events.record(tx, EventKind.DEVICE_CLEARED, device_id="h:d0"))
     assert lab.read(events.last_id) == before + 1
+
+
+def test_reports_return_the_start_latency_of_each_job_they_started(lab):
+    job_id, _ = lab.submit()
+    worker = lab.job(job_id).worker_id
+    lab.now += 2.5
+    running = JobReport(job_id, JobState.RUNNING, None, "", lab.now)
+    applied = lab.write(jobs.apply_reports, worker, (running,))
+    assert applied.results == [(job_id, "", "")]
+    assert applied.start_latencies == [2.5]
+    ended = JobReport(job_id, JobState.SUCCEEDED, 0, "", lab.now)
+    again = lab.write(jobs.apply_reports, worker, (running, ended))
+    assert again.start_latencies == []  # it had started already
+    # a job that ends straight from assigned started too (at the report: no started_at)
+    other, _ = lab.submit()
+    lab.now += 1.0
+    failed = JobReport(other, JobState.FAILED, 1, "", None)
+    assert lab.write(jobs.apply_reports, worker, (failed,)).start_latencies == [1.0]

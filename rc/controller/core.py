@@ -82,7 +82,6 @@ class Controller:
         self.started_at = 0.0
         self.created_admin_token = False
         self._loops: list[asyncio.Task] = []
-        self.on_assign: list[Callable[[list[tuple[int, str]]], None]] = []
         self.webhook: Webhook | None = None
         self._plan_version = 0
         self._plan: tuple | None = None
@@ -225,10 +224,7 @@ class Controller:
     # -- scheduling ------------------------------------------------------
 
     def _pass(self, tx: Tx) -> None:
-        done = scheduler.schedule(tx, self.match_cache, self.policy)
-        if done:
-            for hook in self.on_assign:
-                hook(done)
+        scheduler.schedule(tx, self.match_cache, self.policy)
 
     async def kick(self) -> None:
         """Run a scheduling pass now (in the next write batch)."""
@@ -270,7 +266,7 @@ class Controller:
         self.delivered[worker_id] = {r["id"] for r in assigned}
         kills: list[int] = []
         if due:
-            _, kills = await self.db.write(jobs.handout, worker_id, set(), self.cfg.kill_redelivery)
+            kills = await self.db.write(jobs.deliver_kills, worker_id, self.cfg.kill_redelivery)
         return fresh, kills
 
     def forget_delivered(self, worker_id: str, keep: set[int]) -> bool:

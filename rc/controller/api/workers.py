@@ -248,11 +248,12 @@ async def reports(request: Request):
     worker_id = request.path_params["worker_id"]
     _bound(request, who, worker_id)
     req = await json_body(request, Reports, c.cfg.limits.body_bytes)
-    started: list[float] = []
-    results = await c.db.write(jobs.apply_reports, worker_id, req.reports, started)
-    c.metrics.observe_starts(started)
+    applied = await c.db.write(jobs.apply_reports, worker_id, req.reports)
+    c.metrics.observe_starts(applied.start_latencies)
     return reply(
-        ReportResults(tuple(ReportResult(j, not code, code, msg) for j, code, msg in results))
+        ReportResults(
+            tuple(ReportResult(j, not code, code, msg) for j, code, msg in applied.results)
+        )
     )
 
 
@@ -270,9 +271,9 @@ async def status(request: Request):
     from rc.proto.wire import JobReport
 
     rep = JobReport(job_id, req.state, req.exit_code, req.reason, req.started_at)
-    started: list[float] = []
-    [(_, code, msg)] = await c.db.write(jobs.apply_reports, req.worker_id, (rep,), started)
-    c.metrics.observe_starts(started)
+    applied = await c.db.write(jobs.apply_reports, req.worker_id, (rep,))
+    c.metrics.observe_starts(applied.start_latencies)
+    [(_, code, msg)] = applied.results
     if code:
         status_code = {"not_found": 404, "not_worker_job": 403}.get(code, 400)
         raise Refused(status_code, code, msg)

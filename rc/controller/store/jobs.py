@@ -21,13 +21,13 @@ from rc.proto.model import EventKind, Job, JobKind, JobState
 
 __all__ = [
     "WATCHDOG_PREFIXES",
+    "Applied",
     "NewJob",
     "apply_reports",
     "brief",
     "cancel_queued",
+    "deliver_kills",
     "enqueue",
-    "get",
-    "handout",
     "kill",
     "listing",
     "lose",
@@ -256,37 +256,29 @@ def pending_for(tx: Tx, worker_id: str, redelivery: float):
     return assigned, due
 
 
-def handout(tx: Tx, worker_id: str, delivered: set[int], redelivery: float):
-    """What a worker's long poll returns: assigned jobs not yet handed out in
-    this controller process, and kill requests due (first time, or again after
-    `redelivery` seconds). Stamps the kills it hands out.
-    """
-    assigned = [r for r in tx.all("jobs_assigned_to", (worker_id,)) if r["id"] not in delivered]
+def deliver_kills(tx: Tx, worker_id: str, redelivery: float) -> list[int]:
+    """The kill requests a worker's long poll hands out: those never
+    delivered, and those delivered `redelivery` seconds ago or more (the
+    worker may not have got them). Stamps each as delivered now; returns the
+    job ids."""
     kills = [r["id"] for r in tx.all("kills_due", (worker_id, tx.now - redelivery))]
     if kills:
         tx.many("kill_delivered", [(tx.now, k) for k in kills])
-    return assigned, kills
+    return kills
 
 
-def mark_running(
-    tx: Tx, job_id: int, worker_id: str, started_at: float, started: list[float] | None = None
-) -> bool:
-    """assigned → running (a no-op when already past assigned).
-
-    When it starts the job and `started` is a list, the submit→start latency
-    (seconds) is appended to it for the metrics (rc.controller.metrics).
-    """
-    _own(tx, job_id, worker_id)
-    n = tx.exec("job_mark_running", (started_at or tx.now, job_id))
-    if n:
-        tx.notify(f"job:{job_id}", "jobs")
-        _note_start(tx, job_id, started_at, started)
-    return bool(n)
+def mark_running(tx: Tx, job_id: int, worker_id: str, started_at: float) -> bool:
+    """assigned → running at `started_at` (0: now); False, changing nothing,
+    when the job is already past assigned. 404 / 403 not_worker_job as _own."""
+    return _mark_running(tx, _own(tx, job_id, worker_id), started_at)
 
 
-def _note_start(tx: Tx, job_id: int, started_at: float | None, started: list[float] | None):
-    if started is not None:
-        started.append((started_at or tx.now) - tx.scalar("job_submitted_at", (job_id,)))
+def _mark_running(tx: Tx, row, started_at: float) -> bool:
+    job_id = row["id"]
+    if tx.exec("job_mark_running", (started_at or tx.now, job_id)) == 0:
+        return False  # already running, or ended
+    tx.notify(f"job:{job_id}", "jobs")
+    return True
 
 
 def release(
@@ -297,21 +289,23 @@ def release(
     exit_code: int | None,
     reason: str,
     started_at: float | None,
-    started: list[float] | None = None,
 ) -> bool:
     """A terminal report: record the outcome, release the lease, free the device.
 
     Idempotent: a job already terminal is left as it is (returns False). The
     device goes busy → ready; a quarantined device stays quarantined. A kill
     that was requested keeps its "killed by ..." reason. The first report with
-    a watchdog reason leaves a watchdog_trip event (never for holds). A job
-    that ends straight from assigned also started: see mark_running's `started`.
+    a watchdog reason leaves a watchdog_trip event (never for holds).
     """
-    row = _own(tx, job_id, worker_id)
+    return _release(tx, _own(tx, job_id, worker_id), state, exit_code, reason, started_at)
+
+
+def _release(
+    tx: Tx, row, state: JobState, exit_code: int | None, reason: str, started_at: float | None
+) -> bool:
     if JobState(row["state"]).terminal:
         return False
-    if row["state"] == JobState.ASSIGNED:
-        _note_start(tx, job_id, started_at, started)
+    job_id = row["id"]
     final_reason = (
         row["kill_reason"] if (row["kill_requested"] and state is JobState.KILLED) else reason
     )
@@ -340,50 +334,52 @@ def _own(tx: Tx, job_id: int, worker_id: str):
     return row
 
 
-def apply_reports(
-    tx: Tx, worker_id: str, reports, started: list[float] | None = None
-) -> list[tuple[int, str, str]]:
-    """Apply a worker's batch of JobReports; returns (job id, error code,
-    message) per report, with an empty code for success. One refused report
-    does not affect the others (each check happens before any change).
-    `started` collects the submit→start latencies of the jobs these reports
-    started (see mark_running)."""
-    out = []
+@dataclass(frozen=True, slots=True)
+class Applied:
+    """What apply_reports did.
+
+    results: (job id, error code, message) per report, in order, the code
+    empty for success. start_latencies: for each job these reports started
+    (it was assigned, and a running or terminal report moved it on), the
+    seconds from its submission to its start, for the metrics
+    (rc_job_start_latency_seconds, observed after the commit).
+    """
+
+    results: list[tuple[int, str, str]]
+    start_latencies: list[float]
+
+
+def apply_reports(tx: Tx, worker_id: str, reports) -> Applied:
+    """Apply a worker's batch of JobReports (running: mark_running; a
+    terminal state: release). One refused report does not affect the others
+    (each check happens before any change)."""
+    out, latencies = [], []
     for rep in reports:
         try:
-            if rep.state is JobState.RUNNING:
-                mark_running(tx, rep.job_id, worker_id, rep.started_at or 0.0, started)
-            elif rep.state.terminal:
-                release(
-                    tx,
-                    rep.job_id,
-                    worker_id,
-                    rep.state,
-                    rep.exit_code,
-                    rep.reason,
-                    rep.started_at,
-                    started,
-                )
-            else:
+            if not (rep.state is JobState.RUNNING or rep.state.terminal):
                 raise Refused.bad(
                     ErrorCode.BAD_REQUEST,
                     f"a worker reports running or a terminal state, not {rep.state}",
                 )
+            row = _own(tx, rep.job_id, worker_id)
+            if rep.state is JobState.RUNNING:
+                began = _mark_running(tx, row, rep.started_at or 0.0)
+            else:  # a job that ends straight from assigned also started
+                was_assigned = row["state"] == JobState.ASSIGNED
+                ended = _release(tx, row, rep.state, rep.exit_code, rep.reason, rep.started_at)
+                began = ended and was_assigned
+            if began:
+                latencies.append((rep.started_at or tx.now) - row["submitted_at"])
             out.append((rep.job_id, "", ""))
         except Refused as e:
             out.append((rep.job_id, e.code, e.message))
-    return out
-
-
-def get(tx: Tx, job_id: int) -> Job | None:
-    """The job with this id, or None."""
-    r = tx.one("job_get", (job_id,))
-    return None if r is None else rows.job(r)
+    return Applied(out, latencies)
 
 
 def brief(tx: Tx, job_id: int):
     """A job's row with what access checks need (id, state, kind, submitter,
-    device_id, worker_id, kill_requested, kill_reason, stdio), or None."""
+    device_id, worker_id, kill_requested, kill_reason, stdio, submitted_at),
+    or None."""
     return tx.one("job_brief", (job_id,))
 
 

@@ -18,7 +18,8 @@ SELECT * FROM jobs WHERE id = ?
 SELECT state FROM jobs WHERE id = ?
 
 -- name: job_brief
-SELECT id, state, kind, submitter, device_id, worker_id, kill_requested, kill_reason, stdio
+SELECT id, state, kind, submitter, device_id, worker_id, kill_requested, kill_reason, stdio,
+       submitted_at
 FROM jobs WHERE id = ?
 
 -- name: job_by_idempotency_key
@@ -134,9 +135,6 @@ SELECT q.selector, q.device_id, q.max_runtime, count(*) AS n
 FROM q, me
 WHERE q.eff > me.eff OR (q.eff = me.eff AND q.id < me.id)
 GROUP BY q.selector, q.device_id, q.max_runtime
-
--- name: count_queued
-SELECT count(*) FROM jobs WHERE state = 'queued'
 
 -- name: any_queued
 SELECT EXISTS (SELECT 1 FROM jobs WHERE state = 'queued')
@@ -427,6 +425,3 @@ SELECT state, count(*) AS n FROM jobs GROUP BY state
 
 -- name: metrics_events_by_kind
 SELECT kind, count(*) AS n FROM events GROUP BY kind
-
--- name: job_submitted_at
-SELECT submitted_at FROM jobs WHERE id = ?
