@@ -37,7 +37,17 @@ import orjson
 from rc.controller.errors import GuardFailed, StoreError
 from rc.controller.planner import aged_priority
 
-__all__ = ["QUERIES", "SCHEMA_VERSION", "Database", "Tx", "dumps", "load_queries", "loads"]
+__all__ = [
+    "DESCRIPTIONS",
+    "QUERIES",
+    "SCHEMA_VERSION",
+    "Database",
+    "Tx",
+    "dumps",
+    "load_queries",
+    "loads",
+    "parse_queries",
+]
 
 log = logging.getLogger("rc.store")
 
@@ -47,31 +57,50 @@ BATCH_MAX = 256
 BUSY_TIMEOUT_MS = 5000
 
 
-def load_queries(text: str) -> dict[str, str]:
-    """Split a .sql file into {name: statement} on `-- name: NAME` headers."""
-    out: dict[str, str] = {}
+def parse_queries(text: str) -> dict[str, tuple[str, str]]:
+    """Split a .sql file on `-- name: NAME` headers into {name: (description,
+    statement)}: the description is the `--` comment lines right under the
+    header, joined into one line ('' when there are none); the statement is
+    the rest. Raises ValueError for a name defined twice."""
+    out: dict[str, tuple[str, str]] = {}
     name = None
     buf: list[str] = []
+
+    def close() -> None:
+        doc = []
+        while buf and buf[0].lstrip().startswith("--"):
+            doc.append(buf.pop(0).lstrip()[2:].strip())
+        out[name] = (" ".join(doc), "\n".join(buf).strip())
+
     for line in text.splitlines():
         m = re.match(r"--\s*name:\s*([a-z0-9_]+)\s*$", line)
         if m:
             if name:
-                out[name] = "\n".join(buf).strip()
+                close()
             name, buf = m.group(1), []
             if name in out:
                 raise ValueError(f"query {name} defined twice")
         elif name is not None:
             buf.append(line)
     if name:
-        out[name] = "\n".join(buf).strip()
+        close()
     return out
+
+
+def load_queries(text: str) -> dict[str, str]:
+    """{name: statement} of a .sql file (parse_queries without descriptions)."""
+    return {name: sql for name, (_doc, sql) in parse_queries(text).items()}
 
 
 def _resource(package: str, name: str) -> str:
     return importlib.resources.files(package).joinpath(name).read_text(encoding="utf-8")
 
 
-QUERIES: dict[str, str] = load_queries(_resource("rc.controller.store", "queries.sql"))
+_PARSED = parse_queries(_resource("rc.controller.store", "queries.sql"))
+QUERIES: dict[str, str] = {name: sql for name, (_doc, sql) in _PARSED.items()}
+"""Every named query of queries.sql: name → statement."""
+DESCRIPTIONS: dict[str, str] = {name: doc for name, (doc, _sql) in _PARSED.items()}
+"""Every named query's description: name → text (one line, or a few joined)."""
 SCHEMA_SQL: str = _resource("rc", "store.sql")
 
 # Ordered migrations: (version, file) under rc/controller/store/migrations/. Version 1

@@ -441,15 +441,15 @@ class Census:
 def census(tx: Tx) -> Census:
     """Count the store for /metrics (one pass over the jobs table)."""
 
-    def counts(query: str, column: str) -> dict:
-        return {r[column]: r["n"] for r in tx.all(query)}
+    def counts(found, column: str) -> dict:
+        return {r[column]: r["n"] for r in found}
 
     return Census(
-        devices_by_state=counts("metrics_devices_by_state", "state"),
-        quarantined_by_reason=counts("metrics_devices_quarantined", "quarantine_reason"),
+        devices_by_state=counts(tx.all("metrics_devices_by_state"), "state"),
+        quarantined_by_reason=counts(tx.all("metrics_devices_quarantined"), "quarantine_reason"),
         draining=tx.scalar("metrics_devices_draining"),
-        queued_by_priority=counts("metrics_queue_by_priority", "priority"),
-        jobs_by_state=counts("metrics_jobs_by_state", "state"),
-        events_by_kind=counts("metrics_events_by_kind", "kind"),
+        queued_by_priority=counts(tx.all("metrics_queue_by_priority"), "priority"),
+        jobs_by_state=counts(tx.all("metrics_jobs_by_state"), "state"),
+        events_by_kind=counts(tx.all("metrics_events_by_kind"), "kind"),
         heartbeat_age={r["id"]: tx.now - r["last_heartbeat_at"] for r in tx.all("workers_all")},
     )
