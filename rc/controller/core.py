@@ -1,8 +1,9 @@
 """The running controller: database, caches, wake-ups and background loops.
 
 One `Controller` per `rc serve` process. Route handlers reach it through
-`request.app.state.ctl`; they validate input, then call transaction functions
-through `ctl.db.write(...)` and views through `ctl.db.read(...)`.
+`request.app.state.ctl`; they validate input, then call the store's
+transaction functions through `ctl.db.write(...)` and its reads through
+`ctl.db.read(...)` (rc.controller.store).
 
 Background loops (each turn reads the clock once, every wait has a deadline):
 - the scheduling tick: a pass every `schedule_interval` seconds, besides the
