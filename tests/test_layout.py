@@ -331,3 +331,70 @@ def test_no_private_names_imported_across_modules(package):
         if n.startswith("_") and not n.startswith("__")
     ]
     assert bad == []
+
+
+TX_QUERY_METHODS = {"one", "all", "scalar", "iter", "exec", "many", "change"}
+"""rc.controller.store.db.Tx's methods that run a named query."""
+STORE = REPO / "rc/controller/store"
+
+
+def _store_boundary_violations(source: str, queries: set[str]) -> list[tuple[int, str]]:
+    """(line, what) wherever code runs a query or reaches the database itself:
+    a Tx query method called on `tx` or with a query's name, QUERIES named or
+    imported, sqlite3 or aiosqlite imported."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in TX_QUERY_METHODS
+        ):
+            on_tx = isinstance(node.func.value, ast.Name) and node.func.value.id == "tx"
+            first = node.args[0] if node.args else None
+            named = isinstance(first, ast.Constant) and first.value in queries
+            if on_tx or named:
+                out.append((node.lineno, f"runs a query (.{node.func.attr})"))
+        elif (isinstance(node, ast.Name) and node.id == "QUERIES") or (
+            isinstance(node, ast.Attribute) and node.attr == "QUERIES"
+        ):
+            out.append((node.lineno, "uses QUERIES"))
+        elif isinstance(node, ast.ImportFrom) and any(a.name == "QUERIES" for a in node.names):
+            out.append((node.lineno, "imports QUERIES"))
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            mods = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module]
+            for mod in mods:
+                if mod and mod.split(".")[0] in ("sqlite3", "aiosqlite"):
+                    out.append((node.lineno, f"imports {mod}"))
+    return sorted(out)
+
+
+def test_only_the_store_runs_queries():
+    """The store boundary (rc/controller/store/__init__.py): no module of rc
+    outside rc/controller/store/ runs a named query, touches QUERIES or talks
+    to SQLite; it calls the store's functions."""
+    from rc.controller.store.db import QUERIES
+
+    bad = []
+    for path in sorted((REPO / "rc").rglob("*.py")):
+        if STORE not in path.parents:
+            found = _store_boundary_violations(path.read_text(encoding="utf-8"), set(QUERIES))
+            bad += [f"{path.relative_to(REPO)}:{line}: {what}" for line, what in found]
+    assert bad == [], "store boundary crossed:\n" + "\n".join(bad)
+
+
+def test_the_store_boundary_check_sees_each_way_across():
+    source = (
+        "import sqlite3\n"
+        "from rc.controller.store.db import QUERIES\n"
+        "async def handler(c):\n"
+        "    row = await c.db.read(lambda tx: tx.one('job_brief', (1,)))\n"
+        "    await c.db.write(lambda t: t.change('job_finish', ()))\n"
+        "    return QUERIES['job_get'], [].all()\n"
+    )
+    assert _store_boundary_violations(source, {"job_brief", "job_finish", "job_get"}) == [
+        (1, "imports sqlite3"),
+        (2, "imports QUERIES"),
+        (4, "runs a query (.one)"),
+        (5, "runs a query (.change)"),
+        (6, "uses QUERIES"),
+    ]
