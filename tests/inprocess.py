@@ -1,7 +1,7 @@
 """The real controller in-process on a fake clock, for tests of its rules.
 
 `Lab` drives the real transaction functions the HTTP routes call
-(validate_submit → jobs.enqueue, jobs.release, jobs.kill, fleet.register,
+(validate_submit → jobs.enqueue, jobs.release, jobs.kill, workers.register,
 Controller.kick) against a real SQLite file; nothing is mocked. Scheduling,
 explain and recovery tests build on it.
 """
@@ -13,11 +13,11 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from rc.controller import fleet, jobs, rows, views
 from rc.controller.api.jobs import validate_submit
 from rc.controller.auth import Caller
 from rc.controller.config import ControllerConfig
 from rc.controller.core import Controller
+from rc.controller.store import jobs, rows, views, workers
 from rc.proto.model import Job, JobKind, JobState, Role
 from rc.proto.wire import DeviceDecl, JobExplanation, RegisterRequest, SubmitRequest
 
@@ -72,7 +72,7 @@ class Lab:
             devices=tuple(DeviceDecl(name, ceiling) for name, (ceiling, _) in devices.items()),
             labels={name: dict(labels) for name, (_, labels) in devices.items()},
         )
-        self.write(fleet.register, req, self.ctl.fleet, self.ctl.thresholds)
+        self.write(workers.register, req, self.ctl.match_cache, self.ctl.thresholds)
 
     # -- jobs ------------------------------------------------------------------
 
@@ -86,7 +86,7 @@ class Lab:
         new = validate_submit(
             SubmitRequest(**fields), Caller(0, who, Role.USER), self.ctl.cfg.limits
         )
-        return self.write(jobs.enqueue, new, self.ctl.fleet)
+        return self.write(jobs.enqueue, new, self.ctl.match_cache)
 
     def job(self, job_id: int) -> Job:
         return self.read(lambda tx: rows.job(tx.one("job_get", (job_id,))))

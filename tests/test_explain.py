@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from rc.controller import fleet, views
 from rc.controller.errors import Refused
+from rc.controller.store import devices, views, workers
 from rc.proto.model import JobKind, JobState
 from tests.inprocess import Lab
 
@@ -67,8 +67,8 @@ def test_devices_out_of_the_pool_and_why(lab):
     lb = lab()
     lb.register("box", {"g0": (0, {}), "g1": (0, {})})
     lb.register("far", {"g0": (0, {})})
-    lb.write(fleet.fault, "box:g0", "verify failed: ECC errors", None, "box")
-    lb.write(fleet.drain, "box:g1", True, "cable swap", "admin")
+    lb.write(devices.fault, "box:g0", "verify failed: ECC errors", None, "box")
+    lb.write(devices.drain, "box:g1", True, "cable swap", "admin")
     job_id, _ = lb.submit("alice", selector="host=box")
     why = reasons(lb, job_id)
     assert why == (
@@ -80,7 +80,7 @@ def test_devices_out_of_the_pool_and_why(lab):
     assert lb.job(pinned).state is JobState.ASSIGNED
     waiting, _ = lb.submit("alice", selector="host=far")
     lb.now += 31
-    lb.write(fleet.heartbeat, "box", (), lb.ctl.thresholds)
+    lb.write(workers.heartbeat, "box", (), lb.ctl.thresholds)
     lb.run(lb.ctl.sweep())
     why = reasons(lb, waiting)
     assert why.startswith(
@@ -93,7 +93,7 @@ def test_held_and_out_of_the_pool_together(lab):
     lb = lab()
     box(lb)
     lb.submit("bob", device_id="box:g0")
-    lb.write(fleet.fault, "box:g1", "fan failure", None, "admin")
+    lb.write(devices.fault, "box:g1", "fan failure", None, "admin")
     job_id, _ = lb.submit("alice")
     assert lb.explain(job_id).reasons == (
         "No matching device is free: box:g0: bob runs job 1 on it, with no time limit.",

@@ -78,7 +78,7 @@ def test_only_the_serve_entry_loads_the_controller_by_name():
         for p in (REPO / "rc").rglob("*.py")
         if "controller" not in p.parts and '"rc.controller' in p.read_text()
     ]
-    assert users == ["rc/cli/local.py"]
+    assert users == ["rc/cli/serve.py"]
 
 
 def test_version_is_one_value():
@@ -198,59 +198,99 @@ def test_a_verb_builds_only_its_own_group():
     )
     loaded = set(ast.literal_eval(res.stdout))
     assert "rc.cli.devices" in loaded
-    assert not loaded & {"rc.cli.run", "rc.cli.relay", "rc.cli.copy", "rc.cli.local"}
+    assert not loaded & {
+        "rc.cli.run",
+        "rc.cli.follow",
+        "rc.cli.relay",
+        "rc.cli.copy",
+        "rc.cli.serve",
+        "rc.cli.up",
+        "rc.cli.children",
+    }
 
 
-def _import_graph(package: str, base: Path = REPO) -> dict[str, set[str]]:
-    """Module → the modules of `package` (a directory under `base`) it
-    imports, at any level: a function-level import counts (it only hides a
-    cycle). `from pkg import sub` depends on the submodule, `from pkg import
-    name` on the package's __init__."""
-    paths = {}
-    for path in sorted((base / package).rglob("*.py")):
-        parts = path.relative_to(base).with_suffix("").parts
-        paths[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
-    graph: dict[str, set[str]] = {}
-    for mod, path in paths.items():
-        deps = set()
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Import):
-                deps |= {a.name for a in node.names}
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                subs = {f"{node.module}.{a.name}" for a in node.names}
-                deps |= subs & paths.keys()
-                if subs - paths.keys():  # a name defined in the module itself
-                    deps.add(node.module)
-        graph[mod] = {d for d in deps if d in paths and d != mod}
+# -- the import graph ---------------------------------------------------------------
+
+ACYCLIC = ("rc.cli", "rc.proto", "rc.worker")
+"""Packages whose modules may take part in no import cycle. The graph covers
+the whole rc package; a package joins this list once its cycles are gone."""
+NO_PRIVATE_IMPORTS = ("rc.cli", "rc.worker")
+"""Packages whose modules import no `_name` from another module: a helper
+that two modules use is public in its home module."""
+
+
+def _module_paths() -> dict[str, Path]:
+    """Every module of the rc package by dotted name (a package by its own)."""
+    out = {}
+    for path in sorted((REPO / "rc").rglob("*.py")):
+        parts = path.relative_to(REPO).with_suffix("").parts
+        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return out
+
+
+def _import_statements(name: str, path: Path):
+    """(line, module, imported names) of every import statement in the
+    module, at module level or inside a function; relative imports resolved."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                yield node.lineno, a.name, []
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            yield node.lineno, base, [a.name for a in node.names]
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Module -> the rc modules it imports. `from pkg import mod` is an edge
+    to pkg.mod when that is a module, else to pkg; `import a.b` is an edge to
+    the longest rc module it names. A package's __init__, run implicitly
+    before its submodules, is not an edge of theirs."""
+    modules = _module_paths()
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, path in modules.items():
+        for _line, module, names in _import_statements(name, path):
+            targets = [f"{module}.{n}" for n in names if f"{module}.{n}" in modules]
+            if len(targets) < len(names) or not names:
+                parts = module.split(".")
+                while parts and ".".join(parts) not in modules:
+                    parts.pop()
+                targets.append(".".join(parts))
+            graph[name] |= {t for t in targets if t and t != name}
     return graph
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """The import cycles: strongly connected components of more than one
-    module (Tarjan), each sorted."""
+    """The strongly connected components of more than one module (Tarjan)."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
+    on_stack: set[str] = set()
     out: list[list[str]] = []
 
     def visit(v: str) -> None:
         index[v] = low[v] = len(index)
         stack.append(v)
+        on_stack.add(v)
         for w in sorted(graph[v]):
             if w not in index:
                 visit(w)
                 low[v] = min(low[v], low[w])
-            elif w in stack:
+            elif w in on_stack:
                 low[v] = min(low[v], index[w])
         if low[v] == index[v]:
-            comp = []
+            component = []
             while True:
                 w = stack.pop()
-                comp.append(w)
+                on_stack.discard(w)
+                component.append(w)
                 if w == v:
                     break
-            if len(comp) > 1:
-                out.append(sorted(comp))
+            if len(component) > 1:
+                out.append(sorted(component))
 
     for v in sorted(graph):
         if v not in index:
@@ -258,18 +298,103 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return out
 
 
-def test_the_cycle_check_sees_a_function_level_import(tmp_path):
-    pkg = tmp_path / "pkg"
-    pkg.mkdir()
-    (pkg / "__init__.py").write_text("")
-    (pkg / "a.py").write_text("from pkg.b import g\n\n\ndef f():\n    return g()\n")
-    (pkg / "b.py").write_text("def g():\n    from pkg import a\n\n    return a\n")
-    (pkg / "c.py").write_text("import pkg.a\n")
-    assert _cycles(_import_graph("pkg", tmp_path)) == [["pkg.a", "pkg.b"]]
+def _in(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
 
 
-@pytest.mark.parametrize("package", ["rc/proto", "rc/worker"])
+def test_the_import_graph_sees_function_level_and_relative_imports():
+    graph = _import_graph()
+    assert "rc.proto.errors" in graph["rc.proto.client"]
+    assert "rc.cli.config" in graph["rc.cli.context"]  # from rc.cli import config
+    assert "rc.cli.output" in graph["rc.cli"]  # imported inside main()
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+@pytest.mark.parametrize("package", ACYCLIC)
 def test_no_import_cycles(package):
-    """No module of the package imports itself back, even from inside a
-    function (rc/cli and rc/controller join once their cycles are broken)."""
-    assert _cycles(_import_graph(package)) == []
+    cycles = [c for c in _cycles(_import_graph()) if any(_in(m, package) for m in c)]
+    assert cycles == [], "import cycles (counting imports inside functions):\n" + "\n".join(
+        " <-> ".join(c) for c in cycles
+    )
+
+
+@pytest.mark.parametrize("package", NO_PRIVATE_IMPORTS)
+def test_no_private_names_imported_across_modules(package):
+    modules = _module_paths()
+    bad = [
+        f"{path.relative_to(REPO)}:{line}: {n} from {module}"
+        for name, path in modules.items()
+        if _in(name, package)
+        for line, module, names in _import_statements(name, path)
+        if _in(module, "rc")
+        for n in names
+        if n.startswith("_") and not n.startswith("__")
+    ]
+    assert bad == []
+
+
+TX_QUERY_METHODS = {"one", "all", "scalar", "iter", "exec", "many", "change"}
+"""rc.controller.store.db.Tx's methods that run a named query."""
+STORE = REPO / "rc/controller/store"
+
+
+def _store_boundary_violations(source: str, queries: set[str]) -> list[tuple[int, str]]:
+    """(line, what) wherever code runs a query or reaches the database itself:
+    a Tx query method called on `tx` or with a query's name, QUERIES named or
+    imported, sqlite3 or aiosqlite imported."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in TX_QUERY_METHODS
+        ):
+            on_tx = isinstance(node.func.value, ast.Name) and node.func.value.id == "tx"
+            first = node.args[0] if node.args else None
+            named = isinstance(first, ast.Constant) and first.value in queries
+            if on_tx or named:
+                out.append((node.lineno, f"runs a query (.{node.func.attr})"))
+        elif (isinstance(node, ast.Name) and node.id == "QUERIES") or (
+            isinstance(node, ast.Attribute) and node.attr == "QUERIES"
+        ):
+            out.append((node.lineno, "uses QUERIES"))
+        elif isinstance(node, ast.ImportFrom) and any(a.name == "QUERIES" for a in node.names):
+            out.append((node.lineno, "imports QUERIES"))
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            mods = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module]
+            for mod in mods:
+                if mod and mod.split(".")[0] in ("sqlite3", "aiosqlite"):
+                    out.append((node.lineno, f"imports {mod}"))
+    return sorted(out)
+
+
+def test_only_the_store_runs_queries():
+    """The store boundary (rc/controller/store/__init__.py): no module of rc
+    outside rc/controller/store/ runs a named query, touches QUERIES or talks
+    to SQLite; it calls the store's functions."""
+    from rc.controller.store.db import QUERIES
+
+    bad = []
+    for path in sorted((REPO / "rc").rglob("*.py")):
+        if STORE not in path.parents:
+            found = _store_boundary_violations(path.read_text(encoding="utf-8"), set(QUERIES))
+            bad += [f"{path.relative_to(REPO)}:{line}: {what}" for line, what in found]
+    assert bad == [], "store boundary crossed:\n" + "\n".join(bad)
+
+
+def test_the_store_boundary_check_sees_each_way_across():
+    source = (
+        "import sqlite3\n"
+        "from rc.controller.store.db import QUERIES\n"
+        "async def handler(c):\n"
+        "    row = await c.db.read(lambda tx: tx.one('job_brief', (1,)))\n"
+        "    await c.db.write(lambda t: t.change('job_finish', ()))\n"
+        "    return QUERIES['job_get'], [].all()\n"
+    )
+    assert _store_boundary_violations(source, {"job_brief", "job_finish", "job_get"}) == [
+        (1, "imports sqlite3"),
+        (2, "imports QUERIES"),
+        (4, "runs a query (.one)"),
+        (5, "runs a query (.change)"),
+        (6, "uses QUERIES"),
+    ]

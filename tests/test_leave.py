@@ -1,7 +1,7 @@
 """A worker stopping cleanly hands back what it never started (DESIGN.md §3:
 "a job that was assigned but provably never started goes back to queued;
 only one that may have run becomes lost"), on the real store with a fake
-clock: rc.controller.fleet.leave and the registration after it."""
+clock: rc.controller.workers.leave and the registration after it."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from rc.controller import fleet
 from rc.controller.errors import Refused
+from rc.controller.store import workers
 from rc.proto.model import JobState, RecoveryProof
 from rc.proto.wire import DeviceDecl, RegisterRequest
 from tests.harness import Cli, stop_process, wait_until
@@ -31,10 +31,10 @@ class Box(Lab):
             recovery=RecoveryProof(survivors_checked=True),
             instance=instance,
         )
-        self.write(fleet.register, req, self.ctl.fleet, self.ctl.thresholds)
+        self.write(workers.register, req, self.ctl.match_cache, self.ctl.thresholds)
 
     def leave(self, instance: str, started=()):
-        return self.write(fleet.leave, "h", instance, tuple(started))
+        return self.write(workers.leave, "h", instance, tuple(started))
 
     def row(self, job_id: int):
         return self.read(lambda tx: tx.one("job_get", (job_id,)))
@@ -124,7 +124,7 @@ def test_only_the_registered_process_can_hand_jobs_back(box):
         assert (e.value.status, e.value.code) == (409, "conflict")
     assert box.job(b).state is JobState.ASSIGNED and box.device() == "busy"
     with pytest.raises(Refused) as e:
-        box.write(fleet.leave, "nobody", "first", ())
+        box.write(workers.leave, "nobody", "first", ())
     assert e.value.status == 404
 
 

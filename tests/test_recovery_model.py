@@ -19,10 +19,10 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from rc.controller import fleet, jobs
 from rc.controller.api.jobs import validate_submit
 from rc.controller.auth import Caller
 from rc.controller.errors import Refused
+from rc.controller.store import devices, jobs, workers
 from rc.proto.model import JobKind, JobState, RecoveryProof, Role
 from rc.proto.wire import DeviceDecl, RegisterRequest, SubmitRequest
 from tests.inprocess import Lab
@@ -96,7 +96,7 @@ class FleetMachine(RuleBasedStateMachine):
             recovery=proof,
             labels={n: {"kind": "cpu"} for n in DEVICES},
         )
-        return self.write(fleet.register, req, self.ctl.fleet, self.ctl.thresholds)
+        return self.write(workers.register, req, self.ctl.match_cache, self.ctl.thresholds)
 
     @rule(host=st.sampled_from(HOSTS), reboot=st.booleans(), proof=st.sampled_from(sorted(PROOFS)))
     def register(self, host, reboot, proof):
@@ -118,7 +118,7 @@ class FleetMachine(RuleBasedStateMachine):
 
         def beat():
             try:
-                return self.write(fleet.heartbeat, host, named, self.ctl.thresholds)
+                return self.write(workers.heartbeat, host, named, self.ctl.thresholds)
             except Refused:
                 return None
 
@@ -141,7 +141,7 @@ class FleetMachine(RuleBasedStateMachine):
         )
         new = validate_submit(req, USER, self.ctl.cfg.limits)
         try:
-            self.guarded(lambda d, r: False, self.write, jobs.enqueue, new, self.ctl.fleet)
+            self.guarded(lambda d, r: False, self.write, jobs.enqueue, new, self.ctl.match_cache)
         except Refused:
             pass
 
@@ -182,14 +182,14 @@ class FleetMachine(RuleBasedStateMachine):
     @rule()
     def sweep(self):
         self.guarded(
-            lambda d, r: False, self.write, fleet.sweep, self.ctl.thresholds, self.ctl.started_at
+            lambda d, r: False, self.write, workers.sweep, self.ctl.thresholds, self.ctl.started_at
         )
 
     @rule(host=st.sampled_from(HOSTS), name=st.sampled_from(DEVICES))
     def fault(self, host, name):
         d = f"{host}:{name}"
         self.guarded(
-            lambda dd, r: False, self.write, fleet.fault, d, "verify failed: x", None, host
+            lambda dd, r: False, self.write, devices.fault, d, "verify failed: x", None, host
         )
         self.faulted.add(d)
 
@@ -199,7 +199,7 @@ class FleetMachine(RuleBasedStateMachine):
 
         def admin_clear():
             try:
-                self.write(fleet.clear, d, "admin")
+                self.write(devices.clear, d, "admin")
             except Refused:
                 pass
 
@@ -211,7 +211,7 @@ class FleetMachine(RuleBasedStateMachine):
         draining = self.read(lambda tx: tx.one("device_drain_state", (d,)))
         try:
             _, already = self.guarded(
-                lambda dd, r: False, self.write, fleet.drain, d, on, "", "admin"
+                lambda dd, r: False, self.write, devices.drain, d, on, "", "admin"
             )
         except Refused as e:  # a retired device
             assert e.status == 404 and draining is None, e

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from rc.controller import fleet, jobs
 from rc.controller.api.jobs import validate_submit
 from rc.controller.auth import Caller
 from rc.controller.errors import Refused
+from rc.controller.store import devices, jobs, workers
 from rc.proto.model import JobState, RecoveryProof, Role
 from rc.proto.wire import DeviceDecl, RegisterRequest, SubmitRequest
 from tests.inprocess import Lab
@@ -49,7 +49,7 @@ class Fleet(Lab):
             recovery=proof,
             labels={"cpu0": {"kind": "cpu"}},
         )
-        return self.w(fleet.register, req, self.ctl.fleet, self.ctl.thresholds)
+        return self.w(workers.register, req, self.ctl.match_cache, self.ctl.thresholds)
 
     def device(self):
         row = self.r(lambda tx: tx.one("device_get", ("h:cpu0",)))
@@ -58,7 +58,7 @@ class Fleet(Lab):
     def submit(self):
         req = SubmitRequest(command=("sleep", "1"), device_id="h:cpu0")
         new = validate_submit(req, Caller(1, "alice", Role.USER), self.ctl.cfg.limits)
-        job_id, _ = self.w(jobs.enqueue, new, self.ctl.fleet)
+        job_id, _ = self.w(jobs.enqueue, new, self.ctl.match_cache)
         return job_id
 
     def job(self, job_id):
@@ -69,10 +69,10 @@ class Fleet(Lab):
         return [r["text"] for r in rows if r["kind"] == kind]
 
     def heartbeat(self, named=()):
-        return self.w(fleet.heartbeat, "h", tuple(named), self.ctl.thresholds)
+        return self.w(workers.heartbeat, "h", tuple(named), self.ctl.thresholds)
 
     def sweep(self):
-        return self.w(fleet.sweep, self.ctl.thresholds, self.ctl.started_at)
+        return self.w(workers.sweep, self.ctl.thresholds, self.ctl.started_at)
 
     def quarantine(self, reason):
         """Put h:cpu0 in quarantine for `reason` the way the system does."""
@@ -88,7 +88,7 @@ class Fleet(Lab):
             self.heartbeat()  # alive, but naming nothing: the lease is not renewed
             self.sweep()
         elif reason == "fault":
-            self.w(fleet.fault, "h:cpu0", "verify failed: gpu memory errors", None, "h")
+            self.w(devices.fault, "h:cpu0", "verify failed: gpu memory errors", None, "h")
         assert self.device() == ("unhealthy", reason), self.device()
 
 
@@ -140,14 +140,14 @@ def test_fault_never_clears_without_an_admin(f, how):
         f.register(CLEAN if how == "clean-scan" else ISOLATED)
     f.heartbeat()
     assert f.device() == ("unhealthy", "fault")
-    f.w(fleet.clear, "h:cpu0", "admin")
+    f.w(devices.clear, "h:cpu0", "admin")
     assert f.device() == ("ready", "")
     assert f.events("device_cleared") == ["cleared by admin (was quarantined for fault)"]
 
 
 def test_fault_overrides_a_clearable_reason_but_not_the_reverse(f):
     f.quarantine("worker_lost")
-    f.w(fleet.fault, "h:cpu0", "acquire hook failed", None, "h")
+    f.w(devices.fault, "h:cpu0", "acquire hook failed", None, "h")
     assert f.device() == ("unhealthy", "fault")
     f.t += 400
     f.sweep()
@@ -165,12 +165,12 @@ def test_silence_never_promotes_a_device(f):
 
 def test_clear_refuses_a_noop_and_a_live_lease(f):
     with pytest.raises(Refused) as e:
-        f.w(fleet.clear, "h:cpu0", "admin")
+        f.w(devices.clear, "h:cpu0", "admin")
     assert e.value.code == "device_not_cleared"
     job_id = f.submit()
-    f.w(fleet.fault, "h:cpu0", "bad", job_id, "h")
+    f.w(devices.fault, "h:cpu0", "bad", job_id, "h")
     with pytest.raises(Refused, match="live lease"):
-        f.w(fleet.clear, "h:cpu0", "admin")
+        f.w(devices.clear, "h:cpu0", "admin")
 
 
 def test_flap_guard_waits_for_a_human_after_three_recoveries(f):
@@ -204,7 +204,7 @@ def test_a_refused_recovery_is_recorded_once_per_quarantine(f):
     assert f.events("recovery_refused") == [
         "recovered 3 times within 1h; waiting for an admin (rc clear)"
     ]
-    f.w(fleet.clear, "h:cpu0", "admin")
+    f.w(devices.clear, "h:cpu0", "admin")
     f.quarantine("registration")  # a new quarantine: a new refusal is worth saying
     f.register(CLEAN)
     assert len(f.events("recovery_refused")) == 2
@@ -255,13 +255,13 @@ def test_heartbeat_renews_only_named_jobs_of_that_worker(f):
     assert f.job(job_id)["state"] == "assigned"
     # another worker naming this job renews nothing
     other = RegisterRequest(host="g", devices=(DeviceDecl("cpu0"),), boot_id="x")
-    f.w(fleet.register, other, f.ctl.fleet, f.ctl.thresholds)
+    f.w(workers.register, other, f.ctl.match_cache, f.ctl.thresholds)
     for _ in range(5):
         f.t += 200
         f.heartbeat([job_id])  # h still alive ...
-        f.w(fleet.heartbeat, "g", (job_id,), f.ctl.thresholds)
+        f.w(workers.heartbeat, "g", (job_id,), f.ctl.thresholds)
     assert f.job(job_id)["state"] == "assigned"
-    stop = f.w(fleet.heartbeat, "g", (job_id,), f.ctl.thresholds)
+    stop = f.w(workers.heartbeat, "g", (job_id,), f.ctl.thresholds)
     assert stop == [job_id]  # not g's job: g is told to stop it
 
 
@@ -361,7 +361,7 @@ def test_the_same_worker_process_registering_again_keeps_its_jobs(f):
             instance=instance,
             running_job_ids=tuple(running),
         )
-        f.w(fleet.register, req, f.ctl.fleet, f.ctl.thresholds)
+        f.w(workers.register, req, f.ctl.match_cache, f.ctl.thresholds)
 
     register("proc-1")
     job_id = f.submit()  # assigned, never handed out
@@ -382,7 +382,7 @@ def test_the_same_process_keeps_a_running_job_it_names(f):
             instance=instance,
             running_job_ids=tuple(running),
         )
-        f.w(fleet.register, req, f.ctl.fleet, f.ctl.thresholds)
+        f.w(workers.register, req, f.ctl.match_cache, f.ctl.thresholds)
 
     register("proc-1")
     job_id = f.submit()

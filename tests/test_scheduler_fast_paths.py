@@ -10,14 +10,14 @@ import sqlite3
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rc.controller import db
-from rc.controller.scheduler import (
+from rc.controller.planner import (
     QueuedJob,
     Slot,
     Snapshot,
     effective_priority,
     plan,
 )
+from rc.controller.store import db
 from rc.proto.model import DeviceState
 
 DEVICES = [f"h:d{i}" for i in range(5)]
@@ -94,6 +94,7 @@ def test_sqlite_orders_the_queue_like_effective_priority(tmp_path_factory, jobs,
     path = tmp_path_factory.mktemp("order") / "rc.db"
     conn = sqlite3.connect(path, isolation_level=None)
     conn.row_factory = sqlite3.Row
+    db.add_functions(conn)
     db._migrate(conn, str(path))
     for j in jobs:
         conn.execute(
@@ -126,9 +127,9 @@ def test_a_rolled_back_label_change_never_stays_in_the_cache(tmp_path):
     fails must not leave its labels in the cache (found in review)."""
     import asyncio
 
-    from rc.controller import fleet as fleet_tx
     from rc.controller.config import ControllerConfig
     from rc.controller.core import Controller
+    from rc.controller.store import labels, workers
     from rc.proto.wire import DeviceDecl, RegisterRequest
 
     async def scenario():
@@ -138,12 +139,12 @@ def test_a_rolled_back_label_change_never_stays_in_the_cache(tmp_path):
             req = RegisterRequest(
                 host="h", devices=(DeviceDecl("d0"),), labels={"d0": {"kind": "cpu"}}
             )
-            await ctl.db.write(fleet_tx.register, req, ctl.fleet, ctl.thresholds)
+            await ctl.db.write(workers.register, req, ctl.match_cache, ctl.thresholds)
 
             def relabel_then_fail(tx):
-                fleet_tx.set_labels(tx, "h", ("d0",), {"d0": {"kind": "gpu"}}, None, None, {})
-                ctl.fleet.invalidate()
-                assert ctl.fleet.matching(tx, "kind=gpu")  # the cache now says gpu...
+                labels.set_labels(tx, "h", ("d0",), {"d0": {"kind": "gpu"}}, None, None, {})
+                ctl.match_cache.invalidate()
+                assert ctl.match_cache.matching(tx, "kind=gpu")  # the cache now says gpu...
                 raise RuntimeError("and then the transaction fails")
 
             try:
@@ -152,8 +153,8 @@ def test_a_rolled_back_label_change_never_stays_in_the_cache(tmp_path):
                 pass
             return await ctl.db.write(
                 lambda tx: (
-                    sorted(ctl.fleet.matching(tx, "kind=gpu")),
-                    sorted(ctl.fleet.matching(tx, "kind=cpu")),
+                    sorted(ctl.match_cache.matching(tx, "kind=gpu")),
+                    sorted(ctl.match_cache.matching(tx, "kind=cpu")),
                 )
             )
         finally:

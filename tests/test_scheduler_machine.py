@@ -30,8 +30,8 @@ from hypothesis.stateful import (
     rule,
 )
 
-from rc.controller import jobs, views
 from rc.controller.errors import Refused
+from rc.controller.store import jobs, views
 from rc.proto.model import JobKind, JobState
 from tests.inprocess import Lab
 

@@ -1,9 +1,9 @@
-"""scheduler.plan(), the pure decision of a pass (inventory §5, DESIGN.md §6.5):
+"""planner.plan(), the pure decision of a pass (inventory §5, DESIGN.md §6.5):
 priority, FIFO, aging, ceilings, head-of-line reservation, the per-user cap."""
 
 from __future__ import annotations
 
-from rc.controller.scheduler import QueuedJob, Slot, effective_priority, fits_ceiling, plan
+from rc.controller.planner import QueuedJob, Slot, effective_priority, fits_ceiling, plan
 from rc.proto.model import DeviceState
 
 READY, BUSY = DeviceState.READY, DeviceState.BUSY

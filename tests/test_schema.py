@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from rc.controller import db
 from rc.controller.errors import StoreError
+from rc.controller.store import db
 from rc.proto.model import (
     DeviceState,
     EventKind,
@@ -39,6 +39,7 @@ CHECKED = {
 
 def _schema_db(path: Path) -> sqlite3.Connection:
     conn = sqlite3.connect(path, isolation_level=None)
+    db.add_functions(conn)
     db._migrate(conn, str(path))
     return conn
 
@@ -123,7 +124,9 @@ def test_the_schema_enforces_its_invariants(tmp_path):
 
 def _used_query_names() -> set[str]:
     names = set()
-    pattern = re.compile(r"""tx\.(?:one|all|scalar|exec|many)\(\s*["']([a-z0-9_]+)["']""")
+    pattern = re.compile(
+        r"""tx\.(?:one|all|scalar|iter|exec|many|change)\(\s*["']([a-z0-9_]+)["']"""
+    )
     for path in (REPO / "rc" / "controller").rglob("*.py"):
         names |= set(pattern.findall(path.read_text()))
     return names
@@ -132,6 +135,26 @@ def _used_query_names() -> set[str]:
 def test_every_query_the_code_uses_exists():
     missing = _used_query_names() - set(db.QUERIES)
     assert missing == set()
+
+
+def test_every_query_is_used_by_the_code():
+    """A query nothing runs is dead code (tests may read the store with any)."""
+    assert set(db.QUERIES) - _used_query_names() == set()
+
+
+def test_every_query_has_a_one_line_description():
+    """The `--` line under each `-- name:` header says what the query does."""
+    missing = sorted(name for name, doc in db.DESCRIPTIONS.items() if not doc)
+    assert missing == [], f"queries without a description: {missing}"
+    text = (REPO / "rc/controller/store/queries.sql").read_text()
+    first = re.findall(r"^-- name: ([a-z0-9_]+)\n(.*)$", text, re.MULTILINE)
+    assert len(first) == len(db.QUERIES)
+    assert [n for n, line in first if not re.match(r"-- \S", line)] == []
+
+
+def test_a_query_description_is_kept_apart_from_its_statement():
+    parsed = db.parse_queries("-- name: a\n-- Says what a does,\n-- at length.\nSELECT 1\n")
+    assert parsed == {"a": ("Says what a does, at length.", "SELECT 1")}
 
 
 def test_every_query_compiles_against_the_schema(tmp_path):

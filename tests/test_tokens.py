@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from rc.controller import jobs, tokens
 from rc.controller.api.jobs import validate_submit
 from rc.controller.auth import Caller, TokenCache, hash_secret, new_secret
 from rc.controller.errors import Refused
+from rc.controller.store import jobs, tokens
 from rc.proto.model import JobKind, JobState, Role
 from rc.proto.wire import SubmitRequest
 from tests.harness import Cli, job, wait_until
@@ -44,7 +44,7 @@ def test_revoke_cancels_the_queued_jobs_of_its_name_and_no_others(lab):
         Caller(0, "admin", Role.ADMIN),
         lab.ctl.cfg.limits,
     )
-    queued.append(lab.write(jobs.enqueue, as_alice, lab.ctl.fleet)[0])
+    queued.append(lab.write(jobs.enqueue, as_alice, lab.ctl.match_cache)[0])
     bobs, _ = lab.submit("bob")
     _hash, cancelled = lab.write(tokens.revoke, "alice", "admin")
     assert cancelled == sorted(queued)

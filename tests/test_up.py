@@ -71,7 +71,7 @@ def test_down_names_what_it_stops_and_loses_no_job_that_never_started(user):
     listed = err.index(f"rc:   job {ids[0]}: sleep 100 (")
     assert err.index("stopping the worker ends 1 running job:") < listed
     assert listed < err.index("stopped the worker"), "named before it is stopped"
-    up = user.run("up", "-d", "--devices", "1", timeout=120)
+    up = user.run("up", "-d", "--listen", "127.0.0.1:0", "--devices", "1", timeout=120)
     assert up.returncode == 0, up.stderr
     for job_id in ids[1:]:
         res = user.run("logs", "-f", str(job_id), timeout=60)

@@ -19,7 +19,7 @@ from rc import __version__
 
 __all__ = ["GROUPS", "VERBS", "build_parser", "main"]
 
-GROUPS = ("run", "jobs", "devices", "admin", "relay", "copy", "local")
+GROUPS = ("run", "jobs", "devices", "admin", "relay", "copy", "serve", "up")
 """Modules of rc.cli that contribute subcommands, in help order."""
 
 VERBS = {
@@ -43,10 +43,10 @@ VERBS = {
     "shell": "relay",
     "exec": "relay",
     "cp": "copy",
-    "serve": "local",
-    "worker": "local",
-    "up": "local",
-    "down": "local",
+    "serve": "serve",
+    "worker": "serve",
+    "up": "up",
+    "down": "up",
 }
 """Each verb and the GROUPS module that defines it, so that `rc devices` imports
 only rc.cli.devices and not the relay, copy and run machinery (DESIGN.md §8:
@@ -89,18 +89,6 @@ def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
     for name in (VERBS[verb],) if verb in VERBS else GROUPS:
         importlib.import_module(f"rc.cli.{name}").add_parsers(sub)
     return p
-
-
-def add_client_flags(p: argparse.ArgumentParser) -> None:
-    """--controller/--token/--cacert overrides, on every client command."""
-    g = p.add_argument_group("connection")
-    g.add_argument(
-        "--controller",
-        metavar="URL",
-        help="controller URL (default: RC_CONTROLLER or the config file)",
-    )
-    g.add_argument("--token", metavar="TOKEN", help=argparse.SUPPRESS)
-    g.add_argument("--cacert", metavar="PEM", help="CA certificate to verify an https controller")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,7 +7,15 @@ import argparse
 import sys
 import time
 
-from rc.cli.context import UsageError, client, device_arg, duration_seconds, whole_seconds_arg
+from rc.cli.complete import attach, devices
+from rc.cli.context import (
+    UsageError,
+    add_client_flags,
+    client,
+    device_arg,
+    duration_seconds,
+    whole_seconds_arg,
+)
 from rc.cli.output import add_output_flag, machine, one_line, print_json, table, when
 from rc.proto.client import segment
 
@@ -15,9 +23,6 @@ __all__ = ["add_parsers"]
 
 
 def add_parsers(sub) -> None:
-    from rc.cli import add_client_flags
-    from rc.cli.complete import attach, devices
-
     p = sub.add_parser(
         "token",
         help="create, list and revoke API tokens (admin)",

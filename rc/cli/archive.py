@@ -11,9 +11,9 @@ byte for byte.
 
 Receiving (`receive`): extraction into an empty directory, refusing
 (ArchiveError) absolute names, `..` components, more than one top-level
-entry, a name given twice, links (symbolic or hard) that point outside that entry, and special
-files; tarfile's `data` filter then runs as well, with permission bits kept
-as sent.
+entry, a name given twice, links (symbolic or hard) that point outside that
+entry or to nothing, and special files; tarfile's `data` filter then runs as
+well, with permission bits kept as sent.
 
 The remote side is GNU tar inside `sh` (UPLOAD_SCRIPT, DOWNLOAD_SCRIPT): it
 refuses `..` members and never writes outside its target by itself. Both
@@ -168,6 +168,10 @@ def _checker(state: dict) -> Callable[[tarfile.TarInfo, str], tarfile.TarInfo]:
             # recursed without end); neither end ever sends one
             raise ArchiveError(f"refusing {name!r}: the archive holds it twice")
         seen.add(clean_name)
+        if m.issym() and not m.linkname:
+            # no system makes a link to nothing; tarfile, failing to, looked
+            # for the link's target among the members and found the link itself
+            raise ArchiveError(f"refusing {name!r}: a symlink to nothing")
         if m.issym() and not _inside(top, posixpath.dirname(clean_name), m.linkname):
             raise ArchiveError(
                 f"refusing {name!r}: a symlink to {m.linkname!r}, outside what is copied"

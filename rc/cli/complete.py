@@ -15,6 +15,9 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
+from rc.cli.context import client
+from rc.cli.output import job_state, job_what
+
 __all__ = ["COMPLETE_TIMEOUT_S", "attach", "devices", "label_keys", "live_jobs", "recent_jobs"]
 
 COMPLETE_TIMEOUT_S = 1.0
@@ -27,8 +30,6 @@ _OPERATOR_CHARS = "=!<>"
 
 
 def _ask(parsed_args: argparse.Namespace | None, path: str, params: dict | None = None) -> Any:
-    from rc.cli.context import client
-
     c = client(parsed_args or argparse.Namespace(), timeout=COMPLETE_TIMEOUT_S)
     c.connect_timeout = COMPLETE_TIMEOUT_S
     try:
@@ -52,8 +53,6 @@ def _quiet(fn: Callable[..., dict[str, str]]) -> Callable[..., dict[str, str]]:
 
 
 def _describe(job: dict) -> str:
-    from rc.cli.output import job_state, job_what
-
     return f"{job_state(job)}, {job['submitter']}: {job_what(job, 40)}"
 
 

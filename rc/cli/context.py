@@ -1,4 +1,5 @@
-"""What every client command needs: the controller client and small helpers."""
+"""What every client command needs: the controller client, the connection
+flags (--controller, --token, --cacert), argparse types and small helpers."""
 
 from __future__ import annotations
 
@@ -16,7 +17,9 @@ __all__ = [
     "Hangup",
     "SelectorTerms",
     "UsageError",
+    "add_client_flags",
     "client",
+    "device_arg",
     "duration_seconds",
     "hangup_interrupts",
     "interrupt_cause",
@@ -62,6 +65,18 @@ def token_source(args: argparse.Namespace) -> str:
     if os.environ.get("RC_TOKEN", "").strip():
         return "RC_TOKEN"
     return str(client_config.config_path())
+
+
+def add_client_flags(p: argparse.ArgumentParser) -> None:
+    """--controller/--token/--cacert overrides, on every client command."""
+    g = p.add_argument_group("connection")
+    g.add_argument(
+        "--controller",
+        metavar="URL",
+        help="controller URL (default: RC_CONTROLLER or the config file)",
+    )
+    g.add_argument("--token", metavar="TOKEN", help=argparse.SUPPRESS)
+    g.add_argument("--cacert", metavar="PEM", help="CA certificate to verify an https controller")
 
 
 def duration_seconds(text: str) -> float:

@@ -22,7 +22,8 @@ import uuid
 from dataclasses import dataclass
 
 from rc.cli import archive
-from rc.cli.context import UsageError, client, stderr
+from rc.cli.context import UsageError, add_client_flags, client, stderr
+from rc.cli.follow import submit, wait_terminal
 from rc.cli.relay import open_halves, open_session, wait_session
 from rc.proto.client import Client
 from rc.proto.errors import ApiError, RcError, TransportError
@@ -38,8 +39,6 @@ PROGRESS_EVERY_S = 0.25
 
 
 def add_parsers(sub) -> None:
-    from rc.cli import add_client_flags
-
     p = sub.add_parser(
         "cp",
         help="copy files or directories to or from a device",
@@ -209,8 +208,6 @@ def _start(c: Client, place: _Place, command: list[str], title: str) -> None:
         "no_wait": True,
         "idempotency_key": uuid.uuid4().hex,
     }
-    from rc.cli.run import submit
-
     try:
         place.job_id = submit(c, body)["job"]["id"]
     except ApiError as e:
@@ -226,8 +223,6 @@ def _remote_failure(c: Client, place: _Place) -> str | None:
     """None when the remote side succeeded, else what went wrong there
     (exit status and the end of its stderr)."""
     if place.job_id is not None:
-        from rc.cli.run import wait_terminal
-
         job = wait_terminal(c, place.job_id, give_up_after=COPY_WAIT_S)
         if job["state"] == "succeeded":
             return None

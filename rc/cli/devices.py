@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import time
 
-from rc.cli.context import SelectorTerms, UsageError, client, device_arg
+from rc.cli.complete import attach, devices, label_keys
+from rc.cli.context import SelectorTerms, UsageError, add_client_flags, client, device_arg
 from rc.cli.output import (
     add_output_flag,
     age,
@@ -24,9 +25,6 @@ NO_CONTACT_S = 30.0
 
 
 def add_parsers(sub) -> None:
-    from rc.cli import add_client_flags
-    from rc.cli.complete import attach, devices, label_keys
-
     p = sub.add_parser(
         "devices",
         help="every device, its state and who holds it",

@@ -6,7 +6,10 @@ import argparse
 import sys
 import time
 
-from rc.cli.context import SelectorTerms, UsageError, client
+from rc.cli.complete import attach, devices, label_keys, live_jobs, recent_jobs
+from rc.cli.context import SelectorTerms, UsageError, add_client_flags, client
+from rc.cli.devices import state_words
+from rc.cli.follow import exit_status, follow_log
 from rc.cli.output import (
     add_output_flag,
     duration,
@@ -24,9 +27,6 @@ STATES = ("queued", "assigned", "running", "succeeded", "failed", "killed", "los
 
 
 def add_parsers(sub) -> None:
-    from rc.cli import add_client_flags
-    from rc.cli.complete import attach, devices, label_keys, live_jobs, recent_jobs
-
     p = sub.add_parser(
         "jobs",
         help="list jobs, newest first (history included)",
@@ -167,8 +167,6 @@ def cmd_jobs(args: argparse.Namespace) -> int:
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
-    from rc.cli.run import exit_status, follow_log
-
     c = client(args)
     try:
         follow_log(c, args.job, sys.stdout.buffer, follow=args.follow)
@@ -236,8 +234,6 @@ def cmd_ps(args: argparse.Namespace) -> int:
 
 def _not_free(view: dict | None) -> str:
     """Why a matching device is not free, in a few words (rc explain -s)."""
-    from rc.cli.devices import state_words
-
     if view is None:
         return "not free"
     words = f"not free: {state_words(view)}"

@@ -41,7 +41,16 @@ import tty
 from collections.abc import Callable
 from typing import Self
 
-from rc.cli.context import UsageError, client, job_cwd, stderr
+from rc.cli.complete import attach, live_jobs
+from rc.cli.context import UsageError, add_client_flags, client, job_cwd, stderr
+from rc.cli.follow import (
+    add_env_flags,
+    exit_status,
+    job_env,
+    submit_run,
+    wait_started,
+    wait_terminal,
+)
 from rc.proto.client import Client
 from rc.proto.errors import ApiError, RcError, TransportError
 from rc.proto.relay import Download, Upload, data_frame, resize_frame
@@ -67,7 +76,6 @@ OVER_GRACE_S = 5.0
 
 
 def add_parsers(sub) -> None:
-
     _session_parser(
         sub,
         "shell",
@@ -88,10 +96,6 @@ def add_parsers(sub) -> None:
 
 def _session_parser(sub, name: str, help: str, description: str, command_help: str) -> None:
     """`rc shell` and `rc exec`: HOLD, --cwd, -e, --env-file, -- CMD."""
-    from rc.cli import add_client_flags
-    from rc.cli.complete import attach, live_jobs
-    from rc.cli.run import add_env_flags
-
     p = sub.add_parser(name, help=help, description=description)
     attach(
         p.add_argument("hold", type=int, metavar="HOLD", help="a running hold of yours"), live_jobs
@@ -300,8 +304,6 @@ def _close_when_over(over: Callable[[], None], down: Download) -> None:
 
 
 def _job_over(c: Client, job_id: int) -> Callable[[], None]:
-    from rc.cli.run import wait_terminal
-
     return lambda: wait_terminal(c, job_id)
 
 
@@ -336,8 +338,6 @@ def wait_session(c: Client, hold: int, sid: int, give_up_after: float = 300.0) -
 def _final_job(c: Client, job_id: int, clean: bool) -> dict:
     """The job's terminal record after its session; after a broken session
     give the controller only a short while to answer."""
-    from rc.cli.run import wait_terminal
-
     try:
         return wait_terminal(c, job_id, give_up_after=None if clean else 5.0)
     except TransportError:
@@ -366,8 +366,6 @@ def _session_code(c: Client, view: dict) -> int:
 
 
 def _env(args: argparse.Namespace, tty_mode: bool) -> dict[str, str]:
-    from rc.cli.run import job_env
-
     env = job_env(args.env, args.env_files)
     if tty_mode:
         env.setdefault("TERM", os.environ.get("TERM") or "xterm-256color")
@@ -379,8 +377,6 @@ def _env(args: argparse.Namespace, tty_mode: bool) -> dict[str, str]:
 
 def cmd_run_tty(args: argparse.Namespace, command: list[str]) -> int:
     """`rc run --tty`: submit a terminal job, wait in the queue, attach."""
-    from rc.cli.run import exit_status, submit_run, wait_started
-
     if args.detach:
         raise UsageError("--tty and --detach do not go together (a terminal needs you there)")
     c = client(args)

@@ -27,42 +27,41 @@ import sys
 import time
 import uuid
 
+from rc.cli.complete import attach, devices, label_keys, live_jobs
 from rc.cli.context import (
     SelectorTerms,
     UsageError,
+    add_client_flags,
     client,
     device_arg,
     hangup_interrupts,
     interrupt_cause,
-    job_cwd,
     stderr,
     whole_seconds_arg,
 )
+from rc.cli.follow import (
+    CANCEL_TIMEOUT_S,
+    TERMINAL,
+    add_env_flags,
+    exit_status,
+    follow_log,
+    job_env,
+    post_kill,
+    submit,
+    submit_run,
+    target,
+    wait_started,
+    wait_terminal,
+)
 from rc.cli.output import when
+from rc.cli.relay import cmd_run_tty
 from rc.proto.client import Client
 from rc.proto.duration import format_duration
-from rc.proto.errors import ApiError, RcError, TransportError
+from rc.proto.errors import RcError, TransportError
 from rc.proto.model import PRIORITY_MAX, PRIORITY_MIN
-from rc.proto.selector import ANY
 
-__all__ = [
-    "add_env_flags",
-    "add_parsers",
-    "exit_status",
-    "follow_log",
-    "job_env",
-    "kill_on_detach_default",
-    "read_env_file",
-    "stdin_is_data",
-    "submit",
-    "submit_run",
-    "wait_started",
-]
+__all__ = ["add_parsers", "kill_on_detach_default", "stdin_is_data"]
 
-SUBMIT_RETRY_S = 30.0
-RECONNECT_MAX_S = 300.0
-QUEUE_POLL_WAIT_S = 20.0
-CANCEL_TIMEOUT_S = 10.0
 DOUBLE_INTERRUPT_S = 2.0
 """After a first Ctrl-C on a running `rc run`, how long a second one kills the job."""
 EXIT_OUTPUT_CLOSED = 141
@@ -82,8 +81,6 @@ def priority_arg(text: str) -> int:
 
 def _target_flags(p: argparse.ArgumentParser) -> None:
     """-d DEVICE or -s SELECTOR (repeatable); with neither, any device (`*`)."""
-    from rc.cli.complete import attach, devices, label_keys
-
     g = p.add_mutually_exclusive_group()
     attach(
         g.add_argument(
@@ -107,8 +104,6 @@ def _target_flags(p: argparse.ArgumentParser) -> None:
 
 
 def add_parsers(sub) -> None:
-    from rc.cli import add_client_flags
-
     p = sub.add_parser(
         "run",
         help="run a command on a device and stream its output",
@@ -195,91 +190,9 @@ def add_parsers(sub) -> None:
         description="End hold ID now (or kill job ID): the device goes back to "
         "the pool once its worker has checked it.",
     )
-    from rc.cli.complete import attach, live_jobs
-
     attach(p.add_argument("job", type=int, metavar="ID", help="the hold (or job) id"), live_jobs)
     add_client_flags(p)
     p.set_defaults(handler="run:cmd_release")
-
-
-def add_env_flags(p: argparse.ArgumentParser, whose: str) -> None:
-    """-e NAME[=VALUE] and --env-file FILE (both repeatable), read by job_env()."""
-    p.add_argument(
-        "-e",
-        "--env",
-        action="append",
-        default=[],
-        metavar="NAME[=VALUE]",
-        help=f"an environment variable for {whose}; NAME alone passes its value here (repeatable)",
-    )
-    p.add_argument(
-        "--env-file",
-        dest="env_files",
-        action="append",
-        default=[],
-        metavar="FILE",
-        help="NAME=VALUE lines (# comments and blank lines allowed); -e wins (repeatable)",
-    )
-
-
-_NAME_RULE = "letters, digits and '_', not starting with a digit"
-
-
-def job_env(items: list[str], files: list[str] = ()) -> dict[str, str]:
-    """The environment a job or session asks for: each --env-file in order,
-    then each -e in order, a later value of a name replacing an earlier one.
-    `-e NAME=VALUE` gives a value; `-e NAME` passes this process's value of
-    NAME. Names are checked as the controller checks them (valid_env_name).
-    Raises UsageError naming the bad item (a file's name and line number)."""
-    from rc.proto.model import valid_env_name
-
-    env: dict[str, str] = {}
-    for path in files:
-        env.update(read_env_file(path))
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not valid_env_name(key):
-            raise UsageError(f"-e {item!r}: {key!r} is not a variable name ({_NAME_RULE})")
-        if not sep:
-            if key not in os.environ:
-                raise UsageError(f"-e {item!r}: {key} is not set here (give it: -e {key}=VALUE)")
-            value = os.environ[key]
-        if "\0" in value:
-            raise UsageError(f"-e {item!r}: the value contains a NUL character")
-        env[key] = value
-    return env
-
-
-def read_env_file(path: str) -> dict[str, str]:
-    """The NAME=VALUE lines of an --env-file, in order (a later line of a name
-    wins). The value is everything after the first '=', taken as it is
-    (quotes included, like `docker run --env-file`; a final CR is dropped);
-    lines that are blank or start with '#' are skipped. Raises UsageError
-    naming the file, and the line for a bad one."""
-    from rc.proto.model import valid_env_name
-
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        raise UsageError(f"--env-file {path}: cannot read it: {e.strerror or e}") from None
-    env: dict[str, str] = {}
-    for n, raw in enumerate(data.split(b"\n"), 1):
-        try:
-            line = raw.decode().removesuffix("\r")
-        except UnicodeDecodeError:
-            raise UsageError(f"{path}:{n}: not UTF-8 text") from None
-        if not line.strip() or line.lstrip().startswith("#"):
-            continue
-        key, sep, value = line.lstrip().partition("=")
-        if not sep:
-            raise UsageError(f"{path}:{n}: {line[:60]!r} is not NAME=VALUE")
-        if not valid_env_name(key):
-            raise UsageError(f"{path}:{n}: {key[:60]!r} is not a variable name ({_NAME_RULE})")
-        if "\0" in value:
-            raise UsageError(f"{path}:{n}: the value of {key} contains a NUL character")
-        env[key] = value
-    return env
 
 
 def stdin_is_data() -> bool:
@@ -292,55 +205,6 @@ def stdin_is_data() -> bool:
     return stat.S_ISFIFO(mode) or stat.S_ISREG(mode) or stat.S_ISSOCK(mode)
 
 
-def _target(args) -> tuple[dict, str]:
-    if args.device is not None:
-        if not args.device.strip():
-            raise UsageError("-d needs a device, host:name (rc devices lists them)")
-        return {"device_id": args.device}, args.device
-    if args.selector is not None and not args.selector.strip():
-        raise UsageError("-s needs a selector, e.g. 'kind=gpu' (or '*' for any device)")
-    sel = args.selector or ANY
-    return {"selector": sel}, ("any device" if sel == ANY else f"selector {sel!r}")
-
-
-def submit_run(
-    c: Client, args: argparse.Namespace, command: list[str], env: dict[str, str], stdio: str = ""
-) -> tuple[dict, str]:
-    """Submit what `rc run` was asked for (stdio "" or "tty"); returns the
-    JobView and a label for the target. Raises ApiError as the controller
-    refused (--no-wait on a busy target: no_device_available, one line)."""
-    target, label = _target(args)
-    body = {
-        **target,
-        "command": command,
-        "stdio": stdio,
-        "cwd": job_cwd(args.cwd),
-        "env": env,
-        "idempotency_key": uuid.uuid4().hex,
-        "priority": args.priority,
-        "max_runtime_seconds": args.max_runtime,
-        "idle_timeout_seconds": args.idle_timeout,
-        "no_wait": args.no_wait,
-        "as_user": args.as_user,
-    }
-    return submit(c, body), label
-
-
-def submit(c: Client, body: dict) -> dict:
-    """POST /v1/jobs, retrying transport failures for up to 30 s (the
-    idempotency key makes a retry return the same job)."""
-    deadline = time.monotonic() + SUBMIT_RETRY_S
-    delay = 0.2
-    while True:
-        try:
-            return c.post("/v1/jobs", body)
-        except TransportError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(delay)
-            delay = min(delay * 2, 2.0)
-
-
 def cmd_run(args: argparse.Namespace) -> int:
     command = list(args.command)
     if command and command[0] == "--":
@@ -348,8 +212,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not command and not args.tty:
         raise UsageError("give a command after --, e.g. rc run -- python3 train.py")
     if args.tty:
-        from rc.cli.relay import cmd_run_tty
-
         return cmd_run_tty(args, command)
     if args.detach and args.kill_on_detach:
         raise UsageError("--detach and --kill-on-detach do not go together (rc would not stay)")
@@ -436,7 +298,7 @@ def _kill_running(c: Client, job: dict, why: str, reason: str = "") -> None:
     twice"...; the kill reason is `reason`, else "rc run got WHY") and wait
     at most CANCEL_TIMEOUT_S for it to end, saying what came of it."""
     job_id = job["id"]
-    failed = _post_kill(c, job_id, reason or f"rc run got {why}")
+    failed = post_kill(c, job_id, reason or f"rc run got {why}")
     if failed == "it had already ended":
         stderr(f"{why}: job {job_id} had already ended")
         return
@@ -460,165 +322,6 @@ def _kill_running(c: Client, job: dict, why: str, reason: str = "") -> None:
     stderr(f"{why}: kill requested for job {job_id}; it is still ending (see rc ps)")
 
 
-def wait_started(c: Client, job: dict, position: int, label: str) -> dict | None:
-    """Wait while the job is queued, printing its position when it changes.
-
-    Returns the job once it is assigned or running; None after Ctrl-C (the
-    queued job is then cancelled). Raises RcError when it ended without
-    starting (cancelled by someone, no-wait).
-    """
-    shown = None
-    failures = 0
-    try:
-        while job["state"] == "queued":
-            if position != shown:
-                stderr(f"queued at position {position} for {label} (job {job['id']})")
-                shown = position
-            try:
-                view = c.get(
-                    f"/v1/jobs/{job['id']}",
-                    params={
-                        "wait": f"{QUEUE_POLL_WAIT_S:g}s",
-                        "state": "queued",
-                        "position": position,
-                    },
-                    timeout=QUEUE_POLL_WAIT_S + 15,
-                )
-                failures = 0
-            except TransportError:
-                failures += 1
-                if failures >= 16:
-                    raise RcError(
-                        f"lost track of job {job['id']} (it may still be queued or "
-                        "running; see rc ps)"
-                    ) from None
-                time.sleep(min(0.5 * failures, 5.0))
-                continue
-            job, position = view["job"], view.get("queue_position", 0)
-    except KeyboardInterrupt as e:
-        _cancel_queued(c, job, interrupt_cause(e))
-        return None
-    if job["state"] in ("assigned", "running"):
-        return job
-    reason = job.get("kill_reason") or "no reason given"
-    raise RcError(f"job {job['id']} ended without starting ({job['state']}: {reason})")
-
-
-def _cancel_queued(c: Client, job: dict, cause: str) -> None:
-    failed = _post_kill(c, job["id"], f"cancelled while queued ({cause})")
-    if failed:
-        stderr(f"job {job['id']} could not be cancelled: {failed} (see rc ps)")
-        return
-    try:
-        now = c.get(f"/v1/jobs/{job['id']}", timeout=CANCEL_TIMEOUT_S)["job"]
-    except RcError:
-        stderr(f"cancel requested for job {job['id']}")
-        return
-    if now["state"] == "killed" and not now.get("started_at"):
-        stderr(f"cancelled queued job {job['id']}")
-    else:
-        stderr(f"job {job['id']} started just as it was being cancelled; kill requested")
-
-
-def _post_kill(c: Client, job_id: int, reason: str) -> str:
-    """Kill (or cancel) a job within CANCEL_TIMEOUT_S; "" when the controller
-    took it, else why not, in words."""
-    try:
-        c.post(f"/v1/jobs/{job_id}/kill", {"reason": reason}, timeout=CANCEL_TIMEOUT_S)
-        return ""
-    except ApiError as e:
-        return "it had already ended" if e.code == "not_cancellable" else f"{e.code}: {e.message}"
-    except TransportError as e:
-        return str(e)
-
-
-def follow_log(c: Client, job_id: int, out, offset: int = 0, follow: bool = True) -> int:
-    """Copy the job's stored output to `out` until it has ended and every byte
-    was shown; reconnects from the byte offset reached. Returns the offset."""
-    failures_since = None
-    delay = 0.2
-    while True:
-        try:
-            for chunk in c.stream(
-                "GET",
-                f"/v1/jobs/{job_id}/logs",
-                params={"offset": offset, "follow": "1" if follow else "0"},
-                timeout=60.0,
-            ):
-                out.write(chunk)
-                out.flush()
-                offset += len(chunk)
-                failures_since, delay = None, 0.2
-            if not follow:
-                return offset
-            state = c.get(f"/v1/jobs/{job_id}", timeout=10.0)["job"]["state"]
-            if state in TERMINAL:
-                rest = c.request(
-                    "GET", f"/v1/jobs/{job_id}/logs", params={"offset": offset, "follow": "0"}
-                ).body
-                if rest:
-                    out.write(rest)
-                    out.flush()
-                    offset += len(rest)
-                return offset
-        except TransportError:
-            now = time.monotonic()
-            failures_since = failures_since or now
-            if now - failures_since > RECONNECT_MAX_S:
-                raise
-            time.sleep(delay)
-            delay = min(delay * 2, 5.0)
-        except ApiError as e:
-            if e.status >= 500:
-                time.sleep(delay)
-                delay = min(delay * 2, 5.0)
-                continue
-            raise
-
-
-TERMINAL = ("succeeded", "failed", "killed", "lost")
-
-
-def wait_terminal(c: Client, job_id: int, give_up_after: float | None = RECONNECT_MAX_S) -> dict:
-    """The job once it has ended, by long poll; transport failures are retried
-    (for up to `give_up_after` seconds in a row; None: forever)."""
-    state, failing_since, delay = "", None, 0.5
-    while True:
-        try:
-            job = c.get(
-                f"/v1/jobs/{job_id}",
-                params={"wait": "50s", "state": state, "position": 0},
-                timeout=65,
-            )["job"]
-            failing_since, delay = None, 0.5
-            if job["state"] in TERMINAL:
-                return job
-            state = job["state"]
-        except TransportError:
-            now = time.monotonic()
-            failing_since = failing_since or now
-            if give_up_after is not None and now - failing_since > give_up_after:
-                raise
-            time.sleep(delay)
-            delay = min(delay * 2, 10.0)
-
-
-def exit_status(job: dict) -> int:
-    """rc run's exit code for a finished job: its own code; never 0 unless it
-    succeeded; a code that is a multiple of 256 (or over 255) becomes 1."""
-    code = job.get("exit_code")
-    state = job["state"]
-    reason = job.get("kill_reason") or ""
-    if state == "succeeded":
-        return 0
-    if code and code % 256 != 0 and 0 < code < 256:
-        if reason:
-            stderr(f"job {job['id']} {state}: {reason}")
-        return code
-    stderr(f"job {job['id']} {state}" + (f": {reason}" if reason else ""))
-    return 1
-
-
 def cmd_hold(args: argparse.Namespace) -> int:
     """`rc hold`: queue a hold, print it once granted, block until it ends.
 
@@ -633,9 +336,9 @@ def cmd_hold(args: argparse.Namespace) -> int:
     if args.ttl <= 0:
         raise UsageError("--ttl must be positive")
     c = client(args)
-    target, label = _target(args)
+    where, label = target(args)
     body = {
-        **target,
+        **where,
         "kind": "hold",
         "max_runtime_seconds": args.ttl,
         "reason": args.reason,
@@ -704,7 +407,7 @@ def _wait_running(c: Client, job: dict) -> dict:
 def _release_on_interrupt(c: Client, hold_id: int, cause: str) -> None:
     """Ctrl-C (or SIGTERM/SIGHUP) on a granted hold: release it (bounded);
     say so either way."""
-    failed = _post_kill(c, hold_id, f"released ({cause})")
+    failed = post_kill(c, hold_id, f"released ({cause})")
     if failed:
         stderr(f"could not release hold {hold_id}: {failed}; run rc release {hold_id}")
     else:

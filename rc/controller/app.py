@@ -1,7 +1,7 @@
 """Builds the Starlette app: routes, the one error shape, the instance header.
 
 No business logic lives here (STYLE.md §14): routes are in rc.controller.api,
-state changes in the transaction modules.
+state changes in rc.controller.store.
 """
 
 from __future__ import annotations

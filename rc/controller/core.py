@@ -1,13 +1,14 @@
 """The running controller: database, caches, wake-ups and background loops.
 
 One `Controller` per `rc serve` process. Route handlers reach it through
-`request.app.state.ctl`; they validate input, then call transaction functions
-through `ctl.db.write(...)` and views through `ctl.db.read(...)`.
+`request.app.state.ctl`; they validate input, then call the store's
+transaction functions through `ctl.db.write(...)` and its reads through
+`ctl.db.read(...)` (rc.controller.store).
 
 Background loops (each turn reads the clock once, every wait has a deadline):
 - the scheduling tick: a pass every `schedule_interval` seconds, besides the
   pass that follows every submit, release and registration;
-- the sweeper: `fleet.sweep` every `sweep_interval` seconds.
+- the sweeper: `store.workers.sweep` every `sweep_interval` seconds.
 """
 
 from __future__ import annotations
@@ -20,15 +21,17 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from rc.controller import fleet, jobs, scheduler, tokens, views
+from rc.controller import planner, scheduler
 from rc.controller.auth import TokenCache, hash_secret, new_secret
 from rc.controller.config import ControllerConfig
-from rc.controller.db import Database, Tx
 from rc.controller.errors import StartupError
 from rc.controller.hub import Hub
 from rc.controller.logstore import LogStore
 from rc.controller.metrics import Metrics
 from rc.controller.relay import Relay
+from rc.controller.store import jobs, queue, tokens, views, workers
+from rc.controller.store.db import Database, Tx
+from rc.controller.store.labels import MatchCache
 from rc.controller.webhook import Webhook
 from rc.proto.model import Role
 
@@ -40,10 +43,6 @@ ADMIN_TOKEN_FILE = "admin.token"
 PLAN_MAX_AGE_S = 1.0
 """A shared queue plan is reused at most this long (aging moves the order)."""
 DB_FILE = "rc.db"
-
-
-def _request_pass(tx: Tx) -> None:
-    tx.schedule = True
 
 
 class Controller:
@@ -60,16 +59,16 @@ class Controller:
         self.data = Path(config.data_dir)
         self.db = Database(str(self.data / DB_FILE), clock)
         self.hub = Hub()
-        self.fleet = scheduler.Fleet()
+        self.match_cache = MatchCache()
         self.tokens = TokenCache()
         self.logs: LogStore | None = None
-        self.policy = scheduler.Policy(
+        self.policy = planner.Policy(
             aging=config.aging,
             cap=config.max_devices_per_user,
             lease_default=config.lease_default,
             lease_grace=config.lease_grace,
         )
-        self.thresholds = fleet.Thresholds(
+        self.thresholds = workers.Thresholds(
             unknown_after=config.unknown_after,
             lost_after=config.lost_after,
             startup_grace=config.startup_grace,
@@ -84,7 +83,6 @@ class Controller:
         self.started_at = 0.0
         self.created_admin_token = False
         self._loops: list[asyncio.Task] = []
-        self.on_assign: list[Callable[[list[tuple[int, str]]], None]] = []
         self.webhook: Webhook | None = None
         self._plan_version = 0
         self._plan: tuple | None = None
@@ -117,11 +115,11 @@ class Controller:
         )
         self.db.after_batch = self._pass
         self.db.on_commit = self.hub.notify
-        self.db.on_rollback = self.fleet.invalidate
+        self.db.on_rollback = self.match_cache.invalidate
         self.hub.listeners.append(self._note_change)
         await self.db.open()
         self.started_at = self.clock()
-        await self.db.write(fleet.controller_started)
+        await self.db.write(workers.controller_started)
         await self._bootstrap_admin()
         await self.reload_tokens()
         if self.cfg.webhook_url:
@@ -160,7 +158,7 @@ class Controller:
     async def _bootstrap_admin(self) -> None:
         """On an empty database, create the `admin` token and write it to
         DATA/admin.token (mode 0600): the only time that secret is shown."""
-        if await self.db.read(lambda tx: tx.scalar("tokens_count")):
+        if await self.db.read(tokens.count):
             return
         secret = new_secret()
         path = self.data / ADMIN_TOKEN_FILE
@@ -184,7 +182,7 @@ class Controller:
             self._plan_version += 1
 
     async def queue_plan(self):
-        """A plan of the queue (scheduler.Snapshot) no older than the latest
+        """A plan of the queue (planner.Snapshot) no older than the latest
         committed change to jobs or devices and at most PLAN_MAX_AGE_S old.
 
         Readers that only need queue positions share it: under a burst of
@@ -227,14 +225,11 @@ class Controller:
     # -- scheduling ------------------------------------------------------
 
     def _pass(self, tx: Tx) -> None:
-        done = scheduler.schedule(tx, self.fleet, self.policy)
-        if done:
-            for hook in self.on_assign:
-                hook(done)
+        scheduler.schedule(tx, self.match_cache, self.policy)
 
     async def kick(self) -> None:
         """Run a scheduling pass now (in the next write batch)."""
-        await self.db.write(_request_pass)
+        await self.db.write(queue.request_pass)
 
     async def _tick_loop(self) -> None:
         while True:
@@ -254,7 +249,7 @@ class Controller:
 
     async def sweep(self) -> int:
         """One sweep now; returns how many things changed."""
-        return await self.db.write(fleet.sweep, self.thresholds, self.started_at)
+        return await self.db.write(workers.sweep, self.thresholds, self.started_at)
 
     # -- hand-out ----------------------------------------------------------
 
@@ -266,18 +261,13 @@ class Controller:
         starts a job id twice, so a re-delivery after a restart is harmless).
         """
 
-        def read(tx: Tx):
-            assigned = tx.all("jobs_assigned_to", (worker_id,))
-            due = tx.scalar("count_kills_due", (worker_id, tx.now - self.cfg.kill_redelivery))
-            return assigned, due
-
-        assigned, due = await self.db.read(read)
+        assigned, due = await self.db.read(jobs.pending_for, worker_id, self.cfg.kill_redelivery)
         seen = self.delivered.setdefault(worker_id, set())
         fresh = [r for r in assigned if r["id"] not in seen]
         self.delivered[worker_id] = {r["id"] for r in assigned}
         kills: list[int] = []
         if due:
-            _, kills = await self.db.write(jobs.handout, worker_id, set(), self.cfg.kill_redelivery)
+            kills = await self.db.write(jobs.deliver_kills, worker_id, self.cfg.kill_redelivery)
         return fresh, kills
 
     def forget_delivered(self, worker_id: str, keep: set[int]) -> bool:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from rc.proto.errors import ErrorCode, RcError
 
-__all__ = ["ControllerError", "Refused", "StartupError", "StoreError"]
+__all__ = ["ControllerError", "GuardFailed", "Refused", "StartupError", "StoreError"]
 
 
 class ControllerError(RcError):
@@ -19,6 +19,17 @@ class ControllerError(RcError):
 
 class StoreError(ControllerError):
     """The database cannot be opened, is not ours, or a commit failed."""
+
+
+class GuardFailed(StoreError):
+    """A guarded write (`Tx.change`) changed no row, or more than one: the
+    row it is guarded by (a job still queued, a device still ready, a lease
+    still live...) was not as the transaction function had just read it.
+
+    A bug in a transaction function, never the caller's mistake: the
+    function's savepoint is rolled back (nothing it wrote stays) and a
+    request answers 500 internal. The message names the query.
+    """
 
 
 class StartupError(ControllerError):

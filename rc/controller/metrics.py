@@ -5,8 +5,8 @@ process-global one, so two controllers in one process never mix series).
 
 Where each series comes from:
 
-- the store, read on every scrape by `StoreCollector` inside one read
-  transaction on a reader thread (a consistent snapshot; the writer and the
+- the store, counted on every scrape (rc.controller.store.views.census)
+  inside one read transaction on a reader thread (a consistent snapshot; the writer and the
   event loop never wait for it): devices by state, quarantined devices by
   reason, draining devices, queue depth by priority, jobs by state (finished
   ones as counters), feed events by kind, heartbeat age per worker. The jobs
@@ -46,7 +46,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from rc import __version__
-from rc.controller.db import Tx
+from rc.controller.store import views
+from rc.controller.store.db import Tx
 from rc.proto.model import (
     PRIORITY_MAX,
     PRIORITY_MIN,
@@ -175,8 +176,9 @@ class Metrics:
     def _render(self, tx: Tx, extra: dict[str, float]) -> bytes:
         # Runs on a reader thread; the lock keeps two scrapes on two readers
         # from sharing the collector's per-scrape context.
+        counted = views.census(tx)
         with self._render_lock:
-            self.collector.context = (tx, extra)
+            self.collector.context = (counted, extra)
             try:
                 return generate_latest(self.registry)
             finally:
@@ -186,29 +188,28 @@ class Metrics:
 class StoreCollector:
     """A custom collector: every series that is a fact of the store.
 
-    `context` is (read Tx, extra values) during a scrape and None otherwise
-    (then it yields nothing).
+    `context` is (the store's census, extra values) during a scrape and None
+    otherwise (then it yields nothing).
     """
 
     def __init__(self) -> None:
-        self.context: tuple[Tx, dict[str, float]] | None = None
+        self.context: tuple[views.Census, dict[str, float]] | None = None
 
     def collect(self) -> Iterator[Metric]:
         if self.context is None:
             return
-        tx, extra = self.context
-        yield from _devices(tx)
-        yield from _jobs(tx)
-        yield from _workers(tx)
-        yield from _events(tx)
+        counted, extra = self.context
+        yield from _devices(counted)
+        yield from _jobs(counted)
+        yield from _workers(counted)
+        yield from _events(counted)
         yield from _extras(extra)
 
 
-def _counts(tx: Tx, query: str, column: str, keys) -> dict:
-    """{key: n} from a `SELECT column, count(*) AS n ... GROUP BY` query, every key present."""
+def _counts(found: dict, keys) -> dict:
+    """{key: n} with every key present (0 where `found` has none)."""
     out = dict.fromkeys(keys, 0)
-    for r in tx.all(query):
-        out[r[column]] = r["n"]
+    out.update(found)
     return out
 
 
@@ -219,14 +220,12 @@ def _labelled(cls, name: str, doc: str, label: str, counts: dict) -> Metric:
     return family
 
 
-def _devices(tx: Tx) -> Iterator[Metric]:
-    states = _counts(tx, "metrics_devices_by_state", "state", (s.value for s in DeviceState))
+def _devices(counted: views.Census) -> Iterator[Metric]:
+    states = _counts(counted.devices_by_state, (s.value for s in DeviceState))
     yield _labelled(
         GaugeMetricFamily, "rc_devices", "Devices by state (ready = free)", "state", states
     )
-    reasons = _counts(
-        tx, "metrics_devices_quarantined", "quarantine_reason", (q.value for q in QuarantineReason)
-    )
+    reasons = _counts(counted.quarantined_by_reason, (q.value for q in QuarantineReason))
     reasons[UNKNOWN_REASON] = reasons.pop("")
     yield _labelled(
         GaugeMetricFamily,
@@ -235,19 +234,15 @@ def _devices(tx: Tx) -> Iterator[Metric]:
         "reason",
         reasons,
     )
-    yield GaugeMetricFamily(
-        "rc_devices_draining", "Devices being drained", value=tx.scalar("metrics_devices_draining")
-    )
+    yield GaugeMetricFamily("rc_devices_draining", "Devices being drained", value=counted.draining)
 
 
-def _jobs(tx: Tx) -> Iterator[Metric]:
-    depth = _counts(
-        tx, "metrics_queue_by_priority", "priority", range(PRIORITY_MIN, PRIORITY_MAX + 1)
-    )
+def _jobs(counted: views.Census) -> Iterator[Metric]:
+    depth = _counts(counted.queued_by_priority, range(PRIORITY_MIN, PRIORITY_MAX + 1))
     yield _labelled(
         GaugeMetricFamily, "rc_queue_depth", "Queued jobs by priority", "priority", depth
     )
-    states = _counts(tx, "metrics_jobs_by_state", "state", (s.value for s in JobState))
+    states = _counts(counted.jobs_by_state, (s.value for s in JobState))
     yield _labelled(
         GaugeMetricFamily,
         "rc_jobs",
@@ -264,19 +259,19 @@ def _jobs(tx: Tx) -> Iterator[Metric]:
     )
 
 
-def _workers(tx: Tx) -> Iterator[Metric]:
+def _workers(counted: views.Census) -> Iterator[Metric]:
     g = GaugeMetricFamily(
         "rc_worker_heartbeat_age_seconds",
         "Seconds since each worker's last heartbeat (controller clock)",
         labels=["worker"],
     )
-    for r in tx.all("workers_all"):
-        g.add_metric([r["id"]], tx.now - r["last_heartbeat_at"])
+    for worker_id, age in counted.heartbeat_age.items():
+        g.add_metric([worker_id], age)
     yield g
 
 
-def _events(tx: Tx) -> Iterator[Metric]:
-    kinds = _counts(tx, "metrics_events_by_kind", "kind", (k.value for k in EventKind))
+def _events(counted: views.Census) -> Iterator[Metric]:
+    kinds = _counts(counted.events_by_kind, (k.value for k in EventKind))
     yield _labelled(CounterMetricFamily, "rc_events", "Activity feed events by kind", "kind", kinds)
 
 

@@ -1,6 +1,6 @@
 """The webhook sink: every activity-feed event POSTed to one URL (inventory §8.1).
 
-Events are rows first (rc.controller.feed); this sink tails them after each
+Events are rows first (rc.controller.store.events); this sink tails them after each
 commit and delivers each as one JSON POST:
 
     {"id": 17, "event": "device_unhealthy", "device": "gpu1:gpu3", "job": 42,
@@ -25,8 +25,8 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 
-from rc.controller import rows
-from rc.controller.db import Database
+from rc.controller.store import events
+from rc.controller.store.db import Database
 
 __all__ = ["Webhook"]
 
@@ -76,7 +76,7 @@ class Webhook:
 
     async def start(self) -> None:
         """Begin after the newest existing event (history is not replayed)."""
-        self._last_id = await self.db.read(lambda tx: tx.scalar("events_last_id"))
+        self._last_id = await self.db.read(events.last_id)
         self._tasks = [
             asyncio.create_task(self._tail(), name="rc-webhook-tail"),
             asyncio.create_task(self._deliver(), name="rc-webhook-deliver"),
@@ -109,12 +109,10 @@ class Webhook:
             await self._wake.wait()
             self._wake.clear()
             while True:
-                found = await self.db.read(
-                    lambda tx: tx.all("events_since", (self._last_id, 0.0, TAIL_BATCH))
-                )
-                for r in found:
-                    self._last_id = r["id"]
-                    self._offer(_body(rows.event(r)))
+                found = await self.db.read(events.after, self._last_id, TAIL_BATCH)
+                for e in found:
+                    self._last_id = e.id
+                    self._offer(_body(e))
                 if len(found) < TAIL_BATCH:
                     break
 

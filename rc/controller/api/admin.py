@@ -8,7 +8,6 @@ import time
 from starlette.requests import Request
 from starlette.routing import Route
 
-from rc.controller import feed, rows, tokens
 from rc.controller.api import (
     Role,
     caller,
@@ -21,6 +20,8 @@ from rc.controller.api import (
 )
 from rc.controller.auth import TOKEN_NAME_RE, hash_secret, new_secret
 from rc.controller.errors import Refused
+from rc.controller.store import events as feed
+from rc.controller.store import rows, tokens
 from rc.proto.errors import ErrorCode
 from rc.proto.wire import (
     EventList,
@@ -66,7 +67,7 @@ async def list_tokens(request: Request):
     """GET /v1/tokens (admin): names, roles, dates; never secrets."""
     c = ctl(request)
     caller(request)
-    found = await c.db.read(lambda tx: [rows.token(r) for r in tx.all("tokens_all")])
+    found = await c.db.read(tokens.listing)
     return reply(TokenList(tuple(found)))
 
 
@@ -106,9 +107,7 @@ async def events(request: Request):
     while True:
         ev = c.hub.waiter("events")
         since_at = c.clock() - since if since else 0.0
-        found = await c.db.read(
-            lambda tx: [rows.event(r) for r in feed.since(tx, after, since_at, limit)]
-        )
+        found = await c.db.read(feed.since, after, since_at, limit)
         left = deadline - time.monotonic()
         if found or left <= 0 or c.hub.closing:
             return reply(EventList(tuple(found)))

@@ -8,9 +8,9 @@ import dataclasses
 from starlette.requests import Request
 from starlette.routing import Route
 
-from rc.controller import fleet, views
 from rc.controller.api import Role, caller, ctl, json_body, query_bool, reply
 from rc.controller.errors import Refused
+from rc.controller.store import devices, views
 from rc.proto.errors import ErrorCode
 from rc.proto.wire import ActionResult, DeviceList, DrainRequest
 
@@ -67,7 +67,7 @@ async def clear(request: Request):
     c = ctl(request)
     who = caller(request)
     device_id = request.path_params["device_id"]
-    await c.db.write(fleet.clear, device_id, who.name)
+    await c.db.write(devices.clear, device_id, who.name)
     return reply(ActionResult(True, f"cleared {device_id}"))
 
 
@@ -76,7 +76,7 @@ async def retire(request: Request):
     c = ctl(request)
     who = caller(request)
     device_id = request.path_params["device_id"]
-    await c.db.write(fleet.retire, device_id, who.name, c.fleet)
+    await c.db.write(devices.retire, device_id, who.name, c.match_cache)
     return reply(
         ActionResult(
             True,
@@ -89,13 +89,13 @@ async def retire(request: Request):
 async def drain(request: Request):
     """POST /v1/devices/{id}/drain (admin): the current job finishes, no new one
     starts. Draining a draining device is 200 with already=true and changes
-    nothing, unless it brings a new reason (fleet.drain)."""
+    nothing, unless it brings a new reason (store.devices.drain)."""
     c = ctl(request)
     who = caller(request)
     device_id = request.path_params["device_id"]
     req = await json_body(request, DrainRequest, c.cfg.limits.body_bytes, empty_ok=True)
     message, already = await c.db.write(
-        fleet.drain, device_id, True, req.reason[: c.cfg.limits.text_bytes], who.name
+        devices.drain, device_id, True, req.reason[: c.cfg.limits.text_bytes], who.name
     )
     return reply(ActionResult(True, message, already))
 
@@ -106,7 +106,7 @@ async def undrain(request: Request):
     c = ctl(request)
     who = caller(request)
     device_id = request.path_params["device_id"]
-    message, already = await c.db.write(fleet.drain, device_id, False, "", who.name)
+    message, already = await c.db.write(devices.drain, device_id, False, "", who.name)
     return reply(ActionResult(True, message, already))
 
 

@@ -12,7 +12,6 @@ from starlette.requests import Request
 from starlette.responses import StreamingResponse
 from starlette.routing import Route
 
-from rc.controller import jobs, views
 from rc.controller.api import (
     Role,
     caller,
@@ -26,6 +25,7 @@ from rc.controller.api import (
 from rc.controller.auth import TOKEN_NAME_RE, Caller
 from rc.controller.config import Limits
 from rc.controller.errors import Refused
+from rc.controller.store import jobs, views
 from rc.proto import selector as selectors
 from rc.proto.codec import encode
 from rc.proto.duration import MAX_SECONDS
@@ -187,7 +187,7 @@ async def submit(request: Request):
     who = caller(request, Role.USER)
     req = await json_body(request, SubmitRequest, c.cfg.limits.body_bytes)
     new = validate_submit(req, who, c.cfg.limits)
-    job_id, created = await c.db.write(jobs.enqueue, new, c.fleet)
+    job_id, created = await c.db.write(jobs.enqueue, new, c.match_cache)
     try:
         view = await c.job_view(job_id)
     except Refused as e:
@@ -260,16 +260,14 @@ async def list_jobs(request: Request):
     state = request.query_params.get("state", "")
     if state and state not in {s.value for s in JobState}:
         raise Refused.bad(ErrorCode.BAD_REQUEST, f"unknown state {state!r}")
-    params = {
-        "device": request.query_params.get("device", ""),
-        "submitter": request.query_params.get("submitter", ""),
-        "state": state,
-        "before": before,
-        "limit": limit,
-    }
-    from rc.controller import rows
-
-    found = await c.db.read(lambda tx: [rows.job(r) for r in tx.all("jobs_list", params)])
+    found = await c.db.read(
+        jobs.listing,
+        request.query_params.get("device", ""),
+        request.query_params.get("submitter", ""),
+        state,
+        before,
+        limit,
+    )
     return reply(JobList(tuple(views.for_caller(j, who.name, who.admin) for j in found)))
 
 
@@ -306,7 +304,7 @@ async def read_logs(request: Request):
         raise Refused.bad(ErrorCode.BAD_REQUEST, "follow must be 0, 1, true or false")
     follow_on = follow in ("1", "true")
     offset = query_int(request, "offset", 0, 0, 1 << 62)
-    row = await c.db.read(lambda tx: tx.one("job_brief", (job_id,)))
+    row = await c.db.read(jobs.brief, job_id)
     if row is None:
         raise Refused.not_found(f"no job {job_id}")
     if not who.admin and row["submitter"] != who.name:
@@ -354,7 +352,7 @@ async def _log_stream(c, job_id: int, offset: int, follow: bool, still_allowed):
             continue
         if not follow or c.hub.closing:
             return
-        state = await c.db.read(lambda tx: tx.scalar("job_state", (job_id,)))
+        state = await c.db.read(jobs.state_of, job_id)
         if state is None or JobState(state).terminal:
             tail = c.logs.read(job_id, offset, LOG_READ_CHUNK)
             while tail:

@@ -36,6 +36,7 @@ from rc.controller.api.jobs import validate_submit
 from rc.controller.auth import Caller
 from rc.controller.errors import Refused
 from rc.controller.relay import Ended, Pipe, Relay, Session
+from rc.controller.store import jobs
 from rc.proto.errors import ErrorCode
 from rc.proto.model import JobKind, JobState, Stdio
 from rc.proto.wire import SessionReport, SessionRequest, SubmitRequest
@@ -66,7 +67,7 @@ def _worker_check(who: Caller, worker: str, what: str) -> None:
 async def _job_session(request: Request, who: Caller, side: str) -> Session:
     c = ctl(request)
     job_id = path_int(request)
-    row = await c.db.read(lambda tx: tx.one("job_brief", (job_id,)))
+    row = await c.db.read(jobs.brief, job_id)
     if row is None:
         raise Refused.not_found(f"no job {job_id}")
     what = f"job {job_id}"
@@ -279,7 +280,7 @@ async def open_session(request: Request):
     who = caller(request, Role.USER)
     hold_id = path_int(request)
     req = await json_body(request, SessionRequest, c.cfg.limits.body_bytes)
-    row = await c.db.read(lambda tx: tx.one("job_brief", (hold_id,)))
+    row = await c.db.read(jobs.brief, hold_id)
     if row is None:
         raise Refused.not_found(f"no job {hold_id}")
     is_hold = row["kind"] == JobKind.HOLD

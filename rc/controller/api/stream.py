@@ -44,10 +44,10 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
-from rc.controller import feed, rows
 from rc.controller.api import Role, caller, ctl, query_int
 from rc.controller.core import Controller
 from rc.controller.errors import Refused
+from rc.controller.store import events as feed
 from rc.proto.codec import encode
 from rc.proto.errors import ErrorCode
 
@@ -241,9 +241,7 @@ class EventStream(Response):
 
     async def _feed_frames(self) -> bytes:
         after = self.after
-        found = await self.c.db.read(
-            lambda tx: [rows.event(r) for r in feed.since(tx, after, 0.0, FEED_BATCH)]
-        )
+        found = await self.c.db.read(feed.since, after, 0.0, FEED_BATCH)
         if len(found) == FEED_BATCH:
             self.sub.pending.add("events")  # more to read: the next frame continues
         if found:
@@ -285,7 +283,7 @@ async def stream(request: Request) -> Response:
     caller(request, Role.USER, query_token=True)
     after = _start_after(request, c)
     if after is None:
-        after = await c.db.read(lambda tx: tx.scalar("events_last_id"))
+        after = await c.db.read(feed.last_id)
     broadcaster: Broadcaster = request.app.state.stream
     return EventStream(c, broadcaster, broadcaster.subscribe(), after)
 

@@ -14,11 +14,12 @@ import time
 from starlette.requests import Request
 from starlette.routing import Route
 
-from rc.controller import fleet, jobs, tokens
 from rc.controller.api import Role, caller, ctl, json_body, path_int, query_float, read_body, reply
 from rc.controller.auth import Caller
 from rc.controller.config import Limits
 from rc.controller.errors import Refused
+from rc.controller.store import devices, jobs, tokens, workers
+from rc.controller.store import labels as device_labels
 from rc.proto.errors import ErrorCode
 from rc.proto.model import NAME_RE, JobKind, JobState, Stdio
 from rc.proto.selector import valid_label_key
@@ -124,7 +125,7 @@ async def register(request: Request):
         c.tokens.put(row)
         who = Caller(who.token_id, who.name, who.role, row["host"], who.expires_at)
     _bound(request, who, req.host)
-    await c.db.write(fleet.register, req, c.fleet, c.thresholds)
+    await c.db.write(workers.register, req, c.match_cache, c.thresholds)
     c.delivered.pop(req.host, None)
     return reply(RegisterResponse(req.host, c.instance, c.cfg.heartbeat_interval))
 
@@ -144,20 +145,7 @@ async def labels(request: Request):
     _check_labels(lim, req.labels, "labels")
     _check_labels(lim, req.declared_labels, "declared_labels")
     _check_sheets(lim, req.sheet, req.device_sheets)
-
-    def store(tx):
-        if tx.one("worker_get", (worker_id,)) is None:
-            raise Refused.not_found(f"worker {worker_id} is not registered")
-        known = {r["name"] for r in tx.all("devices_of_worker", (worker_id,))}
-        names = tuple(n for n in req.devices if n in known) if req.devices else tuple(known)
-        fleet.set_labels(
-            tx, worker_id, names, req.labels, req.declared_labels, req.sheet, req.device_sheets
-        )
-        c.fleet.invalidate()
-        tx.schedule = True
-        tx.notify("devices")
-
-    await c.db.write(store)
+    await c.db.write(device_labels.relabel, req, c.match_cache)
     return reply({"ok": True})
 
 
@@ -170,7 +158,7 @@ async def heartbeat(request: Request):
     req = await json_body(
         request, HeartbeatRequest, c.cfg.limits.heartbeat_body_bytes, empty_ok=True
     )
-    stop = await c.db.write(fleet.heartbeat, worker_id, req.running_job_ids, c.thresholds)
+    stop = await c.db.write(workers.heartbeat, worker_id, req.running_job_ids, c.thresholds)
     if c.forget_delivered(worker_id, set(req.running_job_ids)):
         c.hub.notify([f"worker:{worker_id}"])
     return reply(HeartbeatResponse(c.instance, tuple(stop)))
@@ -178,13 +166,13 @@ async def heartbeat(request: Request):
 
 async def leave(request: Request):
     """POST /v1/workers/{worker_id}/leave: a worker process stopping cleanly
-    hands back the assigned jobs it never started (fleet.leave)."""
+    hands back the assigned jobs it never started (store.workers.leave)."""
     c = ctl(request)
     who = caller(request, Role.WORKER)
     worker_id = request.path_params["worker_id"]
     _bound(request, who, worker_id)
     req = await json_body(request, LeaveRequest, c.cfg.limits.body_bytes)
-    requeued, killed = await c.db.write(fleet.leave, worker_id, req.instance, req.started_job_ids)
+    requeued, killed = await c.db.write(workers.leave, worker_id, req.instance, req.started_job_ids)
     c.delivered.pop(worker_id, None)
     return reply(LeaveResponse(tuple(requeued), tuple(killed)))
 
@@ -237,7 +225,7 @@ def _no_content():
 
 
 def _assignment(r) -> Assignment:
-    from rc.controller.db import loads
+    from rc.controller.store.db import loads
 
     return Assignment(
         job_id=r["id"],
@@ -260,11 +248,12 @@ async def reports(request: Request):
     worker_id = request.path_params["worker_id"]
     _bound(request, who, worker_id)
     req = await json_body(request, Reports, c.cfg.limits.body_bytes)
-    started: list[float] = []
-    results = await c.db.write(jobs.apply_reports, worker_id, req.reports, started)
-    c.metrics.observe_starts(started)
+    applied = await c.db.write(jobs.apply_reports, worker_id, req.reports)
+    c.metrics.observe_starts(applied.start_latencies)
     return reply(
-        ReportResults(tuple(ReportResult(j, not code, code, msg) for j, code, msg in results))
+        ReportResults(
+            tuple(ReportResult(j, not code, code, msg) for j, code, msg in applied.results)
+        )
     )
 
 
@@ -282,9 +271,9 @@ async def status(request: Request):
     from rc.proto.wire import JobReport
 
     rep = JobReport(job_id, req.state, req.exit_code, req.reason, req.started_at)
-    started: list[float] = []
-    [(_, code, msg)] = await c.db.write(jobs.apply_reports, req.worker_id, (rep,), started)
-    c.metrics.observe_starts(started)
+    applied = await c.db.write(jobs.apply_reports, req.worker_id, (rep,))
+    c.metrics.observe_starts(applied.start_latencies)
+    [(_, code, msg)] = applied.results
     if code:
         status_code = {"not_found": 404, "not_worker_job": 403}.get(code, 400)
         raise Refused(status_code, code, msg)
@@ -299,7 +288,7 @@ async def append_log(request: Request):
     raw_offset = request.query_params.get("offset", "")
     if not raw_offset.isdigit():
         raise Refused.bad(ErrorCode.BAD_REQUEST, "offset must be a non-negative integer")
-    row = await c.db.read(lambda tx: tx.one("job_brief", (job_id,)))
+    row = await c.db.read(jobs.brief, job_id)
     if row is None:
         raise Refused.not_found(f"no job {job_id}")
     if who.role is Role.WORKER and row["worker_id"] != who.host:
@@ -332,7 +321,7 @@ async def device_fault(request: Request):
             ErrorCode.WRONG_HOST,
         )
     await c.db.write(
-        fleet.fault, device_id, req.reason[: c.cfg.limits.text_bytes], req.job_id, who.name
+        devices.fault, device_id, req.reason[: c.cfg.limits.text_bytes], req.job_id, who.name
     )
     return reply({"ok": True})
 

@@ -1,10 +1,13 @@
--- Named queries of the controller, loaded once by rc.controller.db.
--- Each starts at a `-- name: NAME` header; tests check every name the code
--- uses is defined here. Lists travel as JSON arrays through json_each().
+-- Named queries of the controller, loaded once by rc.controller.store.db.
+-- Each starts at a `-- name: NAME` header, then its description: one line
+-- (more `--` lines may follow). tests/test_schema.py checks every name the
+-- code uses is defined here, every query here is used, and each has a
+-- description. Lists travel as JSON arrays through json_each().
 
 -- ---------------------------------------------------------------- jobs
 
 -- name: job_insert
+-- A new queued job (submitted and queued now); returns its id.
 INSERT INTO jobs (kind, state, submitter, token_name, selector, device_id, command, cwd, env,
                   idempotency_key, request_digest, priority, max_runtime, idle_timeout, reason,
                   stdio, submitted_at, queued_at)
@@ -12,22 +15,29 @@ VALUES (?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 RETURNING id
 
 -- name: job_get
+-- One job's whole row.
 SELECT * FROM jobs WHERE id = ?
 
 -- name: job_state
+-- One job's state.
 SELECT state FROM jobs WHERE id = ?
 
 -- name: job_brief
-SELECT id, state, kind, submitter, device_id, worker_id, kill_requested, kill_reason, stdio
+-- What access checks and reports need of one job.
+SELECT id, state, kind, submitter, device_id, worker_id, kill_requested, kill_reason, stdio,
+       submitted_at
 FROM jobs WHERE id = ?
 
 -- name: job_by_idempotency_key
+-- The job an idempotency key was used for, with its request digest.
 SELECT id, request_digest FROM jobs WHERE idempotency_key = ?
 
 -- name: count_queued_by
+-- How many jobs a submitter has queued (the per-user queued limit).
 SELECT count(*) FROM jobs WHERE state = 'queued' AND submitter = ?
 
 -- name: job_cancel_queued
+-- queued → killed with a reason (a cancel); no row when it was no longer queued.
 UPDATE jobs SET state = 'killed', kill_reason = ?, finished_at = ?
 WHERE id = ? AND state = 'queued'
 
@@ -36,29 +46,36 @@ WHERE id = ? AND state = 'queued'
 DELETE FROM jobs WHERE id = ? AND state = 'queued'
 
 -- name: job_request_kill
+-- Ask an active job's worker to kill it (delivered by its long poll).
 UPDATE jobs SET kill_requested = 1, kill_delivered_at = 0, kill_reason = ?
 WHERE id = ? AND state IN ('assigned', 'running')
 
 -- name: jobs_assigned_to
+-- A worker's assigned jobs, not yet reported running, in id order.
 SELECT * FROM jobs WHERE worker_id = ? AND state = 'assigned' ORDER BY id
 
 -- name: kills_due
+-- A worker's kill requests never delivered or delivered before ? (a redelivery).
 SELECT id FROM jobs
 WHERE worker_id = ? AND kill_requested = 1 AND state IN ('assigned', 'running')
   AND kill_delivered_at <= ?
 
 -- name: count_kills_due
+-- How many kills_due there are (a read that writes nothing).
 SELECT count(*) FROM jobs
 WHERE worker_id = ? AND kill_requested = 1 AND state IN ('assigned', 'running')
   AND kill_delivered_at <= ?
 
 -- name: kill_delivered
+-- Stamp a kill request as delivered at ?.
 UPDATE jobs SET kill_delivered_at = ? WHERE id = ?
 
 -- name: job_mark_running
+-- assigned → running at ?; no row when it was past assigned.
 UPDATE jobs SET state = 'running', started_at = ? WHERE id = ? AND state = 'assigned'
 
 -- name: job_finish
+-- An active job ends: terminal state, exit code, reason, times.
 UPDATE jobs SET state = ?, exit_code = ?, kill_reason = ?, finished_at = ?,
                 started_at = coalesce(started_at, ?)
 WHERE id = ? AND state IN ('assigned', 'running')
@@ -71,24 +88,30 @@ UPDATE jobs SET state = 'queued', worker_id = '', assigned_at = NULL, kill_deliv
 WHERE id = ? AND state = 'assigned'
 
 -- name: job_lose
+-- An active job → lost with a reason; no row when it was not active.
 UPDATE jobs SET state = 'lost', kill_reason = ?, finished_at = ?
 WHERE id = ? AND state IN ('assigned', 'running')
 
 -- name: jobs_active_on_worker
+-- The assigned and running jobs of a worker.
 SELECT id, device_id, kind, state FROM jobs WHERE worker_id = ? AND state IN ('assigned', 'running')
 
 -- name: jobs_queued_of_name
+-- Queued jobs submitted by a token name or as it (a revoke cancels them).
 SELECT id FROM jobs WHERE state = 'queued' AND (submitter = ? OR token_name = ?) ORDER BY id
 
 -- name: jobs_queued_pinned_to
+-- Queued jobs pinned to one device (a retire cancels them).
 SELECT id FROM jobs WHERE state = 'queued' AND selector = '' AND device_id = ?
 
 -- name: jobs_to_stop
+-- Of the job ids a worker names (a JSON array), those it should stop: ended, or not its own.
 SELECT id FROM jobs
 WHERE id IN (SELECT value FROM json_each(?))
   AND (state IN ('succeeded', 'failed', 'killed', 'lost') OR worker_id != ?)
 
 -- name: jobs_list
+-- Jobs newest first, filtered by device, submitter, state and id bound.
 SELECT * FROM jobs
 WHERE (:device = '' OR device_id = :device)
   AND (:submitter = '' OR submitter = :submitter)
@@ -98,17 +121,21 @@ ORDER BY id DESC
 LIMIT :limit
 
 -- name: jobs_active
+-- Every assigned or running job, newest first.
 SELECT * FROM jobs WHERE state IN ('assigned', 'running') ORDER BY id DESC
 
 -- name: jobs_queued_full
+-- Every queued job's whole row, in priority then id order.
 SELECT * FROM jobs WHERE state = 'queued' ORDER BY priority DESC, id
 
 -- name: jobs_recent_on_device
+-- The newest jobs that got a device, at most ?.
 SELECT * FROM jobs WHERE device_id = ? AND state != 'queued' ORDER BY id DESC LIMIT ?
 
 -- ---------------------------------------------------------------- scheduling
 
 -- name: queued_jobs
+-- What the planner needs of every queued job, in priority then id order.
 SELECT id, submitter, priority, queued_at, selector, device_id, max_runtime
 FROM jobs WHERE state = 'queued' ORDER BY priority DESC, id
 
@@ -117,24 +144,17 @@ FROM jobs WHERE state = 'queued' ORDER BY priority DESC, id
 -- :aging seconds waited; :aging 0 turns aging off), then submission order.
 SELECT id, submitter, priority, queued_at, selector, device_id, max_runtime
 FROM jobs WHERE state = 'queued'
-ORDER BY priority + CASE WHEN :aging > 0
-                         THEN CAST(max(0.0, :now - queued_at) / :aging AS INTEGER)
-                         ELSE 0 END DESC,
-         id
+ORDER BY effective_priority(priority, queued_at, :now, :aging) DESC, id
 
 -- name: queue_ahead_by_ask
 -- The queued jobs ahead of job :id in scheduling order (queued_jobs_ordered's
 -- order), counted by what they ask for: target and runtime.
 WITH q AS (
     SELECT id, selector, device_id, max_runtime,
-           priority + CASE WHEN :aging > 0
-                           THEN CAST(max(0.0, :now - queued_at) / :aging AS INTEGER)
-                           ELSE 0 END AS eff
+           effective_priority(priority, queued_at, :now, :aging) AS eff
     FROM jobs WHERE state = 'queued'
 ), me AS (
-    SELECT id, priority + CASE WHEN :aging > 0
-                               THEN CAST(max(0.0, :now - queued_at) / :aging AS INTEGER)
-                               ELSE 0 END AS eff
+    SELECT id, effective_priority(priority, queued_at, :now, :aging) AS eff
     FROM jobs WHERE id = :id
 )
 SELECT q.selector, q.device_id, q.max_runtime, count(*) AS n
@@ -142,119 +162,145 @@ FROM q, me
 WHERE q.eff > me.eff OR (q.eff = me.eff AND q.id < me.id)
 GROUP BY q.selector, q.device_id, q.max_runtime
 
--- name: count_queued
-SELECT count(*) FROM jobs WHERE state = 'queued'
-
 -- name: any_queued
+-- Whether any job is queued.
 SELECT EXISTS (SELECT 1 FROM jobs WHERE state = 'queued')
 
 -- name: any_schedulable
+-- Whether any device is ready and not draining.
 SELECT EXISTS (SELECT 1 FROM devices WHERE state = 'ready' AND draining = 0)
 
 -- name: device_slots
+-- What the planner needs of every device.
 SELECT id, state, max_runtime, draining FROM devices
 
 -- name: device_identities
+-- Every device's id, host and name (labels every device has).
 SELECT id, host, name FROM devices
 
 -- name: all_labels
+-- Every stored label, declared ones first (detected ones overwrite them).
 SELECT device_id, key, value FROM device_labels
 ORDER BY CASE source WHEN 'declared' THEN 0 ELSE 1 END
 
 -- name: live_leases_per_holder
+-- Devices held now, per holder (the per-user cap).
 SELECT holder, count(*) AS n FROM leases WHERE released_at IS NULL GROUP BY holder
 
 -- name: device_for_assign
+-- What an assignment checks of a device.
 SELECT id, state, draining, worker_id, max_runtime FROM devices WHERE id = ?
 
 -- name: job_for_assign
+-- What an assignment checks and copies of a job.
 SELECT id, state, kind, submitter, max_runtime, reason FROM jobs WHERE id = ?
 
 -- name: device_set_busy
+-- ready → busy; no row when it was no longer ready.
 UPDATE devices SET state = 'busy' WHERE id = ? AND state = 'ready'
 
 -- name: job_assign
+-- queued → assigned to a device and its worker; no row when no longer queued.
 UPDATE jobs SET state = 'assigned', device_id = ?, worker_id = ?, max_runtime = ?, assigned_at = ?
 WHERE id = ? AND state = 'queued'
 
 -- ---------------------------------------------------------------- leases
 
 -- name: lease_insert
+-- A live lease of a device for a job (the schema allows one per device).
 INSERT INTO leases (device_id, job_id, holder, kind, reason, acquired_at, expires_at)
 VALUES (?, ?, ?, ?, ?, ?, ?)
 
 -- name: lease_release_by_job
+-- Release a job's live lease.
 UPDATE leases SET released_at = ? WHERE job_id = ? AND released_at IS NULL
 
 -- name: lease_release
+-- Release one live lease.
 UPDATE leases SET released_at = ? WHERE id = ? AND released_at IS NULL
 
 -- name: leases_renew
+-- Extend the live leases of the named jobs (a JSON array) that are this worker's and active.
 UPDATE leases SET expires_at = max(expires_at, ?)
 WHERE released_at IS NULL
   AND job_id IN (SELECT value FROM json_each(?))
   AND job_id IN (SELECT id FROM jobs WHERE worker_id = ? AND state IN ('assigned', 'running'))
 
 -- name: leases_expired
+-- Live leases whose expiry is at or before ?.
 SELECT id, device_id, job_id, kind FROM leases
 WHERE released_at IS NULL AND expires_at <= ?
 
 -- name: leases_live
+-- Every live lease, with its job's command and runtime.
 SELECT l.*, j.command AS command, j.max_runtime AS job_max_runtime
 FROM leases AS l JOIN jobs AS j ON j.id = l.job_id
 WHERE l.released_at IS NULL
 
 -- name: device_has_live_lease
+-- How many live leases a device has (0 or 1).
 SELECT count(*) FROM leases WHERE device_id = ? AND released_at IS NULL
 
 -- ---------------------------------------------------------------- devices
 
 -- name: device_ceiling
+-- A device's runtime ceiling, or no row for an unknown device.
 SELECT id, max_runtime FROM devices WHERE id = ?
 
 -- name: device_state
+-- A device's state, quarantine reason and worker.
 SELECT id, state, quarantine_reason, worker_id FROM devices WHERE id = ?
 
 -- name: device_get
+-- One device's whole row.
 SELECT * FROM devices WHERE id = ?
 
 -- name: devices_all
+-- Every device, by host and name.
 SELECT * FROM devices ORDER BY host, name
 
 -- name: device_free
+-- busy → ready once no lease is live on it (a quarantined device stays out).
 UPDATE devices SET state = 'ready'
 WHERE id = ? AND state = 'busy'
   AND NOT EXISTS (SELECT 1 FROM leases WHERE device_id = devices.id AND released_at IS NULL)
 
 -- name: device_quarantine
+-- A device → unhealthy with a reason, a detail and the time.
 UPDATE devices SET state = 'unhealthy', quarantine_reason = ?, quarantine_detail = ?,
                    quarantined_at = ?
 WHERE id = ?
 
 -- name: device_unquarantine
+-- unhealthy → ready, its quarantine forgotten; no row when it was not quarantined.
 UPDATE devices SET state = 'ready', quarantine_reason = '', quarantine_detail = '',
                    quarantined_at = NULL
 WHERE id = ? AND state = 'unhealthy'
 
 -- name: device_ready_if_busy_or_unknown
+-- busy or unknown → ready when no lease is live on it (after a reboot).
 UPDATE devices SET state = 'ready'
 WHERE id = ? AND state IN ('busy', 'unknown')
   AND NOT EXISTS (SELECT 1 FROM leases WHERE device_id = devices.id AND released_at IS NULL)
 
 -- name: devices_recoverable_on_worker
+-- A worker's devices quarantined for a reboot-clearable reason, with no live lease.
 SELECT id, quarantine_reason, quarantined_at FROM devices
 WHERE worker_id = ? AND state = 'unhealthy'
   AND quarantine_reason IN ('worker_lost', 'lease_expired', 'registration')
   AND NOT EXISTS (SELECT 1 FROM leases WHERE device_id = devices.id AND released_at IS NULL)
 
 -- name: devices_of_worker
+-- A worker's devices.
 SELECT id, name, state FROM devices WHERE worker_id = ?
 
 -- name: device_insert
+-- A newly declared device, ready.
 INSERT INTO devices (id, host, name, worker_id, state, max_runtime, last_heartbeat_at, created_at)
 VALUES (?, ?, ?, ?, 'ready', ?, ?, ?)
 
 -- name: device_reregister
+-- A device declared again: ceiling, heartbeat, busy or ready by its leases (unhealthy stays).
 UPDATE devices SET max_runtime = ?, last_heartbeat_at = ?,
     state = CASE WHEN state = 'unhealthy' THEN 'unhealthy'
                  WHEN EXISTS (SELECT 1 FROM leases WHERE device_id = devices.id
@@ -263,20 +309,24 @@ UPDATE devices SET max_runtime = ?, last_heartbeat_at = ?,
 WHERE id = ?
 
 -- name: devices_touch
+-- Stamp a heartbeat on every device of a worker.
 UPDATE devices SET last_heartbeat_at = ? WHERE worker_id = ?
 
 -- name: devices_unknown_to_busy
+-- A worker's unknown devices with a live lease → busy.
 UPDATE devices SET state = 'busy'
 WHERE worker_id = ? AND state = 'unknown'
   AND EXISTS (SELECT 1 FROM leases WHERE device_id = devices.id AND released_at IS NULL)
 
 -- name: devices_unknown_to_ready
+-- A worker's unknown devices with no lease and no job it still runs (?2) → ready.
 UPDATE devices SET state = 'ready'
 WHERE worker_id = ?1 AND state = 'unknown'
   AND NOT EXISTS (SELECT 1 FROM leases WHERE device_id = devices.id AND released_at IS NULL)
   AND id NOT IN (SELECT device_id FROM jobs WHERE id IN (SELECT value FROM json_each(?2)))
 
 -- name: devices_worker_lost_to_busy
+-- Retention: a returning worker's worker_lost devices whose named job holds a lease → busy.
 UPDATE devices SET state = 'busy', quarantine_reason = '', quarantine_detail = '',
                    quarantined_at = NULL
 WHERE state = 'unhealthy' AND quarantine_reason = 'worker_lost' AND worker_id = ?2
@@ -284,30 +334,38 @@ WHERE state = 'unhealthy' AND quarantine_reason = 'worker_lost' AND worker_id = 
              WHERE l.released_at IS NULL AND l.job_id IN (SELECT value FROM json_each(?1)))
 
 -- name: devices_demote_on_start
+-- A controller start: every ready or busy device → unknown.
 UPDATE devices SET state = 'unknown' WHERE state IN ('ready', 'busy')
 
 -- name: devices_to_unknown
+-- A worker's ready and busy devices → unknown (silent, or leaving).
 UPDATE devices SET state = 'unknown' WHERE worker_id = ? AND state IN ('ready', 'busy')
 
 -- name: device_drain_state
+-- Whether a device is draining, and why.
 SELECT draining, drain_reason FROM devices WHERE id = ?
 
 -- name: device_drain
+-- Set or clear a device's drain and its reason.
 UPDATE devices SET draining = ?, drain_reason = ? WHERE id = ?
 
 -- name: event_last_drained
+-- The newest device_drained event of a device (who, when).
 SELECT actor, at FROM events WHERE kind = 'device_drained' AND device_id = ?
 ORDER BY id DESC LIMIT 1
 
 -- name: device_delete
+-- Remove a device's row.
 DELETE FROM devices WHERE id = ?
 
 -- ---------------------------------------------------------------- workers
 
 -- name: worker_get
+-- One worker's row.
 SELECT * FROM workers WHERE id = ?
 
 -- name: worker_upsert
+-- A worker registers: insert it, or update its boot id, instance and version.
 INSERT INTO workers (id, host, boot_id, instance, version, registered_at, last_heartbeat_at)
 VALUES (?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (id) DO UPDATE SET boot_id = excluded.boot_id, instance = excluded.instance,
@@ -315,23 +373,29 @@ ON CONFLICT (id) DO UPDATE SET boot_id = excluded.boot_id, instance = excluded.i
     last_heartbeat_at = excluded.last_heartbeat_at
 
 -- name: worker_touch
+-- Stamp a worker's heartbeat; no row for a worker that never registered.
 UPDATE workers SET last_heartbeat_at = ? WHERE id = ?
 
 -- name: workers_silent
+-- Workers whose last heartbeat is at or before ?.
 SELECT id, last_heartbeat_at FROM workers WHERE last_heartbeat_at <= ?
 
 -- name: workers_all
+-- Every worker, by id.
 SELECT * FROM workers ORDER BY id
 
 -- ---------------------------------------------------------------- recovery
 
 -- name: recoveries_prune
+-- Forget recoveries older than the flap window.
 DELETE FROM device_recoveries WHERE at < ?
 
 -- name: recoveries_count
+-- How many times a device recovered since ?.
 SELECT count(*) FROM device_recoveries WHERE device_id = ? AND at >= ?
 
 -- name: recovery_insert
+-- Record a recovery of a device (the flap limit counts them).
 INSERT INTO device_recoveries (device_id, at, reason) VALUES (?, ?, ?)
 
 -- name: recovery_refused_since
@@ -342,98 +406,123 @@ SELECT EXISTS (SELECT 1 FROM events
 -- ---------------------------------------------------------------- labels and sheets
 
 -- name: labels_of
+-- A device's labels of one source.
 SELECT key, value FROM device_labels WHERE device_id = ? AND source = ?
 
 -- name: labels_of_device
+-- Every label of one device, by key, declared before detected.
 SELECT * FROM device_labels WHERE device_id = ? ORDER BY key, source DESC
 
 -- name: labels_all_rows
+-- Every label row, by device and key.
 SELECT * FROM device_labels ORDER BY device_id, key, source DESC
 
 -- name: labels_touch
+-- Stamp unchanged labels of one source as seen now.
 UPDATE device_labels SET updated_at = ? WHERE device_id = ? AND source = ?
 
 -- name: labels_delete
+-- Remove a device's labels of one source.
 DELETE FROM device_labels WHERE device_id = ? AND source = ?
 
 -- name: labels_delete_all
+-- Remove every label of a device.
 DELETE FROM device_labels WHERE device_id = ?
 
 -- name: label_insert
+-- One label of a device.
 INSERT INTO device_labels (device_id, key, value, source, updated_at) VALUES (?, ?, ?, ?, ?)
 
 -- name: sheet_upsert
+-- Store a usage sheet (device_name '' for the host's).
 INSERT INTO sheets (host, device_name, body, updated_at) VALUES (?, ?, ?, ?)
 ON CONFLICT (host, device_name) DO UPDATE SET body = excluded.body, updated_at = excluded.updated_at
 
 -- name: sheet_delete
+-- Remove a device's own usage sheet.
 DELETE FROM sheets WHERE host = ? AND device_name = ?
 
 -- name: sheets_for_device
+-- A device's own sheet and its host's.
 SELECT device_name, body, updated_at FROM sheets WHERE host = ? AND device_name IN ('', ?)
 
 -- ---------------------------------------------------------------- events
 
 -- name: event_insert
+-- Append an event to the feed; returns its id.
 INSERT INTO events (at, kind, device_id, job_id, actor, text) VALUES (?, ?, ?, ?, ?, ?)
 RETURNING id
 
 -- name: events_since
+-- Events after an id and at or after a time, oldest first, at most ?.
 SELECT * FROM events WHERE id > ? AND at >= ? ORDER BY id LIMIT ?
 
 -- name: events_tail
+-- The newest events at or after a time, at most ?, oldest first.
 SELECT * FROM (SELECT * FROM events WHERE at >= ? ORDER BY id DESC LIMIT ?) ORDER BY id
 
 -- name: events_last_id
+-- The newest event's id, 0 for an empty feed.
 SELECT coalesce(max(id), 0) FROM events
 
 -- ---------------------------------------------------------------- tokens
 
 -- name: tokens_live
+-- Every token not revoked.
 SELECT * FROM tokens WHERE revoked_at IS NULL
 
 -- name: tokens_all
+-- Every token, live ones first, then by name.
 SELECT * FROM tokens ORDER BY revoked_at IS NOT NULL, name
 
 -- name: tokens_count
+-- How many tokens were ever created.
 SELECT count(*) FROM tokens
 
 -- name: token_live_by_name
+-- The live token with this name.
 SELECT * FROM tokens WHERE name = ? AND revoked_at IS NULL
 
 -- name: token_insert
+-- A new token (its secret's hash only).
 INSERT INTO tokens (name, role, secret_hash, created_by, created_at, expires_at)
 VALUES (?, ?, ?, ?, ?, ?)
 
 -- name: token_revoke
+-- Revoke the live token with this name; no row when there is none.
 UPDATE tokens SET revoked_at = ? WHERE name = ? AND revoked_at IS NULL
 
 -- name: token_bind_host
+-- Bind a worker token to its host at its first registration; no row when bound already.
 UPDATE tokens SET host = ? WHERE id = ? AND host = '' AND role = 'worker'
 
 -- name: token_live_by_id
+-- The live token with this id.
 SELECT * FROM tokens WHERE id = ? AND revoked_at IS NULL
 
--- ---------------------------------------------------------------- metrics (rc/controller/metrics.py)
+-- ---------------------------------------------------------------- metrics (store/views.py census)
 
 -- name: metrics_devices_by_state
+-- Devices per state (/metrics).
 SELECT state, count(*) AS n FROM devices GROUP BY state
 
 -- name: metrics_devices_quarantined
+-- Quarantined devices per reason (/metrics).
 SELECT quarantine_reason, count(*) AS n FROM devices WHERE state = 'unhealthy'
 GROUP BY quarantine_reason
 
 -- name: metrics_devices_draining
+-- How many devices are draining (/metrics).
 SELECT count(*) FROM devices WHERE draining = 1
 
 -- name: metrics_queue_by_priority
+-- Queued jobs per priority (/metrics).
 SELECT priority, count(*) AS n FROM jobs WHERE state = 'queued' GROUP BY priority
 
 -- name: metrics_jobs_by_state
+-- Jobs per state (/metrics).
 SELECT state, count(*) AS n FROM jobs GROUP BY state
 
 -- name: metrics_events_by_kind
+-- Feed events per kind (/metrics).
 SELECT kind, count(*) AS n FROM events GROUP BY kind
-
--- name: job_submitted_at
-SELECT submitted_at FROM jobs WHERE id = ?

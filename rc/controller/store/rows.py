@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from rc.controller.db import loads
+from rc.controller.store.db import loads
 from rc.proto.model import (
     Device,
     DeviceState,

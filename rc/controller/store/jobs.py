@@ -1,31 +1,40 @@
-"""Transactions on jobs: enqueue, cancel, kill, hand-out, running, release.
+"""Transactions on jobs: enqueue, cancel, kill, hand-out, running, release,
+lose; and the reads of one job or a listing.
 
-Each function takes a `Tx` first and is run whole by the writer (rc.controller.
-db). Refusals raise `Refused` with the inventory's codes (§3.3).
+Each function takes a `Tx` first and is run whole by the writer (or a reader)
+of rc.controller.store.db. Refusals raise `Refused` with the inventory's
+codes (§3.3).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rc.controller import feed
-from rc.controller.db import Tx, dumps
 from rc.controller.errors import Refused
-from rc.controller.scheduler import Fleet, fits_ceiling
+from rc.controller.planner import fits_ceiling
+from rc.controller.store import events, rows
+from rc.controller.store.db import Tx, dumps
+from rc.controller.store.labels import MatchCache
 from rc.proto.duration import format_duration
 from rc.proto.errors import ErrorCode
-from rc.proto.model import EventKind, JobKind, JobState
+from rc.proto.model import EventKind, Job, JobKind, JobState
 
 __all__ = [
     "WATCHDOG_PREFIXES",
+    "Applied",
     "NewJob",
     "apply_reports",
+    "brief",
     "cancel_queued",
+    "deliver_kills",
     "enqueue",
-    "handout",
     "kill",
+    "listing",
+    "lose",
     "mark_running",
+    "pending_for",
     "release",
+    "state_of",
     "withdraw_queued",
 ]
 
@@ -59,7 +68,7 @@ class NewJob:
     queued_limit: int
 
 
-def enqueue(tx: Tx, job: NewJob, fleet: Fleet) -> tuple[int, bool]:
+def enqueue(tx: Tx, job: NewJob, match_cache: MatchCache) -> tuple[int, bool]:
     """Insert a queued job and ask for a scheduling pass.
 
     Returns (job id, created). The same idempotency key with the same request
@@ -84,7 +93,7 @@ def enqueue(tx: Tx, job: NewJob, fleet: Fleet) -> tuple[int, bool]:
             ErrorCode.QUEUE_FULL,
             f"{job.submitter} already has {job.queued_limit} queued jobs (the per-user limit)",
         )
-    max_runtime = job.max_runtime  # 0: inherit the ceiling where it lands (scheduler.assign)
+    max_runtime = job.max_runtime  # 0: inherit the ceiling where it lands (leases.assign)
     if job.device_id:
         dev = tx.one("device_ceiling", (job.device_id,))
         if dev is None:
@@ -97,7 +106,7 @@ def enqueue(tx: Tx, job: NewJob, fleet: Fleet) -> tuple[int, bool]:
                 f"asked for {format_duration(max_runtime)}",
             )
     else:
-        matching = fleet.matching(tx, job.selector)
+        matching = match_cache.matching(tx, job.selector)
         if not matching:
             raise Refused.bad(
                 ErrorCode.NO_MATCHING_DEVICE, f"no device matches selector {job.selector!r}"
@@ -134,7 +143,7 @@ def enqueue(tx: Tx, job: NewJob, fleet: Fleet) -> tuple[int, bool]:
         ),
     )
     if job.token_name != job.submitter:  # an admin acting for someone: both names on record
-        feed.record(
+        events.record(
             tx,
             EventKind.SUBMITTED_AS,
             job_id=job_id,
@@ -203,7 +212,7 @@ def kill(
             ErrorCode.NOT_CANCELLABLE, f"job {job_id} already ended ({state.value})"
         )
     if owner != caller:
-        feed.record(
+        events.record(
             tx,
             EventKind.JOB_KILLED,
             job_id=job_id,
@@ -214,7 +223,7 @@ def kill(
     if state is JobState.QUEUED:
         cancel_queued(tx, job_id, why)
         return "cancelled"
-    tx.exec("job_request_kill", (why, job_id))
+    tx.change("job_request_kill", (why, job_id))
     tx.notify(f"worker:{row['worker_id']}", f"job:{job_id}", "jobs")
     if retain:
         dev = tx.one("device_state", (row["device_id"],))
@@ -222,44 +231,54 @@ def kill(
             dev["state"] == "unknown"
             or (dev["state"] == "unhealthy" and dev["quarantine_reason"] == "worker_lost")
         ):
-            tx.exec("job_finish", ("killed", None, why, tx.now, None, job_id))
-            tx.exec("lease_release_by_job", (tx.now, job_id))
+            tx.change("job_finish", ("killed", None, why, tx.now, None, job_id))
+            tx.change("lease_release_by_job", (tx.now, job_id))
             tx.notify(f"log:{job_id}", "devices")
             return "killed (its worker is silent; it will be told when it returns)"
     return "kill requested"
 
 
-def handout(tx: Tx, worker_id: str, delivered: set[int], redelivery: float):
-    """What a worker's long poll returns: assigned jobs not yet handed out in
-    this controller process, and kill requests due (first time, or again after
-    `redelivery` seconds). Stamps the kills it hands out.
-    """
-    assigned = [r for r in tx.all("jobs_assigned_to", (worker_id,)) if r["id"] not in delivered]
+def lose(tx: Tx, job_id: int, device_id: str, why: str) -> None:
+    """An active job → lost, its lease released, and a job_lost event."""
+    if tx.exec("job_lose", (why, tx.now, job_id)):
+        # no live lease left when the sweep released an expired one first
+        tx.exec("lease_release_by_job", (tx.now, job_id))
+        events.record(tx, EventKind.JOB_LOST, job_id=job_id, device_id=device_id, text=why)
+        tx.notify(f"job:{job_id}", f"log:{job_id}", "jobs")
+
+
+def pending_for(tx: Tx, worker_id: str, redelivery: float):
+    """What a worker's long poll may hand out, read without writing: the
+    jobs assigned to it (rows, id order) and how many kill requests are due
+    (never delivered, or last delivered `redelivery` seconds ago or more)."""
+    assigned = tx.all("jobs_assigned_to", (worker_id,))
+    due = tx.scalar("count_kills_due", (worker_id, tx.now - redelivery))
+    return assigned, due
+
+
+def deliver_kills(tx: Tx, worker_id: str, redelivery: float) -> list[int]:
+    """The kill requests a worker's long poll hands out: those never
+    delivered, and those delivered `redelivery` seconds ago or more (the
+    worker may not have got them). Stamps each as delivered now; returns the
+    job ids."""
     kills = [r["id"] for r in tx.all("kills_due", (worker_id, tx.now - redelivery))]
     if kills:
         tx.many("kill_delivered", [(tx.now, k) for k in kills])
-    return assigned, kills
+    return kills
 
 
-def mark_running(
-    tx: Tx, job_id: int, worker_id: str, started_at: float, started: list[float] | None = None
-) -> bool:
-    """assigned → running (a no-op when already past assigned).
-
-    When it starts the job and `started` is a list, the submit→start latency
-    (seconds) is appended to it for the metrics (rc.controller.metrics).
-    """
-    _own(tx, job_id, worker_id)
-    n = tx.exec("job_mark_running", (started_at or tx.now, job_id))
-    if n:
-        tx.notify(f"job:{job_id}", "jobs")
-        _note_start(tx, job_id, started_at, started)
-    return bool(n)
+def mark_running(tx: Tx, job_id: int, worker_id: str, started_at: float) -> bool:
+    """assigned → running at `started_at` (0: now); False, changing nothing,
+    when the job is already past assigned. 404 / 403 not_worker_job as _own."""
+    return _mark_running(tx, _own(tx, job_id, worker_id), started_at)
 
 
-def _note_start(tx: Tx, job_id: int, started_at: float | None, started: list[float] | None):
-    if started is not None:
-        started.append((started_at or tx.now) - tx.scalar("job_submitted_at", (job_id,)))
+def _mark_running(tx: Tx, row, started_at: float) -> bool:
+    job_id = row["id"]
+    if tx.exec("job_mark_running", (started_at or tx.now, job_id)) == 0:
+        return False  # already running, or ended
+    tx.notify(f"job:{job_id}", "jobs")
+    return True
 
 
 def release(
@@ -270,33 +289,35 @@ def release(
     exit_code: int | None,
     reason: str,
     started_at: float | None,
-    started: list[float] | None = None,
 ) -> bool:
     """A terminal report: record the outcome, release the lease, free the device.
 
     Idempotent: a job already terminal is left as it is (returns False). The
     device goes busy → ready; a quarantined device stays quarantined. A kill
     that was requested keeps its "killed by ..." reason. The first report with
-    a watchdog reason leaves a watchdog_trip event (never for holds). A job
-    that ends straight from assigned also started: see mark_running's `started`.
+    a watchdog reason leaves a watchdog_trip event (never for holds).
     """
-    row = _own(tx, job_id, worker_id)
+    return _release(tx, _own(tx, job_id, worker_id), state, exit_code, reason, started_at)
+
+
+def _release(
+    tx: Tx, row, state: JobState, exit_code: int | None, reason: str, started_at: float | None
+) -> bool:
     if JobState(row["state"]).terminal:
         return False
-    if row["state"] == JobState.ASSIGNED:
-        _note_start(tx, job_id, started_at, started)
+    job_id = row["id"]
     final_reason = (
         row["kill_reason"] if (row["kill_requested"] and state is JobState.KILLED) else reason
     )
-    tx.exec(
+    tx.change(
         "job_finish",
         (state.value, exit_code, final_reason, tx.now, started_at, job_id),
     )
     device_id = row["device_id"]
-    tx.exec("lease_release_by_job", (tx.now, job_id))
-    tx.exec("device_free", (device_id,))
+    tx.change("lease_release_by_job", (tx.now, job_id))
+    tx.exec("device_free", (device_id,))  # not a quarantined one: it stays out of the pool
     if row["kind"] == JobKind.JOB and reason.startswith(WATCHDOG_PREFIXES):
-        feed.record(tx, EventKind.WATCHDOG_TRIP, job_id=job_id, device_id=device_id, text=reason)
+        events.record(tx, EventKind.WATCHDOG_TRIP, job_id=job_id, device_id=device_id, text=reason)
     tx.schedule = True
     tx.notify(f"job:{job_id}", f"log:{job_id}", "jobs", "devices")
     return True
@@ -313,36 +334,69 @@ def _own(tx: Tx, job_id: int, worker_id: str):
     return row
 
 
-def apply_reports(
-    tx: Tx, worker_id: str, reports, started: list[float] | None = None
-) -> list[tuple[int, str, str]]:
-    """Apply a worker's batch of JobReports; returns (job id, error code,
-    message) per report, with an empty code for success. One refused report
-    does not affect the others (each check happens before any change).
-    `started` collects the submit→start latencies of the jobs these reports
-    started (see mark_running)."""
-    out = []
+@dataclass(frozen=True, slots=True)
+class Applied:
+    """What apply_reports did.
+
+    results: (job id, error code, message) per report, in order, the code
+    empty for success. start_latencies: for each job these reports started
+    (it was assigned, and a running or terminal report moved it on), the
+    seconds from its submission to its start, for the metrics
+    (rc_job_start_latency_seconds, observed after the commit).
+    """
+
+    results: list[tuple[int, str, str]]
+    start_latencies: list[float]
+
+
+def apply_reports(tx: Tx, worker_id: str, reports) -> Applied:
+    """Apply a worker's batch of JobReports (running: mark_running; a
+    terminal state: release). One refused report does not affect the others
+    (each check happens before any change)."""
+    out, latencies = [], []
     for rep in reports:
         try:
-            if rep.state is JobState.RUNNING:
-                mark_running(tx, rep.job_id, worker_id, rep.started_at or 0.0, started)
-            elif rep.state.terminal:
-                release(
-                    tx,
-                    rep.job_id,
-                    worker_id,
-                    rep.state,
-                    rep.exit_code,
-                    rep.reason,
-                    rep.started_at,
-                    started,
-                )
-            else:
+            if not (rep.state is JobState.RUNNING or rep.state.terminal):
                 raise Refused.bad(
                     ErrorCode.BAD_REQUEST,
                     f"a worker reports running or a terminal state, not {rep.state}",
                 )
+            row = _own(tx, rep.job_id, worker_id)
+            if rep.state is JobState.RUNNING:
+                began = _mark_running(tx, row, rep.started_at or 0.0)
+            else:  # a job that ends straight from assigned also started
+                was_assigned = row["state"] == JobState.ASSIGNED
+                ended = _release(tx, row, rep.state, rep.exit_code, rep.reason, rep.started_at)
+                began = ended and was_assigned
+            if began:
+                latencies.append((rep.started_at or tx.now) - row["submitted_at"])
             out.append((rep.job_id, "", ""))
         except Refused as e:
             out.append((rep.job_id, e.code, e.message))
-    return out
+    return Applied(out, latencies)
+
+
+def brief(tx: Tx, job_id: int):
+    """A job's row with what access checks need (id, state, kind, submitter,
+    device_id, worker_id, kill_requested, kill_reason, stdio, submitted_at),
+    or None."""
+    return tx.one("job_brief", (job_id,))
+
+
+def state_of(tx: Tx, job_id: int) -> str | None:
+    """A job's state (JobState value), or None when there is no such job."""
+    return tx.scalar("job_state", (job_id,))
+
+
+def listing(tx: Tx, device: str, submitter: str, state: str, before: int, limit: int) -> list[Job]:
+    """Jobs newest first, at most `limit`, filtered by each non-empty
+    argument: on `device`, by `submitter`, in `state`, with an id below
+    `before` (0: no bound)."""
+    params = {
+        "device": device,
+        "submitter": submitter,
+        "state": state,
+        "before": before,
+        "limit": limit,
+    }
+    return [rows.job(r) for r in tx.all("jobs_list", params)]

@@ -6,14 +6,13 @@ TokenCache) needs to follow the change, so no change rebuilds the map.
 
 from __future__ import annotations
 
-from rc.controller import feed
-from rc.controller import jobs as jobs_store
-from rc.controller.db import Tx
 from rc.controller.errors import Refused
+from rc.controller.store import events, jobs, rows
+from rc.controller.store.db import Tx
 from rc.proto.errors import ErrorCode
-from rc.proto.model import EventKind, Role
+from rc.proto.model import EventKind, Role, Token
 
-__all__ = ["REVOKED_REASON", "bind_host", "create", "live", "revoke"]
+__all__ = ["REVOKED_REASON", "bind_host", "count", "create", "listing", "live", "revoke"]
 
 REVOKED_REASON = "token revoked"
 """The kill reason of the queued jobs a revoke cancels."""
@@ -26,8 +25,8 @@ def create(
     has this name."""
     if tx.one("token_live_by_name", (name,)) is not None:
         raise Refused.conflict(ErrorCode.TOKEN_EXISTS, f"a token named {name!r} already exists")
-    tx.exec("token_insert", (name, role.value, secret_hash, created_by, tx.now, expires_at))
-    feed.record(
+    tx.change("token_insert", (name, role.value, secret_hash, created_by, tx.now, expires_at))
+    events.record(
         tx,
         EventKind.TOKEN_CREATED,
         actor=created_by,
@@ -69,12 +68,12 @@ def revoke(tx: Tx, name: str, actor: str, keep_jobs: bool = False) -> tuple[str,
     cancelled = []
     if not keep_jobs:
         for row in tx.all("jobs_queued_of_name", (name, name)):
-            if jobs_store.cancel_queued(tx, row["id"], REVOKED_REASON):
+            if jobs.cancel_queued(tx, row["id"], REVOKED_REASON):
                 cancelled.append(row["id"])
     text = f"{actor} revoked token {name!r}"
     if cancelled:
         text += f"; cancelled {len(cancelled)} queued job{'s' if len(cancelled) > 1 else ''}"
-    feed.record(tx, EventKind.TOKEN_REVOKED, actor=actor, text=text)
+    events.record(tx, EventKind.TOKEN_REVOKED, actor=actor, text=text)
     tx.notify("tokens")
     if cancelled:
         tx.schedule = True  # jobs that waited behind them may start
@@ -84,6 +83,8 @@ def revoke(tx: Tx, name: str, actor: str, keep_jobs: bool = False) -> tuple[str,
 def bind_host(tx: Tx, token_id: int, host: str):
     """Bind a worker token to `host` at its first registration; returns the
     token's row (its `host` the bound one), or None when it is no longer live."""
+    # no row changes when an earlier registration bound it already: the row
+    # returned says to which host, and the caller checks it is this one
     tx.exec("token_bind_host", (host, token_id))
     tx.notify("tokens")
     return tx.one("token_live_by_id", (token_id,))
@@ -92,3 +93,13 @@ def bind_host(tx: Tx, token_id: int, host: str):
 def live(tx: Tx):
     """Every token row that is not revoked (for the in-memory cache)."""
     return tx.all("tokens_live")
+
+
+def listing(tx: Tx) -> list[Token]:
+    """Every token, live ones first, then by name (never a secret)."""
+    return [rows.token(r) for r in tx.all("tokens_all")]
+
+
+def count(tx: Tx) -> int:
+    """How many tokens were ever created (revoked ones included)."""
+    return tx.scalar("tokens_count")

@@ -1,36 +1,46 @@
-"""`rc serve`, `rc worker`, and the one-box deployment `rc up` / `rc down`.
+"""`rc up` and `rc down`: the one-box deployment.
 
-`rc serve` is one of the two entry points allowed to load rc.controller
-(DESIGN.md §2); it does so by name at run time, so the zipapp (which carries
-no controller) still parses every command. `rc up` runs the controller and a
-worker as child processes of its own (`python -m rc serve` / `worker`).
+`rc up` runs the controller and a worker for this host's devices as child
+processes of its own (`python -m rc serve` / `worker`, see rc.cli.children),
+makes the tokens they need, and writes the client config so a plain `rc run`
+works next. `rc up -d` leaves them in the background and records them in
+the data directory's up.json, which `rc down` reads to stop them.
 """
 
 from __future__ import annotations
 
 import argparse
 import getpass
-import importlib
+import ipaddress
 import json
 import os
 import re
-import signal
 import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from rc.cli.context import UsageError, duration_seconds, stderr
-from rc.proto.errors import RcError
+from rc.cli import config as client_config
+from rc.cli.children import (
+    START_TIMEOUT_S,
+    STOP_TIMEOUT_S,
+    alive_pid,
+    spawn_ready,
+    stop_pid,
+    stop_process,
+    supervise,
+)
+from rc.cli.context import UsageError, stderr
+from rc.cli.output import command_text, escape_controls, one_line
+from rc.proto.client import Client, segment
+from rc.proto.errors import ApiError, RcError
 
 __all__ = ["add_parsers", "default_data_dir"]
 
 UP_STATE = "up.json"
 UP_LISTEN = "127.0.0.1:8080"
 WORKER_TOKEN_FILE = "worker.token"
-START_TIMEOUT_S = 30.0
-STOP_TIMEOUT_S = 60.0
 
 
 def default_data_dir() -> Path:
@@ -41,171 +51,7 @@ def default_data_dir() -> Path:
     return Path(base) / "rc"
 
 
-def _in_range(parse, lo: float, hi: float, allowed: str, zero_ok: bool = False):
-    """argparse type: `parse(text)` (a duration or an integer) within lo..hi
-    (and 0 when `zero_ok`); out of range is a one-line usage error naming the
-    allowed range (exit 2), at argument parsing."""
-
-    def check(text: str):
-        try:
-            value = parse(text)
-        except argparse.ArgumentTypeError as e:
-            raise argparse.ArgumentTypeError(f"{e}; allowed {allowed}") from None
-        if not (lo <= value <= hi or (zero_ok and value == 0)):
-            raise argparse.ArgumentTypeError(f"{text!r} is out of range: allowed {allowed}")
-        return value
-
-    check.__name__ = getattr(parse, "__name__", "value")
-    return check
-
-
-def _integer(text: str) -> int:
-    try:
-        return int(text.strip().replace("_", ""), 10)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-
-
-_DAY = 86400.0
-_D = duration_seconds
-
-
 def add_parsers(sub) -> None:
-    from rc.cli import add_client_flags  # noqa: F401  (kept for symmetry)
-
-    p = sub.add_parser(
-        "serve",
-        help="run the controller",
-        description="Run the controller: API, scheduler, sweeper, dashboard.",
-    )
-    p.add_argument(
-        "--listen",
-        default="127.0.0.1:8080",
-        metavar="HOST:PORT",
-        help="address to listen on (port 0 picks a free one; default %(default)s)",
-    )
-    p.add_argument(
-        "--data",
-        default="/var/lib/rc",
-        metavar="DIR",
-        help="data directory: rc.db, logs/, admin.token (default %(default)s)",
-    )
-    p.add_argument("--certfile", default="", help="TLS certificate (PEM); enables https")
-    p.add_argument("--keyfile", default="", help="TLS private key (PEM)")
-    p.add_argument(
-        "--webhook-url",
-        default=os.environ.get("RC_WEBHOOK_URL", ""),
-        help="POST every activity-feed event here (default: $RC_WEBHOOK_URL)",
-    )
-    p.add_argument(
-        "--retain-disconnected-jobs",
-        action="store_true",
-        help="keep jobs of silent workers running instead of marking them lost",
-    )
-    p.add_argument(
-        "--aging",
-        type=_in_range(_D, 1, 30 * _DAY, "0 (off) or 1s to 30d", True),
-        default=600.0,
-        metavar="D",
-        help="a queued job gains one priority step per D waited (0: off; default 10m)",
-    )
-    p.add_argument(
-        "--max-devices-per-user",
-        type=_in_range(_integer, 1, 1_000_000, "0 (no cap) or 1 to 1000000", True),
-        default=0,
-        metavar="N",
-        help="most devices one user may hold at once (0: no cap)",
-    )
-    p.add_argument(
-        "--unknown-after",
-        type=_in_range(_D, 1, _DAY, "1s to 1d"),
-        default=30.0,
-        metavar="D",
-        help="silence after which a device shows unknown (default 30s)",
-    )
-    p.add_argument(
-        "--lost-after",
-        type=_in_range(_D, 1, 30 * _DAY, "1s to 30d"),
-        default=300.0,
-        metavar="D",
-        help="silence after which a device is quarantined and its jobs lost (5m)",
-    )
-    p.add_argument(
-        "--startup-grace",
-        type=_in_range(_D, 0, _DAY, "0 to 1d"),
-        default=30.0,
-        metavar="D",
-        help="after a start, nothing expires for this long (default 30s)",
-    )
-    p.add_argument(
-        "--lease-renewal",
-        type=_in_range(_D, 1, 30 * _DAY, "1s to 30d"),
-        default=900.0,
-        metavar="D",
-        help="a heartbeat keeps a running job's lease at least this long (15m)",
-    )
-    p.add_argument(
-        "--heartbeat-interval",
-        type=_in_range(_D, 0.1, 3600, "100ms to 1h"),
-        default=10.0,
-        metavar="D",
-        help="how often workers are told to heartbeat (default 10s)",
-    )
-    p.add_argument(
-        "--sweep-interval",
-        type=_in_range(_D, 0.05, 3600, "50ms to 1h"),
-        default=10.0,
-        metavar="D",
-        help="how often silent workers and expired leases are swept (10s)",
-    )
-    p.add_argument(
-        "--flap-limit",
-        type=_in_range(_integer, 1, 1000, "1 to 1000"),
-        default=3,
-        metavar="N",
-        help="automatic recoveries per device per --flap-window before a human "
-        "must clear it (default 3)",
-    )
-    p.add_argument(
-        "--flap-window",
-        type=_in_range(_D, 1, 30 * _DAY, "1s to 30d"),
-        default=3600.0,
-        metavar="D",
-        help="the window of --flap-limit (default 1h)",
-    )
-    p.add_argument(
-        "--lease-default",
-        type=_in_range(_D, 1, 30 * _DAY, "1s to 30d"),
-        default=300.0,
-        metavar="D",
-        help="first lease of a job without a runtime, until a heartbeat renews it (5m)",
-    )
-    p.add_argument(
-        "--lease-grace",
-        type=_in_range(_D, 1, 30 * _DAY, "1s to 30d"),
-        default=600.0,
-        metavar="D",
-        help="a job's lease outlives its max runtime by this much (10m)",
-    )
-    p.add_argument(
-        "--log-cap",
-        type=_in_range(_integer, 1024, 1 << 40, "1024 to 1099511627776 (1 TiB)"),
-        default=256 << 20,
-        metavar="BYTES",
-        help="per-job log cap in bytes (default 256 MiB)",
-    )
-    p.add_argument("--ready-fd", type=int, default=None, help=argparse.SUPPRESS)
-    p.set_defaults(handler="local:cmd_serve")
-
-    p = sub.add_parser(
-        "worker",
-        help="run the device agent on a GPU host (rc worker --help)",
-        description="Run the device agent (its own options: rc worker --help).",
-        add_help=False,
-    )
-    p.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
-    p.set_defaults(handler="local:cmd_worker")
-
     p = sub.add_parser(
         "up",
         help="start a controller and a local worker (one-box deployment)",
@@ -240,7 +86,7 @@ def add_parsers(sub) -> None:
     p.add_argument(
         "--insecure", action="store_true", help="allow a non-loopback --listen without TLS"
     )
-    p.set_defaults(handler="local:cmd_up")
+    p.set_defaults(handler="up:cmd_up")
 
     p = sub.add_parser(
         "down",
@@ -251,70 +97,7 @@ def add_parsers(sub) -> None:
     p.add_argument(
         "--data", default=None, metavar="DIR", help=f"data directory (default {default_data_dir()})"
     )
-    p.set_defaults(handler="local:cmd_down")
-
-
-def cmd_serve(args: argparse.Namespace) -> int:
-    try:
-        config = importlib.import_module("rc.controller.config")
-        serve = importlib.import_module("rc.controller.serve")
-    except ImportError as e:
-        raise RcError(
-            f"rc serve needs the controller's packages ({e.name}); "
-            "install rc with pip (the zipapp carries only worker and client)"
-        ) from None
-    cfg = config.ControllerConfig(
-        data_dir=args.data,
-        listen=args.listen,
-        certfile=args.certfile,
-        keyfile=args.keyfile,
-        webhook_url=args.webhook_url,
-        retain_disconnected_jobs=args.retain_disconnected_jobs,
-        aging=args.aging,
-        max_devices_per_user=args.max_devices_per_user,
-        unknown_after=args.unknown_after,
-        lost_after=args.lost_after,
-        startup_grace=args.startup_grace,
-        lease_renewal=args.lease_renewal,
-        heartbeat_interval=args.heartbeat_interval,
-        sweep_interval=args.sweep_interval,
-        flap_limit=args.flap_limit,
-        flap_window=args.flap_window,
-        lease_default=args.lease_default,
-        lease_grace=args.lease_grace,
-        limits=config.Limits(log_cap_bytes=args.log_cap),
-    )
-    return serve.run(cfg, args.ready_fd)
-
-
-def cmd_worker(args: argparse.Namespace) -> int:
-    # `rc worker` is routed to rc.worker by rc/__main__.py before the client
-    # parser runs; this stub only lists it in `rc --help`.
-    raise UsageError("run the worker as `rc worker ...` or `python3 rc.pyz worker ...`")
-
-
-# ---------------------------------------------------------------- rc up / down
-
-
-def _alive_pid(pid) -> bool:
-    """Whether `pid` (an int from up.json, maybe missing) is a live process."""
-    return isinstance(pid, int) and pid > 0 and _alive(pid)
-
-
-def _alive(pid: int) -> bool:
-    """Whether `pid` runs (a zombie, killed but not yet reaped, does not)."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
-            return f.read().rpartition(")")[2].split()[0] not in ("Z", "X")
-    except (OSError, IndexError):
-        pass
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return not os.path.isdir("/proc")  # no /proc entry although /proc exists: gone
+    p.set_defaults(handler="up:cmd_down")
 
 
 def _is_loopback(listen: str) -> bool:
@@ -322,62 +105,9 @@ def _is_loopback(listen: str) -> bool:
     if host in ("localhost", ""):
         return host == "localhost"
     try:
-        import ipaddress
-
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
-
-
-def _spawn_ready(
-    cmd: list[str], log, detach: bool, what: str, log_path: Path, extra_env: dict | None = None
-) -> tuple[subprocess.Popen, str]:
-    """Start `cmd` with `--ready-fd N` appended and wait (START_TIMEOUT_S) for
-    the line it writes there once ready; returns the process and that line."""
-    r, w = os.pipe()
-    seen = log_path.stat().st_size if log_path.exists() else 0
-    proc = subprocess.Popen(
-        [*cmd, "--ready-fd", str(w)],
-        pass_fds=(w,),
-        stdin=subprocess.DEVNULL,
-        stdout=log,
-        stderr=log,
-        start_new_session=detach,
-    )
-    os.close(w)
-    deadline = time.monotonic() + START_TIMEOUT_S
-    buf = b""
-    os.set_blocking(r, False)
-    try:
-        while b"\n" not in buf:
-            if proc.poll() is not None:
-                raise RcError(f"the {what} did not start" + _tail(log_path, seen, detach))
-            if time.monotonic() > deadline:
-                proc.terminate()
-                raise RcError(
-                    f"the {what} did not start within {START_TIMEOUT_S:.0f}s"
-                    + _tail(log_path, seen, detach)
-                )
-            try:
-                buf += os.read(r, 4096)
-            except BlockingIOError:
-                time.sleep(0.05)
-    finally:
-        os.close(r)
-    return proc, buf.decode().strip()
-
-
-def _tail(path: Path, seen: int, detach: bool) -> str:
-    """The last lines this start wrote to `path` (its own, not older runs')."""
-    if not detach:
-        return " (see the messages above)"
-    try:
-        with open(path, "rb") as f:
-            f.seek(seen)
-            lines = f.read().decode(errors="replace").strip().splitlines()[-5:]
-    except OSError:
-        return ""
-    return (":\n  " + "\n  ".join(lines)) if lines else ""
 
 
 def _token_name(base: str) -> str:
@@ -386,9 +116,6 @@ def _token_name(base: str) -> str:
 
 
 def _ensure_token(admin, name: str, role: str, taken_ok: bool = True) -> str:
-    from rc.proto.client import segment
-    from rc.proto.errors import ApiError
-
     for n in range(100):
         candidate = name if n == 0 else f"{name}-{n}"
         try:
@@ -492,17 +219,8 @@ def _say_out_of_pool(
         stderr(f"no device of {host} takes jobs now: rc run waits in the queue until one returns")
 
 
-def _config_points_at(url: str) -> bool:
-    """Whether a plain `rc` command here would talk to `url`."""
-    from rc.cli import config as client_config
-
-    return client_config.load().controller == url
-
-
 def _token_works(url: str, token: str) -> bool:
     """Whether `token` is a live token of the controller at `url`."""
-    from rc.proto.client import Client
-
     if not token:
         return False
     try:
@@ -562,9 +280,6 @@ def _worker_token_host(url: str, token_file: Path) -> str | None:
     """The host the worker token in `token_file` is bound to ("" while not
     yet bound), or None when the file holds no worker token of the controller
     at `url` (missing, empty, or refused with 401). Other errors raise."""
-    from rc.proto.client import Client
-    from rc.proto.errors import ApiError
-
     try:
         token = token_file.read_text().strip()
     except FileNotFoundError:
@@ -587,8 +302,6 @@ def _ensure_client_config(admin, url: str) -> bool:
     unreadable or corrupt (a corrupt one is kept as config.toml.broken), or
     when it names this controller with a token it does not know. Returns
     whether a plain `rc` command here talks to `url`."""
-    from rc.cli import config as client_config
-
     cfg_path = client_config.config_path()
     points_here = os.environ.get("RC_CONTROLLER", "").strip() in ("", url)
     problem = client_config.file_problem(cfg_path)
@@ -628,8 +341,6 @@ def _ensure_client_config(admin, url: str) -> bool:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    from rc.proto.client import Client
-
     data = Path(args.data) if args.data else default_data_dir()
     listen = args.listen or UP_LISTEN
     host_port = listen.rpartition(":")
@@ -652,8 +363,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     data.mkdir(mode=0o700, parents=True, exist_ok=True)
     state_path = data / UP_STATE
     st = _read_state(state_path)
-    serve_pid = st.get("serve_pid") if _alive_pid(st.get("serve_pid")) else None
-    worker_pid = st.get("worker_pid") if _alive_pid(st.get("worker_pid")) else None
+    serve_pid = st.get("serve_pid") if alive_pid(st.get("serve_pid")) else None
+    worker_pid = st.get("worker_pid") if alive_pid(st.get("worker_pid")) else None
     down = f"rc down{f' --data {data}' if args.data else ''}"
     if serve_pid or worker_pid:
         differ = _differences(args, st, worker_pid is not None)
@@ -703,9 +414,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             cmd = [sys.executable, "-m", "rc", "serve", "--listen", listen, "--data", str(data)]
             if args.certfile:
                 cmd += ["--certfile", args.certfile, "--keyfile", args.keyfile]
-            controller, url = _spawn_ready(
-                cmd, serve_log, args.detach, "controller", serve_log_path
-            )
+            controller, url = spawn_ready(cmd, serve_log, args.detach, "controller", serve_log_path)
             serve_pid = controller.pid
         admin = Client(url, (data / "admin.token").read_text().strip())
         token_file = data / WORKER_TOKEN_FILE
@@ -730,7 +439,7 @@ def cmd_up(args: argparse.Namespace) -> int:
                 "--host",
                 host,
             ]
-            worker, _ = _spawn_ready(cmd, worker_log, args.detach, "worker", worker_log_path)
+            worker, _ = spawn_ready(cmd, worker_log, args.detach, "worker", worker_log_path)
             worker_pid = worker.pid
     except BaseException:
         for proc in (worker, controller):
@@ -765,7 +474,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         if not args.detach:  # the foreground rc up owns its children (it started both)
             for proc, what in ((worker, "worker"), (controller, "controller")):
                 if proc is not None:
-                    _stop(proc, what)
+                    stop_process(proc, what)
             state_path.unlink(missing_ok=True)
         raise
     stderr(
@@ -777,75 +486,13 @@ def cmd_up(args: argparse.Namespace) -> int:
         stderr(f"running in the background (logs in {data}); stop with: {down}")
         return 0
     stderr("press Ctrl-C to stop")
-    return _supervise(controller, worker, state_path)
-
-
-def _supervise(controller: subprocess.Popen, worker: subprocess.Popen, state_path: Path) -> int:
-    stop: dict = {"now": False, "sig": None}
-
-    def on_signal(signum, frame):
-        stop["now"], stop["sig"] = True, signum
-
-    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        while not stop["now"] and controller.poll() is None and worker.poll() is None:
-            try:
-                worker.wait(0.5)
-            except subprocess.TimeoutExpired:
-                pass
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
-        died = [
-            what
-            for what, p in (("worker", worker), ("controller", controller))
-            if p.poll() is not None
-        ]
-        _stop(worker, "worker")
-        _stop(controller, "controller")
-        state_path.unlink(missing_ok=True)
-    if not stop["now"]:
-        stderr(f"the {' and the '.join(died)} exited; stopped everything")
-        return 1
-    return 130 if stop["sig"] == signal.SIGINT else 0
-
-
-def _stop(proc: subprocess.Popen, what: str) -> None:
-    if proc.poll() is not None:
-        return
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(STOP_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        stderr(f"{what} did not stop within {STOP_TIMEOUT_S:.0f}s; killing it")
-        proc.kill()
-        proc.wait()
-
-
-def _stop_pid(pid: int, what: str) -> None:
-    if not _alive(pid):
-        return
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + STOP_TIMEOUT_S
-    while _alive(pid):
-        if time.monotonic() > deadline:
-            stderr(f"{what} (pid {pid}) did not stop within {STOP_TIMEOUT_S:.0f}s; killing it")
-            os.kill(pid, signal.SIGKILL)
-            return
-        try:
-            os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            pass
-        time.sleep(0.05)
+    return supervise(controller, worker, state_path)
 
 
 def _say_what_stops(st: dict, data: Path) -> None:
     """Before `rc down` stops the worker: name the jobs and holds running on
     it, which end `killed` ("the worker is shutting down"). Best effort: a
     controller that does not answer within 5 s is not asked again."""
-    from rc.cli.output import command_text, escape_controls, one_line
-    from rc.proto.client import Client
-
     try:
         admin = Client(st["url"], (data / "admin.token").read_text().strip(), timeout=5)
         active = admin.get("/v1/state")["jobs"]
@@ -886,13 +533,13 @@ def cmd_down(args: argparse.Namespace) -> int:
     st = _read_state(state_path)
     if not st:
         raise RcError(f"{state_path} is corrupt; stop the processes by hand")
-    if _alive_pid(st.get("worker_pid")):
+    if alive_pid(st.get("worker_pid")):
         _say_what_stops(st, data)
     stopped = []
     for key, what in (("worker_pid", "worker"), ("serve_pid", "controller")):
         pid = st.get(key)
-        if _alive_pid(pid):
-            _stop_pid(pid, what)
+        if alive_pid(pid):
+            stop_pid(pid, what)
             stopped.append(f"the {what} (pid {pid})")
     state_path.unlink(missing_ok=True)
     if not stopped:

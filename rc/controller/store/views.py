@@ -2,7 +2,7 @@
 
 Functions here take a read `Tx` (a consistent snapshot) and return rc.proto
 wire records. Queue order, positions and explanations come from the same
-`scheduler.plan()` the scheduling pass uses, so what `rc ps` and `rc explain`
+`planner.plan()` the scheduling pass uses, so what `rc ps` and `rc explain`
 say is what the scheduler does.
 """
 
@@ -12,21 +12,21 @@ import dataclasses
 from collections import defaultdict
 from dataclasses import dataclass
 
-from rc.controller import rows
-from rc.controller.db import Tx, loads
 from rc.controller.errors import Refused
-from rc.controller.scheduler import (
+from rc.controller.planner import (
     LazyMatches,
     Policy,
     Snapshot,
     candidates,
     effective_priority,
     fits_ceiling,
-    load_labels,
     match_devices,
-    snapshot,
 )
-from rc.controller.scheduler import slots as scheduler_slots
+from rc.controller.store import rows
+from rc.controller.store.db import Tx, loads
+from rc.controller.store.labels import effective as effective_labels
+from rc.controller.store.queue import slots as queue_slots
+from rc.controller.store.queue import snapshot
 from rc.proto import selector as selectors
 from rc.proto.duration import format_duration
 from rc.proto.errors import ErrorCode
@@ -41,7 +41,9 @@ from rc.proto.wire import (
 )
 
 __all__ = [
+    "Census",
     "QueueSnapshot",
+    "census",
     "describe",
     "device_views",
     "explain_job",
@@ -72,7 +74,7 @@ RIVALS_NAMED = 5
 
 @dataclass(slots=True)
 class QueueSnapshot:
-    """The queue planned as the scheduler would plan it now (scheduler.Snapshot),
+    """The queue planned as the scheduler would plan it now (planner.Snapshot),
     with the queued jobs as records and every device's effective labels."""
 
     snap: Snapshot
@@ -87,7 +89,7 @@ class QueueSnapshot:
 
 def queue_snapshot(tx: Tx, policy: Policy) -> QueueSnapshot:
     """Plan the current queue on fresh labels (no writes)."""
-    labels = load_labels(tx)
+    labels = effective_labels(tx)
     snap = snapshot(tx, lambda sel: match_devices(labels, sel), policy)
     queued = {r["id"]: rows.job(r) for r in tx.all("jobs_queued_full")}
     return QueueSnapshot(snap, queued, labels)
@@ -95,7 +97,7 @@ def queue_snapshot(tx: Tx, policy: Policy) -> QueueSnapshot:
 
 def plan_snapshot(tx: Tx, policy: Policy) -> Snapshot:
     """The queue planned on fresh labels (what Controller.queue_plan caches)."""
-    labels = load_labels(tx)
+    labels = effective_labels(tx)
     return snapshot(tx, lambda sel: match_devices(labels, sel), policy)
 
 
@@ -129,12 +131,12 @@ def queue_position(tx: Tx, job: Job, policy: Policy) -> int:
     caller plans instead (job_view). Held equal to the plan by the scheduler
     state machine test.
     """
-    slots = scheduler_slots(tx.all("device_slots"))
+    slots = queue_slots(tx)
     labels: dict[str, dict[str, str]] = {}
 
     def matches(sel: str) -> frozenset[str]:
         if not labels:
-            labels.update(load_labels(tx))
+            labels.update(effective_labels(tx))
         return match_devices(labels, sel)
 
     lazy = LazyMatches(matches)
@@ -411,3 +413,43 @@ def _holding(lease, now: float) -> str:
     if left <= 0:
         return what + ", past its time limit (it is being stopped)"
     return what + f", for at most {format_duration(max(1.0, round(left)))} more"
+
+
+@dataclass(frozen=True, slots=True)
+class Census:
+    """The store's facts for /metrics (rc.controller.metrics), read in one
+    transaction. Each map holds only the keys present in the store (a state,
+    reason, priority or kind with no row is absent, not 0).
+
+    devices_by_state: DeviceState value → devices; quarantined_by_reason:
+    QuarantineReason value ('' for an unknown cause) → unhealthy devices;
+    draining: devices being drained; queued_by_priority: priority → queued
+    jobs; jobs_by_state: JobState value → jobs; events_by_kind: EventKind
+    value → feed events; heartbeat_age: worker id → seconds since its last
+    heartbeat (controller clock).
+    """
+
+    devices_by_state: dict[str, int]
+    quarantined_by_reason: dict[str, int]
+    draining: int
+    queued_by_priority: dict[int, int]
+    jobs_by_state: dict[str, int]
+    events_by_kind: dict[str, int]
+    heartbeat_age: dict[str, float]
+
+
+def census(tx: Tx) -> Census:
+    """Count the store for /metrics (one pass over the jobs table)."""
+
+    def counts(found, column: str) -> dict:
+        return {r[column]: r["n"] for r in found}
+
+    return Census(
+        devices_by_state=counts(tx.all("metrics_devices_by_state"), "state"),
+        quarantined_by_reason=counts(tx.all("metrics_devices_quarantined"), "quarantine_reason"),
+        draining=tx.scalar("metrics_devices_draining"),
+        queued_by_priority=counts(tx.all("metrics_queue_by_priority"), "priority"),
+        jobs_by_state=counts(tx.all("metrics_jobs_by_state"), "state"),
+        events_by_kind=counts(tx.all("metrics_events_by_kind"), "kind"),
+        heartbeat_age={r["id"]: tx.now - r["last_heartbeat_at"] for r in tx.all("workers_all")},
+    )

@@ -1,0 +1,335 @@
+"""The library half of `rc run`: submit a job, wait in the queue, follow its
+log, turn its end into an exit status, and read the environment a job or
+session asks for. `rc run`, `rc hold`, `rc run --tty`, `rc shell`, `rc
+exec`, `rc cp` and `rc logs` are built on it.
+
+A submit carries a fresh idempotency key, so a retried submit can never make
+two jobs. Following a log resumes from the byte offset it reached after a
+broken connection or a controller restart, so nothing is shown twice or lost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+import uuid
+
+from rc.cli.context import UsageError, interrupt_cause, job_cwd, stderr
+from rc.proto.client import Client
+from rc.proto.errors import ApiError, RcError, TransportError
+from rc.proto.model import valid_env_name
+from rc.proto.selector import ANY
+
+__all__ = [
+    "CANCEL_TIMEOUT_S",
+    "TERMINAL",
+    "add_env_flags",
+    "exit_status",
+    "follow_log",
+    "job_env",
+    "post_kill",
+    "read_env_file",
+    "submit",
+    "submit_run",
+    "target",
+    "wait_started",
+    "wait_terminal",
+]
+
+SUBMIT_RETRY_S = 30.0
+"""How long a submit is retried over transport failures."""
+RECONNECT_MAX_S = 300.0
+"""How long following a log (or waiting for a job's end) retries transport
+failures in a row before giving up."""
+QUEUE_POLL_WAIT_S = 20.0
+"""The long poll on a queued job, in seconds."""
+CANCEL_TIMEOUT_S = 10.0
+"""Bound on a kill or cancel request, and on waiting for the kill to take."""
+TERMINAL = ("succeeded", "failed", "killed", "lost")
+"""The states a job ends in."""
+
+
+def add_env_flags(p: argparse.ArgumentParser, whose: str) -> None:
+    """-e NAME[=VALUE] and --env-file FILE (both repeatable), read by job_env()."""
+    p.add_argument(
+        "-e",
+        "--env",
+        action="append",
+        default=[],
+        metavar="NAME[=VALUE]",
+        help=f"an environment variable for {whose}; NAME alone passes its value here (repeatable)",
+    )
+    p.add_argument(
+        "--env-file",
+        dest="env_files",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="NAME=VALUE lines (# comments and blank lines allowed); -e wins (repeatable)",
+    )
+
+
+_NAME_RULE = "letters, digits and '_', not starting with a digit"
+
+
+def job_env(items: list[str], files: list[str] = ()) -> dict[str, str]:
+    """The environment a job or session asks for: each --env-file in order,
+    then each -e in order, a later value of a name replacing an earlier one.
+    `-e NAME=VALUE` gives a value; `-e NAME` passes this process's value of
+    NAME. Names are checked as the controller checks them (valid_env_name).
+    Raises UsageError naming the bad item (a file's name and line number)."""
+    env: dict[str, str] = {}
+    for path in files:
+        env.update(read_env_file(path))
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not valid_env_name(key):
+            raise UsageError(f"-e {item!r}: {key!r} is not a variable name ({_NAME_RULE})")
+        if not sep:
+            if key not in os.environ:
+                raise UsageError(f"-e {item!r}: {key} is not set here (give it: -e {key}=VALUE)")
+            value = os.environ[key]
+        if "\0" in value:
+            raise UsageError(f"-e {item!r}: the value contains a NUL character")
+        env[key] = value
+    return env
+
+
+def read_env_file(path: str) -> dict[str, str]:
+    """The NAME=VALUE lines of an --env-file, in order (a later line of a name
+    wins). The value is everything after the first '=', taken as it is
+    (quotes included, like `docker run --env-file`; a final CR is dropped);
+    lines that are blank or start with '#' are skipped. Raises UsageError
+    naming the file, and the line for a bad one."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise UsageError(f"--env-file {path}: cannot read it: {e.strerror or e}") from None
+    env: dict[str, str] = {}
+    for n, raw in enumerate(data.split(b"\n"), 1):
+        try:
+            line = raw.decode().removesuffix("\r")
+        except UnicodeDecodeError:
+            raise UsageError(f"{path}:{n}: not UTF-8 text") from None
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        key, sep, value = line.lstrip().partition("=")
+        if not sep:
+            raise UsageError(f"{path}:{n}: {line[:60]!r} is not NAME=VALUE")
+        if not valid_env_name(key):
+            raise UsageError(f"{path}:{n}: {key[:60]!r} is not a variable name ({_NAME_RULE})")
+        if "\0" in value:
+            raise UsageError(f"{path}:{n}: the value of {key} contains a NUL character")
+        env[key] = value
+    return env
+
+
+def target(args: argparse.Namespace) -> tuple[dict, str]:
+    """The target of `rc run`/`rc hold` from its -d/-s flags: the submit's
+    {"device_id": ...} or {"selector": ...} (any device, `*`, with neither)
+    and a label for messages ("any device", "selector 'kind=gpu'", the
+    device id). Raises UsageError for a blank -d or -s."""
+    if args.device is not None:
+        if not args.device.strip():
+            raise UsageError("-d needs a device, host:name (rc devices lists them)")
+        return {"device_id": args.device}, args.device
+    if args.selector is not None and not args.selector.strip():
+        raise UsageError("-s needs a selector, e.g. 'kind=gpu' (or '*' for any device)")
+    sel = args.selector or ANY
+    return {"selector": sel}, ("any device" if sel == ANY else f"selector {sel!r}")
+
+
+def submit_run(
+    c: Client, args: argparse.Namespace, command: list[str], env: dict[str, str], stdio: str = ""
+) -> tuple[dict, str]:
+    """Submit what `rc run` was asked for (stdio "" or "tty"); returns the
+    JobView and a label for the target. Raises ApiError as the controller
+    refused (--no-wait on a busy target: no_device_available, one line)."""
+    where, label = target(args)
+    body = {
+        **where,
+        "command": command,
+        "stdio": stdio,
+        "cwd": job_cwd(args.cwd),
+        "env": env,
+        "idempotency_key": uuid.uuid4().hex,
+        "priority": args.priority,
+        "max_runtime_seconds": args.max_runtime,
+        "idle_timeout_seconds": args.idle_timeout,
+        "no_wait": args.no_wait,
+        "as_user": args.as_user,
+    }
+    return submit(c, body), label
+
+
+def submit(c: Client, body: dict) -> dict:
+    """POST /v1/jobs, retrying transport failures for up to 30 s (the
+    idempotency key makes a retry return the same job)."""
+    deadline = time.monotonic() + SUBMIT_RETRY_S
+    delay = 0.2
+    while True:
+        try:
+            return c.post("/v1/jobs", body)
+        except TransportError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 2.0)
+
+
+def wait_started(c: Client, job: dict, position: int, label: str) -> dict | None:
+    """Wait while the job is queued, printing its position when it changes.
+
+    Returns the job once it is assigned or running; None after Ctrl-C (the
+    queued job is then cancelled). Raises RcError when it ended without
+    starting (cancelled by someone, no-wait).
+    """
+    shown = None
+    failures = 0
+    try:
+        while job["state"] == "queued":
+            if position != shown:
+                stderr(f"queued at position {position} for {label} (job {job['id']})")
+                shown = position
+            try:
+                view = c.get(
+                    f"/v1/jobs/{job['id']}",
+                    params={
+                        "wait": f"{QUEUE_POLL_WAIT_S:g}s",
+                        "state": "queued",
+                        "position": position,
+                    },
+                    timeout=QUEUE_POLL_WAIT_S + 15,
+                )
+                failures = 0
+            except TransportError:
+                failures += 1
+                if failures >= 16:
+                    raise RcError(
+                        f"lost track of job {job['id']} (it may still be queued or "
+                        "running; see rc ps)"
+                    ) from None
+                time.sleep(min(0.5 * failures, 5.0))
+                continue
+            job, position = view["job"], view.get("queue_position", 0)
+    except KeyboardInterrupt as e:
+        _cancel_queued(c, job, interrupt_cause(e))
+        return None
+    if job["state"] in ("assigned", "running"):
+        return job
+    reason = job.get("kill_reason") or "no reason given"
+    raise RcError(f"job {job['id']} ended without starting ({job['state']}: {reason})")
+
+
+def _cancel_queued(c: Client, job: dict, cause: str) -> None:
+    failed = post_kill(c, job["id"], f"cancelled while queued ({cause})")
+    if failed:
+        stderr(f"job {job['id']} could not be cancelled: {failed} (see rc ps)")
+        return
+    try:
+        now = c.get(f"/v1/jobs/{job['id']}", timeout=CANCEL_TIMEOUT_S)["job"]
+    except RcError:
+        stderr(f"cancel requested for job {job['id']}")
+        return
+    if now["state"] == "killed" and not now.get("started_at"):
+        stderr(f"cancelled queued job {job['id']}")
+    else:
+        stderr(f"job {job['id']} started just as it was being cancelled; kill requested")
+
+
+def post_kill(c: Client, job_id: int, reason: str) -> str:
+    """Kill (or cancel) a job within CANCEL_TIMEOUT_S; "" when the controller
+    took it, else why not, in words."""
+    try:
+        c.post(f"/v1/jobs/{job_id}/kill", {"reason": reason}, timeout=CANCEL_TIMEOUT_S)
+        return ""
+    except ApiError as e:
+        return "it had already ended" if e.code == "not_cancellable" else f"{e.code}: {e.message}"
+    except TransportError as e:
+        return str(e)
+
+
+def follow_log(c: Client, job_id: int, out, offset: int = 0, follow: bool = True) -> int:
+    """Copy the job's stored output to `out` until it has ended and every byte
+    was shown; reconnects from the byte offset reached. Returns the offset."""
+    failures_since = None
+    delay = 0.2
+    while True:
+        try:
+            for chunk in c.stream(
+                "GET",
+                f"/v1/jobs/{job_id}/logs",
+                params={"offset": offset, "follow": "1" if follow else "0"},
+                timeout=60.0,
+            ):
+                out.write(chunk)
+                out.flush()
+                offset += len(chunk)
+                failures_since, delay = None, 0.2
+            if not follow:
+                return offset
+            state = c.get(f"/v1/jobs/{job_id}", timeout=10.0)["job"]["state"]
+            if state in TERMINAL:
+                rest = c.request(
+                    "GET", f"/v1/jobs/{job_id}/logs", params={"offset": offset, "follow": "0"}
+                ).body
+                if rest:
+                    out.write(rest)
+                    out.flush()
+                    offset += len(rest)
+                return offset
+        except TransportError:
+            now = time.monotonic()
+            failures_since = failures_since or now
+            if now - failures_since > RECONNECT_MAX_S:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
+        except ApiError as e:
+            if e.status >= 500:
+                time.sleep(delay)
+                delay = min(delay * 2, 5.0)
+                continue
+            raise
+
+
+def wait_terminal(c: Client, job_id: int, give_up_after: float | None = RECONNECT_MAX_S) -> dict:
+    """The job once it has ended, by long poll; transport failures are retried
+    (for up to `give_up_after` seconds in a row; None: forever)."""
+    state, failing_since, delay = "", None, 0.5
+    while True:
+        try:
+            job = c.get(
+                f"/v1/jobs/{job_id}",
+                params={"wait": "50s", "state": state, "position": 0},
+                timeout=65,
+            )["job"]
+            failing_since, delay = None, 0.5
+            if job["state"] in TERMINAL:
+                return job
+            state = job["state"]
+        except TransportError:
+            now = time.monotonic()
+            failing_since = failing_since or now
+            if give_up_after is not None and now - failing_since > give_up_after:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 10.0)
+
+
+def exit_status(job: dict) -> int:
+    """rc run's exit code for a finished job: its own code; never 0 unless it
+    succeeded; a code that is a multiple of 256 (or over 255) becomes 1."""
+    code = job.get("exit_code")
+    state = job["state"]
+    reason = job.get("kill_reason") or ""
+    if state == "succeeded":
+        return 0
+    if code and code % 256 != 0 and 0 < code < 256:
+        if reason:
+            stderr(f"job {job['id']} {state}: {reason}")
+        return code
+    stderr(f"job {job['id']} {state}" + (f": {reason}" if reason else ""))
+    return 1

@@ -1,0 +1,221 @@
+"""`rc serve` (the controller) and the `rc worker` entry in `rc --help`.
+
+`rc serve` is one of the two entry points allowed to load rc.controller
+(DESIGN.md §2); it does so by name at run time, so the zipapp (which carries
+no controller) still parses every command. `rc worker` itself is routed to
+rc.worker by rc/__main__.py before this parser runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+
+from rc.cli.context import UsageError, duration_seconds
+from rc.proto.errors import RcError
+
+__all__ = ["add_parsers"]
+
+
+def _in_range(parse, lo: float, hi: float, allowed: str, zero_ok: bool = False):
+    """argparse type: `parse(text)` (a duration or an integer) within lo..hi
+    (and 0 when `zero_ok`); out of range is a one-line usage error naming the
+    allowed range (exit 2), at argument parsing."""
+
+    def check(text: str):
+        try:
+            value = parse(text)
+        except argparse.ArgumentTypeError as e:
+            raise argparse.ArgumentTypeError(f"{e}; allowed {allowed}") from None
+        if not (lo <= value <= hi or (zero_ok and value == 0)):
+            raise argparse.ArgumentTypeError(f"{text!r} is out of range: allowed {allowed}")
+        return value
+
+    check.__name__ = getattr(parse, "__name__", "value")
+    return check
+
+
+def _integer(text: str) -> int:
+    try:
+        return int(text.strip().replace("_", ""), 10)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+
+
+_DAY = 86400.0
+_D = duration_seconds
+
+
+def add_parsers(sub) -> None:
+    p = sub.add_parser(
+        "serve",
+        help="run the controller",
+        description="Run the controller: API, scheduler, sweeper, dashboard.",
+    )
+    p.add_argument(
+        "--listen",
+        default="127.0.0.1:8080",
+        metavar="HOST:PORT",
+        help="address to listen on (port 0 picks a free one; default %(default)s)",
+    )
+    p.add_argument(
+        "--data",
+        default="/var/lib/rc",
+        metavar="DIR",
+        help="data directory: rc.db, logs/, admin.token (default %(default)s)",
+    )
+    p.add_argument("--certfile", default="", help="TLS certificate (PEM); enables https")
+    p.add_argument("--keyfile", default="", help="TLS private key (PEM)")
+    p.add_argument(
+        "--webhook-url",
+        default=os.environ.get("RC_WEBHOOK_URL", ""),
+        help="POST every activity-feed event here (default: $RC_WEBHOOK_URL)",
+    )
+    p.add_argument(
+        "--retain-disconnected-jobs",
+        action="store_true",
+        help="keep jobs of silent workers running instead of marking them lost",
+    )
+    p.add_argument(
+        "--aging",
+        type=_in_range(_D, 1, 30 * _DAY, "0 (off) or 1s to 30d", True),
+        default=600.0,
+        metavar="D",
+        help="a queued job gains one priority step per D waited (0: off; default 10m)",
+    )
+    p.add_argument(
+        "--max-devices-per-user",
+        type=_in_range(_integer, 1, 1_000_000, "0 (no cap) or 1 to 1000000", True),
+        default=0,
+        metavar="N",
+        help="most devices one user may hold at once (0: no cap)",
+    )
+    p.add_argument(
+        "--unknown-after",
+        type=_in_range(_D, 1, _DAY, "1s to 1d"),
+        default=30.0,
+        metavar="D",
+        help="silence after which a device shows unknown (default 30s)",
+    )
+    p.add_argument(
+        "--lost-after",
+        type=_in_range(_D, 1, 30 * _DAY, "1s to 30d"),
+        default=300.0,
+        metavar="D",
+        help="silence after which a device is quarantined and its jobs lost (5m)",
+    )
+    p.add_argument(
+        "--startup-grace",
+        type=_in_range(_D, 0, _DAY, "0 to 1d"),
+        default=30.0,
+        metavar="D",
+        help="after a start, nothing expires for this long (default 30s)",
+    )
+    p.add_argument(
+        "--lease-renewal",
+        type=_in_range(_D, 1, 30 * _DAY, "1s to 30d"),
+        default=900.0,
+        metavar="D",
+        help="a heartbeat keeps a running job's lease at least this long (15m)",
+    )
+    p.add_argument(
+        "--heartbeat-interval",
+        type=_in_range(_D, 0.1, 3600, "100ms to 1h"),
+        default=10.0,
+        metavar="D",
+        help="how often workers are told to heartbeat (default 10s)",
+    )
+    p.add_argument(
+        "--sweep-interval",
+        type=_in_range(_D, 0.05, 3600, "50ms to 1h"),
+        default=10.0,
+        metavar="D",
+        help="how often silent workers and expired leases are swept (10s)",
+    )
+    p.add_argument(
+        "--flap-limit",
+        type=_in_range(_integer, 1, 1000, "1 to 1000"),
+        default=3,
+        metavar="N",
+        help="automatic recoveries per device per --flap-window before a human "
+        "must clear it (default 3)",
+    )
+    p.add_argument(
+        "--flap-window",
+        type=_in_range(_D, 1, 30 * _DAY, "1s to 30d"),
+        default=3600.0,
+        metavar="D",
+        help="the window of --flap-limit (default 1h)",
+    )
+    p.add_argument(
+        "--lease-default",
+        type=_in_range(_D, 1, 30 * _DAY, "1s to 30d"),
+        default=300.0,
+        metavar="D",
+        help="first lease of a job without a runtime, until a heartbeat renews it (5m)",
+    )
+    p.add_argument(
+        "--lease-grace",
+        type=_in_range(_D, 1, 30 * _DAY, "1s to 30d"),
+        default=600.0,
+        metavar="D",
+        help="a job's lease outlives its max runtime by this much (10m)",
+    )
+    p.add_argument(
+        "--log-cap",
+        type=_in_range(_integer, 1024, 1 << 40, "1024 to 1099511627776 (1 TiB)"),
+        default=256 << 20,
+        metavar="BYTES",
+        help="per-job log cap in bytes (default 256 MiB)",
+    )
+    p.add_argument("--ready-fd", type=int, default=None, help=argparse.SUPPRESS)
+    p.set_defaults(handler="serve:cmd_serve")
+
+    p = sub.add_parser(
+        "worker",
+        help="run the device agent on a GPU host (rc worker --help)",
+        description="Run the device agent (its own options: rc worker --help).",
+        add_help=False,
+    )
+    p.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    p.set_defaults(handler="serve:cmd_worker")
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    try:
+        config = importlib.import_module("rc.controller.config")
+        serve = importlib.import_module("rc.controller.serve")
+    except ImportError as e:
+        raise RcError(
+            f"rc serve needs the controller's packages ({e.name}); "
+            "install rc with pip (the zipapp carries only worker and client)"
+        ) from None
+    cfg = config.ControllerConfig(
+        data_dir=args.data,
+        listen=args.listen,
+        certfile=args.certfile,
+        keyfile=args.keyfile,
+        webhook_url=args.webhook_url,
+        retain_disconnected_jobs=args.retain_disconnected_jobs,
+        aging=args.aging,
+        max_devices_per_user=args.max_devices_per_user,
+        unknown_after=args.unknown_after,
+        lost_after=args.lost_after,
+        startup_grace=args.startup_grace,
+        lease_renewal=args.lease_renewal,
+        heartbeat_interval=args.heartbeat_interval,
+        sweep_interval=args.sweep_interval,
+        flap_limit=args.flap_limit,
+        flap_window=args.flap_window,
+        lease_default=args.lease_default,
+        lease_grace=args.lease_grace,
+        limits=config.Limits(log_cap_bytes=args.log_cap),
+    )
+    return serve.run(cfg, args.ready_fd)
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    # `rc worker` is routed to rc.worker by rc/__main__.py before the client
+    # parser runs; this stub only lists it in `rc --help`.
+    raise UsageError("run the worker as `rc worker ...` or `python3 rc.pyz worker ...`")

@@ -1,0 +1,53 @@
+"""The store: the one place that reads and writes the controller's database.
+
+What is here: the engine (`db`: the SQLite file, its schema and migrations,
+the one writer, the readers, `Tx`), the named queries (`queries.sql`, each
+with a description under its name), and one module per noun of state, whose
+functions are the only code that runs a query:
+
+- `jobs`: enqueue, cancel, withdraw, kill, kill delivery, running, release,
+  lose, reports; the reads of one job and of a listing;
+- `leases`: assign (a job, a device, the lease between them), usage;
+- `queue`: the queue and the fleet as the planner sees them, request_pass;
+- `workers`: register, heartbeat, leave, the sweep, recovery;
+- `devices`: quarantine, fault, clear, retire, drain;
+- `labels`: labels and sheets, relabel, the writer's MatchCache;
+- `tokens`, `events` (the activity feed), `rows` (rows → rc.proto records),
+  `views` (the read side: listings, describe, explain, the census of
+  /metrics).
+
+The contract, for whoever adds to it (or writes a second engine):
+
+- Transaction functions. Every state change is a function `fn(tx, *args)`
+  named after what it does (enqueue, assign, release, sweep, register...),
+  run whole inside one transaction: `await db.write(jobs.enqueue, new,
+  match_cache)`. A read is the same shape through `db.read(fn, *args)`, on a
+  reader connection, in one snapshot. Nothing else is awaited inside one,
+  and time is `tx.now`, read once per batch. `tx.notify(key)` announces a
+  change after its commit (rc.controller.hub); `tx.schedule = True` asks for
+  a scheduling pass at the end of the batch (rc.controller.scheduler).
+- One writer, group commit. `Database.write` queues the function for the
+  single writer, which runs up to BATCH_MAX queued functions in one
+  `BEGIN IMMEDIATE ... COMMIT` with `synchronous=FULL`: one fsync for the
+  batch, and nothing acknowledged before the commit holding it is durable.
+  Each function runs in its own SAVEPOINT: one that raises is rolled back
+  alone and its caller gets the exception (a `Refused` becomes the HTTP
+  error); the others commit.
+- Guarded writes. A write that must change exactly one row, above all a
+  transition guarded by the state it expects (`... WHERE id = ? AND state =
+  'queued'`), is `tx.change(name, params)`: it raises GuardFailed, naming
+  the query, unless exactly one row changed, so a guard that does not hold
+  is an error and never a silent no-op. `tx.exec` is for a statement whose
+  row count is the answer (and the code uses it) or that changes any number
+  of rows by design (and the code says why).
+- The boundary. Nothing outside this package calls a Tx query method, uses
+  QUERIES or imports sqlite3 (tests/test_layout.py checks it); every query
+  the code runs exists, is used and has a description
+  (tests/test_schema.py).
+"""
+
+from __future__ import annotations
+
+from rc.controller.store.db import Database, Tx
+
+__all__ = ["Database", "Tx"]

@@ -1,0 +1,181 @@
+"""Transactions on devices: quarantine, fault, clear, retire, drain.
+
+The governing rule: never hand out a device that cannot be proven free. A
+device leaves quarantine only by a reboot, a recovery proof (both in
+rc.controller.store.workers), a returning worker in retention mode, or an
+admin (`clear`).
+"""
+
+from __future__ import annotations
+
+from rc.controller.errors import Refused
+from rc.controller.store import events
+from rc.controller.store.db import Tx
+from rc.controller.store.labels import MatchCache
+from rc.proto.duration import format_duration
+from rc.proto.errors import ErrorCode
+from rc.proto.model import EventKind, QuarantineReason
+
+__all__ = ["clear", "drain", "fault", "quarantine", "remove", "retire"]
+
+
+def quarantine(tx: Tx, device_id: str, reason: QuarantineReason, detail: str) -> bool:
+    """Take a device out of the pool. Returns True if it was not quarantined before.
+
+    An existing quarantine keeps its reason when another cause hits it, so a
+    `fault` is never relabelled into something a reboot clears; a `fault`
+    overrides a reboot-clearable reason (the stricter one wins).
+    """
+    row = tx.one("device_state", (device_id,))
+    if row is None:
+        return False
+    if row["state"] == "unhealthy":
+        if reason is QuarantineReason.FAULT and row["quarantine_reason"] != "fault":
+            tx.change("device_quarantine", (reason.value, detail, tx.now, device_id))
+            tx.notify("devices")
+        return False
+    tx.change("device_quarantine", (reason.value, detail, tx.now, device_id))
+    tx.notify("devices")
+    return True
+
+
+def fault(tx: Tx, device_id: str, reason: str, job_id: int | None, actor: str) -> None:
+    """A worker (or admin) reports a device unfit: quarantine it as `fault`.
+
+    404 device_not_found for an unknown device. The event is verify_failed
+    when the reason starts with "verify failed: ", else device_unhealthy.
+    """
+    if tx.one("device_state", (device_id,)) is None:
+        raise Refused.not_found(f"no device {device_id!r}", ErrorCode.DEVICE_NOT_FOUND)
+    quarantine(tx, device_id, QuarantineReason.FAULT, reason)
+    kind = (
+        EventKind.VERIFY_FAILED
+        if reason.startswith("verify failed: ")
+        else EventKind.DEVICE_UNHEALTHY
+    )
+    events.record(tx, kind, device_id=device_id, job_id=job_id, actor=actor, text=reason)
+
+
+def clear(tx: Tx, device_id: str, actor: str) -> None:
+    """An admin returns a quarantined device to the pool.
+
+    409 device_not_cleared while a lease is live on it or when it is not
+    quarantined (a no-op is never reported as success); 404 for no device.
+    """
+    row = tx.one("device_state", (device_id,))
+    if row is None:
+        raise Refused.not_found(f"no device {device_id!r}", ErrorCode.DEVICE_NOT_FOUND)
+    if row["state"] != "unhealthy":
+        raise Refused.conflict(
+            ErrorCode.DEVICE_NOT_CLEARED,
+            f"{device_id} is not quarantined (it is {row['state']}); nothing to clear",
+        )
+    if tx.scalar("device_has_live_lease", (device_id,)):
+        raise Refused.conflict(
+            ErrorCode.DEVICE_NOT_CLEARED,
+            f"{device_id} still has a live lease; kill or release its job first",
+        )
+    was = row["quarantine_reason"] or "an unknown cause"
+    tx.change("device_unquarantine", (device_id,))
+    events.record(
+        tx,
+        EventKind.DEVICE_CLEARED,
+        device_id=device_id,
+        actor=actor,
+        text=f"cleared by {actor} (was quarantined for {was})",
+    )
+    tx.schedule = True
+    tx.notify("devices")
+
+
+def retire(tx: Tx, device_id: str, actor: str, match_cache: MatchCache) -> None:
+    """An admin removes a device: its labels, sheet and row go, job history stays.
+
+    Queued jobs pinned to it are cancelled. 404 device_not_found; 409
+    device_busy while a lease is live on it.
+    """
+    if tx.one("device_state", (device_id,)) is None:
+        raise Refused.not_found(f"no device {device_id!r}", ErrorCode.DEVICE_NOT_FOUND)
+    if tx.scalar("device_has_live_lease", (device_id,)):
+        raise Refused.conflict(
+            ErrorCode.DEVICE_BUSY, f"{device_id} has a live lease; kill or release its job first"
+        )
+    for j in tx.all("jobs_queued_pinned_to", (device_id,)):
+        tx.change("job_cancel_queued", (f"device {device_id} was retired", tx.now, j["id"]))
+        tx.notify(f"job:{j['id']}")
+    remove(tx, device_id)
+    events.record(
+        tx, EventKind.DEVICE_RETIRED, device_id=device_id, actor=actor, text=f"retired by {actor}"
+    )
+    match_cache.invalidate()
+    tx.notify("devices", "jobs")
+
+
+def remove(tx: Tx, device_id: str) -> None:
+    host, _, name = device_id.rpartition(":")
+    tx.exec("labels_delete_all", (device_id,))  # all of its labels: any number
+    tx.exec("sheet_delete", (host, name))  # its own sheet, when it has one
+    tx.change("device_delete", (device_id,))
+
+
+def drain(tx: Tx, device_id: str, on: bool, reason: str, actor: str) -> tuple[str, bool]:
+    """Drain (no new job starts; the current one finishes) or undrain a device.
+
+    Returns (what happened in words, already). A verb whose effect is in
+    place already changes nothing and records no event (`already` True): a
+    drain of a draining device keeps its reason, and says it, who drained it
+    and how long ago ("already drained: cable swap, by admin, 5m ago"); an
+    undrain of a device that is not draining says so. The one change a
+    second drain makes is a new, different, non-empty reason, which replaces
+    the old one (a `device_drained` event names both). 404 for an unknown
+    device.
+    """
+    row = tx.one("device_drain_state", (device_id,))
+    if row is None:
+        raise Refused.not_found(f"no device {device_id!r}", ErrorCode.DEVICE_NOT_FOUND)
+    old = row["drain_reason"]
+    if on and row["draining"] and (not reason or reason == old):
+        return "already drained: " + _drained_since(tx, device_id, old), True
+    if not on and not row["draining"]:
+        return f"already undrained: {device_id} is not draining", True
+    tx.change("device_drain", (1 if on else 0, reason if on else "", device_id))
+    if on:
+        text = f"drained by {actor}" + (f": {reason}" if reason else "")
+        if row["draining"]:
+            text += f" (was: {old})" if old else " (it had no reason)"
+        events.record(tx, EventKind.DEVICE_DRAINED, device_id=device_id, actor=actor, text=text)
+    else:
+        events.record(
+            tx,
+            EventKind.DEVICE_UNDRAINED,
+            device_id=device_id,
+            actor=actor,
+            text=f"undrained by {actor}",
+        )
+        tx.schedule = True
+    tx.notify("devices")
+    if not on:
+        return f"{device_id} is back in the pool", False
+    if row["draining"]:
+        return f"{device_id}: drain reason is now {reason!r} (was {old!r})", False
+    return f"draining {device_id}", False
+
+
+def _drained_since(tx: Tx, device_id: str, reason: str) -> str:
+    """ "REASON, by ACTOR, 5m ago" for a draining device, from its newest
+    device_drained event (the parts it cannot know are left out)."""
+    parts = [reason or "no reason given"]
+    ev = tx.one("event_last_drained", (device_id,))
+    if ev is not None:
+        if ev["actor"]:
+            parts.append(f"by {ev['actor']}")
+        parts.append(f"{_coarse(tx.now - ev['at'])} ago")
+    return ", ".join(parts)
+
+
+def _coarse(seconds: float) -> str:
+    """An age in its largest whole unit: 45s, 12m, 3h, 5d."""
+    for size in (86400, 3600, 60):
+        if seconds >= size:
+            return format_duration(seconds // size * size)
+    return format_duration(max(0, int(seconds)))

@@ -1,0 +1,74 @@
+"""The queue as the planner sees it: queued jobs, device slots, a snapshot.
+
+Reads only (and `request_pass`, which asks for a scheduling pass at the end
+of the batch). Rows become rc.controller.planner's records here, so the
+planner never sees the database.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Iterator
+
+from rc.controller.planner import Policy, QueuedJob, Slot, Snapshot, plan
+from rc.controller.store import leases
+from rc.controller.store.db import Tx
+from rc.proto.model import DeviceState
+
+__all__ = ["anything_to_place", "in_order", "queued", "request_pass", "slots", "snapshot"]
+
+
+def _queued_job(r: sqlite3.Row) -> QueuedJob:
+    return QueuedJob(
+        id=r["id"],
+        submitter=r["submitter"],
+        priority=r["priority"],
+        queued_at=r["queued_at"],
+        selector=r["selector"],
+        device_id=r["device_id"],
+        max_runtime=r["max_runtime"],
+    )
+
+
+def queued(tx: Tx) -> list[QueuedJob]:
+    """Every queued job, in id order."""
+    return [_queued_job(r) for r in tx.all("queued_jobs")]
+
+
+def in_order(tx: Tx, aging: float) -> Iterator[QueuedJob]:
+    """The queued jobs in scheduling order (effective priority, then id),
+    read lazily: a pass that stops early fetches only what it looked at."""
+    return map(_queued_job, tx.iter("queued_jobs_ordered", {"now": tx.now, "aging": aging}))
+
+
+def slots(tx: Tx) -> dict[str, Slot]:
+    """Every device as a planner Slot, by device id."""
+    return {
+        r["id"]: Slot(r["id"], DeviceState(r["state"]), r["max_runtime"], bool(r["draining"]))
+        for r in tx.all("device_slots")
+    }
+
+
+def anything_to_place(tx: Tx) -> bool:
+    """Whether a pass could assign anything: a job is queued and a device is
+    schedulable (ready, not draining)."""
+    return bool(tx.scalar("any_schedulable")) and bool(tx.scalar("any_queued"))
+
+
+def snapshot(tx: Tx, matching: Callable[[str], frozenset[str]], policy: Policy) -> Snapshot:
+    """Load the queue and the fleet in `tx` and plan them.
+
+    `matching(selector)` gives the device ids a normalised selector matches
+    (readers match fresh labels: rc.controller.store.labels.effective).
+    """
+    queue = queued(tx)
+    fleet_slots = slots(tx)
+    matches = {sel: matching(sel) for sel in {j.selector for j in queue if j.selector}}
+    usage = leases.usage(tx)
+    p = plan(queue, fleet_slots, matches, tx.now, aging=policy.aging, cap=policy.cap, usage=usage)
+    return Snapshot(queue, fleet_slots, usage, p, tx.now)
+
+
+def request_pass(tx: Tx) -> None:
+    """Ask for a scheduling pass at the end of this write batch (changes nothing)."""
+    tx.schedule = True
