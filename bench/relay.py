@@ -31,7 +31,7 @@ from pathlib import Path
 
 from fleet import ROOT, fleet, percentile
 
-from rc.worker.attached import CTTY_SHIM
+from rc.worker.terminal import CTTY_SHIM
 
 
 def sha256(path: Path) -> str:
