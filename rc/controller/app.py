@@ -19,21 +19,25 @@ from rc.controller import dashboard, metrics
 from rc.controller.api import admin, devices, docs, jobs, relay, stream, workers
 from rc.controller.core import Controller
 from rc.controller.errors import Refused
-from rc.proto.errors import ErrorCode
+from rc.proto.errors import STATUS, ErrorCode
 from rc.proto.wire import INSTANCE_HEADER
 
 __all__ = ["build_app", "error_response"]
 
 log = logging.getLogger("rc.http")
 
-_STATUS_CODES = {
-    400: ErrorCode.BAD_REQUEST,
-    401: ErrorCode.UNAUTHORIZED,
-    403: ErrorCode.FORBIDDEN,
-    404: ErrorCode.NOT_FOUND,
-    405: ErrorCode.METHOD_NOT_ALLOWED,
-    413: ErrorCode.BODY_TOO_LARGE,
+_FRAMEWORK_CODES = {
+    STATUS[code]: code
+    for code in (
+        ErrorCode.BAD_REQUEST,
+        ErrorCode.UNAUTHORIZED,
+        ErrorCode.FORBIDDEN,
+        ErrorCode.NOT_FOUND,
+        ErrorCode.METHOD_NOT_ALLOWED,
+        ErrorCode.BODY_TOO_LARGE,
+    )
 }
+"""The code of a refusal Starlette itself makes (no route, wrong method...), by its status."""
 
 
 def error_response(status: int, code: str, message: str) -> Response:
@@ -53,7 +57,7 @@ async def _refused(request: Request, exc: Exception) -> Response:
 
 async def _http_exception(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
-    code = _STATUS_CODES.get(exc.status_code, ErrorCode.BAD_REQUEST)
+    code = _FRAMEWORK_CODES.get(exc.status_code, ErrorCode.BAD_REQUEST)
     if exc.status_code == 404:
         message = f"no route {request.method} {request.url.path}"
     elif exc.status_code == 405:

@@ -67,14 +67,14 @@ async def read_body(
         try:
             n = int(declared)
         except ValueError:
-            raise Refused.bad(ErrorCode.BAD_REQUEST, "Content-Length is not a number") from None
+            raise Refused(ErrorCode.BAD_REQUEST, "Content-Length is not a number") from None
         if n > limit:
-            raise Refused(413, code, f"request body of {n} bytes is over the {limit}-byte limit")
+            raise Refused(code, f"request body of {n} bytes is over the {limit}-byte limit")
     chunks, total = [], 0
     async for chunk in request.stream():
         total += len(chunk)
         if total > limit:
-            raise Refused(413, code, f"request body is over the {limit}-byte limit")
+            raise Refused(code, f"request body is over the {limit}-byte limit")
         chunks.append(chunk)
     return b"".join(chunks)
 
@@ -89,16 +89,16 @@ async def json_body(request: Request, cls: type[T], limit: int, *, empty_ok: boo
     raw = await read_body(request, limit)
     if not raw.strip():
         if not empty_ok:
-            raise Refused.bad(ErrorCode.BAD_JSON, "the request needs a JSON body")
+            raise Refused(ErrorCode.BAD_JSON, "the request needs a JSON body")
         raw = b"{}"
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError as e:
-        raise Refused.bad(ErrorCode.BAD_JSON, f"the body is not valid JSON: {e}") from None
+        raise Refused(ErrorCode.BAD_JSON, f"the body is not valid JSON: {e}") from None
     try:
         return decode(cls, data)
     except WireError as e:
-        raise Refused.bad(ErrorCode.BAD_REQUEST, str(e)) from None
+        raise Refused(ErrorCode.BAD_REQUEST, str(e)) from None
 
 
 def reply(obj: Any, status: int = 200) -> Response:
@@ -120,9 +120,9 @@ def path_int(request: Request, name: str = "job_id") -> int:
     try:
         value = int(raw)
     except ValueError:
-        raise Refused.not_found(f"no job {raw!r} (job ids are numbers)") from None
+        raise Refused(ErrorCode.NOT_FOUND, f"no job {raw!r} (job ids are numbers)") from None
     if value <= 0 or value >= 1 << 62:
-        raise Refused.not_found(f"no job {raw!r}")
+        raise Refused(ErrorCode.NOT_FOUND, f"no job {raw!r}")
     return value
 
 
@@ -139,7 +139,7 @@ def query_float(request: Request, name: str, default: float, lo: float, hi: floa
     try:
         value = parse_duration(raw)
     except DurationError as e:
-        raise Refused.bad(ErrorCode.BAD_REQUEST, f"query parameter {name}: {e}") from None
+        raise Refused(ErrorCode.BAD_REQUEST, f"query parameter {name}: {e}") from None
     return min(max(value, lo), hi)
 
 
@@ -150,7 +150,7 @@ def query_bool(request: Request, name: str, default: bool) -> bool:
         return default
     value = _BOOLS.get(raw.lower())
     if value is None:
-        raise Refused.bad(ErrorCode.BAD_REQUEST, f"query parameter {name} must be true or false")
+        raise Refused(ErrorCode.BAD_REQUEST, f"query parameter {name} must be true or false")
     return value
 
 
@@ -165,9 +165,7 @@ def query_int(request: Request, name: str, default: int, lo: int, hi: int) -> in
     try:
         value = int(raw)
     except ValueError:
-        raise Refused.bad(
-            ErrorCode.BAD_REQUEST, f"query parameter {name} must be an integer"
-        ) from None
+        raise Refused(ErrorCode.BAD_REQUEST, f"query parameter {name} must be an integer") from None
     if not lo <= value <= hi:
-        raise Refused.bad(ErrorCode.BAD_REQUEST, f"query parameter {name} must be in {lo}..{hi}")
+        raise Refused(ErrorCode.BAD_REQUEST, f"query parameter {name} must be in {lo}..{hi}")
     return value

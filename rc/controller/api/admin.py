@@ -47,13 +47,13 @@ async def create_token(request: Request):
     who = caller(request)
     req = await json_body(request, TokenCreate, c.cfg.limits.body_bytes)
     if not TOKEN_NAME_RE.fullmatch(req.name):
-        raise Refused.bad(
+        raise Refused(
             ErrorCode.BAD_REQUEST,
             f"token name {req.name!r} is not valid "
             "(letters, digits, '.', '_', '@', '-'; at most 64)",
         )
     if req.expires_in_seconds < 0:
-        raise Refused.bad(ErrorCode.BAD_REQUEST, "expires_in_seconds cannot be negative")
+        raise Refused(ErrorCode.BAD_REQUEST, "expires_in_seconds cannot be negative")
     secret = new_secret()
     expires = c.clock() + req.expires_in_seconds if req.expires_in_seconds else None
     row = await c.db.write(

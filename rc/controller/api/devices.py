@@ -43,7 +43,7 @@ async def explain(request: Request):
     caller(request, Role.USER)
     text = request.query_params.get("selector", "")
     if not text:
-        raise Refused.bad(ErrorCode.BAD_SELECTOR, "give a selector (?selector=...)")
+        raise Refused(ErrorCode.BAD_SELECTOR, "give a selector (?selector=...)")
     return reply(await c.db.read(views.explain_selector, text, c.policy))
 
 

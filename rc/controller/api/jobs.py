@@ -52,13 +52,13 @@ TOKEN_RECHECK_S = 1.0
 
 def validate_submit(req: SubmitRequest, who: Caller, lim: Limits) -> jobs.NewJob:
     """Check a submission and turn it into a NewJob. Raises Refused (400/403)."""
-    bad = Refused.bad
+    bad = Refused
     if bool(req.device_id) == bool(req.selector):
         raise bad(ErrorCode.BAD_REQUEST, "give exactly one of device_id and selector")
     submitter = who.name
     if req.as_user:
         if not who.admin:
-            raise Refused.forbidden("only an admin may submit as someone else")
+            raise Refused(ErrorCode.FORBIDDEN, "only an admin may submit as someone else")
         if not TOKEN_NAME_RE.fullmatch(req.as_user):
             raise bad(
                 ErrorCode.BAD_REQUEST,
@@ -214,7 +214,7 @@ def _visible(view, who):
 
 def _no_device(req: SubmitRequest):
     target = req.device_id or f"selector {req.selector!r}"
-    raise Refused.conflict(
+    raise Refused(
         ErrorCode.NO_DEVICE_AVAILABLE,
         f"{target}: no device free right now (no-wait); nothing was queued",
     )
@@ -259,7 +259,7 @@ async def list_jobs(request: Request):
     before = query_int(request, "before", 0, 0, 1 << 62)
     state = request.query_params.get("state", "")
     if state and state not in {s.value for s in JobState}:
-        raise Refused.bad(ErrorCode.BAD_REQUEST, f"unknown state {state!r}")
+        raise Refused(ErrorCode.BAD_REQUEST, f"unknown state {state!r}")
     found = await c.db.read(
         jobs.listing,
         request.query_params.get("device", ""),
@@ -301,20 +301,20 @@ async def read_logs(request: Request):
     job_id = path_int(request)
     follow = request.query_params.get("follow", "1")
     if follow not in ("0", "1", "true", "false"):
-        raise Refused.bad(ErrorCode.BAD_REQUEST, "follow must be 0, 1, true or false")
+        raise Refused(ErrorCode.BAD_REQUEST, "follow must be 0, 1, true or false")
     follow_on = follow in ("1", "true")
     offset = query_int(request, "offset", 0, 0, 1 << 62)
     row = await c.db.read(jobs.brief, job_id)
     if row is None:
-        raise Refused.not_found(f"no job {job_id}")
+        raise Refused(ErrorCode.NOT_FOUND, f"no job {job_id}")
     if not who.admin and row["submitter"] != who.name:
-        raise Refused.forbidden(
+        raise Refused(
+            ErrorCode.NOT_JOB_OWNER,
             f"job {job_id} belongs to {row['submitter']}; only its owner "
             "or an admin may read its logs",
-            ErrorCode.NOT_JOB_OWNER,
         )
     if row["stdio"] == Stdio.TTY:
-        raise Refused.conflict(
+        raise Refused(
             ErrorCode.LOGS_NOT_STORED,
             f"job {job_id} is a terminal session; its output is not stored",
         )

@@ -51,16 +51,16 @@ SESSION_STATES = ("running", "ended")
 
 def _owner_check(who: Caller, owner: str, what: str) -> None:
     if not who.admin and who.name != owner:
-        raise Refused.forbidden(
-            f"{what} belongs to {owner}; only its owner or an admin may attach to it",
+        raise Refused(
             ErrorCode.NOT_JOB_OWNER,
+            f"{what} belongs to {owner}; only its owner or an admin may attach to it",
         )
 
 
 def _worker_check(who: Caller, worker: str, what: str) -> None:
     if who.role is Role.WORKER and who.host != worker:
-        raise Refused.forbidden(
-            f"{what} does not run on {who.host or 'this worker'}", ErrorCode.NOT_WORKER_JOB
+        raise Refused(
+            ErrorCode.NOT_WORKER_JOB, f"{what} does not run on {who.host or 'this worker'}"
         )
 
 
@@ -69,7 +69,7 @@ async def _job_session(request: Request, who: Caller, side: str) -> Session:
     job_id = path_int(request)
     row = await c.db.read(jobs.brief, job_id)
     if row is None:
-        raise Refused.not_found(f"no job {job_id}")
+        raise Refused(ErrorCode.NOT_FOUND, f"no job {job_id}")
     what = f"job {job_id}"
     if side == "client":
         _owner_check(who, row["submitter"], what)
@@ -77,12 +77,12 @@ async def _job_session(request: Request, who: Caller, side: str) -> Session:
         _worker_check(who, row["worker_id"], what)
     stdio = Stdio(row["stdio"])
     if not stdio.attached:
-        raise Refused.conflict(
+        raise Refused(
             ErrorCode.NOT_ATTACHED,
             f"{what} has no terminal or pipe; its output is in its log (rc logs {job_id})",
         )
     if JobState(row["state"]).terminal:
-        raise Refused.conflict(ErrorCode.SESSION_ENDED, f"{what} has ended ({row['state']})")
+        raise Refused(ErrorCode.SESSION_ENDED, f"{what} has ended ({row['state']})")
     return c.relay.for_job(job_id, row["submitter"], row["worker_id"], stdio)
 
 
@@ -91,9 +91,10 @@ def _hold_session(request: Request) -> Session:
     hold_id, sid = path_int(request), path_int(request, "sid")
     s = c.relay.get(hold_id, sid)
     if s is None or s.start is None:
-        raise Refused.not_found(
+        raise Refused(
+            ErrorCode.NOT_FOUND,
             f"no session {sid} in hold {hold_id} (a session is forgotten "
-            "10 minutes after it ends, and when the controller restarts)"
+            "10 minutes after it ends, and when the controller restarts)",
         )
     return s
 
@@ -282,26 +283,26 @@ async def open_session(request: Request):
     req = await json_body(request, SessionRequest, c.cfg.limits.body_bytes)
     row = await c.db.read(jobs.brief, hold_id)
     if row is None:
-        raise Refused.not_found(f"no job {hold_id}")
+        raise Refused(ErrorCode.NOT_FOUND, f"no job {hold_id}")
     is_hold = row["kind"] == JobKind.HOLD
     _owner_check(who, row["submitter"], f"{'hold' if is_hold else 'job'} {hold_id}")
     if not is_hold:
-        raise Refused.conflict(
+        raise Refused(
             ErrorCode.NOT_A_HOLD,
             f"job {hold_id} is not a hold (sessions run inside holds; "
             "rc run --tty starts a terminal job of its own)",
         )
     if row["state"] not in (JobState.ASSIGNED, JobState.RUNNING):
-        raise Refused.conflict(
+        raise Refused(
             ErrorCode.SESSION_ENDED,
             f"hold {hold_id} has ended ({row['state']})"
             if JobState(row["state"]).terminal
             else f"hold {hold_id} is not granted yet ({row['state']})",
         )
     if not req.stdio.attached:
-        raise Refused.bad(ErrorCode.BAD_REQUEST, "a session's stdio is tty or pipe")
+        raise Refused(ErrorCode.BAD_REQUEST, "a session's stdio is tty or pipe")
     if not (0 <= req.rows < 65536 and 0 <= req.cols < 65536):
-        raise Refused.bad(ErrorCode.BAD_REQUEST, "rows and cols must be in 0..65535")
+        raise Refused(ErrorCode.BAD_REQUEST, "rows and cols must be in 0..65535")
     # the same checks as a job's command, cwd and environment
     validate_submit(
         SubmitRequest(
@@ -349,7 +350,7 @@ async def report_session(request: Request):
     _worker_check(who, s.worker, f"session {s.key[1]} of hold {s.key[0]}")
     rep = await json_body(request, SessionReport, c.cfg.limits.body_bytes)
     if rep.state not in SESSION_STATES:
-        raise Refused.bad(ErrorCode.BAD_REQUEST, "a session report's state is running or ended")
+        raise Refused(ErrorCode.BAD_REQUEST, "a session report's state is running or ended")
     c.relay.report(s, rep)
     return reply({"ok": True})
 

@@ -126,10 +126,9 @@ class Broadcaster:
         """A new subscriber. Raises Refused(503) past `max` open streams or
         while the controller shuts down."""
         if self.ctl.hub.closing:
-            raise Refused(503, ErrorCode.UNAVAILABLE, "the controller is shutting down")
+            raise Refused(ErrorCode.UNAVAILABLE, "the controller is shutting down")
         if len(self.subs) >= self.max:
             raise Refused(
-                503,
                 ErrorCode.UNAVAILABLE,
                 f"{len(self.subs)} live streams are open, the most this controller "
                 "serves; the page falls back to polling",
@@ -270,7 +269,7 @@ def _start_after(request: Request, c: Controller) -> int | None:
     last = request.headers.get("last-event-id", "").strip()
     if last:
         if not last.isdigit():
-            raise Refused.bad(ErrorCode.BAD_REQUEST, "Last-Event-ID must be an event id")
+            raise Refused(ErrorCode.BAD_REQUEST, "Last-Event-ID must be an event id")
         return int(last)
     if request.query_params.get("after", "") != "":
         return query_int(request, "after", 0, 0, 1 << 62)
