@@ -1,6 +1,7 @@
 """Builds the Starlette app: routes, the one error shape, the instance header.
 
-No business logic lives here (STYLE.md §14): routes are in rc.controller.api,
+No business logic lives here (STYLE.md §14): the routes come from the route
+table (rc.controller.api.routes), their handlers are in rc.controller.api,
 state changes in rc.controller.store.
 """
 
@@ -15,8 +16,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from rc.controller import dashboard, metrics
-from rc.controller.api import admin, devices, docs, jobs, relay, stream, workers
+from rc.controller.api import stream
+from rc.controller.api.routes import ROUTES
 from rc.controller.core import Controller
 from rc.controller.errors import Refused
 from rc.proto.errors import STATUS, ErrorCode
@@ -115,17 +116,7 @@ async def _internal(request: Request, exc: Exception) -> Response:
 def build_app(ctl: Controller) -> ASGIApp:
     """The ASGI application serving `ctl`."""
     app = Starlette(
-        routes=[
-            *workers.routes,
-            *jobs.routes,
-            *devices.routes,
-            *admin.routes,
-            *stream.routes,
-            *metrics.routes,
-            *dashboard.routes,
-            *relay.routes,
-            *docs.routes,
-        ],
+        routes=[endpoint.route() for endpoint in ROUTES],
         exception_handlers={
             Refused: _refused,
             HTTPException: _http_exception,
@@ -133,5 +124,6 @@ def build_app(ctl: Controller) -> ASGIApp:
         },
     )
     app.state.ctl = ctl
+    app.state.routes = ROUTES
     app.state.stream = stream.Broadcaster(ctl)
     return _Envelope(app, ctl.instance)

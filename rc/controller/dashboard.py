@@ -26,9 +26,8 @@ from dataclasses import dataclass
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
 
-__all__ = ["Page", "page", "routes"]
+__all__ = ["Page", "dashboard", "page"]
 
 STATIC = "rc.controller.static"
 CSS_MARK = "/*@css*/"
@@ -88,6 +87,3 @@ async def dashboard(request: Request) -> Response:
     """GET /: the dashboard page (no token needed: it holds no data)."""
     p = page()
     return Response(p.html, media_type="text/html", headers=p.headers)
-
-
-routes = [Route("/", dashboard, methods=["GET"])]

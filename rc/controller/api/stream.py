@@ -41,17 +41,16 @@ import time
 import orjson
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
-from rc.controller.api import Role, caller, ctl, query_int
+from rc.controller.api import ctl, query_int
 from rc.controller.core import Controller
 from rc.controller.errors import Refused
 from rc.controller.store import events as feed
 from rc.proto.codec import encode
 from rc.proto.errors import ErrorCode
 
-__all__ = ["Broadcaster", "EventStream", "Subscriber", "routes"]
+__all__ = ["Broadcaster", "EventStream", "Subscriber", "stream"]
 
 log = logging.getLogger("rc.stream")
 
@@ -279,12 +278,8 @@ def _start_after(request: Request, c: Controller) -> int | None:
 async def stream(request: Request) -> Response:
     """GET /v1/events/stream[?token=T&after=ID]: Server-Sent Events (see the module)."""
     c = ctl(request)
-    caller(request, Role.USER, query_token=True)
     after = _start_after(request, c)
     if after is None:
         after = await c.db.read(feed.last_id)
     broadcaster: Broadcaster = request.app.state.stream
     return EventStream(c, broadcaster, broadcaster.subscribe(), after)
-
-
-routes = [Route("/v1/events/stream", stream, methods=["GET"])]

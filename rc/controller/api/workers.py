@@ -12,7 +12,6 @@ import asyncio
 import time
 
 from starlette.requests import Request
-from starlette.routing import Route
 
 from rc.controller.api import Role, caller, ctl, json_body, path_int, query_float, read_body, reply
 from rc.controller.auth import Caller
@@ -26,22 +25,25 @@ from rc.proto.selector import valid_label_key
 from rc.proto.wire import (
     Assignment,
     Assignments,
-    FaultRequest,
-    HeartbeatRequest,
     HeartbeatResponse,
-    LabelsRequest,
-    LeaveRequest,
     LeaveResponse,
     LogAppended,
-    RegisterRequest,
     RegisterResponse,
     ReportResult,
     ReportResults,
-    Reports,
-    StatusReport,
 )
 
-__all__ = ["routes"]
+__all__ = [
+    "append_log",
+    "assignments",
+    "device_fault",
+    "heartbeat",
+    "labels",
+    "leave",
+    "register",
+    "reports",
+    "status",
+]
 
 
 def _check_name(what: str, value: str) -> None:
@@ -97,9 +99,9 @@ def _bound(request: Request, who: Caller, host: str) -> None:
 async def register(request: Request):
     """POST /v1/workers/register."""
     c = ctl(request)
-    who = caller(request, Role.WORKER)
+    who = caller(request)
     lim = c.cfg.limits
-    req = await json_body(request, RegisterRequest, lim.register_body_bytes)
+    req = await json_body(request, lim.register_body_bytes)
     _check_name("host", req.host)
     if len(req.devices) > lim.devices_per_worker:
         raise Refused(
@@ -132,11 +134,11 @@ async def register(request: Request):
 async def labels(request: Request):
     """POST /v1/workers/{worker_id}/labels: a periodic re-probe (labels and sheets only)."""
     c = ctl(request)
-    who = caller(request, Role.WORKER)
+    who = caller(request)
     worker_id = request.path_params["worker_id"]
     _bound(request, who, worker_id)
     lim = c.cfg.limits
-    req = await json_body(request, LabelsRequest, lim.register_body_bytes)
+    req = await json_body(request, lim.register_body_bytes)
     if req.host != worker_id:
         raise Refused(ErrorCode.WRONG_HOST, f"labels for {req.host!r} sent to worker {worker_id!r}")
     _check_labels(lim, req.labels, "labels")
@@ -149,12 +151,10 @@ async def labels(request: Request):
 async def heartbeat(request: Request):
     """POST /v1/workers/{worker_id}/heartbeat."""
     c = ctl(request)
-    who = caller(request, Role.WORKER)
+    who = caller(request)
     worker_id = request.path_params["worker_id"]
     _bound(request, who, worker_id)
-    req = await json_body(
-        request, HeartbeatRequest, c.cfg.limits.heartbeat_body_bytes, empty_ok=True
-    )
+    req = await json_body(request, c.cfg.limits.heartbeat_body_bytes, empty_ok=True)
     stop = await c.db.write(workers.heartbeat, worker_id, req.running_job_ids, c.thresholds)
     if c.forget_delivered(worker_id, set(req.running_job_ids)):
         c.hub.notify([f"worker:{worker_id}"])
@@ -165,10 +165,10 @@ async def leave(request: Request):
     """POST /v1/workers/{worker_id}/leave: a worker process stopping cleanly
     hands back the assigned jobs it never started (store.workers.leave)."""
     c = ctl(request)
-    who = caller(request, Role.WORKER)
+    who = caller(request)
     worker_id = request.path_params["worker_id"]
     _bound(request, who, worker_id)
-    req = await json_body(request, LeaveRequest, c.cfg.limits.body_bytes)
+    req = await json_body(request, c.cfg.limits.body_bytes)
     requeued, killed = await c.db.write(workers.leave, worker_id, req.instance, req.started_job_ids)
     c.delivered.pop(worker_id, None)
     return reply(LeaveResponse(tuple(requeued), tuple(killed)))
@@ -184,7 +184,7 @@ async def assignments(request: Request):
     must not take work meant for its successor).
     """
     c = ctl(request)
-    who = caller(request, Role.WORKER)
+    who = caller(request)
     worker_id = request.path_params["worker_id"]
     _bound(request, who, worker_id)
     wait = query_float(request, "wait", c.cfg.poll_wait_default, 0.0, c.cfg.poll_wait_max)
@@ -241,10 +241,10 @@ def _assignment(r) -> Assignment:
 async def reports(request: Request):
     """POST /v1/workers/{worker_id}/reports: running and terminal reports, batched."""
     c = ctl(request)
-    who = caller(request, Role.WORKER)
+    who = caller(request)
     worker_id = request.path_params["worker_id"]
     _bound(request, who, worker_id)
-    req = await json_body(request, Reports, c.cfg.limits.body_bytes)
+    req = await json_body(request, c.cfg.limits.body_bytes)
     applied = await c.db.write(jobs.apply_reports, worker_id, req.reports)
     c.metrics.observe_starts(applied.start_latencies)
     return reply(
@@ -257,9 +257,9 @@ async def reports(request: Request):
 async def status(request: Request):
     """POST /v1/jobs/{job_id}/status: one report (inventory §3.2)."""
     c = ctl(request)
-    who = caller(request, Role.WORKER)
+    who = caller(request)
     job_id = path_int(request)
-    req = await json_body(request, StatusReport, c.cfg.limits.body_bytes)
+    req = await json_body(request, c.cfg.limits.body_bytes)
     _bound(request, who, req.worker_id)
     if req.state is not JobState.RUNNING and not req.state.terminal:
         raise Refused(
@@ -279,7 +279,7 @@ async def status(request: Request):
 async def append_log(request: Request):
     """POST /v1/jobs/{job_id}/logs?offset=N: append output starting at byte N."""
     c = ctl(request)
-    who = caller(request, Role.WORKER)
+    who = caller(request)
     job_id = path_int(request)
     raw_offset = request.query_params.get("offset", "")
     if not raw_offset.isdigit():
@@ -304,9 +304,9 @@ async def append_log(request: Request):
 async def device_fault(request: Request):
     """POST /v1/devices/{device_id}/fault: quarantine a device as `fault`."""
     c = ctl(request)
-    who = caller(request, Role.WORKER)
+    who = caller(request)
     device_id = request.path_params["device_id"]
-    req = await json_body(request, FaultRequest, c.cfg.limits.body_bytes)
+    req = await json_body(request, c.cfg.limits.body_bytes)
     if not req.reason.strip():
         raise Refused(ErrorCode.BAD_REQUEST, "a fault needs a reason")
     host = device_id.rpartition(":")[0]
@@ -320,16 +320,3 @@ async def device_fault(request: Request):
         devices.fault, device_id, req.reason[: c.cfg.limits.text_bytes], req.job_id, who.name
     )
     return reply({"ok": True})
-
-
-routes = [
-    Route("/v1/workers/register", register, methods=["POST"]),
-    Route("/v1/workers/{worker_id}/labels", labels, methods=["POST"]),
-    Route("/v1/workers/{worker_id}/heartbeat", heartbeat, methods=["POST"]),
-    Route("/v1/workers/{worker_id}/leave", leave, methods=["POST"]),
-    Route("/v1/workers/{worker_id}/assignments", assignments, methods=["GET"]),
-    Route("/v1/workers/{worker_id}/reports", reports, methods=["POST"]),
-    Route("/v1/jobs/{job_id}/status", status, methods=["POST"]),
-    Route("/v1/jobs/{job_id}/logs", append_log, methods=["POST"]),
-    Route("/v1/devices/{device_id}/fault", device_fault, methods=["POST"]),
-]
