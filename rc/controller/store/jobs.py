@@ -81,7 +81,7 @@ def enqueue(tx: Tx, job: NewJob, match_cache: MatchCache) -> tuple[int, bool]:
         row = tx.one("job_by_idempotency_key", (job.idempotency_key,))
         if row is not None:
             if row["request_digest"] != job.digest:
-                raise Refused.conflict(
+                raise Refused(
                     ErrorCode.IDEMPOTENCY_CONFLICT,
                     f"idempotency key {job.idempotency_key!r} was used for a different "
                     f"request (job {row['id']})",
@@ -89,7 +89,6 @@ def enqueue(tx: Tx, job: NewJob, match_cache: MatchCache) -> tuple[int, bool]:
             return row["id"], False
     if job.queued_limit and tx.scalar("count_queued_by", (job.submitter,)) >= job.queued_limit:
         raise Refused(
-            429,
             ErrorCode.QUEUE_FULL,
             f"{job.submitter} already has {job.queued_limit} queued jobs (the per-user limit)",
         )
@@ -97,10 +96,10 @@ def enqueue(tx: Tx, job: NewJob, match_cache: MatchCache) -> tuple[int, bool]:
     if job.device_id:
         dev = tx.one("device_ceiling", (job.device_id,))
         if dev is None:
-            raise Refused.bad(ErrorCode.UNKNOWN_DEVICE, f"no device {job.device_id!r}")
+            raise Refused(ErrorCode.UNKNOWN_DEVICE, f"no device {job.device_id!r}")
         ceiling = dev["max_runtime"]
         if not fits_ceiling(max_runtime, ceiling):
-            raise Refused.bad(
+            raise Refused(
                 ErrorCode.RUNTIME_ABOVE_CEILING,
                 f"{job.device_id} allows at most {format_duration(ceiling)}; "
                 f"asked for {format_duration(max_runtime)}",
@@ -108,14 +107,14 @@ def enqueue(tx: Tx, job: NewJob, match_cache: MatchCache) -> tuple[int, bool]:
     else:
         matching = match_cache.matching(tx, job.selector)
         if not matching:
-            raise Refused.bad(
+            raise Refused(
                 ErrorCode.NO_MATCHING_DEVICE, f"no device matches selector {job.selector!r}"
             )
         if max_runtime:
             ceilings = {r["id"]: r["max_runtime"] for r in tx.all("device_slots")}
             if not any(fits_ceiling(max_runtime, ceilings.get(d, 0)) for d in matching):
                 top = max(ceilings.get(d, 0) for d in matching)
-                raise Refused.bad(
+                raise Refused(
                     ErrorCode.RUNTIME_ABOVE_CEILING,
                     f"asked for {format_duration(max_runtime)} but the highest ceiling among "
                     f"devices matching {job.selector!r} is {format_duration(top)}",
@@ -192,12 +191,12 @@ def kill(
     """
     row = tx.one("job_brief", (job_id,))
     if row is None:
-        raise Refused.not_found(f"no job {job_id}")
+        raise Refused(ErrorCode.NOT_FOUND, f"no job {job_id}")
     owner = row["submitter"]
     if not admin and owner != caller:
-        raise Refused.forbidden(
-            f"job {job_id} belongs to {owner}; only its owner or an admin may kill it",
+        raise Refused(
             ErrorCode.NOT_JOB_OWNER,
+            f"job {job_id} belongs to {owner}; only its owner or an admin may kill it",
         )
     why = (
         f"killed by {caller}"
@@ -208,9 +207,7 @@ def kill(
         why += f": {reason}"
     state = JobState(row["state"])
     if state.terminal:
-        raise Refused.conflict(
-            ErrorCode.NOT_CANCELLABLE, f"job {job_id} already ended ({state.value})"
-        )
+        raise Refused(ErrorCode.NOT_CANCELLABLE, f"job {job_id} already ended ({state.value})")
     if owner != caller:
         events.record(
             tx,
@@ -326,10 +323,10 @@ def _release(
 def _own(tx: Tx, job_id: int, worker_id: str):
     row = tx.one("job_brief", (job_id,))
     if row is None:
-        raise Refused.not_found(f"no job {job_id}")
+        raise Refused(ErrorCode.NOT_FOUND, f"no job {job_id}")
     if row["worker_id"] != worker_id:
-        raise Refused.forbidden(
-            f"job {job_id} is not assigned to worker {worker_id}", ErrorCode.NOT_WORKER_JOB
+        raise Refused(
+            ErrorCode.NOT_WORKER_JOB, f"job {job_id} is not assigned to worker {worker_id}"
         )
     return row
 
@@ -357,7 +354,7 @@ def apply_reports(tx: Tx, worker_id: str, reports) -> Applied:
     for rep in reports:
         try:
             if not (rep.state is JobState.RUNNING or rep.state.terminal):
-                raise Refused.bad(
+                raise Refused(
                     ErrorCode.BAD_REQUEST,
                     f"a worker reports running or a terminal state, not {rep.state}",
                 )
