@@ -9,7 +9,7 @@ from starlette.requests import Request
 from starlette.routing import Route
 
 from rc.controller import fleet, views
-from rc.controller.api import Role, caller, ctl, json_body, query_bool, reply
+from rc.controller.api import Role, caller, ctl, free_text, json_body, query_bool, reply
 from rc.controller.errors import Refused
 from rc.proto.errors import ErrorCode
 from rc.proto.wire import ActionResult, DeviceList, DrainRequest
@@ -95,7 +95,11 @@ async def drain(request: Request):
     device_id = request.path_params["device_id"]
     req = await json_body(request, DrainRequest, c.cfg.limits.body_bytes, empty_ok=True)
     message, already = await c.db.write(
-        fleet.drain, device_id, True, req.reason[: c.cfg.limits.text_bytes], who.name
+        fleet.drain,
+        device_id,
+        True,
+        free_text("the drain reason", req.reason, c.cfg.limits.text_bytes),
+        who.name,
     )
     return reply(ActionResult(True, message, already))
 

@@ -17,6 +17,7 @@ from rc.controller.api import (
     Role,
     caller,
     ctl,
+    free_text,
     json_body,
     path_int,
     query_float,
@@ -284,7 +285,7 @@ async def kill(request: Request):
         job_id,
         who.name,
         who.admin,
-        req.reason[: c.cfg.limits.text_bytes],
+        free_text("the kill reason", req.reason, c.cfg.limits.text_bytes),
         c.thresholds.retain,
     )
     return reply({"ok": True, "message": f"{what} for job {job_id}"})

@@ -9,13 +9,24 @@ A worker token is bound to its host at its first registration (DESIGN.md
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 
 from starlette.requests import Request
 from starlette.routing import Route
 
 from rc.controller import fleet, jobs, tokens
-from rc.controller.api import Role, caller, ctl, json_body, path_int, query_float, read_body, reply
+from rc.controller.api import (
+    Role,
+    caller,
+    ctl,
+    cut_text,
+    json_body,
+    path_int,
+    query_float,
+    read_body,
+    reply,
+)
 from rc.controller.auth import Caller
 from rc.controller.config import Limits
 from rc.controller.errors import Refused
@@ -260,8 +271,10 @@ async def reports(request: Request):
     worker_id = request.path_params["worker_id"]
     _bound(request, who, worker_id)
     req = await json_body(request, Reports, c.cfg.limits.body_bytes)
+    limit = c.cfg.limits.text_bytes
+    batch = tuple(dataclasses.replace(r, reason=cut_text(r.reason, limit)) for r in req.reports)
     started: list[float] = []
-    results = await c.db.write(jobs.apply_reports, worker_id, req.reports, started)
+    results = await c.db.write(jobs.apply_reports, worker_id, batch, started)
     c.metrics.observe_starts(started)
     return reply(
         ReportResults(tuple(ReportResult(j, not code, code, msg) for j, code, msg in results))
@@ -281,7 +294,8 @@ async def status(request: Request):
         )
     from rc.proto.wire import JobReport
 
-    rep = JobReport(job_id, req.state, req.exit_code, req.reason, req.started_at)
+    reason = cut_text(req.reason, c.cfg.limits.text_bytes)
+    rep = JobReport(job_id, req.state, req.exit_code, reason, req.started_at)
     started: list[float] = []
     [(_, code, msg)] = await c.db.write(jobs.apply_reports, req.worker_id, (rep,), started)
     c.metrics.observe_starts(started)
@@ -332,7 +346,7 @@ async def device_fault(request: Request):
             ErrorCode.WRONG_HOST,
         )
     await c.db.write(
-        fleet.fault, device_id, req.reason[: c.cfg.limits.text_bytes], req.job_id, who.name
+        fleet.fault, device_id, cut_text(req.reason, c.cfg.limits.text_bytes), req.job_id, who.name
     )
     return reply({"ok": True})
 
