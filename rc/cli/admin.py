@@ -16,7 +16,7 @@ from rc.cli.context import (
     duration_seconds,
     whole_seconds_arg,
 )
-from rc.cli.output import add_output_flag, machine, one_line, print_json, table, when
+from rc.cli.output import add_output_flag, machine, one_line, print_json, print_line, table, when
 from rc.proto.client import segment
 
 __all__ = ["add_parsers"]
@@ -196,7 +196,7 @@ def cmd_token_list(args: argparse.Namespace) -> int:
 
 def cmd_token_revoke(args: argparse.Namespace) -> int:
     params = {"keep_jobs": "true"} if args.keep_jobs else None
-    print(client(args).delete(f"/v1/tokens/{segment(args.name)}", params=params)["message"])
+    print_line(client(args).delete(f"/v1/tokens/{segment(args.name)}", params=params)["message"])
     return 0
 
 
@@ -210,7 +210,7 @@ def cmd_whoami(args: argparse.Namespace) -> int:
 
 
 def cmd_clear(args: argparse.Namespace) -> int:
-    print(client(args).post(f"/v1/devices/{segment(args.device)}/clear")["message"])
+    print_line(client(args).post(f"/v1/devices/{segment(args.device)}/clear")["message"])
     return 0
 
 
@@ -220,21 +220,18 @@ def cmd_retire(args: argparse.Namespace) -> int:
             f"retiring {args.device} removes it from the fleet; "
             f"run rc retire {args.device} --yes to do it"
         )
-    print(client(args).delete(f"/v1/devices/{segment(args.device)}")["message"])
+    print_line(client(args).delete(f"/v1/devices/{segment(args.device)}")["message"])
     return 0
 
 
 def cmd_drain(args: argparse.Namespace) -> int:
-    print(
-        client(args).post(f"/v1/devices/{segment(args.device)}/drain", {"reason": args.reason})[
-            "message"
-        ]
-    )
+    body = {"reason": args.reason}
+    print_line(client(args).post(f"/v1/devices/{segment(args.device)}/drain", body)["message"])
     return 0
 
 
 def cmd_undrain(args: argparse.Namespace) -> int:
-    print(client(args).post(f"/v1/devices/{segment(args.device)}/undrain")["message"])
+    print_line(client(args).post(f"/v1/devices/{segment(args.device)}/undrain")["message"])
     return 0
 
 

@@ -9,6 +9,7 @@ import signal
 import sys
 
 from rc.cli import config as client_config
+from rc.cli.output import one_line
 from rc.proto.client import Client
 from rc.proto.duration import DurationError, parse_duration
 from rc.proto.errors import RcError
@@ -126,8 +127,11 @@ class SelectorTerms(argparse.Action):
 
 
 def stderr(*parts: object) -> None:
-    """A diagnostic line on stderr, prefixed "rc: "."""
-    print("rc:", *parts, file=sys.stderr, flush=True)
+    """A diagnostic line on stderr, prefixed "rc: ". One line always: a
+    newline, carriage return or tab in it (someone else's reason, a fault
+    detail) is shown as an escape (output.one_line), so it cannot forge a
+    line of its own; sys.stderr escapes the other control characters."""
+    print(one_line(" ".join(["rc:", *map(str, parts)])), file=sys.stderr, flush=True)
 
 
 def job_cwd(value: str | None) -> str:

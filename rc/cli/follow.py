@@ -16,6 +16,7 @@ import time
 import uuid
 
 from rc.cli.context import UsageError, interrupt_cause, job_cwd, stderr
+from rc.cli.output import job_state, one_line
 from rc.proto.client import Client
 from rc.proto.errors import ApiError, RcError, TransportError
 from rc.proto.model import valid_env_name
@@ -219,8 +220,7 @@ def wait_started(c: Client, job: dict, position: int, label: str) -> dict | None
         return None
     if job["state"] in ("assigned", "running"):
         return job
-    reason = job.get("kill_reason") or "no reason given"
-    raise RcError(f"job {job['id']} ended without starting ({job['state']}: {reason})")
+    raise RcError(one_line(f"job {job['id']} ended without starting ({job_state(job, None)})"))
 
 
 def _cancel_queued(c: Client, job: dict, cause: str) -> None:
@@ -321,15 +321,16 @@ def wait_terminal(c: Client, job_id: int, give_up_after: float | None = RECONNEC
 
 def exit_status(job: dict) -> int:
     """rc run's exit code for a finished job: its own code; never 0 unless it
-    succeeded; a code that is a multiple of 256 (or over 255) becomes 1."""
+    succeeded; a code that is a multiple of 256 (or over 255) becomes 1.
+    Says on stderr how it ended, in the listings' words ("job 82 killed:
+    disk full (by bob, an admin)"; output.job_state), unless it simply
+    exited with a code and no reason."""
     code = job.get("exit_code")
-    state = job["state"]
-    reason = job.get("kill_reason") or ""
-    if state == "succeeded":
+    if job["state"] == "succeeded":
         return 0
     if code and code % 256 != 0 and 0 < code < 256:
-        if reason:
-            stderr(f"job {job['id']} {state}: {reason}")
+        if job.get("kill_reason"):
+            stderr(f"job {job['id']} {job_state(job, None)}")
         return code
-    stderr(f"job {job['id']} {state}" + (f": {reason}" if reason else ""))
+    stderr(f"job {job['id']} {job_state(job, None)}")
     return 1

@@ -180,7 +180,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
 def cmd_kill(args: argparse.Namespace) -> int:
     c = client(args)
     resp = c.post(f"/v1/jobs/{args.job}/kill", {"reason": args.reason})
-    print(resp.get("message") or f"kill requested for {args.job}")
+    print_line(resp.get("message") or f"kill requested for {args.job}")
     return 0
 
 

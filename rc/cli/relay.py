@@ -51,6 +51,7 @@ from rc.cli.follow import (
     wait_started,
     wait_terminal,
 )
+from rc.cli.output import job_state
 from rc.proto.client import Client
 from rc.proto.errors import ApiError, RcError, TransportError
 from rc.proto.relay import Download, Upload, data_frame, resize_frame
@@ -358,7 +359,7 @@ def _session_code(c: Client, view: dict) -> int:
             with contextlib.suppress(RcError):
                 hold = c.get(f"/v1/jobs/{view['hold_id']}", timeout=10)["job"]
                 if hold["state"] not in ("assigned", "running") or hold.get("kill_reason"):
-                    why = f"hold {hold['id']} ended ({hold.get('kill_reason') or hold['state']})"
+                    why = f"hold {hold['id']} ended ({job_state(hold, None)})"
         stderr(f"{name}: {why}")
     if code is None:
         return 1

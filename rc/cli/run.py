@@ -53,7 +53,7 @@ from rc.cli.follow import (
     wait_started,
     wait_terminal,
 )
-from rc.cli.output import when
+from rc.cli.output import end_reason, print_line, when
 from rc.cli.relay import cmd_run_tty
 from rc.proto.client import Client
 from rc.proto.duration import format_duration
@@ -379,9 +379,17 @@ def cmd_hold(args: argparse.Namespace) -> int:
     except KeyboardInterrupt as e:
         _release_on_interrupt(c, hold_id, interrupt_cause(e))
         return 130
-    why = job.get("kill_reason") or job["state"]
-    stderr(f"hold {hold_id} ended: {why.removeprefix('hold ended: ')}")
+    stderr(f"hold {hold_id} ended: {_hold_end(job)}")
     return 1 if job["state"] in ("lost", "failed") else 0
+
+
+def _hold_end(job: dict) -> str:
+    """How a hold ended, in the listings' words (output.end_reason): "its
+    ttl of 2h was reached", "released (by ann)", "lost: lease expired"."""
+    why = end_reason(job).removeprefix("hold ended: ")
+    if job["state"] in ("lost", "failed"):
+        return f"{job['state']}: {why}" if why else job["state"]
+    return why or job["state"]
 
 
 def _wait_running(c: Client, job: dict) -> dict:
@@ -418,5 +426,5 @@ def cmd_release(args: argparse.Namespace) -> int:
     """`rc release ID`: end a hold (or kill a job) you own; prints "released ID"."""
     c = client(args)
     c.post(f"/v1/jobs/{args.job}/kill", {"reason": "released"})
-    print(f"released {args.job}")
+    print_line(f"released {args.job}")
     return 0
