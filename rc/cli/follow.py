@@ -166,16 +166,24 @@ def submit_run(
 
 
 def submit(c: Client, body: dict) -> dict:
-    """POST /v1/jobs, retrying transport failures for up to 30 s (the
-    idempotency key makes a retry return the same job)."""
+    """POST /v1/jobs, retrying transport failures for up to SUBMIT_RETRY_S
+    (the idempotency key makes a retry return the same job). The first
+    failure is said at once on stderr, with how long rc goes on trying;
+    the last one is raised (TransportError)."""
     deadline = time.monotonic() + SUBMIT_RETRY_S
     delay = 0.2
+    said = False
     while True:
         try:
             return c.post("/v1/jobs", body)
-        except TransportError:
+        except TransportError as e:
             if time.monotonic() > deadline:
                 raise
+            if not said:
+                stderr(
+                    f"cannot reach the controller ({e}); retrying for up to {SUBMIT_RETRY_S:g} s"
+                )
+                said = True
             time.sleep(delay)
             delay = min(delay * 2, 2.0)
 
