@@ -34,6 +34,7 @@ __all__ = [
     "submit",
     "submit_run",
     "target",
+    "wait_running",
     "wait_started",
     "wait_terminal",
 ]
@@ -229,6 +230,57 @@ def wait_started(c: Client, job: dict, position: int, label: str) -> dict | None
     if job["state"] in ("assigned", "running"):
         return job
     raise RcError(one_line(f"job {job['id']} ended without starting ({job_state(job, None)})"))
+
+
+def wait_running(c: Client, job: dict, position: int, label: str, what: str = "job") -> dict | None:
+    """Wait until the job (`what`: "job" or "hold", for messages) runs: in the
+    queue (wait_started), then while it is assigned until its worker starts
+    it. A job its worker hands back unstarted (the worker stopped first:
+    assigned → queued) is said ("job 42 went back to the queue: ...") and
+    waited for again, so the device it finally runs on is the one named.
+
+    Returns the job once it runs or has ended; None after Ctrl-C (or SIGTERM,
+    SIGHUP) before it started, which cancels it. Raises RcError as
+    wait_started does.
+    """
+    while True:
+        job = wait_started(c, job, position, label)
+        if job is None:
+            return None
+        was_on = job["device_id"]
+        try:
+            job = _wait_assigned(c, job, what)
+        except KeyboardInterrupt as e:
+            _cancel_queued(c, job, interrupt_cause(e))
+            return None
+        if job["state"] != "queued":
+            return job
+        stderr(
+            f"{what} {job['id']} went back to the queue: the worker of {was_on} "
+            "stopped before starting it"
+        )
+        view = c.get(f"/v1/jobs/{job['id']}")
+        job, position = view["job"], view.get("queue_position", 0)
+
+
+def _wait_assigned(c: Client, job: dict, what: str) -> dict:
+    """The job once it is no longer `assigned` (its worker started it, it
+    ended, or it went back to the queue), by long poll."""
+    failures = 0
+    while job["state"] == "assigned":
+        try:
+            job = c.get(
+                f"/v1/jobs/{job['id']}",
+                params={"wait": f"{QUEUE_POLL_WAIT_S:g}s", "state": "assigned", "position": 0},
+                timeout=QUEUE_POLL_WAIT_S + 15,
+            )["job"]
+            failures = 0
+        except TransportError:
+            failures += 1
+            if failures >= 16:
+                raise RcError(f"lost track of {what} {job['id']} (see rc ps)") from None
+            time.sleep(min(0.5 * failures, 5.0))
+    return job
 
 
 def _cancel_queued(c: Client, job: dict, cause: str) -> None:

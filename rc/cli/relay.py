@@ -48,7 +48,7 @@ from rc.cli.follow import (
     exit_status,
     job_env,
     submit_run,
-    wait_started,
+    wait_running,
     wait_terminal,
 )
 from rc.cli.output import job_state
@@ -384,7 +384,7 @@ def cmd_run_tty(args: argparse.Namespace, command: list[str]) -> int:
     view, label = submit_run(c, args, command, _env(args, True), stdio="tty")
     with LocalTerminal(0) as term:
         term.quiet()
-        job = wait_started(c, view["job"], view.get("queue_position", 0), label)
+        job = wait_running(c, view["job"], view.get("queue_position", 0), label)
         if job is None:
             return 130
         stderr(f"job {job['id']} on {job['device_id']}")

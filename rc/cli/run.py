@@ -50,14 +50,14 @@ from rc.cli.follow import (
     submit,
     submit_run,
     target,
-    wait_started,
+    wait_running,
     wait_terminal,
 )
 from rc.cli.output import end_reason, print_line, when
 from rc.cli.relay import cmd_run_tty
 from rc.proto.client import Client
 from rc.proto.duration import format_duration
-from rc.proto.errors import RcError, TransportError
+from rc.proto.errors import RcError
 from rc.proto.model import PRIORITY_MAX, PRIORITY_MIN
 
 __all__ = ["add_parsers", "kill_on_detach_default", "stdin_is_data"]
@@ -229,7 +229,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(job["id"], flush=True)
         return 0
     hangup_interrupts()
-    job = wait_started(c, job, view.get("queue_position", 0), label)
+    job = wait_running(c, job, view.get("queue_position", 0), label)
     if job is None:
         return 130
     stderr(f"job {job['id']} on {job['device_id']}")
@@ -350,16 +350,9 @@ def cmd_hold(args: argparse.Namespace) -> int:
     hold_id = view["job"]["id"]
     hangup_interrupts()
     try:
-        job = wait_started(c, view["job"], view.get("queue_position", 0), label)
+        job = wait_running(c, view["job"], view.get("queue_position", 0), label, "hold")
         if job is None:
             return 130
-        job = _wait_running(c, job)
-        while job["state"] == "queued":  # its worker stopped before starting it: back in line
-            view = c.get(f"/v1/jobs/{hold_id}")
-            job = wait_started(c, view["job"], view.get("queue_position", 0), label)
-            if job is None:
-                return 130
-            job = _wait_running(c, job)
         if job["state"] != "running":
             raise RcError(
                 f"hold {hold_id} ended before it was granted ({job['state']}: "
@@ -390,26 +383,6 @@ def _hold_end(job: dict) -> str:
     if job["state"] in ("lost", "failed"):
         return f"{job['state']}: {why}" if why else job["state"]
     return why or job["state"]
-
-
-def _wait_running(c: Client, job: dict) -> dict:
-    """An assigned job once its worker has started it (a hold is granted when
-    its sleeper runs, after the device's acquire hook), or once it ended."""
-    failures = 0
-    while job["state"] == "assigned":
-        try:
-            job = c.get(
-                f"/v1/jobs/{job['id']}",
-                params={"wait": "20s", "state": "assigned", "position": 0},
-                timeout=35,
-            )["job"]
-            failures = 0
-        except TransportError:
-            failures += 1
-            if failures >= 16:
-                raise RcError(f"lost track of hold {job['id']} (see rc ps)") from None
-            time.sleep(min(0.5 * failures, 5.0))
-    return job
 
 
 def _release_on_interrupt(c: Client, hold_id: int, cause: str) -> None:
