@@ -7,7 +7,8 @@ offset it reached after a broken connection or a controller restart, so
 nothing is shown twice or lost.
 
 Interruptions (exit 130), as srun users expect them:
-- while queued, Ctrl-C, SIGTERM and SIGHUP cancel the job;
+- while queued (or assigned, not yet started), Ctrl-C, SIGTERM and SIGHUP
+  cancel the job;
 - while it runs, a first Ctrl-C detaches (the job keeps its device) and a
   second within DOUBLE_INTERRUPT_S kills it; SIGTERM kills it (so `timeout
   60 rc run ...` bounds the job); SIGHUP (a closed terminal, a dropped ssh)
