@@ -115,19 +115,43 @@ def _token_name(base: str) -> str:
     return name[:48]
 
 
-def _ensure_token(admin, name: str, role: str, taken_ok: bool = True) -> str:
-    for n in range(100):
-        candidate = name if n == 0 else f"{name}-{n}"
-        try:
-            made = admin.post("/v1/tokens", {"name": candidate, "role": role})
-            return made["secret"]
-        except ApiError as e:
-            if e.code != "token_exists":
-                raise
-            if role == "worker" and n == 0:
-                admin.delete(f"/v1/tokens/{segment(candidate)}")
-                made = admin.post("/v1/tokens", {"name": candidate, "role": role})
-                return made["secret"]
+def _ensure_token(admin, name: str, role: str) -> str:
+    """The secret of a fresh worker token named `name` (one of that name is
+    replaced: the data dir's worker token is made for its host)."""
+    try:
+        return admin.post("/v1/tokens", {"name": name, "role": role})["secret"]
+    except ApiError as e:
+        if e.code != "token_exists":
+            raise
+    admin.delete(f"/v1/tokens/{segment(name)}")
+    return admin.post("/v1/tokens", {"name": name, "role": role})["secret"]
+
+
+def _user_token(admin, name: str) -> tuple[str, str]:
+    """A fresh user token named `name` for the client config, and words for
+    the message. The name is the identity: an existing live user token of
+    that name (the one a lost or broken config held) is replaced, revoked
+    with keep_jobs and made again, so its jobs stay the user's own and no
+    token piles up. A token of that name with another role (an admin token
+    named after the user) is left alone and the first free name like it is
+    used, which the words say. Raises RcError when there is none."""
+    held = {t["name"]: t["role"] for t in admin.get("/v1/tokens")["tokens"] if not t["revoked_at"]}
+    if held.get(name, "user") == "user":
+        replaced = name in held
+        if replaced:
+            admin.delete(f"/v1/tokens/{segment(name)}", params={"keep_jobs": "true"})
+        secret = admin.post("/v1/tokens", {"name": name, "role": "user"})["secret"]
+        if replaced:
+            return secret, (
+                f"a new token for {name}, which replaces the old one of that name; "
+                f"{name}'s jobs stay {name}'s"
+            )
+        return secret, f"a user token for {name}"
+    for n in range(1, 100):
+        candidate = f"{name}-{n}"
+        if candidate not in held:
+            secret = admin.post("/v1/tokens", {"name": candidate, "role": "user"})["secret"]
+            return secret, f"a user token for {candidate}: {name} is a {held[name]} token"
     raise RcError(f"could not find a free token name like {name!r}")
 
 
@@ -308,9 +332,9 @@ def _ensure_client_config(admin, url: str) -> bool:
     existing = client_config.read_file(cfg_path) if problem is None else {}
 
     def write(what: str) -> None:
-        user_token = _ensure_token(admin, _token_name(getpass.getuser()), "user")
+        user_token, words = _user_token(admin, _token_name(getpass.getuser()))
         client_config.write_config(cfg_path, url, user_token, existing.get("cacert", ""))
-        stderr(f"{what} (controller {url}, a user token)")
+        stderr(f"{what} (controller {url}, {words})")
 
     if problem == "missing":
         write(f"wrote {cfg_path}")
