@@ -70,6 +70,8 @@ class _VerbParser(_Parser):
         parsed, extras = super().parse_known_args(args, namespace)
         if extras and "_ARGCOMPLETE" not in os.environ:
             self.error(f"unrecognized arguments: {' '.join(extras)}")
+        if not getattr(parsed, "usage_prog", None):  # the innermost: `rc token create`
+            parsed.usage_prog = self.prog
         return parsed, extras
 
 
@@ -125,8 +127,9 @@ def _dispatch(args: argparse.Namespace) -> int:
 
     try:
         return int(handler(args) or 0)
-    except UsageError as e:
-        print(one_line(f"rc {args.verb}: {e}"), file=sys.stderr)
+    except UsageError as e:  # as argparse's own: one line, naming the verb's help
+        prog = getattr(args, "usage_prog", None) or f"rc {args.verb}"
+        print(one_line(f"{prog}: {e} (see {prog} --help)"), file=sys.stderr)
         return 2
     except ApiError as e:
         where = ""

@@ -22,7 +22,7 @@ import uuid
 from dataclasses import dataclass
 
 from rc.cli import archive
-from rc.cli.context import UsageError, add_client_flags, client, stderr
+from rc.cli.context import UsageError, add_client_flags, client, number_in, stderr
 from rc.cli.follow import submit, wait_terminal
 from rc.cli.output import one_line
 from rc.cli.relay import open_halves, open_session, wait_session
@@ -52,7 +52,7 @@ def add_parsers(sub) -> None:
     p.add_argument("dst", metavar="DST", help="where to: host:name:path, or a local path")
     p.add_argument(
         "--hold",
-        type=int,
+        type=number_in(1),
         default=None,
         metavar="ID",
         help="copy inside this hold of yours (default: your hold on that device, "

@@ -42,7 +42,7 @@ from collections.abc import Callable
 from typing import Self
 
 from rc.cli.complete import attach, live_jobs
-from rc.cli.context import UsageError, add_client_flags, client, job_cwd, stderr
+from rc.cli.context import UsageError, add_client_flags, client, job_cwd, number_in, stderr
 from rc.cli.follow import (
     add_env_flags,
     exit_status,
@@ -99,7 +99,8 @@ def _session_parser(sub, name: str, help: str, description: str, command_help: s
     """`rc shell` and `rc exec`: HOLD, --cwd, -e, --env-file, -- CMD."""
     p = sub.add_parser(name, help=help, description=description)
     attach(
-        p.add_argument("hold", type=int, metavar="HOLD", help="a running hold of yours"), live_jobs
+        p.add_argument("hold", type=number_in(1), metavar="HOLD", help="a running hold of yours"),
+        live_jobs,
     )
     p.add_argument(
         "--cwd",

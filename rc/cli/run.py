@@ -37,7 +37,9 @@ from rc.cli.context import (
     device_arg,
     hangup_interrupts,
     interrupt_cause,
+    number_in,
     stderr,
+    whole_number,
     whole_seconds_arg,
 )
 from rc.cli.follow import (
@@ -70,11 +72,8 @@ EXIT_OUTPUT_CLOSED = 141
 
 
 def priority_arg(text: str) -> int:
-    """argparse type: a priority, -10..10."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    """argparse type: a priority, -10..10 (ASCII digits)."""
+    value = whole_number(text)
     if not PRIORITY_MIN <= value <= PRIORITY_MAX:
         raise argparse.ArgumentTypeError(f"{value} is outside {PRIORITY_MIN}..{PRIORITY_MAX}")
     return value
@@ -191,7 +190,10 @@ def add_parsers(sub) -> None:
         description="End hold ID now (or kill job ID): the device goes back to "
         "the pool once its worker has checked it.",
     )
-    attach(p.add_argument("job", type=int, metavar="ID", help="the hold (or job) id"), live_jobs)
+    attach(
+        p.add_argument("job", type=number_in(1), metavar="ID", help="the hold (or job) id"),
+        live_jobs,
+    )
     add_client_flags(p)
     p.set_defaults(handler="run:cmd_release")
 

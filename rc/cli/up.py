@@ -368,7 +368,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     data = Path(args.data) if args.data else default_data_dir()
     listen = args.listen or UP_LISTEN
     host_port = listen.rpartition(":")
-    if not host_port[1] or not host_port[2].isdigit() or int(host_port[2]) > 65535:
+    port = host_port[2]
+    if not host_port[1] or not (port.isascii() and port.isdigit()) or int(port) > 65535:
         raise UsageError(f"--listen {listen!r}: use HOST:PORT, e.g. 127.0.0.1:8080")
     if not _is_loopback(listen) and not args.certfile and not args.insecure:
         raise UsageError(
@@ -376,7 +377,8 @@ def cmd_up(args: argparse.Namespace) -> int:
             "--keyfile for TLS, or --insecure to serve plain HTTP on the network"
         )
     if args.devices is not None and not (
-        args.devices == "auto" or (args.devices.isdigit() and int(args.devices) > 0)
+        args.devices == "auto"
+        or (args.devices.isascii() and args.devices.isdigit() and int(args.devices) > 0)
     ):
         raise UsageError(f"--devices {args.devices!r}: use auto or a number of CPU devices")
     if args.host is not None and not _valid_host(args.host):
