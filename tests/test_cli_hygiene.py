@@ -364,9 +364,14 @@ def test_tab_completes_job_ids_device_ids_and_label_keys(box, tmp_path):
     hold = int(
         ann.run("hold", "-d", "hy:cpu0", "--ttl", "5m", "--reason", "tab", "--detach").stdout
     )
+    running = int(ann.run("run", "--detach", "-d", "hy:cpu1", "--", "sleep", "60").stdout)
     try:
-        assert _complete(ann, "rc kill ", tmp_path) == {str(hold)}  # options only after "-"
-        assert _complete(ann, "rc shell ", tmp_path) == {str(hold)}
+        wait_until(lambda: job(ctl.client(), running)["state"] == "running", 30, "the job")
+        # options only after "-"
+        assert _complete(ann, "rc kill ", tmp_path) == {str(hold), str(running)}
+        # found by a new user: rc shell, exec and release offered plain jobs too
+        for verb in ("shell", "exec", "release"):
+            assert _complete(ann, f"rc {verb} ", tmp_path) == {str(hold)}, verb
         assert _complete(ann, "rc describe ", tmp_path) == {"hy:cpu0", "hy:cpu1"}
         keys = _complete(ann, "rc devices -s ", tmp_path)
         assert {"host", "device", "id"} <= keys
@@ -375,5 +380,7 @@ def test_tab_completes_job_ids_device_ids_and_label_keys(box, tmp_path):
         gone = _with_env(ann, RC_CONTROLLER="http://127.0.0.1:9")
         assert _complete(gone, "rc kill ", tmp_path) == set()
     finally:
+        ann.run("kill", str(running), check=True)
         ann.run("release", str(hold), check=True)
         wait_until(lambda: job(ctl.client(), hold)["state"] == "killed", 20, "the hold to end")
+        wait_until(lambda: job(ctl.client(), running)["state"] == "killed", 20, "the job to end")

@@ -17,7 +17,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rc.cli import build_parser, main
-from rc.cli.complete import COMPLETE_TIMEOUT_S, devices, label_keys, live_jobs, recent_jobs
+from rc.cli.complete import (
+    COMPLETE_TIMEOUT_S,
+    devices,
+    holds,
+    label_keys,
+    live_jobs,
+    recent_jobs,
+)
 from rc.cli.output import end_reason, iso_utc, job_state, job_what, machine, table, visible
 
 
@@ -244,7 +251,7 @@ def test_whoami_takes_o_json():
     assert args.output == "json"
 
 
-@pytest.mark.parametrize("completer", [live_jobs, recent_jobs, devices, label_keys])
+@pytest.mark.parametrize("completer", [live_jobs, holds, recent_jobs, devices, label_keys])
 def test_a_completion_with_no_controller_is_silently_empty(completer, tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
     monkeypatch.delenv("RC_CONTROLLER", raising=False)

@@ -41,7 +41,7 @@ import tty
 from collections.abc import Callable
 from typing import Self
 
-from rc.cli.complete import attach, live_jobs
+from rc.cli.complete import attach, holds
 from rc.cli.context import UsageError, add_client_flags, client, job_cwd, number_in, stderr
 from rc.cli.follow import (
     add_env_flags,
@@ -100,7 +100,7 @@ def _session_parser(sub, name: str, help: str, description: str, command_help: s
     p = sub.add_parser(name, help=help, description=description)
     attach(
         p.add_argument("hold", type=number_in(1), metavar="HOLD", help="a running hold of yours"),
-        live_jobs,
+        holds,
     )
     p.add_argument(
         "--cwd",

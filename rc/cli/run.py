@@ -28,7 +28,7 @@ import sys
 import time
 import uuid
 
-from rc.cli.complete import attach, devices, label_keys, live_jobs
+from rc.cli.complete import attach, devices, holds, label_keys
 from rc.cli.context import (
     SelectorTerms,
     UsageError,
@@ -192,7 +192,7 @@ def add_parsers(sub) -> None:
     )
     attach(
         p.add_argument("job", type=number_in(1), metavar="ID", help="the hold (or job) id"),
-        live_jobs,
+        holds,
     )
     add_client_flags(p)
     p.set_defaults(handler="run:cmd_release")
