@@ -511,3 +511,41 @@ def test_down_twice_says_already_down_and_succeeds(user):
     again = user.run("down", timeout=120)
     assert again.returncode == 0, again.stderr
     assert again.stderr.startswith(b"rc: already down: nothing to stop"), again.stderr
+
+
+def test_a_second_one_box_comes_back_on_its_own_port_named_by_rc_controller(user, tmp_path):
+    """Found by a new user: after `rc down --data DIR`, `rc up -d --data DIR`
+    remembered the host name but not --listen (so the second one-box came
+    back on :8080, not its own port); and with RC_CONTROLLER naming the new
+    controller, rc up -d said "config points at :8080, not :8095"."""
+    up = user.run("up", "-d", "--listen", "127.0.0.1:0", "--devices", "1", timeout=120)
+    assert up.returncode == 0, up.stderr  # the first one-box: the config points at it
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    d2 = tmp_path / "d2"
+    second = Cli(url, "", user.env, tmp_path)
+    del second.env["RC_TOKEN"]
+    try:
+        res = second.run(
+            "up", "-d", "--data", str(d2), "--listen", f"127.0.0.1:{port}", "--devices", "1",
+            "--host", "box2", timeout=120,
+        )  # fmt: skip
+        assert res.returncode == 0, res.stderr
+        assert b"points at" not in res.stderr, res.stderr
+        assert b"RC_CONTROLLER names this controller" in res.stderr, res.stderr
+        assert b": set RC_TOKEN too\n" in res.stderr, res.stderr
+        second.env["RC_TOKEN"] = (d2 / "admin.token").read_text().strip()
+        res = second.run("down", "--data", str(d2), timeout=120)
+        assert res.returncode == 0, res.stderr
+        assert second.run("down", "--data", str(d2)).stderr.startswith(b"rc: already down")
+        res = second.run("up", "-d", "--data", str(d2), timeout=120)
+        assert res.returncode == 0, res.stderr
+        assert b"note" not in res.stderr, res.stderr  # both variables name it: nothing to say
+        st2 = json.loads((d2 / "up.json").read_text())
+        assert (st2["url"], st2["host"], st2["devices"]) == (url, "box2", "1")
+        res = second.run(*HELLO)
+        assert res.returncode == 0 and res.stdout == b"hello from box2:cpu0\n", res.stderr
+    finally:
+        second.run("down", "--data", str(d2), timeout=120)
