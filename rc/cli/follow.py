@@ -295,6 +295,8 @@ def _cancel_queued(c: Client, job: dict, cause: str) -> None:
         return
     if now["state"] == "killed" and not now.get("started_at"):
         stderr(f"cancelled queued job {job['id']}")
+    elif now["state"] == "assigned":
+        stderr(f"cancel requested for job {job['id']}, which its worker was about to start")
     else:
         stderr(f"job {job['id']} started just as it was being cancelled; kill requested")
 
