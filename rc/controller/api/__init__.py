@@ -26,6 +26,8 @@ __all__ = [
     "authorize",
     "caller",
     "ctl",
+    "cut_text",
+    "free_text",
     "json_body",
     "path_int",
     "query_bool",
@@ -120,6 +122,31 @@ def reply(obj: Any, status: int = 200) -> Response:
         status_code=status,
         media_type="application/json",
     )
+
+
+def free_text(what: str, text: str, limit: int) -> str:
+    """`text` (free text a person gave: a kill or drain reason) as it is, or
+    400 limit_exceeded naming `what` when it is longer than `limit`
+    characters. Never cut: a person is told, and sends a shorter one."""
+    if len(text) > limit:
+        raise Refused(
+            ErrorCode.LIMIT_EXCEEDED,
+            f"{what} is {len(text)} characters long; the limit is {limit}",
+        )
+    return text
+
+
+CUT_MARK = "…"
+"""The last character of a worker's detail that was cut to the limit."""
+
+
+def cut_text(text: str, limit: int) -> str:
+    """`text` (a worker's own detail: a fault, why a job ended) cut to at most
+    `limit` characters, the last one CUT_MARK when it was cut. A worker's
+    report is never refused for its length: it would be retried for good."""
+    if len(text) <= limit:
+        return text
+    return text[: limit - 1] + CUT_MARK
 
 
 def path_int(request: Request, name: str = "job_id") -> int:

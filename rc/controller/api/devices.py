@@ -7,7 +7,7 @@ import dataclasses
 
 from starlette.requests import Request
 
-from rc.controller.api import caller, ctl, json_body, query_bool, reply
+from rc.controller.api import caller, ctl, free_text, json_body, query_bool, reply
 from rc.controller.errors import Refused
 from rc.controller.store import devices, views
 from rc.proto.errors import ErrorCode
@@ -99,7 +99,11 @@ async def drain(request: Request):
     device_id = request.path_params["device_id"]
     req = await json_body(request, c.cfg.limits.body_bytes, empty_ok=True)
     message, already = await c.db.write(
-        devices.drain, device_id, True, req.reason[: c.cfg.limits.text_bytes], who.name
+        devices.drain,
+        device_id,
+        True,
+        free_text("the drain reason", req.reason, c.cfg.limits.text_bytes),
+        who.name,
     )
     return reply(ActionResult(True, message, already))
 

@@ -14,6 +14,7 @@ from starlette.responses import StreamingResponse
 from rc.controller.api import (
     caller,
     ctl,
+    free_text,
     json_body,
     path_int,
     query_float,
@@ -288,7 +289,7 @@ async def kill(request: Request):
         job_id,
         who.name,
         who.admin,
-        req.reason[: c.cfg.limits.text_bytes],
+        free_text("the kill reason", req.reason, c.cfg.limits.text_bytes),
         c.thresholds.retain,
     )
     return reply({"ok": True, "message": f"{what} for job {job_id}"})

@@ -9,11 +9,22 @@ A worker token is bound to its host at its first registration (DESIGN.md
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 
 from starlette.requests import Request
 
-from rc.controller.api import Role, caller, ctl, json_body, path_int, query_float, read_body, reply
+from rc.controller.api import (
+    Role,
+    caller,
+    ctl,
+    cut_text,
+    json_body,
+    path_int,
+    query_float,
+    read_body,
+    reply,
+)
 from rc.controller.auth import Caller
 from rc.controller.config import Limits
 from rc.controller.errors import Refused
@@ -245,7 +256,9 @@ async def reports(request: Request):
     worker_id = request.path_params["worker_id"]
     _bound(request, who, worker_id)
     req = await json_body(request, c.cfg.limits.body_bytes)
-    applied = await c.db.write(jobs.apply_reports, worker_id, req.reports)
+    limit = c.cfg.limits.text_bytes
+    batch = tuple(dataclasses.replace(r, reason=cut_text(r.reason, limit)) for r in req.reports)
+    applied = await c.db.write(jobs.apply_reports, worker_id, batch)
     c.metrics.observe_starts(applied.start_latencies)
     return reply(
         ReportResults(
@@ -267,7 +280,8 @@ async def status(request: Request):
         )
     from rc.proto.wire import JobReport
 
-    rep = JobReport(job_id, req.state, req.exit_code, req.reason, req.started_at)
+    reason = cut_text(req.reason, c.cfg.limits.text_bytes)
+    rep = JobReport(job_id, req.state, req.exit_code, reason, req.started_at)
     applied = await c.db.write(jobs.apply_reports, req.worker_id, (rep,))
     c.metrics.observe_starts(applied.start_latencies)
     [(_, code, msg)] = applied.results
@@ -317,6 +331,10 @@ async def device_fault(request: Request):
             f"(bound to {who.host or 'no host'})",
         )
     await c.db.write(
-        devices.fault, device_id, req.reason[: c.cfg.limits.text_bytes], req.job_id, who.name
+        devices.fault,
+        device_id,
+        cut_text(req.reason, c.cfg.limits.text_bytes),
+        req.job_id,
+        who.name,
     )
     return reply({"ok": True})
