@@ -340,7 +340,12 @@ def test_cp_is_listed_as_rc_cp(box):
 def test_whoami_prints_json(box):
     """Report 14: `rc whoami -o json` was refused."""
     _ctl, users, _admin = box
-    assert users["ann"].json("whoami") == {"name": "ann", "role": "user", "host": ""}
+    assert users["ann"].json("whoami") == {
+        "name": "ann",
+        "role": "user",
+        "host": "",
+        "unix_user": "ann",
+    }
 
 
 def _complete(cli: Cli, line: str, tmp) -> set[str]:

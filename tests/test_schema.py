@@ -35,6 +35,9 @@ CHECKED = {
     ("events", "kind"): EventKind,
     ("tokens", "role"): Role,
 }
+OLD_SCHEMA = REPO / "tests" / "data" / "store_v1.sql"
+"""store.sql as schema version 1 had it, verbatim: the oldest database a
+migration must bring up to date."""
 
 
 def _schema_db(path: Path) -> sqlite3.Connection:
@@ -175,6 +178,87 @@ def _dummy_params(sql: str):
     if numbered:
         return ["[]"] * max(int(n) for n in numbered)
     return ["[]"] * sql.count("?")
+
+
+def _checks(sql: str) -> list[str]:
+    """Every CHECK (...) clause of a CREATE TABLE, whitespace collapsed."""
+    out = []
+    for m in re.finditer(r"CHECK\s*\(", sql):
+        depth, i = 1, m.end()
+        while depth:
+            depth += {"(": 1, ")": -1}.get(sql[i], 0)
+            i += 1
+        out.append(" ".join(sql[m.start() : i].split()))
+    return sorted(out)
+
+
+def _shape(conn: sqlite3.Connection) -> dict:
+    """What a schema is, independent of how its text was written: each
+    table's columns in order (name, type, not null, default, key), its CHECK
+    clauses, foreign keys, STRICT and WITHOUT ROWID; each index's and
+    trigger's statement (whitespace collapsed)."""
+    out = {}
+    for kind, name, sql in conn.execute(
+        "SELECT type, name, sql FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' ORDER BY name"
+    ):
+        if kind == "table":
+            listed = conn.execute("PRAGMA table_list(" + name + ")").fetchone()
+            out[name] = (
+                [tuple(r) for r in conn.execute(f"PRAGMA table_xinfo({name})")],
+                _checks(sql),
+                [tuple(r) for r in conn.execute(f"PRAGMA foreign_key_list({name})")],
+                listed[4:],  # without rowid, strict
+            )
+        else:
+            out[name] = (kind, " ".join((sql or "").split()))
+    return out
+
+
+def _old_database(path: Path) -> sqlite3.Connection:
+    """A database as schema version 1 wrote it (from its own store.sql)."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode = WAL")
+    for stmt in db._statements(OLD_SCHEMA.read_text()):
+        conn.execute(stmt)
+    conn.execute("PRAGMA user_version = 1")
+    return conn
+
+
+def test_the_oldest_schema_plus_every_migration_is_store_sql(tmp_path):
+    assert db.SCHEMA_VERSION == 1 + len(db.MIGRATIONS) >= 2
+    _old_database(tmp_path / "old.db").close()
+    migrated = _schema_db(tmp_path / "old.db")  # opening it migrates it
+    fresh = _schema_db(tmp_path / "fresh.db")
+    assert migrated.execute("PRAGMA user_version").fetchone()[0] == db.SCHEMA_VERSION
+    assert _shape(migrated) == _shape(fresh)
+    migrated.close()
+    fresh.close()
+
+
+def test_old_tokens_and_jobs_take_their_own_name_as_unix_user(tmp_path):
+    """Schema 2: a token's jobs run as the Unix user of its name (a worker
+    token none), an old job as its submitter, and an old worker says nothing
+    of whom it runs jobs as until it registers again."""
+    conn = _old_database(tmp_path / "rc.db")
+    conn.execute(
+        "INSERT INTO tokens (name, role, secret_hash, created_at) VALUES "
+        "('alice', 'user', 'h1', 0), ('gpu-1', 'worker', 'h2', 0), ('admin', 'admin', 'h3', 0)"
+    )
+    conn.execute(
+        "INSERT INTO jobs (kind, state, submitter, selector, command, submitted_at, "
+        "queued_at) VALUES ('job', 'queued', 'bob', '*', '[\"true\"]', 4, 4)"
+    )
+    conn.execute(
+        "INSERT INTO workers (id, host, registered_at, last_heartbeat_at) VALUES ('h', 'h', 0, 0)"
+    )
+    conn.close()
+    conn = _schema_db(tmp_path / "rc.db")
+    got = dict(conn.execute("SELECT name, unix_user FROM tokens"))
+    assert got == {"alice": "alice", "gpu-1": "", "admin": "admin"}
+    assert conn.execute("SELECT unix_user FROM jobs").fetchall() == [("bob",)]
+    worker = conn.execute("SELECT run_as, shared_account, allow_root_jobs FROM workers").fetchone()
+    assert worker == ("", 0, 0)
+    conn.close()
 
 
 def test_fresh_database_gets_the_current_version(tmp_path):

@@ -43,13 +43,15 @@ def hash_secret(secret: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Caller:
-    """An authenticated caller: token id and name, role, bound host (workers)."""
+    """An authenticated caller: token id and name, role, bound host
+    (workers), expiry, and the Unix user its jobs run as."""
 
     token_id: int
     name: str
     role: Role
     host: str = ""
     expires_at: float | None = None
+    unix_user: str = ""
 
     @property
     def admin(self) -> bool:
@@ -99,7 +101,7 @@ class TokenCache:
 def _entry(r) -> tuple[str, Caller]:
     return (
         r["secret_hash"],
-        Caller(r["id"], r["name"], Role(r["role"]), r["host"], r["expires_at"]),
+        Caller(r["id"], r["name"], Role(r["role"]), r["host"], r["expires_at"], r["unix_user"]),
     )
 
 

@@ -16,6 +16,8 @@ __all__ = [
     "NAME_RE",
     "PRIORITY_MAX",
     "PRIORITY_MIN",
+    "ROOT",
+    "UNIX_USER_RE",
     "Device",
     "DeviceState",
     "Event",
@@ -34,6 +36,7 @@ __all__ = [
     "Worker",
     "valid_device_id",
     "valid_env_name",
+    "valid_unix_user",
 ]
 
 PRIORITY_MIN = -10
@@ -57,6 +60,20 @@ starting with a digit (what a shell can name)."""
 def valid_env_name(name: str) -> bool:
     """Whether `name` is an environment variable name a job may set (ENV_NAME_RE)."""
     return bool(ENV_NAME_RE.fullmatch(name))
+
+
+UNIX_USER_RE = re.compile(r"[a-z_][a-z0-9_-]{0,30}[a-z0-9_$-]?")
+"""A portable Unix user name (what useradd takes by default): a lower-case
+letter or '_', then lower-case letters, digits, '_' and '-', a final '$'
+allowed; at most 32 characters."""
+
+ROOT = "root"
+"""The Unix user a token maps to only when an admin says so (--unix-user root)."""
+
+
+def valid_unix_user(name: str) -> bool:
+    """Whether `name` is a portable Unix user name (UNIX_USER_RE)."""
+    return bool(UNIX_USER_RE.fullmatch(name))
 
 
 class DeviceState(enum.StrEnum):
@@ -217,6 +234,8 @@ class Job:
     Exactly one of `selector` and `device_id` names the target while queued;
     once assigned, `device_id` is the device it landed on. Durations are whole
     seconds, 0 meaning "none" (or, for max_runtime, the device's ceiling).
+    `unix_user` is the Unix user it runs as (its submitter's token's, or
+    under --as the target's), recorded at submit.
     """
 
     id: int
@@ -241,6 +260,7 @@ class Job:
     queued_at: float = 0.0
     started_at: float | None = None
     finished_at: float | None = None
+    unix_user: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -322,7 +342,8 @@ class Token:
     """A named API token as listed (the secret itself is never part of it).
 
     `host` is the host a worker token is bound to ("" until its first
-    registration, and always "" for other roles).
+    registration, and always "" for other roles). `unix_user` is the Unix
+    user the jobs of a user or admin token run as ("" for a worker token).
     """
 
     name: str
@@ -332,3 +353,4 @@ class Token:
     expires_at: float | None = None
     revoked_at: float | None = None
     host: str = ""
+    unix_user: str = ""

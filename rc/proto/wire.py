@@ -139,6 +139,13 @@ class RegisterRequest:
     process; running_job_ids: the jobs it still supervises or reports. When
     the same process registers again, assigned jobs it never started are
     handed out again instead of being lost.
+
+    Whom it runs jobs as: `run_as` "" means every job as the job's own Unix
+    user (a worker running as root); a name means only as that user, its
+    own (a worker not running as root), so the controller hands its devices
+    only to that user's jobs, unless `shared_account` (any identity's job
+    runs as `run_as`). `allow_root_jobs`: a job whose Unix user is root may
+    run here.
     """
 
     host: str
@@ -152,6 +159,9 @@ class RegisterRequest:
     version: str = ""
     instance: str = ""
     running_job_ids: tuple[int, ...] = ()
+    run_as: str = ""
+    shared_account: bool = False
+    allow_root_jobs: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,7 +230,8 @@ class LeaveResponse:
 
 @dataclass(frozen=True, slots=True)
 class Assignment:
-    """One job handed to a worker by the long poll."""
+    """One job handed to a worker by the long poll; `unix_user` is the Unix
+    user it runs as (model.Job.unix_user)."""
 
     job_id: int
     device_id: str
@@ -232,6 +243,7 @@ class Assignment:
     max_runtime_seconds: int = 0
     idle_timeout_seconds: int = 0
     stdio: Stdio = Stdio.LOGS
+    unix_user: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -393,20 +405,25 @@ class StateResponse:
 
 @dataclass(frozen=True, slots=True)
 class WhoAmI:
-    """GET /v1/whoami: the caller's token name and role (never the secret)."""
+    """GET /v1/whoami: the caller's token name and role (never the secret),
+    a worker token's bound host, and the Unix user its jobs run as."""
 
     name: str
     role: Role
     host: str = ""
+    unix_user: str = ""
 
 
 @dataclass(frozen=True, slots=True)
 class TokenCreate:
-    """POST /v1/tokens. expires_in_seconds 0 means never."""
+    """POST /v1/tokens. expires_in_seconds 0 means never. `unix_user`: whom
+    the token's jobs run as ("": the token's own name, which must then be a
+    Unix user name; root only when given here; none for a worker token)."""
 
     name: str
     role: Role
     expires_in_seconds: int = 0
+    unix_user: str = ""
 
 
 @dataclass(frozen=True, slots=True)

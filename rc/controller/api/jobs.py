@@ -63,6 +63,7 @@ def validate_submit(req: SubmitRequest, who: Caller, lim: Limits) -> jobs.NewJob
     if bool(req.device_id) == bool(req.selector):
         raise bad(ErrorCode.BAD_REQUEST, "give exactly one of device_id and selector")
     submitter = who.name
+    unix_user: str | None = who.unix_user or who.name
     if req.as_user:
         if not who.admin:
             raise Refused(ErrorCode.FORBIDDEN, "only an admin may submit as someone else")
@@ -73,6 +74,7 @@ def validate_submit(req: SubmitRequest, who: Caller, lim: Limits) -> jobs.NewJob
                 "(letters, digits, '.', '_', '@', '-'; at most 64)",
             )
         submitter = req.as_user
+        unix_user = None  # the target's: jobs.enqueue looks it up
     for what, text in (
         ("cwd", req.cwd),
         ("reason", req.reason),
@@ -180,6 +182,7 @@ def validate_submit(req: SubmitRequest, who: Caller, lim: Limits) -> jobs.NewJob
         reason=req.reason.strip() if req.kind is JobKind.HOLD else req.reason,
         stdio=req.stdio.value,
         queued_limit=lim.queued_per_user,
+        unix_user=unix_user,
     )
 
 

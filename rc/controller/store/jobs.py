@@ -17,7 +17,7 @@ from rc.controller.store.db import Tx, dumps
 from rc.controller.store.labels import MatchCache
 from rc.proto.duration import format_duration
 from rc.proto.errors import ErrorCode
-from rc.proto.model import EventKind, Job, JobKind, JobState
+from rc.proto.model import EventKind, Job, JobKind, JobState, valid_unix_user
 
 __all__ = [
     "WATCHDOG_PREFIXES",
@@ -47,7 +47,9 @@ class NewJob:
     """A validated submission, ready to enqueue.
 
     selector is normalised ('' for a pinned job); digest is the sha256 of the
-    canonical request, compared when an idempotency key is reused.
+    canonical request, compared when an idempotency key is reused. unix_user
+    is whom it runs as; None (a submission --as someone) means the target's:
+    the Unix user of the live token of that name, else the name itself.
     """
 
     kind: JobKind
@@ -66,6 +68,7 @@ class NewJob:
     reason: str
     stdio: str
     queued_limit: int
+    unix_user: str | None = None
 
 
 def enqueue(tx: Tx, job: NewJob, match_cache: MatchCache) -> tuple[int, bool]:
@@ -92,6 +95,7 @@ def enqueue(tx: Tx, job: NewJob, match_cache: MatchCache) -> tuple[int, bool]:
             ErrorCode.QUEUE_FULL,
             f"{job.submitter} already has {job.queued_limit} queued jobs (the per-user limit)",
         )
+    unix_user = _unix_user(tx, job)
     max_runtime = job.max_runtime  # 0: inherit the ceiling where it lands (leases.assign)
     if job.device_id:
         dev = tx.one("device_ceiling", (job.device_id,))
@@ -139,6 +143,7 @@ def enqueue(tx: Tx, job: NewJob, match_cache: MatchCache) -> tuple[int, bool]:
             job.stdio,
             tx.now,
             tx.now,
+            unix_user,
         ),
     )
     if job.token_name != job.submitter:  # an admin acting for someone: both names on record
@@ -152,6 +157,32 @@ def enqueue(tx: Tx, job: NewJob, match_cache: MatchCache) -> tuple[int, bool]:
     tx.schedule = True
     tx.notify("jobs", f"job:{job_id}")
     return job_id, True
+
+
+def _unix_user(tx: Tx, job: NewJob) -> str:
+    """Whom a new job runs as (NewJob.unix_user). 400 bad_request when it
+    names nobody: a submission --as a name with no live token that is not
+    a Unix user name either, or a token that maps to no Unix user."""
+    if job.unix_user is not None:
+        found = job.unix_user
+    else:
+        row = tx.one("token_live_by_name", (job.submitter,))
+        found = row["unix_user"] if row is not None else None
+        if found is None:
+            if not valid_unix_user(job.submitter):
+                raise Refused(
+                    ErrorCode.BAD_REQUEST,
+                    f"{job.submitter!r} has no token and is not a Unix user name, so its "
+                    "jobs would run as nobody (create its token with --unix-user NAME)",
+                )
+            found = job.submitter
+    if not found:
+        raise Refused(
+            ErrorCode.BAD_REQUEST,
+            f"token {job.submitter!r} names no Unix user to run its jobs as "
+            "(an admin creates it again with --unix-user NAME)",
+        )
+    return found
 
 
 def cancel_queued(tx: Tx, job_id: int, reason: str) -> bool:

@@ -10,8 +10,8 @@
 -- A new queued job (submitted and queued now); returns its id.
 INSERT INTO jobs (kind, state, submitter, token_name, selector, device_id, command, cwd, env,
                   idempotency_key, request_digest, priority, max_runtime, idle_timeout, reason,
-                  stdio, submitted_at, queued_at)
-VALUES (?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                  stdio, submitted_at, queued_at, unix_user)
+VALUES (?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 RETURNING id
 
 -- name: job_get
@@ -365,12 +365,15 @@ DELETE FROM devices WHERE id = ?
 SELECT * FROM workers WHERE id = ?
 
 -- name: worker_upsert
--- A worker registers: insert it, or update its boot id, instance and version.
-INSERT INTO workers (id, host, boot_id, instance, version, registered_at, last_heartbeat_at)
-VALUES (?, ?, ?, ?, ?, ?, ?)
+-- A worker registers: insert it, or update its boot id, instance, version and
+-- whom it runs jobs as.
+INSERT INTO workers (id, host, boot_id, instance, version, registered_at, last_heartbeat_at,
+                     run_as, shared_account, allow_root_jobs)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (id) DO UPDATE SET boot_id = excluded.boot_id, instance = excluded.instance,
     version = excluded.version, registered_at = excluded.registered_at,
-    last_heartbeat_at = excluded.last_heartbeat_at
+    last_heartbeat_at = excluded.last_heartbeat_at, run_as = excluded.run_as,
+    shared_account = excluded.shared_account, allow_root_jobs = excluded.allow_root_jobs
 
 -- name: worker_touch
 -- Stamp a worker's heartbeat; no row for a worker that never registered.
@@ -485,8 +488,8 @@ SELECT * FROM tokens WHERE name = ? AND revoked_at IS NULL
 
 -- name: token_insert
 -- A new token (its secret's hash only).
-INSERT INTO tokens (name, role, secret_hash, created_by, created_at, expires_at)
-VALUES (?, ?, ?, ?, ?, ?)
+INSERT INTO tokens (name, role, secret_hash, created_by, created_at, expires_at, unix_user)
+VALUES (?, ?, ?, ?, ?, ?, ?)
 
 -- name: token_revoke
 -- Revoke the live token with this name; no row when there is none.

@@ -49,6 +49,7 @@ def job(r: sqlite3.Row) -> Job:
         queued_at=r["queued_at"],
         started_at=r["started_at"],
         finished_at=r["finished_at"],
+        unix_user=r["unix_user"],
     )
 
 
@@ -98,4 +99,5 @@ def token(r: sqlite3.Row) -> Token:
         expires_at=r["expires_at"],
         revoked_at=r["revoked_at"],
         host=r["host"],
+        unix_user=r["unix_user"],
     )

@@ -1,0 +1,112 @@
+"""Tokens name Unix users, and every job records the one it runs as (issue 15).
+
+In-process (tests.inprocess.Lab) and pure: the token rule, the job's Unix
+user at submit (its own, or under --as the target's), and the name rule.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from rc.controller.api.admin import token_unix_user
+from rc.controller.api.jobs import validate_submit
+from rc.controller.auth import Caller, hash_secret, new_secret
+from rc.controller.errors import Refused
+from rc.controller.store import jobs, tokens
+from rc.proto.model import Role, valid_unix_user
+from rc.proto.wire import SubmitRequest
+from tests.inprocess import Lab
+
+
+@pytest.fixture
+def lab(tmp_path):
+    lb = Lab(tmp_path / "data")
+    lb.register("box", {"g0": (0, {}), "g1": (0, {})})
+    yield lb
+    lb.close()
+
+
+@pytest.mark.parametrize(
+    "name,ok",
+    [
+        ("alice", True),
+        ("rc-test-bob", True),
+        ("_svc", True),
+        ("build$", True),
+        ("a" * 32, True),
+        ("a" * 33, False),
+        ("Alice", False),
+        ("ann.b", False),
+        ("9lives", False),
+        ("-x", False),
+        ("ci@lab", False),
+        ("", False),
+    ],
+)
+def test_a_unix_user_name_is_a_portable_one(name, ok):
+    assert valid_unix_user(name) is ok
+
+
+def test_a_token_runs_its_jobs_as_its_name_unless_told_otherwise():
+    assert token_unix_user("alice", Role.USER, "") == "alice"
+    assert token_unix_user("ci-bot", Role.USER, "alice") == "alice"
+    assert token_unix_user("admin", Role.ADMIN, "root") == "root"
+    assert token_unix_user("gpu-host-1", Role.WORKER, "") == ""
+
+
+@pytest.mark.parametrize(
+    "name,role,unix_user,says",
+    [
+        # issue 15, bad input: a token mapped to a name that is not a Unix user name
+        ("Ann.B", Role.USER, "", "token name 'Ann.B' is not a Unix user name"),
+        ("ann", Role.USER, "Ann B", "unix_user 'Ann B' is not a Unix user name"),
+        ("ann", Role.USER, "a" * 33, "is not a Unix user name"),
+        # root only when an admin says so
+        ("root", Role.USER, "", "would run its jobs as root: give --unix-user root"),
+        ("root", Role.ADMIN, "", "would run its jobs as root"),
+        ("gpu-1", Role.WORKER, "alice", "a worker token runs no jobs of its own"),
+    ],
+)
+def test_a_token_that_would_run_as_nobody_or_root_by_accident_is_refused(
+    name, role, unix_user, says
+):
+    with pytest.raises(Refused) as e:
+        token_unix_user(name, role, unix_user)
+    assert e.value.status == 400 and e.value.code == "bad_request"
+    assert says in e.value.message
+
+
+def _token(lab: Lab, name: str, unix_user: str, role: Role = Role.USER) -> Caller:
+    secret = new_secret()
+    row = lab.write(tokens.create, name, role, hash_secret(secret), "admin", None, unix_user)
+    return Caller(row["id"], name, role, unix_user=row["unix_user"])
+
+
+def _submit(lab: Lab, who: Caller, **fields) -> int:
+    req = SubmitRequest(command=("true",), selector="*", **fields)
+    return lab.write(
+        jobs.enqueue, validate_submit(req, who, lab.ctl.cfg.limits), lab.ctl.match_cache
+    )[0]
+
+
+def test_every_job_records_the_unix_user_it_runs_as(lab):
+    ci = _token(lab, "ci-bot", "alice")
+    admin = _token(lab, "ops", "root", Role.ADMIN)
+    _token(lab, "bob", "bob")
+    assert lab.job(_submit(lab, ci)).unix_user == "alice"
+    assert lab.job(_submit(lab, admin)).unix_user == "root"
+    # --as: the target's Unix user (its token's), never the admin's own
+    as_bob = lab.job(_submit(lab, admin, as_user="bob"))
+    assert (as_bob.submitter, as_bob.unix_user) == ("bob", "bob")
+    as_ci = lab.job(_submit(lab, admin, as_user="ci-bot"))
+    assert (as_ci.submitter, as_ci.unix_user) == ("ci-bot", "alice")
+    # a name with no token runs as the Unix user of that name
+    assert lab.job(_submit(lab, admin, as_user="carol")).unix_user == "carol"
+
+
+def test_as_a_name_that_is_no_unix_user_and_has_no_token_is_refused(lab):
+    admin = _token(lab, "ops", "root", Role.ADMIN)
+    with pytest.raises(Refused) as e:
+        _submit(lab, admin, as_user="Carol.X")
+    assert e.value.status == 400
+    assert "has no token and is not a Unix user name" in e.value.message
