@@ -83,6 +83,14 @@ def add_parsers(sub) -> None:
         help="the worker's host name (default: this machine's short name); a second "
         "rc up on one machine needs its own",
     )
+    p.add_argument(
+        "--socket",
+        default=None,
+        metavar="PATH",
+        help="the controller's local socket, where local users get a token from the kernel "
+        "(default: $RC_SOCKET or /run/rc/rc.sock as root, DATA/rc.sock otherwise; a second "
+        "one-box run as root needs its own)",
+    )
     p.add_argument("--certfile", default="", help="TLS certificate for the controller")
     p.add_argument("--keyfile", default="", help="TLS private key for the controller")
     p.add_argument(
@@ -269,7 +277,7 @@ def _token_works(url: str, token: str) -> bool:
         return False
 
 
-SETTINGS = ("listen", "devices", "host")
+SETTINGS = ("listen", "devices", "host", "socket")
 """What up.json keeps of an rc up once its processes are stopped, for the next
 one in that data dir (unless given again)."""
 
@@ -440,6 +448,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             )
     devices = args.devices or st.get("devices") or "auto"
     host = args.host or st.get("host") or ""
+    sock_path = args.socket if args.socket is not None else st.get("socket")
     if serve_pid and worker_pid:
         # Not an error: `pip install . && rc up -d && rc run ...` can be re-run.
         host = host or _default_host()
@@ -476,6 +485,8 @@ def cmd_up(args: argparse.Namespace) -> int:
             if worker_pid and st.get("url"):  # the running worker keeps dialling this address
                 listen = st["url"].rpartition("//")[2]
             cmd = [sys.executable, "-m", "rc", "serve", "--listen", listen, "--data", str(data)]
+            if sock_path is not None:
+                cmd += ["--socket", sock_path]
             if args.certfile:
                 cmd += ["--certfile", args.certfile, "--keyfile", args.keyfile]
             controller, url = spawn_ready(cmd, serve_log, args.detach, "controller", serve_log_path)
@@ -503,6 +514,9 @@ def cmd_up(args: argparse.Namespace) -> int:
                 "--host",
                 host,
             ]
+            if os.geteuid() == 0:
+                # root's own jobs on its own box run; everyone else's run as them
+                cmd.append("--allow-root-jobs")
             worker, _ = spawn_ready(cmd, worker_log, args.detach, "worker", worker_log_path)
             worker_pid = worker.pid
     except BaseException:
@@ -527,6 +541,7 @@ def cmd_up(args: argparse.Namespace) -> int:
                 "listen": st.get("listen", listen) if st.get("url") == url else listen,
                 "devices": devices,
                 "host": host,
+                "socket": sock_path,
             }
         )
     )

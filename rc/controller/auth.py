@@ -43,8 +43,9 @@ def hash_secret(secret: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Caller:
-    """An authenticated caller: token id and name, role, bound host
-    (workers), expiry, and the Unix user its jobs run as."""
+    """An authenticated caller: token id (0 for a token of the local
+    socket), name, role, bound host (workers), expiry, and the Unix user
+    its jobs run as ("" in code that builds one by hand: its name)."""
 
     token_id: int
     name: str
@@ -60,7 +61,7 @@ class Caller:
 
 class TokenCache:
     """hash → Caller for every live token. `load()` replaces the whole map
-    (at start); `put()` and `drop()` change one token each."""
+    (at start); `put()`, `put_session()` and `drop()` change one token each."""
 
     def __init__(self) -> None:
         self._by_hash: dict[str, tuple[str, Caller]] = {}
@@ -72,6 +73,11 @@ class TokenCache:
     def put(self, row) -> None:
         """Add one live token (a tokens row), or replace it (the same hash)."""
         self._by_hash[row["secret_hash"]] = _entry(row)
+
+    def put_session(self, secret_hash: str, caller: Caller) -> None:
+        """Add a token the local socket issued: in memory only, never in the
+        database (rc.controller.localsocket)."""
+        self._by_hash[secret_hash] = (secret_hash, caller)
 
     def drop(self, secret_hash: str) -> None:
         """Forget one token (revoked); an unknown hash is ignored."""

@@ -46,6 +46,7 @@ __all__ = [
     "LabelsRequest",
     "LeaveRequest",
     "LeaveResponse",
+    "LocalSession",
     "LogAppended",
     "RegisterRequest",
     "RegisterResponse",
@@ -412,6 +413,23 @@ class WhoAmI:
     role: Role
     host: str = ""
     unix_user: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class LocalSession:
+    """The one JSON line the controller's local Unix socket answers
+    (rc.proto.localsocket): a bearer token for the Unix user the kernel says
+    is on the other end (SO_PEERCRED), valid until `expires_at` (seconds
+    since the epoch) and only in the controller's memory, for the HTTP API
+    at `url`. name and unix_user are that user's name; role is user (admin
+    for uid 0). A refusal is the error shape {"error", "message"} instead."""
+
+    token: str
+    name: str
+    role: Role
+    unix_user: str
+    expires_at: float
+    url: str
 
 
 @dataclass(frozen=True, slots=True)
