@@ -1,4 +1,4 @@
-"""The worker's configuration: /etc/rc/worker.toml (inventory §6.1, in TOML).
+"""The worker's configuration: /etc/rc/worker.toml (README: Operating a worker).
 
 Every key, its default and unit (top-level keys first, as TOML requires):
 
@@ -29,7 +29,7 @@ Every key, its default and unit (top-level keys first, as TOML requires):
     [[devices]]                               # one table per device, or a list of names
     name           = "gpu0"
     max_runtime    = "24h"                    # the device's ceiling; 0 or >= 1s
-    on_acquire     = "/etc/rc/hooks/acquire"  # lease hooks (inventory §6.6)
+    on_acquire     = "/etc/rc/hooks/acquire"  # lease hooks (rc.worker.hooks)
     on_release     = "/etc/rc/hooks/release"
     timeout        = "60s"                    # this device's hook timeout
     release_linger = "30s"

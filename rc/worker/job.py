@@ -1,4 +1,4 @@
-"""Running one assignment, from acquire hook to terminal report (inventory §6.4).
+"""Running one assignment, from acquire hook to terminal report.
 
 1. The device's on_acquire hook (rc.worker.hooks). Cancelled by our own kill
    or shutdown → killed, device untouched; failed → the job fails with the
