@@ -183,6 +183,40 @@ def test_errors_name_the_file_the_key_and_the_problem(tmp_path, text, key, probl
     assert "\n" not in msg
 
 
+@pytest.mark.parametrize(
+    "text, key",
+    [
+        ('heartbeat_interval = "１０"', "heartbeat_interval"),
+        ('poll_wait = "１０s"', "poll_wait"),
+        ('kill_grace = "1.５s"', "kill_grace"),
+        ('hooks = { timeout = "٣m" }', "hooks.timeout"),
+        ('hooks = { release_linger = "３０s" }', "hooks.release_linger"),
+        ('devices = [{ name = "gpu0", max_runtime = "２h" }]', "devices[0].max_runtime"),
+        ('devices = [{ name = "gpu0", timeout = "１m" }]', "devices[0].timeout"),
+        ('devices = "cpu:２"', "devices"),
+        ('devices = "cpu:٣"', "devices"),
+        ('devices = "cpu:"', "devices"),
+    ],
+)
+def test_numbers_take_ascii_digits_only(tmp_path, text, key):
+    """As everywhere in rc (rc.proto.duration), digits are 0-9, and the error
+    says so: `devices = "cpu:２"` was refused as a device name with a bad
+    character, not as a count."""
+    path = write(tmp_path, 'controller_url = "http://c:1"\n' + text + "\n")
+    with pytest.raises(ConfigError) as e:
+        wc.load(path, env={})
+    msg = str(e.value)
+    assert msg.startswith(f"{path}: {key}"), msg
+    assert "bad duration" in msg or "cpu:N takes N in digits 0-9" in msg, msg
+
+
+def test_rc_worker_devices_cpu_n_takes_ascii_digits_only(tmp_path):
+    empty = write(tmp_path, "")
+    with pytest.raises(ConfigError, match=r"^command line: devices 'cpu:２': cpu:N takes N in"):
+        wc.load(empty, overrides={"devices": "cpu:２"}, env={})
+    assert wc.load(empty, overrides={"devices": "cpu:12"}, env={}).devices == "cpu:12"
+
+
 def test_missing_and_unreadable_files(tmp_path):
     with pytest.raises(ConfigError, match="no such file"):
         wc.load(str(tmp_path / "absent.toml"), env={})

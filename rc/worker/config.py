@@ -462,7 +462,9 @@ def _check_count(where: str, what: Any, n: int) -> None:
 def _devices(where: str, value: Any) -> tuple[DeviceConfig, ...] | str:
     if isinstance(value, str):
         spec = value.strip()
-        if spec.startswith("cpu:") and spec[4:].isascii() and spec[4:].isdigit():
+        if spec.startswith("cpu:") and not (spec[4:].isascii() and spec[4:].isdigit()):
+            raise ConfigError(f"{where}: devices {value!r}: cpu:N takes N in digits 0-9")
+        if spec.startswith("cpu:"):
             n = int(spec[4:])
             if n == 0:
                 raise ConfigError(f"{where}: devices {value!r}: cpu:N needs N of at least 1")
