@@ -1,4 +1,4 @@
-"""GET /v1/events/stream: live updates as Server-Sent Events (inventory §8.2, issue 8).
+"""GET /v1/events/stream: live updates as Server-Sent Events.
 
 The dashboard's live channel; anything that speaks SSE can use it. Frames:
 
@@ -17,7 +17,7 @@ stream starts after the newest row (no replay).
 
 Auth: a user (or admin) token in the Authorization header or, because
 EventSource cannot send headers, in `?token=` (the only route that accepts
-one; inventory §3.1). The query string is never logged: the HTTP server's
+one). The query string is never logged: the HTTP server's
 access log is off and our own logs name the path only.
 
 It never holds up scheduling: the Hub listener that learns about commits only
