@@ -78,7 +78,7 @@ class QuarantineReason(enum.StrEnum):
 
     NONE ("") on an unhealthy device means the cause is unknown; only an admin
     clears it, as it does FAULT. A reboot or a recovery proof may return the
-    others (README: Reliability: quarantine and recovery).
+    others (README "Reliability: quarantine and recovery").
     """
 
     NONE = ""

@@ -1,4 +1,4 @@
-"""The worker's configuration: /etc/rc/worker.toml (README: Operating a worker).
+"""The worker's configuration: /etc/rc/worker.toml (README "Operating a worker").
 
 Every key, its default and unit (top-level keys first, as TOML requires):
 
