@@ -206,6 +206,7 @@ def test_a_verb_builds_only_its_own_group():
         "rc.cli.serve",
         "rc.cli.up",
         "rc.cli.children",
+        "rc.cli.credentials",
     }
 
 
