@@ -1,5 +1,5 @@
 """Every error is one JSON shape with the right status, never a traceback
-(DESIGN.md §5; STYLE.md §6). Walks the error paths of a live controller; each
+(docs/design.md#the-wire). Walks the error paths of a live controller; each
 answer's status is its code's in the one table (rc.proto.errors.STATUS)."""
 
 from __future__ import annotations

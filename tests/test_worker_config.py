@@ -1,4 +1,4 @@
-"""The worker's configuration (inventory §6.1): every key, its defaults, the
+"""The worker's configuration: every key, its defaults, the
 environment's one-way semantics, and an error naming file, key and problem
 for everything wrong. Plus `rc worker --print-config` from the zipapp."""
 
@@ -81,7 +81,7 @@ def test_every_key_is_read(tmp_path):
     assert cfg.device_timeout(gpu1) == 45.0 and cfg.device_linger(gpu1) == 120.0
 
 
-def test_defaults_follow_the_inventory(tmp_path):
+def test_defaults_of_every_key(tmp_path):
     cfg = wc.load(write(tmp_path, 'controller_url = "http://c:1"\n'), env={})
     assert cfg.heartbeat_interval == 10 and cfg.poll_wait == 30 and cfg.kill_grace == 10
     assert cfg.hook_timeout == 60 and cfg.release_linger == 30
@@ -120,7 +120,7 @@ def test_configs_built_in_code_get_defaults_never_unbounded():
         ("nope = 1", "nope", "not a known key"),
         ('hooks = { timeout = "1s", colour = "red" }', "hooks.colour", "not a known key"),
         ('devices = [{ name = "gpu0", colour = "red" }]', "devices[0].colour", "not a known key"),
-        # a misspelt key names the nearest known one ("What a newcomer hit" 16)
+        # a misspelt key names the nearest known one
         (
             "require_manual_claer = true",
             "require_manual_claer",
