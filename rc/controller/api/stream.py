@@ -267,7 +267,7 @@ def _start_after(request: Request, c: Controller) -> int | None:
     """Where the feed resumes: Last-Event-ID, else ?after=, else None (the newest row)."""
     last = request.headers.get("last-event-id", "").strip()
     if last:
-        if not last.isdigit():
+        if not (last.isascii() and last.isdigit()):
             raise Refused(ErrorCode.BAD_REQUEST, "Last-Event-ID must be an event id")
         return int(last)
     if request.query_params.get("after", "") != "":

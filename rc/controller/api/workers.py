@@ -297,7 +297,7 @@ async def append_log(request: Request):
     who = caller(request)
     job_id = path_int(request)
     raw_offset = request.query_params.get("offset", "")
-    if not raw_offset.isdigit():
+    if not (raw_offset.isascii() and raw_offset.isdigit()):
         raise Refused(ErrorCode.BAD_REQUEST, "offset must be a non-negative integer")
     row = await c.db.read(jobs.brief, job_id)
     if row is None:
