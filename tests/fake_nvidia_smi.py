@@ -1,4 +1,4 @@
-"""A fake `nvidia-smi` for tests (DESIGN.md §9: no GPUs here), put first on a
+"""A fake `nvidia-smi` for tests (docs/design.md#testing: no GPUs here), put first on a
 worker's PATH. It answers the two queries rc makes, in nvidia-smi's CSV.
 
 `FakeNvidiaSmi(dir, gpus=2)` writes DIR/nvidia-smi; `mode(...)` switches it:

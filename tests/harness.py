@@ -337,7 +337,7 @@ def pid_alive(pid: int) -> bool:
         return False
 
 
-# -- real Unix users (issue 15: jobs run as the people who submit them) -------------
+# -- real Unix users (jobs run as the people who submit them) ----------------------
 
 TEST_USERS = ("rc-test-alice", "rc-test-bob")
 """The Unix users the identity tests create (tests/conftest.py unix_users)."""

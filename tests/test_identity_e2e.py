@@ -1,4 +1,5 @@
-"""Jobs run as the people who submit them (issue 15), with real Unix users.
+"""Jobs run as the people who submit them, with real Unix users
+(docs/design.md#identity-and-ownership).
 
 A one-box started as root (`rc up -d`, as `sudo rc up -d` would), and the
 CLI run as the test users rc-test-alice and rc-test-bob (tests/conftest.py
@@ -189,7 +190,8 @@ def test_root_on_its_own_one_box_runs_its_jobs_as_root(onebox):
 
 
 def test_the_first_repro_is_permission_denied(onebox):
-    """Issue 15: `rc run -- cat .../admin.token` as bob printed the admin token."""
+    """Found by a new user: `rc run -- cat .../admin.token` as bob printed the
+    admin token."""
     st = onebox.data.stat()
     assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (0, 0o700)
     public = onebox.root / f"public-{uuid.uuid4().hex[:8]}.txt"

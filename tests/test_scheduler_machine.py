@@ -1,5 +1,5 @@
 """A hypothesis state machine over the real store and scheduler, beside a
-small pure-Python model of the rules (issue "Scheduling", STYLE.md §10).
+small pure-Python model of the rules (docs/design.md#testing).
 
 Steps: submits (pinned, selector, priorities, holds, idempotency keys, bad
 requests), completions, kills (queued and running, by the owner and by

@@ -1,4 +1,4 @@
-"""planner.plan(), the pure decision of a pass (inventory §5, DESIGN.md §6.5):
+"""planner.plan(), the pure decision of a pass:
 priority, FIFO, aging, ceilings, head-of-line reservation, the per-user cap."""
 
 from __future__ import annotations

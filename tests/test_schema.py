@@ -1,4 +1,4 @@
-"""The schema is the truth (STYLE.md §1, §2, §4): store.sql, its CHECK lists,
+"""The schema is the truth: store.sql, its CHECK lists,
 its invariants, the named queries, and how an old or foreign database is met."""
 
 from __future__ import annotations

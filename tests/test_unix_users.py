@@ -1,4 +1,5 @@
-"""Tokens name Unix users, and every job records the one it runs as (issue 15).
+"""Tokens name Unix users, and every job records the one it runs as
+(docs/design.md#identity-and-ownership).
 
 In-process (tests.inprocess.Lab) and pure: the token rule, the job's Unix
 user at submit (its own, or under --as the target's), and the name rule.
@@ -57,7 +58,7 @@ def test_a_token_runs_its_jobs_as_its_name_unless_told_otherwise():
 @pytest.mark.parametrize(
     "name,role,unix_user,says",
     [
-        # issue 15, bad input: a token mapped to a name that is not a Unix user name
+        # a token mapped to a name that is not a Unix user name
         ("Ann.B", Role.USER, "", "token name 'Ann.B' is not a Unix user name"),
         ("ann", Role.USER, "Ann B", "unix_user 'Ann B' is not a Unix user name"),
         ("ann", Role.USER, "a" * 33, "is not a Unix user name"),

@@ -1,4 +1,4 @@
-"""Where the client finds its controller and token (inventory §2.1).
+"""Where the client finds its controller and token (README "Configuration").
 
 Controller URL: RC_CONTROLLER, else `controller` in the config file (""
 when neither names one: rc.cli.context then uses the default local socket

@@ -1,4 +1,5 @@
-"""The local Unix socket: who is calling, from the kernel (issue 15).
+"""The local Unix socket: who is calling, from the kernel
+(docs/design.md#identity-and-ownership).
 
 Besides its HTTP listener, `rc serve` listens on a Unix socket (mode 0666)
 on its own box. This is not a second HTTP server: on each connection the

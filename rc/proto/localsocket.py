@@ -1,4 +1,5 @@
-"""The controller's local Unix socket: identity from the kernel (issue 15).
+"""The controller's local Unix socket: identity from the kernel
+(docs/design.md#identity-and-ownership).
 
 On the controller's own box, `rc serve` also listens on a Unix socket
 (DEFAULT_SOCKET_PATH when run as root). On each connection the controller

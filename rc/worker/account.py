@@ -1,4 +1,4 @@
-"""Whose account a job runs in on this host (issue 15).
+"""Whose account a job runs in on this host (docs/design.md#identity-and-ownership).
 
 A worker running as root runs every job, hold, session, `rc exec`, `rc cp`
 and terminal as the job's Unix user (Assignment.unix_user), looked up in

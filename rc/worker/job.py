@@ -1,4 +1,4 @@
-"""Running one assignment, from acquire hook to terminal report (inventory §6.4).
+"""Running one assignment, from acquire hook to terminal report.
 
 0. The job's Unix user (rc.worker.account): one this host cannot run the
    job as (no such user, root without allow_root_jobs) fails the job at

@@ -1,5 +1,6 @@
 """What nvidia-smi says: the GPUs of this host and the compute processes on
-them (inventory §6.8; DESIGN.md §6.4 "the device is empty, or it is out").
+them (labels, and the check that a job left nothing on its GPU:
+docs/design.md#teardown-empty-or-out).
 
 The parsers are pure functions over nvidia-smi's CSV output
 (`--format=csv,noheader,nounits`). The queries run nvidia-smi from PATH with a
@@ -66,8 +67,8 @@ class GPU:
     uuid: str
 
     def labels(self) -> dict[str, str]:
-        """The labels this GPU gives its device (inventory §6.8, plus kind and
-        uuid); a fact nvidia-smi could not read is left out."""
+        """The labels this GPU gives its device (kind, vendor, model, vram,
+        vram_free, driver, uuid); a fact nvidia-smi could not read is left out."""
         out = {
             "kind": "gpu",
             "vendor": "nvidia",

@@ -18,7 +18,7 @@ def assign(tx: Tx, job_id: int, device_id: str, policy: Policy) -> bool:
     """Give a queued job a ready device: job assigned, device busy, lease taken.
 
     A selector job with no runtime of its own inherits the device's ceiling
-    (inventory §4.5); the lease lasts that runtime plus `policy.lease_grace`
+    (README "Runtime ceilings"); the lease lasts that runtime plus `policy.lease_grace`
     seconds, or `policy.lease_default` seconds when there is none (heartbeats
     renew it). Returns False, changing nothing, when the job is no longer
     queued or the device no longer ready.
