@@ -63,14 +63,21 @@ class Lab:
     # -- the fleet -----------------------------------------------------------
 
     def register(
-        self, host: str, devices: dict[str, tuple[int, dict[str, str]]], boot_id: str = "boot-1"
+        self,
+        host: str,
+        devices: dict[str, tuple[int, dict[str, str]]],
+        boot_id: str = "boot-1",
+        **runs_as,
     ) -> None:
-        """Register `host` with {name: (ceiling seconds, detected labels)}."""
+        """Register `host` with {name: (ceiling seconds, detected labels)};
+        `runs_as`: RegisterRequest's run_as, shared_account, allow_root_jobs
+        (default: a root worker running each job as its own user)."""
         req = RegisterRequest(
             host=host,
             boot_id=boot_id,
             devices=tuple(DeviceDecl(name, ceiling) for name, (ceiling, _) in devices.items()),
             labels={name: dict(labels) for name, (_, labels) in devices.items()},
+            **runs_as,
         )
         self.write(workers.register, req, self.ctl.match_cache, self.ctl.thresholds)
 

@@ -12,6 +12,7 @@ the next `rc up` there.
 from __future__ import annotations
 
 import argparse
+import getpass
 import ipaddress
 import json
 import os
@@ -413,6 +414,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         f"up: controller at {url}, worker on {host} with {', '.join(d['id'] for d in mine)}; "
         f"the admin token is in {data / 'admin.token'}"
     )
+    stderr(_whose_box(data))
     _say_out_of_pool(mine, host, data, args, url, points_here, not args.detach)
     if args.detach:
         stderr(f"running in the background (logs in {data}); stop with: {down}")
@@ -420,6 +422,26 @@ def cmd_up(args: argparse.Namespace) -> int:
     stderr("press Ctrl-C to stop")
     return supervise(
         controller, worker, lambda: _keep_settings(state_path, _read_state(state_path))
+    )
+
+
+def _whose_box(data: Path) -> str:
+    """Who may use this one-box, in words: as root, every local user (each
+    job runs as its submitter), through the controller's socket; otherwise
+    only the user running it (a single-user box)."""
+    try:
+        sock = json.loads((data / "controller.json").read_text()).get("socket") or ""
+    except (OSError, ValueError):
+        sock = ""
+    if os.geteuid() == 0:
+        via = f" (their rc finds the socket {sock})" if sock else ""
+        return (
+            "a shared box: every local user may run rc here with no token, and each "
+            f"one's jobs run as that user{via}; root's run as root"
+        )
+    return (
+        f"a single-user box: jobs run as {getpass.getuser()} only, and other users' jobs "
+        "are refused (sudo rc up -d makes a box every local user can use)"
     )
 
 

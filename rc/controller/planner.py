@@ -7,7 +7,9 @@ same code decides assignments, queue positions and `rc explain`:
 - order: effective priority first (priority plus one step per `aging` seconds
   waited, when aging is on), then submission order (job id);
 - each job's candidates: its pinned device, or the devices its selector
-  matches, minus devices whose runtime ceiling is below the job's ask;
+  matches, minus devices whose runtime ceiling is below the job's ask and
+  those whose worker does not run jobs as the job's Unix user
+  (`runs_jobs_of`: a single-user worker runs only its own user's);
 - a job takes its first free candidate (by device id) unless its submitter is
   at the per-user device cap;
 - a job that cannot be placed reserves all its remaining candidates, so no
@@ -29,7 +31,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from rc.proto import selector as selectors
-from rc.proto.model import DeviceState
+from rc.proto.model import ROOT, DeviceState
 
 __all__ = [
     "LazyMatches",
@@ -42,8 +44,11 @@ __all__ = [
     "candidates",
     "effective_priority",
     "fits_ceiling",
+    "host_slot",
     "match_devices",
+    "not_run_here",
     "plan",
+    "runs_jobs_of",
 ]
 
 
@@ -58,16 +63,22 @@ class QueuedJob:
     selector: str = ""
     device_id: str = ""
     max_runtime: int = 0
+    unix_user: str = ""
 
 
 @dataclass(frozen=True, slots=True)
 class Slot:
-    """What planning needs of a device: schedulable means ready and not draining."""
+    """What planning needs of a device: schedulable means ready and not
+    draining. Whom its worker runs jobs as: `run_as` "" any job's own Unix
+    user (root's only when `root_ok`), a name only that user's (a
+    single-user worker)."""
 
     id: str
     state: DeviceState
     max_runtime: int = 0
     draining: bool = False
+    run_as: str = ""
+    root_ok: bool = True
 
     @property
     def schedulable(self) -> bool:
@@ -117,21 +128,64 @@ def fits_ceiling(ask: int, ceiling: int) -> bool:
     return ceiling == 0 or ask == 0 or ask <= ceiling
 
 
+def runs_jobs_of(slot: Slot, unix_user: str) -> bool:
+    """Whether the worker of `slot` runs a job whose Unix user is `unix_user`."""
+    if slot.run_as:
+        return unix_user == slot.run_as
+    return slot.root_ok or unix_user != ROOT
+
+
+SINGLE_USER_HINT = (
+    "a worker that is not root runs only its own user's jobs; one started as root runs "
+    "every user's, each as that user (on a one-box: sudo rc up -d)"
+)
+
+
+def host_slot(r) -> Slot:
+    """Whom a worker runs jobs as (a workers row: run_as, shared_account,
+    allow_root_jobs), as the Slot fields runs_jobs_of reads."""
+    shared = bool(r["shared_account"])
+    return Slot(
+        "",
+        DeviceState.READY,
+        run_as="" if shared else r["run_as"],
+        root_ok=shared or bool(r["allow_root_jobs"]),
+    )
+
+
+def not_run_here(host: str, slot: Slot, unix_user: str) -> str:
+    """Why the worker of `host` (`slot`) does not run a job of `unix_user`,
+    in words (what `rc explain` and a refused submit say)."""
+    if slot.run_as:
+        return f"{host} runs jobs as {slot.run_as} only ({SINGLE_USER_HINT})"
+    return f"{host} does not run root's jobs (its worker config does not set allow_root_jobs)"
+
+
 def candidates(
     selector: str,
     device_id: str,
     max_runtime: int,
     slots: Mapping[str, Slot],
     matches: Mapping[str, frozenset[str]],
+    unix_user: str = "",
 ) -> tuple[str, ...]:
     """A queued job's candidate device ids, sorted: its pinned device (a job
     with no selector), or the devices its selector matches (`matches`, as for
-    plan()), minus those whose runtime ceiling is below its ask (seconds)."""
+    plan()), minus those whose runtime ceiling is below its ask (seconds) and
+    those whose worker does not run jobs as `unix_user` (runs_jobs_of; ""
+    asks nothing of them)."""
     if device_id and not selector:
         pool: Iterable[str] = (device_id,) if device_id in slots else ()
     else:
         pool = matches.get(selector, frozenset())
-    return tuple(sorted(d for d in pool if fits_ceiling(max_runtime, slots[d].max_runtime)))
+    return tuple(
+        sorted(
+            d
+            for d in pool
+            if fits_ceiling(max_runtime, slots[d].max_runtime)
+            and (not unix_user or runs_jobs_of(slots[d], unix_user))
+        )
+    )
 
 
 def plan(
@@ -165,15 +219,20 @@ def plan(
         jobs_in_order: Iterable[QueuedJob] = queue
     else:
         jobs_in_order = sorted(queue, key=lambda j: (-effective_priority(j, now, aging), j.id))
-    known: dict[tuple[str, str, int], tuple[str, ...]] = {}  # many jobs share a target
+    known: dict[tuple[str, str, int, str], tuple[str, ...]] = {}  # many jobs share a target
     for job in jobs_in_order:
         if until_settled and not (free - out.reserved.keys()):
             break
         out.order.append(job.id)
-        key = (job.selector, job.device_id if not job.selector else "", job.max_runtime)
+        key = (
+            job.selector,
+            job.device_id if not job.selector else "",
+            job.max_runtime,
+            job.unix_user,
+        )
         cands = known.get(key)
         if cands is None:
-            cands = known[key] = candidates(*key, slots, matches)
+            cands = known[key] = candidates(*key[:3], slots, matches, job.unix_user)
         out.candidates[job.id] = cands
         if cap > 0 and used.get(job.submitter, 0) >= cap:
             out.capped.add(job.id)

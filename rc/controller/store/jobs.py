@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rc.controller.errors import Refused
-from rc.controller.planner import fits_ceiling
+from rc.controller.planner import fits_ceiling, host_slot, not_run_here, runs_jobs_of
 from rc.controller.store import events, rows
 from rc.controller.store.db import Tx, dumps
 from rc.controller.store.labels import MatchCache
@@ -123,6 +123,8 @@ def enqueue(tx: Tx, job: NewJob, match_cache: MatchCache) -> tuple[int, bool]:
                     f"asked for {format_duration(max_runtime)} but the highest ceiling among "
                     f"devices matching {job.selector!r} is {format_duration(top)}",
                 )
+    pool = (job.device_id,) if job.device_id else tuple(matching)
+    _someone_runs_it(tx, pool, unix_user, job.device_id or f"matching {job.selector!r}")
     job_id = tx.scalar(
         "job_insert",
         (
@@ -183,6 +185,19 @@ def _unix_user(tx: Tx, job: NewJob) -> str:
             "(an admin creates it again with --unix-user NAME)",
         )
     return found
+
+
+def _someone_runs_it(tx: Tx, pool: tuple[str, ...], unix_user: str, target: str) -> None:
+    """400 no_matching_device unless a worker of some device in `pool` runs
+    jobs as `unix_user` (planner.runs_jobs_of), naming why each does not."""
+    policy = {r["id"]: host_slot(r) for r in tx.all("workers_running_as")}
+    hosts = {d.partition(":")[0] for d in pool}
+    if any(h not in policy or runs_jobs_of(policy[h], unix_user) for h in hosts):
+        return
+    why = "; ".join(not_run_here(h, policy[h], unix_user) for h in sorted(hosts))
+    raise Refused(
+        ErrorCode.NO_MATCHING_DEVICE, f"no device {target} runs jobs as {unix_user}: {why}"
+    )
 
 
 def cancel_queued(tx: Tx, job_id: int, reason: str) -> bool:

@@ -136,31 +136,31 @@ SELECT * FROM jobs WHERE device_id = ? AND state != 'queued' ORDER BY id DESC LI
 
 -- name: queued_jobs
 -- What the planner needs of every queued job, in priority then id order.
-SELECT id, submitter, priority, queued_at, selector, device_id, max_runtime
+SELECT id, submitter, priority, queued_at, selector, device_id, max_runtime, unix_user
 FROM jobs WHERE state = 'queued' ORDER BY priority DESC, id
 
 -- name: queued_jobs_ordered
 -- The queue in scheduling order: effective priority (priority plus one step per
 -- :aging seconds waited; :aging 0 turns aging off), then submission order.
-SELECT id, submitter, priority, queued_at, selector, device_id, max_runtime
+SELECT id, submitter, priority, queued_at, selector, device_id, max_runtime, unix_user
 FROM jobs WHERE state = 'queued'
 ORDER BY effective_priority(priority, queued_at, :now, :aging) DESC, id
 
 -- name: queue_ahead_by_ask
 -- The queued jobs ahead of job :id in scheduling order (queued_jobs_ordered's
--- order), counted by what they ask for: target and runtime.
+-- order), counted by what they ask for: target, runtime and Unix user.
 WITH q AS (
-    SELECT id, selector, device_id, max_runtime,
+    SELECT id, selector, device_id, max_runtime, unix_user,
            effective_priority(priority, queued_at, :now, :aging) AS eff
     FROM jobs WHERE state = 'queued'
 ), me AS (
     SELECT id, effective_priority(priority, queued_at, :now, :aging) AS eff
     FROM jobs WHERE id = :id
 )
-SELECT q.selector, q.device_id, q.max_runtime, count(*) AS n
+SELECT q.selector, q.device_id, q.max_runtime, q.unix_user, count(*) AS n
 FROM q, me
 WHERE q.eff > me.eff OR (q.eff = me.eff AND q.id < me.id)
-GROUP BY q.selector, q.device_id, q.max_runtime
+GROUP BY q.selector, q.device_id, q.max_runtime, q.unix_user
 
 -- name: any_queued
 -- Whether any job is queued.
@@ -171,8 +171,11 @@ SELECT EXISTS (SELECT 1 FROM jobs WHERE state = 'queued')
 SELECT EXISTS (SELECT 1 FROM devices WHERE state = 'ready' AND draining = 0)
 
 -- name: device_slots
--- What the planner needs of every device.
-SELECT id, state, max_runtime, draining FROM devices
+-- What the planner needs of every device, with whom its worker runs jobs as.
+SELECT d.id, d.state, d.max_runtime, d.draining, coalesce(w.run_as, '') AS run_as,
+       coalesce(w.shared_account, 0) AS shared_account,
+       coalesce(w.allow_root_jobs, 0) AS allow_root_jobs
+FROM devices AS d LEFT JOIN workers AS w ON w.id = d.worker_id
 
 -- name: device_identities
 -- Every device's id, host and name (labels every device has).
@@ -382,6 +385,10 @@ UPDATE workers SET last_heartbeat_at = ? WHERE id = ?
 -- name: workers_silent
 -- Workers whose last heartbeat is at or before ?.
 SELECT id, last_heartbeat_at FROM workers WHERE last_heartbeat_at <= ?
+
+-- name: workers_running_as
+-- Whom each worker runs jobs as.
+SELECT id, run_as, shared_account, allow_root_jobs FROM workers
 
 -- name: workers_all
 -- Every worker, by id.

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable, Iterator
 
-from rc.controller.planner import Policy, QueuedJob, Slot, Snapshot, plan
+from rc.controller.planner import Policy, QueuedJob, Slot, Snapshot, host_slot, plan
 from rc.controller.store import leases
 from rc.controller.store.db import Tx
 from rc.proto.model import DeviceState
@@ -27,6 +27,7 @@ def _queued_job(r: sqlite3.Row) -> QueuedJob:
         selector=r["selector"],
         device_id=r["device_id"],
         max_runtime=r["max_runtime"],
+        unix_user=r["unix_user"],
     )
 
 
@@ -42,11 +43,21 @@ def in_order(tx: Tx, aging: float) -> Iterator[QueuedJob]:
 
 
 def slots(tx: Tx) -> dict[str, Slot]:
-    """Every device as a planner Slot, by device id."""
-    return {
-        r["id"]: Slot(r["id"], DeviceState(r["state"]), r["max_runtime"], bool(r["draining"]))
-        for r in tx.all("device_slots")
-    }
+    """Every device as a planner Slot, by device id, with whom its worker
+    runs jobs as (a shared account runs anyone's: run_as "", root too)."""
+    return {r["id"]: _slot(r) for r in tx.all("device_slots")}
+
+
+def _slot(r: sqlite3.Row) -> Slot:
+    who = host_slot(r)
+    return Slot(
+        r["id"],
+        DeviceState(r["state"]),
+        r["max_runtime"],
+        bool(r["draining"]),
+        run_as=who.run_as,
+        root_ok=who.root_ok,
+    )
 
 
 def anything_to_place(tx: Tx) -> bool:
