@@ -271,6 +271,12 @@ class Relay:
             raise Refused(ErrorCode.SESSION_ENDED, f"{s.name} has ended ({s.end_reason})")
         return s
 
+    def live_job_session(self, job_id: int) -> Session | None:
+        """The session of a tty or pipe job while it has not ended (its
+        output may wait for the client after the job itself has ended)."""
+        s = self.sessions.get((job_id, 0))
+        return None if s is None or s.ended else s
+
     def open_in_hold(
         self, hold_id: int, device_id: str, worker: str, owner: str, req: SessionRequest
     ) -> Session:

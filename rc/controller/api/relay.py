@@ -81,6 +81,12 @@ async def _job_session(request: Request, who: Caller, side: str) -> Session:
             f"{what} has no terminal or pipe; its output is in its log (rc logs {job_id})",
         )
     if JobState(row["state"]).terminal:
+        # a job that ended before its client attached (a short command, a
+        # client still waiting to hear it started) may still have output in
+        # the relay: the client reads it; anything else has ended for good
+        live = c.relay.live_job_session(job_id)
+        if side == "client" and live is not None:
+            return live
         raise Refused(ErrorCode.SESSION_ENDED, f"{what} has ended ({row['state']})")
     return c.relay.for_job(job_id, row["submitter"], row["worker_id"], stdio)
 
