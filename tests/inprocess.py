@@ -81,10 +81,13 @@ class Lab:
         raises Refused. A job gets command ("true",) unless given one."""
         if fields.get("kind", JobKind.JOB) is JobKind.JOB:
             fields.setdefault("command", ("true",))
-        if not fields.get("device_id"):
+        if not fields.get("device_id") and not fields.get("device_ids"):
             fields.setdefault("selector", "*")
         new = validate_submit(
-            SubmitRequest(**fields), Caller(0, who, Role.USER), self.ctl.cfg.limits
+            SubmitRequest(**fields),
+            Caller(0, who, Role.USER),
+            self.ctl.cfg.limits,
+            self.ctl.policy.cap,
         )
         return self.write(jobs.enqueue, new, self.ctl.match_cache)
 

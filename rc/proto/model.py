@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field
 
 __all__ = [
+    "COUNT_MAX",
     "ENV_NAME_RE",
     "NAME_RE",
     "PRIORITY_MAX",
@@ -26,6 +27,7 @@ __all__ = [
     "Label",
     "LabelSource",
     "Lease",
+    "Link",
     "QuarantineReason",
     "RecoveryProof",
     "Role",
@@ -38,6 +40,8 @@ __all__ = [
 
 PRIORITY_MIN = -10
 PRIORITY_MAX = 10
+COUNT_MAX = 64
+"""The most devices one job or hold may ask for (all on one host)."""
 
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 """Host and device names: letters, digits, '.', '_', '-'; at most 63 (no ':' or '/')."""
@@ -119,6 +123,30 @@ class JobState(enum.StrEnum):
 
 
 _TERMINAL = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.KILLED, JobState.LOST})
+
+
+class Link(enum.StrEnum):
+    """How two GPUs of one host are connected, in `nvidia-smi topo -m`'s
+    words, best first: NV (NVLink, any number of links), PIX (one PCIe
+    switch), PXB (several PCIe switches), PHB (one PCIe host bridge), NODE
+    (one NUMA node), SYS (across sockets), UNKNOWN (anything else, or a
+    topology that could not be read). `rank` orders them, 0 best."""
+
+    NV = "NV"
+    PIX = "PIX"
+    PXB = "PXB"
+    PHB = "PHB"
+    NODE = "NODE"
+    SYS = "SYS"
+    UNKNOWN = "unknown"
+
+    @property
+    def rank(self) -> int:
+        """0 (NV) .. 6 (unknown): lower is a better link."""
+        return _LINK_ORDER.index(self)
+
+
+_LINK_ORDER = tuple(Link)
 
 
 class JobKind(enum.StrEnum):
@@ -212,11 +240,14 @@ class Device:
 
 @dataclass(frozen=True, slots=True)
 class Job:
-    """A request to run a command (or hold a device) on one matching device.
+    """A request to run a command (or hold devices) on `count` devices of one
+    host, each matching its selector, or on a pinned list of one host's devices.
 
-    Exactly one of `selector` and `device_id` names the target while queued;
-    once assigned, `device_id` is the device it landed on. Durations are whole
-    seconds, 0 meaning "none" (or, for max_runtime, the device's ceiling).
+    While queued, either `selector` is set, or `device_ids` is the pinned
+    list (and `device_id` its first). Once assigned, `device_ids` are the
+    devices it got, in the order chosen (the job's RC_DEVICES), and
+    `device_id` is the first of them (RC_DEVICE). Durations are whole
+    seconds, 0 meaning "none" (or, for max_runtime, the devices' ceiling).
     """
 
     id: int
@@ -241,6 +272,8 @@ class Job:
     queued_at: float = 0.0
     started_at: float | None = None
     finished_at: float | None = None
+    count: int = 1
+    device_ids: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

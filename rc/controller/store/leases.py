@@ -9,7 +9,7 @@ ends (rc.controller.store.jobs) and where the sweeper writes one off
 from __future__ import annotations
 
 from rc.controller.planner import Policy
-from rc.controller.store.db import Tx
+from rc.controller.store.db import Tx, dumps
 
 __all__ = ["assign", "usage"]
 
@@ -32,7 +32,7 @@ def assign(tx: Tx, job_id: int, device_id: str, policy: Policy) -> bool:
     runtime = job["max_runtime"] or dev["max_runtime"]
     ttl = runtime + policy.lease_grace if runtime else policy.lease_default
     tx.change("device_set_busy", (device_id,))
-    tx.change("job_assign", (device_id, dev["worker_id"], runtime, tx.now, job_id))
+    tx.change("job_assign", (dumps([device_id]), dev["worker_id"], runtime, tx.now, job_id))
     tx.change(
         "lease_insert",
         (device_id, job_id, job["submitter"], job["kind"], job["reason"], tx.now, tx.now + ttl),

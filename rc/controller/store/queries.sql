@@ -10,8 +10,8 @@
 -- A new queued job (submitted and queued now); returns its id.
 INSERT INTO jobs (kind, state, submitter, token_name, selector, device_id, command, cwd, env,
                   idempotency_key, request_digest, priority, max_runtime, idle_timeout, reason,
-                  stdio, submitted_at, queued_at)
-VALUES (?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                  stdio, submitted_at, queued_at, count, device_ids)
+VALUES (?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 RETURNING id
 
 -- name: job_get
@@ -84,7 +84,8 @@ WHERE id = ? AND state IN ('assigned', 'running')
 -- An assigned job its worker proves it never started goes back to the queue
 -- in its old place (priority, id and queued_at unchanged).
 UPDATE jobs SET state = 'queued', worker_id = '', assigned_at = NULL, kill_delivered_at = 0,
-                device_id = CASE WHEN selector = '' THEN device_id ELSE '' END
+                device_id = CASE WHEN selector = '' THEN device_id ELSE '' END,
+                device_ids = CASE WHEN selector = '' THEN device_ids ELSE '[]' END
 WHERE id = ? AND state = 'assigned'
 
 -- name: job_lose
@@ -200,9 +201,11 @@ SELECT id, state, kind, submitter, max_runtime, reason FROM jobs WHERE id = ?
 UPDATE devices SET state = 'busy' WHERE id = ? AND state = 'ready'
 
 -- name: job_assign
--- queued → assigned to a device and its worker; no row when no longer queued.
-UPDATE jobs SET state = 'assigned', device_id = ?, worker_id = ?, max_runtime = ?, assigned_at = ?
-WHERE id = ? AND state = 'queued'
+-- queued → assigned to its devices (a JSON array, the first is device_id) and
+-- their worker; no row when no longer queued.
+UPDATE jobs SET state = 'assigned', device_ids = ?1, device_id = json_extract(?1, '$[0]'),
+                worker_id = ?2, max_runtime = ?3, assigned_at = ?4
+WHERE id = ?5 AND state = 'queued'
 
 -- ---------------------------------------------------------------- leases
 

@@ -49,6 +49,8 @@ def job(r: sqlite3.Row) -> Job:
         queued_at=r["queued_at"],
         started_at=r["started_at"],
         finished_at=r["finished_at"],
+        count=r["count"],
+        device_ids=tuple(loads(r["device_ids"])),
     )
 
 
