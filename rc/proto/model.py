@@ -34,6 +34,7 @@ __all__ = [
     "Stdio",
     "Token",
     "Worker",
+    "device_list",
     "valid_device_id",
     "valid_env_name",
 ]
@@ -51,6 +52,43 @@ def valid_device_id(text: str) -> bool:
     """Whether `text` has the form of a device id, "host:name"."""
     host, sep, name = text.partition(":")
     return bool(sep) and bool(NAME_RE.fullmatch(host)) and bool(NAME_RE.fullmatch(name))
+
+
+_NUMBERED = re.compile(r"(.*?)(\d+)")
+
+
+def device_list(ids: tuple[str, ...] | list[str]) -> str:
+    """Devices for people, in their order, each host named once, and a run of
+    three or more numbered alike and in a row shortened: ("box:gpu0",
+    "box:gpu1", "box:gpu2", "box:gpu3") → "box:gpu0..3"; ("box:gpu2",
+    "box:gpu0") → "box:gpu2,gpu0"; "" for none."""
+    groups: list[tuple[str, list[str]]] = []
+    for d in ids:
+        host, _, name = d.rpartition(":")
+        if groups and groups[-1][0] == host:
+            groups[-1][1].append(name)
+        else:
+            groups.append((host, [name]))
+    out = []
+    for host, names in groups:
+        parts: list[str] = []
+        i = 0
+        while i < len(names):
+            m = _NUMBERED.fullmatch(names[i])
+            j = i
+            if m:
+                while j + 1 < len(names):
+                    n = _NUMBERED.fullmatch(names[j + 1])
+                    if not (n and n[1] == m[1] and int(n[2]) == int(m[2]) + (j + 1 - i)):
+                        break
+                    j += 1
+            if m and j - i >= 2:
+                parts.append(f"{names[i]}..{int(m[2]) + (j - i)}")
+            else:
+                parts.extend(names[i : j + 1])
+            i = j + 1
+        out.append(f"{host}:{','.join(parts)}" if host else ",".join(parts))
+    return ", ".join(out)
 
 
 ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

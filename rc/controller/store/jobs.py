@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from rc.controller.errors import Refused
 from rc.controller.planner import fits_ceiling
-from rc.controller.store import events, rows
+from rc.controller.store import events, leases, rows
 from rc.controller.store.db import Tx, dumps
 from rc.controller.store.labels import MatchCache
 from rc.proto.duration import format_duration
@@ -207,9 +207,11 @@ def _per_host(device_ids) -> dict[str, list[str]]:
 
 
 def cancel_queued(tx: Tx, job_id: int, reason: str) -> bool:
-    """queued → killed with `reason`; False when the job was no longer queued."""
+    """queued → killed with `reason`; False when the job was no longer queued.
+    A pass follows: the devices it had reserved may go to others now."""
     if tx.exec("job_cancel_queued", (reason, tx.now, job_id)) == 0:
         return False
+    tx.schedule = True
     tx.notify("jobs", f"job:{job_id}", f"log:{job_id}")
     return True
 
@@ -221,6 +223,7 @@ def withdraw_queued(tx: Tx, job_id: int) -> bool:
     it was no longer queued (it got a device meanwhile)."""
     if tx.exec("job_withdraw_queued", (job_id,)) == 0:
         return False
+    tx.schedule = True  # what it reserved is free for others
     tx.notify("jobs", f"job:{job_id}")
     return True
 
@@ -283,17 +286,18 @@ def kill(
             or (dev["state"] == "unhealthy" and dev["quarantine_reason"] == "worker_lost")
         ):
             tx.change("job_finish", ("killed", None, why, tx.now, None, job_id))
-            tx.change("lease_release_by_job", (tx.now, job_id))
+            leases.release(tx, job_id)
             tx.notify(f"log:{job_id}", "devices")
             return "killed (its worker is silent; it will be told when it returns)"
     return "kill requested"
 
 
 def lose(tx: Tx, job_id: int, device_id: str, why: str) -> None:
-    """An active job → lost, its lease released, and a job_lost event."""
+    """An active job → lost, its leases released, and a job_lost event
+    (naming `device_id`, its first device)."""
     if tx.exec("job_lose", (why, tx.now, job_id)):
-        # no live lease left when the sweep released an expired one first
-        tx.exec("lease_release_by_job", (tx.now, job_id))
+        # no live lease left when the sweep released the expired ones first
+        leases.release(tx, job_id, guarded=False)
         events.record(tx, EventKind.JOB_LOST, job_id=job_id, device_id=device_id, text=why)
         tx.notify(f"job:{job_id}", f"log:{job_id}", "jobs")
 
@@ -341,10 +345,11 @@ def release(
     reason: str,
     started_at: float | None,
 ) -> bool:
-    """A terminal report: record the outcome, release the lease, free the device.
+    """A terminal report: record the outcome, release the job's leases, free
+    its devices, together.
 
-    Idempotent: a job already terminal is left as it is (returns False). The
-    device goes busy → ready; a quarantined device stays quarantined. A kill
+    Idempotent: a job already terminal is left as it is (returns False). Each
+    device goes busy → ready; a quarantined one stays quarantined. A kill
     that was requested keeps its "killed by ..." reason. The first report with
     a watchdog reason leaves a watchdog_trip event (never for holds).
     """
@@ -365,8 +370,8 @@ def _release(
         (state.value, exit_code, final_reason, tx.now, started_at, job_id),
     )
     device_id = row["device_id"]
-    tx.change("lease_release_by_job", (tx.now, job_id))
-    tx.exec("device_free", (device_id,))  # not a quarantined one: it stays out of the pool
+    for d in leases.release(tx, job_id):
+        tx.exec("device_free", (d,))  # not a quarantined one: it stays out of the pool
     if row["kind"] == JobKind.JOB and reason.startswith(WATCHDOG_PREFIXES):
         events.record(tx, EventKind.WATCHDOG_TRIP, job_id=job_id, device_id=device_id, text=reason)
     tx.schedule = True
@@ -429,8 +434,8 @@ def apply_reports(tx: Tx, worker_id: str, reports) -> Applied:
 
 def brief(tx: Tx, job_id: int):
     """A job's row with what access checks need (id, state, kind, submitter,
-    device_id, worker_id, kill_requested, kill_reason, stdio, submitted_at),
-    or None."""
+    device_id, device_ids, worker_id, kill_requested, kill_reason, stdio,
+    submitted_at), or None."""
     return tx.one("job_brief", (job_id,))
 
 
