@@ -1,10 +1,15 @@
-"""The auth matrix (issue "Multi-user security", DESIGN.md §6.1): every route
-of the app × {no token, unknown, revoked, expired, user, another user, worker
-of this host, worker of another host, admin} → the expected status, from one
-table. A route of the app without a row fails the test.
+"""The auth matrix (DESIGN.md §6.1): every route of the route table
+(rc.controller.api.routes) × {no token, unknown, revoked, expired, user,
+another user, worker of this host, worker of another host, admin} → the
+status the table's declaration promises: 401 without a valid token, 403 for
+a role the route does not admit, 403 for another user where the route
+refuses not_job_owner and for another host's worker where it refuses
+wrong_host or not_worker_job, else the route's answer. Here each route has
+only a way to call it (and its answer when that is not a 2xx); a route
+without one fails the test.
 
-Rows build fresh objects where a call changes something (kill, clear, token
-revoke...), so the outcome of a row never depends on another row.
+Calls build fresh objects where a call changes something (kill, clear, token
+revoke...), so the outcome of one never depends on another.
 """
 
 from __future__ import annotations
@@ -19,7 +24,11 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from rc.controller.api.endpoint import Endpoint
+from rc.controller.api.routes import ROUTES
 from rc.proto.client import Client
+from rc.proto.errors import ErrorCode
+from rc.proto.model import Role
 from tests.harness import Controller, base_env, wait_until
 
 pytestmark = pytest.mark.e2e
@@ -62,30 +71,41 @@ class World:
         ]
 
 
-def expect(**overrides) -> dict[str, object]:
-    """Statuses per caller: anonymous callers 401, everyone else 403, then
-    the overrides (role names: user, other_user, worker_this, worker_other, admin)."""
-    out: dict[str, object] = {c: 401 for c in ANON}
-    out.update({c: 403 for c in CALLERS if c not in ANON})
-    out.update(overrides)
+ROLE_OF = {
+    "user": Role.USER,
+    "other_user": Role.USER,
+    "worker_this": Role.WORKER,
+    "worker_other": Role.WORKER,
+    "admin": Role.ADMIN,
+}
+"""The role of each caller that holds a valid token."""
+
+
+def expected(e: Endpoint, answer: object) -> dict[str, object]:
+    """What each caller gets from `e`, by its declaration in the route table;
+    `answer` is what an admitted caller gets (OK, or the route's refusal of
+    the call made)."""
+    if e.public:
+        return dict.fromkeys(CALLERS, answer)
+    out: dict[str, object] = dict.fromkeys(ANON, 401)
+    for caller, role in ROLE_OF.items():
+        out[caller] = answer if role is Role.ADMIN or role in e.roles else 403
+    codes = {code for _, code in e.refusals()}
+    if ErrorCode.NOT_JOB_OWNER in codes:
+        out["other_user"] = 403  # alice's job, bob's token
+    if codes & {ErrorCode.WRONG_HOST, ErrorCode.NOT_WORKER_JOB}:
+        out["worker_other"] = 403  # host mh's worker, a token bound to oh
     return out
 
 
-USERS = {"user": OK, "other_user": OK, "admin": OK}
-OWNER = {"user": OK, "other_user": 403, "admin": OK}
-WORKER_HERE = {"worker_this": OK, "worker_other": 403, "admin": OK}
-EVERYONE = {c: OK for c in ("user", "other_user", "worker_this", "worker_other", "admin")}
-PUBLIC = {c: OK for c in CALLERS}
-
-
 @dataclass(frozen=True)
-class Row:
-    """One route: how to call it as a caller, and what each caller gets."""
+class Call:
+    """How to call one route, and what an admitted caller gets."""
 
     method: str
     path: str
     call: Callable[[World], tuple[str, object]]  # → (concrete path with query, body)
-    expected: dict[str, object]
+    answer: object = OK
     stream: bool = False
 
 
@@ -108,206 +128,185 @@ def session_path(w: World) -> str:
     return f"/v1/jobs/{w.extra['hold']}/sessions/{w.extra['sid']}"
 
 
-# The relay halves answer an authorized caller with 409 here (a logs-mode job
-# has no terminal; the session has ended): the answer comes after the auth and
-# ownership checks, and nothing is left streaming.
-CLIENT_HALF = expect(user=409, other_user=403, admin=409)
-WORKER_HALF = expect(worker_this=409, worker_other=403, admin=409)
+HALF = 409
+"""The relay halves answer an admitted caller with 409 here (a logs-mode job
+has no terminal; the session has ended): the answer comes after the auth and
+ownership checks, and nothing is left streaming. So does opening a session
+inside a job that is not a hold."""
 
 
-ROWS = [
-    Row("POST", "/v1/workers/register", reg, expect(**WORKER_HERE)),
-    Row(
+CALLS = [
+    Call("POST", "/v1/workers/register", reg),
+    Call(
         "POST",
         "/v1/workers/{worker_id}/labels",
         lambda w: (f"/v1/workers/{w.host}/labels", {"host": w.host}),
-        expect(**WORKER_HERE),
     ),
-    Row(
+    Call(
         "POST",
         "/v1/workers/{worker_id}/heartbeat",
         lambda w: (f"/v1/workers/{w.host}/heartbeat", {}),
-        expect(**WORKER_HERE),
     ),
     # leave answers an authorized caller 409 here (the claim names another
     # process), so it hands nothing back and the world stays as it is
-    Row(
+    Call(
         "POST",
         "/v1/workers/{worker_id}/leave",
         lambda w: (f"/v1/workers/{w.host}/leave", {"instance": "not-the-registered-one"}),
-        expect(worker_this=409, worker_other=403, admin=409),
+        409,
     ),
-    Row(
+    Call(
         "GET",
         "/v1/workers/{worker_id}/assignments",
         lambda w: (f"/v1/workers/{w.host}/assignments?wait=0", None),
-        expect(**WORKER_HERE),
     ),
-    Row(
+    Call(
         "POST",
         "/v1/workers/{worker_id}/reports",
         lambda w: (f"/v1/workers/{w.host}/reports", {"reports": []}),
-        expect(**WORKER_HERE),
     ),
-    Row(
+    Call(
         "POST",
         "/v1/jobs/{job_id}/status",
         lambda w: (f"/v1/jobs/{w.job}/status", {"worker_id": w.host, "state": "running"}),
-        expect(**WORKER_HERE),
     ),
-    Row(
+    Call(
         "POST",
         "/v1/jobs/{job_id}/logs",
         lambda w: (f"/v1/jobs/{w.job}/logs?offset=0", b""),
-        expect(**WORKER_HERE),
     ),
-    Row(
+    Call(
         "POST",
         "/v1/devices/{device_id}/fault",
         lambda w: (f"/v1/devices/{w.host}:cpu3/fault", {"reason": "matrix"}),
-        expect(**WORKER_HERE),
     ),
-    Row(
+    Call(
         "POST",
         "/v1/jobs",
         lambda w: ("/v1/jobs", {"command": ["true"], "device_id": "mh:cpu0"}),
-        expect(**USERS),
     ),
-    Row("GET", "/v1/jobs", lambda w: ("/v1/jobs", None), expect(**USERS)),
-    Row("GET", "/v1/jobs/{job_id}", lambda w: (f"/v1/jobs/{w.job}", None), expect(**USERS)),
-    Row(
+    Call("GET", "/v1/jobs", lambda w: ("/v1/jobs", None)),
+    Call("GET", "/v1/jobs/{job_id}", lambda w: (f"/v1/jobs/{w.job}", None)),
+    Call(
         "POST",
         "/v1/jobs/{job_id}/kill",
         lambda w: (f"/v1/jobs/{w.queued_job()}/kill", {}),
-        expect(**OWNER),
     ),
-    Row(
+    Call(
         "GET",
         "/v1/jobs/{job_id}/logs",
         lambda w: (f"/v1/jobs/{w.job}/logs?follow=0", None),
-        expect(**OWNER),
     ),
-    Row(
+    Call(
         "GET",
         "/v1/jobs/{job_id}/explain",
         lambda w: (f"/v1/jobs/{w.job}/explain", None),
-        expect(**USERS),
     ),
-    Row("GET", "/v1/devices", lambda w: ("/v1/devices", None), expect(**EVERYONE)),
-    Row(
+    Call("GET", "/v1/devices", lambda w: ("/v1/devices", None)),
+    Call(
         "GET",
         "/v1/devices/{device_id}/describe",
         lambda w: ("/v1/devices/mh:cpu0/describe", None),
-        expect(**USERS),
     ),
-    Row("GET", "/v1/explain", lambda w: ("/v1/explain?selector=*", None), expect(**USERS)),
-    Row("GET", "/v1/state", lambda w: ("/v1/state", None), expect(**USERS)),
-    Row(
-        "POST", "/v1/devices/{device_id}/clear", lambda w: (_quarantined(w), None), expect(admin=OK)
+    Call("GET", "/v1/explain", lambda w: ("/v1/explain?selector=*", None)),
+    Call("GET", "/v1/state", lambda w: ("/v1/state", None)),
+    Call(
+        "POST",
+        "/v1/devices/{device_id}/clear",
+        lambda w: (_quarantined(w), None),
     ),
-    Row("DELETE", "/v1/devices/{device_id}", lambda w: (_retirable(w), None), expect(admin=OK)),
+    Call("DELETE", "/v1/devices/{device_id}", lambda w: (_retirable(w), None)),
     # a fresh reason each time (draining again with the same one is a 409 no-op),
     # and undrain a device that is draining (undraining a ready one is too)
-    Row(
+    Call(
         "POST",
         "/v1/devices/{device_id}/drain",
         lambda w: ("/v1/devices/mh:cpu2/drain", {"reason": w.fresh("r")}),
-        expect(admin=OK),
     ),
-    Row(
+    Call(
         "POST",
         "/v1/devices/{device_id}/undrain",
         lambda w: (
             w.admin.post("/v1/devices/mh:cpu2/drain", {"reason": w.fresh("r")}),
             ("/v1/devices/mh:cpu2/undrain", None),
         )[1],
-        expect(admin=OK),
     ),
-    Row("GET", "/v1/whoami", lambda w: ("/v1/whoami", None), expect(**EVERYONE)),
-    Row(
+    Call("GET", "/v1/whoami", lambda w: ("/v1/whoami", None)),
+    Call(
         "POST",
         "/v1/tokens",
         lambda w: ("/v1/tokens", {"name": w.fresh("t"), "role": "user"}),
-        expect(admin=OK),
     ),
-    Row("GET", "/v1/tokens", lambda w: ("/v1/tokens", None), expect(admin=OK)),
-    Row(
+    Call("GET", "/v1/tokens", lambda w: ("/v1/tokens", None)),
+    Call(
         "DELETE",
         "/v1/tokens/{name}",
         lambda w: (f"/v1/tokens/{_victim(w)}", None),
-        expect(admin=OK),
     ),
-    Row("GET", "/v1/events", lambda w: ("/v1/events", None), expect(**USERS)),
-    Row(
+    Call("GET", "/v1/events", lambda w: ("/v1/events", None)),
+    Call(
         "GET",
         "/v1/events/stream",
         lambda w: ("/v1/events/stream", None),
-        expect(**USERS),
         stream=True,
     ),
-    Row("GET", "/metrics", lambda w: ("/metrics", None), expect(**EVERYONE)),
-    Row("GET", "/openapi.json", lambda w: ("/openapi.json", None), PUBLIC),
-    Row("GET", "/", lambda w: ("/", None), PUBLIC),
+    Call("GET", "/metrics", lambda w: ("/metrics", None)),
+    Call("GET", "/openapi.json", lambda w: ("/openapi.json", None)),
+    Call("GET", "/", lambda w: ("/", None)),
     # -- the relay (issue "Interactive") ----------------------------------------
-    Row(
+    Call(
         "GET",
         "/v1/jobs/{job_id}/tty/out",
         lambda w: (f"/v1/jobs/{w.job}/tty/out", None),
-        CLIENT_HALF,
+        HALF,
     ),
-    Row(
-        "POST", "/v1/jobs/{job_id}/tty/in", lambda w: (f"/v1/jobs/{w.job}/tty/in", b""), CLIENT_HALF
-    ),
-    Row(
+    Call("POST", "/v1/jobs/{job_id}/tty/in", lambda w: (f"/v1/jobs/{w.job}/tty/in", b""), HALF),
+    Call(
         "POST",
         "/v1/jobs/{job_id}/tty/out",
         lambda w: (f"/v1/jobs/{w.job}/tty/out", b""),
-        WORKER_HALF,
+        HALF,
     ),
-    Row(
-        "GET", "/v1/jobs/{job_id}/tty/in", lambda w: (f"/v1/jobs/{w.job}/tty/in", None), WORKER_HALF
-    ),
-    Row(
+    Call("GET", "/v1/jobs/{job_id}/tty/in", lambda w: (f"/v1/jobs/{w.job}/tty/in", None), HALF),
+    Call(
         "POST",
         "/v1/jobs/{job_id}/sessions",
         lambda w: (f"/v1/jobs/{w.job}/sessions", {"stdio": "pipe", "command": ["true"]}),
-        expect(user=409, other_user=403, admin=409),
+        HALF,
     ),
-    Row(
+    Call(
         "GET",
         "/v1/jobs/{job_id}/sessions/{sid}",
         lambda w: (session_path(w), None),
-        expect(user=OK, other_user=403, admin=OK),
     ),
-    Row(
+    Call(
         "POST",
         "/v1/jobs/{job_id}/sessions/{sid}/status",
         lambda w: (session_path(w) + "/status", {"state": "ended", "exit_code": 0}),
-        expect(worker_this=OK, worker_other=403, admin=OK),
     ),
-    Row(
+    Call(
         "GET",
         "/v1/jobs/{job_id}/sessions/{sid}/tty/out",
         lambda w: (session_path(w) + "/tty/out", None),
-        CLIENT_HALF,
+        HALF,
     ),
-    Row(
+    Call(
         "POST",
         "/v1/jobs/{job_id}/sessions/{sid}/tty/in",
         lambda w: (session_path(w) + "/tty/in", b""),
-        CLIENT_HALF,
+        HALF,
     ),
-    Row(
+    Call(
         "POST",
         "/v1/jobs/{job_id}/sessions/{sid}/tty/out",
         lambda w: (session_path(w) + "/tty/out", b""),
-        WORKER_HALF,
+        HALF,
     ),
-    Row(
+    Call(
         "GET",
         "/v1/jobs/{job_id}/sessions/{sid}/tty/in",
         lambda w: (session_path(w) + "/tty/in", None),
-        WORKER_HALF,
+        HALF,
     ),
 ]
 
@@ -400,29 +399,60 @@ def _call(w: World, method: str, target: str, body, token: str | None, stream: b
         conn.close()
 
 
-def _app_routes() -> set[tuple[str, str]]:
-    from rc.controller.app import build_app
-    from rc.controller.config import ControllerConfig
-    from rc.controller.core import Controller as Ctl
-
-    app = build_app(Ctl(ControllerConfig(data_dir="/nonexistent")))
-    return {(m, r.path) for r in app.app.routes for m in (r.methods or ()) if m != "HEAD"}
+ENDPOINTS = {(e.method, e.path): e for e in ROUTES}
 
 
-def test_every_route_has_a_row():
-    rows = {(r.method, r.path) for r in ROWS}
-    missing = _app_routes() - rows
-    assert missing == set(), f"routes without an auth-matrix row: {sorted(missing)}"
-    stale = rows - _app_routes()
-    assert stale == set(), f"rows for routes that do not exist: {sorted(stale)}"
+def test_every_route_of_the_table_has_a_call():
+    calls = [(c.method, c.path) for c in CALLS]
+    assert len(calls) == len(set(calls))
+    missing = set(ENDPOINTS) - set(calls)
+    assert missing == set(), f"routes without an auth-matrix call: {sorted(missing)}"
+    stale = set(calls) - set(ENDPOINTS)
+    assert stale == set(), f"calls for routes that do not exist: {sorted(stale)}"
 
 
-@pytest.mark.parametrize("row", ROWS, ids=[f"{r.method} {r.path}" for r in ROWS])
+def test_the_expectation_follows_the_declaration():
+    """The derivation itself, on three kinds of route."""
+    kill = expected(ENDPOINTS["POST", "/v1/jobs/{job_id}/kill"], OK)
+    assert kill == {
+        **dict.fromkeys(ANON, 401),
+        "user": OK,
+        "other_user": 403,
+        "admin": OK,
+        "worker_this": 403,
+        "worker_other": 403,
+    }
+    beat = expected(ENDPOINTS["POST", "/v1/workers/{worker_id}/heartbeat"], OK)
+    assert [c for c in CALLERS if beat[c] == OK] == ["worker_this", "admin"]
+    clear = expected(ENDPOINTS["POST", "/v1/devices/{device_id}/clear"], OK)
+    assert [c for c in CALLERS if clear[c] == OK] == ["admin"]
+    assert set(expected(ENDPOINTS["GET", "/"], OK).values()) == {OK}
+
+
+def test_the_table_opens_nothing_by_accident():
+    """The matrix follows the table, so the table's widest doors are pinned
+    here: the only public routes, and the admin verbs of the README's role
+    table (tokens, clear, retire, drain, undrain) admit no other role."""
+    public = {k for k, e in ENDPOINTS.items() if e.public}
+    assert public == {("GET", "/"), ("GET", "/openapi.json")}
+    admin_only = {k for k, e in ENDPOINTS.items() if e.roles == (Role.ADMIN,)}
+    assert admin_only == {
+        ("POST", "/v1/tokens"),
+        ("GET", "/v1/tokens"),
+        ("DELETE", "/v1/tokens/{name}"),
+        ("POST", "/v1/devices/{device_id}/clear"),
+        ("DELETE", "/v1/devices/{device_id}"),
+        ("POST", "/v1/devices/{device_id}/drain"),
+        ("POST", "/v1/devices/{device_id}/undrain"),
+    }
+
+
+@pytest.mark.parametrize("row", CALLS, ids=[f"{r.method} {r.path}" for r in CALLS])
 def test_auth_matrix(world, row):
     got = {}
     for caller in CALLERS:
         target, body = row.call(world)
         got[caller] = _call(world, row.method, target, body, world.tokens[caller], row.stream)
-    want = {c: row.expected[c] for c in CALLERS}
+    want = expected(ENDPOINTS[row.method, row.path], row.answer)
     norm = {c: (OK if 200 <= s < 300 else s) for c, s in got.items()}
-    assert norm == want
+    assert norm == {c: want[c] for c in CALLERS}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from subprocess import DEVNULL
 
 import pytest
 from hypothesis import given, settings
@@ -13,7 +14,7 @@ from hypothesis import strategies as st
 
 from rc.proto.client import Client
 from rc.proto.errors import ApiError
-from tests.harness import Cli, job, wait_until
+from tests.harness import Cli, job, stop_process, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -76,6 +77,37 @@ def test_other_users_text_never_drives_the_terminal(box):
     users["ben"].run("kill", str(waiting), check=True)
     users["ann"].run("release", str(hold), check=True)
     admin.run("undrain", "hy:cpu1", check=True)
+
+
+def test_other_peoples_text_never_forges_a_line_of_a_message(box):
+    """Found by a new user: the owner following `rc logs -f` saw `rc: job 82
+    killed: killed by admin: adm<CR><LF>FORGED` with a real CR/LF; a repeated
+    drain printed `already drained: a<CR>b<LF>c`. Such text is shown with
+    escapes, and the end of a job or a hold reads as in the listings."""
+    ctl, users, admin = box
+    ann = users["ann"]
+    job_id = int(ann.run("run", "--detach", "-d", "hy:cpu0", "--", "sleep", "60").stdout)
+    wait_until(lambda: job(ctl.client(), job_id)["state"] == "running", 30, "the job to run")
+    admin.run("kill", str(job_id), "--reason", "adm\r\nFORGED", check=True)
+    res = ann.run("logs", "-f", str(job_id))
+    assert res.returncode == 143, res
+    assert res.stderr == f"rc: job {job_id} killed: adm\\r\\nFORGED (by admin)\n".encode()
+    admin.run("drain", "hy:cpu1", "--reason", "a\rb\nc", check=True)
+    again = admin.run("drain", "hy:cpu1", check=True)
+    assert re.fullmatch(rb"already drained: a\\rb\\nc, by admin, \d+s ago\n", again.stdout), again
+    admin.run("undrain", "hy:cpu1", check=True)
+    proc = ann.popen("hold", "-d", "hy:cpu0", "--ttl", "5m", "--reason", "r", stdin=DEVNULL)
+    try:
+        granted = proc.stdout.readline()
+        assert granted.startswith(b"hold "), granted
+        hold = int(granted.split()[1])
+        admin.run("kill", str(hold), "--reason", "x\r\nFORGED", check=True)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        stop_process(proc)
+    assert proc.returncode == 0, err
+    assert err.endswith(f"rc: hold {hold} ended: x\\r\\nFORGED (by admin)\n".encode()), err
+    assert b"\r" not in err
 
 
 def test_a_device_id_is_one_path_segment(box):
@@ -332,9 +364,14 @@ def test_tab_completes_job_ids_device_ids_and_label_keys(box, tmp_path):
     hold = int(
         ann.run("hold", "-d", "hy:cpu0", "--ttl", "5m", "--reason", "tab", "--detach").stdout
     )
+    running = int(ann.run("run", "--detach", "-d", "hy:cpu1", "--", "sleep", "60").stdout)
     try:
-        assert _complete(ann, "rc kill ", tmp_path) == {str(hold)}  # options only after "-"
-        assert _complete(ann, "rc shell ", tmp_path) == {str(hold)}
+        wait_until(lambda: job(ctl.client(), running)["state"] == "running", 30, "the job")
+        # options only after "-"
+        assert _complete(ann, "rc kill ", tmp_path) == {str(hold), str(running)}
+        # found by a new user: rc shell, exec and release offered plain jobs too
+        for verb in ("shell", "exec", "release"):
+            assert _complete(ann, f"rc {verb} ", tmp_path) == {str(hold)}, verb
         assert _complete(ann, "rc describe ", tmp_path) == {"hy:cpu0", "hy:cpu1"}
         keys = _complete(ann, "rc devices -s ", tmp_path)
         assert {"host", "device", "id"} <= keys
@@ -343,5 +380,7 @@ def test_tab_completes_job_ids_device_ids_and_label_keys(box, tmp_path):
         gone = _with_env(ann, RC_CONTROLLER="http://127.0.0.1:9")
         assert _complete(gone, "rc kill ", tmp_path) == set()
     finally:
+        ann.run("kill", str(running), check=True)
         ann.run("release", str(hold), check=True)
         wait_until(lambda: job(ctl.client(), hold)["state"] == "killed", 20, "the hold to end")
+        wait_until(lambda: job(ctl.client(), running)["state"] == "killed", 20, "the job to end")

@@ -17,7 +17,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rc.cli import build_parser, main
-from rc.cli.complete import COMPLETE_TIMEOUT_S, devices, label_keys, live_jobs, recent_jobs
+from rc.cli.complete import (
+    COMPLETE_TIMEOUT_S,
+    devices,
+    holds,
+    label_keys,
+    live_jobs,
+    recent_jobs,
+)
 from rc.cli.output import end_reason, iso_utc, job_state, job_what, machine, table, visible
 
 
@@ -127,8 +134,9 @@ HIDDEN = {
     ("serve", "--ready-fd"),
     ("worker", "rest"),
 }
-"""Arguments deliberately left out of --help (help=SUPPRESS), by verb; --token
-is hidden on every client verb (a token on a command line leaks into ps)."""
+"""Arguments deliberately left out of --help (help=SUPPRESS), by verb. Not
+--token: found by a new user, it worked on every verb and no --help listed
+it (its help says to prefer RC_TOKEN or the config file)."""
 
 
 def _parsers(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
@@ -153,7 +161,7 @@ def test_every_verb_and_every_argument_has_help():
                 continue
             label = action.option_strings[0] if action.option_strings else action.dest
             if action.help == argparse.SUPPRESS:
-                assert label == "--token" or (path[0], label) in HIDDEN, (name, label)
+                assert (path[0], label) in HIDDEN, (name, label)
                 continue
             assert action.help and action.help.strip(), f"rc {name} {label} has no help"
 
@@ -177,12 +185,73 @@ def test_a_usage_error_points_at_the_verbs_own_help(argv, verb, capsys):
     assert err.count("\n") == 1
 
 
+def test_token_help_says_to_prefer_the_environment_or_the_config():
+    """Found by a new user: --token worked everywhere but no --help listed it."""
+    for verb in ("run", "jobs", "devices", "whoami", "drain"):
+        text = build_parser(verb)._subparsers._group_actions[0].choices[verb].format_help()
+        assert "--token TOKEN" in text and "prefer" in text and "RC_TOKEN" in text, verb
+
+
+BAD_INVOCATIONS = [
+    # found by a new user: handler-made usage errors did not name the verb's help
+    (["jobs", "-n", "0"], "rc jobs", "0 is out of range (1..1000)"),
+    (["hold", "--ttl", "0", "--reason", "r"], "rc hold", "--ttl must be positive"),
+    (["hold", "--ttl", "5m", "--reason", " "], "rc hold", "--reason cannot be blank"),
+    (["devices", "-s", ""], "rc devices", "-s needs a selector"),
+    (["explain", "-s", ""], "rc explain", "-s needs a selector"),
+    (["run"], "rc run", "give a command after --"),
+    (["run", "--detach", "--kill-on-detach", "--", "true"], "rc run", "do not go together"),
+    (["run", "-e", "1X=2", "--", "true"], "rc run", "is not a variable name"),
+    (["exec", "3"], "rc exec", "give a command after --"),
+    (["retire", "h:cpu0"], "rc retire", "--yes"),
+    (["cp", "a", "b"], "rc cp", "one side must be on a device"),
+    (["up", "--devices", "0"], "rc up", "use auto or a number"),
+    (["up", "--listen", "nowhere"], "rc up", "use HOST:PORT"),
+    # found by a new user: full-width digits were read as 10
+    (["run", "--max-runtime", "１０", "--", "true"], "rc run", "bad duration"),
+    (["run", "--priority", "１", "--", "true"], "rc run", "is not a whole number"),
+    (["logs", "４２"], "rc logs", "is not a whole number"),
+    (["kill", "0"], "rc kill", "0 is out of range"),
+    (["events", "-n", "5000"], "rc events", "out of range (1..1000)"),
+    (["up", "--devices", "２"], "rc up", "use auto or a number"),
+    (["up", "--listen", "127.0.0.1:８０"], "rc up", "use HOST:PORT"),
+    # found by a new user: --expires 0 made a token that never expires, unsaid
+    (["token", "create", "bob", "--expires", "0"], "rc token create", "never expires"),
+    # found by a new user: `rc jobs --device bad` listed nothing
+    (["jobs", "--device", "bad"], "rc jobs", "is not a device id"),
+]
+
+
+@pytest.mark.parametrize(("argv", "verb", "words"), BAD_INVOCATIONS)
+def test_every_usage_error_is_one_line_naming_the_verbs_help(
+    argv, verb, words, capsys, monkeypatch, tmp_path
+):
+    """Each is refused before anything is asked of a controller (there is no
+    token here: asking one would be exit 1, "no token"), exits 2, and is one
+    line ending in "(see rc VERB --help)", as the README promises."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    monkeypatch.delenv("RC_TOKEN", raising=False)
+    monkeypatch.delenv("RC_CONTROLLER", raising=False)
+    if argv[0] == "up":  # a data dir that cannot be made: an rc up that got past
+        (tmp_path / "file").write_text("")  # its checks fails at once, starting nothing
+        argv = [*argv, "--data", str(tmp_path / "file" / "rc")]
+    try:
+        code = main(argv)
+    except SystemExit as e:
+        code = e.code
+    err = capsys.readouterr().err
+    assert code == 2, (argv, err)
+    assert err.startswith(f"{verb}: ") and err.endswith(f" (see {verb} --help)\n"), err
+    assert words in err and err.count("\n") == 1, err
+
+
 def test_whoami_takes_o_json():
     args = build_parser("whoami").parse_args(["whoami", "-o", "json"])
     assert args.output == "json"
 
 
-@pytest.mark.parametrize("completer", [live_jobs, recent_jobs, devices, label_keys])
+@pytest.mark.parametrize("completer", [live_jobs, holds, recent_jobs, devices, label_keys])
 def test_a_completion_with_no_controller_is_silently_empty(completer, tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
     monkeypatch.delenv("RC_CONTROLLER", raising=False)

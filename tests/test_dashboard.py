@@ -392,6 +392,66 @@ def test_screenshot(site, browser, tmp_path):
     alice.post(f"/v1/jobs/{hold['job']['id']}/kill")
 
 
+def test_an_admin_acting_for_a_user_is_in_the_feed_in_words(site, browser):
+    """The feed's word for submitted_as: the script's own copy of the words
+    had none (rc.controller.wording is now the one table)."""
+    signed_in(browser, site.ctl.url, site.ctl.admin_token)
+    job_id = site.ctl.client().post(
+        "/v1/jobs", {"command": ["true"], "device_id": "box:cpu0", "as_user": "alice"}
+    )["job"]["id"]
+    wait_until(
+        lambda: f"admin submitted job {job_id} as alice" in text_of(browser, "#feed"),
+        15,
+        "the submitted_as event in the feed",
+    )
+    entry = js(
+        browser,
+        "return [...document.querySelectorAll('#feed li')].map(e => e.innerText)"
+        ".find(t => t.includes(arguments[0]))",
+        f"submitted job {job_id} as",
+    )
+    assert "Submitted as" in entry and "submitted_as" not in entry, entry
+
+
+END_REASONS = [
+    ("", 0.0),
+    ("", 5.0),
+    ("killed by root", 0.0),
+    ("killed by root", 5.0),
+    ("killed by ann (admin)", 5.0),
+    ("killed by ann: released (Ctrl-C)", 5.0),
+    ("killed by ann (admin): token revoked", 0.0),
+    ("killed by bob: killed by rc run (SIGTERM)", 5.0),
+    ("idle: no output for 5m", 5.0),
+    ("max_runtime exceeded (2h)", 5.0),
+    ("signal: SIGKILL", 5.0),
+    ("no-wait: no device was free", 0.0),
+    ("lease expired", 5.0),
+    ("hold ended: its ttl of 1h was reached", 5.0),
+    ("  killed by x:   spaced  ", 5.0),
+    ("killed by x: line one\nline two", 5.0),
+]
+
+
+def test_the_page_words_an_end_reason_as_the_cli_does(site, browser):
+    """dashboard.js's endReason is a second implementation of
+    rc.cli.output.end_reason (the page words a kill the way `rc jobs`
+    does): run the page's own code in the browser on a table of reasons."""
+    from rc.cli.output import end_reason
+
+    signed_in(browser, site.ctl.url, site.alice)
+    code = (STATIC / "dashboard.js").read_text()
+    source = code[code.index("  const KILLED_BY") : code.index("  function stripAnsi")]
+    got = js(
+        browser,
+        source
+        + "; return arguments[0].map(([r, s]) => endReason({kill_reason: r, started_at: s}));",
+        END_REASONS,
+    )
+    want = [end_reason({"kill_reason": r, "started_at": s}) for r, s in END_REASONS]
+    assert got == want
+
+
 def test_the_page_says_stale_when_the_controller_goes_away(site, browser):
     signed_in(browser, site.ctl.url, site.ctl.admin_token)
     wait_until(lambda: text_of(browser, "#conn") == "Live", 10, "the live stream")

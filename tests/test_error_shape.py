@@ -1,5 +1,6 @@
 """Every error is one JSON shape with the right status, never a traceback
-(DESIGN.md §5; STYLE.md §6). Walks the error paths of a live controller."""
+(DESIGN.md §5; STYLE.md §6). Walks the error paths of a live controller; each
+answer's status is its code's in the one table (rc.proto.errors.STATUS)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import urllib.parse
 
 import pytest
 
+from rc.proto.errors import ErrorCode, statuses
 from rc.proto.wire import INSTANCE_HEADER
 
 pytestmark = pytest.mark.e2e
@@ -270,6 +272,24 @@ CASES = [
     ),
     ("revoke unknown token", "DELETE", "/v1/tokens/nobody", "admin", None, 404, "not_found"),
     (
+        "revoke the last admin",
+        "DELETE",
+        "/v1/tokens/admin",
+        "admin",
+        None,
+        409,
+        "last_admin_token",
+    ),
+    (
+        "reason too long",
+        "POST",
+        "/v1/jobs",
+        "user",
+        J({"command": ["x"], "selector": "*", "reason": "r" * 5000}),
+        400,
+        "limit_exceeded",
+    ),
+    (
         "heartbeat too large",
         "POST",
         "/v1/workers/h1/heartbeat",
@@ -292,6 +312,7 @@ def test_error_shape(live, name, method, path, role, body, status, code):
     payload = json.loads(data)
     assert set(payload) == {"error", "message"}
     assert payload["error"] == code
+    assert got in statuses(ErrorCode(code))
     assert payload["message"] and "Traceback" not in payload["message"]
 
 

@@ -132,7 +132,9 @@ def test_a_wide_job_waits_behind_a_hold_and_runs_when_it_is_released(lab):
         "No host has 4 of the devices it could use free at once: a: 3 of 4 free; " in ex.reasons[0]
     )
     assert f"cpu2 held by hold {hold} (bob) for at most 1h more" in ex.reasons[0]
-    assert any(r.startswith("It has reserved a:cpu0..3, expected free within 1h") for r in ex.reasons)
+    assert any(
+        r.startswith("It has reserved a:cpu0..3, expected free within 1h") for r in ex.reasons
+    )
     why = lb.explain(narrow)
     assert any("reserved for job" in r and "this one has none" in r for r in why.reasons), why
     lb.kill(hold, "bob")

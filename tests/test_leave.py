@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import subprocess
 import time
 
 import pytest
@@ -207,3 +208,76 @@ def test_rc_hold_waits_on_when_its_hold_goes_back_to_the_queue(controller, env, 
         for stream in (proc.stdout, proc.stderr):
             stream.close()
         tap.close()
+
+
+@pytest.mark.e2e
+def test_rc_run_says_its_job_went_back_to_the_queue_and_names_where_it_runs(
+    controller, env, tmp_path
+):
+    """Found by a new user: a job assigned to vm:cpu1, handed back unstarted
+    by `rc down`, then run on vm:cpu0 after `rc up -d`: rc run had said
+    `job 161 on vm:cpu1`, and nothing more. It says the job went back to the
+    queue, and names the device it starts on."""
+    host, port = controller.url.rsplit("//", 1)[1].rsplit(":", 1)
+    tap = Tap((host, int(port)))
+    admin = controller.client()
+    worker = controller.client(controller.token("w-back", "worker"))
+
+    def register(instance: str, names: tuple[str, ...]) -> None:
+        devices = [{"name": n} for n in names]
+        worker.post(
+            "/v1/workers/register", {"host": "back", "devices": devices, "instance": instance}
+        )
+
+    def report(job_id: int, state: str, **more) -> None:
+        worker.post(
+            "/v1/workers/back/reports", {"reports": [{"job_id": job_id, "state": state, **more}]}
+        )
+
+    def state_of(job_id: int) -> tuple[str, str]:
+        j = admin.get(f"/v1/jobs/{job_id}")["job"]
+        return j["state"], j["device_id"]
+
+    register("one", ("cpu0", "cpu1"))
+    a, b = (
+        admin.post("/v1/jobs", {"command": ["true"], "device_id": f"back:cpu{n}"})["job"]["id"]
+        for n in (0, 1)
+    )
+    alice = Cli(f"http://127.0.0.1:{tap.port}", controller.token("alice"), env, tmp_path)
+    proc = alice.popen("run", "-s", "host=back", "--", "true", stdin=subprocess.DEVNULL)
+    try:
+        wait_until(lambda: b"state=queued" in tap.seen, 30, "rc run to wait in the queue")
+        [run] = [j["id"] for j in admin.get("/v1/state")["queued"]]
+        report(b, "succeeded", exit_code=0)  # cpu1 frees: rc run's job is assigned there
+        wait_until(lambda: state_of(run) == ("assigned", "back:cpu1"), 30, "the job on cpu1")
+        wait_until(
+            lambda: b"state=assigned" in tap.seen or b"/logs" in tap.seen,
+            30,
+            "rc run to see its job assigned",
+        )
+        report(a, "succeeded", exit_code=0)
+        mark = len(tap.seen)
+        got = worker.post("/v1/workers/back/leave", {"instance": "one"})
+        assert got["requeued_job_ids"] == [run]
+        wait_until(
+            lambda: proc.poll() is not None or b"state=queued" in tap.seen[mark:],
+            30,
+            "rc run to wait in the queue again",
+        )
+        register("two", ("cpu0",))  # the worker is back: the job goes to cpu0 now
+        wait_until(lambda: state_of(run) == ("assigned", "back:cpu0"), 30, "the job on cpu0")
+        report(run, "running", started_at=time.time())
+        report(run, "succeeded", exit_code=0, started_at=time.time())
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 0, err
+    finally:
+        stop_process(proc)
+        for stream in (proc.stdout, proc.stderr):
+            stream.close()
+        tap.close()
+    text = err.decode()
+    assert (
+        f"rc: job {run} went back to the queue: the worker of back:cpu1 stopped "
+        "before starting it\n"
+    ) in text, text
+    assert f"rc: job {run} on back:cpu0\n" in text and "on back:cpu1" not in text, text

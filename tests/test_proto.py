@@ -167,7 +167,11 @@ def test_durations_parse(text, seconds):
     assert parse_duration(text) == seconds
 
 
-@pytest.mark.parametrize("text", ["", "5x", "m5", "-5s", "1h-", "1 h", "1e3s", "1000000000d"])
+# "１０", "٣m", "1.５h": found by a new user, full-width digits were read as 10 s
+@pytest.mark.parametrize(
+    "text",
+    ["", "5x", "m5", "-5s", "1h-", "1 h", "1e3s", "1000000000d", "１０", "٣m", "1.５h"],
+)
 def test_bad_durations_are_refused(text):
     with pytest.raises(DurationError):
         parse_duration(text)

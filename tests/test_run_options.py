@@ -392,3 +392,30 @@ def test_kill_on_detach_usage_errors(alice):
     cli.env["RC_KILL_ON_DETACH"] = "maybe"
     res = cli.run("run", "--", "true")
     assert res.returncode == 2 and b"RC_KILL_ON_DETACH='maybe': use 1" in res.stderr
+
+
+# -- a controller that cannot be reached -------------------------------------------
+
+
+@pytest.mark.e2e
+def test_run_says_at_once_that_it_cannot_reach_the_controller(env, tmp_path):
+    """Found by a new user: `RC_CONTROLLER=http://127.0.0.1:1 rc run -- true`
+    retried silently for about 30 s. It says so at once, and for how long."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]  # closed again: nobody listens there
+    cli = Cli(f"http://127.0.0.1:{dead}", "rc_x", env, tmp_path)
+    proc = cli.popen("run", "--", "true", stdin=subprocess.DEVNULL)
+    try:
+        line = read_line(proc, 10, "the first message", "stderr")
+        assert line == (
+            f"rc: cannot reach the controller (http://127.0.0.1:{dead}: connection refused "
+            "(is the controller running?)); retrying for up to 30 s\n"
+        )
+        assert proc.poll() is None, "it goes on trying"
+    finally:
+        stop_process(proc)
+        proc.stdout.close()
+        proc.stderr.close()

@@ -19,7 +19,7 @@ from rc.proto.duration import format_duration
 
 # flags whose value is not a ControllerConfig field of the same name
 RENAMED = {"data": "data_dir", "log_cap": ("limits", "log_cap_bytes")}
-NOT_CONFIG = {"verb", "handler", "ready_fd", "rest"}
+NOT_CONFIG = {"verb", "handler", "usage_prog", "ready_fd", "rest"}
 
 
 def _serve_actions() -> list[argparse.Action]:
@@ -68,3 +68,14 @@ def test_defaults_named_in_help_are_the_real_ones(action):
         assert int(said.split()[0]) << 20 == default
     else:
         assert said == format_duration(default) or said == str(default), (said, default)
+
+
+@pytest.mark.parametrize("listen", ["127.0.0.1:８０", "127.0.0.1", "127.0.0.1:65536", "h:-1"])
+def test_a_listen_address_needs_an_ascii_port(listen):
+    """Found by a new user: `rc up --listen 127.0.0.1:８０` (full-width digits)
+    served on port 80."""
+    from rc.controller.serve import StartupError, parse_listen
+
+    with pytest.raises(StartupError, match="must look like HOST:PORT"):
+        parse_listen(listen)
+    assert parse_listen("[::1]:8080") == ("::1", 8080)

@@ -450,12 +450,28 @@ def test_up_rewrites_a_deleted_or_corrupt_client_config(user, env):
     of a token."""
     up = user.run("up", "-d", "--listen", "127.0.0.1:0", "--devices", "1", timeout=120)
     assert up.returncode == 0, up.stderr
+    me = json.loads(user.run("whoami", "-o", "json").stdout)["name"]
+    mine = int(user.run("run", "--detach", "--", "echo", "mine", check=True).stdout)
+
+    def same_identity(res: subprocess.CompletedProcess) -> None:
+        """Found by a new user: the rewritten config held a token named
+        root-1 (then root-2, ...), so `rc logs` of their own job said
+        not_job_owner and tokens piled up. The name, and the jobs, stay."""
+        assert json.loads(user.run("whoami", "-o", "json").stdout)["name"] == me
+        logs = user.run("logs", "-f", str(mine))
+        assert (logs.returncode, logs.stdout) == (0, b"mine\n"), logs.stderr
+        assert (
+            f"{me}, which replaces the old one of that name; {me}'s jobs stay {me}'s".encode()
+            in res.stderr
+        ), res.stderr
+
     conf = _config(env)
     os.unlink(conf)
     res = user.run("up", "-d", timeout=120)
     assert res.returncode == 0 and b"already up" in res.stderr, res.stderr
     assert f"wrote {conf}".encode() in res.stderr
     assert stat.S_IMODE(os.stat(conf).st_mode) == 0o600
+    same_identity(res)
     assert user.run(*HELLO).returncode == 0
     with open(conf, "w") as f:
         f.write("controller = [\n")
@@ -464,6 +480,7 @@ def test_up_rewrites_a_deleted_or_corrupt_client_config(user, env):
     assert f"rewrote {conf}, which could not be read".encode() in res.stderr
     with open(conf + ".broken") as f:
         assert f.read() == "controller = [\n"
+    same_identity(res)
     assert user.run(*HELLO).returncode == 0
     # a token this controller does not know (a new data dir, say) is replaced too
     url = _state(env)["url"]
@@ -471,8 +488,19 @@ def test_up_rewrites_a_deleted_or_corrupt_client_config(user, env):
         f.write(f'controller = "{url}"\ntoken = "rc_from-an-older-controller"\n')
     res = user.run("up", "-d", timeout=120)
     assert f"rewrote {conf}: its token is not one of this controller's".encode() in res.stderr
+    same_identity(res)
     res = user.run(*HELLO)
     assert res.returncode == 0, res.stderr
+    # one live user token, of the user's name: nothing piled up
+    data = os.path.join(env["XDG_DATA_HOME"], "rc")
+    with open(os.path.join(data, "admin.token")) as f:
+        admin = Client(url, f.read().strip())
+    users = [
+        t["name"]
+        for t in admin.get("/v1/tokens")["tokens"]
+        if t["role"] == "user" and not t["revoked_at"]
+    ]
+    assert users == [me]
 
 
 def test_down_twice_says_already_down_and_succeeds(user):
@@ -483,3 +511,41 @@ def test_down_twice_says_already_down_and_succeeds(user):
     again = user.run("down", timeout=120)
     assert again.returncode == 0, again.stderr
     assert again.stderr.startswith(b"rc: already down: nothing to stop"), again.stderr
+
+
+def test_a_second_one_box_comes_back_on_its_own_port_named_by_rc_controller(user, tmp_path):
+    """Found by a new user: after `rc down --data DIR`, `rc up -d --data DIR`
+    remembered the host name but not --listen (so the second one-box came
+    back on :8080, not its own port); and with RC_CONTROLLER naming the new
+    controller, rc up -d said "config points at :8080, not :8095"."""
+    up = user.run("up", "-d", "--listen", "127.0.0.1:0", "--devices", "1", timeout=120)
+    assert up.returncode == 0, up.stderr  # the first one-box: the config points at it
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    d2 = tmp_path / "d2"
+    second = Cli(url, "", user.env, tmp_path)
+    del second.env["RC_TOKEN"]
+    try:
+        res = second.run(
+            "up", "-d", "--data", str(d2), "--listen", f"127.0.0.1:{port}", "--devices", "1",
+            "--host", "box2", timeout=120,
+        )  # fmt: skip
+        assert res.returncode == 0, res.stderr
+        assert b"points at" not in res.stderr, res.stderr
+        assert b"RC_CONTROLLER names this controller" in res.stderr, res.stderr
+        assert b": set RC_TOKEN too\n" in res.stderr, res.stderr
+        second.env["RC_TOKEN"] = (d2 / "admin.token").read_text().strip()
+        res = second.run("down", "--data", str(d2), timeout=120)
+        assert res.returncode == 0, res.stderr
+        assert second.run("down", "--data", str(d2)).stderr.startswith(b"rc: already down")
+        res = second.run("up", "-d", "--data", str(d2), timeout=120)
+        assert res.returncode == 0, res.stderr
+        assert b"note" not in res.stderr, res.stderr  # both variables name it: nothing to say
+        st2 = json.loads((d2 / "up.json").read_text())
+        assert (st2["url"], st2["host"], st2["devices"]) == (url, "box2", "1")
+        res = second.run(*HELLO)
+        assert res.returncode == 0 and res.stdout == b"hello from box2:cpu0\n", res.stderr
+    finally:
+        second.run("down", "--data", str(d2), timeout=120)

@@ -70,6 +70,8 @@ class _VerbParser(_Parser):
         parsed, extras = super().parse_known_args(args, namespace)
         if extras and "_ARGCOMPLETE" not in os.environ:
             self.error(f"unrecognized arguments: {' '.join(extras)}")
+        if not getattr(parsed, "usage_prog", None):  # the innermost: `rc token create`
+            parsed.usage_prog = self.prog
         return parsed, extras
 
 
@@ -120,12 +122,14 @@ def _dispatch(args: argparse.Namespace) -> int:
     module, _, func = args.handler.partition(":")
     handler = getattr(importlib.import_module(f"rc.cli.{module}"), func)
     from rc.cli.context import UsageError
+    from rc.cli.output import one_line
     from rc.proto.errors import ApiError, RcError, TransportError
 
     try:
         return int(handler(args) or 0)
-    except UsageError as e:
-        print(f"rc {args.verb}: {e}", file=sys.stderr)
+    except UsageError as e:  # as argparse's own: one line, naming the verb's help
+        prog = getattr(args, "usage_prog", None) or f"rc {args.verb}"
+        print(one_line(f"{prog}: {e} (see {prog} --help)"), file=sys.stderr)
         return 2
     except ApiError as e:
         where = ""
@@ -133,7 +137,8 @@ def _dispatch(args: argparse.Namespace) -> int:
             from rc.cli.context import token_source
 
             where = f" (the token came from {token_source(args)})"
-        print(f"rc: {e.code}: {e.message}{where}", file=sys.stderr)
+        # the controller's message can carry someone else's text: one line
+        print(one_line(f"rc: {e.code}: {e.message}{where}"), file=sys.stderr)
         return 1
     except TransportError as e:
         print(f"rc: cannot reach the controller: {e}", file=sys.stderr)

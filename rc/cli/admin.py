@@ -14,10 +14,12 @@ from rc.cli.context import (
     client,
     device_arg,
     duration_seconds,
+    number_in,
     whole_seconds_arg,
 )
-from rc.cli.output import add_output_flag, machine, one_line, print_json, table, when
+from rc.cli.output import add_output_flag, machine, one_line, print_json, print_line, table, when
 from rc.proto.client import segment
+from rc.proto.duration import format_duration
 
 __all__ = ["add_parsers"]
 
@@ -45,9 +47,9 @@ def add_parsers(sub) -> None:
     c.add_argument(
         "--expires",
         type=whole_seconds_arg,
-        default=0,
+        default=None,
         metavar="D",
-        help="expire after D (e.g. 30d; default never)",
+        help="expire after D (e.g. 30d); without it the token never expires",
     )
     add_client_flags(c)
     c.set_defaults(handler="admin:cmd_token_create")
@@ -152,7 +154,12 @@ def add_parsers(sub) -> None:
         help="only events from the last D (e.g. 1h)",
     )
     p.add_argument(
-        "-n", "--limit", type=int, default=100, metavar="N", help="at most this many (default 100)"
+        "-n",
+        "--limit",
+        type=number_in(1, 1000),
+        default=100,
+        metavar="N",
+        help="at most this many (1..1000, default 100)",
     )
     add_output_flag(p)
     add_client_flags(p)
@@ -160,9 +167,13 @@ def add_parsers(sub) -> None:
 
 
 def cmd_token_create(args: argparse.Namespace) -> int:
-    made = client(args).post(
-        "/v1/tokens", {"name": args.name, "role": args.role, "expires_in_seconds": args.expires}
-    )
+    if args.expires is not None and args.expires <= 0:
+        raise UsageError(
+            f"--expires {format_duration(args.expires)} would make a token that never "
+            "expires; leave --expires out for that, or give a lifetime (e.g. 30d)"
+        )
+    body = {"name": args.name, "role": args.role, "expires_in_seconds": args.expires or 0}
+    made = client(args).post("/v1/tokens", body)
     print(made["secret"])
     return 0
 
@@ -196,7 +207,7 @@ def cmd_token_list(args: argparse.Namespace) -> int:
 
 def cmd_token_revoke(args: argparse.Namespace) -> int:
     params = {"keep_jobs": "true"} if args.keep_jobs else None
-    print(client(args).delete(f"/v1/tokens/{segment(args.name)}", params=params)["message"])
+    print_line(client(args).delete(f"/v1/tokens/{segment(args.name)}", params=params)["message"])
     return 0
 
 
@@ -210,7 +221,7 @@ def cmd_whoami(args: argparse.Namespace) -> int:
 
 
 def cmd_clear(args: argparse.Namespace) -> int:
-    print(client(args).post(f"/v1/devices/{segment(args.device)}/clear")["message"])
+    print_line(client(args).post(f"/v1/devices/{segment(args.device)}/clear")["message"])
     return 0
 
 
@@ -220,21 +231,18 @@ def cmd_retire(args: argparse.Namespace) -> int:
             f"retiring {args.device} removes it from the fleet; "
             f"run rc retire {args.device} --yes to do it"
         )
-    print(client(args).delete(f"/v1/devices/{segment(args.device)}")["message"])
+    print_line(client(args).delete(f"/v1/devices/{segment(args.device)}")["message"])
     return 0
 
 
 def cmd_drain(args: argparse.Namespace) -> int:
-    print(
-        client(args).post(f"/v1/devices/{segment(args.device)}/drain", {"reason": args.reason})[
-            "message"
-        ]
-    )
+    body = {"reason": args.reason}
+    print_line(client(args).post(f"/v1/devices/{segment(args.device)}/drain", body)["message"])
     return 0
 
 
 def cmd_undrain(args: argparse.Namespace) -> int:
-    print(client(args).post(f"/v1/devices/{segment(args.device)}/undrain")["message"])
+    print_line(client(args).post(f"/v1/devices/{segment(args.device)}/undrain")["message"])
     return 0
 
 
@@ -251,8 +259,6 @@ def _event_line(e: dict) -> str:
 
 
 def cmd_events(args: argparse.Namespace) -> int:
-    if not 1 <= args.limit <= 1000:
-        raise UsageError("--limit must be between 1 and 1000")
     c = client(args, timeout=90)
     params = {"limit": args.limit}
     if args.since:

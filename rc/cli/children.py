@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from rc.cli.context import stderr
@@ -101,11 +102,13 @@ def _tail(path: Path, seen: int, detach: bool) -> str:
     return (":\n  " + "\n  ".join(lines)) if lines else ""
 
 
-def supervise(controller: subprocess.Popen, worker: subprocess.Popen, state_path: Path) -> int:
+def supervise(
+    controller: subprocess.Popen, worker: subprocess.Popen, stopped: Callable[[], None]
+) -> int:
     """The foreground `rc up`: wait until SIGINT or SIGTERM, or until either
-    child exits, then stop both and remove `state_path` (up.json). Returns
-    the exit code: 130 after SIGINT, 0 after SIGTERM, 1 when a child exited
-    by itself (said on stderr)."""
+    child exits, then stop both and call `stopped` (rc up's record of them
+    is updated). Returns the exit code: 130 after SIGINT, 0 after SIGTERM,
+    1 when a child exited by itself (said on stderr)."""
     asked: dict = {"now": False, "sig": None}
 
     def on_signal(signum, frame):
@@ -128,7 +131,7 @@ def supervise(controller: subprocess.Popen, worker: subprocess.Popen, state_path
         ]
         stop_process(worker, "worker")
         stop_process(controller, "controller")
-        state_path.unlink(missing_ok=True)
+        stopped()
     if not asked["now"]:
         stderr(f"the {' and the '.join(died)} exited; stopped everything")
         return 1

@@ -18,7 +18,15 @@ from typing import Any
 from rc.cli.context import client
 from rc.cli.output import job_state, job_what
 
-__all__ = ["COMPLETE_TIMEOUT_S", "attach", "devices", "label_keys", "live_jobs", "recent_jobs"]
+__all__ = [
+    "COMPLETE_TIMEOUT_S",
+    "attach",
+    "devices",
+    "holds",
+    "label_keys",
+    "live_jobs",
+    "recent_jobs",
+]
 
 COMPLETE_TIMEOUT_S = 1.0
 """Bound on each request a completion makes (connect and read), in seconds."""
@@ -58,13 +66,25 @@ def _describe(job: dict) -> str:
 
 @_quiet
 def live_jobs(prefix: str, parsed_args) -> dict[str, str]:
-    """Ids of the jobs and holds that are running or queued (rc kill, release,
-    explain, shell, exec)."""
+    """Ids of the jobs and holds that are running or queued (rc kill, rc
+    explain)."""
     st = _ask(parsed_args, "/v1/state")
     return {
         str(j["id"]): _describe(j)
         for j in (*st["jobs"], *st["queued"])
         if str(j["id"]).startswith(prefix)
+    }
+
+
+@_quiet
+def holds(prefix: str, parsed_args) -> dict[str, str]:
+    """Ids of the holds that have not ended, granted ones first (rc shell,
+    rc exec, rc release): never a plain job."""
+    st = _ask(parsed_args, "/v1/state")
+    return {
+        str(j["id"]): _describe(j)
+        for j in (*st["jobs"], *st["queued"])
+        if j.get("kind") == "hold" and str(j["id"]).startswith(prefix)
     }
 
 

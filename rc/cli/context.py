@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
 import sys
+from collections.abc import Callable
 
 from rc.cli import config as client_config
+from rc.cli.output import one_line
 from rc.proto.client import Client
 from rc.proto.duration import DurationError, parse_duration
 from rc.proto.errors import RcError
@@ -24,8 +27,10 @@ __all__ = [
     "hangup_interrupts",
     "interrupt_cause",
     "job_cwd",
+    "number_in",
     "stderr",
     "token_source",
+    "whole_number",
     "whole_seconds_arg",
 ]
 
@@ -75,8 +80,40 @@ def add_client_flags(p: argparse.ArgumentParser) -> None:
         metavar="URL",
         help="controller URL (default: RC_CONTROLLER or the config file)",
     )
-    g.add_argument("--token", metavar="TOKEN", help=argparse.SUPPRESS)
+    g.add_argument(
+        "--token",
+        metavar="TOKEN",
+        help="the token to use (default: RC_TOKEN or the config file; prefer those: "
+        "a command line is visible to every user in ps)",
+    )
     g.add_argument("--cacert", metavar="PEM", help="CA certificate to verify an https controller")
+
+
+_WHOLE = re.compile(r"-?[0-9]+")
+
+
+def whole_number(text: str) -> int:
+    """argparse type: a whole number written in ASCII digits, "-" allowed in
+    front ("12", "-3"). Anything else is refused: other scripts' digits
+    ("１０"), signs, spaces, underscores, exponents."""
+    if not _WHOLE.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number (digits 0-9)")
+    return int(text)
+
+
+def number_in(lo: int, hi: int | None = None) -> Callable[[str], int]:
+    """argparse type: a whole_number from `lo` to `hi` (no upper bound when
+    None); out of range is refused naming the range."""
+
+    def check(text: str) -> int:
+        value = whole_number(text)
+        if value < lo or (hi is not None and value > hi):
+            allowed = f"{lo}..{hi}" if hi is not None else f"at least {lo}"
+            raise argparse.ArgumentTypeError(f"{value} is out of range ({allowed})")
+        return value
+
+    check.__name__ = "number"
+    return check
 
 
 def duration_seconds(text: str) -> float:
@@ -126,8 +163,11 @@ class SelectorTerms(argparse.Action):
 
 
 def stderr(*parts: object) -> None:
-    """A diagnostic line on stderr, prefixed "rc: "."""
-    print("rc:", *parts, file=sys.stderr, flush=True)
+    """A diagnostic line on stderr, prefixed "rc: ". One line always: a
+    newline, carriage return or tab in it (someone else's reason, a fault
+    detail) is shown as an escape (output.one_line), so it cannot forge a
+    line of its own; sys.stderr escapes the other control characters."""
+    print(one_line(" ".join(["rc:", *map(str, parts)])), file=sys.stderr, flush=True)
 
 
 def job_cwd(value: str | None) -> str:

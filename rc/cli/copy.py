@@ -22,8 +22,9 @@ import uuid
 from dataclasses import dataclass
 
 from rc.cli import archive
-from rc.cli.context import UsageError, add_client_flags, client, stderr
+from rc.cli.context import UsageError, add_client_flags, client, number_in, stderr
 from rc.cli.follow import submit, wait_terminal
+from rc.cli.output import one_line
 from rc.cli.relay import open_halves, open_session, wait_session
 from rc.proto.client import Client
 from rc.proto.errors import ApiError, RcError, TransportError
@@ -51,7 +52,7 @@ def add_parsers(sub) -> None:
     p.add_argument("dst", metavar="DST", help="where to: host:name:path, or a local path")
     p.add_argument(
         "--hold",
-        type=int,
+        type=number_in(1),
         default=None,
         metavar="ID",
         help="copy inside this hold of yours (default: your hold on that device, "
@@ -189,7 +190,9 @@ def _choose(c: Client, device: str, hold: int | None) -> _Place:
                 "or copy inside a hold (rc hold, then rc cp --hold ID)"
             )
         reason = f" ({view['reason']})" if view.get("reason") else ""
-        raise RcError(f"{device} is {what} by {holder}{reason}; rc cp needs the device to itself")
+        raise RcError(
+            one_line(f"{device} is {what} by {holder}{reason}; rc cp needs the device to itself")
+        )
     return _Place(device)
 
 

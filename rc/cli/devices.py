@@ -89,13 +89,13 @@ def _holder(view: dict) -> str:
 
 
 def cmd_devices(args: argparse.Namespace) -> int:
+    if args.selector is not None and not args.selector.strip():
+        raise UsageError("-s needs a selector, e.g. 'kind=gpu'")
     c = client(args)
     # the table shows no labels: leave them out of the reply (-o json keeps them)
     labels = "true" if args.output == "json" else "false"
     views = c.get("/v1/devices", params={"labels": labels})["devices"]
     if args.selector is not None:
-        if not args.selector.strip():
-            raise UsageError("-s needs a selector, e.g. 'kind=gpu'")
         keep = set(c.get("/v1/explain", params={"selector": args.selector})["matching"])
         views = [v for v in views if v["device"]["id"] in keep]
     if args.output == "json":

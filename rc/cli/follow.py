@@ -16,6 +16,7 @@ import time
 import uuid
 
 from rc.cli.context import UsageError, interrupt_cause, job_cwd, stderr
+from rc.cli.output import job_state, one_line
 from rc.proto.client import Client
 from rc.proto.errors import ApiError, RcError, TransportError
 from rc.proto.model import valid_env_name
@@ -33,6 +34,7 @@ __all__ = [
     "submit",
     "submit_run",
     "target",
+    "wait_running",
     "wait_started",
     "wait_terminal",
 ]
@@ -165,16 +167,24 @@ def submit_run(
 
 
 def submit(c: Client, body: dict) -> dict:
-    """POST /v1/jobs, retrying transport failures for up to 30 s (the
-    idempotency key makes a retry return the same job)."""
+    """POST /v1/jobs, retrying transport failures for up to SUBMIT_RETRY_S
+    (the idempotency key makes a retry return the same job). The first
+    failure is said at once on stderr, with how long rc goes on trying;
+    the last one is raised (TransportError)."""
     deadline = time.monotonic() + SUBMIT_RETRY_S
     delay = 0.2
+    said = False
     while True:
         try:
             return c.post("/v1/jobs", body)
-        except TransportError:
+        except TransportError as e:
             if time.monotonic() > deadline:
                 raise
+            if not said:
+                stderr(
+                    f"cannot reach the controller ({e}); retrying for up to {SUBMIT_RETRY_S:g} s"
+                )
+                said = True
             time.sleep(delay)
             delay = min(delay * 2, 2.0)
 
@@ -219,8 +229,58 @@ def wait_started(c: Client, job: dict, position: int, label: str) -> dict | None
         return None
     if job["state"] in ("assigned", "running"):
         return job
-    reason = job.get("kill_reason") or "no reason given"
-    raise RcError(f"job {job['id']} ended without starting ({job['state']}: {reason})")
+    raise RcError(one_line(f"job {job['id']} ended without starting ({job_state(job, None)})"))
+
+
+def wait_running(c: Client, job: dict, position: int, label: str, what: str = "job") -> dict | None:
+    """Wait until the job (`what`: "job" or "hold", for messages) runs: in the
+    queue (wait_started), then while it is assigned until its worker starts
+    it. A job its worker hands back unstarted (the worker stopped first:
+    assigned → queued) is said ("job 42 went back to the queue: ...") and
+    waited for again, so the device it finally runs on is the one named.
+
+    Returns the job once it runs or has ended; None after Ctrl-C (or SIGTERM,
+    SIGHUP) before it started, which cancels it. Raises RcError as
+    wait_started does.
+    """
+    while True:
+        job = wait_started(c, job, position, label)
+        if job is None:
+            return None
+        was_on = job["device_id"]
+        try:
+            job = _wait_assigned(c, job, what)
+        except KeyboardInterrupt as e:
+            _cancel_queued(c, job, interrupt_cause(e))
+            return None
+        if job["state"] != "queued":
+            return job
+        stderr(
+            f"{what} {job['id']} went back to the queue: the worker of {was_on} "
+            "stopped before starting it"
+        )
+        view = c.get(f"/v1/jobs/{job['id']}")
+        job, position = view["job"], view.get("queue_position", 0)
+
+
+def _wait_assigned(c: Client, job: dict, what: str) -> dict:
+    """The job once it is no longer `assigned` (its worker started it, it
+    ended, or it went back to the queue), by long poll."""
+    failures = 0
+    while job["state"] == "assigned":
+        try:
+            job = c.get(
+                f"/v1/jobs/{job['id']}",
+                params={"wait": f"{QUEUE_POLL_WAIT_S:g}s", "state": "assigned", "position": 0},
+                timeout=QUEUE_POLL_WAIT_S + 15,
+            )["job"]
+            failures = 0
+        except TransportError:
+            failures += 1
+            if failures >= 16:
+                raise RcError(f"lost track of {what} {job['id']} (see rc ps)") from None
+            time.sleep(min(0.5 * failures, 5.0))
+    return job
 
 
 def _cancel_queued(c: Client, job: dict, cause: str) -> None:
@@ -235,6 +295,8 @@ def _cancel_queued(c: Client, job: dict, cause: str) -> None:
         return
     if now["state"] == "killed" and not now.get("started_at"):
         stderr(f"cancelled queued job {job['id']}")
+    elif now["state"] == "assigned":
+        stderr(f"cancel requested for job {job['id']}, which its worker was about to start")
     else:
         stderr(f"job {job['id']} started just as it was being cancelled; kill requested")
 
@@ -321,15 +383,16 @@ def wait_terminal(c: Client, job_id: int, give_up_after: float | None = RECONNEC
 
 def exit_status(job: dict) -> int:
     """rc run's exit code for a finished job: its own code; never 0 unless it
-    succeeded; a code that is a multiple of 256 (or over 255) becomes 1."""
+    succeeded; a code that is a multiple of 256 (or over 255) becomes 1.
+    Says on stderr how it ended, in the listings' words ("job 82 killed:
+    disk full (by bob, an admin)"; output.job_state), unless it simply
+    exited with a code and no reason."""
     code = job.get("exit_code")
-    state = job["state"]
-    reason = job.get("kill_reason") or ""
-    if state == "succeeded":
+    if job["state"] == "succeeded":
         return 0
     if code and code % 256 != 0 and 0 < code < 256:
-        if reason:
-            stderr(f"job {job['id']} {state}: {reason}")
+        if job.get("kill_reason"):
+            stderr(f"job {job['id']} {job_state(job, None)}")
         return code
-    stderr(f"job {job['id']} {state}" + (f": {reason}" if reason else ""))
+    stderr(f"job {job['id']} {job_state(job, None)}")
     return 1

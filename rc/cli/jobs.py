@@ -7,7 +7,14 @@ import sys
 import time
 
 from rc.cli.complete import attach, devices, label_keys, live_jobs, recent_jobs
-from rc.cli.context import SelectorTerms, UsageError, add_client_flags, client
+from rc.cli.context import (
+    SelectorTerms,
+    UsageError,
+    add_client_flags,
+    client,
+    device_arg,
+    number_in,
+)
 from rc.cli.devices import state_words
 from rc.cli.follow import exit_status, follow_log
 from rc.cli.output import (
@@ -35,11 +42,20 @@ def add_parsers(sub) -> None:
         "start time (local time zone), duration, command.",
     )
     p.add_argument(
-        "-n", "--limit", type=int, default=20, metavar="N", help="how many (1..1000, default 20)"
+        "-n",
+        "--limit",
+        type=number_in(1, 1000),
+        default=20,
+        metavar="N",
+        help="how many (1..1000, default 20)",
     )
     attach(
         p.add_argument(
-            "--device", default="", metavar="DEVICE", help="only jobs on this device (host:name)"
+            "--device",
+            type=device_arg,
+            default=None,
+            metavar="DEVICE",
+            help="only jobs on this device (host:name)",
         ),
         devices,
     )
@@ -62,7 +78,7 @@ def add_parsers(sub) -> None:
         "job JOB. With -f, keep printing until the job ends, reconnecting "
         "without gaps or repeats, and exit with the job's exit code.",
     )
-    attach(p.add_argument("job", type=int, metavar="JOB", help="the job id"), recent_jobs)
+    attach(p.add_argument("job", type=number_in(1), metavar="JOB", help="the job id"), recent_jobs)
     p.add_argument(
         "-f",
         "--follow",
@@ -79,7 +95,10 @@ def add_parsers(sub) -> None:
         "the worker's grace), end a hold, or cancel a queued job. Only its "
         "submitter or an admin may.",
     )
-    attach(p.add_argument("job", type=int, metavar="JOB", help="the job or hold id"), live_jobs)
+    attach(
+        p.add_argument("job", type=number_in(1), metavar="JOB", help="the job or hold id"),
+        live_jobs,
+    )
     p.add_argument(
         "--reason", default="", metavar="TEXT", help="why (recorded with the job, shown to all)"
     )
@@ -106,7 +125,8 @@ def add_parsers(sub) -> None:
     )
     g = p.add_mutually_exclusive_group(required=True)
     attach(
-        g.add_argument("job", nargs="?", type=int, metavar="JOB", help="a queued job"), live_jobs
+        g.add_argument("job", nargs="?", type=number_in(1), metavar="JOB", help="a queued job"),
+        live_jobs,
     )
     attach(
         g.add_argument(
@@ -135,8 +155,6 @@ def _started_and_duration(j: dict) -> tuple[str, str]:
 
 
 def cmd_jobs(args: argparse.Namespace) -> int:
-    if not 1 <= args.limit <= 1000:
-        raise UsageError("--limit must be between 1 and 1000")
     c = client(args)
     params = {
         "limit": args.limit,
@@ -180,7 +198,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
 def cmd_kill(args: argparse.Namespace) -> int:
     c = client(args)
     resp = c.post(f"/v1/jobs/{args.job}/kill", {"reason": args.reason})
-    print(resp.get("message") or f"kill requested for {args.job}")
+    print_line(resp.get("message") or f"kill requested for {args.job}")
     return 0
 
 
@@ -251,10 +269,10 @@ def cmd_explain(args: argparse.Namespace) -> int:
     """`rc explain JOB`: why a queued job is not running, in sentences, then
     each device it could use and why that one is not its now. `rc explain -s
     SELECTOR`: the devices it matches, which are free, the queue depth."""
+    if args.selector is not None and not args.selector.strip():
+        raise UsageError("-s needs a selector, e.g. 'kind=gpu'")
     c = client(args)
     if args.selector is not None:
-        if not args.selector.strip():
-            raise UsageError("-s needs a selector, e.g. 'kind=gpu'")
         ex = c.get("/v1/explain", params={"selector": args.selector})
         if args.output == "json":
             print_json(ex)

@@ -25,6 +25,7 @@ __all__ = [
     "age",
     "command_text",
     "duration",
+    "end_reason",
     "escape_controls",
     "iso_utc",
     "job_state",

@@ -41,16 +41,17 @@ import tty
 from collections.abc import Callable
 from typing import Self
 
-from rc.cli.complete import attach, live_jobs
-from rc.cli.context import UsageError, add_client_flags, client, job_cwd, stderr
+from rc.cli.complete import attach, holds
+from rc.cli.context import UsageError, add_client_flags, client, job_cwd, number_in, stderr
 from rc.cli.follow import (
     add_env_flags,
     exit_status,
     job_env,
     submit_run,
-    wait_started,
+    wait_running,
     wait_terminal,
 )
+from rc.cli.output import job_state
 from rc.proto.client import Client
 from rc.proto.errors import ApiError, RcError, TransportError
 from rc.proto.relay import Download, Upload, data_frame, resize_frame
@@ -98,7 +99,8 @@ def _session_parser(sub, name: str, help: str, description: str, command_help: s
     """`rc shell` and `rc exec`: HOLD, --cwd, -e, --env-file, -- CMD."""
     p = sub.add_parser(name, help=help, description=description)
     attach(
-        p.add_argument("hold", type=int, metavar="HOLD", help="a running hold of yours"), live_jobs
+        p.add_argument("hold", type=number_in(1), metavar="HOLD", help="a running hold of yours"),
+        holds,
     )
     p.add_argument(
         "--cwd",
@@ -358,7 +360,7 @@ def _session_code(c: Client, view: dict) -> int:
             with contextlib.suppress(RcError):
                 hold = c.get(f"/v1/jobs/{view['hold_id']}", timeout=10)["job"]
                 if hold["state"] not in ("assigned", "running") or hold.get("kill_reason"):
-                    why = f"hold {hold['id']} ended ({hold.get('kill_reason') or hold['state']})"
+                    why = f"hold {hold['id']} ended ({job_state(hold, None)})"
         stderr(f"{name}: {why}")
     if code is None:
         return 1
@@ -383,7 +385,7 @@ def cmd_run_tty(args: argparse.Namespace, command: list[str]) -> int:
     view, label = submit_run(c, args, command, _env(args, True), stdio="tty")
     with LocalTerminal(0) as term:
         term.quiet()
-        job = wait_started(c, view["job"], view.get("queue_position", 0), label)
+        job = wait_running(c, view["job"], view.get("queue_position", 0), label)
         if job is None:
             return 130
         stderr(f"job {job['id']} on {job['device_id']}")

@@ -7,7 +7,8 @@ offset it reached after a broken connection or a controller restart, so
 nothing is shown twice or lost.
 
 Interruptions (exit 130), as srun users expect them:
-- while queued, Ctrl-C, SIGTERM and SIGHUP cancel the job;
+- while queued (or assigned, not yet started), Ctrl-C, SIGTERM and SIGHUP
+  cancel the job;
 - while it runs, a first Ctrl-C detaches (the job keeps its device) and a
   second within DOUBLE_INTERRUPT_S kills it; SIGTERM kills it (so `timeout
   60 rc run ...` bounds the job); SIGHUP (a closed terminal, a dropped ssh)
@@ -27,7 +28,7 @@ import sys
 import time
 import uuid
 
-from rc.cli.complete import attach, devices, label_keys, live_jobs
+from rc.cli.complete import attach, devices, holds, label_keys
 from rc.cli.context import (
     SelectorTerms,
     UsageError,
@@ -36,7 +37,9 @@ from rc.cli.context import (
     device_arg,
     hangup_interrupts,
     interrupt_cause,
+    number_in,
     stderr,
+    whole_number,
     whole_seconds_arg,
 )
 from rc.cli.follow import (
@@ -50,14 +53,14 @@ from rc.cli.follow import (
     submit,
     submit_run,
     target,
-    wait_started,
+    wait_running,
     wait_terminal,
 )
-from rc.cli.output import when
+from rc.cli.output import end_reason, print_line, when
 from rc.cli.relay import cmd_run_tty
 from rc.proto.client import Client
 from rc.proto.duration import format_duration
-from rc.proto.errors import RcError, TransportError
+from rc.proto.errors import RcError
 from rc.proto.model import PRIORITY_MAX, PRIORITY_MIN
 
 __all__ = ["add_parsers", "kill_on_detach_default", "stdin_is_data"]
@@ -69,11 +72,8 @@ EXIT_OUTPUT_CLOSED = 141
 
 
 def priority_arg(text: str) -> int:
-    """argparse type: a priority, -10..10."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    """argparse type: a priority, -10..10 (ASCII digits)."""
+    value = whole_number(text)
     if not PRIORITY_MIN <= value <= PRIORITY_MAX:
         raise argparse.ArgumentTypeError(f"{value} is outside {PRIORITY_MIN}..{PRIORITY_MAX}")
     return value
@@ -190,7 +190,10 @@ def add_parsers(sub) -> None:
         description="End hold ID now (or kill job ID): the device goes back to "
         "the pool once its worker has checked it.",
     )
-    attach(p.add_argument("job", type=int, metavar="ID", help="the hold (or job) id"), live_jobs)
+    attach(
+        p.add_argument("job", type=number_in(1), metavar="ID", help="the hold (or job) id"),
+        holds,
+    )
     add_client_flags(p)
     p.set_defaults(handler="run:cmd_release")
 
@@ -229,7 +232,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(job["id"], flush=True)
         return 0
     hangup_interrupts()
-    job = wait_started(c, job, view.get("queue_position", 0), label)
+    job = wait_running(c, job, view.get("queue_position", 0), label)
     if job is None:
         return 130
     stderr(f"job {job['id']} on {job['device_id']}")
@@ -350,16 +353,9 @@ def cmd_hold(args: argparse.Namespace) -> int:
     hold_id = view["job"]["id"]
     hangup_interrupts()
     try:
-        job = wait_started(c, view["job"], view.get("queue_position", 0), label)
+        job = wait_running(c, view["job"], view.get("queue_position", 0), label, "hold")
         if job is None:
             return 130
-        job = _wait_running(c, job)
-        while job["state"] == "queued":  # its worker stopped before starting it: back in line
-            view = c.get(f"/v1/jobs/{hold_id}")
-            job = wait_started(c, view["job"], view.get("queue_position", 0), label)
-            if job is None:
-                return 130
-            job = _wait_running(c, job)
         if job["state"] != "running":
             raise RcError(
                 f"hold {hold_id} ended before it was granted ({job['state']}: "
@@ -379,29 +375,17 @@ def cmd_hold(args: argparse.Namespace) -> int:
     except KeyboardInterrupt as e:
         _release_on_interrupt(c, hold_id, interrupt_cause(e))
         return 130
-    why = job.get("kill_reason") or job["state"]
-    stderr(f"hold {hold_id} ended: {why.removeprefix('hold ended: ')}")
+    stderr(f"hold {hold_id} ended: {_hold_end(job)}")
     return 1 if job["state"] in ("lost", "failed") else 0
 
 
-def _wait_running(c: Client, job: dict) -> dict:
-    """An assigned job once its worker has started it (a hold is granted when
-    its sleeper runs, after the device's acquire hook), or once it ended."""
-    failures = 0
-    while job["state"] == "assigned":
-        try:
-            job = c.get(
-                f"/v1/jobs/{job['id']}",
-                params={"wait": "20s", "state": "assigned", "position": 0},
-                timeout=35,
-            )["job"]
-            failures = 0
-        except TransportError:
-            failures += 1
-            if failures >= 16:
-                raise RcError(f"lost track of hold {job['id']} (see rc ps)") from None
-            time.sleep(min(0.5 * failures, 5.0))
-    return job
+def _hold_end(job: dict) -> str:
+    """How a hold ended, in the listings' words (output.end_reason): "its
+    ttl of 2h was reached", "released (by ann)", "lost: lease expired"."""
+    why = end_reason(job).removeprefix("hold ended: ")
+    if job["state"] in ("lost", "failed"):
+        return f"{job['state']}: {why}" if why else job["state"]
+    return why or job["state"]
 
 
 def _release_on_interrupt(c: Client, hold_id: int, cause: str) -> None:
@@ -418,5 +402,5 @@ def cmd_release(args: argparse.Namespace) -> int:
     """`rc release ID`: end a hold (or kill a job) you own; prints "released ID"."""
     c = client(args)
     c.post(f"/v1/jobs/{args.job}/kill", {"reason": "released"})
-    print(f"released {args.job}")
+    print_line(f"released {args.job}")
     return 0

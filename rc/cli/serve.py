@@ -37,10 +37,11 @@ def _in_range(parse, lo: float, hi: float, allowed: str, zero_ok: bool = False):
 
 
 def _integer(text: str) -> int:
-    try:
-        return int(text.strip().replace("_", ""), 10)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    """A whole number in ASCII digits; '_' may group them ("1_000")."""
+    digits = text.strip().replace("_", "")
+    if not (digits.isascii() and digits.lstrip("-").isdigit()):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number (digits 0-9)")
+    return int(digits, 10)
 
 
 _DAY = 86400.0

@@ -4,7 +4,9 @@
 processes of its own (`python -m rc serve` / `worker`, see rc.cli.children),
 makes the tokens they need, and writes the client config so a plain `rc run`
 works next. `rc up -d` leaves them in the background and records them in
-the data directory's up.json, which `rc down` reads to stop them.
+the data directory's up.json, which `rc down` reads to stop them; once they
+are stopped, up.json keeps their settings (--listen, --devices, --host) for
+the next `rc up` there.
 """
 
 from __future__ import annotations
@@ -115,19 +117,43 @@ def _token_name(base: str) -> str:
     return name[:48]
 
 
-def _ensure_token(admin, name: str, role: str, taken_ok: bool = True) -> str:
-    for n in range(100):
-        candidate = name if n == 0 else f"{name}-{n}"
-        try:
-            made = admin.post("/v1/tokens", {"name": candidate, "role": role})
-            return made["secret"]
-        except ApiError as e:
-            if e.code != "token_exists":
-                raise
-            if role == "worker" and n == 0:
-                admin.delete(f"/v1/tokens/{segment(candidate)}")
-                made = admin.post("/v1/tokens", {"name": candidate, "role": role})
-                return made["secret"]
+def _ensure_token(admin, name: str, role: str) -> str:
+    """The secret of a fresh worker token named `name` (one of that name is
+    replaced: the data dir's worker token is made for its host)."""
+    try:
+        return admin.post("/v1/tokens", {"name": name, "role": role})["secret"]
+    except ApiError as e:
+        if e.code != "token_exists":
+            raise
+    admin.delete(f"/v1/tokens/{segment(name)}")
+    return admin.post("/v1/tokens", {"name": name, "role": role})["secret"]
+
+
+def _user_token(admin, name: str) -> tuple[str, str]:
+    """A fresh user token named `name` for the client config, and words for
+    the message. The name is the identity: an existing live user token of
+    that name (the one a lost or broken config held) is replaced, revoked
+    with keep_jobs and made again, so its jobs stay the user's own and no
+    token piles up. A token of that name with another role (an admin token
+    named after the user) is left alone and the first free name like it is
+    used, which the words say. Raises RcError when there is none."""
+    held = {t["name"]: t["role"] for t in admin.get("/v1/tokens")["tokens"] if not t["revoked_at"]}
+    if held.get(name, "user") == "user":
+        replaced = name in held
+        if replaced:
+            admin.delete(f"/v1/tokens/{segment(name)}", params={"keep_jobs": "true"})
+        secret = admin.post("/v1/tokens", {"name": name, "role": "user"})["secret"]
+        if replaced:
+            return secret, (
+                f"a new token for {name}, which replaces the old one of that name; "
+                f"{name}'s jobs stay {name}'s"
+            )
+        return secret, f"a user token for {name}"
+    for n in range(1, 100):
+        candidate = f"{name}-{n}"
+        if candidate not in held:
+            secret = admin.post("/v1/tokens", {"name": candidate, "role": "user"})["secret"]
+            return secret, f"a user token for {candidate}: {name} is a {held[name]} token"
     raise RcError(f"could not find a free token name like {name!r}")
 
 
@@ -230,6 +256,22 @@ def _token_works(url: str, token: str) -> bool:
         return False
 
 
+SETTINGS = ("listen", "devices", "host")
+"""What up.json keeps of an rc up once its processes are stopped, for the next
+one in that data dir (unless given again)."""
+
+
+def _keep_settings(path: Path, st: dict) -> None:
+    """Leave in up.json (`path`) only the settings of the stopped rc up `st`
+    (SETTINGS), no process: the next `rc up` there starts with them, and
+    `rc down` finds nothing to stop. Removes the file when there are none."""
+    kept = {k: st[k] for k in SETTINGS if st.get(k)}
+    if kept:
+        path.write_text(json.dumps(kept))
+    else:
+        path.unlink(missing_ok=True)
+
+
 def _read_state(path: Path) -> dict:
     try:
         st = json.loads(path.read_text())
@@ -303,14 +345,15 @@ def _ensure_client_config(admin, url: str) -> bool:
     when it names this controller with a token it does not know. Returns
     whether a plain `rc` command here talks to `url`."""
     cfg_path = client_config.config_path()
-    points_here = os.environ.get("RC_CONTROLLER", "").strip() in ("", url)
+    named = os.environ.get("RC_CONTROLLER", "").strip()
+    points_here = named in ("", url)
     problem = client_config.file_problem(cfg_path)
     existing = client_config.read_file(cfg_path) if problem is None else {}
 
     def write(what: str) -> None:
-        user_token = _ensure_token(admin, _token_name(getpass.getuser()), "user")
+        user_token, words = _user_token(admin, _token_name(getpass.getuser()))
         client_config.write_config(cfg_path, url, user_token, existing.get("cacert", ""))
-        stderr(f"{what} (controller {url}, a user token)")
+        stderr(f"{what} (controller {url}, {words})")
 
     if problem == "missing":
         write(f"wrote {cfg_path}")
@@ -331,6 +374,12 @@ def _ensure_client_config(admin, url: str) -> bool:
         # the config holds a token of this very controller: it just moved
         client_config.write_config(cfg_path, url, existing["token"], existing.get("cacert", ""))
         stderr(f"updated {cfg_path}: the controller is now at {url}")
+    elif named == url:  # RC_CONTROLLER names this one: the file's controller is not used
+        if not os.environ.get("RC_TOKEN", "").strip():
+            stderr(
+                f"note: RC_CONTROLLER names this controller, but the token in {cfg_path} "
+                f"is for {existing.get('controller', 'another controller')}: set RC_TOKEN too"
+            )
     else:
         points_here = False
         stderr(
@@ -342,9 +391,12 @@ def _ensure_client_config(admin, url: str) -> bool:
 
 def cmd_up(args: argparse.Namespace) -> int:
     data = Path(args.data) if args.data else default_data_dir()
-    listen = args.listen or UP_LISTEN
+    state_path = data / UP_STATE
+    st = _read_state(state_path)  # a running rc up, or the settings of the last one
+    listen = args.listen or st.get("listen") or UP_LISTEN
     host_port = listen.rpartition(":")
-    if not host_port[1] or not host_port[2].isdigit() or int(host_port[2]) > 65535:
+    port = host_port[2]
+    if not host_port[1] or not (port.isascii() and port.isdigit()) or int(port) > 65535:
         raise UsageError(f"--listen {listen!r}: use HOST:PORT, e.g. 127.0.0.1:8080")
     if not _is_loopback(listen) and not args.certfile and not args.insecure:
         raise UsageError(
@@ -352,7 +404,8 @@ def cmd_up(args: argparse.Namespace) -> int:
             "--keyfile for TLS, or --insecure to serve plain HTTP on the network"
         )
     if args.devices is not None and not (
-        args.devices == "auto" or (args.devices.isdigit() and int(args.devices) > 0)
+        args.devices == "auto"
+        or (args.devices.isascii() and args.devices.isdigit() and int(args.devices) > 0)
     ):
         raise UsageError(f"--devices {args.devices!r}: use auto or a number of CPU devices")
     if args.host is not None and not _valid_host(args.host):
@@ -361,8 +414,6 @@ def cmd_up(args: argparse.Namespace) -> int:
             "starting with a letter or digit"
         )
     data.mkdir(mode=0o700, parents=True, exist_ok=True)
-    state_path = data / UP_STATE
-    st = _read_state(state_path)
     serve_pid = st.get("serve_pid") if alive_pid(st.get("serve_pid")) else None
     worker_pid = st.get("worker_pid") if alive_pid(st.get("worker_pid")) else None
     down = f"rc down{f' --data {data}' if args.data else ''}"
@@ -475,7 +526,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             for proc, what in ((worker, "worker"), (controller, "controller")):
                 if proc is not None:
                     stop_process(proc, what)
-            state_path.unlink(missing_ok=True)
+            _keep_settings(state_path, _read_state(state_path))
         raise
     stderr(
         f"up: controller at {url}, worker on {host} with {', '.join(d['id'] for d in mine)}; "
@@ -486,7 +537,9 @@ def cmd_up(args: argparse.Namespace) -> int:
         stderr(f"running in the background (logs in {data}); stop with: {down}")
         return 0
     stderr("press Ctrl-C to stop")
-    return supervise(controller, worker, state_path)
+    return supervise(
+        controller, worker, lambda: _keep_settings(state_path, _read_state(state_path))
+    )
 
 
 def _say_what_stops(st: dict, data: Path) -> None:
@@ -533,6 +586,9 @@ def cmd_down(args: argparse.Namespace) -> int:
     st = _read_state(state_path)
     if not st:
         raise RcError(f"{state_path} is corrupt; stop the processes by hand")
+    if not st.get("serve_pid") and not st.get("worker_pid"):  # only the last one's settings
+        stderr(f"already down: nothing to stop (rc up -d is not running in {data})")
+        return 0
     if alive_pid(st.get("worker_pid")):
         _say_what_stops(st, data)
     stopped = []
@@ -541,7 +597,7 @@ def cmd_down(args: argparse.Namespace) -> int:
         if alive_pid(pid):
             stop_pid(pid, what)
             stopped.append(f"the {what} (pid {pid})")
-    state_path.unlink(missing_ok=True)
+    _keep_settings(state_path, st)
     if not stopped:
         stderr("nothing was running (the processes of the last rc up -d had already exited)")
         return 0

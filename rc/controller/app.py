@@ -1,6 +1,7 @@
 """Builds the Starlette app: routes, the one error shape, the instance header.
 
-No business logic lives here (STYLE.md §14): routes are in rc.controller.api,
+No business logic lives here (STYLE.md §14): the routes come from the route
+table (rc.controller.api.routes), their handlers are in rc.controller.api,
 state changes in rc.controller.store.
 """
 
@@ -15,25 +16,29 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from rc.controller import dashboard, metrics
-from rc.controller.api import admin, devices, docs, jobs, relay, stream, workers
+from rc.controller.api import stream
+from rc.controller.api.routes import ROUTES
 from rc.controller.core import Controller
 from rc.controller.errors import Refused
-from rc.proto.errors import ErrorCode
+from rc.proto.errors import STATUS, ErrorCode
 from rc.proto.wire import INSTANCE_HEADER
 
 __all__ = ["build_app", "error_response"]
 
 log = logging.getLogger("rc.http")
 
-_STATUS_CODES = {
-    400: ErrorCode.BAD_REQUEST,
-    401: ErrorCode.UNAUTHORIZED,
-    403: ErrorCode.FORBIDDEN,
-    404: ErrorCode.NOT_FOUND,
-    405: ErrorCode.METHOD_NOT_ALLOWED,
-    413: ErrorCode.BODY_TOO_LARGE,
+_FRAMEWORK_CODES = {
+    STATUS[code]: code
+    for code in (
+        ErrorCode.BAD_REQUEST,
+        ErrorCode.UNAUTHORIZED,
+        ErrorCode.FORBIDDEN,
+        ErrorCode.NOT_FOUND,
+        ErrorCode.METHOD_NOT_ALLOWED,
+        ErrorCode.BODY_TOO_LARGE,
+    )
 }
+"""The code of a refusal Starlette itself makes (no route, wrong method...), by its status."""
 
 
 def error_response(status: int, code: str, message: str) -> Response:
@@ -53,7 +58,7 @@ async def _refused(request: Request, exc: Exception) -> Response:
 
 async def _http_exception(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
-    code = _STATUS_CODES.get(exc.status_code, ErrorCode.BAD_REQUEST)
+    code = _FRAMEWORK_CODES.get(exc.status_code, ErrorCode.BAD_REQUEST)
     if exc.status_code == 404:
         message = f"no route {request.method} {request.url.path}"
     elif exc.status_code == 405:
@@ -111,17 +116,7 @@ async def _internal(request: Request, exc: Exception) -> Response:
 def build_app(ctl: Controller) -> ASGIApp:
     """The ASGI application serving `ctl`."""
     app = Starlette(
-        routes=[
-            *workers.routes,
-            *jobs.routes,
-            *devices.routes,
-            *admin.routes,
-            *stream.routes,
-            *metrics.routes,
-            *dashboard.routes,
-            *relay.routes,
-            *docs.routes,
-        ],
+        routes=[endpoint.route() for endpoint in ROUTES],
         exception_handlers={
             Refused: _refused,
             HTTPException: _http_exception,
@@ -129,5 +124,6 @@ def build_app(ctl: Controller) -> ASGIApp:
         },
     )
     app.state.ctl = ctl
+    app.state.routes = ROUTES
     app.state.stream = stream.Broadcaster(ctl)
     return _Envelope(app, ctl.instance)

@@ -81,18 +81,18 @@ class TokenCache:
     def authenticate(self, header: str | None, now: float) -> Caller:
         """The Caller for an Authorization header value. Raises Refused(401)."""
         if not header:
-            raise Refused(401, ErrorCode.UNAUTHORIZED, "missing bearer token (set RC_TOKEN)")
+            raise Refused(ErrorCode.UNAUTHORIZED, "missing bearer token (set RC_TOKEN)")
         scheme, _, secret = header.partition(" ")
         secret = secret.strip()
         if scheme.lower() != "bearer" or not secret:
-            raise Refused(401, ErrorCode.UNAUTHORIZED, "Authorization must be 'Bearer <token>'")
+            raise Refused(ErrorCode.UNAUTHORIZED, "Authorization must be 'Bearer <token>'")
         digest = hash_secret(secret)
         hit = self._by_hash.get(digest)
         if hit is None or not hmac.compare_digest(hit[0], digest):
-            raise Refused(401, ErrorCode.UNAUTHORIZED, "unknown or revoked token")
+            raise Refused(ErrorCode.UNAUTHORIZED, "unknown or revoked token")
         caller = hit[1]
         if caller.expires_at is not None and now >= caller.expires_at:
-            raise Refused(401, ErrorCode.UNAUTHORIZED, f"token {caller.name!r} has expired")
+            raise Refused(ErrorCode.UNAUTHORIZED, f"token {caller.name!r} has expired")
         return caller
 
 
@@ -109,6 +109,7 @@ def require(caller: Caller, *roles: Role) -> Caller:
         return caller
     allowed = " or ".join(r.value for r in roles) or "admin"
     article = "an" if allowed.startswith("admin") else "a"  # "a user", "a worker"
-    raise Refused.forbidden(
-        f"this route needs {article} {allowed} token; {caller.name!r} is a {caller.role.value} token"
+    raise Refused(
+        ErrorCode.FORBIDDEN,
+        f"this route needs {article} {allowed} token; {caller.name!r} is a {caller.role.value} token",
     )

@@ -43,6 +43,8 @@ ADMIN_TOKEN_FILE = "admin.token"
 PLAN_MAX_AGE_S = 1.0
 """A shared queue plan is reused at most this long (aging moves the order)."""
 DB_FILE = "rc.db"
+LOG_DIR = "logs"
+"""Job logs live in DATA/logs (rc.controller.logstore)."""
 
 
 class Controller:
@@ -87,7 +89,7 @@ class Controller:
         self._plan_version = 0
         self._plan: tuple | None = None
         self._plan_pending: tuple | None = None
-        self.metrics = Metrics(self)
+        self.metrics = Metrics(self.db, self.data / LOG_DIR)
         """Prometheus registry and hooks (`metrics.relay_sessions`, `metrics.webhook_dropped`)."""
         self.relay = Relay(
             config.relay_alone_timeout, config.limits.relay_sessions_per_user, self.hub.notify
@@ -109,7 +111,7 @@ class Controller:
         except OSError as e:
             raise StartupError(f"data dir {self.data} is not writable: {e.strerror or e}") from None
         self.logs = LogStore(
-            self.data / "logs",
+            self.data / LOG_DIR,
             self.cfg.limits.log_cap_bytes,
             lambda j: self.hub.notify([f"log:{j}"]),
         )

@@ -2,7 +2,9 @@
 
 The page is assembled once per process from rc/controller/static/:
 dashboard.html with dashboard.css and dashboard.js inlined where it says
-`/*@css*/` and `/*@js*/`. The response needs nothing else: no external
+`/*@css*/` and `/*@js*/`, and the script's words for every state, reason and
+event kind (rc.controller.wording, built from the rc.proto enums) put where
+it says `/*@words*/null`. The response needs nothing else: no external
 request of any kind, no build step, works offline.
 
 The Content-Security-Policy admits exactly those two inline blocks (by their
@@ -24,15 +26,18 @@ import hashlib
 import importlib.resources
 from dataclasses import dataclass
 
+import orjson
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
 
-__all__ = ["Page", "page", "routes"]
+from rc.controller import wording
+
+__all__ = ["Page", "dashboard", "page", "words_json"]
 
 STATIC = "rc.controller.static"
 CSS_MARK = "/*@css*/"
 JS_MARK = "/*@js*/"
+WORDS_MARK = "/*@words*/null"
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +60,9 @@ def page() -> Page:
     html = files.joinpath("dashboard.html").read_text(encoding="utf-8")
     css = files.joinpath("dashboard.css").read_text(encoding="utf-8")
     js = files.joinpath("dashboard.js").read_text(encoding="utf-8")
+    if js.count(WORDS_MARK) != 1:
+        raise ValueError(f"dashboard.js must contain {WORDS_MARK} exactly once")
+    js = js.replace(WORDS_MARK, words_json())
     for mark, block, tag in ((CSS_MARK, css, "</style"), (JS_MARK, js, "</script")):
         if html.count(mark) != 1:
             raise ValueError(f"dashboard.html must contain {mark} exactly once")
@@ -84,10 +92,13 @@ def page() -> Page:
     )
 
 
+def words_json() -> str:
+    """rc.controller.wording.vocabulary() as a JavaScript literal (JSON with
+    every "<" escaped, so no string in it can end or open a tag)."""
+    return orjson.dumps(wording.vocabulary()).decode().replace("<", "\\u003c")
+
+
 async def dashboard(request: Request) -> Response:
     """GET /: the dashboard page (no token needed: it holds no data)."""
     p = page()
     return Response(p.html, media_type="text/html", headers=p.headers)
-
-
-routes = [Route("/", dashboard, methods=["GET"])]

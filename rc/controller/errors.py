@@ -1,14 +1,15 @@
 """Errors of the controller.
 
-`Refused` is the one way a request is turned down: it carries the HTTP status,
-the ErrorCode and a message naming the problem, and the app renders it as the
+`Refused` is the one way a request is turned down: it carries the ErrorCode,
+its HTTP status (from the one table, rc.proto.errors.STATUS) and a message
+naming the problem, and the app renders it as the
 single error shape `{"error": code, "message": text}` (DESIGN.md §5).
 Transaction functions raise it too; their savepoint is rolled back.
 """
 
 from __future__ import annotations
 
-from rc.proto.errors import ErrorCode, RcError
+from rc.proto.errors import ErrorCode, RcError, statuses
 
 __all__ = ["ControllerError", "GuardFailed", "Refused", "StartupError", "StoreError"]
 
@@ -37,30 +38,23 @@ class StartupError(ControllerError):
 
 
 class Refused(ControllerError):
-    """A request is refused with `status`, `code` and a message naming the problem."""
+    """A request is refused with `code` and a message naming the problem.
 
-    def __init__(self, status: int, code: ErrorCode | str, message: str) -> None:
+    The HTTP status is the code's own in rc.proto.errors.STATUS. `status`
+    chooses the code's second status where that table gives one
+    (SECOND_STATUS: 429 limit_exceeded for a count of open sessions); any
+    other status raises ValueError, as does a code that is not an ErrorCode.
+    """
+
+    def __init__(self, code: ErrorCode | str, message: str, *, status: int | None = None) -> None:
         super().__init__(message)
-        self.status = status
-        self.code = str(code)
+        try:
+            known = ErrorCode(code)
+        except ValueError:
+            raise ValueError(f"Refused needs an ErrorCode, not {code!r}") from None
+        allowed = statuses(known)
+        if status is not None and status not in allowed:
+            raise ValueError(f"{known} is answered with {allowed}, never {status}")
+        self.status = allowed[0] if status is None else status
+        self.code = str(known)
         self.message = message
-
-    @classmethod
-    def bad(cls, code: ErrorCode | str, message: str) -> Refused:
-        """400."""
-        return cls(400, code, message)
-
-    @classmethod
-    def not_found(cls, message: str, code: ErrorCode | str = ErrorCode.NOT_FOUND) -> Refused:
-        """404."""
-        return cls(404, code, message)
-
-    @classmethod
-    def conflict(cls, code: ErrorCode | str, message: str) -> Refused:
-        """409."""
-        return cls(409, code, message)
-
-    @classmethod
-    def forbidden(cls, message: str, code: ErrorCode | str = ErrorCode.FORBIDDEN) -> Refused:
-        """403."""
-        return cls(403, code, message)

@@ -84,7 +84,7 @@ class LogStore:
             if size > self.cap:  # already truncated: acknowledge and drop
                 return offset + len(data), False
             if offset > size:
-                raise Refused.conflict(
+                raise Refused(
                     ErrorCode.OFFSET_GAP,
                     f"append at offset {offset} but job {job_id}'s log holds {size} bytes; "
                     f"resend from {size}",

@@ -1,4 +1,5 @@
-"""Prometheus metrics: GET /metrics in the text format (DESIGN.md §6.6, issue 8).
+"""Prometheus metrics of one controller (DESIGN.md §6.6), served by GET /metrics
+(rc.controller.api.metrics).
 
 Each Controller owns one `Metrics` with its own CollectorRegistry (never the
 process-global one, so two controllers in one process never mix series).
@@ -26,6 +27,9 @@ Where each series comes from:
 Access: /metrics needs a token of any role (user, worker or admin), like
 every other route but the dashboard page: the series name hosts and carry
 the fleet's shape. Prometheus sends one with `authorization: {credentials_file: ...}`.
+
+A Metrics knows the database and the log directory, not the Controller
+(which owns it): rc.controller.core imports this module, never the reverse.
 """
 
 from __future__ import annotations
@@ -36,18 +40,15 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING
+from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
-from starlette.requests import Request
-from starlette.responses import Response
-from starlette.routing import Route
+from prometheus_client.exposition import generate_latest
 
 from rc import __version__
 from rc.controller.store import views
-from rc.controller.store.db import Tx
+from rc.controller.store.db import Database, Tx
 from rc.proto.model import (
     PRIORITY_MAX,
     PRIORITY_MIN,
@@ -55,13 +56,9 @@ from rc.proto.model import (
     EventKind,
     JobState,
     QuarantineReason,
-    Role,
 )
 
-if TYPE_CHECKING:
-    from rc.controller.core import Controller
-
-__all__ = ["HOOKS", "START_LATENCY_BUCKETS_S", "Metrics", "StoreCollector", "routes"]
+__all__ = ["HOOKS", "START_LATENCY_BUCKETS_S", "Metrics", "StoreCollector"]
 
 log = logging.getLogger("rc.metrics")
 
@@ -109,8 +106,9 @@ class Metrics:
     `ctl.metrics.relay_sessions = lambda: len(relay.sessions)`.
     """
 
-    def __init__(self, ctl: Controller) -> None:
-        self.ctl = ctl
+    def __init__(self, db: Database, log_dir: Path) -> None:
+        self.db = db
+        self.log_dir = log_dir
         self.registry = CollectorRegistry(auto_describe=False)
         self.start_latency = Histogram(
             "rc_job_start_latency_seconds",
@@ -150,19 +148,17 @@ class Metrics:
         if cached is not None and now < cached[0]:
             return cached[1], cached[2]
         total = files = 0
-        root = self.ctl.logs.root if self.ctl.logs is not None else None
-        if root is not None:
-            try:
-                with os.scandir(root) as it:
-                    for entry in it:
-                        try:
-                            if entry.is_file(follow_symlinks=False):
-                                total += entry.stat(follow_symlinks=False).st_size
-                                files += 1
-                        except FileNotFoundError:
-                            continue
-            except FileNotFoundError:
-                pass
+        try:
+            with os.scandir(self.log_dir) as it:
+                for entry in it:
+                    try:
+                        if entry.is_file(follow_symlinks=False):
+                            total += entry.stat(follow_symlinks=False).st_size
+                            files += 1
+                    except FileNotFoundError:
+                        continue
+        except FileNotFoundError:
+            pass
         took = time.monotonic() - now
         self._log_scan = (now + took * LOG_SCAN_REUSE, total, files)
         return total, files
@@ -171,7 +167,7 @@ class Metrics:
         """The exposition text of every series, from one consistent store snapshot."""
         extra = self.hook_values()
         extra["log_bytes"], extra["log_files"] = await asyncio.to_thread(self.log_usage)
-        return await self.ctl.db.read(self._render, extra)
+        return await self.db.read(self._render, extra)
 
     def _render(self, tx: Tx, extra: dict[str, float]) -> bytes:
         # Runs on a reader thread; the lock keeps two scrapes on two readers
@@ -300,15 +296,3 @@ def _extras(extra: dict[str, float]) -> Iterator[Metric]:
             "Open live-update streams (GET /v1/events/stream)",
             value=extra["sse_subscribers"],
         )
-
-
-async def metrics_endpoint(request: Request) -> Response:
-    """GET /metrics: every series in the Prometheus text format (any token)."""
-    from rc.controller.api import caller, ctl  # the api package imports core, which imports us
-
-    caller(request, Role.USER, Role.WORKER)
-    body = await ctl(request).metrics.render()
-    return Response(body, media_type=CONTENT_TYPE_LATEST, headers={"Cache-Control": "no-store"})
-
-
-routes = [Route("/metrics", metrics_endpoint, methods=["GET"])]

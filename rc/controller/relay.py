@@ -246,10 +246,10 @@ class Relay:
         live = sum(1 for s in self.sessions.values() if s.owner == owner and not s.ended)
         if self.per_user and live >= self.per_user:
             raise Refused(
-                429,
                 ErrorCode.LIMIT_EXCEEDED,
                 f"{owner} already has {live} terminal or pipe sessions open "
                 f"(the limit is {self.per_user})",
+                status=429,
             )
         s = Session(key, owner, worker, stdio, self.clock())
         s.alone_since = s.created
@@ -268,7 +268,7 @@ class Relay:
         if s is None:
             return self._new((job_id, 0), owner, worker, stdio)
         if s.ended:
-            raise Refused.conflict(ErrorCode.SESSION_ENDED, f"{s.name} has ended ({s.end_reason})")
+            raise Refused(ErrorCode.SESSION_ENDED, f"{s.name} has ended ({s.end_reason})")
         return s
 
     def open_in_hold(
@@ -351,13 +351,13 @@ class Relay:
         """Connect a half. Raises Refused 409 when the session ended, the half
         is connected already, or (input) its direction was already closed."""
         if s.ended:
-            raise Refused.conflict(ErrorCode.SESSION_ENDED, f"{s.name} has ended ({s.end_reason})")
+            raise Refused(ErrorCode.SESSION_ENDED, f"{s.name} has ended ({s.end_reason})")
         if half in s.attached:
-            raise Refused.conflict(
+            raise Refused(
                 ErrorCode.CONFLICT, f"{s.name} already has a {half.replace('_', ' ')} connection"
             )
         if half in s.used:
-            raise Refused.conflict(
+            raise Refused(
                 ErrorCode.SESSION_ENDED,
                 f"the {half.replace('_', ' ')} half of {s.name} was closed and cannot be reopened",
             )

@@ -41,9 +41,10 @@ SHUTDOWN_GRACE_S = 5.0
 
 
 def parse_listen(text: str) -> tuple[str, int]:
-    """ "HOST:PORT", "[::1]:PORT" or ":PORT" (all interfaces). Raises StartupError."""
+    """ "HOST:PORT", "[::1]:PORT" or ":PORT" (all interfaces); the port in
+    ASCII digits ("８０" is not 80). Raises StartupError."""
     host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or int(port) > 65535:
+    if not sep or not (port.isascii() and port.isdigit()) or int(port) > 65535:
         raise StartupError(
             f"listen address {text!r} must look like HOST:PORT (e.g. 127.0.0.1:8080)"
         )

@@ -1,7 +1,7 @@
 """Durations as people type them: "90s", "5m", "2h", "1h30m", "1d", "250ms".
 
-A bare number is seconds. Units: ms, s, m, h, d, w, each at most once and
-largest first ("1h30m", never "30m1h" or "5m5m"). Parsing returns float
+A bare number is seconds; digits are ASCII 0-9. Units: ms, s, m, h, d, w,
+each at most once and largest first ("1h30m", never "30m1h" or "5m5m"). Parsing returns float
 seconds; formatting gives the shortest exact form ("1h30m", "45s").
 """
 
@@ -14,8 +14,9 @@ from rc.proto.errors import RcError
 __all__ = ["DurationError", "format_duration", "parse_duration", "whole_seconds"]
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
-_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
-_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+# ASCII digits only: \d would take other scripts' digits ("１０" as 10)
+_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h|d|w)")
+_NUMBER = re.compile(r"[0-9]+(?:\.[0-9]+)?")
 MAX_SECONDS = 100 * 365 * 86400.0
 
 

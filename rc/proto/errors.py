@@ -8,8 +8,19 @@ them and the CLI and worker reading them can never disagree.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
+from types import MappingProxyType
 
-__all__ = ["ApiError", "ErrorCode", "RcError", "TransportError", "WireError"]
+__all__ = [
+    "SECOND_STATUS",
+    "STATUS",
+    "ApiError",
+    "ErrorCode",
+    "RcError",
+    "TransportError",
+    "WireError",
+    "statuses",
+]
 
 
 class RcError(Exception):
@@ -69,6 +80,65 @@ class ErrorCode(enum.StrEnum):
     NOT_ATTACHED = "not_attached"
     SESSION_ENDED = "session_ended"
     NOT_A_HOLD = "not_a_hold"
+
+
+STATUS: Mapping[ErrorCode, int] = MappingProxyType(
+    {
+        ErrorCode.UNAUTHORIZED: 401,
+        ErrorCode.FORBIDDEN: 403,
+        ErrorCode.NOT_FOUND: 404,
+        ErrorCode.METHOD_NOT_ALLOWED: 405,
+        ErrorCode.BAD_REQUEST: 400,
+        ErrorCode.BAD_JSON: 400,
+        ErrorCode.BODY_TOO_LARGE: 413,
+        ErrorCode.CHUNK_TOO_LARGE: 413,
+        ErrorCode.SHEET_TOO_LARGE: 413,
+        ErrorCode.LIMIT_EXCEEDED: 400,
+        ErrorCode.QUEUE_FULL: 429,
+        ErrorCode.PRIORITY_OUT_OF_RANGE: 400,
+        ErrorCode.BAD_SELECTOR: 400,
+        ErrorCode.RUNTIME_ABOVE_CEILING: 400,
+        ErrorCode.UNKNOWN_DEVICE: 400,
+        ErrorCode.NO_MATCHING_DEVICE: 400,
+        ErrorCode.NO_DEVICE_AVAILABLE: 409,
+        ErrorCode.IDEMPOTENCY_CONFLICT: 409,
+        ErrorCode.NOT_CANCELLABLE: 409,
+        ErrorCode.NOT_JOB_OWNER: 403,
+        ErrorCode.WRONG_HOST: 403,
+        ErrorCode.NOT_WORKER_JOB: 403,
+        ErrorCode.DEVICE_NOT_FOUND: 404,
+        ErrorCode.DEVICE_NOT_CLEARED: 409,
+        ErrorCode.DEVICE_BUSY: 409,
+        ErrorCode.LOGS_NOT_STORED: 409,
+        ErrorCode.OFFSET_GAP: 409,
+        ErrorCode.CONFLICT: 409,
+        ErrorCode.TOKEN_EXISTS: 409,
+        ErrorCode.LAST_ADMIN_TOKEN: 409,
+        ErrorCode.STORE_ERROR: 500,
+        ErrorCode.UNAVAILABLE: 503,
+        ErrorCode.INTERNAL: 500,
+        ErrorCode.NOT_ATTACHED: 409,
+        ErrorCode.SESSION_ENDED: 409,
+        ErrorCode.NOT_A_HOLD: 409,
+    }
+)
+"""The HTTP status of each error code: the one table the controller answers
+from (rc.controller.errors.Refused) and the OpenAPI document is written from."""
+
+SECOND_STATUS: Mapping[ErrorCode, int] = MappingProxyType({ErrorCode.LIMIT_EXCEEDED: 429})
+"""Codes that have a second status, each for a stated reason.
+
+limit_exceeded is 400 when a request is over a size limit (a command, an
+environment, a text, labels, devices per worker: the same request is refused
+again) and 429 when the caller is at a count of things open at once (terminal
+and pipe sessions per user: the same request succeeds once one has ended).
+README.md, "Limits", says which limit answers which."""
+
+
+def statuses(code: ErrorCode) -> tuple[int, ...]:
+    """The statuses `code` may be answered with: its own, then its second one."""
+    second = SECOND_STATUS.get(code)
+    return (STATUS[code],) if second is None else (STATUS[code], second)
 
 
 class ApiError(RcError):

@@ -1,25 +1,21 @@
-"""GET /openapi.json: the API described (rc.controller.openapi)."""
+"""GET /openapi.json: the API described (rc.controller.openapi), from the
+route table the app was built with (`app.state.routes`)."""
 
 from __future__ import annotations
 
 import orjson
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
 
 from rc.controller import openapi
 
-__all__ = ["routes"]
-
-_CACHED: bytes | None = None
+__all__ = ["openapi_json"]
 
 
 async def openapi_json(request: Request) -> Response:
-    """The OpenAPI document (public: it holds no secret)."""
-    global _CACHED
-    if _CACHED is None:
-        _CACHED = orjson.dumps(openapi.document())
-    return Response(_CACHED, media_type="application/json")
-
-
-routes = [Route("/openapi.json", openapi_json, methods=["GET"])]
+    """The OpenAPI document (public: it holds no secret), built once per app."""
+    state = request.app.state
+    body = getattr(state, "openapi_json", None)
+    if body is None:
+        body = state.openapi_json = orjson.dumps(openapi.document(state.routes))
+    return Response(body, media_type="application/json")

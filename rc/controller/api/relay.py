@@ -28,7 +28,6 @@ import time
 
 import orjson
 from starlette.requests import Request
-from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from rc.controller.api import Role, caller, ctl, json_body, path_int, query_float, reply
@@ -39,9 +38,9 @@ from rc.controller.relay import Ended, Pipe, Relay, Session
 from rc.controller.store import jobs, rows
 from rc.proto.errors import ErrorCode
 from rc.proto.model import JobKind, JobState, Stdio
-from rc.proto.wire import SessionReport, SessionRequest, SubmitRequest
+from rc.proto.wire import SubmitRequest
 
-__all__ = ["routes"]
+__all__ = ["Half", "get_session", "open_session", "report_session"]
 
 DRAIN_S = 5.0
 """After ending a POST half early, how long its leftover body is read and
@@ -51,16 +50,16 @@ SESSION_STATES = ("running", "ended")
 
 def _owner_check(who: Caller, owner: str, what: str) -> None:
     if not who.admin and who.name != owner:
-        raise Refused.forbidden(
-            f"{what} belongs to {owner}; only its owner or an admin may attach to it",
+        raise Refused(
             ErrorCode.NOT_JOB_OWNER,
+            f"{what} belongs to {owner}; only its owner or an admin may attach to it",
         )
 
 
 def _worker_check(who: Caller, worker: str, what: str) -> None:
     if who.role is Role.WORKER and who.host != worker:
-        raise Refused.forbidden(
-            f"{what} does not run on {who.host or 'this worker'}", ErrorCode.NOT_WORKER_JOB
+        raise Refused(
+            ErrorCode.NOT_WORKER_JOB, f"{what} does not run on {who.host or 'this worker'}"
         )
 
 
@@ -69,7 +68,7 @@ async def _job_session(request: Request, who: Caller, side: str) -> Session:
     job_id = path_int(request)
     row = await c.db.read(jobs.brief, job_id)
     if row is None:
-        raise Refused.not_found(f"no job {job_id}")
+        raise Refused(ErrorCode.NOT_FOUND, f"no job {job_id}")
     what = f"job {job_id}"
     if side == "client":
         _owner_check(who, row["submitter"], what)
@@ -77,12 +76,12 @@ async def _job_session(request: Request, who: Caller, side: str) -> Session:
         _worker_check(who, row["worker_id"], what)
     stdio = Stdio(row["stdio"])
     if not stdio.attached:
-        raise Refused.conflict(
+        raise Refused(
             ErrorCode.NOT_ATTACHED,
             f"{what} has no terminal or pipe; its output is in its log (rc logs {job_id})",
         )
     if JobState(row["state"]).terminal:
-        raise Refused.conflict(ErrorCode.SESSION_ENDED, f"{what} has ended ({row['state']})")
+        raise Refused(ErrorCode.SESSION_ENDED, f"{what} has ended ({row['state']})")
     return c.relay.for_job(job_id, row["submitter"], row["worker_id"], stdio)
 
 
@@ -91,15 +90,18 @@ def _hold_session(request: Request) -> Session:
     hold_id, sid = path_int(request), path_int(request, "sid")
     s = c.relay.get(hold_id, sid)
     if s is None or s.start is None:
-        raise Refused.not_found(
+        raise Refused(
+            ErrorCode.NOT_FOUND,
             f"no session {sid} in hold {hold_id} (a session is forgotten "
-            "10 minutes after it ends, and when the controller restarts)"
+            "10 minutes after it ends, and when the controller restarts)",
         )
     return s
 
 
-class _Half:
-    """One relay half as a raw ASGI endpoint: `half` is side_direction."""
+class Half:
+    """One relay half as a raw ASGI endpoint: `half` is side_direction
+    (client_out, client_in, worker_out, worker_in); `in_hold` for the halves
+    of a session inside a hold."""
 
     def __init__(self, half: str, in_hold: bool) -> None:
         self.half = half
@@ -109,7 +111,7 @@ class _Half:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
         c = ctl(request)
-        who = caller(request, Role.USER if self.side == "client" else Role.WORKER)
+        who = caller(request)
         if self.in_hold:
             s = _hold_session(request)
             what = f"session {s.key[1]} of hold {s.key[0]}"
@@ -277,31 +279,31 @@ async def open_session(request: Request):
     hold you own (201 with its SessionView). No second lease: it runs under
     the hold's, on the hold's device, and ends when the hold ends."""
     c = ctl(request)
-    who = caller(request, Role.USER)
+    who = caller(request)
     hold_id = path_int(request)
-    req = await json_body(request, SessionRequest, c.cfg.limits.body_bytes)
+    req = await json_body(request, c.cfg.limits.body_bytes)
     row = await c.db.read(jobs.brief, hold_id)
     if row is None:
-        raise Refused.not_found(f"no job {hold_id}")
+        raise Refused(ErrorCode.NOT_FOUND, f"no job {hold_id}")
     is_hold = row["kind"] == JobKind.HOLD
     _owner_check(who, row["submitter"], f"{'hold' if is_hold else 'job'} {hold_id}")
     if not is_hold:
-        raise Refused.conflict(
+        raise Refused(
             ErrorCode.NOT_A_HOLD,
             f"job {hold_id} is not a hold (sessions run inside holds; "
             "rc run --tty starts a terminal job of its own)",
         )
     if row["state"] not in (JobState.ASSIGNED, JobState.RUNNING):
-        raise Refused.conflict(
+        raise Refused(
             ErrorCode.SESSION_ENDED,
             f"hold {hold_id} has ended ({row['state']})"
             if JobState(row["state"]).terminal
             else f"hold {hold_id} is not granted yet ({row['state']})",
         )
     if not req.stdio.attached:
-        raise Refused.bad(ErrorCode.BAD_REQUEST, "a session's stdio is tty or pipe")
+        raise Refused(ErrorCode.BAD_REQUEST, "a session's stdio is tty or pipe")
     if not (0 <= req.rows < 65536 and 0 <= req.cols < 65536):
-        raise Refused.bad(ErrorCode.BAD_REQUEST, "rows and cols must be in 0..65535")
+        raise Refused(ErrorCode.BAD_REQUEST, "rows and cols must be in 0..65535")
     # the same checks as a job's command, cwd and environment
     validate_submit(
         SubmitRequest(
@@ -322,7 +324,7 @@ async def get_session(request: Request):
     """GET /v1/jobs/{hold}/sessions/{sid}[?wait=S&state=X]: a session's state;
     with `wait`, answers when it differs from X (or after S seconds, max 60)."""
     c = ctl(request)
-    who = caller(request, Role.USER)
+    who = caller(request)
     s = _hold_session(request)
     _owner_check(who, s.owner, f"session {s.key[1]} of hold {s.key[0]}")
     wait = query_float(request, "wait", 0.0, 0.0, 60.0)
@@ -344,29 +346,11 @@ async def report_session(request: Request):
     """POST /v1/jobs/{hold}/sessions/{sid}/status: the worker says a session
     is running, or ended with an exit code (and a pipe session's stderr)."""
     c = ctl(request)
-    who = caller(request, Role.WORKER)
+    who = caller(request)
     s = _hold_session(request)
     _worker_check(who, s.worker, f"session {s.key[1]} of hold {s.key[0]}")
-    rep = await json_body(request, SessionReport, c.cfg.limits.body_bytes)
+    rep = await json_body(request, c.cfg.limits.body_bytes)
     if rep.state not in SESSION_STATES:
-        raise Refused.bad(ErrorCode.BAD_REQUEST, "a session report's state is running or ended")
+        raise Refused(ErrorCode.BAD_REQUEST, "a session report's state is running or ended")
     c.relay.report(s, rep)
     return reply({"ok": True})
-
-
-def _halves(prefix: str, in_hold: bool) -> list[Route]:
-    return [
-        Route(f"{prefix}/tty/out", _Half("client_out", in_hold), methods=["GET"]),
-        Route(f"{prefix}/tty/out", _Half("worker_out", in_hold), methods=["POST"]),
-        Route(f"{prefix}/tty/in", _Half("client_in", in_hold), methods=["POST"]),
-        Route(f"{prefix}/tty/in", _Half("worker_in", in_hold), methods=["GET"]),
-    ]
-
-
-routes = [
-    *_halves("/v1/jobs/{job_id}", False),
-    *_halves("/v1/jobs/{job_id}/sessions/{sid}", True),
-    Route("/v1/jobs/{job_id}/sessions", open_session, methods=["POST"]),
-    Route("/v1/jobs/{job_id}/sessions/{sid}", get_session, methods=["GET"]),
-    Route("/v1/jobs/{job_id}/sessions/{sid}/status", report_session, methods=["POST"]),
-]

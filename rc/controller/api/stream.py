@@ -41,17 +41,16 @@ import time
 import orjson
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
-from rc.controller.api import Role, caller, ctl, query_int
+from rc.controller.api import ctl, query_int
 from rc.controller.core import Controller
 from rc.controller.errors import Refused
 from rc.controller.store import events as feed
 from rc.proto.codec import encode
 from rc.proto.errors import ErrorCode
 
-__all__ = ["Broadcaster", "EventStream", "Subscriber", "routes"]
+__all__ = ["Broadcaster", "EventStream", "Subscriber", "stream"]
 
 log = logging.getLogger("rc.stream")
 
@@ -126,10 +125,9 @@ class Broadcaster:
         """A new subscriber. Raises Refused(503) past `max` open streams or
         while the controller shuts down."""
         if self.ctl.hub.closing:
-            raise Refused(503, ErrorCode.UNAVAILABLE, "the controller is shutting down")
+            raise Refused(ErrorCode.UNAVAILABLE, "the controller is shutting down")
         if len(self.subs) >= self.max:
             raise Refused(
-                503,
                 ErrorCode.UNAVAILABLE,
                 f"{len(self.subs)} live streams are open, the most this controller "
                 "serves; the page falls back to polling",
@@ -270,7 +268,7 @@ def _start_after(request: Request, c: Controller) -> int | None:
     last = request.headers.get("last-event-id", "").strip()
     if last:
         if not last.isdigit():
-            raise Refused.bad(ErrorCode.BAD_REQUEST, "Last-Event-ID must be an event id")
+            raise Refused(ErrorCode.BAD_REQUEST, "Last-Event-ID must be an event id")
         return int(last)
     if request.query_params.get("after", "") != "":
         return query_int(request, "after", 0, 0, 1 << 62)
@@ -280,12 +278,8 @@ def _start_after(request: Request, c: Controller) -> int | None:
 async def stream(request: Request) -> Response:
     """GET /v1/events/stream[?token=T&after=ID]: Server-Sent Events (see the module)."""
     c = ctl(request)
-    caller(request, Role.USER, query_token=True)
     after = _start_after(request, c)
     if after is None:
         after = await c.db.read(feed.last_id)
     broadcaster: Broadcaster = request.app.state.stream
     return EventStream(c, broadcaster, broadcaster.subscribe(), after)
-
-
-routes = [Route("/v1/events/stream", stream, methods=["GET"])]

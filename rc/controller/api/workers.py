@@ -9,12 +9,22 @@ A worker token is bound to its host at its first registration (DESIGN.md
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 
 from starlette.requests import Request
-from starlette.routing import Route
 
-from rc.controller.api import Role, caller, ctl, json_body, path_int, query_float, read_body, reply
+from rc.controller.api import (
+    Role,
+    caller,
+    ctl,
+    cut_text,
+    json_body,
+    path_int,
+    query_float,
+    read_body,
+    reply,
+)
 from rc.controller.auth import Caller
 from rc.controller.config import Limits
 from rc.controller.errors import Refused
@@ -26,27 +36,30 @@ from rc.proto.selector import valid_label_key
 from rc.proto.wire import (
     Assignment,
     Assignments,
-    FaultRequest,
-    HeartbeatRequest,
     HeartbeatResponse,
-    LabelsRequest,
-    LeaveRequest,
     LeaveResponse,
     LogAppended,
-    RegisterRequest,
     RegisterResponse,
     ReportResult,
     ReportResults,
-    Reports,
-    StatusReport,
 )
 
-__all__ = ["routes"]
+__all__ = [
+    "append_log",
+    "assignments",
+    "device_fault",
+    "heartbeat",
+    "labels",
+    "leave",
+    "register",
+    "reports",
+    "status",
+]
 
 
 def _check_name(what: str, value: str) -> None:
     if not NAME_RE.fullmatch(value):
-        raise Refused.bad(
+        raise Refused(
             ErrorCode.BAD_REQUEST,
             f"{what} {value!r} is not valid (letters, digits, '.', '_', '-'; at most 63)",
         )
@@ -57,19 +70,19 @@ def _check_labels(lim: Limits, labels: dict[str, dict[str, str]] | None, what: s
         return
     for scope, facts in labels.items():
         if len(facts) > lim.labels_per_device:
-            raise Refused.bad(
+            raise Refused(
                 ErrorCode.LIMIT_EXCEEDED,
                 f"{what}[{scope!r}] has {len(facts)} labels; the limit is {lim.labels_per_device}",
             )
         for k, v in facts.items():
             if not valid_label_key(k):
-                raise Refused.bad(
+                raise Refused(
                     ErrorCode.BAD_REQUEST,
                     f"{what}[{scope!r}] label {k[:40]!r}: a label name has no "
                     "spaces or control characters and none of = ! < > ,",
                 )
             if len(k) > lim.label_bytes or len(v) > lim.label_bytes:
-                raise Refused.bad(
+                raise Refused(
                     ErrorCode.LIMIT_EXCEEDED,
                     f"{what}[{scope!r}] label {k[:40]!r}: keys must be non-empty "
                     f"and keys and values at most {lim.label_bytes} characters",
@@ -80,7 +93,6 @@ def _check_sheets(lim: Limits, sheet: str | None, device_sheets: dict[str, str])
     for name, body in [("host.md", sheet or ""), *device_sheets.items()]:
         if len(body.encode()) > lim.sheet_bytes:
             raise Refused(
-                413,
                 ErrorCode.SHEET_TOO_LARGE,
                 f"usage sheet {name} is over the {lim.sheet_bytes}-byte limit",
             )
@@ -91,7 +103,7 @@ def _check_links(lim: Limits, links, names: set[str]) -> None:
     if links is None:
         return
     if len(links) > lim.links_per_worker:
-        raise Refused.bad(
+        raise Refused(
             ErrorCode.LIMIT_EXCEEDED,
             f"{len(links)} device links; a worker may report {lim.links_per_worker}",
         )
@@ -99,16 +111,14 @@ def _check_links(lim: Limits, links, names: set[str]) -> None:
     for lk in links:
         for name in (lk.a, lk.b):
             if name not in names:
-                raise Refused.bad(
+                raise Refused(
                     ErrorCode.BAD_REQUEST, f"link {lk.a!r}-{lk.b!r}: {name!r} is not a device here"
                 )
         key = frozenset((lk.a, lk.b))
         if len(key) == 1:
-            raise Refused.bad(
-                ErrorCode.BAD_REQUEST, f"link {lk.a!r}-{lk.b!r} joins a device to itself"
-            )
+            raise Refused(ErrorCode.BAD_REQUEST, f"link {lk.a!r}-{lk.b!r} joins a device to itself")
         if key in seen:
-            raise Refused.bad(ErrorCode.BAD_REQUEST, f"link {lk.a!r}-{lk.b!r} is given twice")
+            raise Refused(ErrorCode.BAD_REQUEST, f"link {lk.a!r}-{lk.b!r} is given twice")
         seen.add(key)
 
 
@@ -116,20 +126,20 @@ def _bound(request: Request, who: Caller, host: str) -> None:
     """A worker token may act only for the host it is bound to."""
     if who.role is Role.WORKER and who.host != host:
         bound = who.host or "no host yet (register first)"
-        raise Refused.forbidden(
-            f"worker token {who.name!r} is bound to {bound}, not {host!r}", ErrorCode.WRONG_HOST
+        raise Refused(
+            ErrorCode.WRONG_HOST, f"worker token {who.name!r} is bound to {bound}, not {host!r}"
         )
 
 
 async def register(request: Request):
     """POST /v1/workers/register."""
     c = ctl(request)
-    who = caller(request, Role.WORKER)
+    who = caller(request)
     lim = c.cfg.limits
-    req = await json_body(request, RegisterRequest, lim.register_body_bytes)
+    req = await json_body(request, lim.register_body_bytes)
     _check_name("host", req.host)
     if len(req.devices) > lim.devices_per_worker:
-        raise Refused.bad(
+        raise Refused(
             ErrorCode.LIMIT_EXCEEDED,
             f"{len(req.devices)} devices; a worker may declare {lim.devices_per_worker}",
         )
@@ -137,9 +147,9 @@ async def register(request: Request):
     for d in req.devices:
         _check_name("device name", d.name)
         if d.name in names:
-            raise Refused.bad(ErrorCode.BAD_REQUEST, f"device {d.name!r} is declared twice")
+            raise Refused(ErrorCode.BAD_REQUEST, f"device {d.name!r} is declared twice")
         if d.max_runtime_seconds < 0:
-            raise Refused.bad(ErrorCode.BAD_REQUEST, f"device {d.name}: negative max_runtime")
+            raise Refused(ErrorCode.BAD_REQUEST, f"device {d.name}: negative max_runtime")
         names.add(d.name)
     _check_labels(lim, req.labels, "labels")
     _check_labels(lim, req.declared_labels, "declared_labels")
@@ -148,7 +158,7 @@ async def register(request: Request):
     if who.role is Role.WORKER and not who.host:
         row = await c.db.write(tokens.bind_host, who.token_id, req.host)
         if row is None:  # revoked meanwhile
-            raise Refused(401, ErrorCode.UNAUTHORIZED, "unknown or revoked token")
+            raise Refused(ErrorCode.UNAUTHORIZED, "unknown or revoked token")
         c.tokens.put(row)
         who = Caller(who.token_id, who.name, who.role, row["host"], who.expires_at)
     _bound(request, who, req.host)
@@ -160,15 +170,13 @@ async def register(request: Request):
 async def labels(request: Request):
     """POST /v1/workers/{worker_id}/labels: a periodic re-probe (labels and sheets only)."""
     c = ctl(request)
-    who = caller(request, Role.WORKER)
+    who = caller(request)
     worker_id = request.path_params["worker_id"]
     _bound(request, who, worker_id)
     lim = c.cfg.limits
-    req = await json_body(request, LabelsRequest, lim.register_body_bytes)
+    req = await json_body(request, lim.register_body_bytes)
     if req.host != worker_id:
-        raise Refused.forbidden(
-            f"labels for {req.host!r} sent to worker {worker_id!r}", ErrorCode.WRONG_HOST
-        )
+        raise Refused(ErrorCode.WRONG_HOST, f"labels for {req.host!r} sent to worker {worker_id!r}")
     _check_labels(lim, req.labels, "labels")
     _check_labels(lim, req.declared_labels, "declared_labels")
     _check_sheets(lim, req.sheet, req.device_sheets)
@@ -182,12 +190,10 @@ async def labels(request: Request):
 async def heartbeat(request: Request):
     """POST /v1/workers/{worker_id}/heartbeat."""
     c = ctl(request)
-    who = caller(request, Role.WORKER)
+    who = caller(request)
     worker_id = request.path_params["worker_id"]
     _bound(request, who, worker_id)
-    req = await json_body(
-        request, HeartbeatRequest, c.cfg.limits.heartbeat_body_bytes, empty_ok=True
-    )
+    req = await json_body(request, c.cfg.limits.heartbeat_body_bytes, empty_ok=True)
     stop = await c.db.write(workers.heartbeat, worker_id, req.running_job_ids, c.thresholds)
     if c.forget_delivered(worker_id, set(req.running_job_ids)):
         c.hub.notify([f"worker:{worker_id}"])
@@ -198,10 +204,10 @@ async def leave(request: Request):
     """POST /v1/workers/{worker_id}/leave: a worker process stopping cleanly
     hands back the assigned jobs it never started (store.workers.leave)."""
     c = ctl(request)
-    who = caller(request, Role.WORKER)
+    who = caller(request)
     worker_id = request.path_params["worker_id"]
     _bound(request, who, worker_id)
-    req = await json_body(request, LeaveRequest, c.cfg.limits.body_bytes)
+    req = await json_body(request, c.cfg.limits.body_bytes)
     requeued, killed = await c.db.write(workers.leave, worker_id, req.instance, req.started_job_ids)
     c.delivered.pop(worker_id, None)
     return reply(LeaveResponse(tuple(requeued), tuple(killed)))
@@ -217,7 +223,7 @@ async def assignments(request: Request):
     must not take work meant for its successor).
     """
     c = ctl(request)
-    who = caller(request, Role.WORKER)
+    who = caller(request)
     worker_id = request.path_params["worker_id"]
     _bound(request, who, worker_id)
     wait = query_float(request, "wait", c.cfg.poll_wait_default, 0.0, c.cfg.poll_wait_max)
@@ -276,11 +282,13 @@ def _assignment(r) -> Assignment:
 async def reports(request: Request):
     """POST /v1/workers/{worker_id}/reports: running and terminal reports, batched."""
     c = ctl(request)
-    who = caller(request, Role.WORKER)
+    who = caller(request)
     worker_id = request.path_params["worker_id"]
     _bound(request, who, worker_id)
-    req = await json_body(request, Reports, c.cfg.limits.body_bytes)
-    applied = await c.db.write(jobs.apply_reports, worker_id, req.reports)
+    req = await json_body(request, c.cfg.limits.body_bytes)
+    limit = c.cfg.limits.text_bytes
+    batch = tuple(dataclasses.replace(r, reason=cut_text(r.reason, limit)) for r in req.reports)
+    applied = await c.db.write(jobs.apply_reports, worker_id, batch)
     c.metrics.observe_starts(applied.start_latencies)
     return reply(
         ReportResults(
@@ -292,43 +300,43 @@ async def reports(request: Request):
 async def status(request: Request):
     """POST /v1/jobs/{job_id}/status: one report (inventory §3.2)."""
     c = ctl(request)
-    who = caller(request, Role.WORKER)
+    who = caller(request)
     job_id = path_int(request)
-    req = await json_body(request, StatusReport, c.cfg.limits.body_bytes)
+    req = await json_body(request, c.cfg.limits.body_bytes)
     _bound(request, who, req.worker_id)
     if req.state is not JobState.RUNNING and not req.state.terminal:
-        raise Refused.bad(
+        raise Refused(
             ErrorCode.BAD_REQUEST, f"a worker reports running or a terminal state, not {req.state}"
         )
     from rc.proto.wire import JobReport
 
-    rep = JobReport(job_id, req.state, req.exit_code, req.reason, req.started_at)
+    reason = cut_text(req.reason, c.cfg.limits.text_bytes)
+    rep = JobReport(job_id, req.state, req.exit_code, reason, req.started_at)
     applied = await c.db.write(jobs.apply_reports, req.worker_id, (rep,))
     c.metrics.observe_starts(applied.start_latencies)
     [(_, code, msg)] = applied.results
     if code:
-        status_code = {"not_found": 404, "not_worker_job": 403}.get(code, 400)
-        raise Refused(status_code, code, msg)
+        raise Refused(code, msg)
     return reply({"ok": True})
 
 
 async def append_log(request: Request):
     """POST /v1/jobs/{job_id}/logs?offset=N: append output starting at byte N."""
     c = ctl(request)
-    who = caller(request, Role.WORKER)
+    who = caller(request)
     job_id = path_int(request)
     raw_offset = request.query_params.get("offset", "")
     if not raw_offset.isdigit():
-        raise Refused.bad(ErrorCode.BAD_REQUEST, "offset must be a non-negative integer")
+        raise Refused(ErrorCode.BAD_REQUEST, "offset must be a non-negative integer")
     row = await c.db.read(jobs.brief, job_id)
     if row is None:
-        raise Refused.not_found(f"no job {job_id}")
+        raise Refused(ErrorCode.NOT_FOUND, f"no job {job_id}")
     if who.role is Role.WORKER and row["worker_id"] != who.host:
-        raise Refused.forbidden(
-            f"job {job_id} does not run on {who.host or 'this worker'}", ErrorCode.NOT_WORKER_JOB
+        raise Refused(
+            ErrorCode.NOT_WORKER_JOB, f"job {job_id} does not run on {who.host or 'this worker'}"
         )
     if row["stdio"] == Stdio.TTY:
-        raise Refused.conflict(
+        raise Refused(
             ErrorCode.LOGS_NOT_STORED,
             f"job {job_id} is a terminal session; its output is not stored",
         )
@@ -340,32 +348,23 @@ async def append_log(request: Request):
 async def device_fault(request: Request):
     """POST /v1/devices/{device_id}/fault: quarantine a device as `fault`."""
     c = ctl(request)
-    who = caller(request, Role.WORKER)
+    who = caller(request)
     device_id = request.path_params["device_id"]
-    req = await json_body(request, FaultRequest, c.cfg.limits.body_bytes)
+    req = await json_body(request, c.cfg.limits.body_bytes)
     if not req.reason.strip():
-        raise Refused.bad(ErrorCode.BAD_REQUEST, "a fault needs a reason")
+        raise Refused(ErrorCode.BAD_REQUEST, "a fault needs a reason")
     host = device_id.rpartition(":")[0]
     if who.role is Role.WORKER and who.host != host:
-        raise Refused.forbidden(
+        raise Refused(
+            ErrorCode.WRONG_HOST,
             f"worker token {who.name!r} may not fault {device_id} "
             f"(bound to {who.host or 'no host'})",
-            ErrorCode.WRONG_HOST,
         )
     await c.db.write(
-        devices.fault, device_id, req.reason[: c.cfg.limits.text_bytes], req.job_id, who.name
+        devices.fault,
+        device_id,
+        cut_text(req.reason, c.cfg.limits.text_bytes),
+        req.job_id,
+        who.name,
     )
     return reply({"ok": True})
-
-
-routes = [
-    Route("/v1/workers/register", register, methods=["POST"]),
-    Route("/v1/workers/{worker_id}/labels", labels, methods=["POST"]),
-    Route("/v1/workers/{worker_id}/heartbeat", heartbeat, methods=["POST"]),
-    Route("/v1/workers/{worker_id}/leave", leave, methods=["POST"]),
-    Route("/v1/workers/{worker_id}/assignments", assignments, methods=["GET"]),
-    Route("/v1/workers/{worker_id}/reports", reports, methods=["POST"]),
-    Route("/v1/jobs/{job_id}/status", status, methods=["POST"]),
-    Route("/v1/jobs/{job_id}/logs", append_log, methods=["POST"]),
-    Route("/v1/devices/{device_id}/fault", device_fault, methods=["POST"]),
-]

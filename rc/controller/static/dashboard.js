@@ -20,60 +20,17 @@
   const LOG_RETRY_MS = 2000;
   const SVG_NS = "http://www.w3.org/2000/svg";
 
-  const STATES = {
-    ready: { word: "Free", icon: "check" },
-    busy: { word: "In use", icon: "play" },
-    unknown: { word: "Not reporting", icon: "question" },
-    unhealthy: { word: "Out of the pool", icon: "cross" },
-    draining: { word: "Draining", icon: "pause" },
-  };
-  const STATE_ORDER = ["ready", "busy", "draining", "unknown", "unhealthy"];
-
-  // Quarantine reasons in plain words (inventory §7.1, §7.5).
-  const QUARANTINE = {
-    fault: {
-      headline: "Its worker reported a fault",
-      why: "The worker found this device unfit to hand out (a failed acquire hook or verify check).",
-      advice: "A fault never clears by itself, not even by a reboot: an admin checks the device and returns it to the pool.",
-    },
-    worker_lost: {
-      headline: "Its worker stopped reporting",
-      why: "No heartbeat came from the host for too long, so nothing proves the device is free. Jobs on it were marked lost.",
-      advice: "It comes back by itself when the host reboots or its worker proves nothing of the old job survived; an admin can also return it.",
-    },
-    lease_expired: {
-      headline: "A job's lease ran out",
-      why: "The worker stopped renewing the lease of the job on this device, so that job may still be running.",
-      advice: "It comes back after a reboot or a clean survivor check by its worker, or when an admin returns it.",
-    },
-    registration: {
-      headline: "Its worker restarted during a job",
-      why: "The worker registered again while a job was running here, and nothing proves that job is gone.",
-      advice: "It comes back after a reboot or a clean survivor check by its worker, or when an admin returns it.",
-    },
-    "": {
-      headline: "Out of the pool, cause unknown",
-      why: "The reason was not recorded.",
-      advice: "Only an admin can return it to the pool.",
-    },
-  };
-
-  const JOB_WORDS = {
-    queued: "waiting", assigned: "starting", running: "running", succeeded: "succeeded",
-    failed: "failed", killed: "killed", lost: "lost",
-  };
-  const TERMINAL = new Set(["succeeded", "failed", "killed", "lost"]);
-
-  const EVENT_WORDS = {
-    device_unhealthy: ["Quarantined", "bad"], verify_failed: ["Verify failed", "bad"],
-    worker_lost: ["Worker lost", "bad"], job_lost: ["Job lost", "bad"],
-    lease_expired: ["Lease expired", "bad"], watchdog_trip: ["Watchdog", "bad"],
-    device_recovered: ["Recovered", "good"], recovery_refused: ["Recovery refused", "bad"],
-    device_cleared: ["Returned to pool", "good"], device_retired: ["Retired", "info"],
-    device_drained: ["Draining", "info"], device_undrained: ["Undrained", "good"],
-    job_killed: ["Job killed", "info"], token_created: ["Token created", "info"],
-    token_revoked: ["Token revoked", "info"],
-  };
+  // The controller's words for every device state, quarantine reason, job state
+  // and event kind (rc/controller/wording.py), put here when the page is
+  // assembled (rc/controller/dashboard.py): this file keeps no copy of them.
+  const WORDS = /*@words*/null;
+  const STATES = WORDS.device_states;             // state -> {word, icon}
+  const STATE_ORDER = WORDS.device_order;
+  const QUARANTINE = WORDS.quarantine;            // reason -> {headline, why, advice}
+  const JOB_WORDS = Object.fromEntries(Object.entries(WORDS.jobs).map(([k, v]) => [k, v.word]));
+  const JOB_TONE = Object.fromEntries(Object.entries(WORDS.jobs).map(([k, v]) => [k, v.tone]));
+  const TERMINAL = new Set(Object.keys(WORDS.jobs).filter((k) => WORDS.jobs[k].terminal));
+  const EVENT_WORDS = WORDS.events;               // kind -> {word, tone}
 
   const ICONS = {
     check: ["M3.5 8.5l3 3 6-7", false],
@@ -164,6 +121,9 @@
 
   // ---------------------------------------------------------------- formatting
 
+  // The page's own short form of a duration, at most two units ("1h 5m",
+  // "3m 20s"), for counters that tick; the CLI's exact form is another
+  // (rc.proto.duration.format_duration), not a copy of this one.
   function dur(seconds) {
     let s = Math.max(0, Math.floor(seconds));
     if (s < 60) return `${s}s`;
@@ -221,7 +181,8 @@
 
   // Why a job ended, in words that follow its state (rc.cli.output.end_reason):
   // "killed by NAME[ (admin)][: WHY]" reads "WHY (by NAME)", the worker's
-  // fixed reasons are reworded, anything else is shown as it is.
+  // fixed reasons are reworded, anything else is shown as it is. A browser
+  // test (tests/test_dashboard.py) holds the two to the same words.
   const KILLED_BY = /^killed by ([^\s:]+)( \(admin\))?(?:: ([\s\S]*))?$/;
   const REWORDED = [
     [/^idle: no output for (\S+)$/, (m) => `no output for ${m[1]} (idle timeout)`],
@@ -320,7 +281,7 @@
   function allDevices() { return S.snap ? S.snap.devices : []; }
 
   function countStates() {
-    const c = { ready: 0, busy: 0, draining: 0, unknown: 0, unhealthy: 0 };
+    const c = Object.fromEntries(STATE_ORDER.map((k) => [k, 0]));
     for (const v of allDevices()) c[viewState(v)] += 1;
     return c;
   }
@@ -607,7 +568,7 @@
 
   function renderFeed() {
     const items = S.events.slice().reverse().map((e) => {
-      const [word, tone] = EVENT_WORDS[e.kind] || [e.kind, "info"];
+      const { word, tone } = EVENT_WORDS[e.kind] || { word: e.kind, tone: "info" };
       return h("li", { "data-event": e.id },
         ticking("span", "when", () => ago(Date.now() / 1000 - e.at)),
         h("div", { class: "what", title: new Date(e.at * 1000).toLocaleString() },
@@ -827,7 +788,7 @@
       ["Runtime ceiling", d.max_runtime_seconds ? dur(d.max_runtime_seconds) : "none"],
       v.job_id ? ["Job", ref(`job ${v.job_id}`, () => openJob(v.job_id))] : null,
       v.command && v.command.length && v.kind !== "hold" ? ["Command", h("span", { class: "mono" }, jobWhat(v))] : null,
-      d.draining ? ["Draining", d.drain_reason || "yes"] : null,
+      d.draining ? [STATES.draining.word, d.drain_reason || "yes"] : null,
     ]));
     if (S.me && S.me.role === "admin") out.push(adminActions(d));
     out.push(h("h3", null, "Labels"));
@@ -898,8 +859,6 @@
       default: return j.state;
     }
   }
-
-  const JOB_TONE = { queued: "unknown", assigned: "busy", running: "busy", succeeded: "ready", failed: "unhealthy", killed: "unknown", lost: "unhealthy" };
 
   function jobPanel(view, ex) {
     const j = view.job;

@@ -46,7 +46,7 @@ def fault(tx: Tx, device_id: str, reason: str, job_id: int | None, actor: str) -
     when the reason starts with "verify failed: ", else device_unhealthy.
     """
     if tx.one("device_state", (device_id,)) is None:
-        raise Refused.not_found(f"no device {device_id!r}", ErrorCode.DEVICE_NOT_FOUND)
+        raise Refused(ErrorCode.DEVICE_NOT_FOUND, f"no device {device_id!r}")
     quarantine(tx, device_id, QuarantineReason.FAULT, reason)
     kind = (
         EventKind.VERIFY_FAILED
@@ -64,14 +64,14 @@ def clear(tx: Tx, device_id: str, actor: str) -> None:
     """
     row = tx.one("device_state", (device_id,))
     if row is None:
-        raise Refused.not_found(f"no device {device_id!r}", ErrorCode.DEVICE_NOT_FOUND)
+        raise Refused(ErrorCode.DEVICE_NOT_FOUND, f"no device {device_id!r}")
     if row["state"] != "unhealthy":
-        raise Refused.conflict(
+        raise Refused(
             ErrorCode.DEVICE_NOT_CLEARED,
             f"{device_id} is not quarantined (it is {row['state']}); nothing to clear",
         )
     if tx.scalar("device_has_live_lease", (device_id,)):
-        raise Refused.conflict(
+        raise Refused(
             ErrorCode.DEVICE_NOT_CLEARED,
             f"{device_id} still has a live lease; kill or release its job first",
         )
@@ -96,9 +96,9 @@ def retire(tx: Tx, device_id: str, actor: str, match_cache: MatchCache) -> None:
     device_busy while a lease is live on it.
     """
     if tx.one("device_state", (device_id,)) is None:
-        raise Refused.not_found(f"no device {device_id!r}", ErrorCode.DEVICE_NOT_FOUND)
+        raise Refused(ErrorCode.DEVICE_NOT_FOUND, f"no device {device_id!r}")
     if tx.scalar("device_has_live_lease", (device_id,)):
-        raise Refused.conflict(
+        raise Refused(
             ErrorCode.DEVICE_BUSY, f"{device_id} has a live lease; kill or release its job first"
         )
     for j in tx.all("jobs_queued_pinned_to", (device_id,)):
@@ -135,7 +135,7 @@ def drain(tx: Tx, device_id: str, on: bool, reason: str, actor: str) -> tuple[st
     """
     row = tx.one("device_drain_state", (device_id,))
     if row is None:
-        raise Refused.not_found(f"no device {device_id!r}", ErrorCode.DEVICE_NOT_FOUND)
+        raise Refused(ErrorCode.DEVICE_NOT_FOUND, f"no device {device_id!r}")
     old = row["drain_reason"]
     if on and row["draining"] and (not reason or reason == old):
         return "already drained: " + _drained_since(tx, device_id, old), True

@@ -88,7 +88,7 @@ def enqueue(tx: Tx, job: NewJob, match_cache: MatchCache) -> tuple[int, bool]:
         row = tx.one("job_by_idempotency_key", (job.idempotency_key,))
         if row is not None:
             if row["request_digest"] != job.digest:
-                raise Refused.conflict(
+                raise Refused(
                     ErrorCode.IDEMPOTENCY_CONFLICT,
                     f"idempotency key {job.idempotency_key!r} was used for a different "
                     f"request (job {row['id']})",
@@ -96,7 +96,6 @@ def enqueue(tx: Tx, job: NewJob, match_cache: MatchCache) -> tuple[int, bool]:
             return row["id"], False
     if job.queued_limit and tx.scalar("count_queued_by", (job.submitter,)) >= job.queued_limit:
         raise Refused(
-            429,
             ErrorCode.QUEUE_FULL,
             f"{job.submitter} already has {job.queued_limit} queued jobs (the per-user limit)",
         )
@@ -148,10 +147,10 @@ def _check_pinned(tx: Tx, pins: tuple[str, ...], max_runtime: int) -> None:
     for d in pins:
         dev = tx.one("device_ceiling", (d,))
         if dev is None:
-            raise Refused.bad(ErrorCode.UNKNOWN_DEVICE, f"no device {d!r}")
+            raise Refused(ErrorCode.UNKNOWN_DEVICE, f"no device {d!r}")
         ceiling = dev["max_runtime"]
         if not fits_ceiling(max_runtime, ceiling):
-            raise Refused.bad(
+            raise Refused(
                 ErrorCode.RUNTIME_ABOVE_CEILING,
                 f"{d} allows at most {format_duration(ceiling)}; "
                 f"asked for {format_duration(max_runtime)}",
@@ -165,11 +164,11 @@ def _check_selector(
     runtime (400 no_matching_device or runtime_above_ceiling otherwise)."""
     matching = match_cache.matching(tx, sel)
     if not matching:
-        raise Refused.bad(ErrorCode.NO_MATCHING_DEVICE, f"no device matches selector {sel!r}")
+        raise Refused(ErrorCode.NO_MATCHING_DEVICE, f"no device matches selector {sel!r}")
     per_host = _per_host(matching)
     most, where = max((len(ds), h) for h, ds in per_host.items())
     if most < count:
-        raise Refused.bad(
+        raise Refused(
             ErrorCode.NO_MATCHING_DEVICE,
             f"no host has {count} devices matching {sel!r}; the most on one host is "
             f"{most} (on {where})",
@@ -185,13 +184,13 @@ def _check_selector(
         return
     if count == 1:
         top = max(ceilings.get(d, 0) for d in matching)
-        raise Refused.bad(
+        raise Refused(
             ErrorCode.RUNTIME_ABOVE_CEILING,
             f"asked for {format_duration(max_runtime)} but the highest ceiling among "
             f"devices matching {sel!r} is {format_duration(top)}",
         )
     best, where = max((len(ds), h) for h, ds in fit.items())
-    raise Refused.bad(
+    raise Refused(
         ErrorCode.RUNTIME_ABOVE_CEILING,
         f"asked for {format_duration(max_runtime)} on {count} devices matching {sel!r}, "
         f"but no host has {count} whose ceiling allows it (the most on one host is {best}, "
@@ -246,12 +245,12 @@ def kill(
     """
     row = tx.one("job_brief", (job_id,))
     if row is None:
-        raise Refused.not_found(f"no job {job_id}")
+        raise Refused(ErrorCode.NOT_FOUND, f"no job {job_id}")
     owner = row["submitter"]
     if not admin and owner != caller:
-        raise Refused.forbidden(
-            f"job {job_id} belongs to {owner}; only its owner or an admin may kill it",
+        raise Refused(
             ErrorCode.NOT_JOB_OWNER,
+            f"job {job_id} belongs to {owner}; only its owner or an admin may kill it",
         )
     why = (
         f"killed by {caller}"
@@ -262,9 +261,7 @@ def kill(
         why += f": {reason}"
     state = JobState(row["state"])
     if state.terminal:
-        raise Refused.conflict(
-            ErrorCode.NOT_CANCELLABLE, f"job {job_id} already ended ({state.value})"
-        )
+        raise Refused(ErrorCode.NOT_CANCELLABLE, f"job {job_id} already ended ({state.value})")
     if owner != caller:
         events.record(
             tx,
@@ -382,10 +379,10 @@ def _release(
 def _own(tx: Tx, job_id: int, worker_id: str):
     row = tx.one("job_brief", (job_id,))
     if row is None:
-        raise Refused.not_found(f"no job {job_id}")
+        raise Refused(ErrorCode.NOT_FOUND, f"no job {job_id}")
     if row["worker_id"] != worker_id:
-        raise Refused.forbidden(
-            f"job {job_id} is not assigned to worker {worker_id}", ErrorCode.NOT_WORKER_JOB
+        raise Refused(
+            ErrorCode.NOT_WORKER_JOB, f"job {job_id} is not assigned to worker {worker_id}"
         )
     return row
 
@@ -413,7 +410,7 @@ def apply_reports(tx: Tx, worker_id: str, reports) -> Applied:
     for rep in reports:
         try:
             if not (rep.state is JobState.RUNNING or rep.state.terminal):
-                raise Refused.bad(
+                raise Refused(
                     ErrorCode.BAD_REQUEST,
                     f"a worker reports running or a terminal state, not {rep.state}",
                 )

@@ -13,6 +13,7 @@ from rc.controller.errors import Refused
 from rc.controller.planner import match_devices
 from rc.controller.store import queue
 from rc.controller.store.db import Tx
+from rc.proto.errors import ErrorCode
 from rc.proto.model import LabelSource
 from rc.proto.wire import DeviceLink, LabelsRequest
 
@@ -154,7 +155,7 @@ def relabel(tx: Tx, req: LabelsRequest, match_cache: MatchCache) -> None:
     """
     worker_id = req.host
     if tx.one("worker_get", (worker_id,)) is None:
-        raise Refused.not_found(f"worker {worker_id} is not registered")
+        raise Refused(ErrorCode.NOT_FOUND, f"worker {worker_id} is not registered")
     known = {r["name"] for r in tx.all("devices_of_worker", (worker_id,))}
     names = tuple(n for n in req.devices if n in known) if req.devices else tuple(known)
     set_labels(tx, worker_id, names, req.labels, req.declared_labels, req.sheet, req.device_sheets)

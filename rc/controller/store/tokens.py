@@ -24,7 +24,7 @@ def create(
     """Store a new token; returns its row. 409 token_exists when a live token
     has this name."""
     if tx.one("token_live_by_name", (name,)) is not None:
-        raise Refused.conflict(ErrorCode.TOKEN_EXISTS, f"a token named {name!r} already exists")
+        raise Refused(ErrorCode.TOKEN_EXISTS, f"a token named {name!r} already exists")
     tx.change("token_insert", (name, role.value, secret_hash, created_by, tx.now, expires_at))
     events.record(
         tx,
@@ -57,14 +57,14 @@ def revoke(tx: Tx, name: str, actor: str, keep_jobs: bool = False) -> tuple[str,
         and usable_admin(target[0])
         and not any(usable_admin(r) for r in live_rows if r["name"] != name)
     ):
-        raise Refused.conflict(
+        raise Refused(
             ErrorCode.LAST_ADMIN_TOKEN,
             f"token {name!r} is the last live admin token; revoking it would leave nobody "
             "able to administer rc (create another with `rc token create NAME --role admin` "
             "first)",
         )
     if not target or tx.exec("token_revoke", (tx.now, name)) == 0:
-        raise Refused.not_found(f"no live token named {name!r}")
+        raise Refused(ErrorCode.NOT_FOUND, f"no live token named {name!r}")
     cancelled = []
     if not keep_jobs:
         for row in tx.all("jobs_queued_of_name", (name, name)):

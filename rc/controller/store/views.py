@@ -116,7 +116,7 @@ def job_view(tx: Tx, job_id: int, policy: Policy, snap: Snapshot | None = None) 
     """
     r = tx.one("job_get", (job_id,))
     if r is None:
-        raise Refused.not_found(f"no job {job_id}")
+        raise Refused(ErrorCode.NOT_FOUND, f"no job {job_id}")
     job = rows.job(r)
     if job.state is not JobState.QUEUED:
         return JobView(job, 0)
@@ -214,7 +214,7 @@ def describe(tx: Tx, device_id: str) -> DescribeResponse:
     """Everything about one device. 404 device_not_found."""
     r = tx.one("device_get", (device_id,))
     if r is None:
-        raise Refused.not_found(f"no device {device_id!r}", ErrorCode.DEVICE_NOT_FOUND)
+        raise Refused(ErrorCode.DEVICE_NOT_FOUND, f"no device {device_id!r}")
     labels = tuple(rows.label(x) for x in tx.all("labels_of_device", (device_id,)))
     dev = rows.device(r, labels)
     lease = next((x for x in tx.all("leases_live") if x["device_id"] == device_id), None)
@@ -242,7 +242,7 @@ def explain_selector(tx: Tx, text: str, policy: Policy) -> ExplainResponse:
     try:
         sel = str(selectors.parse(text))
     except selectors.SelectorError as e:
-        raise Refused.bad(ErrorCode.BAD_SELECTOR, str(e)) from None
+        raise Refused(ErrorCode.BAD_SELECTOR, str(e)) from None
     q = queue_snapshot(tx, policy)
     matching = sorted(match_devices(q.labels, sel))
     free = [d for d in matching if q.snap.slots[d].schedulable]
@@ -267,7 +267,7 @@ def explain_job(tx: Tx, job_id: int, policy: Policy) -> JobExplanation:
     """
     r = tx.one("job_get", (job_id,))
     if r is None:
-        raise Refused.not_found(f"no job {job_id}")
+        raise Refused(ErrorCode.NOT_FOUND, f"no job {job_id}")
     job = rows.job(r)
     if job.state is not JobState.QUEUED:
         return JobExplanation(job_id, job.state.value, (_not_waiting(job),))

@@ -184,7 +184,7 @@ def heartbeat(tx: Tx, worker_id: str, running: tuple[int, ...], th: Thresholds) 
     or not this worker's. 404 for a worker that never registered.
     """
     if tx.exec("worker_touch", (tx.now, worker_id)) == 0:
-        raise Refused.not_found(f"worker {worker_id} is not registered; register first")
+        raise Refused(ErrorCode.NOT_FOUND, f"worker {worker_id} is not registered; register first")
     tx.exec("devices_touch", (tx.now, worker_id))  # each of its devices, maybe none
     ids = dumps(list(running))
     if running:
@@ -226,9 +226,9 @@ def leave(
     """
     row = tx.one("worker_get", (worker_id,))
     if row is None:
-        raise Refused.not_found(f"worker {worker_id} is not registered")
+        raise Refused(ErrorCode.NOT_FOUND, f"worker {worker_id} is not registered")
     if not instance or row["instance"] != instance:
-        raise Refused.conflict(
+        raise Refused(
             ErrorCode.CONFLICT,
             f"worker {worker_id} is registered by another process now; "
             "only that process can hand its jobs back",

@@ -1,0 +1,470 @@
+"""The route table: every endpoint of the controller's HTTP API, declared once.
+
+Each `Endpoint` (rc.controller.api.endpoint) names its method, path, handler,
+the token roles it admits (admin always passes), what it takes and returns,
+its query parameters and the errors it answers with. rc.controller.app builds
+the Starlette routes from ROUTES, each behind its role check;
+rc.controller.openapi writes /openapi.json from it; tests/test_auth_matrix.py
+checks every route against nine kinds of caller by it. A code's HTTP status
+is its own in rc.proto.errors.STATUS; `(429, E.LIMIT_EXCEEDED)` names that
+code's second status.
+"""
+
+from __future__ import annotations
+
+from rc.controller import dashboard
+from rc.controller.api import admin, devices, docs, jobs, metrics, relay, stream, workers
+from rc.controller.api.endpoint import ADMIN, ANY, PUBLIC, USER, WORKER, Endpoint, Param
+from rc.proto import wire
+from rc.proto.errors import ErrorCode as E
+
+__all__ = ["ROUTES"]
+
+BAD = (E.BAD_REQUEST, E.BAD_JSON, E.BODY_TOO_LARGE)
+"""What any route with a JSON body may answer about the body itself."""
+WAIT = Param(
+    "wait",
+    "string",
+    "long poll: answer when something changes, at most this long "
+    "(a duration such as 30s; at most 60s)",
+)
+HALF = (E.NOT_FOUND, E.NOT_ATTACHED, E.SESSION_ENDED, E.CONFLICT, (429, E.LIMIT_EXCEEDED))
+"""What a relay half may answer: no such job or session, no terminal or pipe,
+the session ended, the half already connected, too many sessions open."""
+
+
+def _halves(prefix: str, what: str, in_hold: bool) -> tuple[Endpoint, ...]:
+    """The four streamed halves of a terminal or pipe session under `prefix`."""
+    return (
+        Endpoint(
+            "GET",
+            f"{prefix}/tty/out",
+            relay.Half("client_out", in_hold),
+            USER,
+            f"Client half: the output of {what}, streamed raw until it ends (a stream cut "
+            "without its last chunk means the session broke)",
+            "bytes",
+            errors=(*HALF, E.NOT_JOB_OWNER),
+        ),
+        Endpoint(
+            "POST",
+            f"{prefix}/tty/in",
+            relay.Half("client_in", in_hold),
+            USER,
+            f"Client half: input for {what}, a streamed body (tty: JSON frames, one a line; "
+            "pipe: raw); answered at once, ended by one JSON line",
+            "json",
+            request="bytes",
+            errors=(*HALF, E.NOT_JOB_OWNER),
+        ),
+        Endpoint(
+            "POST",
+            f"{prefix}/tty/out",
+            relay.Half("worker_out", in_hold),
+            WORKER,
+            f"Worker half: the output of {what}, a streamed raw body; answered at once, "
+            'ended by one JSON line ({"ended": why} when the session ended first)',
+            "json",
+            request="bytes",
+            errors=(*HALF, E.NOT_WORKER_JOB),
+        ),
+        Endpoint(
+            "GET",
+            f"{prefix}/tty/in",
+            relay.Half("worker_in", in_hold),
+            WORKER,
+            f"Worker half: the input of {what}, streamed",
+            "bytes",
+            errors=(*HALF, E.NOT_WORKER_JOB),
+        ),
+    )
+
+
+ROUTES: tuple[Endpoint, ...] = (
+    # -- workers (rc.controller.api.workers) ------------------------------------------
+    Endpoint(
+        "POST",
+        "/v1/workers/register",
+        workers.register,
+        WORKER,
+        "A worker registers its host and devices (reconciles in-flight jobs)",
+        wire.RegisterResponse,
+        request=wire.RegisterRequest,
+        errors=(*BAD, E.LIMIT_EXCEEDED, E.SHEET_TOO_LARGE, E.WRONG_HOST),
+    ),
+    Endpoint(
+        "POST",
+        "/v1/workers/{worker_id}/labels",
+        workers.labels,
+        WORKER,
+        "Periodic re-probe: labels and usage sheets only",
+        request=wire.LabelsRequest,
+        errors=(*BAD, E.LIMIT_EXCEEDED, E.SHEET_TOO_LARGE, E.WRONG_HOST, E.NOT_FOUND),
+    ),
+    Endpoint(
+        "POST",
+        "/v1/workers/{worker_id}/heartbeat",
+        workers.heartbeat,
+        WORKER,
+        "The worker is alive and names the jobs it supervises",
+        wire.HeartbeatResponse,
+        request=wire.HeartbeatRequest,
+        errors=(*BAD, E.WRONG_HOST, E.NOT_FOUND),
+    ),
+    Endpoint(
+        "POST",
+        "/v1/workers/{worker_id}/leave",
+        workers.leave,
+        WORKER,
+        "A worker stopping cleanly hands back the assigned jobs it never started",
+        wire.LeaveResponse,
+        request=wire.LeaveRequest,
+        errors=(*BAD, E.WRONG_HOST, E.NOT_FOUND, E.CONFLICT),
+    ),
+    Endpoint(
+        "GET",
+        "/v1/workers/{worker_id}/assignments",
+        workers.assignments,
+        WORKER,
+        "Long poll for new jobs and kill requests (204 after the wait)",
+        wire.Assignments,
+        params=(WAIT,),
+        errors=(E.BAD_REQUEST, E.WRONG_HOST),
+    ),
+    Endpoint(
+        "POST",
+        "/v1/workers/{worker_id}/reports",
+        workers.reports,
+        WORKER,
+        "Running and terminal reports, batched",
+        wire.ReportResults,
+        request=wire.Reports,
+        errors=(*BAD, E.WRONG_HOST),
+    ),
+    Endpoint(
+        "POST",
+        "/v1/jobs/{job_id}/status",
+        workers.status,
+        WORKER,
+        "One status report (inventory form)",
+        request=wire.StatusReport,
+        errors=(*BAD, E.NOT_FOUND, E.WRONG_HOST, E.NOT_WORKER_JOB),
+    ),
+    Endpoint(
+        "POST",
+        "/v1/jobs/{job_id}/logs",
+        workers.append_log,
+        WORKER,
+        "Append output starting at byte `offset` (idempotent per offset)",
+        wire.LogAppended,
+        request="bytes",
+        params=(Param("offset", "integer", "the stream offset this chunk starts at", True),),
+        errors=(
+            E.BAD_REQUEST,
+            E.CHUNK_TOO_LARGE,
+            E.OFFSET_GAP,
+            E.LOGS_NOT_STORED,
+            E.NOT_WORKER_JOB,
+            E.NOT_FOUND,
+        ),
+    ),
+    Endpoint(
+        "POST",
+        "/v1/devices/{device_id}/fault",
+        workers.device_fault,
+        WORKER,
+        "Quarantine a device as `fault`",
+        request=wire.FaultRequest,
+        errors=(*BAD, E.WRONG_HOST, E.DEVICE_NOT_FOUND),
+    ),
+    # -- jobs (rc.controller.api.jobs) ------------------------------------------------
+    Endpoint(
+        "POST",
+        "/v1/jobs",
+        jobs.submit,
+        USER,
+        "Submit a job or a hold (201; 200 for an idempotent replay)",
+        wire.JobView,
+        status=201,
+        request=wire.SubmitRequest,
+        errors=(
+            *BAD,
+            E.PRIORITY_OUT_OF_RANGE,
+            E.BAD_SELECTOR,
+            E.RUNTIME_ABOVE_CEILING,
+            E.UNKNOWN_DEVICE,
+            E.NO_MATCHING_DEVICE,
+            E.LIMIT_EXCEEDED,
+            E.IDEMPOTENCY_CONFLICT,
+            E.NO_DEVICE_AVAILABLE,
+            E.QUEUE_FULL,
+        ),
+    ),
+    Endpoint(
+        "GET",
+        "/v1/jobs",
+        jobs.list_jobs,
+        USER,
+        "Jobs, newest first (history included)",
+        wire.JobList,
+        params=(
+            Param("limit", "integer", "1..1000 (default 20)"),
+            Param("device", "string", "only this device"),
+            Param("submitter", "string", "only this submitter"),
+            Param("state", "string", "only this state"),
+            Param("before", "integer", "only ids below this (paging)"),
+        ),
+        errors=(E.BAD_REQUEST,),
+    ),
+    Endpoint(
+        "GET",
+        "/v1/jobs/{job_id}",
+        jobs.get_job,
+        USER,
+        "A job and its queue position (long poll with wait/state/position)",
+        wire.JobView,
+        params=(
+            WAIT,
+            Param("state", "string", "the state the caller saw"),
+            Param("position", "string", "the queue position the caller saw"),
+        ),
+        errors=(E.NOT_FOUND, E.BAD_REQUEST),
+    ),
+    Endpoint(
+        "POST",
+        "/v1/jobs/{job_id}/kill",
+        jobs.kill,
+        USER,
+        "Kill or cancel a job (its owner, or an admin)",
+        wire.ActionResult,
+        request=wire.KillRequest,
+        errors=(*BAD, E.NOT_FOUND, E.NOT_JOB_OWNER, E.NOT_CANCELLABLE),
+    ),
+    Endpoint(
+        "GET",
+        "/v1/jobs/{job_id}/logs",
+        jobs.read_logs,
+        USER,
+        "Stored output from byte `offset`; follows until the job ends unless follow=0",
+        "bytes",
+        params=(
+            Param("offset", "integer", "start at this byte"),
+            Param("follow", "string", "1 (default) or 0"),
+        ),
+        errors=(E.NOT_FOUND, E.BAD_REQUEST, E.NOT_JOB_OWNER, E.LOGS_NOT_STORED),
+    ),
+    Endpoint(
+        "GET",
+        "/v1/jobs/{job_id}/explain",
+        jobs.explain_job,
+        USER,
+        "Why a queued job is not running, in words",
+        wire.JobExplanation,
+        errors=(E.NOT_FOUND,),
+    ),
+    # -- the fleet (rc.controller.api.devices) -----------------------------------------
+    Endpoint(
+        "GET",
+        "/v1/devices",
+        devices.list_devices,
+        ANY,
+        "Every device and who holds it",
+        wire.DeviceList,
+        params=(Param("labels", "boolean", "include each device's labels (default true)"),),
+        errors=(E.BAD_REQUEST,),
+    ),
+    Endpoint(
+        "GET",
+        "/v1/devices/{device_id}/describe",
+        devices.describe,
+        USER,
+        "Labels with source and age, usage sheet, recent jobs",
+        wire.DescribeResponse,
+        errors=(E.DEVICE_NOT_FOUND,),
+    ),
+    Endpoint(
+        "GET",
+        "/v1/explain",
+        devices.explain,
+        USER,
+        "Which devices a selector matches, which are free, queue depth",
+        wire.ExplainResponse,
+        params=(Param("selector", "string", "a label selector", True),),
+        errors=(E.BAD_SELECTOR,),
+    ),
+    Endpoint(
+        "GET",
+        "/v1/state",
+        devices.state,
+        USER,
+        "Devices, active jobs, the queue in scheduling order",
+        wire.StateResponse,
+    ),
+    Endpoint(
+        "POST",
+        "/v1/devices/{device_id}/clear",
+        devices.clear,
+        ADMIN,
+        "Return a quarantined device to the pool (admin)",
+        wire.ActionResult,
+        errors=(E.DEVICE_NOT_FOUND, E.DEVICE_NOT_CLEARED),
+    ),
+    Endpoint(
+        "DELETE",
+        "/v1/devices/{device_id}",
+        devices.retire,
+        ADMIN,
+        "Retire a device (admin); job history stays",
+        wire.ActionResult,
+        errors=(E.DEVICE_NOT_FOUND, E.DEVICE_BUSY),
+    ),
+    Endpoint(
+        "POST",
+        "/v1/devices/{device_id}/drain",
+        devices.drain,
+        ADMIN,
+        "Drain: the current job finishes, no new one starts (admin)",
+        wire.ActionResult,
+        request=wire.DrainRequest,
+        errors=(*BAD, E.DEVICE_NOT_FOUND),
+    ),
+    Endpoint(
+        "POST",
+        "/v1/devices/{device_id}/undrain",
+        devices.undrain,
+        ADMIN,
+        "Put a drained device back in the pool (admin)",
+        wire.ActionResult,
+        errors=(E.DEVICE_NOT_FOUND,),
+    ),
+    # -- identity, tokens, feed (rc.controller.api.admin, .stream) ---------------------
+    Endpoint(
+        "GET", "/v1/whoami", admin.whoami, ANY, "The caller's token name and role", wire.WhoAmI
+    ),
+    Endpoint(
+        "POST",
+        "/v1/tokens",
+        admin.create_token,
+        ADMIN,
+        "Create a token (admin); the only response carrying its secret",
+        wire.TokenCreated,
+        status=201,
+        request=wire.TokenCreate,
+        errors=(*BAD, E.TOKEN_EXISTS),
+    ),
+    Endpoint(
+        "GET",
+        "/v1/tokens",
+        admin.list_tokens,
+        ADMIN,
+        "Tokens without their secrets (admin)",
+        wire.TokenList,
+    ),
+    Endpoint(
+        "DELETE",
+        "/v1/tokens/{name}",
+        admin.revoke_token,
+        ADMIN,
+        "Revoke a token (admin); its name's queued jobs are cancelled unless keep_jobs",
+        wire.TokenRevoked,
+        params=(
+            Param(
+                "keep_jobs",
+                "boolean",
+                "leave the queued jobs and holds of the token's name queued "
+                '(default false: they are cancelled, "token revoked")',
+            ),
+        ),
+        errors=(E.BAD_REQUEST, E.NOT_FOUND, E.LAST_ADMIN_TOKEN),
+    ),
+    Endpoint(
+        "GET",
+        "/v1/events",
+        admin.events,
+        USER,
+        "The activity feed, oldest first (long poll with after/wait)",
+        wire.EventList,
+        params=(
+            Param("after", "integer", "only events with a larger id"),
+            Param("since", "string", "only events of the last D (a duration)"),
+            Param("limit", "integer", "1..1000 (default 100)"),
+            WAIT,
+        ),
+        errors=(E.BAD_REQUEST,),
+    ),
+    Endpoint(
+        "GET",
+        "/v1/events/stream",
+        stream.stream,
+        USER,
+        "Live updates as Server-Sent Events: `change` nudges and new feed rows "
+        "(the only route that also takes ?token=)",
+        "sse",
+        params=(
+            Param("after", "integer", "resume after this event id (or send Last-Event-ID)"),
+            Param("token", "string", "the bearer token, for EventSource (this route only)"),
+        ),
+        errors=(E.BAD_REQUEST, E.UNAVAILABLE),
+        query_token=True,
+    ),
+    # -- metrics, the dashboard page, this API's document ------------------------------
+    Endpoint(
+        "GET",
+        "/metrics",
+        metrics.metrics,
+        ANY,
+        "Prometheus metrics in the text format",
+        "text",
+    ),
+    Endpoint(
+        "GET",
+        "/",
+        dashboard.dashboard,
+        PUBLIC,
+        "The dashboard: one self-contained page; it asks for a token",
+        "html",
+    ),
+    Endpoint("GET", "/openapi.json", docs.openapi_json, PUBLIC, "This document", "json"),
+    # -- the relay and sessions inside holds (rc.controller.api.relay) -----------------
+    *_halves("/v1/jobs/{job_id}", "a tty or pipe job", in_hold=False),
+    *_halves("/v1/jobs/{job_id}/sessions/{sid}", "a session in a hold", in_hold=True),
+    Endpoint(
+        "POST",
+        "/v1/jobs/{job_id}/sessions",
+        relay.open_session,
+        USER,
+        "Start a tty or pipe session inside a running hold you own (no second lease)",
+        wire.SessionView,
+        status=201,
+        request=wire.SessionRequest,
+        errors=(
+            *BAD,
+            E.NOT_FOUND,
+            E.NOT_JOB_OWNER,
+            E.NOT_A_HOLD,
+            E.SESSION_ENDED,
+            E.LIMIT_EXCEEDED,
+            (429, E.LIMIT_EXCEEDED),
+        ),
+    ),
+    Endpoint(
+        "GET",
+        "/v1/jobs/{job_id}/sessions/{sid}",
+        relay.get_session,
+        USER,
+        "A session in a hold: state, exit code, a pipe session's stderr (long poll with "
+        "wait/state)",
+        wire.SessionView,
+        params=(WAIT, Param("state", "string", "the state the caller saw")),
+        errors=(E.NOT_FOUND, E.BAD_REQUEST, E.NOT_JOB_OWNER),
+    ),
+    Endpoint(
+        "POST",
+        "/v1/jobs/{job_id}/sessions/{sid}/status",
+        relay.report_session,
+        WORKER,
+        "The hold's worker reports a session running, or ended with its exit code",
+        request=wire.SessionReport,
+        errors=(*BAD, E.NOT_FOUND, E.NOT_WORKER_JOB),
+    ),
+)
