@@ -73,10 +73,10 @@ class Lab:
         host: str,
         devices: dict[str, tuple[int, dict[str, str]]],
         boot_id: str = "boot-1",
-        links: tuple[DeviceLink, ...] = (),
+        links: tuple[DeviceLink, ...] | None = None,
     ) -> None:
         """Register `host` with {name: (ceiling seconds, detected labels)} and
-        its topology (`links`, none by default)."""
+        its topology (`links`; None keeps what is stored)."""
         req = RegisterRequest(
             host=host,
             boot_id=boot_id,

@@ -164,7 +164,7 @@ class RegisterRequest:
     process; running_job_ids: the jobs it still supervises or reports. When
     the same process registers again, assigned jobs it never started are
     handed out again instead of being lost. links: the host's topology
-    (DeviceLink), replacing what was stored.
+    (DeviceLink), replacing what was stored (None keeps it).
     """
 
     host: str
@@ -178,7 +178,7 @@ class RegisterRequest:
     version: str = ""
     instance: str = ""
     running_job_ids: tuple[int, ...] = ()
-    links: tuple[DeviceLink, ...] = ()
+    links: tuple[DeviceLink, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)

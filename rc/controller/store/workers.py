@@ -126,7 +126,8 @@ def register(tx: Tx, req: RegisterRequest, match_cache: MatchCache, th: Threshol
     labels.set_labels(
         tx, host, tuple(declared), req.labels, req.declared_labels, req.sheet, req.device_sheets
     )
-    labels.set_links(tx, host, req.links)
+    if req.links is not None:
+        labels.set_links(tx, host, req.links)
     match_cache.invalidate()
     tx.schedule = True
     tx.notify("devices", "jobs")
