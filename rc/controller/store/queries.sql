@@ -134,9 +134,11 @@ SELECT * FROM jobs WHERE state IN ('assigned', 'running') ORDER BY id DESC
 SELECT * FROM jobs WHERE state = 'queued' ORDER BY priority DESC, id
 
 -- name: jobs_recent_on_device
--- The newest jobs that got device ?1 (a lease on it, and it among their devices), at most ?2.
+-- The newest jobs, not queued, with device ?1 among theirs, at most ?2: those that
+-- held a lease on it, and those that named it first (a pinned job cancelled unplaced).
 SELECT j.* FROM jobs AS j
-WHERE j.id IN (SELECT job_id FROM leases WHERE device_id = ?1 ORDER BY job_id DESC LIMIT ?2 * 4)
+WHERE (j.id IN (SELECT job_id FROM leases WHERE device_id = ?1 ORDER BY job_id DESC LIMIT ?2 * 4)
+       OR j.id IN (SELECT id FROM jobs WHERE device_id = ?1 ORDER BY id DESC LIMIT ?2 * 4))
   AND j.state != 'queued'
   AND EXISTS (SELECT 1 FROM json_each(j.device_ids) WHERE value = ?1)
 ORDER BY j.id DESC LIMIT ?2
