@@ -12,7 +12,13 @@ from hypothesis import strategies as st
 
 from rc.controller import placement
 from rc.controller.placement import HostTopology, device_key, pair
-from rc.controller.planner import BACKFILL_DEPTH, QueuedJob, Slot, plan
+from rc.controller.planner import (
+    BACKFILL_DEPTH,
+    RESERVATIONS_MAX,
+    QueuedJob,
+    Slot,
+    plan,
+)
 from rc.proto.model import DeviceState, Link
 
 READY, BUSY = DeviceState.READY, DeviceState.BUSY
@@ -154,6 +160,36 @@ def test_backfill_only_for_jobs_that_end_before_the_reservation_starts():
     capped = {d: Slot(d, s.state, 600, free_at=s.free_at) for d, s in slots.items()}
     p = plan([wide, job(2)], capped, m, 100.0)
     assert p.assignments == [(2, ("a:gpu1",))]
+
+
+def test_a_job_on_one_device_reserves_nothing():
+    slots = gpus("a", 2, gpu0=(BUSY, 100.0), gpu1=(BUSY, 200.0))
+    p = plan([job(1), job(2, pins=("a:gpu1",))], slots, everything(slots), 0.0)
+    assert p.reserved == {} and p.reservations == {}
+
+
+def test_at_most_reservations_max_jobs_reserve_in_one_pass():
+    slots = {}
+    for h in range(RESERVATIONS_MAX + 4):
+        slots.update(gpus(f"h{h}", 2, gpu0=(BUSY, 100.0 + h)))
+    q = [job(i, count=2) for i in range(1, RESERVATIONS_MAX + 4)]
+    p = plan(q, slots, everything(slots), 0.0)
+    assert sorted(p.reservations) == list(range(1, RESERVATIONS_MAX + 1))
+    assert p.reservations[1].devices == ("h0:gpu0", "h0:gpu1")  # the soonest host first
+
+
+def test_backfill_only_within_the_backfill_depth():
+    slots = gpus("a", 2, gpu0=(BUSY, 1000.0))
+    wide = job(1, count=2)
+    fillers = [job(i, sel="none") for i in range(2, BACKFILL_DEPTH + 1)]  # want nothing here
+    near = [wide, *fillers[:-1], job(BACKFILL_DEPTH + 1, runtime=60)]  # index BACKFILL_DEPTH - 1
+    far = [wide, *fillers, job(BACKFILL_DEPTH + 2, runtime=60)]  # index BACKFILL_DEPTH
+    m = {**everything(slots), "none": frozenset()}
+    assert [j for j, _ in plan(near, slots, m, 0.0).assignments] == [BACKFILL_DEPTH + 1]
+    assert plan(far, slots, m, 0.0).assignments == []
+    # the pass stops where no later job could get a device, and agrees
+    fast = plan(iter(far), slots, m, 0.0, ordered=True, until_settled=True)
+    assert fast.assignments == [] and len(fast.order) == BACKFILL_DEPTH
 
 
 def test_devices_nobody_reserved_are_free_for_anyone():

@@ -220,7 +220,9 @@ class SchedulerMachine(RuleBasedStateMachine):
                         )
                 if options:
                     chosen = min(options)[1]
-            if chosen is None:  # reserve where `count` of its candidates free soonest
+            if (
+                chosen is None and j.count >= 2
+            ):  # reserve where `count` of its candidates free soonest
                 best = None
                 for h in HOSTS:
                     pool = [d for d in cands if host(d) == h and d not in reserved]
@@ -234,6 +236,8 @@ class SchedulerMachine(RuleBasedStateMachine):
                     self.reservations[j.id] = (tuple(best[1]), best[0][0])
                     for d in best[1]:
                         reserved[d] = best[0][0]
+                continue
+            if chosen is None:  # a one-device job reserves nothing
                 continue
             ceilings = [CEILING[d] for d in chosen if CEILING[d]]
             j.state, j.devices, j.since, j.running = "active", tuple(chosen), now, False

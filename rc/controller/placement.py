@@ -29,6 +29,7 @@ stay whole for wide jobs.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import re
@@ -58,8 +59,10 @@ RANKS = len(Link)
 _DIGITS = re.compile(r"(\d+)")
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def device_key(device_id: str) -> tuple:
-    """A sort key giving devices in natural order: gpu2 before gpu10."""
+    """A sort key giving devices in natural order: gpu2 before gpu10
+    (remembered: a pass sorts the same ids many times)."""
     return tuple(int(p) if p.isdigit() else p for p in _DIGITS.split(device_id))
 
 

@@ -13,17 +13,19 @@ same code decides assignments, queue positions and `rc explain`:
   fewest available candidates, then the set that breaks the fewest intact
   groups, then the lowest ids) unless its submitter would pass the per-user
   device cap (a job held back by the cap reserves nothing);
-- reservation and conservative backfill: a job that cannot be placed
-  reserves, on the host where `count` of its candidates are expected free
-  soonest, those devices, with the time T they are expected free at the
+- reservation and conservative backfill: a job on several devices that
+  cannot be placed reserves, on the host where `count` of its candidates
+  are expected free soonest, those devices, with the time T they are expected free at the
   latest (a running job ends by its start plus its max runtime; one with no
   bound never ends; a free device is free now). A later job may take a
   reserved device only when its own runtime bound (its max runtime, else the
   device's ceiling) ends before T, and only within BACKFILL_DEPTH jobs of the
   head of the queue; a job without a bound never backfills. Devices out of
   the pool (quarantined, silent, draining) are never reserved, nor devices
-  another job reserved first: each blocked job in order reserves what it can
-  find, so a wide job cannot be starved by a stream of narrow ones.
+  another job reserved first: each blocked job in order (the first
+  RESERVATIONS_MAX of them) reserves what it can find, so a wide job cannot be starved by a stream of narrow ones. (A job
+  on one device needs no reservation: the pass places it before every job
+  behind it as soon as one of its candidates frees.)
 
 Nothing here reads the clock, the database or the network. The scheduling
 pass (rc.controller.scheduler) feeds it what the store read and writes back
@@ -44,6 +46,7 @@ from rc.proto.model import DeviceState
 
 __all__ = [
     "BACKFILL_DEPTH",
+    "RESERVATIONS_MAX",
     "LazyMatches",
     "Plan",
     "Policy",
@@ -59,10 +62,14 @@ __all__ = [
     "plan",
 ]
 
-BACKFILL_DEPTH = 1000
+BACKFILL_DEPTH = 256
 """Only the first this many jobs of the queue (in scheduling order) may take
 a reserved device (backfill); a pass stops looking further once every free
 device is taken or reserved, so a long queue costs no more than this."""
+RESERVATIONS_MAX = 32
+"""At most this many blocked jobs reserve devices in one pass (the first in
+scheduling order); one behind them waits in its place and reserves once it
+is among them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,6 +270,9 @@ class _Pass:
         self.topologies: dict[str, HostTopology] = {}
         self.known: dict[tuple, tuple[str, ...]] = {}  # many jobs share a target
         self.by_host: dict[tuple[str, ...], dict[str, list[str]]] = {}
+        self.cand_sets: dict[tuple[str, ...], frozenset[str]] = {}
+        self.no_room: set[tuple[tuple[str, ...], int]] = set()  # (cands, wants) found nothing
+        self.by_end: dict[str, list[tuple[float, tuple, str]]] = {}
 
     def run(self, jobs: Iterable[QueuedJob], until_settled: bool) -> Plan:
         out = self.out
@@ -294,6 +304,7 @@ class _Pass:
             topo = self.topologies.get(host_of(chosen[0]))
             if topo is not None:
                 topo.take(chosen)
+            self.by_end.pop(host_of(chosen[0]), None)  # their ends moved
         return out
 
     def settled(self, index: int) -> bool:
@@ -316,15 +327,19 @@ class _Pass:
         bound = job.max_runtime or self.slots[d].max_runtime
         return bound > 0 and self.now + bound <= self.out.reservations[holder].start_at
 
+    def host_devices(self, host: str) -> list[str]:
+        """Every device of a host (the fleet grouped once per pass)."""
+        if self.hosts is None:
+            self.hosts = {}
+            for d in self.slots:
+                self.hosts.setdefault(host_of(d), []).append(d)
+        return self.hosts.get(host, [])
+
     def topology(self, host: str) -> HostTopology:
         topo = self.topologies.get(host)
         if topo is None:
-            if self.hosts is None:
-                self.hosts = {}
-                for d in self.slots:
-                    self.hosts.setdefault(host_of(d), []).append(d)
             topo = self.topologies[host] = HostTopology(
-                self.hosts.get(host, ()), self.links.get(host, {}), self.free.__contains__
+                self.host_devices(host), self.links.get(host, {}), self.free.__contains__
             )
         return topo
 
@@ -344,9 +359,20 @@ class _Pass:
             if len(cands) == len(pins) and all(self.available(job, d, index) for d in pins):
                 return pins
             return None
+        # only free devices can be taken: look at those (a pass has few)
+        if len(self.free) < len(cands):
+            among = self.cand_sets.get(cands)
+            if among is None:
+                among = self.cand_sets[cands] = frozenset(cands)
+            pool = sorted((d for d in self.free if d in among), key=device_key)
+        else:
+            pool = [d for d in cands if d in self.free]
+        per_host: dict[str, list[str]] = {}
+        for d in pool:
+            if self.available(job, d, index):
+                per_host.setdefault(host_of(d), []).append(d)
         best = None
-        for host, ds in self.grouped(cands).items():
-            avail = [d for d in ds if self.available(job, d, index)]
+        for host, avail in per_host.items():
             if len(avail) < job.count:
                 continue
             found = self.topology(host).best(avail, job.count)
@@ -358,6 +384,16 @@ class _Pass:
                 best = (key, chosen)
         return None if best is None else best[1]
 
+    def soonest_on(self, host: str) -> list[tuple[float, tuple, str]]:
+        """A host's devices as (expected free, natural key, id), soonest first
+        (cached until the pass takes one of them)."""
+        got = self.by_end.get(host)
+        if got is None:
+            got = self.by_end[host] = sorted(
+                (self.end_of(d), device_key(d), d) for d in self.host_devices(host)
+            )
+        return got
+
     def end_of(self, d: str) -> float:
         """When device `d` is expected free at the latest."""
         if d in self.ends:
@@ -367,26 +403,44 @@ class _Pass:
         return self.slots[d].free_at
 
     def reserve(self, job: QueuedJob, cands: tuple[str, ...]) -> None:
-        """A blocked job reserves the devices of the host where `count` of its
-        candidates are expected free soonest (never devices out of the pool
-        or reserved by a job ahead of it)."""
+        """A blocked job on several devices reserves the devices of the host
+        where `count` of its candidates are expected free soonest (never
+        devices out of the pool or reserved by a job ahead of it). A job on
+        one device reserves nothing: whenever one of its candidates frees,
+        it is placed before every job behind it anyway."""
+        if job.wants < 2 or len(self.out.reservations) >= RESERVATIONS_MAX:
+            return
+        ask = (cands, job.wants)
+        if ask in self.no_room:  # reservations only grow within a pass
+            return
         reserved = self.out.reserved
         pins = job.pins
+        wants = job.wants
         best = None
         if pins:
             groups = {host_of(pins[0]): list(pins)} if len(cands) == len(pins) else {}
         else:
             groups = self.grouped(cands)
+        among = self.cand_sets.get(cands)
+        if among is None:
+            among = self.cand_sets[cands] = frozenset(cands)
         for host, ds in groups.items():
-            pool = [d for d in ds if d not in reserved and self.slots[d].in_pool]
-            if len(pool) < job.wants:
+            if len(ds) < wants:
                 continue
-            soonest = sorted(pool, key=lambda d: (self.end_of(d), device_key(d)))[: job.wants]
-            start = max(self.end_of(d) for d in soonest)
-            key = (start, device_key(host))
-            if best is None or key < best[0]:
-                best = (key, pins or tuple(sorted(soonest, key=device_key)))
+            soonest = []
+            for _end, _key, d in self.soonest_on(host):  # expected free soonest first
+                if d in among and d not in reserved and self.slots[d].in_pool:
+                    soonest.append(d)
+                    if len(soonest) == wants:
+                        break
+            if len(soonest) < wants:
+                continue
+            start = self.end_of(soonest[-1])
+            rank = (start, device_key(host))
+            if best is None or rank < best[0]:
+                best = (rank, pins or tuple(sorted(soonest, key=device_key)))
         if best is None:
+            self.no_room.add(ask)
             return
         chosen = tuple(best[1])
         self.out.reservations[job.id] = Reservation(job.id, chosen, best[0][0])
