@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Controller benchmarks for the other figures of DESIGN.md §8.
+"""Controller benchmarks for the other figures of README "Performance".
 
 Prints, each against its target:
 1. durable submissions from 8 concurrent client processes (target ≥ 2,000/s);

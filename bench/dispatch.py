@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Dispatch benchmark (issue "rc runs a job end to end", DESIGN.md §8).
+"""Dispatch benchmark (README "Performance").
 
 Starts a controller and a worker with 4 CPU devices on loopback, then prints:
 1. submit → job process started: median and p99 over 100 jobs on an idle
@@ -13,7 +13,7 @@ Starts a controller and a worker with 4 CPU devices on loopback, then prints:
    against the start its reservation promised (conservative backfill: a
    narrow job may take a reserved device only if it ends before then).
 
-Targets (DESIGN.md §8): median ≤ 10 ms, p99 ≤ 30 ms; ≥ 500 jobs/s; kill ≤ 20 ms.
+Targets (README "Performance"): median ≤ 10 ms, p99 ≤ 30 ms; ≥ 500 jobs/s; kill ≤ 20 ms.
 Slurm 22.05 tuned on this machine: ~600 ms p50 and ~47 jobs/s; task-spooler
 3.5 ms and ~700 jobs/s. Usage: python bench/dispatch.py [--jobs 1000]
 """

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Relay benchmark (issue 6, DESIGN.md §8).
+"""Relay benchmark (README "Performance").
 
 Starts a controller and a worker (bench/fleet.py) on loopback, holds one
 device, then prints:
@@ -13,7 +13,7 @@ device, then prints:
    (client → controller → worker → remote PTY and back); median and p99 of
    200.
 
-Target (DESIGN.md §8): rc cp ≥ 150 MB/s, byte-exact. Usage:
+Target (README "Performance"): rc cp ≥ 150 MB/s, byte-exact. Usage:
 python bench/relay.py [--mb 1024] [--keys 200]
 """
 

@@ -7,7 +7,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the rc command line; returns the process exit code.
 
     `rc worker ...` goes to the worker (rc.worker.main); everything else to the
-    client (rc.cli). The two never import each other (DESIGN.md §2).
+    client (rc.cli). The two never import each other (docs/design.md#layering).
     """
     args = sys.argv[1:] if argv is None else list(argv)
     if args[:1] == ["worker"]:

@@ -1,4 +1,4 @@
--- rc/store.sql: the whole schema of the controller's database (DESIGN.md §4).
+-- rc/store.sql: the whole schema of the controller's database (docs/design.md#the-store).
 --
 -- Applied to an empty database, then PRAGMA user_version is set to the number
 -- of the newest migration (rc/controller/store/migrations/; each one edits
@@ -149,7 +149,7 @@ CREATE TABLE sheets (
     PRIMARY KEY (host, device_name)
 ) STRICT, WITHOUT ROWID;
 
--- Automatic recoveries, for the flap guard (inventory §7.4).
+-- Automatic recoveries, for the flap guard (docs/design.md#quarantine-and-proof).
 CREATE TABLE device_recoveries (
     device_id TEXT NOT NULL,
     at        REAL NOT NULL,
@@ -158,7 +158,7 @@ CREATE TABLE device_recoveries (
 
 CREATE INDEX device_recoveries_by_device ON device_recoveries (device_id, at);
 
--- The activity feed (DESIGN.md §6.6).
+-- The activity feed (docs/design.md#the-activity-feed).
 CREATE TABLE events (
     id        INTEGER PRIMARY KEY AUTOINCREMENT,
     at        REAL NOT NULL,
@@ -175,7 +175,7 @@ CREATE TABLE events (
 
 CREATE INDEX events_by_time ON events (at);
 
--- API tokens (DESIGN.md §6.1): only the sha256 of the secret is stored.
+-- API tokens: only the sha256 of the secret is stored.
 CREATE TABLE tokens (
     id          INTEGER PRIMARY KEY AUTOINCREMENT,
     name        TEXT NOT NULL CHECK (name != ''),

@@ -1,6 +1,6 @@
-"""A fake `nvidia-smi` for tests (DESIGN.md §9: no GPUs here), put first on a
-worker's PATH. It answers the two queries rc makes, in nvidia-smi's CSV, and
-`topo -m` with a matrix as nvidia-smi prints it.
+"""A fake `nvidia-smi` for tests (docs/design.md#testing: no GPUs here), put
+first on a worker's PATH. It answers the two queries rc makes, in nvidia-smi's
+CSV, and `topo -m` with a matrix as nvidia-smi prints it.
 
 `FakeNvidiaSmi(dir, gpus=2, topo=...)` writes DIR/nvidia-smi; `mode(...)`
 switches it: "healthy", "na" (memory reads "[N/A]"), "broken" (exits 9 like

@@ -1,4 +1,4 @@
-"""The auth matrix (DESIGN.md §6.1): every route of the route table
+"""The auth matrix (docs/design.md#identity-and-ownership): every route of the route table
 (rc.controller.api.routes) × {no token, unknown, revoked, expired, user,
 another user, worker of this host, worker of another host, admin} → the
 status the table's declaration promises: 401 without a valid token, 403 for
@@ -253,7 +253,7 @@ CALLS = [
     Call("GET", "/metrics", lambda w: ("/metrics", None)),
     Call("GET", "/openapi.json", lambda w: ("/openapi.json", None)),
     Call("GET", "/", lambda w: ("/", None)),
-    # -- the relay (issue "Interactive") ----------------------------------------
+    # -- the relay ------------------------------------------------------------
     Call(
         "GET",
         "/v1/jobs/{job_id}/tty/out",

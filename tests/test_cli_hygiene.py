@@ -180,7 +180,7 @@ def test_logs_follow_exits_as_the_job_did(box):
 
 def test_a_verb_already_in_effect_exits_0_says_so_and_keeps_the_reason(box):
     """Reports: draining a drained device, or undraining a ready one, succeeded
-    and added an event each time; then ("What a newcomer hit" 10) a second
+    and added an event each time; then a second
     `rc drain` without --reason erased the first reason and `rc undrain`
     twice exited 1. A repeat exits 0, says since when and by whom the effect
     is in place, and changes nothing; only a new reason is a change."""
@@ -211,7 +211,7 @@ def test_a_verb_already_in_effect_exits_0_says_so_and_keeps_the_reason(box):
 
 
 def test_devices_leave_labels_out_only_when_asked(box):
-    """The `rc devices` table asks for no labels (DESIGN.md §8: ≤ 150 ms)."""
+    """The `rc devices` table asks for no labels (README "Performance": ≤ 150 ms)."""
     ctl, _users, admin = box
     c = ctl.client()
     full = c.get("/v1/devices")["devices"]

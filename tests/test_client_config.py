@@ -1,6 +1,5 @@
-"""The client's config file and token, as a new user meets them ("What a
-newcomer hit" 16): a misspelt key is named with the key meant, and a refused
-token says where it came from."""
+"""The client's config file and token, as a new user meets them: a misspelt
+key is named with the key meant, and a refused token says where it came from."""
 
 from __future__ import annotations
 

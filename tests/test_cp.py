@@ -1,5 +1,5 @@
 """`rc cp`: byte-exact copies both ways, odd trees, and archives that would
-escape their destination refused on both ends (issue 6)."""
+escape their destination refused on both ends."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Crash consistency (issue "Recovery", DESIGN.md §4 and §7): kill -9 the
+"""Crash consistency (docs/design.md#the-store): kill -9 the
 controller at random moments during a stream of 500 submissions and
 completions on 8 devices, restart it, five times over. Then a checker reads
 the database and the log files and proves:

@@ -1,4 +1,4 @@
-"""The dashboard (issue 8) in a real headless Chromium: Debian's chromium and
+"""The dashboard in a real headless Chromium: Debian's chromium and
 chromium-driver driven by selenium, against a real `rc serve` and a real worker
 from the zipapp. The page loads with a token, lists the devices and a running
 job with its live log, updates when the job ends without a reload, shows a

@@ -1,4 +1,4 @@
-"""GET /v1/events/stream (issue 8, inventory §8.2): Server-Sent Events for the
+"""GET /v1/events/stream: Server-Sent Events for the
 dashboard. Over HTTP against a real `rc serve`: auth (header or ?token=, the
 only route that takes one), change and feed frames, resume. In process, driving
 the ASGI app of a real Controller (real SQLite) with a reader we control:

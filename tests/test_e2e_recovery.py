@@ -1,4 +1,4 @@
-"""Recovery with real processes (issue "Recovery"): a worker killed mid-job,
+"""Recovery with real processes: a worker killed mid-job,
 survivors that keep a device out, proofs that bring it back, the flap guard,
 and a controller restart that must not expire a healthy job's lease."""
 

@@ -1,5 +1,5 @@
 """End to end through the CLI: real `rc serve`, a real worker from the zipapp
-under `python3 -I`, real `rc` invocations (issue "rc runs a job end to end")."""
+under `python3 -I`, real `rc` invocations."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Every error is one JSON shape with the right status, never a traceback
-(DESIGN.md §5; STYLE.md §6). Walks the error paths of a live controller; each
+(docs/design.md#the-wire). Walks the error paths of a live controller; each
 answer's status is its code's in the one table (rc.proto.errors.STATUS)."""
 
 from __future__ import annotations
@@ -216,6 +216,25 @@ CASES = [
         400,
         "bad_request",
     ),
+    # digits are ASCII: "²" passed str.isdigit() and then failed int() (a 500)
+    (
+        "log append offset, superscript digit",
+        "POST",
+        "/v1/jobs/424242/logs?offset=%C2%B2",
+        "worker",
+        b"x",
+        400,
+        "bad_request",
+    ),
+    (
+        "log append offset, Arabic-Indic digits",
+        "POST",
+        "/v1/jobs/424242/logs?offset=%D9%A1%D9%A2",
+        "worker",
+        b"x",
+        400,
+        "bad_request",
+    ),
     (
         "heartbeat other host",
         "POST",
@@ -321,6 +340,18 @@ def test_success_carries_the_instance_header_too(live):
     status, headers, _ = raw(ctl.url, "GET", "/v1/whoami", tokens["user"])
     assert status == 200
     assert headers[INSTANCE_HEADER.lower()]
+
+
+@pytest.mark.parametrize("last", ["\u00b2", "x1"])
+def test_a_last_event_id_that_is_not_ascii_digits_is_a_400(live, last):
+    """`Last-Event-ID: ²` (a superscript two passes str.isdigit() and fails
+    int()) was a 500 with a traceback in the log."""
+    ctl, tokens = live
+    got, _headers, data = raw(
+        ctl.url, "GET", "/v1/events/stream", tokens["user"], headers={"Last-Event-ID": last}
+    )
+    assert got == 400, data
+    assert json.loads(data)["error"] == "bad_request"
 
 
 def test_no_traceback_in_the_controller_log_after_bad_input(live):

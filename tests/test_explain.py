@@ -1,5 +1,5 @@
 """`rc explain JOB` and `rc explain -s` from the real store, on a fake clock:
-every reason a queued job can have for waiting, in words (issue "Scheduling")."""
+every reason a queued job can have for waiting, in words."""
 
 from __future__ import annotations
 

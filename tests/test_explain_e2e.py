@@ -1,6 +1,6 @@
 """`rc explain JOB` through the CLI against real processes, in each waiting
 case: devices held (by whom, for how long), jobs ahead, the per-user cap,
-devices out of the pool (issue "Scheduling")."""
+devices out of the pool."""
 
 from __future__ import annotations
 

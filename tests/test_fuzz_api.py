@@ -1,6 +1,6 @@
-"""schemathesis against /openapi.json on a live controller (issue "Multi-user
-security"): for every operation, generated requests never get a 500, and every
-response matches the document (status, content type, body schema).
+"""schemathesis against /openapi.json on a live controller: for every
+operation, generated requests never get a 500, and every response matches
+the document (status, content type, body schema).
 
 Bounded for CI by RC_FUZZ_EXAMPLES (default 15 per operation). A long run:
 

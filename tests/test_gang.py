@@ -1,6 +1,6 @@
-"""Jobs on several devices of one host (issue 14), in-process on a fake clock
-(tests.inprocess.Lab): what submit refuses, and how a wide job is granted,
-kept and released."""
+"""Jobs on several devices of one host (README "Several devices for one
+job"), in-process on a fake clock (tests.inprocess.Lab): what submit
+refuses, and how a wide job is granted, kept and released."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""Jobs and holds on several devices of one host, end to end (issue 14): a
-real controller, workers from the zipapp (CPU devices, and 8 fake GPUs with a
-fake `nvidia-smi topo -m`), the real CLI."""
+"""Jobs and holds on several devices of one host, end to end (README
+"Several devices for one job"): a real controller, workers from the zipapp
+(CPU devices, and 8 fake GPUs with a fake `nvidia-smi topo -m`), the real
+CLI."""
 
 from __future__ import annotations
 

@@ -1,9 +1,11 @@
-"""The layout and layering rules of DESIGN.md §2."""
+"""The layout and layering rules (docs/design.md#layering), and comments that
+cite only what the repository has."""
 
 from __future__ import annotations
 
 import argparse
 import ast
+import re
 import subprocess
 import sys
 import tomllib
@@ -58,7 +60,7 @@ def test_zipapp_code_imports_only_stdlib_and_allowed_rc_packages(root):
             ):
                 continue
             bad.append(f"{path.relative_to(REPO)}:{line}: {name}")
-    assert bad == [], "layering violations (DESIGN.md §2):\n" + "\n".join(bad)
+    assert bad == [], "layering violations (docs/design.md#layering):\n" + "\n".join(bad)
 
 
 def test_nothing_imports_the_controller_but_itself():
@@ -206,6 +208,7 @@ def test_a_verb_builds_only_its_own_group():
         "rc.cli.serve",
         "rc.cli.up",
         "rc.cli.children",
+        "rc.cli.credentials",
     }
 
 
@@ -398,3 +401,108 @@ def test_the_store_boundary_check_sees_each_way_across():
         (5, "runs a query (.change)"),
         (6, "uses QUERIES"),
     ]
+
+
+# -- citations -------------------------------------------------------------------
+
+CITING = (
+    "rc",
+    "tests",
+    "bench",
+    "examples",
+    "docs",
+    "README.md",
+    "pyproject.toml",
+    "zipapp",
+    "rc.py",
+)
+"""Every place a comment, docstring or document of the repository lives."""
+
+OUTSIDE = re.compile(
+    r"inventory\s§"  # the original implementation's inventory, by section
+    r"|§\s?\d"  # a numbered section of any document
+    r"|\b(DESIGN|STYLE)\.md"  # the team's notes, which live outside the repository
+    r"|original-inventor[y]"
+    r"|\.\./shared/"
+    r"|\b[Ii]ssue\s\d"  # an issue by number
+    r"|\b[Ii]ssue\s\""  # an issue by title
+    r"|\"What\sa\snewcomer\shit\"\s\d"  # an item of that issue
+)
+"""Citations a reader of the repository cannot follow. A comment states its
+rule, or points at a file here (docs/design.md, a README section)."""
+
+
+def _texts():
+    """(path relative to the repo, text) of every text file under CITING."""
+    for name in CITING:
+        top = REPO / name
+        for path in sorted(top.rglob("*")) if top.is_dir() else [top]:
+            if not path.is_file() or "__pycache__" in path.parts:
+                continue
+            try:
+                yield path.relative_to(REPO), path.read_text(encoding="utf-8")
+            except UnicodeDecodeError:
+                continue  # not text
+
+
+def test_nothing_cites_a_document_or_an_issue_the_repository_does_not_have():
+    bad = [
+        f"{path}:{text.count(chr(10), 0, m.start()) + 1}: {m.group(0)}"
+        for path, text in _texts()
+        for m in OUTSIDE.finditer(text)
+    ]
+    assert bad == [], "citations of what is not in the repository:\n" + "\n".join(bad)
+
+
+def test_the_citation_check_sees_each_form():
+    # written in pieces, so that this file does not cite them itself
+    for cited in (
+        "(inventory \u00a77.5)",
+        "(\u00a76.9)",
+        "DESIGN" + ".md",
+        "(STYLE" + ".md)",
+        "(issue" + " 6)",
+        "Issue" + " 12 item 5",
+        "issue" + ' "Recovery"',
+        '("What a newcomer hit"' + " 16)",
+        ".." + "/shared/reference",
+    ):
+        assert OUTSIDE.search(cited), cited
+    for fine in ("issued by", "docs/design.md#layering", 'README "Security model"', "the issue"):
+        assert not OUTSIDE.search(fine), fine
+
+
+def _anchor(heading: str) -> str:
+    """The anchor GitHub gives a Markdown heading: lower case, punctuation
+    dropped, spaces as hyphens ("Teardown: empty or out" → teardown-empty-or-out)."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def _readme_sections() -> set[str]:
+    """README headings and bold paragraph leads ("**Recovery proof.**"), without
+    backticks or a final period."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    found = re.findall(r"^#+ (.+)$", text, re.MULTILINE) + re.findall(
+        r"^\*\*(.+?)\*\*", text, re.MULTILINE
+    )
+    return {f.replace("`", "").strip().rstrip(".") for f in found}
+
+
+def test_pointers_into_the_repository_lead_somewhere():
+    """A docs/design.md anchor names a heading there; README and a quoted name,
+    a heading (or bold paragraph lead) of the README."""
+    design = (REPO / "docs" / "design.md").read_text(encoding="utf-8")
+    anchors = {_anchor(h) for h in re.findall(r"^#+ (.+)$", design, re.MULTILINE)}
+    sections = _readme_sections()
+    bad = []
+    for path, text in _texts():
+        for m in re.finditer(r"docs/design\.md#([A-Za-z0-9_-]+)", text):
+            if m.group(1) not in anchors:
+                bad.append(f"{path}: docs/design.md#{m.group(1)}")
+        for m in re.finditer(r"README\s+\"([^\"]+)\"", text):
+            # a pointer may run over a line break, into the next comment line
+            name = re.sub(r"\s*\n\s*(#|--)?\s*", " ", m.group(1)).strip()
+            if name not in sections:
+                bad.append(f"{path}: README {name!r}")
+    assert bad == [], "pointers to no heading:\n" + "\n".join(bad)
+    assert "teardown-empty-or-out" in anchors and "Reliability: quarantine and recovery" in sections

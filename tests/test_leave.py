@@ -1,7 +1,8 @@
-"""A worker stopping cleanly hands back what it never started (DESIGN.md §3:
-"a job that was assigned but provably never started goes back to queued;
-only one that may have run becomes lost"), on the real store with a fake
-clock: rc.controller.workers.leave and the registration after it."""
+"""A worker stopping cleanly hands back what it never started: an assigned
+job goes back to the queue only when it provably never started, and one
+that may have run is lost (docs/design.md#job-states). On the real store
+with a fake clock: rc.controller.store.workers.leave and the registration
+after it."""
 
 from __future__ import annotations
 

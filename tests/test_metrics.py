@@ -1,4 +1,4 @@
-"""GET /metrics (issue 8): Prometheus text, parsed with prometheus_client's own
+"""GET /metrics: Prometheus text, parsed with prometheus_client's own
 parser and checked against the store; the hooks others plug into; access."""
 
 from __future__ import annotations

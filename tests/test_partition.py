@@ -1,4 +1,4 @@
-"""A network partition between worker and controller (issue "Recovery"): a TCP
+"""A network partition between worker and controller: a TCP
 proxy inside the test stops forwarding for longer than the heartbeat interval
 but shorter than the loss threshold. The job keeps running, its log arrives
 complete and in order afterwards, and it ends exactly once, succeeded."""

@@ -1,7 +1,8 @@
-"""Jobs on several devices of one host, in the pure planner (issue 14,
-DESIGN.md §6.5): the best set by topology, packing narrow jobs so intact
-groups stay whole, reservation with conservative backfill, and the
-starvation bound (a hypothesis simulation of a stream of narrow jobs)."""
+"""Jobs on several devices of one host, in the pure planner (README
+"Several devices for one job"): the best set by topology, packing narrow
+jobs so intact groups stay whole, reservation with conservative backfill,
+and the starvation bound (a hypothesis simulation of a stream of narrow
+jobs)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The queue end to end through the CLI: refusals at submit, `rc ps` order,
 positions and waits, idempotency under concurrency, --no-wait, `rc devices -s`,
-`rc explain -s` (issue "Scheduling")."""
+`rc explain -s`."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """A hypothesis state machine over the real store with a fake clock: heartbeat,
 sweep, register, reboot, proof, clear, fault, drain, kill, beside submits and
-completions (issue "Recovery").
+completions (docs/design.md#quarantine-and-proof).
 
 Invariants after every step:
 - at most one live lease per device, and a device with a live lease is never ready;

@@ -1,6 +1,7 @@
-"""The exits from quarantine, rule by rule (inventory §7.5), the sweeper's
-thresholds and startup grace (§7.2), heartbeat renewal (§7.3), registration
-reconciliation (§7.4) and the flap guard, on the real store with a fake clock."""
+"""The exits from quarantine, rule by rule, the sweeper's thresholds and
+startup grace, heartbeat renewal, registration reconciliation and the flap
+guard (docs/design.md#quarantine-and-proof and the sections after it), on
+the real store with a fake clock."""
 
 from __future__ import annotations
 
@@ -100,7 +101,7 @@ def f(tmp_path):
     fl.close()
 
 
-# -- exits from quarantine (inventory §7.5) ---------------------------------
+# -- exits from quarantine ---------------------------------------------------
 
 CLEARABLE = ["worker_lost", "lease_expired", "registration"]
 
@@ -210,7 +211,7 @@ def test_a_refused_recovery_is_recorded_once_per_quarantine(f):
     assert len(f.events("recovery_refused")) == 2
 
 
-# -- the sweeper (inventory §7.2) ---------------------------------------------
+# -- the sweeper --------------------------------------------------------------
 
 
 def test_unknown_after_30s_then_worker_lost_after_5m(f):
@@ -283,7 +284,7 @@ def test_startup_grace_expires_nothing(tmp_path):
         fl.close()
 
 
-# -- registration (inventory §7.4) ---------------------------------------------
+# -- registration -------------------------------------------------------------
 
 
 def test_reregistration_loses_in_flight_jobs(f):

@@ -1,5 +1,5 @@
 """Terminals and pipes end to end: a real controller, a worker from the
-zipapp, and the CLI running under a pseudo-terminal this test drives (issue 6).
+zipapp, and the CLI running under a pseudo-terminal this test drives.
 """
 
 from __future__ import annotations

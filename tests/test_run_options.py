@@ -1,5 +1,5 @@
-"""What a newcomer hit in `rc run` / `rc hold` and their options (issue "What a
-newcomer hit"): repeated -s, a hold on any device, -e NAME and --env-file,
+"""What a newcomer hit in `rc run` / `rc hold` and their options: repeated
+-s, a hold on any device, -e NAME and --env-file,
 Ctrl-C and SIGTERM on a running job, --kill-on-detach, stdin that is not
 passed on. The e2e tests run a real controller and a worker from the zipapp
 (devices box:cpu0 model=h100 vram=81920M, box:cpu1 model=a100 vram=40G)."""

@@ -1,5 +1,5 @@
 """The real store and scheduler in-process, on a fake clock (tests.inprocess):
-submit-time refusals, ceilings, idempotency, and starvation (issue "Scheduling").
+submit-time refusals, ceilings, idempotency, and starvation.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def two_hosts(lb: Lab) -> None:
     lb.register("b", {"g0": (600, {"model": "a100", "vram": "[N/A]"})})
 
 
-def test_refused_at_submit_with_the_inventorys_codes(lab):
+def test_refused_at_submit_with_their_error_codes(lab):
     lb = lab()
     two_hosts(lb)
     cases = [

@@ -1,6 +1,7 @@
 """A hypothesis state machine over the real store and scheduler, beside a
-small pure-Python model of the rules (issue "Scheduling", issue 14,
-STYLE.md §10).
+small pure-Python model of the rules (docs/design.md#testing; README
+"Order: priority, first come first served, aging, the per-user cap" and
+"Several devices for one job").
 
 Steps: submits (pinned to one device or to a list, selector jobs of 1..5
 devices, priorities, holds, idempotency keys, bad requests), completions,

@@ -1,6 +1,6 @@
-"""planner.plan(), the pure decision of a pass (inventory §5, DESIGN.md §6.5):
-priority, FIFO, aging, ceilings, reservation, the per-user cap. (Jobs on
-several devices, topology, packing and backfill: tests/test_placement.py.)"""
+"""planner.plan(), the pure decision of a pass: priority, FIFO, aging,
+ceilings, the per-user cap. (Jobs on several devices, topology, packing,
+reservation and backfill: tests/test_placement.py.)"""
 
 from __future__ import annotations
 

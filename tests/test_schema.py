@@ -1,4 +1,4 @@
-"""The schema is the truth (STYLE.md §1, §2, §4): store.sql, its CHECK lists,
+"""The schema is the truth: store.sql, its CHECK lists,
 its invariants, the named queries, and how an old or foreign database is met."""
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ CHECKED = {
     ("device_links", "link"): Link,
 }
 OLD_SCHEMA = REPO / "tests" / "data" / "store_v1.sql"
-"""store.sql as schema version 1 had it, verbatim: the oldest database a
-migration must bring up to date."""
+"""store.sql as schema version 1 had it (its statements verbatim): the
+oldest database a migration must bring up to date."""
 
 
 def _schema_db(path: Path) -> sqlite3.Connection:

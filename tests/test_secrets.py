@@ -1,5 +1,5 @@
 """Tokens never appear in logs, events, error messages or the database, and
-secret files are 0600 (issue "Multi-user security", DESIGN.md §6.1)."""
+secret files are 0600 (README "Security model")."""
 
 from __future__ import annotations
 

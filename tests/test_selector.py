@@ -1,4 +1,4 @@
-"""The selector language (issue "Scheduling", inventory §5): parsing,
+"""The selector language (README "Selectors"): parsing,
 normalising and matching, by example and by property."""
 
 from __future__ import annotations

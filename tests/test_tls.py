@@ -1,4 +1,4 @@
-"""TLS (issue "Multi-user security"): `rc serve --certfile --keyfile`; the CLI
+"""TLS: `rc serve --certfile --keyfile`; the CLI
 and the worker verify the controller with --cacert (or the system store), and
 an untrusted certificate is a clear one-line error, never a silent downgrade;
 `rc up` refuses a non-loopback listen address without TLS unless --insecure."""

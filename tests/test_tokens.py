@@ -1,4 +1,4 @@
-"""Revoking a token ("What a newcomer hit" 16, 18): its name's queued jobs are
+"""Revoking a token: its name's queued jobs are
 cancelled unless kept, and the in-memory token map follows each change
 without being rebuilt."""
 

@@ -378,7 +378,7 @@ def test_readme_recipe_for_running_the_two_parts_yourself(tmp_path, env):
                 proc.wait(10)
 
 
-# -- "What a newcomer hit" 8, 9, 10 ------------------------------------------------
+# -- a new user's one-boxes: a second one, other settings, a lost config, down twice ---
 
 
 def _config(env) -> str:

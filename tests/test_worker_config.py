@@ -1,4 +1,4 @@
-"""The worker's configuration (inventory §6.1): every key, its defaults, the
+"""The worker's configuration: every key, its defaults, the
 environment's one-way semantics, and an error naming file, key and problem
 for everything wrong. Plus `rc worker --print-config` from the zipapp."""
 
@@ -81,7 +81,7 @@ def test_every_key_is_read(tmp_path):
     assert cfg.device_timeout(gpu1) == 45.0 and cfg.device_linger(gpu1) == 120.0
 
 
-def test_defaults_follow_the_inventory(tmp_path):
+def test_defaults_of_every_key(tmp_path):
     cfg = wc.load(write(tmp_path, 'controller_url = "http://c:1"\n'), env={})
     assert cfg.heartbeat_interval == 10 and cfg.poll_wait == 30 and cfg.kill_grace == 10
     assert cfg.hook_timeout == 60 and cfg.release_linger == 30
@@ -120,7 +120,7 @@ def test_configs_built_in_code_get_defaults_never_unbounded():
         ("nope = 1", "nope", "not a known key"),
         ('hooks = { timeout = "1s", colour = "red" }', "hooks.colour", "not a known key"),
         ('devices = [{ name = "gpu0", colour = "red" }]', "devices[0].colour", "not a known key"),
-        # a misspelt key names the nearest known one ("What a newcomer hit" 16)
+        # a misspelt key names the nearest known one
         (
             "require_manual_claer = true",
             "require_manual_claer",
@@ -181,6 +181,40 @@ def test_errors_name_the_file_the_key_and_the_problem(tmp_path, text, key, probl
     assert msg.startswith(path + ": "), msg
     assert key in msg and problem in msg, msg
     assert "\n" not in msg
+
+
+@pytest.mark.parametrize(
+    "text, key",
+    [
+        ('heartbeat_interval = "１０"', "heartbeat_interval"),
+        ('poll_wait = "１０s"', "poll_wait"),
+        ('kill_grace = "1.５s"', "kill_grace"),
+        ('hooks = { timeout = "٣m" }', "hooks.timeout"),
+        ('hooks = { release_linger = "３０s" }', "hooks.release_linger"),
+        ('devices = [{ name = "gpu0", max_runtime = "２h" }]', "devices[0].max_runtime"),
+        ('devices = [{ name = "gpu0", timeout = "１m" }]', "devices[0].timeout"),
+        ('devices = "cpu:２"', "devices"),
+        ('devices = "cpu:٣"', "devices"),
+        ('devices = "cpu:"', "devices"),
+    ],
+)
+def test_numbers_take_ascii_digits_only(tmp_path, text, key):
+    """As everywhere in rc (rc.proto.duration), digits are 0-9, and the error
+    says so: `devices = "cpu:２"` was refused as a device name with a bad
+    character, not as a count."""
+    path = write(tmp_path, 'controller_url = "http://c:1"\n' + text + "\n")
+    with pytest.raises(ConfigError) as e:
+        wc.load(path, env={})
+    msg = str(e.value)
+    assert msg.startswith(f"{path}: {key}"), msg
+    assert "bad duration" in msg or "cpu:N takes N in digits 0-9" in msg, msg
+
+
+def test_rc_worker_devices_cpu_n_takes_ascii_digits_only(tmp_path):
+    empty = write(tmp_path, "")
+    with pytest.raises(ConfigError, match=r"^command line: devices 'cpu:２': cpu:N takes N in"):
+        wc.load(empty, overrides={"devices": "cpu:２"}, env={})
+    assert wc.load(empty, overrides={"devices": "cpu:12"}, env={}).devices == "cpu:12"
 
 
 def test_missing_and_unreadable_files(tmp_path):

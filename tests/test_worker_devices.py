@@ -2,7 +2,7 @@
 from nvidia-smi, drop-ins and the config, usage sheets and `rc describe`;
 CUDA numbering; lease hooks with linger; an acquire failure; the verify pass;
 a compute process left on the GPU; labels kept while nvidia-smi is broken or
-gone (inventory §6.6-§6.9, DESIGN.md §6.4)."""
+gone (docs/design.md#teardown-empty-or-out)."""
 
 from __future__ import annotations
 

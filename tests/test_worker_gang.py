@@ -1,7 +1,8 @@
-"""The worker's side of jobs on several devices (issue 14): `nvidia-smi topo
--m` parsed on captured text, the topology a probe pass reports (with a fake
-nvidia-smi), a job's environment, and the teardown and verify of every
-device of a job (real processes, a JobContext whose faults go to a list)."""
+"""The worker's side of jobs on several devices (README "Several devices
+for one job"): `nvidia-smi topo -m` parsed on captured text, the topology a
+probe pass reports (with a fake nvidia-smi), a job's environment, and the
+teardown and verify of every device of a job (real processes, a JobContext
+whose faults go to a list)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Probes and labels (inventory §6.8), usage sheets (§6.9) and the GPU
+"""Probes and labels, usage sheets and the GPU
 emptiness check, in process: nvidia-smi's CSV as pure functions, drop-in
 output rules, and the preservation rule across passes with a fake nvidia-smi
 (healthy, broken, [N/A] memory, disappearing) and real drop-in scripts."""

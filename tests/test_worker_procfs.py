@@ -1,4 +1,4 @@
-"""/proc parsing as pure functions on captured text (inventory §6.11), with
+"""/proc parsing as pure functions on captured text, with
 hypothesis on arbitrary input, and the supervision rules on real processes:
 a child that ignores SIGTERM, a zombie that is not a straggler, a setsid
 escapee found by its RC_JOB_ID."""

@@ -1,7 +1,7 @@
 """Operator scripts the worker runs: the bounded runner, the verify pass
-(inventory §6.7, fail-closed) and the lease hooks with linger and the epoch
-guard (inventory §6.6). Real scripts; their timeouts, budgets and lingers on
-a fake clock (tests.fakeclock)."""
+(fail-closed) and the lease hooks with linger and the epoch guard. Real
+scripts; their timeouts, budgets and lingers on a fake clock
+(tests.fakeclock)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Logs across a controller outage (DESIGN.md §6.3): the controller is killed
+"""Logs across a controller outage: the controller is killed
 while a job writes, the job keeps running and writing into the worker's disk
 spool, the controller restarts on the same data dir and port, and the log is
 complete and in order; when the spool fills, the loss is a marker in the log.

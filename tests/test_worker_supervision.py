@@ -1,4 +1,4 @@
-"""Supervision that really kills (inventory §6.4, DESIGN.md §6.4), end to end:
+"""Supervision that really kills (docs/design.md#teardown-empty-or-out), end to end:
 a real controller, a real worker from dist/rc.pyz under `python3 -I` with a
 1 s kill grace, real jobs. Process trees that ignore SIGTERM, setsid
 escapees, trap-and-exit-0 after a kill, zombies and stragglers, a print
@@ -199,7 +199,7 @@ def test_512_mb_on_one_line_does_not_grow_the_worker(site):
         f"worker RSS before {before['VmRSS']} KiB, peak during {after['VmHWM']} KiB, "
         f"growth {grew_kib} KiB for {mib} MiB of output"
     )
-    assert grew_kib < 10 * 1024, (before, after)  # DESIGN.md §8: +10 MB at most
+    assert grew_kib < 10 * 1024, (before, after)  # the worker grows by 10 MB at most
     stored = logs(site.admin, j["id"])  # the controller's 8 MiB cap kept the head
     assert stored.startswith(b"x" * (8 << 20)) and b"log truncated" in stored
 

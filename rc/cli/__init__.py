@@ -49,8 +49,8 @@ VERBS = {
     "down": "up",
 }
 """Each verb and the GROUPS module that defines it, so that `rc devices` imports
-only rc.cli.devices and not the relay, copy and run machinery (DESIGN.md §8:
-`rc devices` in ≤ 150 ms). A test checks this table against the parsers."""
+only rc.cli.devices and not the relay, copy and run machinery (README
+"Performance": `rc devices` in ≤ 150 ms). A test checks this table against the parsers."""
 
 
 class _Parser(argparse.ArgumentParser):

@@ -1,4 +1,4 @@
-"""Where the client finds its controller and token (inventory §2.1).
+"""Where the client finds its controller and token (README "Configuration").
 
 Controller URL: RC_CONTROLLER, else `controller` in the config file, else
 http://127.0.0.1:8080. Token: RC_TOKEN, else `token` in the config file.

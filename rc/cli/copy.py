@@ -1,4 +1,4 @@
-"""`rc cp SRC DST`: files and directories between here and a device (issue 6).
+"""`rc cp SRC DST`: files and directories between here and a device.
 
 `host:name:path` names the remote side (split on the last colon; see
 parse_location). The copy rides on the relay in pipe mode: inside your hold
@@ -33,7 +33,8 @@ from rc.proto.relay import Download, Upload
 __all__ = ["Remote", "add_parsers", "cmd_cp", "parse_location"]
 
 COPY_WAIT_S = 1800.0
-"""rc cp's overall bound on waiting for the copy to finish (inventory §10)."""
+"""Seconds in a row rc cp retries an unreachable controller while it waits for
+the far side's result."""
 STDERR_SHOWN = 4096
 """Characters of a failed copy's stderr shown."""
 PROGRESS_EVERY_S = 0.25

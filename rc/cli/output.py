@@ -172,7 +172,7 @@ def duration(seconds: float | None) -> str:
 
 
 def age(seconds: float | None) -> str:
-    """An age on the inventory's ladder: 45s / 12m / 3h / 5d / 2mo ago.
+    """An age in its largest whole unit: 45s / 12m / 3h / 5d / 2mo ago.
 
     A negative age (a timestamp from the future) says so; None says the
     controller did not send one.

@@ -68,7 +68,7 @@ __all__ = [
 ]
 
 TTY_CHUNK = 4096
-"""Bytes of keyboard input per frame (inventory §10)."""
+"""Most bytes of keyboard input in one frame."""
 DEFAULT_SIZE = (24, 80)
 """The window size announced when there is no terminal, or it reports none."""
 PIPE_CHUNK = 1 << 20

@@ -1,7 +1,7 @@
 """`rc serve` (the controller) and the `rc worker` entry in `rc --help`.
 
 `rc serve` is one of the two entry points allowed to load rc.controller
-(DESIGN.md §2); it does so by name at run time, so the zipapp (which carries
+(docs/design.md#layering); it does so by name at run time, so the zipapp (which carries
 no controller) still parses every command. `rc worker` itself is routed to
 rc.worker by rc/__main__.py before this parser runs.
 """

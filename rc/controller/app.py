@@ -1,6 +1,6 @@
 """Builds the Starlette app: routes, the one error shape, the instance header.
 
-No business logic lives here (STYLE.md §14): the routes come from the route
+No business logic lives here: the routes come from the route
 table (rc.controller.api.routes), their handlers are in rc.controller.api,
 state changes in rc.controller.store.
 """
@@ -42,7 +42,7 @@ _FRAMEWORK_CODES = {
 
 
 def error_response(status: int, code: str, message: str) -> Response:
-    """The single error shape: {"error": code, "message": text} (DESIGN.md §5)."""
+    """The single error shape: {"error": code, "message": text} (docs/design.md#the-wire)."""
     return Response(
         orjson.dumps({"error": code, "message": message}),
         status_code=status,

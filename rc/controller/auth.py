@@ -1,4 +1,5 @@
-"""Who is calling: bearer tokens → a Caller, and the role rules (DESIGN.md §6.1).
+"""Who is calling: bearer tokens → a Caller, and the role rules
+(docs/design.md#identity-and-ownership).
 
 Secrets look like `rc_<43 url-safe characters>`; the database keeps their
 sha256 only. Lookups go through an in-memory map from hash to token, loaded

@@ -1,4 +1,4 @@
-"""The controller's settings, every threshold in one place (inventory §10).
+"""The controller's settings, every threshold in one place (docs/design.md#limits).
 
 All durations are seconds. `rc serve` builds a ControllerConfig from its
 flags; tests build one directly (with small thresholds and a fake clock).
@@ -14,7 +14,7 @@ __all__ = ["ControllerConfig", "Limits"]
 @dataclass(frozen=True, slots=True)
 class Limits:
     """Every size limit the controller enforces, each with its own error code
-    (issue "Multi-user security": limits explicit and documented)."""
+    (docs/design.md#limits: every limit explicit and documented)."""
 
     body_bytes: int = 1 << 20
     """Largest JSON request body (413 body_too_large)."""
@@ -55,7 +55,8 @@ class Limits:
 
 @dataclass(frozen=True, slots=True)
 class ControllerConfig:
-    """What `rc serve` was told; defaults follow inventory §10 unless noted."""
+    """What `rc serve` was told: a field that is one of its flags has the flag's
+    default (rc serve --help); the others are fixed."""
 
     data_dir: str
     listen: str = "127.0.0.1:8080"

@@ -1,4 +1,4 @@
-"""GET /: the dashboard, one self-contained page (inventory §8.3, issue 8).
+"""GET /: the dashboard, one self-contained page (README "Dashboard and metrics").
 
 The page is assembled once per process from rc/controller/static/:
 dashboard.html with dashboard.css and dashboard.js inlined where it says

@@ -3,7 +3,7 @@
 `Refused` is the one way a request is turned down: it carries the ErrorCode,
 its HTTP status (from the one table, rc.proto.errors.STATUS) and a message
 naming the problem, and the app renders it as the
-single error shape `{"error": code, "message": text}` (DESIGN.md §5).
+single error shape `{"error": code, "message": text}` (docs/design.md#the-wire).
 Transaction functions raise it too; their savepoint is rolled back.
 """
 

@@ -1,4 +1,4 @@
-"""Job logs: one append-only file per job under DATA/logs (DESIGN.md §4).
+"""Job logs: one append-only file per job under DATA/logs (docs/design.md#the-store).
 
 An append names the byte offset of the job's output stream it starts at:
 - offset == stored size: the bytes are appended;

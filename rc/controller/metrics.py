@@ -1,4 +1,4 @@
-"""Prometheus metrics of one controller (DESIGN.md §6.6), served by GET /metrics
+"""Prometheus metrics of one controller, served by GET /metrics
 (rc.controller.api.metrics).
 
 Each Controller owns one `Metrics` with its own CollectorRegistry (never the
@@ -83,7 +83,7 @@ START_LATENCY_BUCKETS_S = (
     86400.0,
 )
 """Histogram buckets of rc_job_start_latency_seconds, in seconds: from the
-idle-device target (DESIGN.md §8, ≤ 10 ms) up to a day in the queue."""
+idle-device target (README "Performance": ≤ 10 ms) up to a day in the queue."""
 
 LOG_SCAN_REUSE = 20.0
 """A log-directory scan that took t seconds is reused for LOG_SCAN_REUSE·t seconds."""

@@ -1,4 +1,5 @@
-"""Placement: which devices of one host a job gets (DESIGN.md §6.5).
+"""Placement: which devices of one host a job gets (README "Several devices
+for one job").
 
 Pure functions and a small class, used by rc.controller.planner. Nothing here
 reads the clock, the database or the network.

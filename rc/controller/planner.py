@@ -1,4 +1,5 @@
-"""The planner: who gets which free devices (inventory §5, DESIGN.md §6.5).
+"""The planner: who gets which free devices (README "Order: priority, first
+come first served, aging, the per-user cap" and "Several devices for one job").
 
 `plan()` is a pure function over a snapshot of the queue and the fleet, so the
 same code decides assignments, queue positions and `rc explain`:

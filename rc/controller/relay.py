@@ -1,4 +1,4 @@
-"""The relay: terminals and pipes spliced in controller memory (inventory §3.5).
+"""The relay: terminals and pipes spliced in controller memory (docs/design.md#the-relay).
 
 A *session* joins a client and a worker through two pipes: output (worker →
 client) and input (client → worker). Each pipe has a writing half and a

@@ -1,4 +1,4 @@
-"""The webhook sink: every activity-feed event POSTed to one URL (inventory §8.1).
+"""The webhook sink: every activity-feed event POSTed to one URL.
 
 Events are rows first (rc.controller.store.events); this sink tails them after each
 commit and delivers each as one JSON POST:

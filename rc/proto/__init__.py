@@ -1,6 +1,6 @@
 """The shared language of rc: model records, wire records, codecs, HTTP client.
 
-Standard library only: this package ships in dist/rc.pyz (DESIGN.md §2).
+Standard library only: this package ships in dist/rc.pyz (docs/design.md#layering).
 """
 
 INSTANCE_HEADER = "Rc-Controller-Instance"

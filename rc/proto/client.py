@@ -4,7 +4,7 @@ Shared by the worker and the CLI. It sends the bearer token, encodes and
 decodes JSON, raises `ApiError(status, code, message)` for the controller's
 error envelope and `TransportError` when the controller cannot be reached,
 applies a connect timeout and a separate read timeout, and remembers the
-controller instance id of the last response (DESIGN.md §5).
+controller instance id of the last response (docs/design.md#the-wire).
 
 Connections are kept alive, one per thread.
 """

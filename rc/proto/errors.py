@@ -1,7 +1,7 @@
 """Errors shared by every part of rc, and the error codes of the wire.
 
 Every HTTP error body is `{"error": <ErrorCode>, "message": <text>}`
-(DESIGN.md §5). The codes are listed once here so that the controller raising
+(docs/design.md#the-wire). The codes are listed once here so that the controller raising
 them and the CLI and worker reading them can never disagree.
 """
 
@@ -41,7 +41,7 @@ class WireError(RcError, ValueError):
 
 
 class ErrorCode(enum.StrEnum):
-    """Every error code the controller answers with (inventory §3)."""
+    """Every error code the controller answers with; STATUS maps each to its HTTP status."""
 
     UNAUTHORIZED = "unauthorized"
     FORBIDDEN = "forbidden"
@@ -76,7 +76,7 @@ class ErrorCode(enum.StrEnum):
     STORE_ERROR = "store_error"
     UNAVAILABLE = "unavailable"
     INTERNAL = "internal"
-    # the relay and sessions inside holds (issue 6)
+    # the relay and sessions inside holds (rc shell, rc exec, rc cp --hold)
     NOT_ATTACHED = "not_attached"
     SESSION_ENDED = "session_ended"
     NOT_A_HOLD = "not_a_hold"

@@ -1,4 +1,4 @@
-"""The entities shared by controller, worker and client (DESIGN.md §3).
+"""The entities shared by controller, worker and client.
 
 Frozen dataclasses and string enums holding JSON primitives only: timestamps
 are float seconds since the Unix epoch, durations whole seconds. Encode and
@@ -102,7 +102,7 @@ def valid_env_name(name: str) -> bool:
 
 
 class DeviceState(enum.StrEnum):
-    """Where a device stands (inventory §7.1).
+    """Where a device stands (docs/design.md#quarantine-and-proof).
 
     ready: schedulable. busy: a live lease is on it. unknown: its worker has
     been quiet for a while; not schedulable, not a quarantine. unhealthy:
@@ -116,10 +116,11 @@ class DeviceState(enum.StrEnum):
 
 
 class QuarantineReason(enum.StrEnum):
-    """Why an unhealthy device is out of the pool (inventory §7.1, §7.5).
+    """Why an unhealthy device is out of the pool.
 
     NONE ("") on an unhealthy device means the cause is unknown; only an admin
-    clears it.
+    clears it, as it does FAULT. A reboot or a recovery proof may return the
+    others (README "Reliability: quarantine and recovery").
     """
 
     NONE = ""
@@ -130,7 +131,7 @@ class QuarantineReason(enum.StrEnum):
 
     @property
     def reboot_clearable(self) -> bool:
-        """Whether a reboot or a recovery proof may return the device (§7.5)."""
+        """Whether a reboot or a recovery proof may return the device."""
         return self in (
             QuarantineReason.WORKER_LOST,
             QuarantineReason.LEASE_EXPIRED,
@@ -220,7 +221,7 @@ class LabelSource(enum.StrEnum):
 
 
 class Role(enum.StrEnum):
-    """A token's role (DESIGN.md §6.1). Admin passes every route."""
+    """A token's role (docs/design.md#identity-and-ownership). Admin passes every route."""
 
     ADMIN = "admin"
     USER = "user"
@@ -228,7 +229,7 @@ class Role(enum.StrEnum):
 
 
 class EventKind(enum.StrEnum):
-    """Kinds of rows in the activity feed (DESIGN.md §6.6, inventory §8.1)."""
+    """Kinds of rows in the activity feed (docs/design.md#the-activity-feed)."""
 
     DEVICE_UNHEALTHY = "device_unhealthy"
     VERIFY_FAILED = "verify_failed"

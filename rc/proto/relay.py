@@ -1,4 +1,4 @@
-"""The relay's wire, shared by the worker and the CLI (inventory §3.5).
+"""The relay's wire, shared by the worker and the CLI (docs/design.md#the-relay).
 
 A terminal or pipe session is four streamed HTTP/1.1 requests spliced in the
 controller's memory: the client reads output with GET .../tty/out and writes
@@ -50,7 +50,7 @@ __all__ = [
 ]
 
 MAX_FRAME_LINE = 1 << 20
-"""Longest input frame line, in bytes (inventory §10)."""
+"""Longest input frame line, in bytes; a longer one raises FrameError."""
 READ_CHUNK = 1 << 20
 """Most bytes one read of a relay stream returns."""
 KEEPALIVE_IDLE_S = 30

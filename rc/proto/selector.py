@@ -1,4 +1,4 @@
-"""Label selectors: `model=h100,vram>=40G` (inventory §5, issue "Scheduling").
+"""Label selectors: `model=h100,vram>=40G` (README "Selectors").
 
 A selector is a conjunction of terms `key op value` joined by commas, with
 whitespace around tokens ignored. Operators: = != >= <= > <.

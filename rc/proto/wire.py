@@ -1,4 +1,4 @@
-"""Request and response records of the HTTP API (inventory §3, DESIGN.md §5).
+"""Request and response records of the HTTP API (docs/design.md#the-wire).
 
 One definition per record, imported by controller, worker and CLI. Paths and
 headers live here too, so the three sides cannot drift.
@@ -86,7 +86,7 @@ class SubmitRequest:
 
     A hold (kind=hold) carries no command, cwd, env, idle timeout or attached
     stdio, needs max_runtime_seconds (its TTL) and a non-blank reason.
-    `as_user` lets an admin submit on someone's behalf (DESIGN.md §6.1).
+    `as_user` lets an admin submit on someone's behalf (403 for anyone else).
     `env` names are model.ENV_NAME_RE (400 bad_request naming a bad one).
     """
 
@@ -155,7 +155,7 @@ class DeviceLink:
 
 @dataclass(frozen=True, slots=True)
 class RegisterRequest:
-    """POST /v1/workers/register (inventory §3.2).
+    """POST /v1/workers/register.
 
     labels: detected facts, "" → host-wide, device name → that device; None
     means "say nothing" (keep what is stored). declared_labels: the operator's
@@ -544,7 +544,7 @@ class TokenRevoked:
 
 
 # ---------------------------------------------------------------- sessions inside a hold
-# (issue 6: `rc shell HOLD`, `rc exec HOLD`, `rc cp --hold`). A session runs on
+# (`rc shell HOLD`, `rc exec HOLD`, `rc cp --hold`). A session runs on
 # the device a hold already has, under the hold's lease: no second lease, no
 # job row. The controller keeps it in memory only and hands it to the hold's
 # worker through the assignments long poll (Assignments.sessions).

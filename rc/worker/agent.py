@@ -1,4 +1,4 @@
-"""The worker's main loop (inventory §6.2): register, heartbeat, long-poll, run.
+"""The worker's main loop: register, heartbeat, long-poll, run.
 
 Threads: the main thread waits for a signal; the poll thread runs the startup
 release pass (every device's on_release, rc.worker.hooks) and then long-polls
@@ -151,7 +151,7 @@ class Agent:
     def _probe(
         self, devices: list[DeviceConfig] | None
     ) -> tuple[ProbeResult, str | None, dict[str, str]]:
-        """One probe pass plus the usage sheets (inventory §6.8, §6.9)."""
+        """One probe pass plus the usage sheets."""
         with self._probe_lock:
             res = self.prober.run(devices)
         host_sheet, device_sheets = sheets.read_sheets(
@@ -365,7 +365,7 @@ class Agent:
     def _note_instance(self, instance: str) -> None:
         """After any response: arm a re-registration when the controller
         restarted (a new instance id; a missing header never counts) or when
-        contact resumed after `reregister_after` of silence (inventory §6.10),
+        contact resumed after `reregister_after` of silence,
         so that the worker can present its recovery proof."""
         last = self.client.last_response
         with self._lock:

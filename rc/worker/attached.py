@@ -1,4 +1,4 @@
-"""Processes wired to the relay (inventory §6.4, the relay's worker halves).
+"""Processes wired to the relay's worker halves (docs/design.md#the-relay).
 
 Two kinds of work run a process on the relay: a job whose stdio is tty or
 pipe (rc.worker.job) and a session inside a hold (rc.worker.sessions). Both

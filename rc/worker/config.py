@@ -1,4 +1,4 @@
-"""The worker's configuration: /etc/rc/worker.toml (inventory §6.1, in TOML).
+"""The worker's configuration: /etc/rc/worker.toml (README "Operating a worker").
 
 Every key, its default and unit (top-level keys first, as TOML requires):
 
@@ -29,7 +29,7 @@ Every key, its default and unit (top-level keys first, as TOML requires):
     [[devices]]                               # one table per device, or a list of names
     name           = "gpu0"
     max_runtime    = "24h"                    # the device's ceiling; 0 or >= 1s
-    on_acquire     = "/etc/rc/hooks/acquire"  # lease hooks (inventory §6.6)
+    on_acquire     = "/etc/rc/hooks/acquire"  # lease hooks (rc.worker.hooks)
     on_release     = "/etc/rc/hooks/release"
     timeout        = "60s"                    # this device's hook timeout
     release_linger = "30s"
@@ -462,7 +462,9 @@ def _check_count(where: str, what: Any, n: int) -> None:
 def _devices(where: str, value: Any) -> tuple[DeviceConfig, ...] | str:
     if isinstance(value, str):
         spec = value.strip()
-        if spec.startswith("cpu:") and spec[4:].isascii() and spec[4:].isdigit():
+        if spec.startswith("cpu:") and not (spec[4:].isascii() and spec[4:].isdigit()):
+            raise ConfigError(f"{where}: devices {value!r}: cpu:N takes N in digits 0-9")
+        if spec.startswith("cpu:"):
             n = int(spec[4:])
             if n == 0:
                 raise ConfigError(f"{where}: devices {value!r}: cpu:N needs N of at least 1")

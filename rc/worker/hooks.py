@@ -1,4 +1,4 @@
-"""Lease lifecycle hooks (inventory §6.6): on_acquire before a job uses a
+"""Lease lifecycle hooks: on_acquire before a job uses a
 device, on_release once the device has been left alone for `release_linger`.
 
 Each device has an in-memory "held" flag, an ownership epoch and at most one

@@ -1,4 +1,4 @@
-"""Running one assignment, from acquire hooks to terminal report (inventory §6.4).
+"""Running one assignment, from acquire hooks to terminal report.
 
 A job may have several devices of this host (Assignment.devices): it is one
 process group across all of them, and each step below is done for each.

@@ -1,4 +1,4 @@
-"""Probe passes: the detected labels a worker reports (inventory §6.8).
+"""Probe passes: the detected labels a worker reports.
 
 Three sources: built-in facts (host-wide, plus kind=cpu on CPU devices),
 nvidia-smi (one row per GPU → the device with that index: vendor, model, vram,

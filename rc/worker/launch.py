@@ -4,7 +4,7 @@ A job with logs (rc.worker.job), a job on a terminal or on pipes (run by
 rc.worker.job with rc.worker.attached and rc.worker.terminal) and a session
 inside a hold (rc.worker.sessions) all start a process with the environment
 `job_env` builds, in the working directory `working_dir` picks, and end up
-with a `Result` that `label` gives them (inventory §6.4): state, exit code
+with a `Result` that `label` gives them: state, exit code
 and reason. Pure functions, except `working_dir`, which looks at the disk.
 """
 
@@ -106,7 +106,7 @@ def working_dir(cwd: str, host: str) -> tuple[str | None, bytes]:
 def label(
     outcome: supervise.Outcome | None, why: str | None, stragglers: int, hold: bool
 ) -> Result:
-    """The state, exit code and reason of a job that ended (inventory §6.4).
+    """The state, exit code and reason of a job that ended.
 
     `why` is our reason for ending it (kill, watchdog) or None; a hold ended
     by its TTL succeeded. Otherwise the leader's own exit decides: death by

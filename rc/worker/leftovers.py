@@ -1,4 +1,4 @@
-"""After a job: the device is empty, or it is out (DESIGN.md §6.4).
+"""After a job: the device is empty, or it is out (docs/design.md#teardown-empty-or-out).
 
 Once a job's process group is torn down, three places can still hold
 something of it: its group (survivors of SIGKILL), the rest of the machine

@@ -1,4 +1,4 @@
-"""Shipping a job's output to the controller (inventory §6.4 log batching).
+"""Shipping a job's output to the controller, in batches.
 
 Bytes written to a LogSink are uploaded in order by one thread per job: a
 batch goes out when 64 KiB are waiting or 1 s after its first byte, whichever

@@ -1,6 +1,7 @@
 """What nvidia-smi says: the GPUs of this host, the compute processes on
-them (inventory §6.8; DESIGN.md §6.4 "the device is empty, or it is out"),
-and how they are connected (`nvidia-smi topo -m`, DESIGN.md §6.5).
+them (labels, and the check that a job left nothing on its GPUs:
+docs/design.md#teardown-empty-or-out), and how they are connected
+(`nvidia-smi topo -m`, for placement: README "Several devices for one job").
 
 The parsers are pure functions over nvidia-smi's output: CSV
 (`--format=csv,noheader,nounits`) for the queries, the matrix of `topo -m`
@@ -74,8 +75,8 @@ class GPU:
     uuid: str
 
     def labels(self) -> dict[str, str]:
-        """The labels this GPU gives its device (inventory §6.8, plus kind and
-        uuid); a fact nvidia-smi could not read is left out."""
+        """The labels this GPU gives its device (kind, vendor, model, vram,
+        vram_free, driver, uuid); a fact nvidia-smi could not read is left out."""
         out = {
             "kind": "gpu",
             "vendor": "nvidia",

@@ -1,4 +1,4 @@
-"""What the worker knows about its host and devices (inventory §6.8).
+"""What the worker knows about its host and devices.
 
 Built-in host facts (`cpus`, `mem_total_bytes`, `disk_free_bytes`, `kernel`),
 device discovery for `devices = "auto" | "cpu:N"`, and the CUDA index of a

@@ -1,4 +1,4 @@
-"""Reading /proc (inventory §6.11): process status, groups, job escapees.
+"""Reading /proc: process status, groups, job escapees.
 
 The parsers are pure functions over captured text so tests can feed them
 anything; the scanners walk /proc and tolerate processes vanishing mid-read.

@@ -1,5 +1,5 @@
 """Boot id and the recovery proof a worker presents at registration
-(inventory §6.10, DESIGN.md §7).
+(docs/design.md#quarantine-and-proof).
 
 The proof is observed, never configured: isolation means this worker is PID 1
 alone in its PID namespace; a survivor check is a /proc scan for processes

@@ -1,4 +1,4 @@
-"""Job status reports and device faults, retried (inventory §6.4, §6.5).
+"""Job status reports and device faults, retried.
 
 One thread sends every pending fault (POST /v1/devices/{id}/fault), then every
 pending report in one request to POST /v1/workers/{id}/reports. No report goes

@@ -1,5 +1,5 @@
 """Running an operator's script with bounds: lease hooks, verify scripts and
-probe drop-ins (inventory §6.6-§6.8).
+probe drop-ins.
 
 A script runs with the same supervision as a job: its own session and process
 group, SIGTERM → grace → SIGKILL when it must end, and whatever is left in its

@@ -1,5 +1,5 @@
 """Sessions inside a hold: `rc shell HOLD`, `rc exec HOLD`, `rc cp --hold`
-(issue 6). The agent hands them over from Assignments.sessions.
+(docs/design.md#the-relay). The agent hands them over from Assignments.sessions.
 
 A session runs on the hold's devices (the hold's RC_DEVICES and
 CUDA_VISIBLE_DEVICES) with RC_JOB_ID set to the hold's id, under the hold's lease, and ends when the

@@ -1,4 +1,4 @@
-"""Usage sheets: notes for the people who use a host's devices (inventory §6.9).
+"""Usage sheets: notes for the people who use a host's devices.
 
 `<sheet_dir>/host.md` is host-wide, `<sheet_dir>/host.d/<device>.md` is one
 device's. They are sent at registration and with every labels push; the

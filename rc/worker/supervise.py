@@ -1,7 +1,7 @@
 """Running a process in its own session and making sure it is gone.
 
 A job (or hook, or verify script) is spawned with `setsid` so it leads a new
-session and process group. Ending it (inventory §6.4):
+session and process group. Ending it:
 
 1. SIGTERM to the whole group;
 2. up to `grace` seconds for the group to empty;
@@ -106,7 +106,7 @@ class Group:
         return killpg(self.pgid, signum)
 
     def live_members(self) -> list[procfs.ProcStat]:
-        """Group members that are not zombies (inventory §6.11: kill(-pgid, 0)
+        """Group members that are not zombies (kill(-pgid, 0)
         first, which is cheap; only a group that exists is looked for in /proc)."""
         try:
             os.killpg(self.pgid, 0)

@@ -1,4 +1,4 @@
-"""A process on a pseudo-terminal, wired to the relay (inventory §6.4).
+"""A process on a pseudo-terminal, wired to the relay (docs/design.md#the-relay).
 
 The terminal half of a tty job (rc.worker.job) or of an `rc shell` session
 inside a hold (rc.worker.sessions); the relay's halves and the process base
@@ -55,7 +55,7 @@ __all__ = [
 log = logging.getLogger("rc.worker.terminal")
 
 TTY_DEFAULT_SIZE = (24, 80)
-"""Rows and columns of a terminal whose client never said (inventory §10)."""
+"""Rows and columns of a terminal whose client never sent its size."""
 TTY_SIZE_WAIT_S = 3.0
 """How long a terminal job waits for its client's first resize frame (the
 client sends one as soon as it attaches, so this is only a fallback)."""

@@ -1,4 +1,4 @@
-"""The verify pass (inventory §6.7): the operator's checks that a device is fit
+"""The verify pass: the operator's checks that a device is fit
 for the next job, run after every job (success, failure, watchdog, kill, hold
 end) and before its terminal report.
 

@@ -1,4 +1,4 @@
-"""The watchdog of a running job: when time says it must end (inventory §6.4).
+"""The watchdog of a running job: when time says it must end.
 
 Two limits, in seconds (0: none):
 

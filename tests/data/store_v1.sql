@@ -1,4 +1,6 @@
--- rc/store.sql: the whole schema of the controller's database (DESIGN.md §4).
+-- rc/store.sql as schema version 1 had it: its statements verbatim, its comments
+-- pointed at what is in the repository now (a migration test starts from it).
+-- The whole schema of the controller's database (docs/design.md#the-store).
 --
 -- Applied to an empty database, then PRAGMA user_version is set to the number
 -- of the newest migration (rc/controller/migrations/). Invariants the schema
@@ -125,7 +127,7 @@ CREATE TABLE sheets (
     PRIMARY KEY (host, device_name)
 ) STRICT, WITHOUT ROWID;
 
--- Automatic recoveries, for the flap guard (inventory §7.4).
+-- Automatic recoveries, for the flap guard (docs/design.md#quarantine-and-proof).
 CREATE TABLE device_recoveries (
     device_id TEXT NOT NULL,
     at        REAL NOT NULL,
@@ -134,7 +136,7 @@ CREATE TABLE device_recoveries (
 
 CREATE INDEX device_recoveries_by_device ON device_recoveries (device_id, at);
 
--- The activity feed (DESIGN.md §6.6).
+-- The activity feed (docs/design.md#the-activity-feed).
 CREATE TABLE events (
     id        INTEGER PRIMARY KEY AUTOINCREMENT,
     at        REAL NOT NULL,
@@ -151,7 +153,7 @@ CREATE TABLE events (
 
 CREATE INDEX events_by_time ON events (at);
 
--- API tokens (DESIGN.md §6.1): only the sha256 of the secret is stored.
+-- API tokens: only the sha256 of the secret is stored.
 CREATE TABLE tokens (
     id          INTEGER PRIMARY KEY AUTOINCREMENT,
     name        TEXT NOT NULL CHECK (name != ''),

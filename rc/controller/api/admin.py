@@ -1,4 +1,4 @@
-"""Identity and tokens (DESIGN.md §6.1), and the activity feed (§6.6)."""
+"""Identity and tokens, and the activity feed (docs/design.md#identity-and-ownership)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Routes on the fleet: devices, describe, explain, state; admin verbs
-clear, retire, drain, undrain (inventory §3.3, §3.4)."""
+clear, retire, drain, undrain."""
 
 from __future__ import annotations
 

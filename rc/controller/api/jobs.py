@@ -1,4 +1,4 @@
-"""Client routes on jobs (inventory §3.3): submit, list, get, kill, logs, explain."""
+"""Client routes on jobs: submit, list, get, kill, logs, explain."""
 
 from __future__ import annotations
 

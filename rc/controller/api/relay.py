@@ -1,4 +1,4 @@
-"""Relay routes (inventory §3.5) and sessions inside holds (issue 6).
+"""Relay routes and sessions inside holds (docs/design.md#the-relay).
 
 The four halves of a job's terminal or pipe session:
 

@@ -146,7 +146,7 @@ ROUTES: tuple[Endpoint, ...] = (
         "/v1/jobs/{job_id}/status",
         workers.status,
         WORKER,
-        "One status report (inventory form)",
+        "One status report (the unbatched form of /reports)",
         request=wire.StatusReport,
         errors=(*BAD, E.NOT_FOUND, E.WRONG_HOST, E.NOT_WORKER_JOB),
     ),

@@ -1,4 +1,4 @@
-"""GET /v1/events/stream: live updates as Server-Sent Events (inventory §8.2, issue 8).
+"""GET /v1/events/stream: live updates as Server-Sent Events.
 
 The dashboard's live channel; anything that speaks SSE can use it. Frames:
 
@@ -17,7 +17,7 @@ stream starts after the newest row (no replay).
 
 Auth: a user (or admin) token in the Authorization header or, because
 EventSource cannot send headers, in `?token=` (the only route that accepts
-one; inventory §3.1). The query string is never logged: the HTTP server's
+one). The query string is never logged: the HTTP server's
 access log is off and our own logs name the path only.
 
 It never holds up scheduling: the Hub listener that learns about commits only
@@ -267,7 +267,7 @@ def _start_after(request: Request, c: Controller) -> int | None:
     """Where the feed resumes: Last-Event-ID, else ?after=, else None (the newest row)."""
     last = request.headers.get("last-event-id", "").strip()
     if last:
-        if not last.isdigit():
+        if not (last.isascii() and last.isdigit()):
             raise Refused(ErrorCode.BAD_REQUEST, "Last-Event-ID must be an event id")
         return int(last)
     if request.query_params.get("after", "") != "":

@@ -1,9 +1,10 @@
-"""Worker routes (inventory §3.2): register, labels, heartbeat, leave, long
+"""Worker routes: register, labels, heartbeat, leave, long
 poll, reports, log appends, faults.
 
-A worker token is bound to its host at its first registration (DESIGN.md
-§6.1): afterwards it may only act for that host's worker, devices and jobs
-(403 wrong_host / not_worker_job otherwise). Admin tokens pass.
+A worker token is bound to its host at its first registration
+(docs/design.md#identity-and-ownership): afterwards it may only act for
+that host's worker, devices and jobs (403 wrong_host / not_worker_job
+otherwise). Admin tokens pass.
 """
 
 from __future__ import annotations
@@ -298,7 +299,7 @@ async def reports(request: Request):
 
 
 async def status(request: Request):
-    """POST /v1/jobs/{job_id}/status: one report (inventory §3.2)."""
+    """POST /v1/jobs/{job_id}/status: one report (the unbatched form of /reports)."""
     c = ctl(request)
     who = caller(request)
     job_id = path_int(request)
@@ -326,7 +327,7 @@ async def append_log(request: Request):
     who = caller(request)
     job_id = path_int(request)
     raw_offset = request.query_params.get("offset", "")
-    if not raw_offset.isdigit():
+    if not (raw_offset.isascii() and raw_offset.isdigit()):
         raise Refused(ErrorCode.BAD_REQUEST, "offset must be a non-negative integer")
     row = await c.db.read(jobs.brief, job_id)
     if row is None:

@@ -1,4 +1,4 @@
-"""The SQLite database: one writer with group commit, a few readers (DESIGN.md §4).
+"""The SQLite database: one writer with group commit, a few readers.
 
 Every state change is a *transaction function* `fn(tx, *args)` written against
 `Tx` (named queries from queries.sql). `Database.write(fn, ...)` queues it for
@@ -9,7 +9,7 @@ exception), and the batch costs one fsync. Nothing is acknowledged before the
 commit that holds it is durable.
 
 Why transaction functions run whole on the connection's thread instead of one
-`await` per statement (STYLE.md §3's form): aiosqlite hops to its thread for
+`await` per statement (aiosqlite's usual form): aiosqlite hops to its thread for
 each statement, about 200 µs per hop on the 2-core machine we target (the hop
 itself: a bare executor measures the same). A ten-statement transaction would
 cost 2 ms of hops; run whole, a batch of transactions costs one hop. We keep

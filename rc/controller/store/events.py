@@ -1,4 +1,4 @@
-"""The activity feed: every notable event is a row (DESIGN.md §6.6).
+"""The activity feed: every notable event is a row (docs/design.md#the-activity-feed).
 
 `record()` is called inside the transaction that caused the event, so the
 event exists exactly when the change does. Readers (`rc events`, the

@@ -2,8 +2,8 @@
 lose; and the reads of one job or a listing.
 
 Each function takes a `Tx` first and is run whole by the writer (or a reader)
-of rc.controller.store.db. Refusals raise `Refused` with the inventory's
-codes (§3.3).
+of rc.controller.store.db. Refusals raise `Refused` with their error
+code (rc.proto.errors).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ __all__ = [
 ]
 
 WATCHDOG_PREFIXES = ("max_runtime exceeded", "idle: no output for")
-"""Kill reasons that mean a watchdog fired (inventory §8.1 watchdog_trip)."""
+"""Kill reasons that mean a watchdog fired (_release records a watchdog_trip event)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,11 +237,12 @@ def kill(
     from its long poll. A terminal job: 409 not_cancellable. An admin killing
     someone else's job leaves a job_killed event naming both.
 
-    Retention mode (`retain`, inventory §3.3): when the job's worker is silent
-    (device unknown or quarantined worker_lost) the job is finalized as killed
-    now and its lease released; the kill request stays for the worker, which
-    learns of it when it names the job again (heartbeat stop list), and the
-    device is not returned to the pool until the worker stops naming it.
+    Retention mode (`retain`, docs/design.md#sweeps-and-leases): when the
+    job's worker is silent (device unknown or quarantined worker_lost) the job
+    is finalized as killed now and its lease released; the kill request stays
+    for the worker, which learns of it when it names the job again (heartbeat
+    stop list), and the device is not returned to the pool until the worker
+    stops naming it.
     """
     row = tx.one("job_brief", (job_id,))
     if row is None:

@@ -1,7 +1,6 @@
 """Device labels, usage sheets and topology: what a worker's probes found and
 its operator declared, stored per device (the links between a host's GPUs
-per host); and the writer's cache of which devices each selector matches
-(inventory §6.8).
+per host); and the writer's cache of which devices each selector matches.
 
 Effective labels of a device: its declared labels overlaid by detected ones
 (detected wins), plus `host`, `device` (its name) and `id`.
@@ -102,8 +101,9 @@ def set_labels(
 
     Detected labels: None says nothing; otherwise each device present in the
     map gets host-wide facts ("") overlaid by its own, replacing what was
-    stored, and a device left out keeps its labels (the preservation rule,
-    inventory §6.8). Declared labels, when sent, replace every device's.
+    stored, and a device left out keeps its labels (the preservation rule:
+    a probe that fails wipes nothing). Declared labels, when sent, replace
+    every device's.
     Sheets: None keeps the host sheet; device sheets left out are kept.
     """
     for name in names:

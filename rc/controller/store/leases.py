@@ -23,7 +23,7 @@ def assign(tx: Tx, job_id: int, device_ids: tuple[str, ...], policy: Policy) -> 
     lease per device.
 
     A job with no runtime of its own inherits the lowest ceiling among its
-    devices (inventory §4.5); its leases last that runtime plus
+    devices (README "Runtime ceilings"); its leases last that runtime plus
     `policy.lease_grace` seconds, or `policy.lease_default` seconds when
     there is none (heartbeats renew them). Returns False, changing nothing,
     when the job is no longer queued, a device is no longer ready, or the

@@ -1,4 +1,4 @@
-"""Transactions on API tokens (DESIGN.md §6.1). Only sha256 hashes are stored.
+"""Transactions on API tokens. Only sha256 hashes are stored.
 
 Each returns what the controller's in-memory token map (rc.controller.auth
 TokenCache) needs to follow the change, so no change rebuilds the map.

@@ -67,7 +67,7 @@ HIDDEN = "(hidden)"
 def for_caller(job: Job, name: str, admin: bool) -> Job:
     """The job as `name` may see it: its owner and admins see everything;
     anyone else sees the names of its environment variables, not their values
-    (environments are where people put secrets; DESIGN.md §6.1 ownership)."""
+    (environments are where people put secrets)."""
     if admin or job.submitter == name or not job.env:
         return job
     return dataclasses.replace(job, env={k: HIDDEN for k in job.env})
@@ -253,7 +253,7 @@ def explain_selector(tx: Tx, text: str, policy: Policy) -> ExplainResponse:
 
 
 def explain_job(tx: Tx, job_id: int, policy: Policy) -> JobExplanation:
-    """Why a job is not running, in sentences (issue "Scheduling": rc explain JOB).
+    """Why a job is not running, in sentences (rc explain JOB).
 
     For a queued job, from the same plan the scheduling pass makes: the
     per-user cap; no usable device free (who holds each, and for how long at

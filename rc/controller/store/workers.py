@@ -1,5 +1,5 @@
 """Transactions on workers: register, heartbeat, leave, the sweep, recovery
-(inventory §7, DESIGN.md §7).
+(docs/design.md#quarantine-and-proof and the two sections after it).
 
 The governing rule: never hand out a device that cannot be proven free, and
 silence never promotes a device. A device leaves quarantine only by a reboot
@@ -47,7 +47,7 @@ class Thresholds:
 def register(tx: Tx, req: RegisterRequest, match_cache: MatchCache, th: Thresholds) -> bool:
     """A worker (re)registers: reconcile, upsert devices, maybe recover, store labels.
 
-    Inventory §7.4: every job the controller believes runs on this worker is
+    Every job the controller believes runs on this worker is
     lost ("host rebooted" when the boot id changed, else "worker re-registered")
     and its device goes ready after a reboot, else is quarantined
     `registration`. Except when the same worker process registers again
@@ -206,7 +206,7 @@ def leave(
     tx: Tx, worker_id: str, instance: str, started: tuple[int, ...]
 ) -> tuple[list[int], list[int]]:
     """A worker process stops cleanly (wire.LeaveRequest): what it proves it
-    never started goes back to the queue (DESIGN.md §3).
+    never started goes back to the queue (docs/design.md#job-states).
 
     The proof is the claim of the process the controller has on record
     (`instance`, from its registration): it will start nothing more, and
@@ -256,7 +256,7 @@ def leave(
 
 
 def sweep(tx: Tx, th: Thresholds, started_at: float) -> int:
-    """Write off silent workers and expired leases (inventory §7.2).
+    """Write off silent workers and expired leases (docs/design.md#sweeps-and-leases).
 
     Silence ≥ unknown_after: ready/busy devices → unknown. Silence ≥
     lost_after: devices → unhealthy/worker_lost and (unless retention mode)
@@ -325,7 +325,7 @@ def controller_started(tx: Tx) -> int:
     """A controller (re)started: every ready or busy device is `unknown` until
     its worker speaks to this controller (a heartbeat or a registration).
 
-    Silence never promotes a device (DESIGN.md §7): the records say "ready",
+    Silence never promotes a device: the records say "ready",
     but nobody has yet shown that the worker behind them is alive, and a job
     handed to a dead worker is a job lost. Leases are untouched (the startup
     grace protects them). Returns how many devices were demoted.

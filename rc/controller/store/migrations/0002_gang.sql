@@ -1,4 +1,5 @@
--- Schema 2: a job asks for several devices of one host (issue 14).
+-- Schema 2: a job asks for several devices of one host (README "Several
+-- devices for one job").
 --
 -- Every job keeps its row: count 1, and device_ids the one device it names
 -- (its pinned device, or the one it landed on; none for a queued selector
