@@ -104,9 +104,12 @@ DESCRIPTIONS: dict[str, str] = {name: doc for name, (doc, _sql) in _PARSED.items
 SCHEMA_SQL: str = _resource("rc", "store.sql")
 
 # Ordered migrations: (version, file) under rc/controller/store/migrations/. Version 1
-# is store.sql itself; a later version appends its file here and edits
-# store.sql to match (tests/test_schema.py proves the two paths agree).
-MIGRATIONS: list[tuple[int, str]] = []
+# is the first store.sql (kept as tests/data/schema_v1.sql); a later version
+# appends its file here and edits store.sql to match (tests/test_schema.py
+# proves the two paths agree).
+MIGRATIONS: list[tuple[int, str]] = [
+    (2, "0002_gang.sql"),  # jobs on several devices of one host; device_links
+]
 SCHEMA_VERSION = 1 + len(MIGRATIONS)
 
 

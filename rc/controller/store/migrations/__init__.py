@@ -1,0 +1,1 @@
+"""Schema migrations, one .sql file per version (rc.controller.store.db.MIGRATIONS)."""

@@ -1,0 +1,171 @@
+-- rc/store.sql as schema version 1 had it: its statements verbatim, its comments
+-- pointed at what is in the repository now (a migration test starts from it).
+-- The whole schema of the controller's database (docs/design.md#the-store).
+--
+-- Applied to an empty database, then PRAGMA user_version is set to the number
+-- of the newest migration (rc/controller/migrations/). Invariants the schema
+-- holds by itself, not only by code:
+--   * every enum column has a CHECK listing its values (tests compare them
+--     with the Python enums of rc.proto.model);
+--   * at most one live lease per device, and per job (partial unique indexes);
+--   * idempotency keys are unique;
+--   * a job in a terminal state never changes state again (trigger).
+-- Times are REAL seconds since the Unix epoch; durations INTEGER seconds.
+
+CREATE TABLE workers (
+    id                TEXT PRIMARY KEY,           -- the host name
+    host              TEXT NOT NULL,
+    boot_id           TEXT NOT NULL DEFAULT '',
+    instance          TEXT NOT NULL DEFAULT '',   -- the worker process's random id
+    version           TEXT NOT NULL DEFAULT '',
+    registered_at     REAL NOT NULL,
+    last_heartbeat_at REAL NOT NULL
+) STRICT;
+
+CREATE TABLE devices (
+    id                TEXT PRIMARY KEY,           -- "host:name"
+    host              TEXT NOT NULL,
+    name              TEXT NOT NULL,
+    worker_id         TEXT NOT NULL,
+    state             TEXT NOT NULL
+        CHECK (state IN ('ready', 'busy', 'unknown', 'unhealthy')),
+    quarantine_reason TEXT NOT NULL DEFAULT ''
+        CHECK (quarantine_reason IN ('', 'fault', 'worker_lost', 'lease_expired', 'registration')),
+    quarantine_detail TEXT NOT NULL DEFAULT '',
+    quarantined_at    REAL,
+    draining          INTEGER NOT NULL DEFAULT 0 CHECK (draining IN (0, 1)),
+    drain_reason      TEXT NOT NULL DEFAULT '',
+    max_runtime       INTEGER NOT NULL DEFAULT 0 CHECK (max_runtime >= 0),
+    last_heartbeat_at REAL NOT NULL,
+    created_at        REAL NOT NULL,
+    UNIQUE (host, name),
+    -- only a quarantined device carries a quarantine reason
+    CHECK (state = 'unhealthy' OR (quarantine_reason = '' AND quarantine_detail = ''))
+) STRICT;
+
+CREATE INDEX devices_by_worker ON devices (worker_id);
+
+CREATE TABLE jobs (
+    id                INTEGER PRIMARY KEY AUTOINCREMENT,
+    kind              TEXT NOT NULL DEFAULT 'job' CHECK (kind IN ('job', 'hold')),
+    state             TEXT NOT NULL
+        CHECK (state IN ('queued', 'assigned', 'running', 'succeeded', 'failed', 'killed', 'lost')),
+    submitter         TEXT NOT NULL CHECK (submitter != ''),
+    token_name        TEXT NOT NULL DEFAULT '',   -- the token that submitted (differs under --as)
+    selector          TEXT NOT NULL DEFAULT '',   -- normalised; '' for a pinned job
+    device_id         TEXT NOT NULL DEFAULT '',   -- the pinned device, then the one it landed on
+    worker_id         TEXT NOT NULL DEFAULT '',
+    command           TEXT NOT NULL,              -- JSON array of strings
+    cwd               TEXT NOT NULL DEFAULT '',
+    env               TEXT NOT NULL DEFAULT '{}', -- JSON object of strings
+    idempotency_key   TEXT UNIQUE,
+    request_digest    TEXT NOT NULL DEFAULT '',   -- sha256 of the request, for idempotency conflicts
+    priority          INTEGER NOT NULL DEFAULT 0 CHECK (priority BETWEEN -10 AND 10),
+    max_runtime       INTEGER NOT NULL DEFAULT 0 CHECK (max_runtime >= 0),
+    idle_timeout      INTEGER NOT NULL DEFAULT 0 CHECK (idle_timeout >= 0),
+    reason            TEXT NOT NULL DEFAULT '',
+    stdio             TEXT NOT NULL DEFAULT '' CHECK (stdio IN ('', 'tty', 'pipe')),
+    exit_code         INTEGER,
+    kill_reason       TEXT NOT NULL DEFAULT '',
+    kill_requested    INTEGER NOT NULL DEFAULT 0 CHECK (kill_requested IN (0, 1)),
+    kill_delivered_at REAL NOT NULL DEFAULT 0,
+    submitted_at      REAL NOT NULL,
+    queued_at         REAL NOT NULL,
+    assigned_at       REAL,
+    started_at        REAL,
+    finished_at       REAL,
+    CHECK (selector != '' OR device_id != ''),
+    CHECK (kind = 'job' OR (cwd = '' AND env = '{}' AND idle_timeout = 0 AND stdio = '')),
+    CHECK ((state IN ('succeeded', 'failed', 'killed', 'lost')) = (finished_at IS NOT NULL))
+) STRICT;
+
+CREATE INDEX jobs_queue ON jobs (priority DESC, id) WHERE state = 'queued';
+CREATE INDEX jobs_active ON jobs (worker_id) WHERE state IN ('assigned', 'running');
+CREATE INDEX jobs_by_device ON jobs (device_id, id DESC);
+CREATE INDEX jobs_by_submitter ON jobs (submitter, id DESC);
+CREATE INDEX jobs_kill_pending ON jobs (worker_id) WHERE kill_requested = 1;
+
+CREATE TRIGGER jobs_terminal_is_final
+BEFORE UPDATE OF state ON jobs
+WHEN OLD.state IN ('succeeded', 'failed', 'killed', 'lost') AND NEW.state != OLD.state
+BEGIN
+    SELECT RAISE(ABORT, 'a job in a terminal state never changes state');
+END;
+
+CREATE TABLE leases (
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
+    device_id   TEXT NOT NULL,                    -- no foreign key: history outlives devices
+    job_id      INTEGER NOT NULL REFERENCES jobs (id),
+    holder      TEXT NOT NULL,
+    kind        TEXT NOT NULL CHECK (kind IN ('job', 'hold')),
+    reason      TEXT NOT NULL DEFAULT '',
+    acquired_at REAL NOT NULL,
+    expires_at  REAL NOT NULL,
+    released_at REAL
+) STRICT;
+
+-- The core invariant: at most one live lease per device.
+CREATE UNIQUE INDEX leases_one_live_per_device ON leases (device_id) WHERE released_at IS NULL;
+CREATE UNIQUE INDEX leases_one_live_per_job ON leases (job_id) WHERE released_at IS NULL;
+CREATE INDEX leases_live_expiry ON leases (expires_at) WHERE released_at IS NULL;
+
+CREATE TABLE device_labels (
+    device_id  TEXT NOT NULL,
+    key        TEXT NOT NULL,
+    value      TEXT NOT NULL,
+    source     TEXT NOT NULL CHECK (source IN ('detected', 'declared')),
+    updated_at REAL NOT NULL,
+    PRIMARY KEY (device_id, key, source)
+) STRICT, WITHOUT ROWID;
+
+-- Usage sheets: host.md (device_name '') and host.d/<device>.md.
+CREATE TABLE sheets (
+    host        TEXT NOT NULL,
+    device_name TEXT NOT NULL DEFAULT '',
+    body        TEXT NOT NULL,
+    updated_at  REAL NOT NULL,
+    PRIMARY KEY (host, device_name)
+) STRICT, WITHOUT ROWID;
+
+-- Automatic recoveries, for the flap guard (docs/design.md#quarantine-and-proof).
+CREATE TABLE device_recoveries (
+    device_id TEXT NOT NULL,
+    at        REAL NOT NULL,
+    reason    TEXT NOT NULL
+) STRICT;
+
+CREATE INDEX device_recoveries_by_device ON device_recoveries (device_id, at);
+
+-- The activity feed (docs/design.md#the-activity-feed).
+CREATE TABLE events (
+    id        INTEGER PRIMARY KEY AUTOINCREMENT,
+    at        REAL NOT NULL,
+    kind      TEXT NOT NULL CHECK (kind IN (
+        'device_unhealthy', 'verify_failed', 'worker_lost', 'job_lost', 'lease_expired',
+        'watchdog_trip', 'device_recovered', 'recovery_refused', 'device_cleared',
+        'device_retired', 'device_drained', 'device_undrained', 'job_killed',
+        'submitted_as', 'token_created', 'token_revoked')),
+    device_id TEXT NOT NULL DEFAULT '',
+    job_id    INTEGER,
+    actor     TEXT NOT NULL DEFAULT '',
+    text      TEXT NOT NULL DEFAULT ''
+) STRICT;
+
+CREATE INDEX events_by_time ON events (at);
+
+-- API tokens: only the sha256 of the secret is stored.
+CREATE TABLE tokens (
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
+    name        TEXT NOT NULL CHECK (name != ''),
+    role        TEXT NOT NULL CHECK (role IN ('admin', 'user', 'worker')),
+    secret_hash TEXT NOT NULL UNIQUE,
+    host        TEXT NOT NULL DEFAULT '',         -- a worker token's bound host
+    created_by  TEXT NOT NULL DEFAULT '',
+    created_at  REAL NOT NULL,
+    expires_at  REAL,
+    revoked_at  REAL,
+    CHECK (role = 'worker' OR host = '')
+) STRICT;
+
+-- A name is unique among tokens that are not revoked.
+CREATE UNIQUE INDEX tokens_live_name ON tokens (name) WHERE revoked_at IS NULL;
