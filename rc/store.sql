@@ -1,11 +1,14 @@
 -- rc/store.sql: the whole schema of the controller's database (docs/design.md#the-store).
 --
 -- Applied to an empty database, then PRAGMA user_version is set to the number
--- of the newest migration (rc/controller/migrations/). Invariants the schema
--- holds by itself, not only by code:
+-- of the newest migration (rc/controller/store/migrations/; each one edits
+-- this file to match, and tests/test_schema.py proves the oldest schema plus
+-- every migration equals it). Invariants the schema holds by itself, not
+-- only by code:
 --   * every enum column has a CHECK listing its values (tests compare them
 --     with the Python enums of rc.proto.model);
---   * at most one live lease per device, and per job (partial unique indexes);
+--   * at most one live lease per device (a partial unique index); a job
+--     holds one lease per device it was granted;
 --   * idempotency keys are unique;
 --   * a job in a terminal state never changes state again (trigger).
 -- Times are REAL seconds since the Unix epoch; durations INTEGER seconds.
@@ -56,7 +59,7 @@ CREATE TABLE jobs (
     submitter         TEXT NOT NULL CHECK (submitter != ''),
     token_name        TEXT NOT NULL DEFAULT '',   -- the token that submitted (differs under --as)
     selector          TEXT NOT NULL DEFAULT '',   -- normalised; '' for a pinned job
-    device_id         TEXT NOT NULL DEFAULT '',   -- the pinned device, then the one it landed on
+    device_id         TEXT NOT NULL DEFAULT '',   -- the first of device_ids (RC_DEVICE)
     worker_id         TEXT NOT NULL DEFAULT '',
     command           TEXT NOT NULL,              -- JSON array of strings
     cwd               TEXT NOT NULL DEFAULT '',
@@ -77,7 +80,12 @@ CREATE TABLE jobs (
     assigned_at       REAL,
     started_at        REAL,
     finished_at       REAL,
-    unix_user         TEXT NOT NULL DEFAULT '',   -- the Unix user it runs as
+    -- schema 2: a job asks for `count` devices of one host; device_ids is a
+    -- JSON array, the pinned list while queued (empty for a selector job),
+    -- then the devices it was granted, in the order chosen (RC_DEVICES)
+    count             INTEGER NOT NULL DEFAULT 1 CHECK (count BETWEEN 1 AND 64),
+    device_ids        TEXT NOT NULL DEFAULT '[]' CHECK (json_type(device_ids) = 'array'),
+    unix_user         TEXT NOT NULL DEFAULT '',   -- schema 3: the Unix user it runs as
     CHECK (selector != '' OR device_id != ''),
     CHECK (kind = 'job' OR (cwd = '' AND env = '{}' AND idle_timeout = 0 AND stdio = '')),
     CHECK ((state IN ('succeeded', 'failed', 'killed', 'lost')) = (finished_at IS NOT NULL))
@@ -108,10 +116,26 @@ CREATE TABLE leases (
     released_at REAL
 ) STRICT;
 
--- The core invariant: at most one live lease per device.
+-- The core invariant: at most one live lease per device. A job has one live
+-- lease per device it was granted, all inserted in one transaction and
+-- released together.
 CREATE UNIQUE INDEX leases_one_live_per_device ON leases (device_id) WHERE released_at IS NULL;
-CREATE UNIQUE INDEX leases_one_live_per_job ON leases (job_id) WHERE released_at IS NULL;
 CREATE INDEX leases_live_expiry ON leases (expires_at) WHERE released_at IS NULL;
+CREATE INDEX leases_by_job ON leases (job_id);
+CREATE INDEX leases_by_device ON leases (device_id, job_id DESC);
+
+-- The topology of a host's GPUs (schema 2): how each pair of its devices is
+-- connected (rc.proto.model.Link, from `nvidia-smi topo -m`), as its worker
+-- last reported it. A pair with no row: unknown when the host has any row,
+-- else "no topology" (CPU devices: every pair equal).
+CREATE TABLE device_links (
+    host TEXT NOT NULL,
+    a    TEXT NOT NULL,                           -- device names, a < b
+    b    TEXT NOT NULL,
+    link TEXT NOT NULL CHECK (link IN ('NV', 'PIX', 'PXB', 'PHB', 'NODE', 'SYS', 'unknown')),
+    PRIMARY KEY (host, a, b),
+    CHECK (a < b)
+) STRICT, WITHOUT ROWID;
 
 CREATE TABLE device_labels (
     device_id  TEXT NOT NULL,

@@ -1,10 +1,14 @@
-"""A fake `nvidia-smi` for tests (docs/design.md#testing: no GPUs here), put first on a
-worker's PATH. It answers the two queries rc makes, in nvidia-smi's CSV.
+"""A fake `nvidia-smi` for tests (docs/design.md#testing: no GPUs here), put
+first on a worker's PATH. It answers the two queries rc makes, in nvidia-smi's
+CSV, and `topo -m` with a matrix as nvidia-smi prints it.
 
-`FakeNvidiaSmi(dir, gpus=2)` writes DIR/nvidia-smi; `mode(...)` switches it:
-"healthy", "na" (memory reads "[N/A]"), "broken" (exits 9 like a driver that
-is gone), "gone" (the executable disappears). `add_app(...)` makes it report a
-compute process left on a GPU.
+`FakeNvidiaSmi(dir, gpus=2, topo=...)` writes DIR/nvidia-smi; `mode(...)`
+switches it: "healthy", "na" (memory reads "[N/A]"), "broken" (exits 9 like
+a driver that is gone), "gone" (the executable disappears). `add_app(...)`
+makes it report a compute process left on a GPU. `topo` is what `topo -m`
+prints: `topo_matrix(n, link)` builds one (the default: every pair PHB, all
+on NUMA node 0), `QUADS` is 8 GPUs as two NVLink quads; `set_topo(text)`
+changes it.
 """
 
 from __future__ import annotations
@@ -34,20 +38,48 @@ if "--query-gpu=" in args:
         print(f"{{i}}, NVIDIA A100-SXM4-80GB, {{total}}, {{free}}, 535.104.05, GPU-fake-{{i}}")
 elif "--query-compute-apps=" in args:
     sys.stdout.write(read("apps"))
+elif args == "topo -m":
+    sys.stdout.write(read("topo"))
 else:
     print("usage: nvidia-smi (fake)")
 """
 
 
+def topo_matrix(n: int, link=lambda i, j: "PHB", numa=lambda i: "0") -> str:
+    """`nvidia-smi topo -m` for `n` GPUs: link(i, j) names each pair's link
+    (NV12, PIX, SYS, ...), numa(i) each GPU's NUMA node; tab-separated, the
+    header underlined with terminal escapes, a NIC column and the legend, as
+    the real one prints them."""
+    head = "".join(f"\tGPU{i}" for i in range(n))
+    lines = [f"\x1b[4m{head}\tNIC0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\x1b[0m"]
+    for i in range(n):
+        cells = "".join("\t X " if i == j else f"\t{link(i, j)}" for j in range(n))
+        lines.append(f"GPU{i}{cells}\tPXB\t0-15\t{numa(i)}\t\tN/A")
+    lines.append("NIC0" + "\tPXB" * n + "\t X ")
+    lines += ["", "Legend:", "", "  X    = Self", "  NV#  = Connection traversing a bonded set"]
+    return "\n".join(lines) + "\n"
+
+
+QUADS = topo_matrix(
+    8, lambda i, j: "NV12" if (i < 4) == (j < 4) else "SYS", lambda i: "0" if i < 4 else "1"
+)
+"""8 GPUs: NVLink within gpu0-3 and within gpu4-7, SYS between the two quads."""
+
+
 class FakeNvidiaSmi:
     """A fake nvidia-smi in `directory` (put that directory first on PATH)."""
 
-    def __init__(self, directory: Path, gpus: int = 2) -> None:
+    def __init__(self, directory: Path, gpus: int = 2, topo: str | None = None) -> None:
         self.dir = Path(directory)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.path = self.dir / "nvidia-smi"
         self.gpus = gpus
         self._write()
+        self.set_topo(topo if topo is not None else topo_matrix(gpus))
+
+    def set_topo(self, text: str) -> None:
+        """What `nvidia-smi topo -m` prints from now on."""
+        (self.dir / "topo").write_text(text)
 
     def _write(self) -> None:
         self.path.write_text(SCRIPT.format(python=BARE_PY, gpus=self.gpus))

@@ -19,7 +19,13 @@ from rc.controller.config import ControllerConfig
 from rc.controller.core import Controller
 from rc.controller.store import jobs, rows, views, workers
 from rc.proto.model import Job, JobKind, JobState, Role
-from rc.proto.wire import DeviceDecl, JobExplanation, RegisterRequest, SubmitRequest
+from rc.proto.wire import (
+    DeviceDecl,
+    DeviceLink,
+    JobExplanation,
+    RegisterRequest,
+    SubmitRequest,
+)
 
 __all__ = ["T0", "Lab"]
 
@@ -67,16 +73,19 @@ class Lab:
         host: str,
         devices: dict[str, tuple[int, dict[str, str]]],
         boot_id: str = "boot-1",
+        links: tuple[DeviceLink, ...] | None = None,
         **runs_as,
     ) -> None:
-        """Register `host` with {name: (ceiling seconds, detected labels)};
-        `runs_as`: RegisterRequest's run_as, shared_account, allow_root_jobs
-        (default: a root worker running each job as its own user)."""
+        """Register `host` with {name: (ceiling seconds, detected labels)} and
+        its topology (`links`; None keeps what is stored); `runs_as`:
+        RegisterRequest's run_as, shared_account, allow_root_jobs (default: a
+        root worker running each job as its own user)."""
         req = RegisterRequest(
             host=host,
             boot_id=boot_id,
             devices=tuple(DeviceDecl(name, ceiling) for name, (ceiling, _) in devices.items()),
             labels={name: dict(labels) for name, (_, labels) in devices.items()},
+            links=links,
             **runs_as,
         )
         self.write(workers.register, req, self.ctl.match_cache, self.ctl.thresholds)
@@ -88,10 +97,13 @@ class Lab:
         raises Refused. A job gets command ("true",) unless given one."""
         if fields.get("kind", JobKind.JOB) is JobKind.JOB:
             fields.setdefault("command", ("true",))
-        if not fields.get("device_id"):
+        if not fields.get("device_id") and not fields.get("device_ids"):
             fields.setdefault("selector", "*")
         new = validate_submit(
-            SubmitRequest(**fields), Caller(0, who, Role.USER), self.ctl.cfg.limits
+            SubmitRequest(**fields),
+            Caller(0, who, Role.USER),
+            self.ctl.cfg.limits,
+            self.ctl.policy.cap,
         )
         return self.write(jobs.enqueue, new, self.ctl.match_cache)
 

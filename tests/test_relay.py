@@ -165,7 +165,7 @@ def test_hold_session_is_handed_out_until_acknowledged_and_keeps_its_outcome():
         woken = []
         r = Relay(60, 16, notify=woken.extend, clock=clock)
         s = r.open_in_hold(
-            5, "box:cpu0", "box", "alice", SessionRequest(Stdio.PIPE, ("cat",), rows=0, cols=0)
+            5, ("box:cpu0",), "box", "alice", SessionRequest(Stdio.PIPE, ("cat",), rows=0, cols=0)
         )
         assert "worker:box" in woken
         assert [x.session_id for x in r.starts_for("box")] == [s.key[1]]
@@ -187,7 +187,7 @@ def test_a_session_whose_worker_never_reports_ends_without_an_exit_code():
     async def go():
         clock = Clock()
         r = Relay(60, 16, clock=clock)
-        s = r.open_in_hold(5, "box:cpu0", "box", "alice", SessionRequest(Stdio.TTY))
+        s = r.open_in_hold(5, ("box:cpu0",), "box", "alice", SessionRequest(Stdio.TTY))
         r.report(s, SessionReport("running"))
         r.finish(s, "the worker's output connection broke")
         clock.t += 29

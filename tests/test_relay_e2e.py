@@ -365,6 +365,27 @@ def test_a_command_that_cannot_start_and_a_terminal_fed_from_a_pipe(fleet):
     assert b"piped-3" in res.stdout
 
 
+def test_a_terminal_job_that_ended_before_its_client_attached_gives_its_output(fleet):
+    """Failed under load: `rc run --tty` said "session_ended: job 16 has ended
+    (succeeded)" and showed nothing. It attaches once the job runs; a short
+    command had ended by then, and the relay refused a job that had ended
+    although its output still waited there for the client."""
+    c = Client(fleet.ctl.url, fleet.alice.env["RC_TOKEN"])
+    j = c.post(
+        "/v1/jobs",
+        {"command": ["sh", "-c", "echo late-reader"], "device_id": "box:cpu0", "stdio": "tty"},
+    )["job"]
+    admin = fleet.ctl.client()
+    wait_until(lambda: job(admin, j["id"])["state"] == "succeeded", 30, "the job to end")
+    up = Upload(c, f"/v1/jobs/{j['id']}/tty/in")
+    down = Download(c, f"/v1/jobs/{j['id']}/tty/out")
+    assert b"late-reader" in b"".join(down)
+    up.close()
+    down.close()
+    with pytest.raises(ApiError, match="session_ended"):  # read once: then it has ended
+        Download(c, f"/v1/jobs/{j['id']}/tty/out")
+
+
 def test_a_command_that_ends_at_once_waits_for_the_output_half(fleet):
     """Failed under load: `rc exec HOLD -- /no/such/program` said session_ended
     (the output ended). The client connected its output half first; the command

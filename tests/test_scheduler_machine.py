@@ -1,23 +1,33 @@
 """A hypothesis state machine over the real store and scheduler, beside a
-small pure-Python model of the rules (docs/design.md#testing).
+small pure-Python model of the rules (docs/design.md#testing; README
+"Order: priority, first come first served, aging, the per-user cap" and
+"Several devices for one job").
 
-Steps: submits (pinned, selector, priorities, holds, idempotency keys, bad
-requests), completions, kills (queued and running, by the owner and by
-someone else), a host reboot, the running report, time passing (each
-followed by a scheduling tick). After every step the real state must agree
-with the model and:
-- at most one live lease per device, on the device its job runs on;
-- a job only ever lands on a device its target matches (checked against a
-  hand-written match table, not rc.proto.selector) whose ceiling allows it;
-- a freed device goes to the highest (aged) priority, oldest job that can use
-  it (the model's rule; the per-user cap holds a job back);
-- no job stays queued while a device it can use is free;
+Steps: submits (pinned to one device or to a list, selector jobs of 1..5
+devices, priorities, holds, idempotency keys, bad requests), completions,
+kills (queued and running, by the owner and by someone else), a host
+reboot, the running report, time passing (each followed by a scheduling
+tick). After every step the real state must agree with the model and:
+- at most one live lease per device; a job's live leases are exactly its
+  devices, all on one host (granted together, released together);
+- a job only ever lands on devices its target matches (checked against a
+  hand-written match table, not rc.proto.selector) whose ceilings allow it;
+- devices go to jobs in the model's order and by its rules: highest (aged)
+  priority, oldest first; the host with the fewest free candidates, then
+  one left partly used, then the lowest ids; a job that cannot be placed
+  reserves the devices expected free soonest, and a later job takes a
+  reserved device only when its bound ends before they are expected free;
+  the per-user cap counts devices;
+- no queued job has enough free, unreserved devices on one host;
 - the queue is shown in scheduling order; terminal states never change.
 """
 
 from __future__ import annotations
 
+import json
+import math
 import os
+import re
 from dataclasses import dataclass
 
 from hypothesis import HealthCheck, Phase, settings
@@ -55,18 +65,26 @@ FLEET = {
         "g0": (600, {"model": "a100", "vram": "40G"}),
         "g1": (7200, {"model": "a100", "vram": "[N/A]"}),
     },
+    "c": {  # a wider host without topology, as CPU devices are
+        "d0": (0, {"model": "cpu"}),
+        "d1": (0, {"model": "cpu"}),
+        "d2": (1800, {"model": "cpu"}),
+        "d3": (1800, {"model": "cpu"}),
+    },
 }
 CEILING = {f"{h}:{n}": c for h, devs in FLEET.items() for n, (c, _) in devs.items()}
 DEVICES = sorted(CEILING)
-A, B = {"a:g0", "a:g1"}, {"b:g0", "b:g1"}
+HOSTS = {h: [f"{h}:{n}" for n in sorted(devs)] for h, devs in FLEET.items()}
+A, B, C = set(HOSTS["a"]), set(HOSTS["b"]), set(HOSTS["c"])
 MATCHES = {  # written by hand from FLEET: the model's own reading of the selectors
-    "*": A | B,
+    "*": A | B | C,
     "model=h100": A,
-    "model != h100": B,
-    "vram>=40G": A | {"b:g0"},  # [N/A] never matches an ordered comparison
+    "model != h100": B | C,
+    "vram>=40G": A | {"b:g0"},  # [N/A] never matches an ordered comparison; c has no vram
     "vram>40G": A,
     "model=a100, vram<=40G": {"b:g0"},
     "host=b": B,
+    "host=c": C,
     "vram < 1T,model >= b": A,  # "h100" >= "b", "a100" < "b"
     "gpu=none": set(),  # matches nothing: refused at submit
 }
@@ -75,11 +93,29 @@ RUNTIMES = (0, 300, 600, 601, 1800, 3600, 3601, 7201, 10000)  # around every cei
 TARGETS = st.one_of(
     st.tuples(st.just("sel"), st.sampled_from(sorted(MATCHES))),
     st.tuples(st.just("dev"), st.sampled_from(DEVICES + ["c:g9"])),
+    st.tuples(  # a pinned list: maybe spanning hosts, with a device twice, or unknown
+        st.just("pins"),
+        st.one_of(
+            st.sampled_from(sorted(HOSTS)).flatmap(
+                lambda h: st.lists(st.sampled_from(HOSTS[h]), min_size=2, max_size=4, unique=True)
+            ),
+            st.lists(st.sampled_from(DEVICES + ["c:g9"]), min_size=2, max_size=3),
+        ).map(tuple),
+    ),
 )
+COUNTS = st.sampled_from([1, 1, 1, 2, 2, 3, 4, 5])
 
 
 def fits(ask: int, ceiling: int) -> bool:
     return ceiling == 0 or ask == 0 or ask <= ceiling
+
+
+def natural(d: str) -> tuple:
+    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", d))
+
+
+def host(d: str) -> str:
+    return d.partition(":")[0]
 
 
 @dataclass
@@ -88,16 +124,25 @@ class MJob:
     who: str
     prio: int
     queued_at: float
-    targets: frozenset[str]
+    targets: frozenset[str]  # a selector's matches; for pins, the pins
     ask: int
+    count: int
+    pins: tuple[str, ...] = ()
     state: str = "queued"  # queued | active | done
-    device: str = ""
+    devices: tuple[str, ...] = ()
+    runtime: int = 0  # the bound it got when assigned (0: none)
+    since: float = 0.0  # assigned, then reported running
+    running: bool = False
 
     def eff(self, now: float, aging: float) -> int:
         return self.prio + (int((now - self.queued_at) // aging) if aging > 0 else 0)
 
     def candidates(self) -> list[str]:
-        return sorted(d for d in self.targets if fits(self.ask, CEILING[d]))
+        pool = self.pins or sorted(self.targets, key=natural)
+        return [d for d in pool if fits(self.ask, CEILING[d])]
+
+    def end(self) -> float:
+        return self.since + self.runtime if self.runtime else math.inf
 
 
 class SchedulerMachine(RuleBasedStateMachine):
@@ -108,6 +153,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.lab: Lab | None = None
         self.jobs: dict[int, MJob] = {}
         self.keys: dict[str, tuple[tuple, int]] = {}
+        self.reservations: dict[int, tuple[tuple[str, ...], float]] = {}
         self.final: dict[int, JobState] = {}
         self.boots = 1
 
@@ -125,42 +171,121 @@ class SchedulerMachine(RuleBasedStateMachine):
     # -- the model's rule -----------------------------------------------------
 
     def model_pass(self) -> None:
-        busy = {j.device for j in self.jobs.values() if j.state == "active"}
-        used = {
-            u: sum(1 for j in self.jobs.values() if j.state == "active" and j.who == u)
-            for u in USERS
-        }
+        now = self.lab.now
+        active = [j for j in self.jobs.values() if j.state == "active"]
+        busy = {d: j for j in active for d in j.devices}
+        free = {d for d in DEVICES if d not in busy}
+        taken_end: dict[str, float] = {}
+        used = {u: sum(len(j.devices) for j in active if j.who == u) for u in USERS}
+        reserved: dict[str, float] = {}  # device → when its reserver expects it free
+        self.reservations = {}
+
+        def end(d: str) -> float:
+            if d in taken_end:
+                return taken_end[d]
+            return now if d in free else busy[d].end()
+
         for j in self.order():
-            if self.cap and used[j.who] >= self.cap:
+            if self.cap and used[j.who] + j.count > self.cap:
                 continue
-            free = [d for d in j.candidates() if d not in busy]
-            if free:
-                j.state, j.device = "active", free[0]
-                busy.add(free[0])
-                used[j.who] += 1
+            cands = j.candidates()
+
+            def avail(d: str, j=j) -> bool:
+                if d not in free:
+                    return False
+                if d not in reserved:
+                    return True
+                bound = j.ask or CEILING[d]
+                return bound > 0 and now + bound <= reserved[d]
+
+            chosen = None
+            if j.pins:
+                if len(cands) == len(j.pins) and all(avail(d) for d in j.pins):
+                    chosen = j.pins
+            else:
+                options = []
+                for h, on_host in HOSTS.items():
+                    ds = [d for d in cands if host(d) == h and avail(d)]
+                    if len(ds) >= j.count:
+                        intact = all(d in free for d in on_host)
+                        pick = tuple(ds[: j.count])
+                        options.append(
+                            (
+                                (
+                                    len(ds),
+                                    len(on_host) if intact else 0,
+                                    [natural(d) for d in pick],
+                                ),
+                                pick,
+                            )
+                        )
+                if options:
+                    chosen = min(options)[1]
+            if (
+                chosen is None and j.count >= 2
+            ):  # reserve where `count` of its candidates free soonest
+                best = None
+                for h in HOSTS:
+                    pool = [d for d in cands if host(d) == h and d not in reserved]
+                    if len(pool) < j.count or (j.pins and len(pool) < len(j.pins)):
+                        continue
+                    soonest = sorted(pool, key=lambda d: (end(d), natural(d)))[: j.count]
+                    start = max(end(d) for d in soonest)
+                    if best is None or (start, h) < best[0]:
+                        best = ((start, h), j.pins or tuple(sorted(soonest, key=natural)))
+                if best is not None:
+                    self.reservations[j.id] = (tuple(best[1]), best[0][0])
+                    for d in best[1]:
+                        reserved[d] = best[0][0]
+                continue
+            if chosen is None:  # a one-device job reserves nothing
+                continue
+            ceilings = [CEILING[d] for d in chosen if CEILING[d]]
+            j.state, j.devices, j.since, j.running = "active", tuple(chosen), now, False
+            j.runtime = j.ask or min(ceilings, default=0)
+            used[j.who] += len(chosen)
+            for d in chosen:
+                free.discard(d)
+                taken_end[d] = j.end()
 
     def order(self) -> list[MJob]:
         queued = [j for j in self.jobs.values() if j.state == "queued"]
         return sorted(queued, key=lambda j: (-j.eff(self.lab.now, self.aging), j.id))
 
-    def expect_refusal(self, target, prio, kind, ask, who, sig, key) -> tuple[int, str] | None:
+    def expect_refusal(
+        self, target, prio, kind, ask, who, sig, key, count
+    ) -> tuple[int, str] | None:
         """What the real submit must answer, in its own order of checks."""
+        kind_of, name = target
+        pins = (name,) if kind_of == "dev" else name if kind_of == "pins" else ()
+        if not 1 <= count <= 64:
+            return 400, "bad_request"
+        if pins:
+            if len(set(pins)) < len(pins) or len({host(d) for d in pins}) > 1:
+                return 400, "bad_request"
+            if count not in (1, len(pins)):
+                return 400, "bad_request"
+            count = len(pins)
+        if self.cap and count > self.cap:
+            return 400, "limit_exceeded"
         if not -10 <= prio <= 10:
             return 400, "priority_out_of_range"
         if kind is JobKind.HOLD and ask == 0:
             return 400, "bad_request"
         if key is not None and key in self.keys:
             return None if self.keys[key][0] == sig else (409, "idempotency_conflict")
-        kind_of, name = target
-        if kind_of == "dev":
-            if name not in CEILING:
-                return 400, "unknown_device"
-            if not fits(ask, CEILING[name]):
-                return 400, "runtime_above_ceiling"
+        if pins:
+            for d in pins:
+                if d not in CEILING:
+                    return 400, "unknown_device"
+                if not fits(ask, CEILING[d]):
+                    return 400, "runtime_above_ceiling"
         else:
-            if not MATCHES[name]:
+            matching = MATCHES[name]
+            if not matching or max(len(matching & set(ds)) for ds in HOSTS.values()) < count:
                 return 400, "no_matching_device"
-            if ask and not any(fits(ask, CEILING[d]) for d in MATCHES[name]):
+            fitting = {d for d in matching if fits(ask, CEILING[d])}
+            if ask and max(len(fitting & set(ds)) for ds in HOSTS.values()) < count:
                 return 400, "runtime_above_ceiling"
         return None
 
@@ -174,25 +299,31 @@ class SchedulerMachine(RuleBasedStateMachine):
         who=st.sampled_from(USERS),
         key=st.sampled_from([None, None, "k1", "k2"]),
         cmd=st.sampled_from(["true", "false"]),
+        count=COUNTS,
     )
-    def submit(self, aim, prio, ask, kind, who, key, cmd):
+    def submit(self, aim, prio, ask, kind, who, key, cmd, count=1):
         target = aim
         fields = {
             "priority": prio,
             "max_runtime_seconds": ask,
             "kind": kind,
             "idempotency_key": key,
+            "count": count,
         }
         if target[0] == "dev":
             fields["device_id"] = target[1]
+        elif target[0] == "pins":
+            fields["device_ids"] = target[1]
+            if count > 1:  # as -n with -d: the length, or (a usage error) another
+                fields["count"] = count = len(target[1]) if count % 2 else count
         else:
             fields["selector"] = target[1]
         if kind is JobKind.HOLD:
             fields["reason"] = "looking at it"
         else:
             fields["command"] = (cmd,)
-        sig = (target, prio, ask, kind, who, None if kind is JobKind.HOLD else cmd)
-        want = self.expect_refusal(target, prio, kind, ask, who, sig, key)
+        sig = (target, prio, ask, kind, who, None if kind is JobKind.HOLD else cmd, count)
+        want = self.expect_refusal(target, prio, kind, ask, who, sig, key, count)
         try:
             job_id, created = self.lab.submit(who, **fields)
         except Refused as e:
@@ -204,8 +335,11 @@ class SchedulerMachine(RuleBasedStateMachine):
             assert (job_id, created) == (self.keys[key][1], False)
             return
         assert created and job_id not in self.jobs
-        targets = MATCHES[target[1]] if target[0] == "sel" else {target[1]}
-        self.jobs[job_id] = MJob(job_id, who, prio, self.lab.now, frozenset(targets), ask)
+        pins = (target[1],) if target[0] == "dev" else target[1] if target[0] == "pins" else ()
+        targets = frozenset(MATCHES[target[1]]) if target[0] == "sel" else frozenset(pins)
+        self.jobs[job_id] = MJob(
+            job_id, who, prio, self.lab.now, targets, ask, len(pins) or count, tuple(pins)
+        )
         if key is not None:
             self.keys[key] = (sig, job_id)
         self.model_pass()
@@ -213,18 +347,21 @@ class SchedulerMachine(RuleBasedStateMachine):
     @rule(
         many=st.lists(
             st.tuples(
-                st.sampled_from(["*", "model=h100", "vram>=40G", "host=b"]),
+                st.sampled_from(["*", "model=h100", "vram>=40G", "host=b", "host=c"]),
                 st.integers(-3, 3),
                 st.sampled_from(USERS),
+                st.sampled_from([1, 1, 1, 2, 3]),
+                st.sampled_from([0, 0, 300, 1800]),
             ),
             min_size=2,
             max_size=5,
         )
     )
     def burst(self, many):
-        """Several ordinary jobs at once, so queues form and priorities compete."""
-        for sel, prio, who in many:
-            self.submit(("sel", sel), prio, 0, JobKind.JOB, who, None, "true")
+        """Several ordinary jobs at once, so queues form, priorities compete and
+        wide jobs wait among narrow ones."""
+        for sel, prio, who, count, ask in many:
+            self.submit(("sel", sel), prio, ask, JobKind.JOB, who, None, "true", count)
 
     def _pick(self, data, state: str | None) -> MJob:
         pool = sorted(i for i, j in self.jobs.items() if state is None or j.state == state)
@@ -247,6 +384,12 @@ class SchedulerMachine(RuleBasedStateMachine):
         j = self._pick(data, "active")
         worker = self.lab.job(j.id).worker_id
         self.lab.write(jobs.mark_running, j.id, worker, self.lab.now)
+        if not j.running:  # a second report changes nothing
+            j.running, j.since = True, self.lab.now
+        # its expected end moved to its real start: a reservation may start
+        # later, and a bounded job may fit before it (the scheduling tick)
+        self.lab.kick()
+        self.model_pass()
 
     @precondition(lambda self: self._has(None))
     @rule(data=st.data(), owner=st.booleans())
@@ -275,7 +418,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.boots += 1
         self.lab.register(host, FLEET[host], boot_id=f"boot-{self.boots}")  # a new boot id
         for j in self.jobs.values():
-            if j.state == "active" and j.device.startswith(host + ":"):
+            if j.state == "active" and j.devices[0].startswith(host + ":"):
                 j.state = "done"
         self.model_pass()
 
@@ -294,9 +437,10 @@ class SchedulerMachine(RuleBasedStateMachine):
         policy = self.lab.ctl.policy
 
         def read(tx):  # one consistent snapshot of everything the checks need
+            snap = views.plan_snapshot(tx, policy)
             return {
                 "jobs": {
-                    r["id"]: (r["state"], r["device_id"], r["max_runtime"])
+                    r["id"]: (r["state"], tuple(json.loads(r["device_ids"])), r["max_runtime"])
                     for r in tx.all(
                         "jobs_list",
                         {"device": "", "submitter": "", "state": "", "before": 0, "limit": 10_000},
@@ -311,49 +455,73 @@ class SchedulerMachine(RuleBasedStateMachine):
                     str(j): views.job_view(tx, j, policy).queue_position
                     for j in (r["id"] for r in tx.all("queued_jobs"))
                 },
+                "reservations": {
+                    j: (r.devices, r.start_at) for j, r in snap.plan.reservations.items()
+                },
+                "reserved": dict(snap.plan.reserved),
+                "assignable": list(snap.plan.assignments),
+                "capped": set(snap.plan.capped),
             }
 
         real = self.lab.read(read)
         self.agrees_with_the_model(real["jobs"])
-        self.one_live_lease_per_device(real["leases"], real["devices"])
-        self.nothing_waits_beside_a_free_device(real["jobs"], real["leases"], real["devices"])
-        # what rc ps shows is the scheduling order
+        self.leases_go_with_their_job(real["leases"], real["devices"])
+        self.nothing_waits_beside_enough_free_devices(real)
+        # what rc ps shows is the scheduling order; what it reserves is the model's
         assert real["queue"] == [j.id for j in self.order()]
         assert real["counted"] == real["planned"]
+        assert real["assignable"] == [], "a pass ran after every step: nothing is left to place"
+        states = {j.id: j.state for j in self.jobs.values()}
+        self.model_pass()  # the model's reservations now (the real pass ran after the last step)
+        assert {j.id: j.state for j in self.jobs.values()} == states
+        assert real["reservations"] == self.reservations
 
     def agrees_with_the_model(self, real):
         assert set(real) == set(self.jobs)
-        for job_id, (state, device, runtime) in real.items():
+        for job_id, (state, devices, runtime) in real.items():
             m = self.jobs[job_id]
             s = JobState(state)
             kind = "queued" if s is JobState.QUEUED else "active" if s.active else "done"
             assert kind == m.state, (job_id, state, m)
             if s.terminal:
                 assert self.final.setdefault(job_id, s) is s, "a terminal state changed"
-            if m.device:  # it landed: only ever where its target matches, ceiling allows
-                assert device == m.device, (job_id, device, m.device)
-                assert device in m.targets, (job_id, device, m.targets)
-                assert fits(m.ask, CEILING[device]), (job_id, device)
-                assert runtime == (m.ask or CEILING[device])
+            if m.devices:  # it landed: only where its target matches, ceilings allow
+                assert devices == m.devices, (job_id, devices, m.devices)
+                assert len(devices) == m.count and len({host(d) for d in devices}) == 1
+                assert set(devices) <= m.targets, (job_id, devices, m.targets)
+                assert all(fits(m.ask, CEILING[d]) for d in devices), (job_id, devices)
+                assert runtime == m.runtime
 
-    def one_live_lease_per_device(self, leases, states):
+    def leases_go_with_their_job(self, leases, states):
+        """One live lease per device; an active job holds a live lease on each
+        of its devices and on nothing else; a job that is not active holds none."""
         on = [d for d, _ in leases]
         assert len(on) == len(set(on)), leases
-        active = {j.id: j.device for j in self.jobs.values() if j.state == "active"}
-        assert {j: d for d, j in leases} == active
+        held: dict[int, set[str]] = {}
+        for d, j in leases:
+            held.setdefault(j, set()).add(d)
+        active = {j.id: set(j.devices) for j in self.jobs.values() if j.state == "active"}
+        assert held == active
         for d, state in states.items():
             assert (state == "busy") == (d in on), (d, state)
 
-    def nothing_waits_beside_a_free_device(self, jobs_, leases, states):
-        """From the real state: no queued job (not held back by the cap) has a
-        usable device that is ready."""
-        holders = {j: self.jobs[j].who for _, j in leases}
-        used = {u: sum(1 for w in holders.values() if w == u) for u in USERS}
-        for job_id, (state, _, _) in jobs_.items():
+    def nothing_waits_beside_enough_free_devices(self, real):
+        """From the real state: no queued job (not held back by the cap) has
+        enough ready devices on one host that no other job reserved."""
+        for job_id, (state, _, _) in real["jobs"].items():
             m = self.jobs[job_id]
-            if state == "queued" and not (self.cap and used[m.who] >= self.cap):
-                free = [d for d in m.candidates() if states[d] == "ready"]
-                assert not free, (m, free)
+            if state != "queued" or job_id in real["capped"]:
+                continue
+            free = [
+                d
+                for d in m.candidates()
+                if real["devices"][d] == "ready" and real["reserved"].get(d, job_id) == job_id
+            ]
+            if m.pins:
+                assert set(free) != set(m.pins), (m, free)
+            else:
+                for h in HOSTS:
+                    assert sum(1 for d in free if host(d) == h) < m.count, (m, free)
 
 
 SchedulerMachine.TestCase.settings = settings.get_profile("rc-scheduler-machine")

@@ -18,6 +18,7 @@ from rc.proto.model import (
     JobKind,
     JobState,
     LabelSource,
+    Link,
     QuarantineReason,
     Role,
     Stdio,
@@ -34,10 +35,11 @@ CHECKED = {
     ("device_labels", "source"): LabelSource,
     ("events", "kind"): EventKind,
     ("tokens", "role"): Role,
+    ("device_links", "link"): Link,
 }
 OLD_SCHEMA = REPO / "tests" / "data" / "store_v1.sql"
-"""store.sql as schema version 1 had it, verbatim: the oldest database a
-migration must bring up to date."""
+"""store.sql as schema version 1 had it (its statements verbatim): the
+oldest database a migration must bring up to date."""
 
 
 def _schema_db(path: Path) -> sqlite3.Connection:
@@ -99,6 +101,20 @@ def test_the_schema_enforces_its_invariants(tmp_path):
         "INSERT INTO leases (device_id, job_id, holder, kind, acquired_at, expires_at) "
         "VALUES ('h:d', 2, 'u', 'job', 0, 10)"
     )
+    conn.execute(
+        "INSERT INTO devices (id, host, name, worker_id, state, last_heartbeat_at, "
+        "created_at) VALUES ('h:e', 'h', 'e', 'h', 'ready', 0, 0)"
+    )
+    conn.execute(  # a job holds one lease per device it was granted
+        "INSERT INTO leases (device_id, job_id, holder, kind, acquired_at, expires_at) "
+        "VALUES ('h:e', 2, 'u', 'job', 0, 10)"
+    )
+    with pytest.raises(sqlite3.IntegrityError):  # count is 1..64
+        conn.execute("UPDATE jobs SET count = 65 WHERE id = 2")
+    with pytest.raises(sqlite3.IntegrityError):  # device_ids is a JSON array
+        conn.execute("UPDATE jobs SET device_ids = '\"h:d\"' WHERE id = 2")
+    with pytest.raises(sqlite3.IntegrityError):  # a link pair is named once, in order
+        conn.execute("INSERT INTO device_links VALUES ('h', 'gpu1', 'gpu0', 'NV')")
     with pytest.raises(sqlite3.IntegrityError):  # leases point at real jobs
         conn.execute(
             "INSERT INTO leases (device_id, job_id, holder, kind, acquired_at, "
@@ -236,7 +252,7 @@ def test_the_oldest_schema_plus_every_migration_is_store_sql(tmp_path):
 
 
 def test_old_tokens_and_jobs_take_their_own_name_as_unix_user(tmp_path):
-    """Schema 2: a token's jobs run as the Unix user of its name (a worker
+    """Schema 3: a token's jobs run as the Unix user of its name (a worker
     token none), an old job as its submitter, and an old worker says nothing
     of whom it runs jobs as until it registers again."""
     conn = _old_database(tmp_path / "rc.db")
@@ -258,6 +274,45 @@ def test_old_tokens_and_jobs_take_their_own_name_as_unix_user(tmp_path):
     assert conn.execute("SELECT unix_user FROM jobs").fetchall() == [("bob",)]
     worker = conn.execute("SELECT run_as, shared_account, allow_root_jobs FROM workers").fetchone()
     assert worker == ("", 0, 0)
+    conn.close()
+
+
+def test_a_job_of_the_old_schema_reads_back_after_the_migration(tmp_path):
+    """Every job and lease is kept: an old job has count 1 and its one device."""
+    from rc.controller.store import rows
+
+    conn = _old_database(tmp_path / "rc.db")
+    conn.execute(
+        "INSERT INTO devices (id, host, name, worker_id, state, last_heartbeat_at, created_at) "
+        "VALUES ('h:gpu0', 'h', 'gpu0', 'h', 'busy', 0, 0)"
+    )
+    conn.execute(
+        "INSERT INTO jobs (id, kind, state, submitter, selector, device_id, worker_id, "
+        "command, submitted_at, queued_at, assigned_at, started_at) VALUES "
+        "(7, 'job', 'running', 'ann', 'model=h100', 'h:gpu0', 'h', '[\"train\"]', 1, 1, 2, 3)"
+    )
+    conn.execute(
+        "INSERT INTO jobs (id, kind, state, submitter, selector, command, submitted_at, "
+        "queued_at) VALUES (8, 'job', 'queued', 'bob', '*', '[\"true\"]', 4, 4)"
+    )
+    conn.execute(
+        "INSERT INTO jobs (id, kind, state, submitter, device_id, command, submitted_at, "
+        "queued_at) VALUES (9, 'job', 'queued', 'bob', 'h:gpu0', '[\"true\"]', 5, 5)"
+    )
+    conn.execute(
+        "INSERT INTO leases (device_id, job_id, holder, kind, acquired_at, expires_at) "
+        "VALUES ('h:gpu0', 7, 'ann', 'job', 2, 100)"
+    )
+    conn.close()
+    conn = _schema_db(tmp_path / "rc.db")
+    conn.row_factory = sqlite3.Row
+    got = {r["id"]: rows.job(r) for r in conn.execute("SELECT * FROM jobs")}
+    assert (got[7].count, got[7].device_ids, got[7].device_id) == (1, ("h:gpu0",), "h:gpu0")
+    assert got[7].command == ("train",) and got[7].state is JobState.RUNNING
+    assert (got[8].count, got[8].device_ids, got[8].selector) == (1, (), "*")
+    assert (got[9].count, got[9].device_ids) == (1, ("h:gpu0",))  # the pinned device
+    live = conn.execute("SELECT device_id, job_id FROM leases WHERE released_at IS NULL")
+    assert [tuple(r) for r in live] == [("h:gpu0", 7)]
     conn.close()
 
 

@@ -132,7 +132,7 @@ def test_the_planner_gives_a_single_user_workers_devices_to_that_user_only():
         QueuedJob(3, "alice", 0, 0.0, selector="*", unix_user="alice"),
     ]
     p = plan(queue, slots, matches, 0.0)
-    assert p.assignments == [(1, "b:g0"), (3, "a:g0")]
+    assert p.assignments == [(1, ("b:g0",)), (3, ("a:g0",))]
     assert p.candidates == {1: ("b:g0",), 2: (), 3: ("a:g0", "b:g0")}
 
 

@@ -160,7 +160,7 @@ class _Worker:
     def start(self, command, device=None, **fields) -> JobRun:
         a = _assignment(**fields)
         a = dataclasses.replace(a, command=tuple(command))
-        run = JobRun(self.ctx, a, device)
+        run = JobRun(self.ctx, a, [device])
         run.start()
         return run
 

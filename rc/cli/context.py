@@ -23,7 +23,9 @@ __all__ = [
     "UsageError",
     "add_client_flags",
     "client",
+    "count_arg",
     "device_arg",
+    "device_list_arg",
     "duration_seconds",
     "hangup_interrupts",
     "interrupt_cause",
@@ -179,6 +181,31 @@ def device_arg(text: str) -> str:
             f"{text!r} is not a device id (host:name, e.g. gpu-box:gpu0; see rc devices)"
         )
     return text
+
+
+def device_list_arg(text: str) -> tuple[str, ...]:
+    """argparse type: one device id, or a comma list of one host's devices
+    in the order the job should see them ("box:gpu2,box:gpu0"; a name
+    without a host takes the one before it: "box:gpu2,gpu0")."""
+    out: list[str] = []
+    host = ""
+    for part in text.split(","):
+        part = part.strip()
+        if part and ":" not in part and host:
+            part = f"{host}:{part}"
+        out.append(device_arg(part))
+        host = part.rpartition(":")[0]
+    return tuple(out)
+
+
+def count_arg(text: str) -> int:
+    """argparse type: how many devices, 1..COUNT_MAX (ASCII digits)."""
+    from rc.proto.model import COUNT_MAX
+
+    value = whole_number(text)
+    if not 1 <= value <= COUNT_MAX:
+        raise argparse.ArgumentTypeError(f"{value} is outside 1..{COUNT_MAX}")
+    return value
 
 
 class SelectorTerms(argparse.Action):

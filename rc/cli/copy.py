@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from rc.cli import archive
 from rc.cli.context import UsageError, add_client_flags, client, number_in, stderr
 from rc.cli.follow import submit, wait_terminal
-from rc.cli.output import one_line
+from rc.cli.output import on_devices, one_line
 from rc.cli.relay import open_halves, open_session, wait_session
 from rc.proto.client import Client
 from rc.proto.errors import ApiError, RcError, TransportError
@@ -171,8 +171,8 @@ def _choose(c: Client, device: str, hold: int | None) -> _Place:
         job = c.get(f"/v1/jobs/{hold}")["job"]
         if job["kind"] != "hold" or job["state"] not in ("assigned", "running"):
             raise RcError(f"job {hold} is not a running hold ({job['kind']}, {job['state']})")
-        if job["device_id"] != device:
-            raise RcError(f"hold {hold} is on {job['device_id']}, not {device}")
+        if device not in (job.get("device_ids") or [job["device_id"]]):
+            raise RcError(f"hold {hold} is on {on_devices(job)}, not {device}")
         return _Place(device, hold=hold)
     views = {v["device"]["id"]: v for v in c.get("/v1/devices")["devices"]}
     view = views.get(device)

@@ -19,7 +19,7 @@ from rc.cli.context import UsageError, interrupt_cause, job_cwd, stderr
 from rc.cli.output import job_state, one_line
 from rc.proto.client import Client
 from rc.proto.errors import ApiError, RcError, TransportError
-from rc.proto.model import valid_env_name
+from rc.proto.model import device_list, valid_env_name
 from rc.proto.selector import ANY
 
 __all__ = [
@@ -129,18 +129,35 @@ def read_env_file(path: str) -> dict[str, str]:
 
 
 def target(args: argparse.Namespace) -> tuple[dict, str]:
-    """The target of `rc run`/`rc hold` from its -d/-s flags: the submit's
-    {"device_id": ...} or {"selector": ...} (any device, `*`, with neither)
-    and a label for messages ("any device", "selector 'kind=gpu'", the
-    device id). Raises UsageError for a blank -d or -s."""
+    """The target of `rc run`/`rc hold` from its -d/-s/-n flags: the
+    submit's {"device_id": ...}, {"device_ids": [...]} (a list of one host's
+    devices) or {"selector": ...} (any device, `*`, with neither), with its
+    "count" (-n, default 1); and a label for messages ("any device",
+    "selector 'kind=gpu'", "3 devices matching any device", the devices).
+    Raises UsageError for a blank -d or -s, and for -n with a -d list of
+    another length."""
+    count = getattr(args, "count", None) or 1
     if args.device is not None:
-        if not args.device.strip():
+        pins = tuple(args.device) if not isinstance(args.device, str) else (args.device,)
+        if not all(d.strip() for d in pins):
             raise UsageError("-d needs a device, host:name (rc devices lists them)")
-        return {"device_id": args.device}, args.device
+        if getattr(args, "count", None) is not None and count != len(pins):
+            raise UsageError(
+                f"-n {count} asks for {count} device{'s' if count != 1 else ''} "
+                f"but -d names {len(pins)}; give one of them, or as many devices as -n says"
+            )
+        if len(pins) == 1:
+            return {"device_id": pins[0]}, pins[0]
+        return {"device_ids": list(pins), "count": len(pins)}, device_list(pins)
     if args.selector is not None and not args.selector.strip():
         raise UsageError("-s needs a selector, e.g. 'kind=gpu' (or '*' for any device)")
     sel = args.selector or ANY
-    return {"selector": sel}, ("any device" if sel == ANY else f"selector {sel!r}")
+    label = "any device" if sel == ANY else f"selector {sel!r}"
+    if count == 1:
+        return {"selector": sel}, label
+    if sel == ANY:
+        return {"selector": sel, "count": count}, f"{count} devices of one host"
+    return {"selector": sel, "count": count}, f"{count} devices of one host matching {sel!r}"
 
 
 def submit_run(
@@ -247,7 +264,7 @@ def wait_running(c: Client, job: dict, position: int, label: str, what: str = "j
         job = wait_started(c, job, position, label)
         if job is None:
             return None
-        was_on = job["device_id"]
+        was_on = device_list(job.get("device_ids") or [job["device_id"]])
         try:
             job = _wait_assigned(c, job, what)
         except KeyboardInterrupt as e:

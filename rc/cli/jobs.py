@@ -21,12 +21,14 @@ from rc.cli.output import (
     add_output_flag,
     duration,
     job_state,
+    job_target,
     job_what,
     print_json,
     print_line,
     table,
     when,
 )
+from rc.proto.model import device_list
 
 __all__ = ["add_parsers"]
 
@@ -172,7 +174,7 @@ def cmd_jobs(args: argparse.Namespace) -> int:
         rows.append(
             (
                 j["id"],
-                j["device_id"] or j["selector"],
+                job_target(j),
                 job_state(j),
                 j["submitter"],
                 started,
@@ -224,7 +226,7 @@ def cmd_ps(args: argparse.Namespace) -> int:
         rows.append(
             (
                 j["id"],
-                j["device_id"],
+                job_target(j),
                 j["state"],
                 j["submitter"],
                 j["priority"],
@@ -238,7 +240,7 @@ def cmd_ps(args: argparse.Namespace) -> int:
         rows.append(
             (
                 j["id"],
-                j["device_id"] or j["selector"],
+                job_target(j),
                 f"queued (#{pos})",
                 j["submitter"],
                 j["priority"],
@@ -304,8 +306,32 @@ def cmd_explain(args: argparse.Namespace) -> int:
     print(head)
     for r in ex["reasons"]:
         print_line(f"  - {r}")
-    if ex.get("blockers"):
+    hosts = ex.get("hosts") or []
+    if any(h["count"] > 1 for h in hosts):
+        print("hosts it could run on:")
+        for h in hosts:
+            print_line(f"  {_host_fit(h)}")
+        res = ex.get("reservation")
+        if res:
+            start = (
+                f"from ~{when(res['start_at'])}"
+                if res.get("start_at")
+                else ("from when a holder with no time limit ends")
+            )
+            print_line(f"reserved {device_list(res['device_ids'])} for this job {start}")
+    elif ex.get("blockers"):
         print("devices it could use:")
         for d, why in sorted(ex["blockers"].items()):
             print_line(f"  {d}: {why}")
     return 0
+
+
+def _host_fit(h: dict) -> str:
+    """ "gpu-box-1: 3 of 4 free; gpu2 held by job 42 (bob) until 13:05 at most" """
+    words = f"{h['host']}: {h['free']} of {h['matching']} free"
+    for x in h.get("held") or []:
+        name = x["device_id"].rpartition(":")[2]
+        what = "hold" if x["kind"] == "hold" else "job"
+        words += f"; {name} held by {what} {x['job_id']} ({x['holder']})"
+        words += f" until {when(x['until'])} at most" if x.get("until") else " with no time limit"
+    return words

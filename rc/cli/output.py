@@ -18,6 +18,7 @@ from typing import Any
 
 from rc.proto.codec import encode
 from rc.proto.duration import format_duration
+from rc.proto.model import device_list
 
 __all__ = [
     "EscapingStream",
@@ -29,8 +30,10 @@ __all__ = [
     "escape_controls",
     "iso_utc",
     "job_state",
+    "job_target",
     "job_what",
     "machine",
+    "on_devices",
     "one_line",
     "print_json",
     "print_line",
@@ -266,6 +269,23 @@ def job_state(job: Mapping[str, Any], limit: int | None = STATE_REASON_SHOWN) ->
     if limit is not None and len(why) > limit:
         why = why[: limit - 1] + "…"
     return f"{state} {why}" if why.startswith("by ") else f"{state}: {why}"
+
+
+def on_devices(job: Mapping[str, Any]) -> str:
+    """The devices a job has (or pins), shortened: "box:gpu0..3", "box:cpu2,cpu0"."""
+    ids = job.get("device_ids") or ([job["device_id"]] if job.get("device_id") else [])
+    return device_list(ids)
+
+
+def job_target(job: Mapping[str, Any]) -> str:
+    """A listing's DEVICE column: the job's devices once it has them (or the
+    pinned ones), else its selector, with the number of devices it asks for
+    when more than one ("4x model=h100")."""
+    devices = on_devices(job)
+    if devices:
+        return devices
+    count = job.get("count") or 1
+    return f"{count}x {job['selector']}" if count > 1 else job.get("selector", "")
 
 
 def job_what(job: Mapping[str, Any], limit: int = 60) -> str:

@@ -51,7 +51,7 @@ from rc.cli.follow import (
     wait_running,
     wait_terminal,
 )
-from rc.cli.output import job_state
+from rc.cli.output import job_state, on_devices
 from rc.proto.client import Client
 from rc.proto.errors import ApiError, RcError, TransportError
 from rc.proto.relay import Download, Upload, data_frame, resize_frame
@@ -388,7 +388,7 @@ def cmd_run_tty(args: argparse.Namespace, command: list[str]) -> int:
         job = wait_running(c, view["job"], view.get("queue_position", 0), label)
         if job is None:
             return 130
-        stderr(f"job {job['id']} on {job['device_id']}")
+        stderr(f"job {job['id']} on {on_devices(job)}")
         term.raw()  # from here every key, Ctrl-C included, is for the far side
         try:
             up, down = open_halves(c, f"/v1/jobs/{job['id']}")

@@ -34,7 +34,8 @@ from rc.cli.context import (
     UsageError,
     add_client_flags,
     client,
-    device_arg,
+    count_arg,
+    device_list_arg,
     hangup_interrupts,
     interrupt_cause,
     number_in,
@@ -56,7 +57,7 @@ from rc.cli.follow import (
     wait_running,
     wait_terminal,
 )
-from rc.cli.output import end_reason, print_line, when
+from rc.cli.output import end_reason, on_devices, print_line, when
 from rc.cli.relay import cmd_run_tty
 from rc.proto.client import Client
 from rc.proto.duration import format_duration
@@ -80,13 +81,28 @@ def priority_arg(text: str) -> int:
 
 
 def _target_flags(p: argparse.ArgumentParser) -> None:
-    """-d DEVICE or -s SELECTOR (repeatable); with neither, any device (`*`)."""
+    """-d DEVICE[,DEVICE...] or -s SELECTOR (repeatable); with neither, any
+    device (`*`); -n N devices of one host."""
     g = p.add_mutually_exclusive_group()
     attach(
         g.add_argument(
-            "-d", "--device", type=device_arg, metavar="DEVICE", help="a specific device, host:name"
+            "-d",
+            "--device",
+            type=device_list_arg,
+            metavar="DEVICE",
+            help="a specific device, host:name, or a comma list of one host's devices "
+            "(host:gpu0,gpu1), in the order the job sees them",
         ),
         devices,
+    )
+    p.add_argument(
+        "-n",
+        "--count",
+        type=count_arg,
+        default=None,
+        metavar="N",
+        help="N devices (1..64, default 1), all on one host, each matching the "
+        "selector, granted together",
     )
     attach(
         g.add_argument(
@@ -235,7 +251,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     job = wait_running(c, job, view.get("queue_position", 0), label)
     if job is None:
         return 130
-    stderr(f"job {job['id']} on {job['device_id']}")
+    stderr(f"job {job['id']} on {on_devices(job)}")
     try:
         follow_log(c, job["id"], sys.stdout.buffer)
     except KeyboardInterrupt as e:
@@ -264,7 +280,7 @@ def kill_on_detach_default() -> bool:
 
 def _still_running(job: dict) -> str:
     return (
-        f"job {job['id']} is still running on {job['device_id']} "
+        f"job {job['id']} is still running on {on_devices(job)} "
         f"(rc logs -f {job['id']} to follow it, rc kill {job['id']} to stop it)"
     )
 
@@ -366,7 +382,7 @@ def cmd_hold(args: argparse.Namespace) -> int:
             return 0
         started = job.get("started_at") or time.time()
         print(
-            f"hold {hold_id} granted on {job['device_id']} until {when(started + args.ttl)} "
+            f"hold {hold_id} granted on {on_devices(job)} until {when(started + args.ttl)} "
             f"({format_duration(args.ttl)})",
             flush=True,
         )

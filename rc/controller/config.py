@@ -44,6 +44,9 @@ class Limits:
     """Largest usage sheet (413 sheet_too_large)."""
     devices_per_worker: int = 1024
     """Most devices one worker may declare (400 limit_exceeded)."""
+    links_per_worker: int = 2016
+    """Most device pairs a worker's topology may name: every pair of 64 GPUs
+    (400 limit_exceeded)."""
     queued_per_user: int = 10000
     """Most queued jobs per submitter (429 queue_full)."""
     relay_sessions_per_user: int = 16

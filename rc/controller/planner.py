@@ -1,21 +1,34 @@
-"""The planner: who gets which free device (README "Order: priority, first come
-first served, aging, the per-user cap").
+"""The planner: who gets which free devices (README "Order: priority, first
+come first served, aging, the per-user cap" and "Several devices for one job").
 
 `plan()` is a pure function over a snapshot of the queue and the fleet, so the
 same code decides assignments, queue positions and `rc explain`:
 
 - order: effective priority first (priority plus one step per `aging` seconds
   waited, when aging is on), then submission order (job id);
-- each job's candidates: its pinned device, or the devices its selector
+- each job's candidates: its pinned devices, or the devices its selector
   matches, minus devices whose runtime ceiling is below the job's ask and
   those whose worker does not run jobs as the job's Unix user
   (`runs_jobs_of`: a single-user worker runs only its own user's);
-- a job takes its first free candidate (by device id) unless its submitter is
-  at the per-user device cap;
-- a job that cannot be placed reserves all its remaining candidates, so no
-  later job jumps onto them when they free (head-of-line reservation: a broad
-  job is not overtaken forever). A job held back by the user cap reserves
-  nothing.
+- a job asks for `count` devices, all on one host, granted together or not
+  at all. It takes the best set among the hosts with `count` available
+  candidates (rc.controller.placement: best topology, then the host with the
+  fewest available candidates, then the set that breaks the fewest intact
+  groups, then the lowest ids) unless its submitter would pass the per-user
+  device cap (a job held back by the cap reserves nothing);
+- reservation and conservative backfill: a job on several devices that
+  cannot be placed reserves, on the host where `count` of its candidates
+  are expected free soonest, those devices, with the time T they are expected free at the
+  latest (a running job ends by its start plus its max runtime; one with no
+  bound never ends; a free device is free now). A later job may take a
+  reserved device only when its own runtime bound (its max runtime, else the
+  device's ceiling) ends before T, and only within BACKFILL_DEPTH jobs of the
+  head of the queue; a job without a bound never backfills. Devices out of
+  the pool (quarantined, silent, draining) are never reserved, nor devices
+  another job reserved first: each blocked job in order (the first
+  RESERVATIONS_MAX of them) reserves what it can find, so a wide job cannot be starved by a stream of narrow ones. (A job
+  on one device needs no reservation: the pass places it before every job
+  behind it as soon as one of its candidates frees.)
 
 Nothing here reads the clock, the database or the network. The scheduling
 pass (rc.controller.scheduler) feeds it what the store read and writes back
@@ -30,14 +43,18 @@ import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
+from rc.controller.placement import HostTopology, device_key, host_of
 from rc.proto import selector as selectors
 from rc.proto.model import ROOT, DeviceState
 
 __all__ = [
+    "BACKFILL_DEPTH",
+    "RESERVATIONS_MAX",
     "LazyMatches",
     "Plan",
     "Policy",
     "QueuedJob",
+    "Reservation",
     "Slot",
     "Snapshot",
     "aged_priority",
@@ -51,10 +68,22 @@ __all__ = [
     "runs_jobs_of",
 ]
 
+BACKFILL_DEPTH = 256
+"""Only the first this many jobs of the queue (in scheduling order) may take
+a reserved device (backfill); a pass stops looking further once every free
+device is taken or reserved, so a long queue costs no more than this."""
+RESERVATIONS_MAX = 32
+"""At most this many blocked jobs reserve devices in one pass (the first in
+scheduling order); one behind them waits in its place and reserves once it
+is among them."""
+
 
 @dataclass(frozen=True, slots=True)
 class QueuedJob:
-    """What planning needs of a queued job."""
+    """What planning needs of a queued job: who, its priority, when it was
+    queued (seconds since the epoch), its target (a normalised selector, or
+    pinned `device_ids`; `device_id` alone is a one-device pin), its
+    max runtime (seconds, 0: none) and how many devices it asks for."""
 
     id: int
     submitter: str
@@ -63,20 +92,38 @@ class QueuedJob:
     selector: str = ""
     device_id: str = ""
     max_runtime: int = 0
+    count: int = 1
+    device_ids: tuple[str, ...] = ()
     unix_user: str = ""
+
+    @property
+    def pins(self) -> tuple[str, ...]:
+        """The pinned devices in order, () for a selector job."""
+        if self.selector:
+            return ()
+        return self.device_ids or ((self.device_id,) if self.device_id else ())
+
+    @property
+    def wants(self) -> int:
+        """How many devices it needs: its pinned list's length, else count."""
+        pins = self.pins
+        return len(pins) if pins else self.count
 
 
 @dataclass(frozen=True, slots=True)
 class Slot:
     """What planning needs of a device: schedulable means ready and not
-    draining. Whom its worker runs jobs as: `run_as` "" any job's own Unix
-    user (root's only when `root_ok`), a name only that user's (a
-    single-user worker)."""
+    draining. `free_at`: when the job holding it is expected to end at the
+    latest (seconds since the epoch; math.inf when it has no bound, or for a
+    device no job holds but that is not ready). Whom its worker runs jobs
+    as: `run_as` "" any job's own Unix user (root's only when `root_ok`), a
+    name only that user's (a single-user worker)."""
 
     id: str
     state: DeviceState
     max_runtime: int = 0
     draining: bool = False
+    free_at: float = math.inf
     run_as: str = ""
     root_ok: bool = True
 
@@ -85,20 +132,44 @@ class Slot:
         """Whether a job may be handed this device now."""
         return self.state is DeviceState.READY and not self.draining
 
+    @property
+    def in_pool(self) -> bool:
+        """Free or busy, and not draining: a device that can be reserved."""
+        return self.state in (DeviceState.READY, DeviceState.BUSY) and not self.draining
+
+    @property
+    def host(self) -> str:
+        """The host part of its id."""
+        return host_of(self.id)
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """Devices a blocked job reserved, and when they are expected free at the
+    latest (seconds since the epoch; math.inf when a holder has no bound)."""
+
+    job_id: int
+    devices: tuple[str, ...]
+    start_at: float
+
 
 @dataclass(slots=True)
 class Plan:
     """The outcome of a pass.
 
-    order: queued job ids in scheduling order. assignments: (job id, device id).
-    reserved: device id → the job that reserved it. capped: jobs held back by
+    order: queued job ids in scheduling order. assignments: (job id, its
+    devices in the order chosen). reserved: device id → the job that
+    reserved it; reservations: job id → its Reservation. backfilled: jobs
+    assigned a device another job had reserved. capped: jobs held back by
     the per-user cap. candidates: job id → its candidate device ids (ceiling
     applied, reservations not).
     """
 
     order: list[int] = field(default_factory=list)
-    assignments: list[tuple[int, str]] = field(default_factory=list)
+    assignments: list[tuple[int, tuple[str, ...]]] = field(default_factory=list)
     reserved: dict[str, int] = field(default_factory=dict)
+    reservations: dict[int, Reservation] = field(default_factory=dict)
+    backfilled: set[int] = field(default_factory=set)
     capped: set[int] = field(default_factory=set)
     candidates: dict[int, tuple[str, ...]] = field(default_factory=dict)
 
@@ -161,30 +232,39 @@ def not_run_here(host: str, slot: Slot, unix_user: str) -> str:
     return f"{host} does not run root's jobs (its worker config does not set allow_root_jobs)"
 
 
+def runtime_on(ask: int, ceilings: Iterable[int]) -> int:
+    """The runtime bound of a job asking `ask` seconds (0: none) on devices
+    with these ceilings: its ask, else the lowest ceiling among them (0:
+    none at all). The worker stops it there."""
+    if ask:
+        return ask
+    return min((c for c in ceilings if c), default=0)
+
+
 def candidates(
     selector: str,
-    device_id: str,
+    pins: tuple[str, ...],
     max_runtime: int,
     slots: Mapping[str, Slot],
     matches: Mapping[str, frozenset[str]],
     unix_user: str = "",
 ) -> tuple[str, ...]:
-    """A queued job's candidate device ids, sorted: its pinned device (a job
-    with no selector), or the devices its selector matches (`matches`, as for
-    plan()), minus those whose runtime ceiling is below its ask (seconds) and
-    those whose worker does not run jobs as `unix_user` (runs_jobs_of; ""
-    asks nothing of them)."""
-    if device_id and not selector:
-        pool: Iterable[str] = (device_id,) if device_id in slots else ()
+    """A queued job's candidate device ids: its pinned devices in their order
+    (a job with no selector), or the devices its selector matches
+    (`matches`, as for plan()) in natural order (gpu2 before gpu10); minus
+    devices that do not exist, those whose runtime ceiling is below its ask
+    (seconds), and those whose worker does not run jobs as `unix_user`
+    (runs_jobs_of; "" asks nothing of them)."""
+    if selector:
+        pool: Iterable[str] = sorted(matches.get(selector, frozenset()), key=device_key)
     else:
-        pool = matches.get(selector, frozenset())
+        pool = pins
     return tuple(
-        sorted(
-            d
-            for d in pool
-            if fits_ceiling(max_runtime, slots[d].max_runtime)
-            and (not unix_user or runs_jobs_of(slots[d], unix_user))
-        )
+        d
+        for d in pool
+        if d in slots
+        and fits_ceiling(max_runtime, slots[d].max_runtime)
+        and (not unix_user or runs_jobs_of(slots[d], unix_user))
     )
 
 
@@ -197,57 +277,229 @@ def plan(
     aging: float = 0.0,
     cap: int = 0,
     usage: Mapping[str, int] | None = None,
+    links: Mapping[str, Mapping[tuple[str, str], int]] | None = None,
     ordered: bool = False,
     until_settled: bool = False,
 ) -> Plan:
-    """Decide assignments for one pass.
+    """Decide assignments and reservations for one pass.
 
     `matches` maps each selector (normalised text) to the device ids it
-    matches; `usage` maps a submitter to the devices they hold now. Pure: reads
-    nothing else, changes nothing.
+    matches; `usage` maps a submitter to the devices they hold now; `links`
+    maps a host to its reported pair ranks (placement.pair(a, b) → rank;
+    a host left out has no topology). `now` is seconds since the epoch.
+    Pure: reads nothing else, changes nothing.
 
     `ordered`: the queue already comes in scheduling order (the pass reads it
     so from SQLite), so it is not sorted again and may be a lazy iterator.
-    `until_settled`: stop as soon as every free device is assigned or reserved
-    (no later job could get one), leaving order and candidates partial: what
-    the scheduling pass needs, in time proportional to the jobs it looks at.
+    `until_settled`: stop as soon as no later job could get a device (every
+    free device assigned or reserved, and the backfill depth passed),
+    leaving order and candidates partial: what the scheduling pass needs,
+    in time proportional to the jobs it looks at.
     """
-    out = Plan()
-    used = dict(usage or {})
-    free = {d for d, s in slots.items() if s.schedulable}
     if ordered:
         jobs_in_order: Iterable[QueuedJob] = queue
     else:
         jobs_in_order = sorted(queue, key=lambda j: (-effective_priority(j, now, aging), j.id))
-    known: dict[tuple[str, str, int, str], tuple[str, ...]] = {}  # many jobs share a target
-    for job in jobs_in_order:
-        if until_settled and not (free - out.reserved.keys()):
-            break
-        out.order.append(job.id)
-        key = (
-            job.selector,
-            job.device_id if not job.selector else "",
-            job.max_runtime,
-            job.unix_user,
-        )
-        cands = known.get(key)
-        if cands is None:
-            cands = known[key] = candidates(*key[:3], slots, matches, job.unix_user)
-        out.candidates[job.id] = cands
-        if cap > 0 and used.get(job.submitter, 0) >= cap:
-            out.capped.add(job.id)
-            continue
-        open_ = [d for d in cands if d not in out.reserved]
-        for d in open_:
-            if d in free:
-                free.discard(d)
-                out.assignments.append((job.id, d))
-                used[job.submitter] = used.get(job.submitter, 0) + 1
+    return _Pass(slots, matches, now, cap, usage or {}, links or {}).run(
+        jobs_in_order, until_settled
+    )
+
+
+class _Pass:
+    """One plan(): the free devices, what is taken and reserved so far."""
+
+    def __init__(self, slots, matches, now, cap, usage, links) -> None:
+        self.slots = slots
+        self.matches = matches
+        self.now = now
+        self.cap = cap
+        self.used = dict(usage)
+        self.links = links
+        self.out = Plan()
+        self.free = {d for d, s in slots.items() if s.schedulable}
+        self.ends: dict[str, float] = {}  # taken in this pass → expected end
+        self.hosts: dict[str, list[str]] | None = None
+        self.topologies: dict[str, HostTopology] = {}
+        self.known: dict[tuple, tuple[str, ...]] = {}  # many jobs share a target
+        self.by_host: dict[tuple[str, ...], dict[str, list[str]]] = {}
+        self.cand_sets: dict[tuple[str, ...], frozenset[str]] = {}
+        self.no_room: set[tuple[tuple[str, ...], int]] = set()  # (cands, wants) found nothing
+        self.by_end: dict[str, list[tuple[float, tuple, str]]] = {}
+
+    def run(self, jobs: Iterable[QueuedJob], until_settled: bool) -> Plan:
+        out = self.out
+        for index, job in enumerate(jobs):
+            if until_settled and self.settled(index):
                 break
+            out.order.append(job.id)
+            key = (job.selector, job.pins, job.max_runtime, job.unix_user)
+            cands = self.known.get(key)
+            if cands is None:
+                cands = self.known[key] = candidates(
+                    *key[:3], self.slots, self.matches, job.unix_user
+                )
+            out.candidates[job.id] = cands
+            if self.cap > 0 and self.used.get(job.submitter, 0) + job.wants > self.cap:
+                out.capped.add(job.id)
+                continue
+            chosen = self.place(job, cands, index)
+            if chosen is None:
+                self.reserve(job, cands)
+                continue
+            out.assignments.append((job.id, chosen))
+            if any(d in out.reserved for d in chosen):
+                out.backfilled.add(job.id)
+            self.used[job.submitter] = self.used.get(job.submitter, 0) + len(chosen)
+            runtime = runtime_on(job.max_runtime, (self.slots[d].max_runtime for d in chosen))
+            end = self.now + runtime if runtime else math.inf
+            for d in chosen:
+                self.free.discard(d)
+                self.ends[d] = end
+            topo = self.topologies.get(host_of(chosen[0]))
+            if topo is not None:
+                topo.take(chosen)
+            self.by_end.pop(host_of(chosen[0]), None)  # their ends moved
+        return out
+
+    def settled(self, index: int) -> bool:
+        """No later job could get a device: each free one is reserved, and
+        past the backfill depth none may be backfilled either."""
+        reserved = self.out.reserved
+        if any(d not in reserved for d in self.free):
+            return False
+        return index >= BACKFILL_DEPTH or not self.free
+
+    def available(self, job: QueuedJob, d: str, index: int) -> bool:
+        """Whether `job` (at `index` in the order) may take device `d` now."""
+        if d not in self.free:
+            return False
+        holder = self.out.reserved.get(d)
+        if holder is None:
+            return True
+        if index >= BACKFILL_DEPTH:
+            return False
+        bound = job.max_runtime or self.slots[d].max_runtime
+        return bound > 0 and self.now + bound <= self.out.reservations[holder].start_at
+
+    def host_devices(self, host: str) -> list[str]:
+        """Every device of a host (the fleet grouped once per pass)."""
+        if self.hosts is None:
+            self.hosts = {}
+            for d in self.slots:
+                self.hosts.setdefault(host_of(d), []).append(d)
+        return self.hosts.get(host, [])
+
+    def topology(self, host: str) -> HostTopology:
+        topo = self.topologies.get(host)
+        if topo is None:
+            topo = self.topologies[host] = HostTopology(
+                self.host_devices(host), self.links.get(host, {}), self.free.__contains__
+            )
+        return topo
+
+    def grouped(self, cands: tuple[str, ...]) -> dict[str, list[str]]:
+        """A candidate tuple's devices per host, in order (cached)."""
+        got = self.by_host.get(cands)
+        if got is None:
+            got = self.by_host[cands] = {}
+            for d in cands:
+                got.setdefault(host_of(d), []).append(d)
+        return got
+
+    def place(self, job: QueuedJob, cands: tuple[str, ...], index: int) -> tuple[str, ...] | None:
+        """The devices `job` gets now, in order, or None."""
+        pins = job.pins
+        if pins:
+            if len(cands) == len(pins) and all(self.available(job, d, index) for d in pins):
+                return pins
+            return None
+        # only free devices can be taken: look at those (a pass has few)
+        if len(self.free) < len(cands):
+            among = self.cand_sets.get(cands)
+            if among is None:
+                among = self.cand_sets[cands] = frozenset(cands)
+            pool = sorted((d for d in self.free if d in among), key=device_key)
         else:
-            for d in open_:
-                out.reserved[d] = job.id
-    return out
+            pool = [d for d in cands if d in self.free]
+        per_host: dict[str, list[str]] = {}
+        for d in pool:
+            if self.available(job, d, index):
+                per_host.setdefault(host_of(d), []).append(d)
+        best = None
+        for host, avail in per_host.items():
+            if len(avail) < job.count:
+                continue
+            found = self.topology(host).best(avail, job.count)
+            if found is None:
+                continue
+            (worst, total, damage, ids), chosen = found
+            key = (worst, total, len(avail), damage, ids)
+            if best is None or key < best[0]:
+                best = (key, chosen)
+        return None if best is None else best[1]
+
+    def soonest_on(self, host: str) -> list[tuple[float, tuple, str]]:
+        """A host's devices as (expected free, natural key, id), soonest first
+        (cached until the pass takes one of them)."""
+        got = self.by_end.get(host)
+        if got is None:
+            got = self.by_end[host] = sorted(
+                (self.end_of(d), device_key(d), d) for d in self.host_devices(host)
+            )
+        return got
+
+    def end_of(self, d: str) -> float:
+        """When device `d` is expected free at the latest."""
+        if d in self.ends:
+            return self.ends[d]
+        if d in self.free:
+            return self.now
+        return self.slots[d].free_at
+
+    def reserve(self, job: QueuedJob, cands: tuple[str, ...]) -> None:
+        """A blocked job on several devices reserves the devices of the host
+        where `count` of its candidates are expected free soonest (never
+        devices out of the pool or reserved by a job ahead of it). A job on
+        one device reserves nothing: whenever one of its candidates frees,
+        it is placed before every job behind it anyway."""
+        if job.wants < 2 or len(self.out.reservations) >= RESERVATIONS_MAX:
+            return
+        ask = (cands, job.wants)
+        if ask in self.no_room:  # reservations only grow within a pass
+            return
+        reserved = self.out.reserved
+        pins = job.pins
+        wants = job.wants
+        best = None
+        if pins:
+            groups = {host_of(pins[0]): list(pins)} if len(cands) == len(pins) else {}
+        else:
+            groups = self.grouped(cands)
+        among = self.cand_sets.get(cands)
+        if among is None:
+            among = self.cand_sets[cands] = frozenset(cands)
+        for host, ds in groups.items():
+            if len(ds) < wants:
+                continue
+            soonest = []
+            for _end, _key, d in self.soonest_on(host):  # expected free soonest first
+                if d in among and d not in reserved and self.slots[d].in_pool:
+                    soonest.append(d)
+                    if len(soonest) == wants:
+                        break
+            if len(soonest) < wants:
+                continue
+            start = self.end_of(soonest[-1])
+            rank = (start, device_key(host))
+            if best is None or rank < best[0]:
+                best = (rank, pins or tuple(sorted(soonest, key=device_key)))
+        if best is None:
+            self.no_room.add(ask)
+            return
+        chosen = tuple(best[1])
+        self.out.reservations[job.id] = Reservation(job.id, chosen, best[0][0])
+        for d in chosen:
+            reserved[d] = job.id
 
 
 def match_devices(labels: Mapping[str, Mapping[str, str]], sel: str) -> frozenset[str]:

@@ -271,16 +271,29 @@ class Relay:
             raise Refused(ErrorCode.SESSION_ENDED, f"{s.name} has ended ({s.end_reason})")
         return s
 
+    def live_job_session(self, job_id: int) -> Session | None:
+        """The session of a tty or pipe job while it has not ended (its
+        output may wait for the client after the job itself has ended)."""
+        s = self.sessions.get((job_id, 0))
+        return None if s is None or s.ended else s
+
     def open_in_hold(
-        self, hold_id: int, device_id: str, worker: str, owner: str, req: SessionRequest
+        self,
+        hold_id: int,
+        device_ids: tuple[str, ...],
+        worker: str,
+        owner: str,
+        req: SessionRequest,
     ) -> Session:
-        """Record a session to start inside a running hold and wake its worker."""
+        """Record a session to start inside a running hold (on all of its
+        devices, in its order) and wake its worker."""
         sid = next(self._ids)
         s = self._new((hold_id, sid), owner, worker, req.stdio)
         s.start = SessionStart(
             session_id=sid,
             hold_id=hold_id,
-            device_id=device_id,
+            device_id=device_ids[0],
+            device_ids=device_ids,
             stdio=req.stdio,
             command=req.command,
             cwd=req.cwd,

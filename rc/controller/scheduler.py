@@ -15,9 +15,10 @@ from rc.controller.store.labels import MatchCache
 __all__ = ["schedule"]
 
 
-def schedule(tx: Tx, match_cache: MatchCache, policy: Policy) -> list[tuple[int, str]]:
-    """The scheduling pass: assign queued jobs to free devices, durably.
-    Returns the (job id, device id) pairs it assigned.
+def schedule(tx: Tx, match_cache: MatchCache, policy: Policy) -> list[tuple[int, tuple[str, ...]]]:
+    """The scheduling pass: assign queued jobs to free devices, durably, all
+    of a job's devices in one go. Returns the (job id, its device ids) it
+    assigned.
 
     Cheap when nothing can move: no queued job or no schedulable device means
     no planning at all. Otherwise it reads the queue lazily, already in
@@ -37,7 +38,8 @@ def schedule(tx: Tx, match_cache: MatchCache, policy: Policy) -> list[tuple[int,
         aging=policy.aging,
         cap=policy.cap,
         usage=usage,
+        links=match_cache.links(tx),
         ordered=True,
         until_settled=True,
     )
-    return [(j, d) for j, d in p.assignments if leases.assign(tx, j, d, policy)]
+    return [(j, ds) for j, ds in p.assignments if leases.assign(tx, j, ds, policy)]

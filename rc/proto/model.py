@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field
 
 __all__ = [
+    "COUNT_MAX",
     "ENV_NAME_RE",
     "NAME_RE",
     "PRIORITY_MAX",
@@ -28,12 +29,14 @@ __all__ = [
     "Label",
     "LabelSource",
     "Lease",
+    "Link",
     "QuarantineReason",
     "RecoveryProof",
     "Role",
     "Stdio",
     "Token",
     "Worker",
+    "device_list",
     "valid_device_id",
     "valid_env_name",
     "valid_unix_user",
@@ -41,6 +44,8 @@ __all__ = [
 
 PRIORITY_MIN = -10
 PRIORITY_MAX = 10
+COUNT_MAX = 64
+"""The most devices one job or hold may ask for (all on one host)."""
 
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 """Host and device names: letters, digits, '.', '_', '-'; at most 63 (no ':' or '/')."""
@@ -50,6 +55,43 @@ def valid_device_id(text: str) -> bool:
     """Whether `text` has the form of a device id, "host:name"."""
     host, sep, name = text.partition(":")
     return bool(sep) and bool(NAME_RE.fullmatch(host)) and bool(NAME_RE.fullmatch(name))
+
+
+_NUMBERED = re.compile(r"(.*?)(\d+)")
+
+
+def device_list(ids: tuple[str, ...] | list[str]) -> str:
+    """Devices for people, in their order, each host named once, and a run of
+    three or more numbered alike and in a row shortened: ("box:gpu0",
+    "box:gpu1", "box:gpu2", "box:gpu3") → "box:gpu0..3"; ("box:gpu2",
+    "box:gpu0") → "box:gpu2,gpu0"; "" for none."""
+    groups: list[tuple[str, list[str]]] = []
+    for d in ids:
+        host, _, name = d.rpartition(":")
+        if groups and groups[-1][0] == host:
+            groups[-1][1].append(name)
+        else:
+            groups.append((host, [name]))
+    out = []
+    for host, names in groups:
+        parts: list[str] = []
+        i = 0
+        while i < len(names):
+            m = _NUMBERED.fullmatch(names[i])
+            j = i
+            if m:
+                while j + 1 < len(names):
+                    n = _NUMBERED.fullmatch(names[j + 1])
+                    if not (n and n[1] == m[1] and int(n[2]) == int(m[2]) + (j + 1 - i)):
+                        break
+                    j += 1
+            if m and j - i >= 2:
+                parts.append(f"{names[i]}..{int(m[2]) + (j - i)}")
+            else:
+                parts.extend(names[i : j + 1])
+            i = j + 1
+        out.append(f"{host}:{','.join(parts)}" if host else ",".join(parts))
+    return ", ".join(out)
 
 
 ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -137,6 +179,30 @@ class JobState(enum.StrEnum):
 
 
 _TERMINAL = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.KILLED, JobState.LOST})
+
+
+class Link(enum.StrEnum):
+    """How two GPUs of one host are connected, in `nvidia-smi topo -m`'s
+    words, best first: NV (NVLink, any number of links), PIX (one PCIe
+    switch), PXB (several PCIe switches), PHB (one PCIe host bridge), NODE
+    (one NUMA node), SYS (across sockets), UNKNOWN (anything else, or a
+    topology that could not be read). `rank` orders them, 0 best."""
+
+    NV = "NV"
+    PIX = "PIX"
+    PXB = "PXB"
+    PHB = "PHB"
+    NODE = "NODE"
+    SYS = "SYS"
+    UNKNOWN = "unknown"
+
+    @property
+    def rank(self) -> int:
+        """0 (NV) .. 6 (unknown): lower is a better link."""
+        return _LINK_ORDER.index(self)
+
+
+_LINK_ORDER = tuple(Link)
 
 
 class JobKind(enum.StrEnum):
@@ -230,11 +296,14 @@ class Device:
 
 @dataclass(frozen=True, slots=True)
 class Job:
-    """A request to run a command (or hold a device) on one matching device.
+    """A request to run a command (or hold devices) on `count` devices of one
+    host, each matching its selector, or on a pinned list of one host's devices.
 
-    Exactly one of `selector` and `device_id` names the target while queued;
-    once assigned, `device_id` is the device it landed on. Durations are whole
-    seconds, 0 meaning "none" (or, for max_runtime, the device's ceiling).
+    While queued, either `selector` is set, or `device_ids` is the pinned
+    list (and `device_id` its first). Once assigned, `device_ids` are the
+    devices it got, in the order chosen (the job's RC_DEVICES), and
+    `device_id` is the first of them (RC_DEVICE). Durations are whole
+    seconds, 0 meaning "none" (or, for max_runtime, the devices' ceiling).
     `unix_user` is the Unix user it runs as (its submitter's token's, or
     under --as the target's), recorded at submit.
     """
@@ -261,6 +330,8 @@ class Job:
     queued_at: float = 0.0
     started_at: float | None = None
     finished_at: float | None = None
+    count: int = 1
+    device_ids: tuple[str, ...] = ()
     unix_user: str = ""
 
 

@@ -16,6 +16,7 @@ from rc.proto.model import (
     JobKind,
     JobState,
     Label,
+    Link,
     RecoveryProof,
     Role,
     Stdio,
@@ -30,6 +31,8 @@ __all__ = [
     "Assignments",
     "DescribeResponse",
     "DeviceDecl",
+    "DeviceHolder",
+    "DeviceLink",
     "DeviceList",
     "DeviceView",
     "DrainRequest",
@@ -38,6 +41,7 @@ __all__ = [
     "FaultRequest",
     "HeartbeatRequest",
     "HeartbeatResponse",
+    "HostFit",
     "JobExplanation",
     "JobList",
     "JobReport",
@@ -53,6 +57,7 @@ __all__ = [
     "ReportResult",
     "ReportResults",
     "Reports",
+    "ReservationView",
     "SessionReport",
     "SessionRequest",
     "SessionStart",
@@ -72,7 +77,13 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class SubmitRequest:
-    """POST /v1/jobs. Exactly one of device_id and selector.
+    """POST /v1/jobs. Exactly one target: a `selector`, or pinned devices
+    (`device_ids`, a list of one host's devices; `device_id` is the same as a
+    one-element list, and only one of the two may be given).
+
+    `count` (1..COUNT_MAX, default 1) devices, all on one host, each matching
+    the selector, granted together or not at all; a pinned job gets exactly
+    its list (a count other than 1 must equal the list's length).
 
     A hold (kind=hold) carries no command, cwd, env, idle timeout or attached
     stdio, needs max_runtime_seconds (its TTL) and a non-blank reason.
@@ -94,6 +105,8 @@ class SubmitRequest:
     reason: str = ""
     stdio: Stdio = Stdio.LOGS
     as_user: str = ""
+    count: int = 1
+    device_ids: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +143,18 @@ class DeviceDecl:
 
 
 @dataclass(frozen=True, slots=True)
+class DeviceLink:
+    """How two devices of the registering host are connected (device names,
+    either order; from `nvidia-smi topo -m`). A pair a host leaves out is
+    `unknown` when the host reports any link, and "no topology" (every pair
+    equal, as for CPU devices) when it reports none."""
+
+    a: str
+    b: str
+    link: Link
+
+
+@dataclass(frozen=True, slots=True)
 class RegisterRequest:
     """POST /v1/workers/register.
 
@@ -139,7 +164,8 @@ class RegisterRequest:
     device_sheets: device name → body. instance: a random id of this worker
     process; running_job_ids: the jobs it still supervises or reports. When
     the same process registers again, assigned jobs it never started are
-    handed out again instead of being lost.
+    handed out again instead of being lost. links: the host's topology
+    (DeviceLink), replacing what was stored (None keeps it).
 
     Whom it runs jobs as: `run_as` "" means every job as the job's own Unix
     user (a worker running as root); a name means only as that user, its
@@ -160,6 +186,7 @@ class RegisterRequest:
     version: str = ""
     instance: str = ""
     running_job_ids: tuple[int, ...] = ()
+    links: tuple[DeviceLink, ...] | None = None
     run_as: str = ""
     shared_account: bool = False
     allow_root_jobs: bool = False
@@ -177,8 +204,9 @@ class RegisterResponse:
 
 @dataclass(frozen=True, slots=True)
 class LabelsRequest:
-    """POST /v1/workers/{id}/labels: a periodic re-probe. Touches labels and
-    sheets only, never jobs or device states."""
+    """POST /v1/workers/{id}/labels: a periodic re-probe. Touches labels,
+    sheets and the host's topology (`links`: None keeps what is stored) only,
+    never jobs or device states."""
 
     host: str
     devices: tuple[str, ...] = ()
@@ -186,6 +214,7 @@ class LabelsRequest:
     declared_labels: dict[str, dict[str, str]] | None = None
     sheet: str | None = None
     device_sheets: dict[str, str] = field(default_factory=dict)
+    links: tuple[DeviceLink, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,8 +260,14 @@ class LeaveResponse:
 
 @dataclass(frozen=True, slots=True)
 class Assignment:
-    """One job handed to a worker by the long poll; `unix_user` is the Unix
-    user it runs as (model.Job.unix_user)."""
+    """One job handed to a worker by the long poll.
+
+    device_ids: every device the job got, in the order chosen (its
+    RC_DEVICES); device_id is the first. One job is one process group
+    across all of them. (A controller from before jobs had several devices
+    sends no device_ids: the job has device_id alone.) `unix_user` is the
+    Unix user it runs as (model.Job.unix_user).
+    """
 
     job_id: int
     device_id: str
@@ -244,7 +279,13 @@ class Assignment:
     max_runtime_seconds: int = 0
     idle_timeout_seconds: int = 0
     stdio: Stdio = Stdio.LOGS
+    device_ids: tuple[str, ...] = ()
     unix_user: str = ""
+
+    @property
+    def devices(self) -> tuple[str, ...]:
+        """The job's devices, in order (device_ids, else device_id alone)."""
+        return self.device_ids or (self.device_id,)
 
 
 @dataclass(frozen=True, slots=True)
@@ -379,11 +420,50 @@ class ExplainResponse:
 
 
 @dataclass(frozen=True, slots=True)
+class DeviceHolder:
+    """Who holds a device a queued job could use, and until when at most
+    (`until`: seconds since the epoch; None when the holder has no time
+    limit)."""
+
+    device_id: str
+    job_id: int
+    holder: str
+    kind: str
+    reason: str = ""
+    until: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HostFit:
+    """One host a queued job could run on: how many of its devices match the
+    job (ceiling applied), how many of those are free now, how many the job
+    needs, and who holds the matching devices that are taken."""
+
+    host: str
+    matching: int
+    free: int
+    count: int
+    held: tuple[DeviceHolder, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ReservationView:
+    """Devices a queued job reserved: no later job may take them unless it
+    ends before `start_at` (seconds since the epoch, when they are expected
+    free at the latest; None: a holder has no time limit)."""
+
+    device_ids: tuple[str, ...]
+    start_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class JobExplanation:
     """GET /v1/jobs/{id}/explain: why a queued job is not running, in words.
 
     `reasons` are complete sentences, most important first; `blockers` maps a
-    matching device id to why it cannot take this job now.
+    matching device id to why it cannot take this job now; `hosts` says, per
+    host the job could run on, how many matching devices are free and who
+    holds the rest; `reservation` names the devices this job reserved.
     """
 
     job_id: int
@@ -391,6 +471,8 @@ class JobExplanation:
     reasons: tuple[str, ...]
     queue_position: int = 0
     blockers: dict[str, str] = field(default_factory=dict)
+    hosts: tuple[HostFit, ...] = ()
+    reservation: ReservationView | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -522,7 +604,9 @@ class SessionRequest:
 
 @dataclass(frozen=True, slots=True)
 class SessionStart:
-    """A session for a worker to start on a hold it runs (in Assignments)."""
+    """A session for a worker to start on a hold it runs (in Assignments).
+    device_ids: every device of the hold, in order (device_id is the first);
+    the session sees them all, as the hold's job would."""
 
     session_id: int
     hold_id: int
@@ -534,6 +618,12 @@ class SessionStart:
     submitter: str
     rows: int = 0
     cols: int = 0
+    device_ids: tuple[str, ...] = ()
+
+    @property
+    def devices(self) -> tuple[str, ...]:
+        """The hold's devices, in order (device_ids, else device_id alone)."""
+        return self.device_ids or (self.device_id,)
 
 
 @dataclass(frozen=True, slots=True)

@@ -201,6 +201,7 @@ class Agent:
             version=__version__,
             instance=self.instance_id,
             running_job_ids=tuple(sorted(set(self.jobs) | self.reporting)),
+            links=res.links,
             run_as=run_as,
             shared_account=shared,
             allow_root_jobs=allow_root,
@@ -218,6 +219,7 @@ class Agent:
             declared_labels=self._declared(configs),
             sheet=host_sheet,
             device_sheets=device_sheets,
+            links=res.links,
         )
         try:
             self.client.post(f"/v1/workers/{self.worker_id}/labels", encode(req))
@@ -485,7 +487,9 @@ class Agent:
                     run = None
                 else:
                     run = JobRun(
-                        self.job_context, a, self.devices.get(a.device_id.rpartition(":")[2])
+                        self.job_context,
+                        a,
+                        [self.devices.get(d.rpartition(":")[2]) for d in a.devices],
                     )
                     self.jobs[a.job_id] = run
             if run is None:
@@ -510,7 +514,7 @@ class Agent:
         with self._lock:
             self.jobs.pop(run.job_id, None)
             self.reporting.add(run.job_id)
-            if run.release_epoch is not None:
+            if run.release_epochs:
                 self._arms[run.job_id] = run
         self.reporter.submit(
             Report(run.job_id, result.state.value, result.exit_code, result.reason, run.started_at)
@@ -523,9 +527,10 @@ class Agent:
                 self.unsettled.discard(job_id)
             run = self._arms.pop(job_id, None)
         if run is not None:
-            hooks = self.leases.device(run.device_name)
-            if hooks is not None and run.release_epoch is not None:
-                hooks.arm_release(run.release_epoch, run.hook_context)
+            for name, epoch in run.release_epochs.items():
+                hooks = self.leases.device(name)
+                if hooks is not None:
+                    hooks.arm_release(epoch, run.hook_context)
 
     def leave(self, timeout: float) -> bool:
         """Tell the controller this process stops (POST /v1/workers/{id}/leave):

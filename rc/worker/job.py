@@ -1,24 +1,30 @@
-"""Running one assignment, from acquire hook to terminal report.
+"""Running one assignment, from acquire hooks to terminal report.
+
+A job may have several devices of this host (Assignment.devices): it is one
+process group across all of them, and each step below is done for each.
 
 0. The job's Unix user (rc.worker.account): one this host cannot run the
    job as (no such user, root without allow_root_jobs) fails the job at
-   once, before anything else runs; the device stays as it was.
-1. The device's on_acquire hook (rc.worker.hooks). Cancelled by our own kill
-   or shutdown → killed, device untouched; failed → the job fails with the
-   hook's output and the device is faulted.
+   once, before anything else runs; its devices stay as they were.
+1. Each device's on_acquire hook (rc.worker.hooks), in order. Cancelled by
+   our own kill or shutdown → killed, devices untouched; failed → the job
+   fails with the hook's output and that device is faulted.
 2. The job, in its own session and process group, stdin from /dev/null,
    stdout and stderr merged into the LogSink. Every 100 ms the run reads its
-   clock and asks the watchdog (rc.worker.watchdog: max runtime, the
-   device's ceiling when the job has none or a larger one; idle timeout),
-   after cancellation (a kill request, the controller ending the job, worker
-   shutdown). Ending it is SIGTERM to the group, SIGKILL after the kill
-   grace, then stragglers. A tty or pipe job is wired to the relay instead
-   (rc.worker.attached).
+   clock and asks the watchdog (rc.worker.watchdog: max runtime, the lowest
+   ceiling of its devices when the job has none or a larger one; idle
+   timeout), after cancellation (a kill request, the controller ending the
+   job, worker shutdown). Ending it is SIGTERM to the group, SIGKILL after
+   the kill grace, then stragglers. A tty or pipe job is wired to the relay
+   instead (rc.worker.attached).
 3. Teardown checks (rc.worker.leftovers): processes that escaped the group
-   but carry RC_JOB_ID are swept; where nvidia-smi knows the device's GPU no
-   compute process may remain on it. Anything that survives faults the
-   device, with the survivors named.
-4. The verify pass (rc.worker.verify); a failure faults the device.
+   but carry RC_JOB_ID are swept; where nvidia-smi knows a device's GPU no
+   compute process may remain on it. A survivor of the group or of the
+   sweep (found by its RC_JOB_ID, on no GPU in particular) faults every
+   device of the job; a compute process left on a GPU faults that device.
+   The survivors are named.
+4. The verify pass (rc.worker.verify), for each device; a failure faults
+   that device.
 5. Logs flushed, then the terminal report is queued (faults go out first);
    once it is settled the agent arms the lingering release.
 
@@ -63,7 +69,7 @@ from rc.worker.launch import (
     working_dir,
 )
 from rc.worker.logsink import LogSink
-from rc.worker.probe import device_env
+from rc.worker.probe import cuda_visible
 from rc.worker.reporter import Report
 from rc.worker.terminal import TTY_DRAIN_S, Terminal, end_terminal_session, login_shell
 
@@ -120,18 +126,20 @@ class JobRun:
     """One assignment being run in `ctx`; `cancel()` may be called from any
     thread.
 
-    `device` is the configuration of the device it runs on (None if the
-    worker does not know it: then no hooks and no ceiling apply).
+    `configs` are the configurations of the devices it runs on, in its order
+    (None for one the worker does not know: then no hooks and no ceiling
+    apply to it).
     """
 
-    def __init__(self, ctx: JobContext, a: Assignment, device: DeviceConfig | None) -> None:
+    def __init__(self, ctx: JobContext, a: Assignment, configs: list[DeviceConfig | None]) -> None:
         self.ctx = ctx
         self.clock = ctx.clock
         self.a = a
-        self.device = device
-        self.device_name = a.device_id.rpartition(":")[2]
-        cuda = device_env(self.device_name)["CUDA_VISIBLE_DEVICES"]
-        self.cuda = cuda
+        self.configs = configs
+        self.device_ids = a.devices
+        self.device_names = [d.rpartition(":")[2] for d in self.device_ids]
+        self.device_name = self.device_names[0]
+        self.cuda = cuda_visible(self.device_names)
         self.job_id = a.job_id
         self.started_at: float | None = None
         self.cancel_reason: str | None = None
@@ -145,8 +153,11 @@ class JobRun:
         self._pid_floor = 0  # 0: the escapee sweep reads every process
         self._last_pid: int | None = None
         self._pids_wrapped = True
-        self.release_epoch: int | None = None
-        """The ownership epoch to arm this job's release with (None: none)."""
+        self.release_epochs: dict[str, int] = {}
+        """device name → the ownership epoch to arm its release with (only
+        the devices whose acquire ran)."""
+        self.acquired = threading.Event()
+        """Set once every device's acquire hook succeeded (or it has none)."""
         self.ending: str | None = None
         """Once the worker decided to end the job (or it ended): why, in the
         words a hold's sessions report ("hold 17 expired (ttl 30m)")."""
@@ -197,42 +208,49 @@ class JobRun:
             )
         except account.CannotRunAs as e:
             log.warning("job %d: %s", a.job_id, e)
-            return Result(JobState.FAILED, None, str(e))  # nothing ran; the device is as it was
-        hooks = ctx.hooks(self.device_name)
-        if hooks is not None:
+            return Result(
+                JobState.FAILED, None, str(e)
+            )  # nothing ran; the devices are as they were
+        for device_id, name in zip(self.device_ids, self.device_names, strict=True):
+            hooks = ctx.hooks(name)
+            if hooks is None:
+                continue
             got = hooks.acquire(self.hook_context, self.cancelled)
             if got.cancelled:
-                self.release_epoch = got.epoch
+                self.release_epochs[name] = got.epoch
                 return Result(JobState.KILLED, None, got.error)
             if not got.ok:
-                ctx.fault(a.device_id, got.error, a.job_id)
+                ctx.fault(device_id, got.error, a.job_id)
                 return Result(JobState.FAILED, None, got.error)
-            self.release_epoch = got.epoch
-        self.started_at = self.clock.time()  # the job proper starts after its acquire hook
+            self.release_epochs[name] = got.epoch
+        self.acquired.set()
+        self.started_at = self.clock.time()  # the job proper starts after its acquire hooks
         result = self._execute()
-        problems = []
         alive = list(result.survivors) + self.sweep_escapees()
-        if alive:
-            problems.append(
-                f"processes of job {a.job_id} survived teardown: {leftovers.describe_pids(alive)}"
-            )
-        uuid = ctx.gpu_uuid(self.device_name)
-        if uuid:
-            gpu = leftovers.gpu_leftovers(uuid)
-            if gpu:
-                problems.append(gpu)
-        if problems:
-            ctx.fault(a.device_id, "; ".join(problems), a.job_id)
-        failed = verify.run_pass(
-            cfg.verify_dir,
-            hook_env("verify", a.device_id, self.hook_context),
-            timeout=cfg.verify_timeout,
-            budget=cfg.verify_pass_budget,
-            grace=cfg.kill_grace,
-            clock=self.clock,
+        everywhere = (
+            f"processes of job {a.job_id} survived teardown: {leftovers.describe_pids(alive)}"
+            if alive
+            else ""
         )
-        if failed:
-            ctx.fault(a.device_id, failed, a.job_id)
+        uuids = {ctx.gpu_uuid(n): d for d, n in zip(self.device_ids, self.device_names)}
+        uuids.pop("", None)
+        on_gpu = leftovers.gpus_leftovers(list(uuids)) if uuids else {}
+        by_device = {uuids[u]: why for u, why in on_gpu.items()}
+        for device_id, why in leftovers.device_faults(
+            self.device_ids, everywhere, by_device
+        ).items():
+            ctx.fault(device_id, why, a.job_id)
+        for device_id in self.device_ids:
+            failed = verify.run_pass(
+                cfg.verify_dir,
+                hook_env("verify", device_id, self.hook_context),
+                timeout=cfg.verify_timeout,
+                budget=cfg.verify_pass_budget,
+                grace=cfg.kill_grace,
+                clock=self.clock,
+            )
+            if failed:
+                ctx.fault(device_id, failed, a.job_id)
         return result
 
     def watch_pids(self, leader: int) -> None:
@@ -281,7 +299,7 @@ class JobRun:
             self.clean_env(),
             {} if hold else a.env,
             a.job_id,
-            a.device_id,
+            self.device_ids,
             self.cuda,
             self.ctx.markers,
         )
@@ -339,7 +357,7 @@ class JobRun:
         tty = a.stdio is Stdio.TTY
         user = self.account
         assert user is not None  # resolved first (_lifecycle)
-        env = job_env(self.clean_env(), a.env, a.job_id, a.device_id, self.cuda, ctx.markers)
+        env = job_env(self.clean_env(), a.env, a.job_id, self.device_ids, self.cuda, ctx.markers)
         try:
             cwd, note = working_dir(a.cwd, ctx.cfg.host, user)
         except account.CannotRunAs as e:
@@ -412,9 +430,9 @@ class JobRun:
                 return
 
     def limits(self, hold: bool) -> watchdog.Limits:
-        """This job's watchdog limits (its device's ceiling applied)."""
-        ceiling = self.device.max_runtime if self.device is not None else 0
-        return watchdog.Limits.of(self.a, ceiling, hold)
+        """This job's watchdog limits (the lowest ceiling of its devices applied)."""
+        ceilings = [c.max_runtime for c in self.configs if c is not None and c.max_runtime]
+        return watchdog.Limits.of(self.a, min(ceilings, default=0), hold)
 
     def watch(self, group: supervise.Group, hold: bool):
         """Wait for the group's leader under the watchdog and cancellation,

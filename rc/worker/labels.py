@@ -25,7 +25,9 @@ import logging
 import os
 from dataclasses import dataclass, field
 
+from rc.proto.model import Link
 from rc.proto.selector import valid_label_key
+from rc.proto.wire import DeviceLink
 from rc.worker import nvidia, script
 from rc.worker.clock import SYSTEM, Clock
 from rc.worker.config import DeviceConfig, WorkerConfig
@@ -34,6 +36,7 @@ from rc.worker.probe import cuda_index, discover, host_facts, is_cpu_device
 __all__ = [
     "LABELS_MAX",
     "LABEL_MAX_CHARS",
+    "LINKED_GPUS_MAX",
     "PASS_BUDGET_S",
     "DropinError",
     "ProbeResult",
@@ -52,6 +55,13 @@ LABEL_MAX_CHARS = 1024
 LABELS_MAX = 256
 """Most labels per device the controller accepts; the rest are dropped."""
 ALL = "*"
+LINKED_GPUS_MAX = 64
+"""A host reports the topology of at most this many GPUs (every pair of them:
+the controller's links_per_worker); past it, none."""
+
+
+def _natural(name: str) -> tuple[int, str]:
+    return (int(cuda_index(name) or -1), name)
 
 
 class DropinError(ValueError):
@@ -138,11 +148,14 @@ def _bounded(facts: dict[str, str], where: str) -> dict[str, str]:
 class ProbeResult:
     """One pass: the devices (as configured or discovered), the detected
     labels payload ("" → host-wide; a device left out keeps its stored labels;
-    None says nothing at all), and the sources that failed, with why."""
+    None says nothing at all), the sources that failed, with why, and the
+    topology of the GPU devices (`links`, every pair of them; None says
+    nothing: the stored topology is kept)."""
 
     devices: list[DeviceConfig]
     labels: dict[str, dict[str, str]] | None
     failed: dict[str, str] = field(default_factory=dict)
+    links: tuple[DeviceLink, ...] | None = None
 
 
 class Prober:
@@ -165,6 +178,9 @@ class Prober:
         self.omitted: set[str] = set()
         self.uuids: dict[str, str] = {}
         """device name → its GPU's UUID, from the last nvidia-smi row seen."""
+        self.topology_read = False
+        """Whether `nvidia-smi topo -m` gave a topology in this process."""
+        self.topology_failing = False
 
     def run(self, devices: list[DeviceConfig] | None = None) -> ProbeResult:
         """One pass. `devices` None: discover them from the config (and nvidia-smi)."""
@@ -198,15 +214,47 @@ class Prober:
             self.nvidia_covered = covered
         elif "nvidia-smi" in failed:
             omit |= self.nvidia_covered if self.nvidia_covered is not None else gpu_names
+        links = self._topology(sorted(gpu_names, key=_natural), per)
         self._dropins(set(names), host, per, omit, failed, deadline)
         self._note(failed, omit & set(names))
         if not host and not any(per.values()):
-            return ProbeResult(devices, None, failed)
+            return ProbeResult(devices, None, failed, links)
         labels = {"": _bounded(host, "host")}
         for n in names:
             if n not in omit:
                 labels[n] = _bounded(per[n], n)
-        return ProbeResult(devices, labels, failed)
+        return ProbeResult(devices, labels, failed, links)
+
+    def _topology(
+        self, gpu_names: list[str], per: dict[str, dict[str, str]]
+    ) -> tuple[DeviceLink, ...] | None:
+        """Every pair of the GPU devices with its link from `nvidia-smi topo -m`,
+        and each one's NUMA node as the label `numa`. A pair the output does
+        not give, and every pair when it cannot be read at all, is UNKNOWN,
+        never an error; once it was read in this process, a failure says
+        nothing (None: the controller keeps what it has)."""
+        if len(gpu_names) < 2 or len(gpu_names) > LINKED_GPUS_MAX:
+            return ()
+        try:
+            topo = nvidia.query_topology()
+        except nvidia.NvidiaError as e:
+            topo = nvidia.Topology()
+            if not self.topology_failing:
+                log.warning("nvidia-smi topo -m failed: %s (links count as unknown)", e)
+        self.topology_failing = not topo.links
+        if not topo.links and self.topology_read:
+            return None
+        self.topology_read = self.topology_read or bool(topo.links)
+        index = {n: int(cuda_index(n) or -1) for n in gpu_names}
+        for n, i in index.items():
+            if topo.numa.get(i):
+                per[n]["numa"] = topo.numa[i]
+        out = []
+        for x, a in enumerate(gpu_names):
+            for b in gpu_names[x + 1 :]:
+                i, j = sorted((index[a], index[b]))
+                out.append(DeviceLink(a, b, topo.links.get((i, j), Link.UNKNOWN)))
+        return tuple(out)
 
     def _dropins(
         self,

@@ -17,7 +17,7 @@ worker config names in `pass_env`.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from rc.proto.model import JobState
@@ -74,20 +74,23 @@ def job_env(
     base: dict[str, str],
     requested: dict[str, str],
     job_id: int,
-    device_id: str,
+    devices: Sequence[str],
     cuda: str | None,
     markers: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """A job's environment: the worker's own (minus RC_* settings), the job's
-    entries, then RC_JOB_ID, RC_DEVICE, the CUDA variables and the worker's
-    `markers` (RC_HOST, RC_WORKER_INSTANCE), which always win over the job's.
-    PYTHONUNBUFFERED=1 unless the job sets it itself (even to ""): a job's
-    output goes to a pipe, where Python would hold it in a block buffer, and
-    a healthy print() loop would look idle to --idle-timeout.
+    entries, then RC_JOB_ID, RC_DEVICES (its device ids, comma-separated, in
+    the order chosen), RC_DEVICE (the first), RC_COUNT (how many), the CUDA
+    variables and the worker's `markers` (RC_HOST, RC_WORKER_INSTANCE), which
+    always win over the job's. PYTHONUNBUFFERED=1 unless the job sets it
+    itself (even to ""): a job's output goes to a pipe, where Python would
+    hold it in a block buffer, and a healthy print() loop would look idle to
+    --idle-timeout.
 
-    `cuda` is the device's GPU index (JobRun.cuda, from probe.device_env): set
-    with CUDA_DEVICE_ORDER=PCI_BUS_ID so CUDA numbers GPUs as nvidia-smi does;
-    "" for a CPU device (no GPU visible); None removes the variables.
+    `cuda` is the devices' GPU indices in the same order (JobRun.cuda, from
+    probe.cuda_visible, "3,1"): set with CUDA_DEVICE_ORDER=PCI_BUS_ID so CUDA
+    numbers GPUs as nvidia-smi does; "" for CPU devices (no GPU visible);
+    None removes the variables.
     """
     env = {k: v for k, v in base.items() if not k.startswith(STRIPPED_ENV_PREFIX)}
     env.update(requested)
@@ -95,7 +98,9 @@ def job_env(
         env[UNBUFFERED] = "1"
     env.update(markers or {})
     env["RC_JOB_ID"] = str(job_id)
-    env["RC_DEVICE"] = device_id
+    env["RC_DEVICES"] = ",".join(devices)
+    env["RC_DEVICE"] = devices[0] if devices else ""
+    env["RC_COUNT"] = str(len(devices))
     env.pop("CUDA_DEVICE_ORDER", None)
     if cuda is None:
         env.pop("CUDA_VISIBLE_DEVICES", None)

@@ -1,19 +1,23 @@
-"""What nvidia-smi says: the GPUs of this host and the compute processes on
-them (labels, and the check that a job left nothing on its GPU:
-docs/design.md#teardown-empty-or-out).
+"""What nvidia-smi says: the GPUs of this host, the compute processes on
+them (labels, and the check that a job left nothing on its GPUs:
+docs/design.md#teardown-empty-or-out), and how they are connected
+(`nvidia-smi topo -m`, for placement: README "Several devices for one job").
 
-The parsers are pure functions over nvidia-smi's CSV output
-(`--format=csv,noheader,nounits`). The queries run nvidia-smi from PATH with a
-timeout and raise NvidiaError when it is missing, fails or hangs.
+The parsers are pure functions over nvidia-smi's output: CSV
+(`--format=csv,noheader,nounits`) for the queries, the matrix of `topo -m`
+for the topology. The queries run nvidia-smi from PATH with a timeout and
+raise NvidiaError when it is missing, fails or hangs.
 """
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from rc.proto.errors import RcError
+from rc.proto.model import Link
 
 __all__ = [
     "APPS_QUERY",
@@ -22,11 +26,15 @@ __all__ = [
     "TIMEOUT_S",
     "ComputeApp",
     "NvidiaError",
+    "Topology",
     "available",
+    "link_class",
     "parse_compute_apps",
     "parse_gpus",
+    "parse_topology",
     "query_compute_apps",
     "query_gpus",
+    "query_topology",
 ]
 
 GPU_QUERY = "index,name,memory.total,memory.free,driver_version,uuid"
@@ -128,18 +136,113 @@ def parse_compute_apps(text: str) -> list[ComputeApp]:
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class Topology:
+    """What `nvidia-smi topo -m` says: links[(i, j)] (GPU indices, i < j) is
+    the Link between GPU i and GPU j; numa[i] is GPU i's NUMA node ("" when
+    the output does not say). Empty when the output could not be read."""
+
+    links: dict[tuple[int, int], Link] = field(default_factory=dict)
+    numa: dict[int, str] = field(default_factory=dict)
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_GPU = re.compile(r"GPU(\d+)")
+_NV = re.compile(r"NV\d+")
+_WORDS = {("CPU", "Affinity"): "CPU Affinity", ("NUMA", "Affinity"): "NUMA Affinity"}
+
+
+def link_class(cell: str) -> Link:
+    """The Link a cell of the matrix names: NV# (any number of NVLinks) is NV;
+    PIX, PXB, PHB, NODE and SYS are themselves; SOC (older drivers' name for
+    SYS) is SYS; anything else is UNKNOWN."""
+    cell = cell.strip().upper()
+    if _NV.fullmatch(cell):
+        return Link.NV
+    if cell == "SOC":
+        return Link.SYS
+    if cell in ("PIX", "PXB", "PHB", "NODE", "SYS"):
+        return Link(cell)
+    return Link.UNKNOWN
+
+
+def _header(tokens: list[str]) -> list[str]:
+    """Column names from the header's words: "CPU Affinity", "NUMA
+    Affinity" and "GPU NUMA ID" are one column each."""
+    out: list[str] = []
+    i = 0
+    while i < len(tokens):
+        if tokens[i : i + 3] == ["GPU", "NUMA", "ID"]:
+            out.append("GPU NUMA ID")
+            i += 3
+        elif tuple(tokens[i : i + 2]) in _WORDS:
+            out.append(_WORDS[tuple(tokens[i : i + 2])])
+            i += 2
+        else:
+            out.append(tokens[i])
+            i += 1
+    return out
+
+
+def parse_topology(text: str) -> Topology:
+    """Parse `nvidia-smi topo -m`: the header names the columns (GPU0...,
+    NIC0..., CPU Affinity, NUMA Affinity, GPU NUMA ID), each GPUn row gives
+    its link to every column. Terminal escapes, NIC rows and the legend are
+    ignored; a pair the two rows disagree on gets the worse link. Output that
+    does not parse gives an empty Topology, never an error."""
+    columns: list[str] | None = None
+    links: dict[tuple[int, int], Link] = {}
+    numa: dict[int, str] = {}
+    for raw in text.splitlines():
+        line = _ANSI.sub("", raw)
+        tokens = line.split()
+        if not tokens:
+            continue
+        if columns is None:
+            if _GPU.fullmatch(tokens[0]) and "X" not in tokens:  # not a row: it has no self
+                columns = _header(tokens)  # the header: GPU0 GPU1 ... NIC0 ... CPU Affinity ...
+            continue
+        row = _GPU.fullmatch(tokens[0])
+        if row is None:
+            if tokens[0].startswith("Legend"):
+                break
+            continue
+        i = int(row.group(1))
+        cells = tokens[1:]
+        me = cells.index("X") if "X" in cells else len(columns)
+        if me >= len(columns) or columns[me] != f"GPU{i}":
+            continue  # its self is not in its own column: the cells do not line up
+        for name, cell in zip(columns, cells, strict=False):
+            col = _GPU.fullmatch(name)
+            if col is not None:
+                j = int(col.group(1))
+                if j == i:
+                    continue
+                key = (min(i, j), max(i, j))
+                link = link_class(cell)
+                old = links.get(key)
+                links[key] = link if old is None or link.rank > old.rank else old
+            elif name == "NUMA Affinity" and cell.isdigit():
+                numa[i] = cell
+    return Topology(links, numa)
+
+
 def available() -> bool:
     """Whether nvidia-smi is on PATH now."""
     return shutil.which("nvidia-smi") is not None
 
 
 def _run(query: str, timeout: float) -> str:
+    return _nvidia_smi([query, "--format=csv,noheader,nounits"], timeout)
+
+
+def _nvidia_smi(args: list[str], timeout: float) -> str:
     exe = shutil.which("nvidia-smi")
     if exe is None:
         raise NvidiaError("nvidia-smi is not on PATH")
     try:
         res = subprocess.run(
-            [exe, query, "--format=csv,noheader,nounits"],
+            [exe, *args],
             capture_output=True,
             timeout=timeout,
             stdin=subprocess.DEVNULL,
@@ -163,3 +266,10 @@ def query_gpus(timeout: float = TIMEOUT_S) -> list[GPU]:
 def query_compute_apps(timeout: float = TIMEOUT_S) -> list[ComputeApp]:
     """Every compute process on every GPU. Raises NvidiaError."""
     return parse_compute_apps(_run(f"--query-compute-apps={APPS_QUERY}", timeout))
+
+
+def query_topology(timeout: float = TIMEOUT_S) -> Topology:
+    """How this host's GPUs are connected (`nvidia-smi topo -m`). Raises
+    NvidiaError when nvidia-smi is missing, fails or hangs; output it cannot
+    read is an empty Topology."""
+    return parse_topology(_nvidia_smi(["topo", "-m"], timeout))

@@ -14,7 +14,14 @@ import re
 from rc.worker.config import DeviceConfig
 from rc.worker.nvidia import GPU
 
-__all__ = ["cuda_index", "device_env", "discover", "host_facts", "is_cpu_device"]
+__all__ = [
+    "cuda_index",
+    "cuda_visible",
+    "device_env",
+    "discover",
+    "host_facts",
+    "is_cpu_device",
+]
 
 _TRAILING_DIGITS = re.compile(r"(\d+)$")
 
@@ -83,3 +90,19 @@ def device_env(name: str) -> dict[str, str | None]:
     if idx is None:
         return {"CUDA_VISIBLE_DEVICES": None, "CUDA_DEVICE_ORDER": None}
     return {"CUDA_VISIBLE_DEVICES": idx, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+
+
+def cuda_visible(names: list[str] | tuple[str, ...]) -> str | None:
+    """CUDA_VISIBLE_DEVICES for a job on these devices, in their order: their
+    GPU indices joined by commas ("3,1"); "" when none is a GPU (CPU devices);
+    None (remove the variable) when a device that is no CPU device has no
+    index in its name."""
+    indices = []
+    for name in names:
+        if is_cpu_device(name):
+            continue
+        idx = cuda_index(name)
+        if idx is None:
+            return None
+        indices.append(idx)
+    return ",".join(indices)

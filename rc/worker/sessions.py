@@ -1,8 +1,8 @@
 """Sessions inside a hold: `rc shell HOLD`, `rc exec HOLD`, `rc cp --hold`
 (docs/design.md#the-relay). The agent hands them over from Assignments.sessions.
 
-A session runs on the hold's device (the hold's CUDA_VISIBLE_DEVICES) with
-RC_JOB_ID set to the hold's id, under the hold's lease, and ends when the
+A session runs on the hold's devices (the hold's RC_DEVICES and
+CUDA_VISIBLE_DEVICES) with RC_JOB_ID set to the hold's id, under the hold's lease, and ends when the
 hold ends: the session watches the hold, and the hold's teardown sweeps every
 process carrying its RC_JOB_ID anyway. Either way the session reports the
 hold's end as its reason (JobRun.ending: "hold 17 expired (ttl 30m)"), not
@@ -129,17 +129,13 @@ def _run_session(agent, st: SessionStart) -> None:
 
 
 def _hold_run(agent, hold_id: int, timeout: float = HOLD_WAIT_S):
-    """The hold's JobRun once its device is acquired (its acquire hook, if
-    the device has one, succeeded), or None if that does not happen within
+    """The hold's JobRun once its devices are acquired (their acquire hooks,
+    where they have one, succeeded), or None if that does not happen within
     `timeout` seconds (a session may come with the hold's own assignment)."""
     deadline = agent.clock.monotonic() + timeout
     while True:
         run = agent.jobs.get(hold_id)
-        if (
-            run is not None
-            and run.a.kind is JobKind.HOLD
-            and (agent.leases.device(run.device_name) is None or run.release_epoch is not None)
-        ):
+        if run is not None and run.a.kind is JobKind.HOLD and run.acquired.is_set():
             return run
         if agent.clock.monotonic() >= deadline or agent.stopping:
             return None
@@ -155,7 +151,7 @@ def _session(agent, st: SessionStart) -> None:
     if user is None:
         _report(agent, st, "ended", None, f"hold {st.hold_id} has no Unix user to run as")
         return
-    env = job_env(hold.clean_env(), st.env, st.hold_id, st.device_id, hold.cuda, agent.markers)
+    env = job_env(hold.clean_env(), st.env, st.hold_id, hold.device_ids, hold.cuda, agent.markers)
     try:
         cwd, note = working_dir(st.cwd, agent.cfg.host, user)
     except CannotRunAs as e:

@@ -1,4 +1,6 @@
--- rc/store.sql: the whole schema of the controller's database (docs/design.md#the-store).
+-- rc/store.sql as schema version 1 had it: its statements verbatim, its comments
+-- pointed at what is in the repository now (a migration test starts from it).
+-- The whole schema of the controller's database (docs/design.md#the-store).
 --
 -- Applied to an empty database, then PRAGMA user_version is set to the number
 -- of the newest migration (rc/controller/migrations/). Invariants the schema

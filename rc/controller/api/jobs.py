@@ -30,6 +30,7 @@ from rc.proto.codec import encode
 from rc.proto.duration import MAX_SECONDS
 from rc.proto.errors import ErrorCode
 from rc.proto.model import (
+    COUNT_MAX,
     PRIORITY_MAX,
     PRIORITY_MIN,
     JobKind,
@@ -44,6 +45,7 @@ __all__ = [
     "get_job",
     "kill",
     "list_jobs",
+    "pinned_devices",
     "read_logs",
     "submit",
     "validate_submit",
@@ -57,11 +59,27 @@ TOKEN_RECHECK_S = 1.0
 """A log follow re-checks its caller's token this often (a revoked token stops it)."""
 
 
-def validate_submit(req: SubmitRequest, who: Caller, lim: Limits) -> jobs.NewJob:
-    """Check a submission and turn it into a NewJob. Raises Refused (400/403)."""
+def pinned_devices(req: SubmitRequest) -> tuple[str, ...]:
+    """The devices a submission pins (device_ids, or device_id alone), in order."""
+    return req.device_ids or ((req.device_id,) if req.device_id else ())
+
+
+def validate_submit(req: SubmitRequest, who: Caller, lim: Limits, cap: int = 0) -> jobs.NewJob:
+    """Check a submission and turn it into a NewJob. Raises Refused (400/403).
+
+    `cap` is the per-user device cap (0: none): a job asking for more
+    devices than that could never start, so it is refused (400
+    limit_exceeded)."""
     bad = Refused
-    if bool(req.device_id) == bool(req.selector):
-        raise bad(ErrorCode.BAD_REQUEST, "give exactly one of device_id and selector")
+    if req.device_id and req.device_ids:
+        raise bad(ErrorCode.BAD_REQUEST, "give device_id or device_ids, not both")
+    pins = pinned_devices(req)
+    if bool(pins) == bool(req.selector):
+        raise bad(
+            ErrorCode.BAD_REQUEST,
+            "give exactly one of a selector and pinned devices (device_id or device_ids)",
+        )
+    count = _checked_count(req.count, pins, cap)
     submitter = who.name
     unix_user: str | None = who.unix_user or who.name
     if req.as_user:
@@ -79,6 +97,7 @@ def validate_submit(req: SubmitRequest, who: Caller, lim: Limits) -> jobs.NewJob
         ("cwd", req.cwd),
         ("reason", req.reason),
         ("device_id", req.device_id),
+        ("device_ids", ",".join(req.device_ids)),
         ("selector", req.selector),
         ("as_user", req.as_user),
         ("idempotency_key", req.idempotency_key or ""),
@@ -163,6 +182,9 @@ def validate_submit(req: SubmitRequest, who: Caller, lim: Limits) -> jobs.NewJob
             raise bad(ErrorCode.BAD_SELECTOR, str(e)) from None
     canon = encode(req)
     canon.pop("idempotency_key", None)
+    for name, default in (("count", 1), ("device_ids", [])):
+        if canon[name] == default:  # a request from before these fields digests as it did
+            del canon[name]
     canon["submitter"] = submitter  # another user's key is a conflict, never their job
     digest = hashlib.sha256(orjson.dumps(canon, option=orjson.OPT_SORT_KEYS)).hexdigest()
     return jobs.NewJob(
@@ -171,7 +193,7 @@ def validate_submit(req: SubmitRequest, who: Caller, lim: Limits) -> jobs.NewJob
         token_name=who.name,
         command=command,
         selector=sel,
-        device_id=req.device_id if not sel else "",
+        device_id=pins[0] if pins else "",
         cwd=req.cwd,
         env=dict(req.env) if req.kind is JobKind.JOB else {},
         idempotency_key=req.idempotency_key or None,
@@ -182,8 +204,50 @@ def validate_submit(req: SubmitRequest, who: Caller, lim: Limits) -> jobs.NewJob
         reason=req.reason.strip() if req.kind is JobKind.HOLD else req.reason,
         stdio=req.stdio.value,
         queued_limit=lim.queued_per_user,
+        count=count,
+        device_ids=pins,
         unix_user=unix_user,
     )
+
+
+def _checked_count(count: int, pins: tuple[str, ...], cap: int) -> int:
+    """How many devices a submission asks for: `count` (1..COUNT_MAX), or
+    the pinned list's length (pins of one host, none twice; a count other
+    than 1 must equal it). Raises Refused 400 naming the problem."""
+    bad = Refused
+    if not 1 <= count <= COUNT_MAX:
+        raise bad(ErrorCode.BAD_REQUEST, f"count {count} is outside 1..{COUNT_MAX}")
+    if pins:
+        if len(pins) > COUNT_MAX:
+            raise bad(
+                ErrorCode.BAD_REQUEST,
+                f"{len(pins)} pinned devices; a job has at most {COUNT_MAX}",
+            )
+        seen: set[str] = set()
+        for d in pins:
+            if d in seen:
+                raise bad(ErrorCode.BAD_REQUEST, f"device {d[:80]!r} is pinned twice")
+            seen.add(d)
+        hosts = sorted({d.rpartition(":")[0] for d in pins})
+        if len(hosts) > 1:
+            raise bad(
+                ErrorCode.BAD_REQUEST,
+                f"the pinned devices span hosts {', '.join(repr(h[:40]) for h in hosts[:4])}; "
+                "a job's devices are all on one host",
+            )
+        if count not in (1, len(pins)):
+            raise bad(
+                ErrorCode.BAD_REQUEST,
+                f"count {count} does not match the {len(pins)} pinned devices",
+            )
+        count = len(pins)
+    if cap and count > cap:
+        raise bad(
+            ErrorCode.LIMIT_EXCEEDED,
+            f"{count} devices is more than the per-user cap of {cap} "
+            "(rc serve --max-devices-per-user); it could never start",
+        )
+    return count
 
 
 async def submit(request: Request):
@@ -196,7 +260,7 @@ async def submit(request: Request):
     c = ctl(request)
     who = caller(request)
     req = await json_body(request, c.cfg.limits.body_bytes)
-    new = validate_submit(req, who, c.cfg.limits)
+    new = validate_submit(req, who, c.cfg.limits, c.policy.cap)
     job_id, created = await c.db.write(jobs.enqueue, new, c.match_cache)
     try:
         view = await c.job_view(job_id)
@@ -223,11 +287,14 @@ def _visible(view, who):
 
 
 def _no_device(req: SubmitRequest):
-    target = req.device_id or f"selector {req.selector!r}"
-    raise Refused(
-        ErrorCode.NO_DEVICE_AVAILABLE,
-        f"{target}: no device free right now (no-wait); nothing was queued",
-    )
+    pins = pinned_devices(req)
+    if len(pins) > 1 or (req.count > 1 and not pins):
+        target = ", ".join(pins) if pins else f"{req.count} devices matching {req.selector!r}"
+        what = "not all free on one host right now" if not pins else "not all free right now"
+    else:
+        target = pins[0] if pins else f"selector {req.selector!r}"
+        what = "no device free right now"
+    raise Refused(ErrorCode.NO_DEVICE_AVAILABLE, f"{target}: {what} (no-wait); nothing was queued")
 
 
 async def get_job(request: Request):

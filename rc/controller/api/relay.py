@@ -35,7 +35,7 @@ from rc.controller.api.jobs import validate_submit
 from rc.controller.auth import Caller
 from rc.controller.errors import Refused
 from rc.controller.relay import Ended, Pipe, Relay, Session
-from rc.controller.store import jobs
+from rc.controller.store import jobs, rows
 from rc.proto.errors import ErrorCode
 from rc.proto.model import JobKind, JobState, Stdio
 from rc.proto.wire import SubmitRequest
@@ -81,6 +81,12 @@ async def _job_session(request: Request, who: Caller, side: str) -> Session:
             f"{what} has no terminal or pipe; its output is in its log (rc logs {job_id})",
         )
     if JobState(row["state"]).terminal:
+        # a job that ended before its client attached (a short command, a
+        # client still waiting to hear it started) may still have output in
+        # the relay: the client reads it; anything else has ended for good
+        live = c.relay.live_job_session(job_id)
+        if side == "client" and live is not None:
+            return live
         raise Refused(ErrorCode.SESSION_ENDED, f"{what} has ended ({row['state']})")
     return c.relay.for_job(job_id, row["submitter"], row["worker_id"], stdio)
 
@@ -316,7 +322,7 @@ async def open_session(request: Request):
         who,
         c.cfg.limits,
     )
-    s = c.relay.open_in_hold(hold_id, row["device_id"], row["worker_id"], row["submitter"], req)
+    s = c.relay.open_in_hold(hold_id, rows.devices_of(row), row["worker_id"], row["submitter"], req)
     return reply(s.view(), 201)
 
 

@@ -209,7 +209,7 @@ ROUTES: tuple[Endpoint, ...] = (
         wire.JobList,
         params=(
             Param("limit", "integer", "1..1000 (default 20)"),
-            Param("device", "string", "only this device"),
+            Param("device", "string", "only jobs with this device among theirs"),
             Param("submitter", "string", "only this submitter"),
             Param("state", "string", "only this state"),
             Param("before", "integer", "only ids below this (paging)"),

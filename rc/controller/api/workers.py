@@ -99,6 +99,30 @@ def _check_sheets(lim: Limits, sheet: str | None, device_sheets: dict[str, str])
             )
 
 
+def _check_links(lim: Limits, links, names: set[str]) -> None:
+    """A topology names pairs of two different declared devices, each pair once."""
+    if links is None:
+        return
+    if len(links) > lim.links_per_worker:
+        raise Refused(
+            ErrorCode.LIMIT_EXCEEDED,
+            f"{len(links)} device links; a worker may report {lim.links_per_worker}",
+        )
+    seen = set()
+    for lk in links:
+        for name in (lk.a, lk.b):
+            if name not in names:
+                raise Refused(
+                    ErrorCode.BAD_REQUEST, f"link {lk.a!r}-{lk.b!r}: {name!r} is not a device here"
+                )
+        key = frozenset((lk.a, lk.b))
+        if len(key) == 1:
+            raise Refused(ErrorCode.BAD_REQUEST, f"link {lk.a!r}-{lk.b!r} joins a device to itself")
+        if key in seen:
+            raise Refused(ErrorCode.BAD_REQUEST, f"link {lk.a!r}-{lk.b!r} is given twice")
+        seen.add(key)
+
+
 def _bound(request: Request, who: Caller, host: str) -> None:
     """A worker token may act only for the host it is bound to."""
     if who.role is Role.WORKER and who.host != host:
@@ -131,6 +155,7 @@ async def register(request: Request):
     _check_labels(lim, req.labels, "labels")
     _check_labels(lim, req.declared_labels, "declared_labels")
     _check_sheets(lim, req.sheet, req.device_sheets)
+    _check_links(lim, req.links, names)
     if who.role is Role.WORKER and not who.host:
         row = await c.db.write(tokens.bind_host, who.token_id, req.host)
         if row is None:  # revoked meanwhile
@@ -156,6 +181,9 @@ async def labels(request: Request):
     _check_labels(lim, req.labels, "labels")
     _check_labels(lim, req.declared_labels, "declared_labels")
     _check_sheets(lim, req.sheet, req.device_sheets)
+    if req.links is not None:
+        known = await c.db.read(device_labels.device_names, worker_id)
+        _check_links(lim, req.links, known)
     await c.db.write(device_labels.relabel, req, c.match_cache)
     return reply({"ok": True})
 
@@ -235,10 +263,12 @@ def _no_content():
 
 def _assignment(r) -> Assignment:
     from rc.controller.store.db import loads
+    from rc.controller.store.rows import devices_of
 
     return Assignment(
         job_id=r["id"],
         device_id=r["device_id"],
+        device_ids=devices_of(r),
         kind=JobKind(r["kind"]),
         command=tuple(loads(r["command"])),
         cwd=r["cwd"],

@@ -446,7 +446,24 @@
 
   // ---------------------------------------------------------------- rendering: side column
 
-  function jobTarget(j) { return j.selector ? `wants ${j.selector}` : `on ${j.device_id}`; }
+  // A job's devices, each host named once ("box:gpu0,gpu1"; rc's device_list).
+  function devs(j) {
+    const ids = (j.device_ids && j.device_ids.length) ? j.device_ids : (j.device_id ? [j.device_id] : []);
+    const out = [];
+    let host = null;
+    for (const d of ids) {
+      const i = d.lastIndexOf(":");
+      const [hh, name] = [d.slice(0, i), d.slice(i + 1)];
+      out.push(hh === host ? name : (out.length ? ` ${d}` : d));
+      host = hh;
+    }
+    return out.join(",");
+  }
+
+  function jobTarget(j) {
+    if (!j.selector) return `on ${devs(j)}`;
+    return (j.count || 1) > 1 ? `wants ${j.count} devices of one host matching ${j.selector}` : `wants ${j.selector}`;
+  }
 
   function waitedOf(j) { return (S.snap.queued_waiting_seconds[String(j.id)] || 0) + sinceFetch(); }
 
@@ -486,7 +503,7 @@
     const item = h("div", { class: "item", "data-job": j.id },
       h("div", { class: "item-top" },
         h("span", { class: "jid" }, `#${j.id}`),
-        h("span", { class: "grow" }, h("b", null, j.submitter), youBadge(j.submitter), ` on ${j.device_id}`),
+        h("span", { class: "grow" }, h("b", null, j.submitter), youBadge(j.submitter), ` on ${devs(j)}`),
         v && v.elapsed_seconds !== null ? ticking("span", "num", () => dur(v.elapsed_seconds + sinceFetch())) : h("span", { class: `js js-${j.state}` }, JOB_WORDS[j.state])),
       h("div", { class: "item-sub" }, j.kind === "hold" ? jobWhat(j) : h("span", { class: "mono" }, jobWhat(j))));
     return clickable(item, () => openJob(j.id));
@@ -520,7 +537,7 @@
       h("div", { class: "item-top" },
         h("span", { class: "jid" }, `#${j.id}`),
         h("span", { class: `js js-${j.state}` }, JOB_WORDS[j.state]),
-        h("span", { class: "grow" }, h("b", null, j.submitter), youBadge(j.submitter), j.device_id ? ` · ${j.device_id}` : ""),
+        h("span", { class: "grow" }, h("b", null, j.submitter), youBadge(j.submitter), j.device_id ? ` · ${devs(j)}` : ""),
         ticking("span", "num", () => recentWhen(j))),
       h("div", { class: "item-sub" }, outcome(j), took ? ` · ran ${took}` : ""));
     return clickable(item, () => openJob(j.id));
@@ -539,7 +556,7 @@
       const v = allDevices().find((x) => x.job_id === j.id);
       items.push(clickable(h("div", { class: "item", "data-job": j.id },
         h("div", { class: "item-top" }, h("span", { class: "jid" }, `#${j.id}`),
-          h("span", { class: "grow" }, j.kind === "hold" ? "holds " : `is ${JOB_WORDS[j.state]} on `, h("b", null, j.device_id)),
+          h("span", { class: "grow" }, j.kind === "hold" ? "holds " : `is ${JOB_WORDS[j.state]} on `, h("b", null, devs(j))),
           v && v.elapsed_seconds !== null ? ticking("span", "num", () => {
             const el = v.elapsed_seconds + sinceFetch();
             return v.max_runtime_seconds ? `${dur(el)} of ${dur(v.max_runtime_seconds)}` : dur(el);
@@ -559,7 +576,7 @@
       items.push(clickable(h("div", { class: "item", "data-job": j.id },
         h("div", { class: "item-top" }, h("span", { class: "jid" }, `#${j.id}`),
           h("span", { class: "grow" }, h("span", { class: `js js-${j.state}` }, JOB_WORDS[j.state]),
-            j.device_id ? ` on ${j.device_id}` : "", ` · ${outcome(j)}`),
+            j.device_id ? ` on ${devs(j)}` : "", ` · ${outcome(j)}`),
           ticking("span", "num", () => ago(Date.now() / 1000 - j.finished_at)))), () => openJob(j.id)));
     }
     $("mine-box").hidden = items.length === 0;
@@ -849,11 +866,11 @@
 
   function jobHeadline(j, pos) {
     switch (j.state) {
-      case "queued": return `Waiting${pos ? `, ${ordinal(pos)} in line` : ""} for ${j.selector ? `a device matching ${j.selector}` : j.device_id}.`;
-      case "assigned": return `Starting on ${j.device_id}.`;
-      case "running": return `Running on ${j.device_id}.`;
-      case "succeeded": return `Succeeded on ${j.device_id}.`;
-      case "failed": return `Failed on ${j.device_id}${j.exit_code !== null && j.exit_code !== undefined ? ` with exit code ${j.exit_code}` : ""}.`;
+      case "queued": return `Waiting${pos ? `, ${ordinal(pos)} in line` : ""} for ${j.selector ? ((j.count || 1) > 1 ? `${j.count} devices of one host matching ${j.selector}` : `a device matching ${j.selector}`) : devs(j)}.`;
+      case "assigned": return `Starting on ${devs(j)}.`;
+      case "running": return `Running on ${devs(j)}.`;
+      case "succeeded": return `Succeeded on ${devs(j)}.`;
+      case "failed": return `Failed on ${devs(j)}${j.exit_code !== null && j.exit_code !== undefined ? ` with exit code ${j.exit_code}` : ""}.`;
       case "killed": return `Killed${endWords(j)}.`;
       case "lost": return `Lost${endWords(j)}. Nothing proves it ended; its device was quarantined.`;
       default: return j.state;
@@ -880,7 +897,9 @@
     out.push(kv([
       ["Submitter", h("span", null, j.submitter, youBadge(j.submitter))],
       ["Kind", j.kind === "hold" ? `hold${j.reason ? `: ${j.reason}` : ""}` : (j.stdio ? `job (${j.stdio})` : "job")],
-      j.device_id ? ["Device", ref(j.device_id, () => openDevice(j.device_id))] : null,
+      j.device_id ? [(j.device_ids || []).length > 1 ? "Devices" : "Device",
+        h("span", null, ...((j.device_ids && j.device_ids.length) ? j.device_ids : [j.device_id])
+          .flatMap((d, i) => [i ? " " : null, ref(d, () => openDevice(d))]))] : null,
       j.selector ? ["Selector", h("span", { class: "mono" }, j.selector)] : null,
       ["Priority", String(j.priority)],
       ["Submitted", when(j.submitted_at)],
@@ -902,7 +921,7 @@
       out.push(h("div", { class: "actions" }, h("button", { class: "action warn", type: "button", "data-action": "kill", onclick: () => confirmAction({
         title: `${verb} job ${j.id}?`,
         text: j.state === "queued" ? "It leaves the queue and never runs."
-          : `Its processes on ${j.device_id} are stopped (SIGTERM, then SIGKILL) and the device is checked before it is handed out again.`,
+          : `Its processes on ${devs(j)} are stopped (SIGTERM, then SIGKILL) and the device is checked before it is handed out again.`,
         ok: verb,
         run: () => api(`/v1/jobs/${j.id}/kill`, { method: "POST", body: {} }),
       }) }, `${verb} job`)));

@@ -91,7 +91,8 @@ def clear(tx: Tx, device_id: str, actor: str) -> None:
 def retire(tx: Tx, device_id: str, actor: str, match_cache: MatchCache) -> None:
     """An admin removes a device: its labels, sheet and row go, job history stays.
 
-    Queued jobs pinned to it are cancelled. 404 device_not_found; 409
+    Queued jobs that pin it (among other devices or alone) are cancelled.
+    404 device_not_found; 409
     device_busy while a lease is live on it.
     """
     if tx.one("device_state", (device_id,)) is None:
@@ -103,6 +104,7 @@ def retire(tx: Tx, device_id: str, actor: str, match_cache: MatchCache) -> None:
     for j in tx.all("jobs_queued_pinned_to", (device_id,)):
         tx.change("job_cancel_queued", (f"device {device_id} was retired", tx.now, j["id"]))
         tx.notify(f"job:{j['id']}")
+        tx.schedule = True  # the other devices it had reserved go to others
     remove(tx, device_id)
     events.record(
         tx, EventKind.DEVICE_RETIRED, device_id=device_id, actor=actor, text=f"retired by {actor}"
@@ -115,6 +117,7 @@ def remove(tx: Tx, device_id: str) -> None:
     host, _, name = device_id.rpartition(":")
     tx.exec("labels_delete_all", (device_id,))  # all of its labels: any number
     tx.exec("sheet_delete", (host, name))  # its own sheet, when it has one
+    tx.exec("device_links_delete_device", (host, name))  # its links, maybe none
     tx.change("device_delete", (device_id,))
 
 

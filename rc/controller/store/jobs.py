@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from rc.controller.errors import Refused
 from rc.controller.planner import fits_ceiling, host_slot, not_run_here, runs_jobs_of
-from rc.controller.store import events, rows
+from rc.controller.store import events, leases, rows
 from rc.controller.store.db import Tx, dumps
 from rc.controller.store.labels import MatchCache
 from rc.proto.duration import format_duration
@@ -46,10 +46,13 @@ WATCHDOG_PREFIXES = ("max_runtime exceeded", "idle: no output for")
 class NewJob:
     """A validated submission, ready to enqueue.
 
-    selector is normalised ('' for a pinned job); digest is the sha256 of the
-    canonical request, compared when an idempotency key is reused. unix_user
-    is whom it runs as; None (a submission --as someone) means the target's:
-    the Unix user of the live token of that name, else the name itself.
+    selector is normalised ('' for a pinned job); device_ids is the pinned
+    list (one host, no duplicates; device_id its first) and count its length,
+    or () and the number of devices a selector job asks for; digest is the
+    sha256 of the canonical request, compared when an idempotency key is
+    reused. unix_user is whom it runs as; None (a submission --as someone)
+    means the target's: the Unix user of the live token of that name, else
+    the name itself.
     """
 
     kind: JobKind
@@ -68,6 +71,8 @@ class NewJob:
     reason: str
     stdio: str
     queued_limit: int
+    count: int = 1
+    device_ids: tuple[str, ...] = ()
     unix_user: str | None = None
 
 
@@ -76,9 +81,11 @@ def enqueue(tx: Tx, job: NewJob, match_cache: MatchCache) -> tuple[int, bool]:
 
     Returns (job id, created). The same idempotency key with the same request
     returns the existing job (created False); with a different request it is
-    409 idempotency_conflict. Refuses (400) an unknown pinned device, a selector
-    matching no device now, a runtime above every candidate's ceiling (never
-    clamped); 429 queue_full past the per-user queued limit.
+    409 idempotency_conflict. Refuses (400) an unknown pinned device, a
+    selector matching no device now, or fewer than `count` devices on any one
+    host (no_matching_device, naming the most one host has), a runtime above
+    the ceiling of a pinned device or of too many candidates (never clamped:
+    runtime_above_ceiling); 429 queue_full past the per-user queued limit.
     """
     if job.idempotency_key is not None:
         row = tx.one("job_by_idempotency_key", (job.idempotency_key,))
@@ -97,34 +104,13 @@ def enqueue(tx: Tx, job: NewJob, match_cache: MatchCache) -> tuple[int, bool]:
         )
     unix_user = _unix_user(tx, job)
     max_runtime = job.max_runtime  # 0: inherit the ceiling where it lands (leases.assign)
-    if job.device_id:
-        dev = tx.one("device_ceiling", (job.device_id,))
-        if dev is None:
-            raise Refused(ErrorCode.UNKNOWN_DEVICE, f"no device {job.device_id!r}")
-        ceiling = dev["max_runtime"]
-        if not fits_ceiling(max_runtime, ceiling):
-            raise Refused(
-                ErrorCode.RUNTIME_ABOVE_CEILING,
-                f"{job.device_id} allows at most {format_duration(ceiling)}; "
-                f"asked for {format_duration(max_runtime)}",
-            )
+    pins = job.device_ids or ((job.device_id,) if job.device_id else ())
+    if pins:
+        _check_pinned(tx, pins, max_runtime)
     else:
-        matching = match_cache.matching(tx, job.selector)
-        if not matching:
-            raise Refused(
-                ErrorCode.NO_MATCHING_DEVICE, f"no device matches selector {job.selector!r}"
-            )
-        if max_runtime:
-            ceilings = {r["id"]: r["max_runtime"] for r in tx.all("device_slots")}
-            if not any(fits_ceiling(max_runtime, ceilings.get(d, 0)) for d in matching):
-                top = max(ceilings.get(d, 0) for d in matching)
-                raise Refused(
-                    ErrorCode.RUNTIME_ABOVE_CEILING,
-                    f"asked for {format_duration(max_runtime)} but the highest ceiling among "
-                    f"devices matching {job.selector!r} is {format_duration(top)}",
-                )
-    pool = (job.device_id,) if job.device_id else tuple(matching)
-    _someone_runs_it(tx, pool, unix_user, job.device_id or f"matching {job.selector!r}")
+        _check_selector(tx, job.selector, job.count, max_runtime, match_cache)
+    pool = pins or tuple(match_cache.matching(tx, job.selector))
+    _someone_runs_it(tx, pool, unix_user, ", ".join(pins) or f"matching {job.selector!r}")
     job_id = tx.scalar(
         "job_insert",
         (
@@ -145,6 +131,8 @@ def enqueue(tx: Tx, job: NewJob, match_cache: MatchCache) -> tuple[int, bool]:
             job.stdio,
             tx.now,
             tx.now,
+            len(pins) if pins else job.count,
+            dumps(list(pins)),
             unix_user,
         ),
     )
@@ -159,6 +147,69 @@ def enqueue(tx: Tx, job: NewJob, match_cache: MatchCache) -> tuple[int, bool]:
     tx.schedule = True
     tx.notify("jobs", f"job:{job_id}")
     return job_id, True
+
+
+def _check_pinned(tx: Tx, pins: tuple[str, ...], max_runtime: int) -> None:
+    """Every pinned device exists and allows the runtime (400 otherwise)."""
+    for d in pins:
+        dev = tx.one("device_ceiling", (d,))
+        if dev is None:
+            raise Refused(ErrorCode.UNKNOWN_DEVICE, f"no device {d!r}")
+        ceiling = dev["max_runtime"]
+        if not fits_ceiling(max_runtime, ceiling):
+            raise Refused(
+                ErrorCode.RUNTIME_ABOVE_CEILING,
+                f"{d} allows at most {format_duration(ceiling)}; "
+                f"asked for {format_duration(max_runtime)}",
+            )
+
+
+def _check_selector(
+    tx: Tx, sel: str, count: int, max_runtime: int, match_cache: MatchCache
+) -> None:
+    """Some host has `count` devices matching `sel` whose ceilings allow the
+    runtime (400 no_matching_device or runtime_above_ceiling otherwise)."""
+    matching = match_cache.matching(tx, sel)
+    if not matching:
+        raise Refused(ErrorCode.NO_MATCHING_DEVICE, f"no device matches selector {sel!r}")
+    per_host = _per_host(matching)
+    most, where = max((len(ds), h) for h, ds in per_host.items())
+    if most < count:
+        raise Refused(
+            ErrorCode.NO_MATCHING_DEVICE,
+            f"no host has {count} devices matching {sel!r}; the most on one host is "
+            f"{most} (on {where})",
+        )
+    if not max_runtime:
+        return
+    ceilings = {r["id"]: r["max_runtime"] for r in tx.all("device_slots")}
+    fit = {
+        h: [d for d in ds if fits_ceiling(max_runtime, ceilings.get(d, 0))]
+        for h, ds in per_host.items()
+    }
+    if any(len(ds) >= count for ds in fit.values()):
+        return
+    if count == 1:
+        top = max(ceilings.get(d, 0) for d in matching)
+        raise Refused(
+            ErrorCode.RUNTIME_ABOVE_CEILING,
+            f"asked for {format_duration(max_runtime)} but the highest ceiling among "
+            f"devices matching {sel!r} is {format_duration(top)}",
+        )
+    best, where = max((len(ds), h) for h, ds in fit.items())
+    raise Refused(
+        ErrorCode.RUNTIME_ABOVE_CEILING,
+        f"asked for {format_duration(max_runtime)} on {count} devices matching {sel!r}, "
+        f"but no host has {count} whose ceiling allows it (the most on one host is {best}, "
+        f"on {where})",
+    )
+
+
+def _per_host(device_ids) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for d in sorted(device_ids):
+        out.setdefault(d.rpartition(":")[0], []).append(d)
+    return out
 
 
 def _unix_user(tx: Tx, job: NewJob) -> str:
@@ -191,7 +242,7 @@ def _someone_runs_it(tx: Tx, pool: tuple[str, ...], unix_user: str, target: str)
     """400 no_matching_device unless a worker of some device in `pool` runs
     jobs as `unix_user` (planner.runs_jobs_of), naming why each does not."""
     policy = {r["id"]: host_slot(r) for r in tx.all("workers_running_as")}
-    hosts = {d.partition(":")[0] for d in pool}
+    hosts = {d.rpartition(":")[0] for d in pool}
     if any(h not in policy or runs_jobs_of(policy[h], unix_user) for h in hosts):
         return
     why = "; ".join(not_run_here(h, policy[h], unix_user) for h in sorted(hosts))
@@ -201,9 +252,11 @@ def _someone_runs_it(tx: Tx, pool: tuple[str, ...], unix_user: str, target: str)
 
 
 def cancel_queued(tx: Tx, job_id: int, reason: str) -> bool:
-    """queued → killed with `reason`; False when the job was no longer queued."""
+    """queued → killed with `reason`; False when the job was no longer queued.
+    A pass follows: the devices it had reserved may go to others now."""
     if tx.exec("job_cancel_queued", (reason, tx.now, job_id)) == 0:
         return False
+    tx.schedule = True
     tx.notify("jobs", f"job:{job_id}", f"log:{job_id}")
     return True
 
@@ -215,6 +268,7 @@ def withdraw_queued(tx: Tx, job_id: int) -> bool:
     it was no longer queued (it got a device meanwhile)."""
     if tx.exec("job_withdraw_queued", (job_id,)) == 0:
         return False
+    tx.schedule = True  # what it reserved is free for others
     tx.notify("jobs", f"job:{job_id}")
     return True
 
@@ -276,17 +330,18 @@ def kill(
             or (dev["state"] == "unhealthy" and dev["quarantine_reason"] == "worker_lost")
         ):
             tx.change("job_finish", ("killed", None, why, tx.now, None, job_id))
-            tx.change("lease_release_by_job", (tx.now, job_id))
+            leases.release(tx, job_id)
             tx.notify(f"log:{job_id}", "devices")
             return "killed (its worker is silent; it will be told when it returns)"
     return "kill requested"
 
 
 def lose(tx: Tx, job_id: int, device_id: str, why: str) -> None:
-    """An active job → lost, its lease released, and a job_lost event."""
+    """An active job → lost, its leases released, and a job_lost event
+    (naming `device_id`, its first device)."""
     if tx.exec("job_lose", (why, tx.now, job_id)):
-        # no live lease left when the sweep released an expired one first
-        tx.exec("lease_release_by_job", (tx.now, job_id))
+        # no live lease left when the sweep released the expired ones first
+        leases.release(tx, job_id, guarded=False)
         events.record(tx, EventKind.JOB_LOST, job_id=job_id, device_id=device_id, text=why)
         tx.notify(f"job:{job_id}", f"log:{job_id}", "jobs")
 
@@ -334,10 +389,11 @@ def release(
     reason: str,
     started_at: float | None,
 ) -> bool:
-    """A terminal report: record the outcome, release the lease, free the device.
+    """A terminal report: record the outcome, release the job's leases, free
+    its devices, together.
 
-    Idempotent: a job already terminal is left as it is (returns False). The
-    device goes busy → ready; a quarantined device stays quarantined. A kill
+    Idempotent: a job already terminal is left as it is (returns False). Each
+    device goes busy → ready; a quarantined one stays quarantined. A kill
     that was requested keeps its "killed by ..." reason. The first report with
     a watchdog reason leaves a watchdog_trip event (never for holds).
     """
@@ -358,8 +414,8 @@ def _release(
         (state.value, exit_code, final_reason, tx.now, started_at, job_id),
     )
     device_id = row["device_id"]
-    tx.change("lease_release_by_job", (tx.now, job_id))
-    tx.exec("device_free", (device_id,))  # not a quarantined one: it stays out of the pool
+    for d in leases.release(tx, job_id):
+        tx.exec("device_free", (d,))  # not a quarantined one: it stays out of the pool
     if row["kind"] == JobKind.JOB and reason.startswith(WATCHDOG_PREFIXES):
         events.record(tx, EventKind.WATCHDOG_TRIP, job_id=job_id, device_id=device_id, text=reason)
     tx.schedule = True
@@ -422,8 +478,8 @@ def apply_reports(tx: Tx, worker_id: str, reports) -> Applied:
 
 def brief(tx: Tx, job_id: int):
     """A job's row with what access checks need (id, state, kind, submitter,
-    device_id, worker_id, kill_requested, kill_reason, stdio, submitted_at),
-    or None."""
+    device_id, device_ids, worker_id, kill_requested, kill_reason, stdio,
+    submitted_at), or None."""
     return tx.one("job_brief", (job_id,))
 
 

@@ -1,6 +1,6 @@
-"""Device labels and usage sheets: what a worker's probes found and its
-operator declared, stored per device; and the writer's cache of which devices
-each selector matches.
+"""Device labels, usage sheets and topology: what a worker's probes found and
+its operator declared, stored per device (the links between a host's GPUs
+per host); and the writer's cache of which devices each selector matches.
 
 Effective labels of a device: its declared labels overlaid by detected ones
 (detected wins), plus `host`, `device` (its name) and `id`.
@@ -10,12 +10,21 @@ from __future__ import annotations
 
 from rc.controller.errors import Refused
 from rc.controller.planner import match_devices
+from rc.controller.store import queue
 from rc.controller.store.db import Tx
 from rc.proto.errors import ErrorCode
 from rc.proto.model import LabelSource
-from rc.proto.wire import LabelsRequest
+from rc.proto.wire import DeviceLink, LabelsRequest
 
-__all__ = ["MATCH_CACHE_MAX", "MatchCache", "effective", "relabel", "set_labels"]
+__all__ = [
+    "MATCH_CACHE_MAX",
+    "MatchCache",
+    "device_names",
+    "effective",
+    "relabel",
+    "set_labels",
+    "set_links",
+]
 
 MATCH_CACHE_MAX = 4096
 """Most selectors the writer's MatchCache remembers matches for; past it the
@@ -23,23 +32,32 @@ cache starts over (it also starts over whenever labels or devices change)."""
 
 
 class MatchCache:
-    """The writer's cache of effective labels and the devices each selector matches.
+    """The writer's cache of effective labels, the devices each selector
+    matches, and the hosts' topology (queue.links).
 
     Effective labels of a device: its declared labels overlaid by detected
     ones (detected wins), plus `host`, `device` (its name) and `id`. Any
-    transaction that changes labels or the device set calls `invalidate()`;
-    the next use reloads from the database inside the current transaction.
-    At most MATCH_CACHE_MAX selectors are remembered.
+    transaction that changes labels, links or the device set calls
+    `invalidate()`; the next use reloads from the database inside the
+    current transaction. At most MATCH_CACHE_MAX selectors are remembered.
     """
 
     def __init__(self) -> None:
         self._labels: dict[str, dict[str, str]] | None = None
         self._matches: dict[str, frozenset[str]] = {}
+        self._links: dict[str, dict[tuple[str, str], int]] | None = None
 
     def invalidate(self) -> None:
-        """Forget labels and matches (labels or the device set changed)."""
+        """Forget labels, matches and links (they or the device set changed)."""
         self._labels = None
         self._matches = {}
+        self._links = None
+
+    def links(self, tx: Tx) -> dict[str, dict[tuple[str, str], int]]:
+        """host → its pair ranks (queue.links; loaded on first use after invalidate)."""
+        if self._links is None:
+            self._links = queue.links(tx)
+        return self._links
 
     def labels(self, tx: Tx) -> dict[str, dict[str, str]]:
         """device id → effective labels (loaded on first use after invalidate)."""
@@ -112,11 +130,28 @@ def _replace_labels(tx: Tx, device_id: str, source: LabelSource, values: dict[st
     tx.many("label_insert", [(device_id, k, v, source.value, tx.now) for k, v in values.items()])
 
 
+def set_links(tx: Tx, host: str, links: tuple[DeviceLink, ...]) -> None:
+    """Replace a host's topology (the API checked every pair names two of its
+    devices, once)."""
+    old = {(r["a"], r["b"]): r["link"] for r in tx.all("device_links_of_host", (host,))}
+    new = {tuple(sorted((lk.a, lk.b))): lk.link.value for lk in links}
+    if old == new:
+        return
+    tx.exec("device_links_delete", (host,))  # every old pair, maybe none
+    tx.many("device_link_insert", [(host, a, b, link) for (a, b), link in sorted(new.items())])
+
+
+def device_names(tx: Tx, worker_id: str) -> set[str]:
+    """The names of a worker's devices."""
+    return {r["name"] for r in tx.all("devices_of_worker", (worker_id,))}
+
+
 def relabel(tx: Tx, req: LabelsRequest, match_cache: MatchCache) -> None:
     """A worker's periodic re-probe (POST /v1/workers/{id}/labels): store the
     labels and sheets of `req.devices` (every device of the worker when
-    empty; names it does not have are ignored), as set_labels does. Never
-    touches jobs or device states. 404 for a worker that never registered.
+    empty; names it does not have are ignored), as set_labels does, and the
+    host's topology when it sent one. Never touches jobs or device states.
+    404 for a worker that never registered.
     """
     worker_id = req.host
     if tx.one("worker_get", (worker_id,)) is None:
@@ -124,6 +159,8 @@ def relabel(tx: Tx, req: LabelsRequest, match_cache: MatchCache) -> None:
     known = {r["name"] for r in tx.all("devices_of_worker", (worker_id,))}
     names = tuple(n for n in req.devices if n in known) if req.devices else tuple(known)
     set_labels(tx, worker_id, names, req.labels, req.declared_labels, req.sheet, req.device_sheets)
+    if req.links is not None:
+        set_links(tx, worker_id, req.links)
     match_cache.invalidate()
     tx.schedule = True
     tx.notify("devices")

@@ -10,8 +10,8 @@
 -- A new queued job (submitted and queued now); returns its id.
 INSERT INTO jobs (kind, state, submitter, token_name, selector, device_id, command, cwd, env,
                   idempotency_key, request_digest, priority, max_runtime, idle_timeout, reason,
-                  stdio, submitted_at, queued_at, unix_user)
-VALUES (?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                  stdio, submitted_at, queued_at, count, device_ids, unix_user)
+VALUES (?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 RETURNING id
 
 -- name: job_get
@@ -24,8 +24,8 @@ SELECT state FROM jobs WHERE id = ?
 
 -- name: job_brief
 -- What access checks and reports need of one job.
-SELECT id, state, kind, submitter, device_id, worker_id, kill_requested, kill_reason, stdio,
-       submitted_at
+SELECT id, state, kind, submitter, device_id, device_ids, worker_id, kill_requested, kill_reason,
+       stdio, submitted_at
 FROM jobs WHERE id = ?
 
 -- name: job_by_idempotency_key
@@ -84,7 +84,8 @@ WHERE id = ? AND state IN ('assigned', 'running')
 -- An assigned job its worker proves it never started goes back to the queue
 -- in its old place (priority, id and queued_at unchanged).
 UPDATE jobs SET state = 'queued', worker_id = '', assigned_at = NULL, kill_delivered_at = 0,
-                device_id = CASE WHEN selector = '' THEN device_id ELSE '' END
+                device_id = CASE WHEN selector = '' THEN device_id ELSE '' END,
+                device_ids = CASE WHEN selector = '' THEN device_ids ELSE '[]' END
 WHERE id = ? AND state = 'assigned'
 
 -- name: job_lose
@@ -93,16 +94,19 @@ UPDATE jobs SET state = 'lost', kill_reason = ?, finished_at = ?
 WHERE id = ? AND state IN ('assigned', 'running')
 
 -- name: jobs_active_on_worker
--- The assigned and running jobs of a worker.
-SELECT id, device_id, kind, state FROM jobs WHERE worker_id = ? AND state IN ('assigned', 'running')
+-- The assigned and running jobs of a worker, with their devices.
+SELECT id, device_id, device_ids, kind, state FROM jobs
+WHERE worker_id = ? AND state IN ('assigned', 'running')
 
 -- name: jobs_queued_of_name
 -- Queued jobs submitted by a token name or as it (a revoke cancels them).
 SELECT id FROM jobs WHERE state = 'queued' AND (submitter = ? OR token_name = ?) ORDER BY id
 
 -- name: jobs_queued_pinned_to
--- Queued jobs pinned to one device (a retire cancels them).
-SELECT id FROM jobs WHERE state = 'queued' AND selector = '' AND device_id = ?
+-- Queued jobs that pin a device among others (a retire cancels them).
+SELECT id FROM jobs
+WHERE state = 'queued' AND selector = ''
+  AND EXISTS (SELECT 1 FROM json_each(jobs.device_ids) WHERE value = ?1)
 
 -- name: jobs_to_stop
 -- Of the job ids a worker names (a JSON array), those it should stop: ended, or not its own.
@@ -111,9 +115,10 @@ WHERE id IN (SELECT value FROM json_each(?))
   AND (state IN ('succeeded', 'failed', 'killed', 'lost') OR worker_id != ?)
 
 -- name: jobs_list
--- Jobs newest first, filtered by device, submitter, state and id bound.
+-- Jobs newest first, filtered by a device among theirs, submitter, state and id bound.
 SELECT * FROM jobs
-WHERE (:device = '' OR device_id = :device)
+WHERE (:device = '' OR device_id = :device
+       OR EXISTS (SELECT 1 FROM json_each(jobs.device_ids) WHERE value = :device))
   AND (:submitter = '' OR submitter = :submitter)
   AND (:state = '' OR state = :state)
   AND (:before = 0 OR id < :before)
@@ -129,38 +134,47 @@ SELECT * FROM jobs WHERE state IN ('assigned', 'running') ORDER BY id DESC
 SELECT * FROM jobs WHERE state = 'queued' ORDER BY priority DESC, id
 
 -- name: jobs_recent_on_device
--- The newest jobs that got a device, at most ?.
-SELECT * FROM jobs WHERE device_id = ? AND state != 'queued' ORDER BY id DESC LIMIT ?
+-- The newest jobs, not queued, with device ?1 among theirs, at most ?2: those that
+-- held a lease on it, and those that named it first (a pinned job cancelled unplaced).
+SELECT j.* FROM jobs AS j
+WHERE (j.id IN (SELECT job_id FROM leases WHERE device_id = ?1 ORDER BY job_id DESC LIMIT ?2 * 4)
+       OR j.id IN (SELECT id FROM jobs WHERE device_id = ?1 ORDER BY id DESC LIMIT ?2 * 4))
+  AND j.state != 'queued'
+  AND EXISTS (SELECT 1 FROM json_each(j.device_ids) WHERE value = ?1)
+ORDER BY j.id DESC LIMIT ?2
 
 -- ---------------------------------------------------------------- scheduling
 
 -- name: queued_jobs
 -- What the planner needs of every queued job, in priority then id order.
-SELECT id, submitter, priority, queued_at, selector, device_id, max_runtime, unix_user
+SELECT id, submitter, priority, queued_at, selector, device_id, max_runtime, count, device_ids,
+       unix_user
 FROM jobs WHERE state = 'queued' ORDER BY priority DESC, id
 
 -- name: queued_jobs_ordered
 -- The queue in scheduling order: effective priority (priority plus one step per
 -- :aging seconds waited; :aging 0 turns aging off), then submission order.
-SELECT id, submitter, priority, queued_at, selector, device_id, max_runtime, unix_user
+SELECT id, submitter, priority, queued_at, selector, device_id, max_runtime, count, device_ids,
+       unix_user
 FROM jobs WHERE state = 'queued'
 ORDER BY effective_priority(priority, queued_at, :now, :aging) DESC, id
 
 -- name: queue_ahead_by_ask
 -- The queued jobs ahead of job :id in scheduling order (queued_jobs_ordered's
--- order), counted by what they ask for: target, runtime and Unix user.
+-- order), counted by what they ask for: target (selector or pinned devices),
+-- runtime and Unix user.
 WITH q AS (
-    SELECT id, selector, device_id, max_runtime, unix_user,
+    SELECT id, selector, device_ids, max_runtime, unix_user,
            effective_priority(priority, queued_at, :now, :aging) AS eff
     FROM jobs WHERE state = 'queued'
 ), me AS (
     SELECT id, effective_priority(priority, queued_at, :now, :aging) AS eff
     FROM jobs WHERE id = :id
 )
-SELECT q.selector, q.device_id, q.max_runtime, q.unix_user, count(*) AS n
+SELECT q.selector, q.device_ids, q.max_runtime, q.unix_user, count(*) AS n
 FROM q, me
 WHERE q.eff > me.eff OR (q.eff = me.eff AND q.id < me.id)
-GROUP BY q.selector, q.device_id, q.max_runtime, q.unix_user
+GROUP BY q.selector, q.device_ids, q.max_runtime, q.unix_user
 
 -- name: any_queued
 -- Whether any job is queued.
@@ -171,11 +185,17 @@ SELECT EXISTS (SELECT 1 FROM jobs WHERE state = 'queued')
 SELECT EXISTS (SELECT 1 FROM devices WHERE state = 'ready' AND draining = 0)
 
 -- name: device_slots
--- What the planner needs of every device, with whom its worker runs jobs as.
-SELECT d.id, d.state, d.max_runtime, d.draining, coalesce(w.run_as, '') AS run_as,
-       coalesce(w.shared_account, 0) AS shared_account,
+-- What the planner needs of every device: when the job holding it (a live lease)
+-- started (assigned, before it has started) and the runtime it was given, and
+-- whom its worker runs jobs as.
+SELECT d.id, d.state, d.max_runtime, d.draining,
+       coalesce(j.started_at, j.assigned_at) AS since, j.max_runtime AS runtime,
+       coalesce(w.run_as, '') AS run_as, coalesce(w.shared_account, 0) AS shared_account,
        coalesce(w.allow_root_jobs, 0) AS allow_root_jobs
-FROM devices AS d LEFT JOIN workers AS w ON w.id = d.worker_id
+FROM devices AS d
+LEFT JOIN leases AS l ON l.device_id = d.id AND l.released_at IS NULL
+LEFT JOIN jobs AS j ON j.id = l.job_id
+LEFT JOIN workers AS w ON w.id = d.worker_id
 
 -- name: device_identities
 -- Every device's id, host and name (labels every device has).
@@ -185,6 +205,26 @@ SELECT id, host, name FROM devices
 -- Every stored label, declared ones first (detected ones overwrite them).
 SELECT device_id, key, value FROM device_labels
 ORDER BY CASE source WHEN 'declared' THEN 0 ELSE 1 END
+
+-- name: device_links_all
+-- Every stored link between two devices of a host (device names, a < b).
+SELECT host, a, b, link FROM device_links
+
+-- name: device_links_of_host
+-- A host's stored links (device names, a < b).
+SELECT a, b, link FROM device_links WHERE host = ?
+
+-- name: device_links_delete
+-- Forget a host's topology (every pair, maybe none).
+DELETE FROM device_links WHERE host = ?
+
+-- name: device_links_delete_device
+-- Forget the links of one device of a host (it was removed).
+DELETE FROM device_links WHERE host = ?1 AND (a = ?2 OR b = ?2)
+
+-- name: device_link_insert
+-- How two devices of a host are connected.
+INSERT INTO device_links (host, a, b, link) VALUES (?, ?, ?, ?)
 
 -- name: live_leases_per_holder
 -- Devices held now, per holder (the per-user cap).
@@ -203,9 +243,11 @@ SELECT id, state, kind, submitter, max_runtime, reason FROM jobs WHERE id = ?
 UPDATE devices SET state = 'busy' WHERE id = ? AND state = 'ready'
 
 -- name: job_assign
--- queued → assigned to a device and its worker; no row when no longer queued.
-UPDATE jobs SET state = 'assigned', device_id = ?, worker_id = ?, max_runtime = ?, assigned_at = ?
-WHERE id = ? AND state = 'queued'
+-- queued → assigned to its devices (a JSON array, the first is device_id) and
+-- their worker; no row when no longer queued.
+UPDATE jobs SET state = 'assigned', device_ids = ?1, device_id = json_extract(?1, '$[0]'),
+                worker_id = ?2, max_runtime = ?3, assigned_at = ?4
+WHERE id = ?5 AND state = 'queued'
 
 -- ---------------------------------------------------------------- leases
 
@@ -215,12 +257,9 @@ INSERT INTO leases (device_id, job_id, holder, kind, reason, acquired_at, expire
 VALUES (?, ?, ?, ?, ?, ?, ?)
 
 -- name: lease_release_by_job
--- Release a job's live lease.
+-- Release every live lease of a job (they are released together); the devices.
 UPDATE leases SET released_at = ? WHERE job_id = ? AND released_at IS NULL
-
--- name: lease_release
--- Release one live lease.
-UPDATE leases SET released_at = ? WHERE id = ? AND released_at IS NULL
+RETURNING device_id
 
 -- name: leases_renew
 -- Extend the live leases of the named jobs (a JSON array) that are this worker's and active.
@@ -230,9 +269,10 @@ WHERE released_at IS NULL
   AND job_id IN (SELECT id FROM jobs WHERE worker_id = ? AND state IN ('assigned', 'running'))
 
 -- name: leases_expired
--- Live leases whose expiry is at or before ?.
-SELECT id, device_id, job_id, kind FROM leases
+-- The jobs with a live lease whose expiry is at or before ?, and the lease's kind.
+SELECT DISTINCT job_id, kind FROM leases
 WHERE released_at IS NULL AND expires_at <= ?
+ORDER BY job_id
 
 -- name: leases_live
 -- Every live lease, with its job's command and runtime.
@@ -326,7 +366,8 @@ WHERE worker_id = ? AND state = 'unknown'
 UPDATE devices SET state = 'ready'
 WHERE worker_id = ?1 AND state = 'unknown'
   AND NOT EXISTS (SELECT 1 FROM leases WHERE device_id = devices.id AND released_at IS NULL)
-  AND id NOT IN (SELECT device_id FROM jobs WHERE id IN (SELECT value FROM json_each(?2)))
+  AND id NOT IN (SELECT d.value FROM jobs, json_each(jobs.device_ids) AS d
+                 WHERE jobs.id IN (SELECT value FROM json_each(?2)))
 
 -- name: devices_worker_lost_to_busy
 -- Retention: a returning worker's worker_lost devices whose named job holds a lease → busy.

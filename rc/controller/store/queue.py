@@ -7,15 +7,25 @@ planner never sees the database.
 
 from __future__ import annotations
 
+import math
 import sqlite3
 from collections.abc import Callable, Iterator
 
+from rc.controller.placement import pair
 from rc.controller.planner import Policy, QueuedJob, Slot, Snapshot, host_slot, plan
 from rc.controller.store import leases
-from rc.controller.store.db import Tx
-from rc.proto.model import DeviceState
+from rc.controller.store.db import Tx, loads
+from rc.proto.model import DeviceState, Link
 
-__all__ = ["anything_to_place", "in_order", "queued", "request_pass", "slots", "snapshot"]
+__all__ = [
+    "anything_to_place",
+    "in_order",
+    "links",
+    "queued",
+    "request_pass",
+    "slots",
+    "snapshot",
+]
 
 
 def _queued_job(r: sqlite3.Row) -> QueuedJob:
@@ -27,6 +37,8 @@ def _queued_job(r: sqlite3.Row) -> QueuedJob:
         selector=r["selector"],
         device_id=r["device_id"],
         max_runtime=r["max_runtime"],
+        count=r["count"],
+        device_ids=tuple(loads(r["device_ids"])) if not r["selector"] else (),
         unix_user=r["unix_user"],
     )
 
@@ -43,21 +55,35 @@ def in_order(tx: Tx, aging: float) -> Iterator[QueuedJob]:
 
 
 def slots(tx: Tx) -> dict[str, Slot]:
-    """Every device as a planner Slot, by device id, with whom its worker
-    runs jobs as (a shared account runs anyone's: run_as "", root too)."""
-    return {r["id"]: _slot(r) for r in tx.all("device_slots")}
+    """Every device as a planner Slot, by device id. A device a job holds is
+    expected free at the job's start (its assignment, before it started)
+    plus the runtime it was given; never, when it has none. Whom its worker
+    runs jobs as rides along (a shared account runs anyone's: run_as "",
+    root too)."""
+    out = {}
+    for r in tx.all("device_slots"):
+        free_at = r["since"] + r["runtime"] if r["since"] is not None and r["runtime"] else math.inf
+        who = host_slot(r)
+        out[r["id"]] = Slot(
+            r["id"],
+            DeviceState(r["state"]),
+            r["max_runtime"],
+            bool(r["draining"]),
+            free_at,
+            run_as=who.run_as,
+            root_ok=who.root_ok,
+        )
+    return out
 
 
-def _slot(r: sqlite3.Row) -> Slot:
-    who = host_slot(r)
-    return Slot(
-        r["id"],
-        DeviceState(r["state"]),
-        r["max_runtime"],
-        bool(r["draining"]),
-        run_as=who.run_as,
-        root_ok=who.root_ok,
-    )
+def links(tx: Tx) -> dict[str, dict[tuple[str, str], int]]:
+    """Every host's topology as the planner takes it: host → {pair of device
+    ids (placement.pair) → rank of their link}."""
+    out: dict[str, dict[tuple[str, str], int]] = {}
+    for r in tx.all("device_links_all"):
+        h = r["host"]
+        out.setdefault(h, {})[pair(f"{h}:{r['a']}", f"{h}:{r['b']}")] = Link(r["link"]).rank
+    return out
 
 
 def anything_to_place(tx: Tx) -> bool:
@@ -76,7 +102,16 @@ def snapshot(tx: Tx, matching: Callable[[str], frozenset[str]], policy: Policy) 
     fleet_slots = slots(tx)
     matches = {sel: matching(sel) for sel in {j.selector for j in queue if j.selector}}
     usage = leases.usage(tx)
-    p = plan(queue, fleet_slots, matches, tx.now, aging=policy.aging, cap=policy.cap, usage=usage)
+    p = plan(
+        queue,
+        fleet_slots,
+        matches,
+        tx.now,
+        aging=policy.aging,
+        cap=policy.cap,
+        usage=usage,
+        links=links(tx),
+    )
     return Snapshot(queue, fleet_slots, usage, p, tx.now)
 
 

@@ -21,7 +21,14 @@ from rc.proto.model import (
     Token,
 )
 
-__all__ = ["device", "event", "job", "label", "token"]
+__all__ = ["device", "devices_of", "event", "job", "label", "token"]
+
+
+def devices_of(r: sqlite3.Row) -> tuple[str, ...]:
+    """A jobs row's devices, in order (device_ids; device_id alone for a row
+    that has none, a queued selector job having neither)."""
+    ids = tuple(loads(r["device_ids"]))
+    return ids or ((r["device_id"],) if r["device_id"] else ())
 
 
 def job(r: sqlite3.Row) -> Job:
@@ -49,6 +56,8 @@ def job(r: sqlite3.Row) -> Job:
         queued_at=r["queued_at"],
         started_at=r["started_at"],
         finished_at=r["finished_at"],
+        count=r["count"],
+        device_ids=tuple(loads(r["device_ids"])),
         unix_user=r["unix_user"],
     )
 

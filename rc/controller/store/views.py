@@ -9,10 +9,12 @@ say is what the scheduler does.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections import defaultdict
 from dataclasses import dataclass
 
 from rc.controller.errors import Refused
+from rc.controller.placement import device_key, host_of
 from rc.controller.planner import (
     LazyMatches,
     Policy,
@@ -32,13 +34,16 @@ from rc.controller.store.queue import snapshot
 from rc.proto import selector as selectors
 from rc.proto.duration import format_duration
 from rc.proto.errors import ErrorCode
-from rc.proto.model import DeviceState, Job, JobState, Label
+from rc.proto.model import DeviceState, Job, JobState, Label, device_list
 from rc.proto.wire import (
     DescribeResponse,
+    DeviceHolder,
     DeviceView,
     ExplainResponse,
+    HostFit,
     JobExplanation,
     JobView,
+    ReservationView,
     StateResponse,
 )
 
@@ -142,17 +147,14 @@ def queue_position(tx: Tx, job: Job, policy: Policy) -> int:
         return match_devices(labels, sel)
 
     lazy = LazyMatches(matches)
-    mine = set(
-        candidates(job.selector, job.device_id, job.max_runtime_seconds, slots, lazy, job.unix_user)
-    )
+    pins = () if job.selector else (job.device_ids or (job.device_id,))
+    mine = set(candidates(job.selector, pins, job.max_runtime_seconds, slots, lazy, job.unix_user))
     ahead = 0
     if mine:
         for g in tx.all("queue_ahead_by_ask", {"id": job.id, "now": tx.now, "aging": policy.aging}):
-            if mine.intersection(
-                candidates(
-                    g["selector"], g["device_id"], g["max_runtime"], slots, lazy, g["unix_user"]
-                )
-            ):
+            theirs = () if g["selector"] else tuple(loads(g["device_ids"]))
+            got = candidates(g["selector"], theirs, g["max_runtime"], slots, lazy, g["unix_user"])
+            if mine.intersection(got):
                 ahead += g["n"]
     return ahead + 1
 
@@ -258,9 +260,13 @@ def explain_job(tx: Tx, job_id: int, policy: Policy) -> JobExplanation:
 
     For a queued job, from the same plan the scheduling pass makes: the
     per-user cap; no usable device free (who holds each, and for how long at
-    most); devices out of the pool (quarantined, silent worker, draining) and
-    why; the jobs ahead of it that want the same devices. `blockers` says, per
-    device it could use, why that device is not its now. 404 for no such job.
+    most), or for a job on several devices no host with enough of them free
+    (per host: how many match, how many are free, who holds the rest and
+    until when: `hosts`); devices out of the pool (quarantined, silent
+    worker, draining) and why; devices reserved for a job ahead of it, and
+    the devices this job reserved (`reservation`); the jobs ahead of it that
+    want the same devices. `blockers` says, per device it could use, why that
+    device is not its now. 404 for no such job.
     """
     r = tx.one("job_get", (job_id,))
     if r is None:
@@ -272,18 +278,26 @@ def explain_job(tx: Tx, job_id: int, policy: Policy) -> JobExplanation:
     snap, p = q.snap, q.snap.plan
     me = snap.job(job_id)
     assert me is not None  # queued in this same snapshot
+    wants = me.wants
     if job.selector:
-        pool = sorted(match_devices(q.labels, job.selector))
+        pool = sorted(match_devices(q.labels, job.selector), key=device_key)
+        gone = []
     else:
-        pool = [job.device_id] if job.device_id in snap.slots else []
+        pool = [d for d in me.pins if d in snap.slots]
+        gone = [d for d in me.pins if d not in snap.slots]
     pos = snap.position(job_id)
-    if not pool:
-        why = (
-            f"No device matches {job.selector!r} any more (a device was retired or its "
-            "labels changed); it waits until one does, or rc kill it."
-            if job.selector
-            else f"Device {job.device_id} no longer exists (retired); rc kill this job."
-        )
+    if not pool or gone:
+        if job.selector:
+            why = (
+                f"No device matches {job.selector!r} any more (a device was retired or its "
+                "labels changed); it waits until one does, or rc kill it."
+            )
+        else:
+            why = (
+                f"Device {', '.join(gone)} no longer exists (retired); rc kill this job."
+                if len(gone) == 1
+                else f"Devices {', '.join(gone)} no longer exist (retired); rc kill this job."
+            )
         return JobExplanation(job_id, "queued", (why,), pos, {})
     blockers: dict[str, str] = {}
     cands, not_here = [], {}
@@ -291,7 +305,7 @@ def explain_job(tx: Tx, job_id: int, policy: Policy) -> JobExplanation:
         slot = snap.slots[d]
         ceiling = slot.max_runtime
         if not runs_jobs_of(slot, me.unix_user):
-            host = d.partition(":")[0]
+            host = host_of(d)
             blockers[d] = not_here[host] = not_run_here(host, slot, me.unix_user)
         elif fits_ceiling(me.max_runtime, ceiling):
             cands.append(d)
@@ -300,25 +314,37 @@ def explain_job(tx: Tx, job_id: int, policy: Policy) -> JobExplanation:
                 f"its runtime ceiling ({format_duration(ceiling)}) is below the "
                 f"{format_duration(me.max_runtime)} this job asks for"
             )
-    if not cands and len(not_here) and all(d.partition(":")[0] in not_here for d in pool):
+    if not cands and not_here and all(host_of(d) in not_here for d in pool):
         why = (
             f"No device it could use runs jobs as {me.unix_user}: "
             + "; ".join(not_here[h] for h in sorted(not_here))
             + ". It waits until one does, or rc kill it."
         )
         return JobExplanation(job_id, "queued", (why,), pos, blockers)
-    if not cands:
+    per_host: dict[str, list[str]] = {}
+    for d in cands:
+        per_host.setdefault(host_of(d), []).append(d)
+    if not cands or (me.pins and len(cands) < wants):
         why = (
             f"Every device it could use has a runtime ceiling below the "
             f"{format_duration(me.max_runtime)} it asks for; it cannot start until a "
             "ceiling is raised. rc kill it and ask for less."
         )
         return JobExplanation(job_id, "queued", (why,), pos, blockers)
+    if max(len(ds) for ds in per_host.values()) < wants:
+        most, where = max((len(ds), h) for h, ds in per_host.items())
+        why = (
+            f"No host has {wants} devices it could use (the most on one host is {most}, "
+            f"on {where}: a device was retired, its labels changed, or runtime ceilings "
+            "are below what it asks for); it waits until one has, or rc kill it."
+        )
+        return JobExplanation(job_id, "queued", (why,), pos, blockers)
 
     devices = {x["id"]: x for x in tx.all("devices_all")}
     leases = {x["device_id"]: x for x in tx.all("leases_live")}
-    taken_by = {d: j for j, d in p.assignments}
-    held, out_of_pool, free = [], [], []
+    taken_by = {d: j for j, ds in p.assignments for d in ds}
+    mine_now = next((ds for j, ds in p.assignments if j == job_id), None)
+    held, out_of_pool, free, reserved_away = [], [], [], []
     for d in cands:
         slot, dev, lease = snap.slots[d], devices[d], leases.get(d)
         who = _holding(lease, tx.now) if lease is not None else ""
@@ -339,24 +365,54 @@ def explain_job(tx: Tx, job_id: int, policy: Policy) -> JobExplanation:
         else:
             free.append(d)
             owner = taken_by.get(d)
+            holder = p.reserved.get(d)
             if owner == job_id:
                 blockers[d] = "free: this job starts on it at the next scheduling pass"
             elif owner is not None:
                 blockers[d] = f"free, but job {owner} is ahead of this one and gets it"
+            elif holder == job_id:
+                blockers[d] = f"free, reserved for this job (it needs {wants} at once)"
+            elif holder is not None:
+                blockers[d] = f"free, but reserved for job {holder}"
+                reserved_away.append(d)
             else:
                 blockers[d] = "free"
         if who:
             blockers[d] += f"; {who}"
 
+    hosts = tuple(_host_fit(h, ds, wants, snap, leases) for h, ds in per_host.items())
+    mine = p.reservations.get(job_id)
+    reservation = (
+        ReservationView(mine.devices, None if math.isinf(mine.start_at) else mine.start_at)
+        if mine is not None
+        else None
+    )
     reasons: list[str] = []
     if job_id in p.capped:
         n = snap.usage.get(me.submitter, 0)
         reasons.append(
-            f"{me.submitter} already holds {_count(n, 'device')}, the per-user cap "
+            f"{me.submitter} already holds {_count(n, 'device')}; with the "
+            f"{_count(wants, 'device')} this job needs that passes the per-user cap "
+            f"(rc serve --max-devices-per-user {policy.cap}); it starts once enough of "
+            "them are released."
+            if wants > 1
+            else f"{me.submitter} already holds {_count(n, 'device')}, the per-user cap "
             f"(rc serve --max-devices-per-user {policy.cap}); it starts once one of them "
             "is released."
         )
-    if not free:
+    if mine_now is None and wants > 1:
+        enough = [h for h in hosts if h.free >= wants]
+        if not enough:
+            reasons.append(
+                f"No host has {wants} of the devices it could use free at once: "
+                + "; ".join(_fit_words(h, tx.now) for h in hosts)
+                + "."
+            )
+        if out_of_pool and not enough:
+            reasons.append(
+                "Out of the pool: " + "; ".join(f"{d}: {blockers[d]}" for d in out_of_pool) + "."
+            )
+    elif not free:
         if held:
             reasons.append(
                 "No matching device is free: "
@@ -372,35 +428,129 @@ def explain_job(tx: Tx, job_id: int, policy: Policy) -> JobExplanation:
             reasons.append(
                 lead + ": " + "; ".join(f"{d}: {blockers[d]}" for d in out_of_pool) + "."
             )
+    if reserved_away and mine_now is None:
+        reasons.append(_reserved_words(reserved_away, p, me, snap))
+    if mine is not None and wants > 1:  # a one-device job takes the first that frees anyway
+        reasons.append(_reservation_words(mine, tx.now))
     rivals = snap.rivals(job_id)
     if rivals:
         named = ", ".join(str(j) for j in rivals[:RIVALS_NAMED])
         if len(rivals) > RIVALS_NAMED:
             named += ", ..."
         eff = effective_priority(me, snap.now, policy.aging)
-        mine = f"this job's priority is {me.priority}"
+        mine_prio = f"this job's priority is {me.priority}"
         if eff != me.priority:
-            mine += f", {eff} with aging"
+            mine_prio += f", {eff} with aging"
         if policy.aging > 0:
-            mine += f", and it gains a step every {format_duration(policy.aging)} it waits"
+            mine_prio += f", and it gains a step every {format_duration(policy.aging)} it waits"
         one = len(rivals) == 1
         reasons.append(
             f"{_count(len(rivals), 'job')} ahead of it with higher or equal priority "
             f"{'wants' if one else 'want'} the same devices and {'gets' if one else 'get'} "
-            f"them first ({'job' if one else 'jobs'} {named}). {mine[0].upper()}{mine[1:]}."
+            f"them first ({'job' if one else 'jobs'} {named}). "
+            f"{mine_prio[0].upper()}{mine_prio[1:]}."
         )
     if not reasons:
-        if job_id in taken_by:
+        if mine_now is not None:
             reasons.append(
-                f"It is starting: {taken_by[job_id]} is free and the next "
-                "scheduling pass (within a second) hands it over."
+                f"It is starting: {device_list(mine_now)} "
+                f"{'is' if len(mine_now) == 1 else 'are'} free and the next "
+                "scheduling pass (within a second) hands "
+                f"{'it' if len(mine_now) == 1 else 'them'} over."
             )
         else:
             reasons.append(
                 "A matching device is free; the next scheduling pass (within a "
                 "second) should start it."
             )
-    return JobExplanation(job_id, "queued", tuple(reasons), pos, blockers)
+    return JobExplanation(job_id, "queued", tuple(reasons), pos, blockers, hosts, reservation)
+
+
+def _host_fit(host: str, ds: list[str], wants: int, snap: Snapshot, leases) -> HostFit:
+    """One host a queued job could use: matching, free, and who holds the rest."""
+    held = []
+    for d in ds:
+        lease = leases.get(d)
+        if lease is None:
+            continue
+        until = snap.slots[d].free_at
+        held.append(
+            DeviceHolder(
+                device_id=d,
+                job_id=lease["job_id"],
+                holder=lease["holder"],
+                kind=lease["kind"],
+                reason=lease["reason"],
+                until=None if math.isinf(until) else until,
+            )
+        )
+    free = sum(1 for d in ds if snap.slots[d].schedulable)
+    return HostFit(host, len(ds), free, wants, tuple(held))
+
+
+def _fit_words(h: HostFit, now: float) -> str:
+    """ "gpu-box-1: 3 of 4 free; gpu2 held by job 42 (bob) for at most 1h5m more" """
+    words = f"{h.host}: {h.free} of {h.matching} free"
+    for x in h.held:
+        name = x.device_id.rpartition(":")[2]
+        what = "hold" if x.kind == "hold" else "job"
+        words += f"; {name} held by {what} {x.job_id} ({x.holder})"
+        if x.until is None:
+            words += " with no time limit"
+        elif x.until <= now:
+            words += " past its time limit (it is being stopped)"
+        else:
+            words += f" for at most {format_duration(max(1.0, round(x.until - now)))} more"
+    return words
+
+
+def _start_words(start_at: float, now: float) -> str:
+    if math.isinf(start_at):
+        return "at an unknown time (a holder has no time limit)"
+    if start_at <= now:
+        return "now"
+    return f"within {format_duration(max(1.0, round(start_at - now)))} at most"
+
+
+def _reservation_words(res, now: float) -> str:
+    """This job's reservation, in a sentence."""
+    names = device_list(res.devices)
+    if math.isinf(res.start_at):
+        return (
+            f"It has reserved {names}: a holder has no time limit, so no start can be "
+            "promised; meanwhile only jobs with a time limit may use them."
+        )
+    return (
+        f"It has reserved {names}, expected free {_start_words(res.start_at, now)}; "
+        "until then only jobs that end before that may use them."
+    )
+
+
+def _reserved_words(ds: list[str], p, me, snap: Snapshot) -> str:
+    """Free devices this job could use that a job ahead of it reserved."""
+    by_job: dict[int, list[str]] = {}
+    for d in ds:
+        by_job.setdefault(p.reserved[d], []).append(d)
+    parts = []
+    for j, mine in by_job.items():
+        res = p.reservations[j]
+        when = _start_words(res.start_at, snap.now)
+        parts.append(
+            f"{device_list(mine)} {'is' if len(mine) == 1 else 'are'} reserved for job {j} "
+            f"(it needs {len(res.devices)} at once, expected free {when})"
+        )
+    bound = me.max_runtime
+    if bound:
+        tail = (
+            f"this job could use {'it' if len(ds) == 1 else 'them'} meanwhile only if its "
+            f"max runtime ({format_duration(bound)}) ended before then."
+        )
+    else:
+        tail = (
+            "a job may use a reserved device meanwhile only if its --max-runtime ends "
+            "before then, and this one has none."
+        )
+    return "Free, but " + "; ".join(parts) + ": " + tail
 
 
 def _count(n: int, noun: str) -> str:
@@ -408,7 +558,7 @@ def _count(n: int, noun: str) -> str:
 
 
 def _not_waiting(job: Job) -> str:
-    where = f" on {job.device_id}" if job.device_id else ""
+    where = f" on {device_list(job.device_ids or (job.device_id,))}" if job.device_id else ""
     if job.state is JobState.ASSIGNED:
         return f"It is not waiting: it was assigned{where} and is starting."
     if job.state is JobState.RUNNING:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rc.controller.errors import Refused
-from rc.controller.store import devices, events, jobs, labels
+from rc.controller.store import devices, events, jobs, labels, leases, rows
 from rc.controller.store.db import Tx, dumps
 from rc.controller.store.labels import MatchCache
 from rc.proto.duration import format_duration
@@ -86,23 +86,24 @@ def register(tx: Tx, req: RegisterRequest, match_cache: MatchCache, th: Threshol
         if same_process and (j["id"] in named or j["state"] == "assigned"):
             continue
         jobs.lose(tx, j["id"], j["device_id"], why)
-        if rebooted:
-            # a quarantined device stays so (the reboot returns it below, by its reason)
-            tx.exec("device_ready_if_busy_or_unknown", (j["device_id"],))
-        elif devices.quarantine(
-            tx,
-            j["device_id"],
-            QuarantineReason.REGISTRATION,
-            f"job {j['id']} was running when the worker re-registered",
-        ):
-            events.record(
+        for device_id in rows.devices_of(j):  # every device of the job
+            if rebooted:
+                # a quarantined device stays so (the reboot returns it below, by its reason)
+                tx.exec("device_ready_if_busy_or_unknown", (device_id,))
+            elif devices.quarantine(
                 tx,
-                EventKind.DEVICE_UNHEALTHY,
-                device_id=j["device_id"],
-                job_id=j["id"],
-                text=f"quarantined: job {j['id']} was in flight when the worker "
-                "re-registered, and nothing proves it is gone",
-            )
+                device_id,
+                QuarantineReason.REGISTRATION,
+                f"job {j['id']} was running when the worker re-registered",
+            ):
+                events.record(
+                    tx,
+                    EventKind.DEVICE_UNHEALTHY,
+                    device_id=device_id,
+                    job_id=j["id"],
+                    text=f"quarantined: job {j['id']} was in flight when the worker "
+                    "re-registered, and nothing proves it is gone",
+                )
     if rebooted:
         for d in tx.all("devices_recoverable_on_worker", (host,)):
             tx.change("device_unquarantine", (d["id"],))
@@ -139,6 +140,8 @@ def register(tx: Tx, req: RegisterRequest, match_cache: MatchCache, th: Threshol
     labels.set_labels(
         tx, host, tuple(declared), req.labels, req.declared_labels, req.sheet, req.device_sheets
     )
+    if req.links is not None:
+        labels.set_links(tx, host, req.links)
     match_cache.invalidate()
     tx.schedule = True
     tx.notify("devices", "jobs")
@@ -257,7 +260,7 @@ def leave(
         else:
             tx.change("job_requeue", (j["id"],))
             requeued.append(j["id"])
-        tx.change("lease_release_by_job", (tx.now, j["id"]))
+        leases.release(tx, j["id"])
         tx.notify(f"job:{j['id']}")
     tx.exec("devices_to_unknown", (worker_id,))  # those ready or busy, maybe none
     if requeued:
@@ -271,8 +274,8 @@ def sweep(tx: Tx, th: Thresholds, started_at: float) -> int:
 
     Silence ≥ unknown_after: ready/busy devices → unknown. Silence ≥
     lost_after: devices → unhealthy/worker_lost and (unless retention mode)
-    their jobs lost. A lease past its expiry: released, its job lost, its
-    device quarantined lease_expired. During the startup grace after a
+    their jobs lost. A lease past its expiry: released with the job's other
+    leases, the job lost, each of its devices quarantined lease_expired. During the startup grace after a
     controller start nothing expires and no worker is written off. Returns how
     many things changed.
     """
@@ -299,30 +302,33 @@ def sweep(tx: Tx, th: Thresholds, started_at: float) -> int:
         for lease in tx.all("leases_expired", (tx.now,)):
             if th.retain and lease["kind"] == "job":
                 continue
-            tx.change("lease_release", (tx.now, lease["id"]))
-            job = tx.one("job_brief", (lease["job_id"],))
+            job_id = lease["job_id"]
+            # a job's leases go together: every device of it is in doubt
+            released = leases.release(tx, job_id)
+            job = tx.one("job_brief", (job_id,))
             if job is not None and job["state"] in ("assigned", "running"):
-                jobs.lose(tx, lease["job_id"], lease["device_id"], "lease expired")
-            events.record(
-                tx,
-                EventKind.LEASE_EXPIRED,
-                device_id=lease["device_id"],
-                job_id=lease["job_id"],
-                text="lease expired",
-            )
-            if devices.quarantine(
-                tx,
-                lease["device_id"],
-                QuarantineReason.LEASE_EXPIRED,
-                f"the lease of job {lease['job_id']} expired",
-            ):
+                jobs.lose(tx, job_id, released[0], "lease expired")
+            for device_id in released:
                 events.record(
                     tx,
-                    EventKind.DEVICE_UNHEALTHY,
-                    device_id=lease["device_id"],
-                    job_id=lease["job_id"],
-                    text="quarantined: lease expired",
+                    EventKind.LEASE_EXPIRED,
+                    device_id=device_id,
+                    job_id=job_id,
+                    text="lease expired",
                 )
+                if devices.quarantine(
+                    tx,
+                    device_id,
+                    QuarantineReason.LEASE_EXPIRED,
+                    f"the lease of job {job_id} expired",
+                ):
+                    events.record(
+                        tx,
+                        EventKind.DEVICE_UNHEALTHY,
+                        device_id=device_id,
+                        job_id=job_id,
+                        text="quarantined: lease expired",
+                    )
             changes += 1
     if changes:
         tx.notify("devices", "jobs")

@@ -1,4 +1,4 @@
--- Schema 2: jobs run as the people who submit them.
+-- Schema 3: jobs run as the people who submit them.
 --
 -- A token names the Unix user its jobs run as (a worker token none); a job
 -- records the Unix user it runs as, its submitter's at submit; a worker says
