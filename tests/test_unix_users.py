@@ -207,3 +207,11 @@ def test_explain_says_which_worker_runs_jobs_as_someone_else(tmp_path):
         assert "box-b runs jobs as carol only (" in got.reasons[0]
     finally:
         lb.close()
+
+
+def test_listings_name_the_unix_user_where_it_differs_from_the_submitter():
+    from rc.cli.output import job_who
+
+    assert job_who({"submitter": "alice", "unix_user": "alice"}) == "alice"
+    assert job_who({"submitter": "alice", "unix_user": "ml-svc"}) == "alice (as ml-svc)"
+    assert job_who({"submitter": "alice"}) == "alice"  # a controller from before Unix users
