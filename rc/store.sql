@@ -20,7 +20,12 @@ CREATE TABLE workers (
     instance          TEXT NOT NULL DEFAULT '',   -- the worker process's random id
     version           TEXT NOT NULL DEFAULT '',
     registered_at     REAL NOT NULL,
-    last_heartbeat_at REAL NOT NULL
+    last_heartbeat_at REAL NOT NULL,
+    -- whom it runs jobs as (RegisterRequest.run_as): '' every job as the job's
+    -- own Unix user (a worker running as root), else only that user's jobs
+    run_as            TEXT NOT NULL DEFAULT '',
+    shared_account    INTEGER NOT NULL DEFAULT 0 CHECK (shared_account IN (0, 1)),
+    allow_root_jobs   INTEGER NOT NULL DEFAULT 0 CHECK (allow_root_jobs IN (0, 1))
 ) STRICT;
 
 CREATE TABLE devices (
@@ -80,6 +85,7 @@ CREATE TABLE jobs (
     -- then the devices it was granted, in the order chosen (RC_DEVICES)
     count             INTEGER NOT NULL DEFAULT 1 CHECK (count BETWEEN 1 AND 64),
     device_ids        TEXT NOT NULL DEFAULT '[]' CHECK (json_type(device_ids) = 'array'),
+    unix_user         TEXT NOT NULL DEFAULT '',   -- schema 3: the Unix user it runs as
     CHECK (selector != '' OR device_id != ''),
     CHECK (kind = 'job' OR (cwd = '' AND env = '{}' AND idle_timeout = 0 AND stdio = '')),
     CHECK ((state IN ('succeeded', 'failed', 'killed', 'lost')) = (finished_at IS NOT NULL))
@@ -186,6 +192,7 @@ CREATE TABLE tokens (
     created_at  REAL NOT NULL,
     expires_at  REAL,
     revoked_at  REAL,
+    unix_user   TEXT NOT NULL DEFAULT '',         -- whom its jobs run as ('' for a worker)
     CHECK (role = 'worker' OR host = '')
 ) STRICT;
 

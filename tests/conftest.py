@@ -11,7 +11,17 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-from tests.harness import REPO, Cli, Controller, Worker, base_env, wait_until
+from tests.harness import (
+    REPO,
+    SYSTEM_PY,
+    TEST_USERS,
+    Cli,
+    Controller,
+    Worker,
+    base_env,
+    ensure_unix_user,
+    wait_until,
+)
 from tests.inprocess import Lab
 
 # CI is deterministic: the same examples every run, no example database, so a
@@ -90,6 +100,7 @@ def make_worker(tmp_path, env, pyz) -> Iterator:
         config: Path | None = None,
         worker_env: dict[str, str] | None = None,
         launcher: list[str] | None = None,
+        shared_account: bool = True,
     ) -> Worker:
         tok = token or ctl.token(f"worker-{host}-{len(made)}", "worker")
         w = Worker(
@@ -103,6 +114,7 @@ def make_worker(tmp_path, env, pyz) -> Iterator:
             pyz=pyz,
             config=config,
             launcher=launcher,
+            shared_account=shared_account,
         )
         seen = len(w.log())  # the log file is shared by worker processes of a host
         w.start()
@@ -150,3 +162,31 @@ def lab(tmp_path):
     yield make
     for lb in made:
         lb.close()
+
+
+@pytest.fixture(scope="session")
+def unix_users() -> tuple[str, ...]:
+    """The real Unix users of the identity tests (tests.harness.TEST_USERS),
+    created with useradd when missing. Needs root, as CI runs (.ci/run)."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to create Unix users (CI runs as root)")
+    if not os.path.exists(SYSTEM_PY):
+        pytest.skip(f"needs {SYSTEM_PY}, an interpreter every user may run")
+    for name in TEST_USERS:
+        ensure_unix_user(name)
+    return TEST_USERS
+
+
+@pytest.fixture(scope="session")
+def public_pyz(pyz) -> Iterator[Path]:
+    """The zipapp in a directory every user may read (pytest's own are 0700)."""
+    import shutil
+    import tempfile
+
+    where = Path(tempfile.mkdtemp(prefix="rc-public-", dir="/tmp"))
+    where.chmod(0o755)
+    copy = where / "rc.pyz"
+    shutil.copyfile(pyz, copy)
+    copy.chmod(0o644)
+    yield copy
+    shutil.rmtree(where, ignore_errors=True)

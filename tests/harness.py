@@ -9,6 +9,7 @@ stopped: terminate → wait(timeout) → kill.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -70,7 +71,10 @@ def stop_process(proc: subprocess.Popen, timeout: float = 15.0, sig: int = signa
 
 
 def base_env(home: Path) -> dict[str, str]:
-    """An environment isolated from the developer's: own HOME and config dirs."""
+    """An environment isolated from the developer's: own HOME and config dirs,
+    and its own default local socket (RC_SOCKET: a short path, as a Unix
+    socket's must be, where an `rc up` run as root listens instead of
+    /run/rc/rc.sock)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RC_")}
     tmp = home / "tmp"  # worker host locks and spools live here, not in a shared /tmp
     tmp.mkdir(parents=True, exist_ok=True)
@@ -82,13 +86,22 @@ def base_env(home: Path) -> dict[str, str]:
             "XDG_DATA_HOME": str(home / ".local" / "share"),
             "PYTHONUNBUFFERED": "1",
             "PYTHONPATH": str(REPO),
+            "RC_SOCKET": short_socket_path(home),
         }
     )
     return env
 
 
+def short_socket_path(where: Path) -> str:
+    """A Unix socket path of its own for `where` (a test's directory), short
+    enough for the kernel's 107-byte limit, in /tmp."""
+    digest = hashlib.sha256(str(where).encode()).hexdigest()[:16]
+    return f"/tmp/rc-test-{digest}.sock"
+
+
 class Controller:
-    """`rc serve` on 127.0.0.1:0 over `data`; `extra` are more serve flags."""
+    """`rc serve` on 127.0.0.1:0 over `data`; `extra` are more serve flags.
+    `socket`: the local socket's path ("": none, the default)."""
 
     def __init__(
         self,
@@ -96,11 +109,13 @@ class Controller:
         env: dict[str, str],
         extra: list[str] | None = None,
         listen: str = "127.0.0.1:0",
+        socket: str = "",
     ) -> None:
         self.data = data
         self.env = env
         self.extra = extra or []
         self.listen = listen
+        self.socket = socket
         self.proc: subprocess.Popen | None = None
         self.url = ""
         self.log_path = data.parent / f"{data.name}-serve.log"
@@ -121,6 +136,8 @@ class Controller:
                     str(self.data),
                     "--ready-fd",
                     str(w),
+                    "--socket",
+                    self.socket,
                     *self.extra,
                 ],
                 env=self.env,
@@ -176,7 +193,13 @@ class Controller:
 
 
 class Worker:
-    """A worker process (from the zipapp under python3 -I by default)."""
+    """A worker process (from the zipapp under python3 -I by default).
+
+    `shared_account` (the default here): every job runs as the worker's own
+    user (root, in CI), whoever submitted it, as the tests' many identities
+    (alice, bob, ...) have no Unix accounts of their own. The tests of
+    identity itself (tests/test_identity_e2e.py) give False: jobs run as
+    their real users."""
 
     def __init__(
         self,
@@ -190,8 +213,10 @@ class Worker:
         pyz: Path | None = None,
         config: Path | None = None,
         launcher: list[str] | None = None,
+        shared_account: bool = True,
     ) -> None:
         self.launcher = launcher or []  # e.g. ["nohup"]: what the worker is started under
+        self.shared_account = shared_account
         self.url, self.token, self.workdir, self.env = url, token, workdir, dict(env)
         self.host, self.devices, self.extra, self.pyz = host, devices, extra or [], pyz
         self.config = config
@@ -216,6 +241,8 @@ class Worker:
             args += ["--devices", self.devices]
         if self.config:
             args += ["--config", str(self.config)]
+        if self.shared_account:
+            args.append("--shared-account")
         return self.launcher + base + args + self.extra
 
     def start(self) -> Worker:
@@ -308,3 +335,86 @@ def pid_alive(pid: int) -> bool:
         return state not in ("Z", "X")
     except (OSError, IndexError):
         return False
+
+
+# -- real Unix users (jobs run as the people who submit them) ----------------------
+
+TEST_USERS = ("rc-test-alice", "rc-test-bob")
+"""The Unix users the identity tests create (tests/conftest.py unix_users)."""
+SYSTEM_PY = "/usr/bin/python3"
+"""An interpreter every user may run (this venv's lives under /root, 0700)."""
+RUNUSER = "/usr/sbin/runuser"
+"""util-linux's runuser: run a command as another user (root only)."""
+USERADD_WAIT_S = 60.0
+
+
+def ensure_unix_user(name: str) -> None:
+    """Create Unix user `name` (home under /home, shell /bin/sh) unless it
+    exists. Idempotent, and patient with another useradd holding the
+    password files' lock (several test runs share the machine)."""
+    import pwd
+
+    deadline = time.monotonic() + USERADD_WAIT_S
+    while True:
+        try:
+            pwd.getpwnam(name)
+            return
+        except KeyError:
+            pass
+        done = subprocess.run(
+            ["/usr/sbin/useradd", "--create-home", "--shell", "/bin/sh", name],
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
+        if done.returncode in (0, 9):  # 9: it exists (made meanwhile by another run)
+            continue
+        if time.monotonic() > deadline:
+            raise AssertionError(f"useradd {name} failed: {done.stderr.decode(errors='replace')}")
+        time.sleep(0.2)  # the password files are locked by another useradd: try again
+
+
+class UserCli:
+    """The CLI of the zipapp `pyz` (in a directory every user may read) run
+    as Unix user `name` with `runuser`, from its home directory, with an
+    environment of its own: its HOME, no RC_TOKEN, and `env` on top
+    (RC_SOCKET, RC_CONTROLLER...)."""
+
+    def __init__(self, name: str, pyz: Path, env: dict[str, str] | None = None) -> None:
+        import pwd
+
+        entry = pwd.getpwnam(name)
+        self.name, self.uid, self.home = name, entry.pw_uid, entry.pw_dir
+        self.pyz = pyz
+        self.env = {
+            "PATH": "/usr/local/bin:/usr/bin:/bin",
+            "HOME": entry.pw_dir,
+            "LANG": "C.UTF-8",
+            **(env or {}),
+        }
+
+    def command(self, *args: str) -> list[str]:
+        return [RUNUSER, "-u", self.name, "--", SYSTEM_PY, "-I", str(self.pyz), *args]
+
+    def run(
+        self, *args: str, timeout: float = 60.0, input: bytes | None = None, cwd: str | None = None
+    ) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            self.command(*args),
+            env=self.env,
+            cwd=cwd or self.home,
+            capture_output=True,
+            timeout=timeout,
+            input=input,
+            check=False,
+        )
+
+    def popen(self, *args: str, **kw) -> subprocess.Popen:
+        return subprocess.Popen(
+            self.command(*args),
+            env=self.env,
+            cwd=kw.pop("cwd", self.home),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            **kw,
+        )

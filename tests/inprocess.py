@@ -74,15 +74,19 @@ class Lab:
         devices: dict[str, tuple[int, dict[str, str]]],
         boot_id: str = "boot-1",
         links: tuple[DeviceLink, ...] | None = None,
+        **runs_as,
     ) -> None:
         """Register `host` with {name: (ceiling seconds, detected labels)} and
-        its topology (`links`; None keeps what is stored)."""
+        its topology (`links`; None keeps what is stored); `runs_as`:
+        RegisterRequest's run_as, shared_account, allow_root_jobs (default: a
+        root worker running each job as its own user)."""
         req = RegisterRequest(
             host=host,
             boot_id=boot_id,
             devices=tuple(DeviceDecl(name, ceiling) for name, (ceiling, _) in devices.items()),
             labels={name: dict(labels) for name, (_, labels) in devices.items()},
             links=links,
+            **runs_as,
         )
         self.write(workers.register, req, self.ctl.match_cache, self.ctl.thresholds)
 

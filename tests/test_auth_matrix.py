@@ -117,6 +117,7 @@ def reg(w: World):
     return "/v1/workers/register", {
         "host": w.host,
         "devices": [{"name": f"cpu{i}"} for i in range(6)],
+        "allow_root_jobs": True,  # the admin's jobs run as root, the controller's user
     }
 
 

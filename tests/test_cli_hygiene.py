@@ -5,7 +5,6 @@ input, and exit codes (each test names the report it comes from)."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from subprocess import DEVNULL
 
 import pytest
@@ -326,13 +325,15 @@ def test_cp_is_listed_as_rc_cp(box):
     ctl, users, _admin = box
     ann = users["ann"]
     (ann.cwd / "notes.txt").write_text("hello\n")
-    (Path(ann.env["HOME"]) / "cp-into").mkdir()  # rc cp makes no directories
-    res = ann.run("cp", "notes.txt", "hy:cpu1:cp-into/")
+    into = ann.cwd / "cp-into"  # absolute: a job's HOME is its user's, not the test's
+    into.mkdir()  # rc cp makes no directories
+    res = ann.run("cp", "notes.txt", f"hy:cpu1:{into}/")
     assert res.returncode == 0, res.stderr
+    assert (into / "notes.txt").read_text() == "hello\n"
     copies = [j for j in ctl.client().get("/v1/jobs")["jobs"] if j["stdio"] == "pipe"]
-    assert copies and copies[0]["reason"] == "rc cp notes.txt hy:cpu1:cp-into/"
+    assert copies and copies[0]["reason"] == f"rc cp notes.txt hy:cpu1:{into}/"
     row = _row(ann.run("jobs", check=True).stdout, copies[0]["id"])
-    assert row.endswith("rc cp notes.txt hy:cpu1:cp-into/") and "sh -c" not in row
+    assert "  rc cp notes.txt hy:cpu1:/" in row and "sh -c" not in row  # cut to 60: a long path
     described = ann.run("describe", "hy:cpu1", check=True).stdout.decode()
     assert f"{copies[0]['id']}  succeeded" in described and "rc cp notes.txt" in described
 
@@ -340,7 +341,12 @@ def test_cp_is_listed_as_rc_cp(box):
 def test_whoami_prints_json(box):
     """Report 14: `rc whoami -o json` was refused."""
     _ctl, users, _admin = box
-    assert users["ann"].json("whoami") == {"name": "ann", "role": "user", "host": ""}
+    assert users["ann"].json("whoami") == {
+        "name": "ann",
+        "role": "user",
+        "host": "",
+        "unix_user": "ann",
+    }
 
 
 def _complete(cli: Cli, line: str, tmp) -> set[str]:

@@ -173,6 +173,7 @@ def test_rc_hold_waits_on_when_its_hold_goes_back_to_the_queue(controller, env, 
 
     def register(instance: str) -> None:
         body = {"host": "hand", "devices": [{"name": "cpu0"}], "instance": instance}
+        body["allow_root_jobs"] = True  # a root worker: the admin's jobs run as root
         worker.post("/v1/workers/register", body)
 
     register("one")
@@ -227,7 +228,8 @@ def test_rc_run_says_its_job_went_back_to_the_queue_and_names_where_it_runs(
     def register(instance: str, names: tuple[str, ...]) -> None:
         devices = [{"name": n} for n in names]
         worker.post(
-            "/v1/workers/register", {"host": "back", "devices": devices, "instance": instance}
+            "/v1/workers/register",
+            {"host": "back", "devices": devices, "instance": instance, "allow_root_jobs": True},
         )
 
     def report(job_id: int, state: str, **more) -> None:

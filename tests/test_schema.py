@@ -251,6 +251,32 @@ def test_the_oldest_schema_plus_every_migration_is_store_sql(tmp_path):
     fresh.close()
 
 
+def test_old_tokens_and_jobs_take_their_own_name_as_unix_user(tmp_path):
+    """Schema 3: a token's jobs run as the Unix user of its name (a worker
+    token none), an old job as its submitter, and an old worker says nothing
+    of whom it runs jobs as until it registers again."""
+    conn = _old_database(tmp_path / "rc.db")
+    conn.execute(
+        "INSERT INTO tokens (name, role, secret_hash, created_at) VALUES "
+        "('alice', 'user', 'h1', 0), ('gpu-1', 'worker', 'h2', 0), ('admin', 'admin', 'h3', 0)"
+    )
+    conn.execute(
+        "INSERT INTO jobs (kind, state, submitter, selector, command, submitted_at, "
+        "queued_at) VALUES ('job', 'queued', 'bob', '*', '[\"true\"]', 4, 4)"
+    )
+    conn.execute(
+        "INSERT INTO workers (id, host, registered_at, last_heartbeat_at) VALUES ('h', 'h', 0, 0)"
+    )
+    conn.close()
+    conn = _schema_db(tmp_path / "rc.db")
+    got = dict(conn.execute("SELECT name, unix_user FROM tokens"))
+    assert got == {"alice": "alice", "gpu-1": "", "admin": "admin"}
+    assert conn.execute("SELECT unix_user FROM jobs").fetchall() == [("bob",)]
+    worker = conn.execute("SELECT run_as, shared_account, allow_root_jobs FROM workers").fetchone()
+    assert worker == ("", 0, 0)
+    conn.close()
+
+
 def test_a_job_of_the_old_schema_reads_back_after_the_migration(tmp_path):
     """Every job and lease is kept: an old job has count 1 and its one device."""
     from rc.controller.store import rows

@@ -25,7 +25,8 @@ def lab(tmp_path):
 
 def _token(lab: Lab, name: str, role: Role = Role.USER) -> str:
     secret = new_secret()
-    lab.write(tokens.create, name, role, hash_secret(secret), "admin", None)
+    unix_user = "" if role is Role.WORKER else name
+    lab.write(tokens.create, name, role, hash_secret(secret), "admin", None, unix_user)
     return secret
 
 
@@ -64,7 +65,7 @@ def test_revoke_cancels_the_queued_jobs_of_its_name_and_no_others(lab):
 def test_the_token_map_follows_each_change_in_place():
     """Found reading the code: each token create rebuilt the whole map (O(n))."""
     cache = TokenCache()
-    row = {"id": 1, "name": "a", "role": "user", "host": "", "expires_at": None}
+    row = {"id": 1, "name": "a", "role": "user", "host": "", "expires_at": None, "unix_user": "a"}
     rows = [dict(row, id=i, name=f"t{i}", secret_hash=f"h{i}", revoked_at=None) for i in range(3)]
     cache.load(rows)
     assert len(cache) == 3

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import re
 import signal
 import socket
@@ -15,7 +16,7 @@ from contextlib import contextmanager
 import pytest
 
 from rc.proto.client import Client
-from tests.harness import PY, REPO, Cli, pid_alive, stop_process, wait_until
+from tests.harness import PY, REPO, Cli, pid_alive, short_socket_path, stop_process, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -292,10 +293,11 @@ def _recipe() -> list[str]:
     return [" ".join(c.split()) for c in textwrap.dedent(block).replace("\\\n", " ").splitlines()]
 
 
-def test_readme_recipe_for_running_the_two_parts_yourself(tmp_path, env):
+def test_readme_recipe_for_running_the_two_parts_yourself(tmp_path, env, unix_users):
     """Found by a new user: the recipe's worker read DIR/worker.token, which
     nothing had written. Every command is run as written (DIR and the port
-    replaced)."""
+    replaced). The worker runs as root, so the user's job runs as that user
+    (a real one: its token maps to rc-test-alice)."""
     serve_line, token_line, worker_line = _recipe()
     assert serve_line.startswith("rc serve ") and worker_line.startswith("rc worker ")
     with socket.socket() as s:
@@ -356,12 +358,13 @@ def test_readme_recipe_for_running_the_two_parts_yourself(tmp_path, env):
             ]
 
         wait_until(ready, 60, "the worker's devices to be ready")
-        me = admin.post("/v1/tokens", {"name": "me", "role": "user"})["secret"]
-        with_user = dict(env, RC_CONTROLLER=url, RC_TOKEN=me)
+        alice = unix_users[0]
+        me = admin.post("/v1/tokens", {"name": "me", "role": "user", "unix_user": alice})
+        with_user = dict(env, RC_CONTROLLER=url, RC_TOKEN=me["secret"])
         res = subprocess.run(
             [PY, "-m", "rc", *HELLO],
             env=with_user,
-            cwd=tmp_path,
+            cwd=pwd.getpwnam(alice).pw_dir,  # a directory the job's user may enter
             capture_output=True,
             timeout=60,
             check=False,
@@ -391,7 +394,10 @@ def test_a_second_one_box_on_one_machine_takes_its_own_host_name(user, env, tmp_
     up = user.run("up", "-d", "--listen", "127.0.0.1:0", "--devices", "1", timeout=120)
     assert up.returncode == 0, up.stderr
     d2 = tmp_path / "d2"
-    second = ("up", "-d", "--data", str(d2), "--listen", "127.0.0.1:0", "--devices", "1")
+    second = (
+        "up", "-d", "--data", str(d2), "--listen", "127.0.0.1:0", "--devices", "1",
+        "--socket", short_socket_path(d2),  # as root, the first has the default socket
+    )  # fmt: skip
     res = user.run(*second, timeout=120)
     assert res.returncode == 1
     assert b"another rc worker for host" in res.stderr and b"--host NAME" in res.stderr
@@ -530,7 +536,7 @@ def test_a_second_one_box_comes_back_on_its_own_port_named_by_rc_controller(user
     try:
         res = second.run(
             "up", "-d", "--data", str(d2), "--listen", f"127.0.0.1:{port}", "--devices", "1",
-            "--host", "box2", timeout=120,
+            "--host", "box2", "--socket", short_socket_path(d2), timeout=120,
         )  # fmt: skip
         assert res.returncode == 0, res.stderr
         assert b"points at" not in res.stderr, res.stderr

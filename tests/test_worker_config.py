@@ -410,7 +410,8 @@ def test_example_config_lists_every_key_with_its_default(tmp_path):
     keys = (
         wc._DURATIONS
         | wc._STRINGS
-        | {"require_manual_clear", "spool_max_bytes", "labels", "hooks", "devices"}
+        | wc._BOOLS
+        | {"pass_env", "spool_max_bytes", "labels", "hooks", "devices"}
     )
     listed, commented, lines = set(), set(), []
     for line in top.splitlines():

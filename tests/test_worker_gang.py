@@ -171,8 +171,12 @@ def test_leftovers_fault_one_device_or_all_of_them():
 
 def _context(tmp_path, faults, results, uuids=None) -> JobContext:
     return JobContext(
-        cfg=WorkerConfig(
-            host="box", kill_grace=0.5, verify_dir=str(tmp_path / "verify.d"), verify_timeout=10
+        cfg=WorkerConfig(  # every job as this process's own user ("alice" has no account here)
+            host="box",
+            kill_grace=0.5,
+            verify_dir=str(tmp_path / "verify.d"),
+            verify_timeout=10,
+            shared_account=True,
         ),
         clock=FakeClock(),
         client=None,

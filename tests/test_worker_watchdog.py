@@ -138,7 +138,13 @@ class _Worker:
         self.faults: list[tuple] = []
         self.results: queue.Queue[Result] = queue.Queue()
         self.ctx = JobContext(
-            cfg=WorkerConfig(host="box", kill_grace=0.5, verify_dir=str(tmp_path / "none")),
+            # every job as this process's own user ("alice" has no account here)
+            cfg=WorkerConfig(
+                host="box",
+                kill_grace=0.5,
+                verify_dir=str(tmp_path / "none"),
+                shared_account=True,
+            ),
             clock=self.clock,
             client=None,  # only tty and pipe jobs reach the controller themselves
             markers={"RC_HOST": "box", "RC_WORKER_INSTANCE": uuid.uuid4().hex},

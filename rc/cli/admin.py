@@ -39,6 +39,13 @@ def add_parsers(sub) -> None:
     )
     c.add_argument("name", metavar="NAME", help="the token's name: the submitter of its jobs")
     c.add_argument(
+        "--unix-user",
+        default="",
+        metavar="USER",
+        help="the Unix user its jobs run as (default: NAME, which must then be a Unix user "
+        "name; root only when given here; not for a worker token)",
+    )
+    c.add_argument(
         "--role",
         choices=("user", "worker", "admin"),
         default="user",
@@ -56,7 +63,8 @@ def add_parsers(sub) -> None:
     ls = tsub.add_parser(
         "list",
         help="tokens without their secrets",
-        description="Every token: name, role, status, bound host, dates, creator; never a secret.",
+        description="Every token: name, role, the Unix user its jobs run as, status, bound "
+        "host, dates, creator; never a secret.",
     )
     add_output_flag(ls)
     add_client_flags(ls)
@@ -78,7 +86,8 @@ def add_parsers(sub) -> None:
     p = sub.add_parser(
         "whoami",
         help="which token you are using",
-        description="The name, role (and, for a worker token, host) of the token this rc uses.",
+        description="The name and role of the token this rc uses, the Unix user its jobs "
+        "run as (and, for a worker token, its host).",
     )
     add_output_flag(p)
     add_client_flags(p)
@@ -173,6 +182,8 @@ def cmd_token_create(args: argparse.Namespace) -> int:
             "expires; leave --expires out for that, or give a lifetime (e.g. 30d)"
         )
     body = {"name": args.name, "role": args.role, "expires_in_seconds": args.expires or 0}
+    if args.unix_user:
+        body["unix_user"] = args.unix_user
     made = client(args).post("/v1/tokens", body)
     print(made["secret"])
     return 0
@@ -194,6 +205,7 @@ def cmd_token_list(args: argparse.Namespace) -> int:
             (
                 t["name"],
                 t["role"],
+                t.get("unix_user"),
                 status,
                 t.get("host"),
                 when(t["created_at"]),
@@ -201,7 +213,7 @@ def cmd_token_list(args: argparse.Namespace) -> int:
                 t.get("created_by"),
             )
         )
-    table(("NAME", "ROLE", "STATUS", "HOST", "CREATED", "EXPIRES", "BY"), rows)
+    table(("NAME", "ROLE", "UNIX USER", "STATUS", "HOST", "CREATED", "EXPIRES", "BY"), rows)
     return 0
 
 
@@ -216,7 +228,12 @@ def cmd_whoami(args: argparse.Namespace) -> int:
     if args.output == "json":
         print_json(me)
         return 0
-    print(f"{me['name']} ({me['role']}" + (f", host {me['host']})" if me.get("host") else ")"))
+    extra = [me["role"]]
+    if me.get("host"):
+        extra.append(f"host {me['host']}")
+    if me.get("unix_user"):
+        extra.append(f"runs jobs as {me['unix_user']}")
+    print_line(f"{me['name']} ({', '.join(extra)})")
     return 0
 
 

@@ -1,7 +1,9 @@
 """Where the client finds its controller and token (README "Configuration").
 
-Controller URL: RC_CONTROLLER, else `controller` in the config file, else
-http://127.0.0.1:8080. Token: RC_TOKEN, else `token` in the config file.
+Controller URL: RC_CONTROLLER, else `controller` in the config file (""
+when neither names one: rc.cli.context then uses the default local socket
+when it exists, else http://127.0.0.1:8080). Token: RC_TOKEN, else `token`
+in the config file.
 CA bundle for https: RC_CACERT, else `cacert` (a relative path there is
 relative to the config file's directory). The config file is
 $RC_CONFIG, else $XDG_CONFIG_HOME/rc/config.toml (~/.config/rc/config.toml),
@@ -36,7 +38,8 @@ KEYS = ("controller", "token", "cacert")
 
 @dataclass(frozen=True, slots=True)
 class ClientConfig:
-    """The effective client settings and where each came from."""
+    """The effective client settings and where each came from (controller
+    and token "" when nothing names them)."""
 
     controller: str
     token: str
@@ -115,7 +118,7 @@ def load() -> ClientConfig:
         # a relative path in the file is relative to the file, not to where rc runs
         cacert = str(path.parent / os.path.expanduser(file["cacert"]))
     return ClientConfig(
-        controller=pick("RC_CONTROLLER", "controller", DEFAULT_CONTROLLER),
+        controller=pick("RC_CONTROLLER", "controller"),
         token=pick("RC_TOKEN", "token"),
         cacert=cacert,
         path=path,

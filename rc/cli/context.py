@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 from rc.cli import config as client_config
 from rc.cli.output import one_line
+from rc.proto import localsocket
 from rc.proto.client import Client
 from rc.proto.duration import DurationError, parse_duration
 from rc.proto.errors import RcError
@@ -46,15 +47,44 @@ def valid_token_text(token: str) -> bool:
     return token.isascii() and token.isprintable() and " " not in token
 
 
+def _socket_of(args: argparse.Namespace, cfg: client_config.ClientConfig) -> str | None:
+    """The local socket `client(args)` takes its URL (and token) from, or
+    None: the controller named (flag, RC_CONTROLLER, config file) when it
+    is unix:///PATH, else the default socket when nothing names a
+    controller and it exists. Raises RcError for a malformed unix:// one."""
+    named = getattr(args, "controller", None) or cfg.controller
+    if named:
+        return localsocket.socket_path(named)
+    default = localsocket.default_socket()
+    return default if os.path.exists(default) else None
+
+
 def client(args: argparse.Namespace, *, timeout: float = 60.0) -> Client:
-    """A Client for the configured controller, honouring --controller/--token."""
+    """A Client for the configured controller, honouring --controller/--token.
+
+    A `unix:///PATH` controller (or none configured while the default local
+    socket exists) is asked for this Unix user's token and the controller's
+    URL (rc.cli.localsocket); a token given by --token, RC_TOKEN or the
+    config file is used instead of the socket's."""
     cfg = client_config.load()
-    url = getattr(args, "controller", None) or cfg.controller
     token = getattr(args, "token", None) or cfg.token
     cacert = getattr(args, "cacert", None) or cfg.cacert or None
+    path = _socket_of(args, cfg)
+    if path is not None:
+        from rc.cli.localsocket import LocalClient, session
+
+        got = session(path)
+        if not token:
+            return LocalClient(path, got, timeout=timeout, cacert=cacert)
+        url = got.url
+    else:
+        url = (
+            getattr(args, "controller", None) or cfg.controller or client_config.DEFAULT_CONTROLLER
+        )
     if not token:
         raise RcError(
-            f'no token: set RC_TOKEN, or put token = "..." in {cfg.path} (rc up writes one)'
+            f'no token: set RC_TOKEN, or put token = "..." in {cfg.path} (rc up writes one; '
+            f"on the controller's own box, RC_CONTROLLER=unix:///PATH names its local socket)"
         )
     if not valid_token_text(token):
         raise RcError(
@@ -65,12 +95,20 @@ def client(args: argparse.Namespace, *, timeout: float = 60.0) -> Client:
 
 
 def token_source(args: argparse.Namespace) -> str:
-    """Where `client(args)` takes its token from: "--token", "RC_TOKEN" or the
-    config file's path, for a refused token's message."""
+    """Where `client(args)` takes its token from: "--token", "RC_TOKEN", the
+    config file's path or the local socket, for a refused token's message."""
     if getattr(args, "token", None):
         return "--token"
     if os.environ.get("RC_TOKEN", "").strip():
         return "RC_TOKEN"
+    cfg = client_config.load()
+    if not cfg.token:
+        try:
+            path = _socket_of(args, cfg)
+        except RcError:
+            path = None
+        if path is not None:
+            return f"the local socket {path}"
     return str(client_config.config_path())
 
 

@@ -39,20 +39,22 @@ def ensure_token(admin, name: str, role: str) -> str:
     return admin.post("/v1/tokens", {"name": name, "role": role})["secret"]
 
 
-def _user_token(admin, name: str) -> tuple[str, str]:
-    """A fresh user token named `name` for the client config, and words for
-    the message. The name is the identity: an existing live user token of
+def _user_token(admin, name: str, unix_user: str) -> tuple[str, str]:
+    """A fresh user token named `name` for the client config, whose jobs run
+    as `unix_user` (the user running rc up; "": the name), and words for the
+    message. The name is the identity: an existing live user token of
     that name (the one a lost or broken config held) is replaced, revoked
     with keep_jobs and made again, so its jobs stay the user's own and no
     token piles up. A token of that name with another role (an admin token
     named after the user) is left alone and the first free name like it is
     used, which the words say. Raises RcError when there is none."""
     held = {t["name"]: t["role"] for t in admin.get("/v1/tokens")["tokens"] if not t["revoked_at"]}
+    body = {"role": "user", "unix_user": unix_user} if unix_user else {"role": "user"}
     if held.get(name, "user") == "user":
         replaced = name in held
         if replaced:
             admin.delete(f"/v1/tokens/{segment(name)}", params={"keep_jobs": "true"})
-        secret = admin.post("/v1/tokens", {"name": name, "role": "user"})["secret"]
+        secret = admin.post("/v1/tokens", {"name": name, **body})["secret"]
         if replaced:
             return secret, (
                 f"a new token for {name}, which replaces the old one of that name; "
@@ -62,9 +64,20 @@ def _user_token(admin, name: str) -> tuple[str, str]:
     for n in range(1, 100):
         candidate = f"{name}-{n}"
         if candidate not in held:
-            secret = admin.post("/v1/tokens", {"name": candidate, "role": "user"})["secret"]
+            secret = admin.post("/v1/tokens", {"name": candidate, **body})["secret"]
             return secret, f"a user token for {candidate}: {name} is a {held[name]} token"
     raise RcError(f"could not find a free token name like {name!r}")
+
+
+def _login_name() -> str:
+    """The Unix user running rc up, whose jobs its user token runs ("" when
+    the password database does not know this uid)."""
+    import pwd
+
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        return ""
 
 
 def write_secret(path: Path, secret: str) -> None:
@@ -117,7 +130,7 @@ def ensure_client_config(admin, url: str) -> bool:
     existing = client_config.read_file(cfg_path) if problem is None else {}
 
     def write(what: str) -> None:
-        user_token, words = _user_token(admin, _token_name(getpass.getuser()))
+        user_token, words = _user_token(admin, _token_name(getpass.getuser()), _login_name())
         client_config.write_config(cfg_path, url, user_token, existing.get("cacert", ""))
         stderr(f"{what} (controller {url}, {words})")
 

@@ -32,6 +32,7 @@ __all__ = [
     "job_state",
     "job_target",
     "job_what",
+    "job_who",
     "machine",
     "on_devices",
     "one_line",
@@ -275,6 +276,14 @@ def on_devices(job: Mapping[str, Any]) -> str:
     """The devices a job has (or pins), shortened: "box:gpu0..3", "box:cpu2,cpu0"."""
     ids = job.get("device_ids") or ([job["device_id"]] if job.get("device_id") else [])
     return device_list(ids)
+
+
+def job_who(job: Mapping[str, Any]) -> str:
+    """A listing's SUBMITTER column: the submitter, with the Unix user its
+    job runs as where that differs ("alice (as ml-svc)")."""
+    who = job.get("submitter", "")
+    unix = job.get("unix_user") or ""
+    return f"{who} (as {unix})" if unix and unix != who else who
 
 
 def job_target(job: Mapping[str, Any]) -> str:

@@ -390,7 +390,14 @@ def cmd_run_tty(args: argparse.Namespace, command: list[str]) -> int:
             return 130
         stderr(f"job {job['id']} on {on_devices(job)}")
         term.raw()  # from here every key, Ctrl-C included, is for the far side
-        up, down = open_halves(c, f"/v1/jobs/{job['id']}")
+        try:
+            up, down = open_halves(c, f"/v1/jobs/{job['id']}")
+        except ApiError as e:
+            if e.code != "session_ended":
+                raise
+            # it ended before its terminal was up (it could not start): say how
+            term.restore()
+            return exit_status(_final_job(c, job["id"], True))
         clean = splice(up, down, term, _job_over(c, job["id"]))
     return exit_status(_final_job(c, job["id"], clean))
 

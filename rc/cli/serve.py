@@ -13,9 +13,10 @@ import importlib
 import os
 
 from rc.cli.context import UsageError, duration_seconds
+from rc.proto import localsocket
 from rc.proto.errors import RcError
 
-__all__ = ["add_parsers"]
+__all__ = ["add_parsers", "default_socket"]
 
 
 def _in_range(parse, lo: float, hi: float, allowed: str, zero_ok: bool = False):
@@ -65,6 +66,21 @@ def add_parsers(sub) -> None:
         default="/var/lib/rc",
         metavar="DIR",
         help="data directory: rc.db, logs/, admin.token (default %(default)s)",
+    )
+    p.add_argument(
+        "--socket",
+        default=None,
+        metavar="PATH",
+        help="also listen on this Unix socket, where local users get a token for their own "
+        "Unix user from the kernel (default: $RC_SOCKET or /run/rc/rc.sock as root, "
+        "DATA/rc.sock otherwise; '' for none)",
+    )
+    p.add_argument(
+        "--local-users",
+        default="all",
+        metavar="all|group:NAME",
+        help="who may take a token from the socket: every local user (default), or the "
+        "members of group NAME (root always may)",
     )
     p.add_argument("--certfile", default="", help="TLS certificate (PEM); enables https")
     p.add_argument("--keyfile", default="", help="TLS private key (PEM)")
@@ -195,6 +211,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     cfg = config.ControllerConfig(
         data_dir=args.data,
         listen=args.listen,
+        socket=default_socket(args.data) if args.socket is None else args.socket,
+        local_users=args.local_users,
         certfile=args.certfile,
         keyfile=args.keyfile,
         webhook_url=args.webhook_url,
@@ -214,6 +232,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
         limits=config.Limits(log_cap_bytes=args.log_cap),
     )
     return serve.run(cfg, args.ready_fd)
+
+
+def default_socket(data_dir: str) -> str:
+    """Where `rc serve` listens for local users unless told: $RC_SOCKET or
+    /run/rc/rc.sock when run as root (every local user can reach it),
+    DATA/rc.sock otherwise (inside the private data dir: only its owner)."""
+    if os.geteuid() == 0:
+        return localsocket.default_socket()
+    return os.path.join(data_dir, "rc.sock")
 
 
 def cmd_worker(args: argparse.Namespace) -> int:

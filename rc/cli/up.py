@@ -12,6 +12,7 @@ the next `rc up` there.
 from __future__ import annotations
 
 import argparse
+import getpass
 import ipaddress
 import json
 import os
@@ -81,6 +82,14 @@ def add_parsers(sub) -> None:
         metavar="NAME",
         help="the worker's host name (default: this machine's short name); a second "
         "rc up on one machine needs its own",
+    )
+    p.add_argument(
+        "--socket",
+        default=None,
+        metavar="PATH",
+        help="the controller's local socket, where local users get a token from the kernel "
+        "(default: $RC_SOCKET or /run/rc/rc.sock as root, DATA/rc.sock otherwise; a second "
+        "one-box run as root needs its own)",
     )
     p.add_argument("--certfile", default="", help="TLS certificate for the controller")
     p.add_argument("--keyfile", default="", help="TLS private key for the controller")
@@ -193,7 +202,7 @@ def _say_out_of_pool(
         stderr(f"no device of {host} takes jobs now: rc run waits in the queue until one returns")
 
 
-SETTINGS = ("listen", "devices", "host")
+SETTINGS = ("listen", "devices", "host", "socket")
 """What up.json keeps of an rc up once its processes are stopped, for the next
 one in that data dir (unless given again)."""
 
@@ -293,6 +302,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             )
     devices = args.devices or st.get("devices") or "auto"
     host = args.host or st.get("host") or ""
+    sock_path = args.socket if args.socket is not None else st.get("socket")
     if serve_pid and worker_pid:
         # Not an error: `pip install . && rc up -d && rc run ...` can be re-run.
         host = host or _default_host()
@@ -329,6 +339,8 @@ def cmd_up(args: argparse.Namespace) -> int:
             if worker_pid and st.get("url"):  # the running worker keeps dialling this address
                 listen = st["url"].rpartition("//")[2]
             cmd = [sys.executable, "-m", "rc", "serve", "--listen", listen, "--data", str(data)]
+            if sock_path is not None:
+                cmd += ["--socket", sock_path]
             if args.certfile:
                 cmd += ["--certfile", args.certfile, "--keyfile", args.keyfile]
             controller, url = spawn_ready(cmd, serve_log, args.detach, "controller", serve_log_path)
@@ -356,6 +368,9 @@ def cmd_up(args: argparse.Namespace) -> int:
                 "--host",
                 host,
             ]
+            if os.geteuid() == 0:
+                # root's own jobs on its own box run; everyone else's run as them
+                cmd.append("--allow-root-jobs")
             worker, _ = spawn_ready(cmd, worker_log, args.detach, "worker", worker_log_path)
             worker_pid = worker.pid
     except BaseException:
@@ -380,6 +395,7 @@ def cmd_up(args: argparse.Namespace) -> int:
                 "listen": st.get("listen", listen) if st.get("url") == url else listen,
                 "devices": devices,
                 "host": host,
+                "socket": sock_path,
             }
         )
     )
@@ -398,6 +414,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         f"up: controller at {url}, worker on {host} with {', '.join(d['id'] for d in mine)}; "
         f"the admin token is in {data / 'admin.token'}"
     )
+    stderr(_whose_box(data))
     _say_out_of_pool(mine, host, data, args, url, points_here, not args.detach)
     if args.detach:
         stderr(f"running in the background (logs in {data}); stop with: {down}")
@@ -405,6 +422,26 @@ def cmd_up(args: argparse.Namespace) -> int:
     stderr("press Ctrl-C to stop")
     return supervise(
         controller, worker, lambda: _keep_settings(state_path, _read_state(state_path))
+    )
+
+
+def _whose_box(data: Path) -> str:
+    """Who may use this one-box, in words: as root, every local user (each
+    job runs as its submitter), through the controller's socket; otherwise
+    only the user running it (a single-user box)."""
+    try:
+        sock = json.loads((data / "controller.json").read_text()).get("socket") or ""
+    except (OSError, ValueError):
+        sock = ""
+    if os.geteuid() == 0:
+        via = f" (their rc finds the socket {sock})" if sock else ""
+        return (
+            "a shared box: every local user may run rc here with no token, and each "
+            f"one's jobs run as that user{via}; root's run as root"
+        )
+    return (
+        f"a single-user box: jobs run as {getpass.getuser()} only, and other users' jobs "
+        "are refused (sudo rc up -d makes a box every local user can use)"
     )
 
 

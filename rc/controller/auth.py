@@ -44,13 +44,16 @@ def hash_secret(secret: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Caller:
-    """An authenticated caller: token id and name, role, bound host (workers)."""
+    """An authenticated caller: token id (0 for a token of the local
+    socket), name, role, bound host (workers), expiry, and the Unix user
+    its jobs run as ("" in code that builds one by hand: its name)."""
 
     token_id: int
     name: str
     role: Role
     host: str = ""
     expires_at: float | None = None
+    unix_user: str = ""
 
     @property
     def admin(self) -> bool:
@@ -59,7 +62,7 @@ class Caller:
 
 class TokenCache:
     """hash → Caller for every live token. `load()` replaces the whole map
-    (at start); `put()` and `drop()` change one token each."""
+    (at start); `put()`, `put_session()` and `drop()` change one token each."""
 
     def __init__(self) -> None:
         self._by_hash: dict[str, tuple[str, Caller]] = {}
@@ -71,6 +74,11 @@ class TokenCache:
     def put(self, row) -> None:
         """Add one live token (a tokens row), or replace it (the same hash)."""
         self._by_hash[row["secret_hash"]] = _entry(row)
+
+    def put_session(self, secret_hash: str, caller: Caller) -> None:
+        """Add a token the local socket issued: in memory only, never in the
+        database (rc.controller.localsocket)."""
+        self._by_hash[secret_hash] = (secret_hash, caller)
 
     def drop(self, secret_hash: str) -> None:
         """Forget one token (revoked); an unknown hash is ignored."""
@@ -100,7 +108,7 @@ class TokenCache:
 def _entry(r) -> tuple[str, Caller]:
     return (
         r["secret_hash"],
-        Caller(r["id"], r["name"], Role(r["role"]), r["host"], r["expires_at"]),
+        Caller(r["id"], r["name"], Role(r["role"]), r["host"], r["expires_at"], r["unix_user"]),
     )
 
 

@@ -60,6 +60,10 @@ class ControllerConfig:
 
     data_dir: str
     listen: str = "127.0.0.1:8080"
+    socket: str = ""
+    """The local Unix socket's path ("": none; rc.controller.localsocket)."""
+    local_users: str = "all"
+    """Who may take a token from it: "all" or "group:NAME"."""
     certfile: str = ""
     keyfile: str = ""
     schedule_interval: float = 1.0

@@ -33,9 +33,9 @@ from rc.controller.store import jobs, queue, tokens, views, workers
 from rc.controller.store.db import Database, Tx
 from rc.controller.store.labels import MatchCache
 from rc.controller.webhook import Webhook
-from rc.proto.model import Role
+from rc.proto.model import Role, valid_unix_user
 
-__all__ = ["ADMIN_TOKEN_FILE", "Controller"]
+__all__ = ["ADMIN_TOKEN_FILE", "Controller", "own_unix_user"]
 
 log = logging.getLogger("rc.controller")
 
@@ -45,6 +45,18 @@ PLAN_MAX_AGE_S = 1.0
 DB_FILE = "rc.db"
 LOG_DIR = "logs"
 """Job logs live in DATA/logs (rc.controller.logstore)."""
+
+
+def own_unix_user() -> str:
+    """The Unix user this process runs as ("" when the password database
+    does not know its uid or its name is not a portable one)."""
+    import pwd
+
+    try:
+        name = pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        return ""
+    return name if valid_unix_user(name) else ""
 
 
 class Controller:
@@ -159,7 +171,9 @@ class Controller:
 
     async def _bootstrap_admin(self) -> None:
         """On an empty database, create the `admin` token and write it to
-        DATA/admin.token (mode 0600): the only time that secret is shown."""
+        DATA/admin.token (mode 0600): the only time that secret is shown. Its
+        jobs run as the Unix user this controller runs as (whoever can read
+        the data dir)."""
         if await self.db.read(tokens.count):
             return
         secret = new_secret()
@@ -168,7 +182,9 @@ class Controller:
         with os.fdopen(fd, "w") as f:
             f.write(secret + "\n")
         os.chmod(path, 0o600)
-        await self.db.write(tokens.create, "admin", Role.ADMIN, hash_secret(secret), "", None)
+        await self.db.write(
+            tokens.create, "admin", Role.ADMIN, hash_secret(secret), "", None, own_unix_user()
+        )
         self.created_admin_token = True
         log.info("created the admin token in %s", path)
 

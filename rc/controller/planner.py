@@ -7,7 +7,9 @@ same code decides assignments, queue positions and `rc explain`:
 - order: effective priority first (priority plus one step per `aging` seconds
   waited, when aging is on), then submission order (job id);
 - each job's candidates: its pinned devices, or the devices its selector
-  matches, minus devices whose runtime ceiling is below the job's ask;
+  matches, minus devices whose runtime ceiling is below the job's ask and
+  those whose worker does not run jobs as the job's Unix user
+  (`runs_jobs_of`: a single-user worker runs only its own user's);
 - a job asks for `count` devices, all on one host, granted together or not
   at all. It takes the best set among the hosts with `count` available
   candidates (rc.controller.placement: best topology, then the host with the
@@ -43,7 +45,7 @@ from dataclasses import dataclass, field
 
 from rc.controller.placement import HostTopology, device_key, host_of
 from rc.proto import selector as selectors
-from rc.proto.model import DeviceState
+from rc.proto.model import ROOT, DeviceState
 
 __all__ = [
     "BACKFILL_DEPTH",
@@ -59,8 +61,11 @@ __all__ = [
     "candidates",
     "effective_priority",
     "fits_ceiling",
+    "host_slot",
     "match_devices",
+    "not_run_here",
     "plan",
+    "runs_jobs_of",
 ]
 
 BACKFILL_DEPTH = 256
@@ -89,6 +94,7 @@ class QueuedJob:
     max_runtime: int = 0
     count: int = 1
     device_ids: tuple[str, ...] = ()
+    unix_user: str = ""
 
     @property
     def pins(self) -> tuple[str, ...]:
@@ -109,13 +115,17 @@ class Slot:
     """What planning needs of a device: schedulable means ready and not
     draining. `free_at`: when the job holding it is expected to end at the
     latest (seconds since the epoch; math.inf when it has no bound, or for a
-    device no job holds but that is not ready)."""
+    device no job holds but that is not ready). Whom its worker runs jobs
+    as: `run_as` "" any job's own Unix user (root's only when `root_ok`), a
+    name only that user's (a single-user worker)."""
 
     id: str
     state: DeviceState
     max_runtime: int = 0
     draining: bool = False
     free_at: float = math.inf
+    run_as: str = ""
+    root_ok: bool = True
 
     @property
     def schedulable(self) -> bool:
@@ -189,6 +199,39 @@ def fits_ceiling(ask: int, ceiling: int) -> bool:
     return ceiling == 0 or ask == 0 or ask <= ceiling
 
 
+def runs_jobs_of(slot: Slot, unix_user: str) -> bool:
+    """Whether the worker of `slot` runs a job whose Unix user is `unix_user`."""
+    if slot.run_as:
+        return unix_user == slot.run_as
+    return slot.root_ok or unix_user != ROOT
+
+
+SINGLE_USER_HINT = (
+    "a worker that is not root runs only its own user's jobs; one started as root runs "
+    "every user's, each as that user (on a one-box: sudo rc up -d)"
+)
+
+
+def host_slot(r) -> Slot:
+    """Whom a worker runs jobs as (a workers row: run_as, shared_account,
+    allow_root_jobs), as the Slot fields runs_jobs_of reads."""
+    shared = bool(r["shared_account"])
+    return Slot(
+        "",
+        DeviceState.READY,
+        run_as="" if shared else r["run_as"],
+        root_ok=shared or bool(r["allow_root_jobs"]),
+    )
+
+
+def not_run_here(host: str, slot: Slot, unix_user: str) -> str:
+    """Why the worker of `host` (`slot`) does not run a job of `unix_user`,
+    in words (what `rc explain` and a refused submit say)."""
+    if slot.run_as:
+        return f"{host} runs jobs as {slot.run_as} only ({SINGLE_USER_HINT})"
+    return f"{host} does not run root's jobs (its worker config does not set allow_root_jobs)"
+
+
 def runtime_on(ask: int, ceilings: Iterable[int]) -> int:
     """The runtime bound of a job asking `ask` seconds (0: none) on devices
     with these ceilings: its ask, else the lowest ceiling among them (0:
@@ -204,17 +247,25 @@ def candidates(
     max_runtime: int,
     slots: Mapping[str, Slot],
     matches: Mapping[str, frozenset[str]],
+    unix_user: str = "",
 ) -> tuple[str, ...]:
     """A queued job's candidate device ids: its pinned devices in their order
     (a job with no selector), or the devices its selector matches
     (`matches`, as for plan()) in natural order (gpu2 before gpu10); minus
-    devices that do not exist and those whose runtime ceiling is below its
-    ask (seconds)."""
+    devices that do not exist, those whose runtime ceiling is below its ask
+    (seconds), and those whose worker does not run jobs as `unix_user`
+    (runs_jobs_of; "" asks nothing of them)."""
     if selector:
         pool: Iterable[str] = sorted(matches.get(selector, frozenset()), key=device_key)
     else:
         pool = pins
-    return tuple(d for d in pool if d in slots and fits_ceiling(max_runtime, slots[d].max_runtime))
+    return tuple(
+        d
+        for d in pool
+        if d in slots
+        and fits_ceiling(max_runtime, slots[d].max_runtime)
+        and (not unix_user or runs_jobs_of(slots[d], unix_user))
+    )
 
 
 def plan(
@@ -281,10 +332,12 @@ class _Pass:
             if until_settled and self.settled(index):
                 break
             out.order.append(job.id)
-            key = (job.selector, job.pins, job.max_runtime)
+            key = (job.selector, job.pins, job.max_runtime, job.unix_user)
             cands = self.known.get(key)
             if cands is None:
-                cands = self.known[key] = candidates(*key, self.slots, self.matches)
+                cands = self.known[key] = candidates(
+                    *key[:3], self.slots, self.matches, job.unix_user
+                )
             out.candidates[job.id] = cands
             if self.cap > 0 and self.used.get(job.submitter, 0) + job.wants > self.cap:
                 out.capped.add(job.id)

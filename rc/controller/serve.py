@@ -4,8 +4,9 @@ We bind the listening socket ourselves (so "address already in use" is a
 clear one-line error, and port 0 reports the port it got), then hand it to
 Hypercorn. Before the database is opened it takes DATA/serve.lock (an
 exclusive flock held for the life of the process, the holder's pid inside),
-so a second rc serve on the same data dir is refused. Once listening, the controller writes DATA/controller.json
-({url, pid, instance}) for `rc up`, `rc down` and tests, and prints the URL.
+so a second rc serve on the same data dir is refused. With a --socket it
+also listens on that Unix socket (rc.controller.localsocket). Once listening, the controller writes DATA/controller.json
+({url, pid, instance, socket}) for `rc up`, `rc down` and tests, and prints the URL.
 SIGINT/SIGTERM stop it gracefully: HTTP first (5 s for in-flight requests),
 then the loops, then the database.
 """
@@ -29,6 +30,7 @@ from rc.controller.app import build_app
 from rc.controller.config import ControllerConfig
 from rc.controller.core import ADMIN_TOKEN_FILE, Controller
 from rc.controller.errors import ControllerError, StartupError
+from rc.controller.localsocket import LocalSocket, LocalUsers
 from rc.proto import pidlock
 
 __all__ = ["STATE_FILE", "bind", "run"]
@@ -151,6 +153,7 @@ async def _serve(cfg: ControllerConfig, ready_fd: int | None) -> None:
         raise StartupError("--certfile and --keyfile go together")
     if tls:
         check_tls_pair(cfg.certfile, cfg.keyfile)
+    users = LocalUsers.parse(cfg.local_users)
     lock_fd = lock_data_dir(cfg.data_dir)  # held until this process exits
     try:
         sock = bind(cfg.listen)
@@ -164,6 +167,17 @@ async def _serve(cfg: ControllerConfig, ready_fd: int | None) -> None:
         sock.close()
         os.close(lock_fd)
         raise
+    url = _url(sock, tls)
+    local = None
+    if cfg.socket:
+        local = LocalSocket(cfg.socket, users, ctl.tokens, ctl.clock, lambda: url)
+        try:
+            await local.start()
+        except BaseException:
+            await ctl.stop()
+            sock.close()
+            os.close(lock_fd)
+            raise
     app = build_app(ctl)
     hc = HypercornConfig()
     hc.bind = [f"fd://{sock.fileno()}"]
@@ -178,10 +192,16 @@ async def _serve(cfg: ControllerConfig, ready_fd: int | None) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    url = _url(sock, tls)
     state = Path(cfg.data_dir) / STATE_FILE
-    state.write_text(json.dumps({"url": url, "pid": os.getpid(), "instance": ctl.instance}))
-    print(f"rc serve: listening on {url} (data {cfg.data_dir})", file=sys.stderr, flush=True)
+    state.write_text(
+        json.dumps({"url": url, "pid": os.getpid(), "instance": ctl.instance, "socket": cfg.socket})
+    )
+    on_socket = f" and {cfg.socket}" if cfg.socket else ""
+    print(
+        f"rc serve: listening on {url}{on_socket} (data {cfg.data_dir})",
+        file=sys.stderr,
+        flush=True,
+    )
     if ctl.created_admin_token:
         print(
             f"rc serve: admin token written to {Path(cfg.data_dir) / ADMIN_TOKEN_FILE}",
@@ -200,6 +220,8 @@ async def _serve(cfg: ControllerConfig, ready_fd: int | None) -> None:
         await hypercorn_serve(app, hc, shutdown_trigger=shutdown_trigger)
     finally:
         try:
+            if local is not None:
+                await local.stop()
             await ctl.stop()
             try:
                 if json.loads(state.read_text()).get("pid") == os.getpid():

@@ -17,6 +17,8 @@ __all__ = [
     "NAME_RE",
     "PRIORITY_MAX",
     "PRIORITY_MIN",
+    "ROOT",
+    "UNIX_USER_RE",
     "Device",
     "DeviceState",
     "Event",
@@ -37,6 +39,7 @@ __all__ = [
     "device_list",
     "valid_device_id",
     "valid_env_name",
+    "valid_unix_user",
 ]
 
 PRIORITY_MIN = -10
@@ -99,6 +102,20 @@ starting with a digit (what a shell can name)."""
 def valid_env_name(name: str) -> bool:
     """Whether `name` is an environment variable name a job may set (ENV_NAME_RE)."""
     return bool(ENV_NAME_RE.fullmatch(name))
+
+
+UNIX_USER_RE = re.compile(r"[a-z_][a-z0-9_-]{0,30}[a-z0-9_$-]?")
+"""A portable Unix user name (what useradd takes by default): a lower-case
+letter or '_', then lower-case letters, digits, '_' and '-', a final '$'
+allowed; at most 32 characters."""
+
+ROOT = "root"
+"""The Unix user a token maps to only when an admin says so (--unix-user root)."""
+
+
+def valid_unix_user(name: str) -> bool:
+    """Whether `name` is a portable Unix user name (UNIX_USER_RE)."""
+    return bool(UNIX_USER_RE.fullmatch(name))
 
 
 class DeviceState(enum.StrEnum):
@@ -287,6 +304,8 @@ class Job:
     devices it got, in the order chosen (the job's RC_DEVICES), and
     `device_id` is the first of them (RC_DEVICE). Durations are whole
     seconds, 0 meaning "none" (or, for max_runtime, the devices' ceiling).
+    `unix_user` is the Unix user it runs as (its submitter's token's, or
+    under --as the target's), recorded at submit.
     """
 
     id: int
@@ -313,6 +332,7 @@ class Job:
     finished_at: float | None = None
     count: int = 1
     device_ids: tuple[str, ...] = ()
+    unix_user: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -394,7 +414,8 @@ class Token:
     """A named API token as listed (the secret itself is never part of it).
 
     `host` is the host a worker token is bound to ("" until its first
-    registration, and always "" for other roles).
+    registration, and always "" for other roles). `unix_user` is the Unix
+    user the jobs of a user or admin token run as ("" for a worker token).
     """
 
     name: str
@@ -404,3 +425,4 @@ class Token:
     expires_at: float | None = None
     revoked_at: float | None = None
     host: str = ""
+    unix_user: str = ""

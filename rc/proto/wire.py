@@ -50,6 +50,7 @@ __all__ = [
     "LabelsRequest",
     "LeaveRequest",
     "LeaveResponse",
+    "LocalSession",
     "LogAppended",
     "RegisterRequest",
     "RegisterResponse",
@@ -165,6 +166,13 @@ class RegisterRequest:
     the same process registers again, assigned jobs it never started are
     handed out again instead of being lost. links: the host's topology
     (DeviceLink), replacing what was stored (None keeps it).
+
+    Whom it runs jobs as: `run_as` "" means every job as the job's own Unix
+    user (a worker running as root); a name means only as that user, its
+    own (a worker not running as root), so the controller hands its devices
+    only to that user's jobs, unless `shared_account` (any identity's job
+    runs as `run_as`). `allow_root_jobs`: a job whose Unix user is root may
+    run here.
     """
 
     host: str
@@ -179,6 +187,9 @@ class RegisterRequest:
     instance: str = ""
     running_job_ids: tuple[int, ...] = ()
     links: tuple[DeviceLink, ...] | None = None
+    run_as: str = ""
+    shared_account: bool = False
+    allow_root_jobs: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,7 +265,8 @@ class Assignment:
     device_ids: every device the job got, in the order chosen (its
     RC_DEVICES); device_id is the first. One job is one process group
     across all of them. (A controller from before jobs had several devices
-    sends no device_ids: the job has device_id alone.)
+    sends no device_ids: the job has device_id alone.) `unix_user` is the
+    Unix user it runs as (model.Job.unix_user).
     """
 
     job_id: int
@@ -268,6 +280,7 @@ class Assignment:
     idle_timeout_seconds: int = 0
     stdio: Stdio = Stdio.LOGS
     device_ids: tuple[str, ...] = ()
+    unix_user: str = ""
 
     @property
     def devices(self) -> tuple[str, ...]:
@@ -475,20 +488,42 @@ class StateResponse:
 
 @dataclass(frozen=True, slots=True)
 class WhoAmI:
-    """GET /v1/whoami: the caller's token name and role (never the secret)."""
+    """GET /v1/whoami: the caller's token name and role (never the secret),
+    a worker token's bound host, and the Unix user its jobs run as."""
 
     name: str
     role: Role
     host: str = ""
+    unix_user: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class LocalSession:
+    """The one JSON line the controller's local Unix socket answers
+    (rc.proto.localsocket): a bearer token for the Unix user the kernel says
+    is on the other end (SO_PEERCRED), valid until `expires_at` (seconds
+    since the epoch) and only in the controller's memory, for the HTTP API
+    at `url`. name and unix_user are that user's name; role is user (admin
+    for uid 0). A refusal is the error shape {"error", "message"} instead."""
+
+    token: str
+    name: str
+    role: Role
+    unix_user: str
+    expires_at: float
+    url: str
 
 
 @dataclass(frozen=True, slots=True)
 class TokenCreate:
-    """POST /v1/tokens. expires_in_seconds 0 means never."""
+    """POST /v1/tokens. expires_in_seconds 0 means never. `unix_user`: whom
+    the token's jobs run as ("": the token's own name, which must then be a
+    Unix user name; root only when given here; none for a worker token)."""
 
     name: str
     role: Role
     expires_in_seconds: int = 0
+    unix_user: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,7 +39,7 @@ from rc.proto.wire import (
     LeaveResponse,
     RegisterRequest,
 )
-from rc.worker import recovery, sessions, sheets
+from rc.worker import account, recovery, sessions, sheets
 from rc.worker.clock import SYSTEM, Clock
 from rc.worker.config import DeviceConfig, WorkerConfig
 from rc.worker.hooks import Leases
@@ -84,6 +84,16 @@ class _Episode:
         if self.failing:
             log.info("%s: working again", self.what)
             self.failing = False
+
+
+def _runs_jobs_as(req: RegisterRequest) -> str:
+    """Whom this worker runs jobs as, in words for its log."""
+    if req.shared_account:
+        return f"runs every job as {req.run_as} (shared_account)"
+    if req.run_as:
+        return f"runs jobs as {req.run_as} only (not root: a single-user worker)"
+    root = "root's too" if req.allow_root_jobs else "never root's (allow_root_jobs is off)"
+    return f"runs each job as its own Unix user ({root})"
 
 
 class Agent:
@@ -176,6 +186,9 @@ class Agent:
         proof = (
             recovery.recovery_proof(self.cfg.require_manual_clear, self.cfg.host) if idle else None
         )
+        run_as, shared, allow_root = account.registration(
+            self.cfg.shared_account, self.cfg.allow_root_jobs
+        )
         return RegisterRequest(
             host=self.cfg.host,
             devices=tuple(DeviceDecl(d.name, int(d.max_runtime)) for d in configs),
@@ -189,6 +202,9 @@ class Agent:
             instance=self.instance_id,
             running_job_ids=tuple(sorted(set(self.jobs) | self.reporting)),
             links=res.links,
+            run_as=run_as,
+            shared_account=shared,
+            allow_root_jobs=allow_root,
         )
 
     def push_labels(self) -> bool:
@@ -261,10 +277,11 @@ class Agent:
                 )
                 episode.ok()
                 log.info(
-                    "registered %s with %s: %s",
+                    "registered %s with %s: %s; %s",
                     self.cfg.host,
                     self.client.url,
                     ", ".join(self.devices) or "no devices",
+                    _runs_jobs_as(req),
                 )
                 self._announce_ready()
                 return True

@@ -30,6 +30,7 @@ from collections.abc import Callable
 from rc.proto.errors import RcError, TransportError
 from rc.proto.relay import Download, FrameError, Upload
 from rc.worker import supervise
+from rc.worker.account import Account
 from rc.worker.clock import SYSTEM, Clock
 from rc.worker.launch import READER_DRAIN_S
 
@@ -231,7 +232,16 @@ class Pipes(Process):
         self._in_lock = threading.Lock()
         self.err_thread = threading.Thread(target=self._pump_err, daemon=True, name="rc-relay-err")
 
-    def start(self, argv: list[str], env: dict[str, str], cwd: str | None, note: bytes) -> None:
+    def start(
+        self,
+        argv: list[str],
+        env: dict[str, str],
+        cwd: str | None,
+        note: bytes,
+        user: Account | None = None,
+    ) -> None:
+        """Start argv on pipes as `user` (rc.worker.account; None: the
+        worker), in `cwd`; raises OSError when it cannot start."""
         in_r, self.in_w = os.pipe()
         self.out_fd, out_w = os.pipe()
         self.err_fd, err_w = os.pipe()
@@ -242,7 +252,7 @@ class Pipes(Process):
             self.err(note)
         try:
             self.group = supervise.spawn(
-                argv, cwd=cwd, env=env, stdin=in_r, stdout=out_w, stderr=err_w
+                argv, cwd=cwd, env=env, stdin=in_r, stdout=out_w, stderr=err_w, account=user
             )
         except BaseException:
             self.close()

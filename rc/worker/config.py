@@ -25,6 +25,10 @@ Every key, its default and unit (top-level keys first, as TOML requires):
     require_manual_clear = false
     spool_dir           = ""                  # default: a private temporary directory
     spool_max_bytes     = 268435456           # on-disk log spool (all jobs); 0: none
+    allow_root_jobs     = false               # a root worker runs jobs whose Unix user is root
+    shared_account      = false               # every job runs as this worker's own user
+    job_path            = ""                  # jobs' PATH (default: the standard system PATH)
+    pass_env            = []                  # names of worker variables passed to jobs
 
     [[devices]]                               # one table per device, or a list of names
     name           = "gpu0"
@@ -34,6 +38,11 @@ Every key, its default and unit (top-level keys first, as TOML requires):
     timeout        = "60s"                    # this device's hook timeout
     release_linger = "30s"
     labels         = { tier = "a" }           # declared labels of this device
+
+Whom jobs run as (rc.worker.account): a worker running as root runs every
+job as the job's Unix user, and root's jobs only with allow_root_jobs; a
+worker that is not root runs only its own user's jobs. shared_account runs
+any identity's job as the worker's own user, giving up that separation.
 
 Durations are strings such as "30s", "5m", "500ms" (or plain seconds).
 Defaults are applied to configs built in code too (`WorkerConfig()`), so no
@@ -131,6 +140,10 @@ class WorkerConfig:
     require_manual_clear: bool = False
     spool_dir: str = ""
     spool_max_bytes: int = 256 << 20
+    allow_root_jobs: bool = False
+    shared_account: bool = False
+    job_path: str = ""
+    pass_env: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         # Defaults for configs built in code: a zero or negative timeout never
@@ -272,6 +285,7 @@ _DURATIONS = {
     "verify_pass_budget",
 }
 _STRINGS = {
+    "job_path",
     "controller_url",
     "token",
     "token_file",
@@ -282,6 +296,7 @@ _STRINGS = {
     "sheet_dir",
     "spool_dir",
 }
+_BOOLS = {"require_manual_clear", "allow_root_jobs", "shared_account"}
 _DEVICE_KEYS = {
     "name",
     "max_runtime",
@@ -357,10 +372,12 @@ def _parse(where: str, data: dict[str, Any]) -> dict[str, Any]:
                     parse_controller_url(kw[key])
                 except RcError as e:
                     raise ConfigError(f"{where}: controller_url: {e}") from None
-        elif key == "require_manual_clear":
+        elif key in _BOOLS:
             if not isinstance(value, bool):
                 raise ConfigError(f"{where}: {key} must be true or false")
             kw[key] = value
+        elif key == "pass_env":
+            kw[key] = _pass_env(where, value)
         elif key == "spool_max_bytes":
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ConfigError(f"{where}: {key} must be a non-negative integer (bytes)")
@@ -386,7 +403,8 @@ def _parse(where: str, data: dict[str, Any]) -> dict[str, Any]:
 
 _TOP_KEYS = (
     *sorted(_STRINGS | _DURATIONS),
-    "require_manual_clear",
+    *sorted(_BOOLS),
+    "pass_env",
     "spool_max_bytes",
     "labels",
     "hooks",
@@ -448,6 +466,25 @@ def _labels(where: str, key: str, value: Any) -> dict[str, str]:
             raise ConfigError(f"{where}: {key}.{k} must be a string")
         out[str(k)] = v
     return out
+
+
+def _pass_env(where: str, value: Any) -> tuple[str, ...]:
+    """pass_env: a list of environment variable names (not RC_*: the
+    worker's own settings never reach a job)."""
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f'{where}: pass_env must be a list of names, e.g. ["LD_LIBRARY_PATH"]')
+    for name in value:
+        if (
+            not name
+            or not (name[0].isalpha() or name[0] == "_")
+            or not all(c.isascii() and (c.isalnum() or c == "_") for c in name)
+        ):
+            raise ConfigError(f"{where}: pass_env: {name!r} is not a variable name")
+        if name.startswith("RC_"):
+            raise ConfigError(
+                f"{where}: pass_env: {name!r}: RC_* settings of the worker never reach a job"
+            )
+    return tuple(value)
 
 
 def _check_count(where: str, what: Any, n: int) -> None:

@@ -3,6 +3,9 @@
 A job may have several devices of this host (Assignment.devices): it is one
 process group across all of them, and each step below is done for each.
 
+0. The job's Unix user (rc.worker.account): one this host cannot run the
+   job as (no such user, root without allow_root_jobs) fails the job at
+   once, before anything else runs; its devices stay as they were.
 1. Each device's on_acquire hook (rc.worker.hooks), in order. Cancelled by
    our own kill or shutdown → killed, devices untouched; failed → the job
    fails with the hook's output and that device is faulted.
@@ -48,7 +51,8 @@ from rc.proto.duration import format_duration
 from rc.proto.errors import RcError
 from rc.proto.model import JobKind, JobState, Stdio
 from rc.proto.wire import Assignment
-from rc.worker import leftovers, procfs, supervise, verify, watchdog
+from rc.worker import account, leftovers, procfs, supervise, verify, watchdog
+from rc.worker.account import Account
 from rc.worker.attached import Halves, Pipes, Process
 from rc.worker.clock import Clock
 from rc.worker.config import DeviceConfig, WorkerConfig
@@ -59,6 +63,7 @@ from rc.worker.launch import (
     Result,
     cannot_start,
     cannot_start_line,
+    clean_env,
     job_env,
     label,
     working_dir,
@@ -157,6 +162,8 @@ class JobRun:
         """Once the worker decided to end the job (or it ended): why, in the
         words a hold's sessions report ("hold 17 expired (ttl 30m)")."""
         self.hook_context = HookContext(a.job_id, a.submitter)
+        self.account: Account | None = None
+        """The Unix user the job runs as, once resolved (its sessions too)."""
         self.thread = threading.Thread(target=self._run, name=f"rc-job-{a.job_id}", daemon=True)
 
     def start(self) -> None:
@@ -194,6 +201,16 @@ class JobRun:
     def _lifecycle(self) -> Result:
         a = self.a
         ctx = self.ctx
+        cfg = ctx.cfg
+        try:
+            self.account = account.for_job(
+                a.unix_user, cfg.host, cfg.shared_account, cfg.allow_root_jobs
+            )
+        except account.CannotRunAs as e:
+            log.warning("job %d: %s", a.job_id, e)
+            return Result(
+                JobState.FAILED, None, str(e)
+            )  # nothing ran; the devices are as they were
         for device_id, name in zip(self.device_ids, self.device_names, strict=True):
             hooks = ctx.hooks(name)
             if hooks is None:
@@ -223,7 +240,6 @@ class JobRun:
             self.device_ids, everywhere, by_device
         ).items():
             ctx.fault(device_id, why, a.job_id)
-        cfg = ctx.cfg
         for device_id in self.device_ids:
             failed = verify.run_pass(
                 cfg.verify_dir,
@@ -277,8 +293,10 @@ class JobRun:
             return self._execute_attached()
         hold = a.kind is JobKind.HOLD
         argv = HOLD_COMMAND if hold else a.command
+        user = self.account
+        assert user is not None  # resolved first (_lifecycle)
         env = job_env(
-            dict(os.environ),
+            self.clean_env(),
             {} if hold else a.env,
             a.job_id,
             self.device_ids,
@@ -286,13 +304,18 @@ class JobRun:
             self.ctx.markers,
         )
         sink = self.ctx.open_log(a.job_id)
-        cwd, note = working_dir(a.cwd, self.ctx.cfg.host)
+        try:
+            cwd, note = working_dir(a.cwd, self.ctx.cfg.host, user)
+        except account.CannotRunAs as e:
+            sink.write(f"rc: {e}\n".encode())
+            sink.close(LOG_FLUSH_S)
+            return Result(JobState.FAILED, None, f"cannot start: {e}")
         if note:
             sink.write(note)
         r, w = os.pipe()
         try:
             try:
-                group = supervise.spawn(argv, cwd=cwd, env=env, stdout=w, stderr=w)
+                group = supervise.spawn(argv, cwd=cwd, env=env, stdout=w, stderr=w, account=user)
                 self.watch_pids(group.pid)
             except OSError as e:
                 sink.write(cannot_start_line(argv[0], e))
@@ -332,8 +355,13 @@ class JobRun:
         a = self.a
         ctx = self.ctx
         tty = a.stdio is Stdio.TTY
-        env = job_env(dict(os.environ), a.env, a.job_id, self.device_ids, self.cuda, ctx.markers)
-        cwd, note = working_dir(a.cwd, ctx.cfg.host)
+        user = self.account
+        assert user is not None  # resolved first (_lifecycle)
+        env = job_env(self.clean_env(), a.env, a.job_id, self.device_ids, self.cuda, ctx.markers)
+        try:
+            cwd, note = working_dir(a.cwd, ctx.cfg.host, user)
+        except account.CannotRunAs as e:
+            return Result(JobState.FAILED, None, f"cannot start: {e}")
         procs: list[Process] = []
 
         def hung_up(reason: str) -> None:
@@ -356,13 +384,13 @@ class JobRun:
         if tty:
             proc: Process = Terminal(halves, on_output, None)
             env.setdefault("TERM", "xterm")
-            argv = list(a.command) or login_shell()
+            argv = list(a.command) or login_shell(user)
         else:
             sink = ctx.open_log(a.job_id)
             proc = Pipes(halves, on_output, sink.write)
             argv = list(a.command)
         try:
-            proc.start(argv, env, cwd, note)
+            proc.start(argv, env, cwd, note, user)
         except OSError as e:
             proc.finish()
             if sink is not None:
@@ -387,6 +415,13 @@ class JobRun:
             result = Result(JobState.KILLED, result.exit_code, self.cancel_reason or result.reason)
         result.survivors = [p.pid for p in survivors] + left
         return result
+
+    def clean_env(self) -> dict[str, str]:
+        """The base of this job's environment (launch.clean_env): its user's
+        HOME, USER, LOGNAME, SHELL, the job PATH, and what the worker passes."""
+        assert self.account is not None
+        cfg = self.ctx.cfg
+        return clean_env(self.account, os.environ, cfg.job_path, cfg.pass_env)
 
     def _hangup_on_cancel(self, proc: Process) -> None:
         while not proc.stop.is_set():

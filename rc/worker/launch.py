@@ -2,10 +2,16 @@
 
 A job with logs (rc.worker.job), a job on a terminal or on pipes (run by
 rc.worker.job with rc.worker.attached and rc.worker.terminal) and a session
-inside a hold (rc.worker.sessions) all start a process with the environment
-`job_env` builds, in the working directory `working_dir` picks, and end up
+inside a hold (rc.worker.sessions) all start a process as the job's Unix
+user (rc.worker.account) with the environment `job_env` builds on
+`clean_env`, in the working directory `working_dir` picks, and end up
 with a `Result` that `label` gives them: state, exit code
 and reason. Pure functions, except `working_dir`, which looks at the disk.
+
+A job's environment starts clean: nothing of the worker's own environment
+goes along (the shell that ran `rc up` may have exported anything: a
+virtualenv, a secret) except LANG, LC_ALL and TZ, and the variables the
+worker config names in `pass_env`.
 """
 
 from __future__ import annotations
@@ -16,13 +22,17 @@ from dataclasses import dataclass, field
 
 from rc.proto.model import JobState
 from rc.worker import supervise
+from rc.worker.account import Account, CannotRunAs
 
 __all__ = [
     "HOLD_COMMAND",
+    "KEPT_ENV",
     "READER_DRAIN_S",
+    "STANDARD_PATH",
     "Result",
     "cannot_start",
     "cannot_start_line",
+    "clean_env",
     "job_env",
     "label",
     "straggler_note",
@@ -37,6 +47,27 @@ STRIPPED_ENV_PREFIX = "RC_"
 UNBUFFERED = "PYTHONUNBUFFERED"
 READER_DRAIN_S = 2.0
 """After a job's process exited, how long its output may still drain (s)."""
+STANDARD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+"""A job's PATH unless the worker config sets `job_path`."""
+KEPT_ENV = ("LANG", "LC_ALL", "TZ")
+"""What a job takes of the worker's own environment, when set there."""
+
+
+def clean_env(
+    account: Account,
+    worker_env: Mapping[str, str],
+    job_path: str = "",
+    pass_env: tuple[str, ...] = (),
+) -> dict[str, str]:
+    """The base of a job's environment (job_env adds the rest): PATH
+    (`job_path`, else STANDARD_PATH), HOME, USER, LOGNAME and SHELL of its
+    user, KEPT_ENV and the `pass_env` names taken from `worker_env` where
+    it has them. Nothing else of the worker's environment."""
+    env = {"PATH": job_path or STANDARD_PATH, **account.env()}
+    for name in (*KEPT_ENV, *pass_env):
+        if name in worker_env:
+            env[name] = worker_env[name]
+    return env
 
 
 def job_env(
@@ -92,15 +123,22 @@ class Result:
     survivors: list[int] = field(default_factory=list)
 
 
-def working_dir(cwd: str, host: str) -> tuple[str | None, bytes]:
-    """Where a job runs: `cwd` when it exists on this host, else the home
-    directory with a note for the log (None, b"" for no cwd at all)."""
+def working_dir(cwd: str, host: str, account: Account) -> tuple[str | None, bytes]:
+    """Where a job of `account` runs: `cwd` when it exists on this host,
+    else its user's home directory with a note for the log; with no cwd at
+    all, that home (None: the worker's own, when the home does not exist).
+
+    Raises CannotRunAs when the user may not enter `cwd` (checked as that
+    user, rc.worker.account: nothing of the job runs then)."""
+    home = account.home if os.path.isdir(account.home) else None
     if not cwd:
-        return None, b""
+        return home, b""
     if os.path.isdir(cwd):
+        if not account.may_enter(cwd):
+            raise CannotRunAs(f"{account.name} may not enter {cwd} on {host} (permission denied)")
         return cwd, b""
-    home = os.path.expanduser("~")
-    return home, f"[rc: {cwd} does not exist on {host}; running in {home}]\n".encode()
+    shown = home or "the worker's directory"
+    return home, f"[rc: {cwd} does not exist on {host}; running in {shown}]\n".encode()
 
 
 def label(

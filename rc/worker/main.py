@@ -45,6 +45,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--host", default=None, help="host name to register as (default: hostname)")
     p.add_argument("--cacert", default=None, metavar="PEM", help="CA certificate for https")
+    p.add_argument(
+        "--allow-root-jobs",
+        action="store_true",
+        default=None,
+        help="run jobs whose Unix user is root (allow_root_jobs; a root worker only)",
+    )
+    p.add_argument(
+        "--shared-account",
+        action="store_true",
+        default=None,
+        help="run every job as this worker's own user, whoever submitted it (shared_account)",
+    )
     p.add_argument("--print-config", action="store_true", help="print the effective config, exit")
     p.add_argument("--ready-fd", type=int, default=None, help=argparse.SUPPRESS)
     return p
@@ -116,6 +128,8 @@ def run(args: argparse.Namespace) -> int:
                 "devices": args.devices,
                 "host": args.host,
                 "cacert": args.cacert,
+                "allow_root_jobs": args.allow_root_jobs,
+                "shared_account": args.shared_account,
             },
         )
         if args.print_config:

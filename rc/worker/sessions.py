@@ -15,7 +15,6 @@ POST /v1/jobs/{hold}/sessions/{sid}/status.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 import weakref
@@ -24,6 +23,7 @@ from rc.proto.errors import ApiError, RcError, TransportError
 from rc.proto.model import JobKind, Stdio
 from rc.proto.wire import SessionStart
 from rc.worker import supervise
+from rc.worker.account import CannotRunAs
 from rc.worker.attached import Halves, Pipes, Process
 from rc.worker.launch import READER_DRAIN_S, cannot_start, job_env, label, working_dir
 from rc.worker.terminal import TTY_DRAIN_S, Terminal, end_terminal_session, login_shell
@@ -147,8 +147,16 @@ def _session(agent, st: SessionStart) -> None:
     if hold is None:
         _report(agent, st, "ended", None, f"hold {st.hold_id} is not running on {agent.cfg.host}")
         return
-    env = job_env(dict(os.environ), st.env, st.hold_id, hold.device_ids, hold.cuda, agent.markers)
-    cwd, note = working_dir(st.cwd, agent.cfg.host)
+    user = hold.account  # a session runs as its hold's Unix user
+    if user is None:
+        _report(agent, st, "ended", None, f"hold {st.hold_id} has no Unix user to run as")
+        return
+    env = job_env(hold.clean_env(), st.env, st.hold_id, hold.device_ids, hold.cuda, agent.markers)
+    try:
+        cwd, note = working_dir(st.cwd, agent.cfg.host, user)
+    except CannotRunAs as e:
+        _report(agent, st, "ended", 126, f"cannot start: {e}")
+        return
     hung = threading.Event()
     base = f"/v1/jobs/{st.hold_id}/sessions/{st.session_id}"
     try:
@@ -162,13 +170,13 @@ def _session(agent, st: SessionStart) -> None:
     if st.stdio is Stdio.TTY:
         proc: Process = Terminal(halves, lambda sending: None, (st.rows, st.cols))
         env.setdefault("TERM", "xterm")
-        argv = list(st.command) or login_shell()
+        argv = list(st.command) or login_shell(user)
     else:
         tail = _StderrTail()
         proc = Pipes(halves, lambda sending: None, tail.write)
         argv = list(st.command)
     try:
-        proc.start(argv, env, cwd, note)
+        proc.start(argv, env, cwd, note, user)
     except OSError as e:
         # nothing ran, so its (empty) output is complete: end it cleanly, so a
         # client attaching only now still reads that end instead of a break

@@ -18,6 +18,7 @@ from __future__ import annotations
 import errno
 import os
 import select
+import shutil
 import signal
 import subprocess
 import time
@@ -25,8 +26,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from rc.worker import procfs
+from rc.worker.account import Account
 
 __all__ = [
+    "JOB_UMASK",
     "STRAGGLER_WAIT_S",
     "Group",
     "Outcome",
@@ -129,6 +132,10 @@ def killpg(pgid: int, signum: int) -> bool:
         return True
 
 
+JOB_UMASK = 0o022
+"""The umask every job, session and terminal starts with (a login's)."""
+
+
 def spawn(
     argv: Sequence[str],
     *,
@@ -138,11 +145,23 @@ def spawn(
     stdout=None,
     stderr=None,
     pass_fds: Sequence[int] = (),
+    account: Account | None = None,
 ) -> Group:
     """Start `argv` as the leader of a new session. Raises OSError when it
-    cannot be started (missing program, bad cwd, not executable)."""
+    cannot be started (missing program, bad cwd, not executable).
+
+    `account` (a job's: rc.worker.account) makes it that user's process,
+    umask JOB_UMASK, entering `cwd` as that user; None (operator code:
+    hooks, verify scripts) runs it as the worker with the worker's umask."""
+    args = list(argv)
+    extra: dict = {}
+    if account is not None:
+        if account.switch and cwd:
+            _check_program(args[0], env, cwd)  # what the shim's exec would fail on
+        args, cwd = account.wrap(args, cwd)
+        extra = {**account.popen_args(), "umask": JOB_UMASK}
     proc = subprocess.Popen(
-        list(argv),
+        args,
         cwd=cwd or None,
         env=dict(env),
         stdin=stdin,
@@ -151,8 +170,21 @@ def spawn(
         start_new_session=True,
         close_fds=True,
         pass_fds=tuple(pass_fds),
+        **extra,
     )
     return Group(proc)
+
+
+def _check_program(program: str, env: Mapping[str, str], cwd: str) -> None:
+    """Raise FileNotFoundError as exec would for a `program` that cannot be
+    found (on the job's PATH, or relative to `cwd`), so a job behind the
+    account's cd shim fails to start as any other job does."""
+    if "/" in program:
+        found = os.path.exists(os.path.join(cwd, program))
+    else:
+        found = shutil.which(program, path=env.get("PATH", os.defpath)) is not None
+    if not found:
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
 
 
 def wait_gone(check: Callable[[], list], deadline: float, step: float = 0.02) -> list:

@@ -39,6 +39,7 @@ from collections.abc import Callable
 
 from rc.proto.relay import FrameDecoder
 from rc.worker import procfs, supervise
+from rc.worker.account import Account
 from rc.worker.attached import POLL_MS, Halves, Process, join_started, write_all
 
 __all__ = [
@@ -66,8 +67,13 @@ EXEC_FD_ENV = "RC_EXEC_FD"
 TTY_DRAIN_S = 2.0
 """After a terminal's process exits, how long its output may still drain."""
 
+AS_ENV = "RC_AS"
+"""The shim's environment variable naming the user to become: "uid:gid:g1,g2"."""
+AS_CWD_ENV = "RC_AS_CWD"
+"""The shim's environment variable naming the directory to enter as that user."""
+
 CTTY_SHIM = (
-    "import fcntl,os,signal,sys,termios\n"
+    "import fcntl,os,signal,sys,termios,warnings\n"
     "fcntl.ioctl(0,termios.TIOCSCTTY,0)\n"
     "for s in range(1,signal.NSIG):\n"
     " try:signal.signal(s,signal.SIG_DFL)\n"
@@ -75,6 +81,14 @@ CTTY_SHIM = (
     "signal.pthread_sigmask(signal.SIG_SETMASK,())\n"
     f"w=os.environ.pop({EXEC_FD_ENV!r},'')\n"
     "if w:os.set_inheritable(int(w),False)\n"
+    f"a=os.environ.pop({AS_ENV!r},'');d=os.environ.pop({AS_CWD_ENV!r},'')\n"
+    "if a:\n"
+    " u,g,gs=a.split(':');os.setgroups([int(x) for x in gs.split(',') if x])\n"
+    " os.setgid(int(g));os.setuid(int(u));os.umask(0o22)\n"
+    "if d:\n"
+    " try:os.chdir(d)\n"
+    " except OSError as e:\n"
+    "  os.write(2,('rc: cannot enter %s: %s\\n'%(d,e.strerror or e)).encode());os._exit(126)\n"
     "try:os.execvp(sys.argv[1],sys.argv[1:])\n"
     "except OSError as e:\n"
     " os.write(2,('rc: cannot start %r: %s\\n'%(sys.argv[1],e.strerror or e)).encode())\n"
@@ -83,7 +97,11 @@ CTTY_SHIM = (
 """Run as `python -I -S -c CTTY_SHIM argv...` with the terminal on fds 0-2 in a
 new session: make it the controlling terminal, reset every signal to its
 default and unblock them all (as a login does; Python itself ignores SIGPIPE
-and SIGXFSZ), then exec argv. With RC_EXEC_FD=N in its environment (taken
+and SIGXFSZ), become the job's user when RC_AS says so (groups, gid, uid, in
+that order, and umask 022: the shim is started by a root worker, so its
+interpreter need not be one the user may run: what the rest needs is
+imported before, as execvp's `warnings`, since the user may not read its
+standard library), enter RC_AS_CWD as that user, then exec argv. With RC_EXEC_FD=N in its environment (taken
 out of the command's) it keeps descriptor N open until the exec, so whoever
 holds the other end of that pipe sees end of file once argv runs (or the
 shim failed)."""
@@ -112,12 +130,16 @@ def _set_size(fd: int, rows: int, cols: int) -> None:
     fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
 
 
-def login_shell() -> list[str]:
-    """The worker user's login shell as a login shell (`["/bin/bash", "-l"]`)."""
-    try:
-        shell = pwd.getpwuid(os.getuid()).pw_shell
-    except KeyError:
-        shell = ""
+def login_shell(user: Account | None = None) -> list[str]:
+    """The login shell of `user` (default: the worker's user) as a login
+    shell (`["/bin/bash", "-l"]`); /bin/sh when it has none that runs."""
+    if user is not None:
+        shell = user.shell
+    else:
+        try:
+            shell = pwd.getpwuid(os.getuid()).pw_shell
+        except KeyError:
+            shell = ""
     if not shell or not os.access(shell, os.X_OK) or shell.endswith(("/nologin", "/false")):
         shell = "/bin/sh"
     return [shell, "-l"]
@@ -169,7 +191,16 @@ class Terminal(Process):
             self.cond.wait_for(lambda: self.size is not None or self.input_done, timeout)
             return self.size or TTY_DEFAULT_SIZE
 
-    def start(self, argv: list[str], env: dict[str, str], cwd: str | None, note: bytes) -> None:
+    def start(
+        self,
+        argv: list[str],
+        env: dict[str, str],
+        cwd: str | None,
+        note: bytes,
+        user: Account | None = None,
+    ) -> None:
+        """Start argv on a new terminal as `user` (None: the worker), in
+        `cwd` (entered as that user); raises OSError when it cannot start."""
         rows, cols = self.wait_size(TTY_SIZE_WAIT_S)
         master, slave = os.openpty()
         execd, execd_w = os.pipe()
@@ -178,10 +209,23 @@ class Terminal(Process):
             if note:
                 os.write(slave, note.replace(b"\n", b"\r\n"))
             shim = [sys.executable, "-I", "-S", "-c", CTTY_SHIM, *argv]
+            extra = {EXEC_FD_ENV: str(execd_w)}
+            if user is not None and user.switch:
+                # the terminal is the user's, as a login makes it (/dev/tty opens)
+                os.fchown(slave, user.uid, -1)
+                os.fchmod(slave, 0o620)
+                groups = ",".join(str(g) for g in user.groups)
+                extra[AS_ENV] = f"{user.uid}:{user.gid}:{groups}"
+                if cwd:
+                    extra[AS_CWD_ENV] = cwd
+                    cwd = None
             self.group = supervise.spawn(
                 shim,
                 cwd=cwd,
-                env={**env, EXEC_FD_ENV: str(execd_w)},
+                env={**env, **extra},
+                # the worker's own user: subprocess sets the umask (the shim
+                # does it, and the rest, for another user)
+                account=user if user is not None and not user.switch else None,
                 stdin=slave,
                 stdout=slave,
                 stderr=slave,

@@ -21,6 +21,7 @@ from rc.controller.errors import Refused
 from rc.controller.store import events as feed
 from rc.controller.store import rows, tokens
 from rc.proto.errors import ErrorCode
+from rc.proto.model import ROOT, Role, valid_unix_user
 from rc.proto.wire import (
     EventList,
     TokenCreated,
@@ -29,13 +30,13 @@ from rc.proto.wire import (
     WhoAmI,
 )
 
-__all__ = ["create_token", "events", "list_tokens", "revoke_token", "whoami"]
+__all__ = ["create_token", "events", "list_tokens", "revoke_token", "token_unix_user", "whoami"]
 
 
 async def whoami(request: Request):
     """GET /v1/whoami: the caller's token name and role."""
     who = caller(request)
-    return reply(WhoAmI(who.name, who.role, who.host))
+    return reply(WhoAmI(who.name, who.role, who.host, who.unix_user))
 
 
 async def create_token(request: Request):
@@ -51,13 +52,47 @@ async def create_token(request: Request):
         )
     if req.expires_in_seconds < 0:
         raise Refused(ErrorCode.BAD_REQUEST, "expires_in_seconds cannot be negative")
+    unix_user = token_unix_user(req.name, req.role, req.unix_user)
     secret = new_secret()
     expires = c.clock() + req.expires_in_seconds if req.expires_in_seconds else None
     row = await c.db.write(
-        tokens.create, req.name, req.role, hash_secret(secret), who.name, expires
+        tokens.create, req.name, req.role, hash_secret(secret), who.name, expires, unix_user
     )
     c.tokens.put(row)
     return reply(TokenCreated(rows.token(row), secret), 201)
+
+
+def token_unix_user(name: str, role: Role, unix_user: str) -> str:
+    """Whom a new token's jobs run as: `unix_user` when given, else the
+    token's own name; "" for a worker token. 400 bad_request when that is
+    not a portable Unix user name, when a worker token is given one, and
+    for root unless it was given explicitly (`--unix-user root`)."""
+    if role is Role.WORKER:
+        if unix_user:
+            raise Refused(
+                ErrorCode.BAD_REQUEST, "a worker token runs no jobs of its own: give no unix_user"
+            )
+        return ""
+    chosen = unix_user or name
+    if not valid_unix_user(chosen):
+        said = f"unix_user {chosen[:40]!r}" if unix_user else f"token name {chosen!r}"
+        raise Refused(
+            ErrorCode.BAD_REQUEST,
+            f"{said} is not a Unix user name (a lower-case letter or '_', then lower-case "
+            "letters, digits, '_' or '-'; at most 32): "
+            + (
+                "give the user's login name"
+                if unix_user
+                else "give --unix-user NAME (unix_user) to say whom its jobs run as"
+            ),
+        )
+    if chosen == ROOT and not unix_user:
+        raise Refused(
+            ErrorCode.BAD_REQUEST,
+            f"token {name!r} would run its jobs as root: give --unix-user root "
+            "(unix_user) to mean it",
+        )
+    return chosen
 
 
 async def list_tokens(request: Request):

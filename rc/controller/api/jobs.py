@@ -81,6 +81,7 @@ def validate_submit(req: SubmitRequest, who: Caller, lim: Limits, cap: int = 0) 
         )
     count = _checked_count(req.count, pins, cap)
     submitter = who.name
+    unix_user: str | None = who.unix_user or who.name
     if req.as_user:
         if not who.admin:
             raise Refused(ErrorCode.FORBIDDEN, "only an admin may submit as someone else")
@@ -91,6 +92,7 @@ def validate_submit(req: SubmitRequest, who: Caller, lim: Limits, cap: int = 0) 
                 "(letters, digits, '.', '_', '@', '-'; at most 64)",
             )
         submitter = req.as_user
+        unix_user = None  # the target's: jobs.enqueue looks it up
     for what, text in (
         ("cwd", req.cwd),
         ("reason", req.reason),
@@ -204,6 +206,7 @@ def validate_submit(req: SubmitRequest, who: Caller, lim: Limits, cap: int = 0) 
         queued_limit=lim.queued_per_user,
         count=count,
         device_ids=pins,
+        unix_user=unix_user,
     )
 
 

@@ -277,6 +277,7 @@ def _assignment(r) -> Assignment:
         max_runtime_seconds=r["max_runtime"],
         idle_timeout_seconds=r["idle_timeout"],
         stdio=Stdio(r["stdio"]),
+        unix_user=r["unix_user"],
     )
 
 

@@ -278,6 +278,9 @@
 
   function youBadge(name) { return isMine(name) ? h("span", { class: "you" }, "you") : null; }
 
+  // The Unix user a job runs as, where it differs from its submitter.
+  function asUser(j) { return j.unix_user && j.unix_user !== j.submitter ? ` (as ${j.unix_user})` : ""; }
+
   function allDevices() { return S.snap ? S.snap.devices : []; }
 
   function countStates() {
@@ -478,7 +481,7 @@
     const item = h("div", { class: "item", "data-job": j.id },
       h("div", { class: "item-top" },
         h("span", { class: "jid" }, `#${j.id}`),
-        h("span", { class: "grow" }, h("b", null, j.submitter), youBadge(j.submitter), ` · ${jobTarget(j)}`),
+        h("span", { class: "grow" }, h("b", null, j.submitter), asUser(j), youBadge(j.submitter), ` · ${jobTarget(j)}`),
         ticking("span", "num", () => `waiting ${dur(waitedOf(j))}`)),
       h("div", { class: "item-sub" },
         pos ? `${ordinal(pos)} in line` : "in line",
@@ -503,7 +506,7 @@
     const item = h("div", { class: "item", "data-job": j.id },
       h("div", { class: "item-top" },
         h("span", { class: "jid" }, `#${j.id}`),
-        h("span", { class: "grow" }, h("b", null, j.submitter), youBadge(j.submitter), ` on ${devs(j)}`),
+        h("span", { class: "grow" }, h("b", null, j.submitter), asUser(j), youBadge(j.submitter), ` on ${devs(j)}`),
         v && v.elapsed_seconds !== null ? ticking("span", "num", () => dur(v.elapsed_seconds + sinceFetch())) : h("span", { class: `js js-${j.state}` }, JOB_WORDS[j.state])),
       h("div", { class: "item-sub" }, j.kind === "hold" ? jobWhat(j) : h("span", { class: "mono" }, jobWhat(j))));
     return clickable(item, () => openJob(j.id));
@@ -537,7 +540,7 @@
       h("div", { class: "item-top" },
         h("span", { class: "jid" }, `#${j.id}`),
         h("span", { class: `js js-${j.state}` }, JOB_WORDS[j.state]),
-        h("span", { class: "grow" }, h("b", null, j.submitter), youBadge(j.submitter), j.device_id ? ` · ${devs(j)}` : ""),
+        h("span", { class: "grow" }, h("b", null, j.submitter), asUser(j), youBadge(j.submitter), j.device_id ? ` · ${devs(j)}` : ""),
         ticking("span", "num", () => recentWhen(j))),
       h("div", { class: "item-sub" }, outcome(j), took ? ` · ran ${took}` : ""));
     return clickable(item, () => openJob(j.id));
@@ -895,7 +898,7 @@
     out.push(box);
     const waited = j.started_at ? j.started_at - j.submitted_at : null;
     out.push(kv([
-      ["Submitter", h("span", null, j.submitter, youBadge(j.submitter))],
+      ["Submitter", h("span", null, j.submitter, asUser(j), youBadge(j.submitter))],
       ["Kind", j.kind === "hold" ? `hold${j.reason ? `: ${j.reason}` : ""}` : (j.stdio ? `job (${j.stdio})` : "job")],
       j.device_id ? [(j.device_ids || []).length > 1 ? "Devices" : "Device",
         h("span", null, ...((j.device_ids && j.device_ids.length) ? j.device_ids : [j.device_id])

@@ -11,13 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rc.controller.errors import Refused
-from rc.controller.planner import fits_ceiling
+from rc.controller.planner import fits_ceiling, host_slot, not_run_here, runs_jobs_of
 from rc.controller.store import events, leases, rows
 from rc.controller.store.db import Tx, dumps
 from rc.controller.store.labels import MatchCache
 from rc.proto.duration import format_duration
 from rc.proto.errors import ErrorCode
-from rc.proto.model import EventKind, Job, JobKind, JobState
+from rc.proto.model import EventKind, Job, JobKind, JobState, valid_unix_user
 
 __all__ = [
     "WATCHDOG_PREFIXES",
@@ -50,7 +50,9 @@ class NewJob:
     list (one host, no duplicates; device_id its first) and count its length,
     or () and the number of devices a selector job asks for; digest is the
     sha256 of the canonical request, compared when an idempotency key is
-    reused.
+    reused. unix_user is whom it runs as; None (a submission --as someone)
+    means the target's: the Unix user of the live token of that name, else
+    the name itself.
     """
 
     kind: JobKind
@@ -71,6 +73,7 @@ class NewJob:
     queued_limit: int
     count: int = 1
     device_ids: tuple[str, ...] = ()
+    unix_user: str | None = None
 
 
 def enqueue(tx: Tx, job: NewJob, match_cache: MatchCache) -> tuple[int, bool]:
@@ -99,12 +102,15 @@ def enqueue(tx: Tx, job: NewJob, match_cache: MatchCache) -> tuple[int, bool]:
             ErrorCode.QUEUE_FULL,
             f"{job.submitter} already has {job.queued_limit} queued jobs (the per-user limit)",
         )
+    unix_user = _unix_user(tx, job)
     max_runtime = job.max_runtime  # 0: inherit the ceiling where it lands (leases.assign)
     pins = job.device_ids or ((job.device_id,) if job.device_id else ())
     if pins:
         _check_pinned(tx, pins, max_runtime)
     else:
         _check_selector(tx, job.selector, job.count, max_runtime, match_cache)
+    pool = pins or tuple(match_cache.matching(tx, job.selector))
+    _someone_runs_it(tx, pool, unix_user, ", ".join(pins) or f"matching {job.selector!r}")
     job_id = tx.scalar(
         "job_insert",
         (
@@ -127,6 +133,7 @@ def enqueue(tx: Tx, job: NewJob, match_cache: MatchCache) -> tuple[int, bool]:
             tx.now,
             len(pins) if pins else job.count,
             dumps(list(pins)),
+            unix_user,
         ),
     )
     if job.token_name != job.submitter:  # an admin acting for someone: both names on record
@@ -203,6 +210,45 @@ def _per_host(device_ids) -> dict[str, list[str]]:
     for d in sorted(device_ids):
         out.setdefault(d.rpartition(":")[0], []).append(d)
     return out
+
+
+def _unix_user(tx: Tx, job: NewJob) -> str:
+    """Whom a new job runs as (NewJob.unix_user). 400 bad_request when it
+    names nobody: a submission --as a name with no live token that is not
+    a Unix user name either, or a token that maps to no Unix user."""
+    if job.unix_user is not None:
+        found = job.unix_user
+    else:
+        row = tx.one("token_live_by_name", (job.submitter,))
+        found = row["unix_user"] if row is not None else None
+        if found is None:
+            if not valid_unix_user(job.submitter):
+                raise Refused(
+                    ErrorCode.BAD_REQUEST,
+                    f"{job.submitter!r} has no token and is not a Unix user name, so its "
+                    "jobs would run as nobody (create its token with --unix-user NAME)",
+                )
+            found = job.submitter
+    if not found:
+        raise Refused(
+            ErrorCode.BAD_REQUEST,
+            f"token {job.submitter!r} names no Unix user to run its jobs as "
+            "(an admin creates it again with --unix-user NAME)",
+        )
+    return found
+
+
+def _someone_runs_it(tx: Tx, pool: tuple[str, ...], unix_user: str, target: str) -> None:
+    """400 no_matching_device unless a worker of some device in `pool` runs
+    jobs as `unix_user` (planner.runs_jobs_of), naming why each does not."""
+    policy = {r["id"]: host_slot(r) for r in tx.all("workers_running_as")}
+    hosts = {d.rpartition(":")[0] for d in pool}
+    if any(h not in policy or runs_jobs_of(policy[h], unix_user) for h in hosts):
+        return
+    why = "; ".join(not_run_here(h, policy[h], unix_user) for h in sorted(hosts))
+    raise Refused(
+        ErrorCode.NO_MATCHING_DEVICE, f"no device {target} runs jobs as {unix_user}: {why}"
+    )
 
 
 def cancel_queued(tx: Tx, job_id: int, reason: str) -> bool:

@@ -10,8 +10,8 @@
 -- A new queued job (submitted and queued now); returns its id.
 INSERT INTO jobs (kind, state, submitter, token_name, selector, device_id, command, cwd, env,
                   idempotency_key, request_digest, priority, max_runtime, idle_timeout, reason,
-                  stdio, submitted_at, queued_at, count, device_ids)
-VALUES (?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                  stdio, submitted_at, queued_at, count, device_ids, unix_user)
+VALUES (?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 RETURNING id
 
 -- name: job_get
@@ -147,31 +147,34 @@ ORDER BY j.id DESC LIMIT ?2
 
 -- name: queued_jobs
 -- What the planner needs of every queued job, in priority then id order.
-SELECT id, submitter, priority, queued_at, selector, device_id, max_runtime, count, device_ids
+SELECT id, submitter, priority, queued_at, selector, device_id, max_runtime, count, device_ids,
+       unix_user
 FROM jobs WHERE state = 'queued' ORDER BY priority DESC, id
 
 -- name: queued_jobs_ordered
 -- The queue in scheduling order: effective priority (priority plus one step per
 -- :aging seconds waited; :aging 0 turns aging off), then submission order.
-SELECT id, submitter, priority, queued_at, selector, device_id, max_runtime, count, device_ids
+SELECT id, submitter, priority, queued_at, selector, device_id, max_runtime, count, device_ids,
+       unix_user
 FROM jobs WHERE state = 'queued'
 ORDER BY effective_priority(priority, queued_at, :now, :aging) DESC, id
 
 -- name: queue_ahead_by_ask
 -- The queued jobs ahead of job :id in scheduling order (queued_jobs_ordered's
--- order), counted by what they ask for: target (selector or pinned devices) and runtime.
+-- order), counted by what they ask for: target (selector or pinned devices),
+-- runtime and Unix user.
 WITH q AS (
-    SELECT id, selector, device_ids, max_runtime,
+    SELECT id, selector, device_ids, max_runtime, unix_user,
            effective_priority(priority, queued_at, :now, :aging) AS eff
     FROM jobs WHERE state = 'queued'
 ), me AS (
     SELECT id, effective_priority(priority, queued_at, :now, :aging) AS eff
     FROM jobs WHERE id = :id
 )
-SELECT q.selector, q.device_ids, q.max_runtime, count(*) AS n
+SELECT q.selector, q.device_ids, q.max_runtime, q.unix_user, count(*) AS n
 FROM q, me
 WHERE q.eff > me.eff OR (q.eff = me.eff AND q.id < me.id)
-GROUP BY q.selector, q.device_ids, q.max_runtime
+GROUP BY q.selector, q.device_ids, q.max_runtime, q.unix_user
 
 -- name: any_queued
 -- Whether any job is queued.
@@ -183,12 +186,16 @@ SELECT EXISTS (SELECT 1 FROM devices WHERE state = 'ready' AND draining = 0)
 
 -- name: device_slots
 -- What the planner needs of every device: when the job holding it (a live lease)
--- started (assigned, before it has started) and the runtime it was given.
+-- started (assigned, before it has started) and the runtime it was given, and
+-- whom its worker runs jobs as.
 SELECT d.id, d.state, d.max_runtime, d.draining,
-       coalesce(j.started_at, j.assigned_at) AS since, j.max_runtime AS runtime
+       coalesce(j.started_at, j.assigned_at) AS since, j.max_runtime AS runtime,
+       coalesce(w.run_as, '') AS run_as, coalesce(w.shared_account, 0) AS shared_account,
+       coalesce(w.allow_root_jobs, 0) AS allow_root_jobs
 FROM devices AS d
 LEFT JOIN leases AS l ON l.device_id = d.id AND l.released_at IS NULL
 LEFT JOIN jobs AS j ON j.id = l.job_id
+LEFT JOIN workers AS w ON w.id = d.worker_id
 
 -- name: device_identities
 -- Every device's id, host and name (labels every device has).
@@ -402,12 +409,15 @@ DELETE FROM devices WHERE id = ?
 SELECT * FROM workers WHERE id = ?
 
 -- name: worker_upsert
--- A worker registers: insert it, or update its boot id, instance and version.
-INSERT INTO workers (id, host, boot_id, instance, version, registered_at, last_heartbeat_at)
-VALUES (?, ?, ?, ?, ?, ?, ?)
+-- A worker registers: insert it, or update its boot id, instance, version and
+-- whom it runs jobs as.
+INSERT INTO workers (id, host, boot_id, instance, version, registered_at, last_heartbeat_at,
+                     run_as, shared_account, allow_root_jobs)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (id) DO UPDATE SET boot_id = excluded.boot_id, instance = excluded.instance,
     version = excluded.version, registered_at = excluded.registered_at,
-    last_heartbeat_at = excluded.last_heartbeat_at
+    last_heartbeat_at = excluded.last_heartbeat_at, run_as = excluded.run_as,
+    shared_account = excluded.shared_account, allow_root_jobs = excluded.allow_root_jobs
 
 -- name: worker_touch
 -- Stamp a worker's heartbeat; no row for a worker that never registered.
@@ -416,6 +426,10 @@ UPDATE workers SET last_heartbeat_at = ? WHERE id = ?
 -- name: workers_silent
 -- Workers whose last heartbeat is at or before ?.
 SELECT id, last_heartbeat_at FROM workers WHERE last_heartbeat_at <= ?
+
+-- name: workers_running_as
+-- Whom each worker runs jobs as.
+SELECT id, run_as, shared_account, allow_root_jobs FROM workers
 
 -- name: workers_all
 -- Every worker, by id.
@@ -522,8 +536,8 @@ SELECT * FROM tokens WHERE name = ? AND revoked_at IS NULL
 
 -- name: token_insert
 -- A new token (its secret's hash only).
-INSERT INTO tokens (name, role, secret_hash, created_by, created_at, expires_at)
-VALUES (?, ?, ?, ?, ?, ?)
+INSERT INTO tokens (name, role, secret_hash, created_by, created_at, expires_at, unix_user)
+VALUES (?, ?, ?, ?, ?, ?, ?)
 
 -- name: token_revoke
 -- Revoke the live token with this name; no row when there is none.

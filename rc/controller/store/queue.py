@@ -12,7 +12,7 @@ import sqlite3
 from collections.abc import Callable, Iterator
 
 from rc.controller.placement import pair
-from rc.controller.planner import Policy, QueuedJob, Slot, Snapshot, plan
+from rc.controller.planner import Policy, QueuedJob, Slot, Snapshot, host_slot, plan
 from rc.controller.store import leases
 from rc.controller.store.db import Tx, loads
 from rc.proto.model import DeviceState, Link
@@ -39,6 +39,7 @@ def _queued_job(r: sqlite3.Row) -> QueuedJob:
         max_runtime=r["max_runtime"],
         count=r["count"],
         device_ids=tuple(loads(r["device_ids"])) if not r["selector"] else (),
+        unix_user=r["unix_user"],
     )
 
 
@@ -56,12 +57,21 @@ def in_order(tx: Tx, aging: float) -> Iterator[QueuedJob]:
 def slots(tx: Tx) -> dict[str, Slot]:
     """Every device as a planner Slot, by device id. A device a job holds is
     expected free at the job's start (its assignment, before it started)
-    plus the runtime it was given; never, when it has none."""
+    plus the runtime it was given; never, when it has none. Whom its worker
+    runs jobs as rides along (a shared account runs anyone's: run_as "",
+    root too)."""
     out = {}
     for r in tx.all("device_slots"):
         free_at = r["since"] + r["runtime"] if r["since"] is not None and r["runtime"] else math.inf
+        who = host_slot(r)
         out[r["id"]] = Slot(
-            r["id"], DeviceState(r["state"]), r["max_runtime"], bool(r["draining"]), free_at
+            r["id"],
+            DeviceState(r["state"]),
+            r["max_runtime"],
+            bool(r["draining"]),
+            free_at,
+            run_as=who.run_as,
+            root_ok=who.root_ok,
         )
     return out
 

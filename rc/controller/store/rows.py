@@ -58,6 +58,7 @@ def job(r: sqlite3.Row) -> Job:
         finished_at=r["finished_at"],
         count=r["count"],
         device_ids=tuple(loads(r["device_ids"])),
+        unix_user=r["unix_user"],
     )
 
 
@@ -107,4 +108,5 @@ def token(r: sqlite3.Row) -> Token:
         expires_at=r["expires_at"],
         revoked_at=r["revoked_at"],
         host=r["host"],
+        unix_user=r["unix_user"],
     )

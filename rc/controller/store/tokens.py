@@ -12,25 +12,42 @@ from rc.controller.store.db import Tx
 from rc.proto.errors import ErrorCode
 from rc.proto.model import EventKind, Role, Token
 
-__all__ = ["REVOKED_REASON", "bind_host", "count", "create", "listing", "live", "revoke"]
+__all__ = [
+    "REVOKED_REASON",
+    "bind_host",
+    "count",
+    "create",
+    "listing",
+    "live",
+    "revoke",
+]
 
 REVOKED_REASON = "token revoked"
 """The kill reason of the queued jobs a revoke cancels."""
 
 
 def create(
-    tx: Tx, name: str, role: Role, secret_hash: str, created_by: str, expires_at: float | None
+    tx: Tx,
+    name: str,
+    role: Role,
+    secret_hash: str,
+    created_by: str,
+    expires_at: float | None,
+    unix_user: str = "",
 ):
-    """Store a new token; returns its row. 409 token_exists when a live token
-    has this name."""
+    """Store a new token whose jobs run as `unix_user` ("" for a worker
+    token); returns its row. 409 token_exists when a live token has this name."""
     if tx.one("token_live_by_name", (name,)) is not None:
         raise Refused(ErrorCode.TOKEN_EXISTS, f"a token named {name!r} already exists")
-    tx.change("token_insert", (name, role.value, secret_hash, created_by, tx.now, expires_at))
+    tx.change(
+        "token_insert", (name, role.value, secret_hash, created_by, tx.now, expires_at, unix_user)
+    )
+    runs_as = f" (its jobs run as {unix_user})" if unix_user and unix_user != name else ""
     events.record(
         tx,
         EventKind.TOKEN_CREATED,
         actor=created_by,
-        text=f"{created_by or 'rc serve'} created {role.value} token {name!r}",
+        text=f"{created_by or 'rc serve'} created {role.value} token {name!r}{runs_as}",
     )
     tx.notify("tokens")
     return tx.one("token_live_by_name", (name,))

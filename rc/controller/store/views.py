@@ -23,6 +23,8 @@ from rc.controller.planner import (
     effective_priority,
     fits_ceiling,
     match_devices,
+    not_run_here,
+    runs_jobs_of,
 )
 from rc.controller.store import rows
 from rc.controller.store.db import Tx, loads
@@ -146,12 +148,13 @@ def queue_position(tx: Tx, job: Job, policy: Policy) -> int:
 
     lazy = LazyMatches(matches)
     pins = () if job.selector else (job.device_ids or (job.device_id,))
-    mine = set(candidates(job.selector, pins, job.max_runtime_seconds, slots, lazy))
+    mine = set(candidates(job.selector, pins, job.max_runtime_seconds, slots, lazy, job.unix_user))
     ahead = 0
     if mine:
         for g in tx.all("queue_ahead_by_ask", {"id": job.id, "now": tx.now, "aging": policy.aging}):
             theirs = () if g["selector"] else tuple(loads(g["device_ids"]))
-            if mine.intersection(candidates(g["selector"], theirs, g["max_runtime"], slots, lazy)):
+            got = candidates(g["selector"], theirs, g["max_runtime"], slots, lazy, g["unix_user"])
+            if mine.intersection(got):
                 ahead += g["n"]
     return ahead + 1
 
@@ -297,16 +300,27 @@ def explain_job(tx: Tx, job_id: int, policy: Policy) -> JobExplanation:
             )
         return JobExplanation(job_id, "queued", (why,), pos, {})
     blockers: dict[str, str] = {}
-    cands = []
+    cands, not_here = [], {}
     for d in pool:
-        ceiling = snap.slots[d].max_runtime
-        if fits_ceiling(me.max_runtime, ceiling):
+        slot = snap.slots[d]
+        ceiling = slot.max_runtime
+        if not runs_jobs_of(slot, me.unix_user):
+            host = host_of(d)
+            blockers[d] = not_here[host] = not_run_here(host, slot, me.unix_user)
+        elif fits_ceiling(me.max_runtime, ceiling):
             cands.append(d)
         else:
             blockers[d] = (
                 f"its runtime ceiling ({format_duration(ceiling)}) is below the "
                 f"{format_duration(me.max_runtime)} this job asks for"
             )
+    if not cands and not_here and all(host_of(d) in not_here for d in pool):
+        why = (
+            f"No device it could use runs jobs as {me.unix_user}: "
+            + "; ".join(not_here[h] for h in sorted(not_here))
+            + ". It waits until one does, or rc kill it."
+        )
+        return JobExplanation(job_id, "queued", (why,), pos, blockers)
     per_host: dict[str, list[str]] = {}
     for d in cands:
         per_host.setdefault(host_of(d), []).append(d)

@@ -65,7 +65,21 @@ def register(tx: Tx, req: RegisterRequest, match_cache: MatchCache, th: Threshol
     same_process = bool(
         prev is not None and req.instance and not rebooted and prev["instance"] == req.instance
     )
-    tx.change("worker_upsert", (host, host, req.boot_id, req.instance, req.version, tx.now, tx.now))
+    tx.change(
+        "worker_upsert",
+        (
+            host,
+            host,
+            req.boot_id,
+            req.instance,
+            req.version,
+            tx.now,
+            tx.now,
+            req.run_as,
+            int(req.shared_account),
+            int(req.allow_root_jobs),
+        ),
+    )
     why = "host rebooted" if rebooted else "worker re-registered"
     named = set(req.running_job_ids)
     for j in tx.all("jobs_active_on_worker", (host,)):
