@@ -34,6 +34,16 @@ settings.load_profile(
 )
 
 
+@pytest.fixture(autouse=True)
+def _no_local_one_box(monkeypatch) -> None:
+    """CLI code run inside pytest never finds this machine's own one-box: with
+    no controller configured, rc uses the default local socket when it exists
+    (/run/rc/rc.sock as root), so a `sudo rc up -d` left running on the test
+    machine turned "no controller" tests into tests of that box. Tests of the
+    socket give their own RC_SOCKET."""
+    monkeypatch.setenv("RC_SOCKET", "/nonexistent/rc-tests/rc.sock")
+
+
 @pytest.fixture(scope="session")
 def pyz(tmp_path_factory) -> Path:
     """dist/rc.pyz built once per session into a temporary directory."""

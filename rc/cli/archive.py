@@ -79,6 +79,11 @@ def _inside(top: str, member_dir: str, target: str) -> bool:
     return resolved == top or resolved.startswith(top + "/")
 
 
+def _resolved(name: str, target: str) -> str:
+    """Where a symlink `name` (relative to the archive root) to `target` points, normalised."""
+    return posixpath.normpath(posixpath.join(posixpath.dirname(name), target))
+
+
 def scan(src: str) -> Source:
     """Check a local source before anything is sent. Raises ArchiveError for
     a missing source or a symlink inside it that leads out of it."""
@@ -172,6 +177,10 @@ def _checker(state: dict) -> Callable[[tarfile.TarInfo, str], tarfile.TarInfo]:
             # no system makes a link to nothing; tarfile, failing to, looked
             # for the link's target among the members and found the link itself
             raise ArchiveError(f"refusing {name!r}: a symlink to nothing")
+        if m.issym() and _resolved(clean_name, m.linkname) == clean_name:
+            # a link to itself (`a` -> `a//`) is a loop no system makes; on
+            # disk it resolved to "/", outside the destination
+            raise ArchiveError(f"refusing {name!r}: a symlink to itself")
         if m.issym() and not _inside(top, posixpath.dirname(clean_name), m.linkname):
             raise ArchiveError(
                 f"refusing {name!r}: a symlink to {m.linkname!r}, outside what is copied"
