@@ -7,6 +7,7 @@ type, and nothing lands outside a destination."""
 
 from __future__ import annotations
 
+import errno
 import io
 import os
 import tarfile
@@ -101,7 +102,8 @@ def _everything_under(root: str) -> set[str]:
 @given(st.lists(member, min_size=1, max_size=5))
 @example([("dir", "a", ""), ("symlink", "a", "a")])  # recursed without end in tarfile
 @example([("symlink", "./é/.é//", "")])  # a link to nothing: tarfile recursed through itself
-@example([("symlink", "a", "a//")])  # a link to itself: on disk it resolved to "/"
+@example([("symlink", "a", "a//")])  # a link to itself
+@example([("symlink", "a", "a//a")])  # a link through itself
 def test_rc_cp_never_writes_outside_the_destination(members):
     with tempfile.TemporaryDirectory() as base:
         outside = os.path.join(base, "outside")
@@ -119,6 +121,11 @@ def test_rc_cp_never_writes_outside_the_destination(members):
         for p in new:
             full = os.path.join(base, p)
             if os.path.islink(full):
+                try:
+                    os.stat(full)
+                except OSError as e:
+                    if e.errno == errno.ELOOP:  # a loop points nowhere (realpath
+                        continue  # makes up a path for one: "/a")
                 target = os.path.realpath(full)
                 assert target == os.path.realpath(dest) or target.startswith(
                     os.path.realpath(dest) + os.sep

@@ -177,9 +177,10 @@ def _checker(state: dict) -> Callable[[tarfile.TarInfo, str], tarfile.TarInfo]:
             # no system makes a link to nothing; tarfile, failing to, looked
             # for the link's target among the members and found the link itself
             raise ArchiveError(f"refusing {name!r}: a symlink to nothing")
-        if m.issym() and _resolved(clean_name, m.linkname) == clean_name:
-            # a link to itself (`a` -> `a//`) is a loop no system makes; on
-            # disk it resolved to "/", outside the destination
+        to = _resolved(clean_name, m.linkname) if m.issym() else ""
+        if to == clean_name or to.startswith(clean_name + "/"):
+            # a link to itself or through itself (`a` -> `a//`, `a` -> `a/b`)
+            # is a loop that points nowhere
             raise ArchiveError(f"refusing {name!r}: a symlink to itself")
         if m.issym() and not _inside(top, posixpath.dirname(clean_name), m.linkname):
             raise ArchiveError(
