@@ -7,6 +7,7 @@ import hashlib
 import io
 import os
 import stat
+import subprocess
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from rc.cli import archive
-from tests.harness import Cli
+from tests.harness import REPO, Cli
 from tests.test_relay_e2e import Fleet, hold, running_fleet
 
 ODD_NAMES = ["with space", "ünïcödé", "new\nline", "-dash", "tab\there"]
@@ -74,7 +75,15 @@ def sha(path: Path) -> str:
 # -- the archive, without processes -------------------------------------------------------
 
 
-def test_tree_round_trips_through_the_archive(tmp_path):
+@pytest.fixture(params=["filters", "no-filters"])
+def either_tarfile(request, monkeypatch) -> None:
+    """Both ways receive() extracts: with tarfile's extraction filters, and
+    member by member as on a Python before 3.11.4 (Debian 12's 3.11.2)."""
+    if request.param == "no-filters":
+        monkeypatch.setattr(archive, "HAS_FILTERS", False)
+
+
+def test_tree_round_trips_through_the_archive(tmp_path, either_tarfile):
     src = make_tree(tmp_path / "tree")
     buf = io.BytesIO()
     archive.send(archive.scan(str(src)), buf)
@@ -134,12 +143,39 @@ def _tar(*members: tuple[str, str, bytes | str]) -> io.BytesIO:
         ([("file", "a", b"1"), ("file", "b", b"2")], "more than one top-level"),
     ],
 )
-def test_escaping_archives_are_refused(tmp_path, members, why):
+def test_escaping_archives_are_refused(tmp_path, members, why, either_tarfile):
     dest = tmp_path / "dest" / "inner"
     dest.mkdir(parents=True)
     with pytest.raises(archive.ArchiveError, match=why):
         archive.receive(_tar(*members), str(dest))
     assert not (tmp_path / "evil").exists() and not (tmp_path / "dest" / "evil").exists()
+
+
+def test_a_python_before_extraction_filters_receives_a_tree(tmp_path):
+    """The download side on the system's own python3 (3.11.2 on Debian 12,
+    which has no tarfile filters): `rc cp` from a device said the archive
+    was damaged (extractall() got an unexpected keyword argument 'filter')."""
+    system_py = "/usr/bin/python3"
+    if not os.path.exists(system_py):
+        pytest.skip(f"no {system_py} on this machine")
+    src = make_tree(tmp_path / "tree")
+    buf = io.BytesIO()
+    archive.send(archive.scan(str(src)), buf)
+    (tmp_path / "out").mkdir()
+    code = (
+        f"import sys; sys.path.insert(0, {str(REPO)!r}); from rc.cli import archive; "
+        "print(archive.HAS_FILTERS, archive.receive(sys.stdin.buffer, sys.argv[1]))"
+    )
+    got = subprocess.run(
+        [system_py, "-I", "-c", code, str(tmp_path / "out")],
+        input=buf.getvalue(),
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert got.returncode == 0, got.stderr.decode()
+    assert got.stdout.decode().split()[1] == "tree"
+    assert fingerprint(tmp_path / "out" / "tree") == fingerprint(src)
 
 
 # -- end to end ----------------------------------------------------------------------------

@@ -192,12 +192,37 @@ def _checker(state: dict) -> Callable[[tarfile.TarInfo, str], tarfile.TarInfo]:
             )
         if not (m.isreg() or m.isdir() or m.issym() or m.islnk()):
             raise ArchiveError(f"refusing {name!r}: a device, fifo or other special file")
+        if not HAS_FILTERS:  # before 3.11.4: the checks above, then the same fields
+            m.uid, m.gid, m.uname, m.gname = os.geteuid(), os.getegid(), "", ""
+            if m.isreg() or m.isdir():
+                m.mode &= MODE_BITS
+            return m
         safe = tarfile.data_filter(m, dest)
         if m.isreg() or m.isdir():
             safe = safe.replace(mode=m.mode & MODE_BITS, deep=False)
         return safe
 
     return check
+
+
+HAS_FILTERS = hasattr(tarfile, "data_filter")
+"""Whether tarfile has extraction filters (Python 3.11.4 and later; Debian
+12's python3 is 3.11.2): without them receive() applies its own checks
+member by member."""
+
+
+def _extract_each(tar: tarfile.TarFile, dest: str, check) -> None:
+    """extractall(filter=check) for a Python without filters: each member
+    checked then extracted in stream order, directories' modes set last
+    (deepest first) so a read-only directory still takes its contents."""
+    dirs = []
+    for m in tar:
+        safe = check(m, dest)
+        tar.extract(safe, dest, set_attrs=not safe.isdir())
+        if safe.isdir():
+            dirs.append(safe)
+    for d in sorted(dirs, key=lambda d: d.name, reverse=True):
+        os.chmod(os.path.join(dest, d.name), d.mode)
 
 
 def receive(stream: BinaryIO, dest: str) -> str:
@@ -210,7 +235,10 @@ def receive(stream: BinaryIO, dest: str) -> str:
         fileobj=stream, mode="r|", bufsize=BUFFER_BYTES, copybufsize=BUFFER_BYTES
     ) as tar:
         try:
-            tar.extractall(dest, filter=_checker(state))
+            if HAS_FILTERS:
+                tar.extractall(dest, filter=_checker(state))
+            else:
+                _extract_each(tar, dest, _checker(state))
         except KeyError as e:  # tarfile: a link to a member the stream never held
             raise ArchiveError(
                 f"refusing a link whose target is not in the archive ({e.args[0]})"
