@@ -179,6 +179,16 @@ def test_the_socket_token_is_cached_privately_and_reused(onebox):
     # RC_CONTROLLER names the socket just as well
     named = UserCli(ALICE, alice.pyz, {"RC_CONTROLLER": f"unix://{onebox.socket}"})
     assert _out(named.run("whoami")).startswith(f"{ALICE} (user")
+    # ...even when her config file holds another controller's token: the file's
+    # token belongs to the file's controller (it won, and was refused: 401)
+    other = onebox.root / f"alice-config-{uuid.uuid4().hex[:8]}.toml"
+    other.write_text('controller = "http://127.0.0.1:9"\ntoken = "rc_of_another_box"\n')
+    other.chmod(0o644)
+    both = UserCli(
+        ALICE, alice.pyz, {"RC_CONTROLLER": f"unix://{onebox.socket}", "RC_CONFIG": str(other)}
+    )
+    assert _out(both.run("whoami")).startswith(f"{ALICE} (user")
+    other.unlink()
 
 
 def test_root_on_its_own_one_box_runs_its_jobs_as_root(onebox):

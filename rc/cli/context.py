@@ -67,9 +67,9 @@ def client(args: argparse.Namespace, *, timeout: float = 60.0) -> Client:
     URL (rc.cli.localsocket); a token given by --token, RC_TOKEN or the
     config file is used instead of the socket's."""
     cfg = client_config.load()
-    token = getattr(args, "token", None) or cfg.token
     cacert = getattr(args, "cacert", None) or cfg.cacert or None
     path = _socket_of(args, cfg)
+    token = _token(args, cfg, path)
     if path is not None:
         from rc.cli.localsocket import LocalClient, session
 
@@ -94,6 +94,20 @@ def client(args: argparse.Namespace, *, timeout: float = 60.0) -> Client:
     return Client(url, token, timeout=timeout, cacert=cacert)
 
 
+def _token(args: argparse.Namespace, cfg: client_config.ClientConfig, path: str | None) -> str:
+    """The token `client(args)` sends: --token, else RC_TOKEN, else the
+    config file's, but not the file's when --controller or RC_CONTROLLER
+    names a local socket (`path`): that identity comes from the kernel, and
+    the file's token belongs to the file's controller."""
+    explicit = getattr(args, "token", None) or os.environ.get("RC_TOKEN", "").strip()
+    if explicit:
+        return explicit
+    named_here = getattr(args, "controller", None) or os.environ.get("RC_CONTROLLER", "").strip()
+    if path is not None and named_here:
+        return ""
+    return cfg.token
+
+
 def token_source(args: argparse.Namespace) -> str:
     """Where `client(args)` takes its token from: "--token", "RC_TOKEN", the
     config file's path or the local socket, for a refused token's message."""
@@ -102,13 +116,12 @@ def token_source(args: argparse.Namespace) -> str:
     if os.environ.get("RC_TOKEN", "").strip():
         return "RC_TOKEN"
     cfg = client_config.load()
-    if not cfg.token:
-        try:
-            path = _socket_of(args, cfg)
-        except RcError:
-            path = None
-        if path is not None:
-            return f"the local socket {path}"
+    try:
+        path = _socket_of(args, cfg)
+    except RcError:
+        path = None
+    if path is not None and not _token(args, cfg, path):
+        return f"the local socket {path}"
     return str(client_config.config_path())
 
 
