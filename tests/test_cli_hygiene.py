@@ -4,6 +4,7 @@ input, and exit codes (each test names the report it comes from)."""
 
 from __future__ import annotations
 
+import os
 import re
 from subprocess import DEVNULL
 
@@ -143,6 +144,16 @@ def test_bad_arguments_are_usage_errors(box):
         assert res.returncode == 2, (args, res)
         assert words in res.stderr, (args, res.stderr)
         assert res.stderr.count(b"\n") == 1, res.stderr  # one line, no usage block
+    # bytes that are not UTF-8 reached the controller as a bad_json 400
+    for args in (
+        ("run", "-e", os.fsdecode(b"X=\xff\xfe"), "--", "true"),
+        ("run", "--", "echo", os.fsdecode(b"caf\xe9")),
+    ):
+        res = ann.run(*args)
+        assert res.returncode == 2, (args, res)
+        assert res.stderr.startswith(b"rc run: argument ") and b"is not valid UTF-8" in res.stderr
+        assert b"\\xff" in res.stderr or b"\\xe9" in res.stderr, res.stderr
+        assert res.stderr.count(b"\n") == 1, res.stderr
 
 
 def test_the_api_checks_names_and_durations(box):

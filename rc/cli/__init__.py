@@ -108,6 +108,18 @@ def main(argv: list[str] | None = None) -> int:
             pass
     else:
         parser = build_parser(argv[0] if argv else None)
+    for arg in argv:
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError:  # bytes the locale could not decode (surrogateescape)
+            shown = os.fsencode(arg).decode("ascii", "backslashreplace")
+            prog = f"rc {argv[0]}" if argv and argv[0] in VERBS else "rc"
+            print(
+                f"{prog}: argument {shown!r} is not valid UTF-8 (rc sends text as UTF-8; "
+                f"see {prog} --help)",
+                file=sys.stderr,
+            )
+            return 2
     args = parser.parse_args(argv)
     from rc.cli.output import EscapingStream
 
