@@ -286,7 +286,12 @@ DOWNLOAD_SCRIPT = r"""set -e
 case $1 in /*) ;; *) cd -- "$HOME" 2>/dev/null || cd / ;; esac
 p=$1
 while [ "${p%/}" != "$p" ] && [ "${p%/}" != "" ]; do p=${p%/}; done
-[ -e "$p" ] || { echo "rc cp: $1: no such file or directory" >&2; exit 2; }
+if ! [ -e "$p" ] && ! [ -L "$p" ]; then
+  a=$p  # missing, or behind a directory this user may not enter?
+  while [ "$a" != / ] && [ "$a" != . ]; do a=$(dirname -- "$a"); [ -e "$a" ] && break; done
+  if [ -d "$a" ] && ! [ -x "$a" ]; then echo "rc cp: $1: permission denied" >&2; exit 2; fi
+  echo "rc cp: $1: no such file or directory" >&2; exit 2
+fi
 if [ -L "$p" ]; then p=$(readlink -f -- "$p"); fi
 cd -- "$(dirname -- "$p")"
 exec tar -c -f - --format=gnu -b 128 -- "$(basename -- "$p")"
