@@ -214,6 +214,8 @@ BAD_INVOCATIONS = [
     (["kill", "0"], "rc kill", "0 is out of range"),
     (["events", "-n", "5000"], "rc events", "out of range (1..1000)"),
     (["up", "--devices", "２"], "rc up", "use auto or a number"),
+    # found by a new user: refused only once the worker had started
+    (["up", "--devices", "1025"], "rc up", "1 to 1024"),
     (["up", "--listen", "127.0.0.1:８０"], "rc up", "use HOST:PORT"),
     # found by a new user: --expires 0 made a token that never expires, unsaid
     (["token", "create", "bob", "--expires", "0"], "rc token create", "never expires"),

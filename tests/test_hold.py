@@ -237,6 +237,7 @@ def test_detach_prints_the_hold_id_alone(alice, bob, admin):
     # only its owner may release it
     res = bob.run("release", str(hold_id))
     assert res.returncode == 1 and b"not_job_owner" in res.stderr
+    assert b"only its owner or an admin may release it" in res.stderr, res.stderr
     assert alice.run("release", str(hold_id)).returncode == 0
 
 

@@ -34,9 +34,10 @@ from rc.cli.children import (
 )
 from rc.cli.context import UsageError, stderr
 from rc.cli.credentials import ensure_client_config, ensure_token, worker_token_host, write_secret
-from rc.cli.output import command_text, escape_controls, one_line
+from rc.cli.output import command_text, escape_controls, on_devices, one_line
 from rc.proto.client import Client
 from rc.proto.errors import RcError
+from rc.proto.model import DEVICES_PER_WORKER_MAX
 
 __all__ = ["add_parsers", "default_data_dir"]
 
@@ -74,7 +75,7 @@ def add_parsers(sub) -> None:
         "--devices",
         default=None,  # auto, unless the running rc up has other
         metavar="auto|N",
-        help="auto: the GPUs nvidia-smi lists, else 2 CPU devices; N: N CPU devices",
+        help="auto: the GPUs nvidia-smi lists, else 2 CPU devices; N: N CPU devices (1 to 1024)",
     )
     p.add_argument(
         "--host",
@@ -280,9 +281,15 @@ def cmd_up(args: argparse.Namespace) -> int:
         )
     if args.devices is not None and not (
         args.devices == "auto"
-        or (args.devices.isascii() and args.devices.isdigit() and int(args.devices) > 0)
+        or (
+            args.devices.isascii()
+            and args.devices.isdigit()
+            and 0 < int(args.devices) <= DEVICES_PER_WORKER_MAX
+        )
     ):
-        raise UsageError(f"--devices {args.devices!r}: use auto or a number of CPU devices")
+        raise UsageError(
+            f"--devices {args.devices!r}: use auto or a number of CPU devices, 1 to {DEVICES_PER_WORKER_MAX}"
+        )
     if args.host is not None and not _valid_host(args.host):
         raise UsageError(
             f"--host {args.host!r}: letters, digits, '.', '_' and '-', at most 63, "
@@ -475,7 +482,7 @@ def _say_what_stops(st: dict, data: Path) -> None:
             if j.get("kind") == "hold"
             else f"job {j['id']}: {command_text(j.get('command') or [])}"
         )
-        line = f"  {what} ({j.get('submitter', '?')} on {j.get('device_id', '?')})"
+        line = f"  {what} ({j.get('submitter', '?')} on {on_devices(j) or '?'})"
         stderr(escape_controls(one_line(line)))
 
 

@@ -46,6 +46,9 @@ PRIORITY_MIN = -10
 PRIORITY_MAX = 10
 COUNT_MAX = 64
 """The most devices one job or hold may ask for (all on one host)."""
+DEVICES_PER_WORKER_MAX = 1024
+"""The most devices one worker may declare (the controller's limit too:
+rc.controller.config Limits.devices_per_worker)."""
 
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 """Host and device names: letters, digits, '.', '_', '-'; at most 63 (no ':' or '/')."""

@@ -74,6 +74,7 @@ from typing import Any
 from rc.proto.client import parse_controller_url
 from rc.proto.duration import DurationError, format_duration, parse_duration
 from rc.proto.errors import RcError
+from rc.proto.model import DEVICES_PER_WORKER_MAX
 
 __all__ = [
     "DEFAULT_PATH",
@@ -87,12 +88,11 @@ __all__ = [
 
 DEFAULT_PATH = "/etc/rc/worker.toml"
 
-MAX_DEVICES = 1024
+MAX_DEVICES = DEVICES_PER_WORKER_MAX
 """Most devices one worker may declare: the controller's limit
 (rc.controller.config Limits.devices_per_worker, which answers more with 400
-limit_exceeded). The worker is standard library only and cannot import the
-controller, so it repeats the number here; tests/test_worker_operator.py
-checks that the two agree."""
+limit_exceeded), kept in rc.proto so the CLI's `rc up --devices` checks it
+too; tests/test_worker_operator.py checks that the two agree."""
 
 
 class ConfigError(RcError):

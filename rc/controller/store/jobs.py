@@ -297,7 +297,9 @@ def kill(
     if not admin and owner != caller:
         raise Refused(
             ErrorCode.NOT_JOB_OWNER,
-            f"job {job_id} belongs to {owner}; only its owner or an admin may kill it",
+            f"hold {job_id} belongs to {owner}; only its owner or an admin may release it"
+            if row["kind"] == "hold"
+            else f"job {job_id} belongs to {owner}; only its owner or an admin may kill it",
         )
     why = (
         f"killed by {caller}"
