@@ -127,6 +127,17 @@ def test_zipapp_runs_under_isolated_python(pyz, tmp_path):
         check=False,
     )
     assert res.returncode == 1 and b"install rc with pip" in res.stderr
+    # found by a new user: the zipapp's rc up said "the controller did not start:
+    # No module named rc", after starting nothing
+    res = subprocess.run(
+        [BARE_PY, "-I", str(pyz), "up", "-d", "--data", str(tmp_path / "box")],
+        capture_output=True,
+        timeout=30,
+        cwd=tmp_path,
+        check=False,
+    )
+    assert res.returncode == 1 and b"rc up needs rc installed with pip" in res.stderr, res
+    assert not (tmp_path / "box").exists()
 
 
 def test_rc_py_launcher_runs_the_same_entry_point(tmp_path):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import getpass
+import importlib.util
 import ipaddress
 import json
 import os
@@ -266,6 +267,11 @@ def _differences(args: argparse.Namespace, st: dict, worker_runs: bool) -> list[
 
 
 def cmd_up(args: argparse.Namespace) -> int:
+    if importlib.util.find_spec("rc.controller") is None:  # the zipapp
+        raise RcError(
+            "rc up needs rc installed with pip (pip install .), which brings the controller; "
+            "the zipapp carries only the worker and the client"
+        )
     data = Path(args.data) if args.data else default_data_dir()
     state_path = data / UP_STATE
     st = _read_state(state_path)  # a running rc up, or the settings of the last one
