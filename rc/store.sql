@@ -80,6 +80,8 @@ CREATE TABLE jobs (
     -- then the devices it was granted, in the order chosen (RC_DEVICES)
     count             INTEGER NOT NULL DEFAULT 1 CHECK (count BETWEEN 1 AND 64),
     device_ids        TEXT NOT NULL DEFAULT '[]' CHECK (json_type(device_ids) = 'array'),
+    -- schema 3: an optional name (rc.proto.model.JOB_NAME_RE), '' for none
+    name              TEXT NOT NULL DEFAULT '' CHECK (length(name) <= 128),
     CHECK (selector != '' OR device_id != ''),
     CHECK (kind = 'job' OR (cwd = '' AND env = '{}' AND idle_timeout = 0 AND stdio = '')),
     CHECK ((state IN ('succeeded', 'failed', 'killed', 'lost')) = (finished_at IS NOT NULL))
@@ -90,6 +92,8 @@ CREATE INDEX jobs_active ON jobs (worker_id) WHERE state IN ('assigned', 'runnin
 CREATE INDEX jobs_by_device ON jobs (device_id, id DESC);
 CREATE INDEX jobs_by_submitter ON jobs (submitter, id DESC);
 CREATE INDEX jobs_kill_pending ON jobs (worker_id) WHERE kill_requested = 1;
+CREATE INDEX jobs_by_name ON jobs (name, id DESC) WHERE name != '';
+CREATE INDEX jobs_by_submitted ON jobs (submitted_at);
 
 CREATE TRIGGER jobs_terminal_is_final
 BEFORE UPDATE OF state ON jobs

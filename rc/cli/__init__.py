@@ -27,6 +27,7 @@ VERBS = {
     "hold": "run",
     "release": "run",
     "jobs": "jobs",
+    "show": "jobs",
     "logs": "jobs",
     "kill": "jobs",
     "ps": "jobs",

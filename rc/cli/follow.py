@@ -179,6 +179,7 @@ def submit_run(
         "idle_timeout_seconds": args.idle_timeout,
         "no_wait": args.no_wait,
         "as_user": args.as_user,
+        "name": getattr(args, "name", None) or "",
     }
     return submit(c, body), label
 

@@ -38,6 +38,7 @@ from rc.cli.context import (
     device_list_arg,
     hangup_interrupts,
     interrupt_cause,
+    job_name_arg,
     number_in,
     stderr,
     whole_number,
@@ -119,6 +120,16 @@ def _target_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _name_flag(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument(
+        "--name",
+        type=job_name_arg,
+        default=None,
+        metavar="NAME",
+        help=f"a name for the {what}, shown in every listing (RC_JOB_NAME in a job)",
+    )
+
+
 def add_parsers(sub) -> None:
     p = sub.add_parser(
         "run",
@@ -150,6 +161,7 @@ def add_parsers(sub) -> None:
         help="working directory on the device's host (default: the current directory)",
     )
     add_env_flags(p, "the job")
+    _name_flag(p, "job")
     p.add_argument(
         "--no-wait", action="store_true", help="fail at once (exit 1) unless a device is free now"
     )
@@ -193,6 +205,7 @@ def add_parsers(sub) -> None:
     )
     p.add_argument("--reason", required=True, help="what it is for (shown to everyone)")
     p.add_argument("--priority", type=priority_arg, default=0, help="-10..10 (default 0)")
+    _name_flag(p, "hold")
     p.add_argument(
         "--detach", action="store_true", help="print the hold id once granted and return"
     )
@@ -202,12 +215,12 @@ def add_parsers(sub) -> None:
 
     p = sub.add_parser(
         "release",
-        help="end a hold (or kill a job) you own",
-        description="End hold ID now (or kill job ID): the device goes back to "
-        "the pool once its worker has checked it.",
+        help="end a hold you own",
+        description="End hold ID now: the device goes back to the pool once its "
+        "worker has checked it. A job is refused (rc kill ends it).",
     )
     attach(
-        p.add_argument("job", type=number_in(1), metavar="ID", help="the hold (or job) id"),
+        p.add_argument("job", type=number_in(1), metavar="ID", help="the hold id"),
         holds,
     )
     add_client_flags(p)
@@ -364,6 +377,7 @@ def cmd_hold(args: argparse.Namespace) -> int:
         "priority": args.priority,
         "idempotency_key": uuid.uuid4().hex,
         "as_user": args.as_user,
+        "name": args.name or "",
     }
     view = submit(c, body)
     hold_id = view["job"]["id"]
@@ -415,8 +429,12 @@ def _release_on_interrupt(c: Client, hold_id: int, cause: str) -> None:
 
 
 def cmd_release(args: argparse.Namespace) -> int:
-    """`rc release ID`: end a hold (or kill a job) you own; prints "released ID"."""
+    """`rc release ID`: end a hold you own (or any, as admin); prints
+    "released ID". A job is refused: rc kill ends it."""
     c = client(args)
+    held = c.get(f"/v1/jobs/{args.job}")["job"]
+    if held.get("kind") != "hold":
+        raise RcError(f"job {args.job} is not a hold; rc kill {args.job} ends it")
     c.post(f"/v1/jobs/{args.job}/kill", {"reason": "released"})
     print_line(f"released {args.job}")
     return 0

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 __all__ = [
     "COUNT_MAX",
     "ENV_NAME_RE",
+    "JOB_NAME_MAX",
+    "JOB_NAME_RE",
     "NAME_RE",
     "PRIORITY_MAX",
     "PRIORITY_MIN",
@@ -37,6 +39,7 @@ __all__ = [
     "device_list",
     "valid_device_id",
     "valid_env_name",
+    "valid_job_name",
 ]
 
 PRIORITY_MIN = -10
@@ -99,6 +102,19 @@ starting with a digit (what a shell can name)."""
 def valid_env_name(name: str) -> bool:
     """Whether `name` is an environment variable name a job may set (ENV_NAME_RE)."""
     return bool(ENV_NAME_RE.fullmatch(name))
+
+
+JOB_NAME_MAX = 128
+"""The longest job name, in characters."""
+JOB_NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._:+=,@%-]{0,127}")
+"""A job's name: letters, digits and `. _ : + = , @ % -`, starting with a
+letter, digit or '_', at most JOB_NAME_MAX characters (no spaces or glob
+characters, so `rc jobs --name 'sweep-*'` means what it says)."""
+
+
+def valid_job_name(name: str) -> bool:
+    """Whether `name` is a job name (JOB_NAME_RE)."""
+    return bool(JOB_NAME_RE.fullmatch(name))
 
 
 class DeviceState(enum.StrEnum):
@@ -313,6 +329,7 @@ class Job:
     finished_at: float | None = None
     count: int = 1
     device_ids: tuple[str, ...] = ()
+    name: str = ""
 
 
 @dataclass(frozen=True, slots=True)

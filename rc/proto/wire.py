@@ -42,6 +42,7 @@ __all__ = [
     "HeartbeatRequest",
     "HeartbeatResponse",
     "HostFit",
+    "JobDetail",
     "JobExplanation",
     "JobList",
     "JobReport",
@@ -106,21 +107,45 @@ class SubmitRequest:
     as_user: str = ""
     count: int = 1
     device_ids: tuple[str, ...] = ()
+    name: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class JobDetail:
+    """What `rc show JOB` adds to a job (GET /v1/jobs/{id}?detail=1).
+
+    waited_seconds: from queued to started (to now while queued; to its end
+    when it ended unstarted); ran_seconds: from started to its end (to now
+    while running), None when it never started. ceiling_seconds: the lowest
+    runtime ceiling of its devices (of its pinned ones while queued; 0:
+    none, or not known yet). log_bytes: the stored log's size. explain: for a
+    queued job, the first sentence of `rc explain JOB` ("" otherwise).
+    """
+
+    waited_seconds: float | None = None
+    ran_seconds: float | None = None
+    ceiling_seconds: int = 0
+    log_bytes: int = 0
+    explain: str = ""
 
 
 @dataclass(frozen=True, slots=True)
 class JobView:
-    """GET /v1/jobs/{id}: the job and, while queued, its 1-based position."""
+    """GET /v1/jobs/{id}: the job and, while queued, its 1-based position;
+    `detail` only when asked for (detail=1)."""
 
     job: Job
     queue_position: int = 0
+    detail: JobDetail | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class JobList:
-    """GET /v1/jobs: newest first."""
+    """GET /v1/jobs: newest first. `next_before`: pass it as `before` for
+    the next page (0 when this page was the last)."""
 
     jobs: tuple[Job, ...]
+    next_before: int = 0
 
 
 @dataclass(frozen=True, slots=True)

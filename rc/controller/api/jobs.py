@@ -17,6 +17,7 @@ from rc.controller.api import (
     free_text,
     json_body,
     path_int,
+    query_bool,
     query_float,
     query_int,
     reply,
@@ -31,12 +32,14 @@ from rc.proto.duration import MAX_SECONDS
 from rc.proto.errors import ErrorCode
 from rc.proto.model import (
     COUNT_MAX,
+    JOB_NAME_MAX,
     PRIORITY_MAX,
     PRIORITY_MIN,
     JobKind,
     JobState,
     Stdio,
     valid_env_name,
+    valid_job_name,
 )
 from rc.proto.wire import JobList, SubmitRequest
 
@@ -106,6 +109,12 @@ def validate_submit(req: SubmitRequest, who: Caller, lim: Limits, cap: int = 0) 
             )
         if "\0" in text:
             raise bad(ErrorCode.BAD_REQUEST, f"{what} contains a NUL character")
+    if req.name and not valid_job_name(req.name):
+        raise bad(
+            ErrorCode.BAD_REQUEST,
+            f"job name {req.name[:40]!r} is not valid (letters, digits and . _ : + = , @ % -, "
+            f"starting with a letter, digit or '_'; at most {JOB_NAME_MAX} characters)",
+        )
     if not PRIORITY_MIN <= req.priority <= PRIORITY_MAX:
         raise bad(
             ErrorCode.PRIORITY_OUT_OF_RANGE,
@@ -180,7 +189,7 @@ def validate_submit(req: SubmitRequest, who: Caller, lim: Limits, cap: int = 0) 
             raise bad(ErrorCode.BAD_SELECTOR, str(e)) from None
     canon = encode(req)
     canon.pop("idempotency_key", None)
-    for name, default in (("count", 1), ("device_ids", [])):
+    for name, default in (("count", 1), ("device_ids", []), ("name", "")):
         if canon[name] == default:  # a request from before these fields digests as it did
             del canon[name]
     canon["submitter"] = submitter  # another user's key is a conflict, never their job
@@ -204,6 +213,7 @@ def validate_submit(req: SubmitRequest, who: Caller, lim: Limits, cap: int = 0) 
         queued_limit=lim.queued_per_user,
         count=count,
         device_ids=pins,
+        name=req.name,
     )
 
 
@@ -295,15 +305,25 @@ def _no_device(req: SubmitRequest):
 
 
 async def get_job(request: Request):
-    """GET /v1/jobs/{id}[?wait=S&state=X&position=N]: the job and its queue position.
+    """GET /v1/jobs/{id}[?wait=S&state=X&position=N&detail=1]: the job and its
+    queue position.
 
     With `wait`, a long poll: answers as soon as the state differs from `state`
     or the queue position from `position`, or after `wait` seconds (max 60).
+    With `detail=1` (not with `wait`), what `rc show` adds (wire.JobDetail).
     """
     c = ctl(request)
     who = caller(request)
     job_id = path_int(request)
     wait = query_float(request, "wait", 0.0, 0.0, 60.0)
+    detail = query_bool(request, "detail", False)
+    if detail:
+        if wait:
+            raise Refused(ErrorCode.BAD_REQUEST, "detail=1 does not go with wait")
+        view = await c.job_view(job_id)
+        job = view.job
+        more = await c.db.read(views.job_detail, job, c.policy, c.logs.size(job_id))
+        return reply(dataclasses.replace(_visible(view, who), detail=more))
     seen_state = request.query_params.get("state", "")
     seen_pos = request.query_params.get("position", "")
     deadline = time.monotonic() + wait
@@ -325,24 +345,66 @@ async def get_job(request: Request):
             p.cancel()
 
 
+LIST_MAX = 1000
+"""The most jobs one listing page holds (`limit`); `before` pages further."""
+
+
+def job_filter(request: Request, who: Caller) -> jobs.Filter:
+    """The filters of GET /v1/jobs (and of a kill by filter) from the query:
+    device, submitter, mine (the caller's own; not with another submitter),
+    state (comma list), name (a GLOB: * ? [..], at most JOB_NAME_MAX
+    characters), since (seconds since the epoch), before (an id). 400
+    bad_request naming a bad one."""
+    q = request.query_params
+    submitter = q.get("submitter", "")
+    if query_bool(request, "mine", False):
+        if submitter and submitter != who.name:
+            raise Refused(ErrorCode.BAD_REQUEST, "give mine or another submitter, not both")
+        submitter = who.name
+    states = tuple(s for s in q.get("state", "").split(",") if s)
+    known = {s.value for s in JobState}
+    for s in states:
+        if s not in known:
+            raise Refused(
+                ErrorCode.BAD_REQUEST,
+                f"unknown state {s[:40]!r} (one of {', '.join(x.value for x in JobState)})",
+            )
+    name = q.get("name", "")
+    if len(name) > JOB_NAME_MAX or "\0" in name:
+        raise Refused(
+            ErrorCode.BAD_REQUEST, f"name pattern is longer than {JOB_NAME_MAX} characters"
+        )
+    raw_since = q.get("since", "")
+    since = 0.0
+    if raw_since:
+        try:
+            since = float(raw_since)
+        except ValueError:
+            since = -1.0
+        if not 0 <= since < 1e11:
+            raise Refused(
+                ErrorCode.BAD_REQUEST,
+                "query parameter since must be a time in seconds since the epoch",
+            )
+    return jobs.Filter(
+        device=q.get("device", ""),
+        submitter=submitter,
+        states=states,
+        name=name,
+        since=since,
+        before=query_int(request, "before", 0, 0, 1 << 62),
+    )
+
+
 async def list_jobs(request: Request):
-    """GET /v1/jobs?limit=&device=&submitter=&state=&before=: newest first."""
+    """GET /v1/jobs?limit=&device=&submitter=&mine=&state=&name=&since=&before=:
+    newest first, keyset-paged by `before` (JobList.next_before)."""
     c = ctl(request)
     who = caller(request)
-    limit = query_int(request, "limit", 20, 1, 1000)
-    before = query_int(request, "before", 0, 0, 1 << 62)
-    state = request.query_params.get("state", "")
-    if state and state not in {s.value for s in JobState}:
-        raise Refused(ErrorCode.BAD_REQUEST, f"unknown state {state!r}")
-    found = await c.db.read(
-        jobs.listing,
-        request.query_params.get("device", ""),
-        request.query_params.get("submitter", ""),
-        state,
-        before,
-        limit,
-    )
-    return reply(JobList(tuple(views.for_caller(j, who.name, who.admin) for j in found)))
+    limit = query_int(request, "limit", 20, 1, LIST_MAX)
+    found = await c.db.read(jobs.listing, job_filter(request, who), limit)
+    more = found[-1].id if len(found) == limit else 0
+    return reply(JobList(tuple(views.for_caller(j, who.name, who.admin) for j in found), more))
 
 
 async def kill(request: Request):

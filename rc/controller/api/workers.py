@@ -261,6 +261,18 @@ def _no_content():
     return Response(status_code=204)
 
 
+def _job_env(r) -> dict[str, str]:
+    """A job row's environment as its worker gets it: the submitted entries,
+    then what rc says about the job (RC_JOB_NAME when it has a name), which
+    wins over an entry of the same name."""
+    from rc.controller.store.db import loads
+
+    env = loads(r["env"])
+    if r["name"] and r["kind"] == JobKind.JOB:
+        env["RC_JOB_NAME"] = r["name"]
+    return env
+
+
 def _assignment(r) -> Assignment:
     from rc.controller.store.db import loads
     from rc.controller.store.rows import devices_of
@@ -272,7 +284,7 @@ def _assignment(r) -> Assignment:
         kind=JobKind(r["kind"]),
         command=tuple(loads(r["command"])),
         cwd=r["cwd"],
-        env=loads(r["env"]),
+        env=_job_env(r),
         submitter=r["submitter"],
         max_runtime_seconds=r["max_runtime"],
         idle_timeout_seconds=r["idle_timeout"],

@@ -22,6 +22,7 @@ from rc.proto.model import EventKind, Job, JobKind, JobState
 __all__ = [
     "WATCHDOG_PREFIXES",
     "Applied",
+    "Filter",
     "NewJob",
     "apply_reports",
     "brief",
@@ -71,6 +72,7 @@ class NewJob:
     queued_limit: int
     count: int = 1
     device_ids: tuple[str, ...] = ()
+    name: str = ""
 
 
 def enqueue(tx: Tx, job: NewJob, match_cache: MatchCache) -> tuple[int, bool]:
@@ -127,6 +129,7 @@ def enqueue(tx: Tx, job: NewJob, match_cache: MatchCache) -> tuple[int, bool]:
             tx.now,
             len(pins) if pins else job.count,
             dumps(list(pins)),
+            job.name,
         ),
     )
     if job.token_name != job.submitter:  # an admin acting for someone: both names on record
@@ -442,15 +445,31 @@ def state_of(tx: Tx, job_id: int) -> str | None:
     return tx.scalar("job_state", (job_id,))
 
 
-def listing(tx: Tx, device: str, submitter: str, state: str, before: int, limit: int) -> list[Job]:
-    """Jobs newest first, at most `limit`, filtered by each non-empty
-    argument: on `device`, by `submitter`, in `state`, with an id below
-    `before` (0: no bound)."""
+@dataclass(frozen=True, slots=True)
+class Filter:
+    """Which jobs a listing (or a kill by filter) takes, each field empty
+    for "any": on `device` (among its devices), by `submitter`, in one of
+    `states` (JobState values), with a name matching the GLOB `name`,
+    submitted at or after `since` (seconds since the epoch), with an id below
+    `before` (keyset paging)."""
+
+    device: str = ""
+    submitter: str = ""
+    states: tuple[str, ...] = ()
+    name: str = ""
+    since: float = 0.0
+    before: int = 0
+
+
+def listing(tx: Tx, where: Filter, limit: int) -> list[Job]:
+    """Jobs newest first, at most `limit`, those `where` takes."""
     params = {
-        "device": device,
-        "submitter": submitter,
-        "state": state,
-        "before": before,
+        "device": where.device,
+        "submitter": where.submitter,
+        "states": dumps(list(where.states)),
+        "name": where.name,
+        "since": where.since,
+        "before": where.before,
         "limit": limit,
     }
     return [rows.job(r) for r in tx.all("jobs_list", params)]

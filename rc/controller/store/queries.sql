@@ -10,8 +10,8 @@
 -- A new queued job (submitted and queued now); returns its id.
 INSERT INTO jobs (kind, state, submitter, token_name, selector, device_id, command, cwd, env,
                   idempotency_key, request_digest, priority, max_runtime, idle_timeout, reason,
-                  stdio, submitted_at, queued_at, count, device_ids)
-VALUES (?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                  stdio, submitted_at, queued_at, count, device_ids, name)
+VALUES (?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 RETURNING id
 
 -- name: job_get
@@ -115,12 +115,16 @@ WHERE id IN (SELECT value FROM json_each(?))
   AND (state IN ('succeeded', 'failed', 'killed', 'lost') OR worker_id != ?)
 
 -- name: jobs_list
--- Jobs newest first, filtered by a device among theirs, submitter, state and id bound.
+-- Jobs newest first, filtered by a device among theirs, submitter, states (a JSON
+-- array, '[]' for any), name (a GLOB, '' for any), submitted at or after :since
+-- (0: any) and an id below :before (0: no bound; keyset paging).
 SELECT * FROM jobs
 WHERE (:device = '' OR device_id = :device
        OR EXISTS (SELECT 1 FROM json_each(jobs.device_ids) WHERE value = :device))
   AND (:submitter = '' OR submitter = :submitter)
-  AND (:state = '' OR state = :state)
+  AND (:states = '[]' OR state IN (SELECT value FROM json_each(:states)))
+  AND (:name = '' OR name GLOB :name)
+  AND (:since = 0 OR submitted_at >= :since)
   AND (:before = 0 OR id < :before)
 ORDER BY id DESC
 LIMIT :limit

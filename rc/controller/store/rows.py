@@ -58,6 +58,7 @@ def job(r: sqlite3.Row) -> Job:
         finished_at=r["finished_at"],
         count=r["count"],
         device_ids=tuple(loads(r["device_ids"])),
+        name=r["name"],
     )
 
 

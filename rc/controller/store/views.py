@@ -39,6 +39,7 @@ from rc.proto.wire import (
     DeviceView,
     ExplainResponse,
     HostFit,
+    JobDetail,
     JobExplanation,
     JobView,
     ReservationView,
@@ -54,6 +55,7 @@ __all__ = [
     "explain_job",
     "explain_selector",
     "for_caller",
+    "job_detail",
     "job_view",
     "queue_snapshot",
     "state",
@@ -125,6 +127,30 @@ def job_view(tx: Tx, job_id: int, policy: Policy, snap: Snapshot | None = None) 
     if snap is None or job_id not in snap.plan.candidates:
         snap = plan_snapshot(tx, policy)
     return JobView(job, snap.position(job_id))
+
+
+def job_detail(tx: Tx, job: Job, policy: Policy, log_bytes: int) -> JobDetail:
+    """What `rc show` adds to a job (wire.JobDetail): times waited and run,
+    the lowest ceiling of its devices, its log's size (`log_bytes`, from the
+    log store) and, while queued, the first sentence of explain_job."""
+    now = tx.now
+    start = job.started_at
+    if start is not None:
+        waited: float | None = start - job.queued_at
+        ran: float | None = (job.finished_at or now) - start
+    else:
+        waited = (job.finished_at or now) - job.queued_at
+        ran = None
+    ceilings = []
+    for d in job.device_ids or ((job.device_id,) if job.device_id else ()):
+        r = tx.one("device_ceiling", (d,))
+        if r is not None and r["max_runtime"]:
+            ceilings.append(r["max_runtime"])
+    explain = ""
+    if job.state is JobState.QUEUED:
+        reasons = explain_job(tx, job.id, policy).reasons
+        explain = reasons[0] if reasons else ""
+    return JobDetail(waited, ran, min(ceilings, default=0), log_bytes, explain)
 
 
 def queue_position(tx: Tx, job: Job, policy: Policy) -> int:

@@ -1,0 +1,151 @@
+"""End to end through the CLI: a job's name, `rc show`, `rc jobs` filters and
+paging, killing several jobs, `rc release` on a job, `rc logs --tail/--head`
+(README "Names, details and listings")."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.harness import job, wait_until
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+def fleet(controller, make_worker):
+    return make_worker(controller, host="box", devices="cpu:2")
+
+
+def _id(res) -> int:
+    assert res.returncode == 0, res.stderr
+    return int(res.stdout.split()[0])
+
+
+def test_a_name_reaches_the_job_and_every_listing(fleet, cli, controller):
+    res = cli.run(
+        "run", "--name", "sweep-1", "--", "python3", "-c",
+        "import os; print(os.environ['RC_JOB_NAME'])",
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == b"sweep-1\n"
+    listed = cli.run("jobs", check=True).stdout.decode()
+    assert "NAME" in listed.splitlines()[0] and "sweep-1" in listed
+    jobs = cli.json("jobs", "--name", "sweep-*")
+    assert [j["name"] for j in jobs] == ["sweep-1"]
+    assert cli.json("jobs", "--name", "other-*") == []
+
+
+def test_a_bad_name_is_a_usage_error_and_nothing_is_submitted(fleet, cli, controller):
+    res = cli.run("run", "--name", "has space", "--", "true")
+    assert res.returncode == 2 and b"not a job name" in res.stderr
+    assert cli.json("jobs") == []
+    c = controller.client(cli.env["RC_TOKEN"])
+    from rc.proto.errors import ApiError
+
+    with pytest.raises(ApiError, match="job name"):
+        c.post("/v1/jobs", {"command": ["true"], "selector": "*", "name": "a*b"})
+
+
+def test_show_tells_everything_about_a_finished_job(fleet, cli, controller):
+    res = cli.run(
+        "run", "--name", "eval", "-e", "SECRET=v", "--max-runtime", "1h", "--",
+        "sh", "-c", "echo hello; exit 3",
+    )  # fmt: skip
+    assert res.returncode == 3
+    job_id = int(res.stderr.split(b"job ")[1].split()[0])
+    out = cli.run("show", str(job_id), check=True).stdout.decode()
+    for words in (
+        f"job:          {job_id}",
+        "name:         eval",
+        "state:        failed",
+        "submitter:    alice",
+        "command:      sh -c 'echo hello; exit 3'",
+        "env:          SECRET",
+        "max runtime:  1h",
+        "exit code:    3",
+        "log:          6 bytes",
+    ):
+        assert words in out, out
+    view = cli.json("show", str(job_id))
+    assert view["job"]["env"] == {"SECRET": "v"}  # the owner sees values
+    assert view["detail"]["log_bytes"] == 6 and view["detail"]["ran_seconds"] >= 0
+    other = controller.client(controller.token("bob")).get(
+        f"/v1/jobs/{job_id}", params={"detail": "1"}
+    )
+    assert other["job"]["env"] == {"SECRET": "(hidden)"}
+
+
+def test_show_of_a_queued_job_says_why_it_waits(fleet, cli, controller):
+    hold = _id(cli.run("hold", "-n", "2", "--ttl", "10m", "--reason", "r", "--detach"))
+    queued = _id(cli.run("run", "--detach", "--", "true"))
+    out = cli.run("show", str(queued), check=True).stdout.decode()
+    assert "state:        queued (position 1 in the queue)" in out
+    assert "waiting:      No matching device is free: box:cpu0: alice holds it" in out
+    cli.run("kill", str(queued), str(hold), check=True)
+
+
+def test_jobs_filters_and_keyset_paging_reach_all_history(fleet, cli, controller):
+    ids = [_id(cli.run("run", "--detach", "--name", f"n{i}", "--", "true")) for i in range(5)]
+    alice = controller.client(cli.env["RC_TOKEN"])
+    wait_until(
+        lambda: all(job(alice, i)["state"] == "succeeded" for i in ids),
+        timeout=30,
+    )
+    bob = controller.client(controller.token("bob"))
+    bob_job = bob.post("/v1/jobs", {"command": ["false"], "selector": "*"})["job"]["id"]
+    wait_until(lambda: job(bob, bob_job)["state"] == "failed", timeout=30)
+    seen, before = [], 0
+    while True:
+        args = ["jobs", "--mine", "-n", "2"] + (["--before", str(before)] if before else [])
+        page = cli.run(*args, "-o", "json", check=True)
+        got = [j["id"] for j in json.loads(page.stdout)]
+        seen += got
+        listed = cli.run(*args, check=True)
+        if b"more: rc jobs --before" not in listed.stderr:
+            break
+        before = got[-1]
+    assert seen == ids[::-1]
+    assert [j["id"] for j in cli.json("jobs", "--state", "failed")] == [bob_job]
+    assert [j["id"] for j in cli.json("jobs", "--user", "bob")] == [bob_job]
+    assert cli.json("jobs", "--since", "1h") and cli.json("jobs", "--since", "2999-01-01") == []
+    assert len(cli.json("jobs", "--state", "succeeded,failed", "--since", "1h")) == 6
+    res = cli.run("jobs", "--state", "runing")
+    assert res.returncode == 2 and b"not a job state" in res.stderr
+    res = cli.run("jobs", "--since", "yesterday")
+    assert res.returncode == 2 and b"neither a duration" in res.stderr
+
+
+def test_kill_takes_several_ids_and_filters(fleet, cli, controller):
+    a, b, c_ = (
+        _id(cli.run("run", "--detach", "--name", f"k{i}", "--", "sleep", "300")) for i in range(3)
+    )
+    d = _id(cli.run("run", "--detach", "--name", "other", "--", "sleep", "300"))
+    bob = controller.client(controller.token("bob"))
+    bobs = bob.post("/v1/jobs", {"command": ["sleep", "300"], "selector": "*", "name": "k9"})
+    res = cli.run("kill", str(a), str(b))
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.decode().splitlines()[-1] == "2 jobs ended"
+    res = cli.run("kill", "--name", "k*")  # alice's only: bob's k9 is not hers
+    assert res.returncode == 0, res.stderr
+    assert f"for job {c_}" in res.stdout.decode() and "1 job ended" in res.stdout.decode()
+    assert job(bob, bobs["job"]["id"])["state"] in ("queued", "assigned", "running")
+    res = cli.run("kill", "--user", "bob")
+    assert res.returncode == 1 and b"not_job_owner" in res.stderr
+    res = cli.run("kill")
+    assert res.returncode == 2 and b"name the jobs to kill" in res.stderr
+    res = cli.run("kill", "--mine", "--state", "queued,running,assigned")
+    assert res.returncode == 0 and f"for job {d}" in res.stdout.decode()
+
+
+def test_release_ends_only_holds(fleet, cli, controller):
+    job_id = _id(cli.run("run", "--detach", "--", "sleep", "300"))
+    res = cli.run("release", str(job_id))
+    assert res.returncode == 1
+    assert f"job {job_id} is not a hold; rc kill {job_id} ends it".encode() in res.stderr
+    alice = controller.client(cli.env["RC_TOKEN"])
+    assert job(alice, job_id)["state"] in ("queued", "assigned", "running")
+    hold = _id(cli.run("hold", "--ttl", "10m", "--reason", "r", "--detach"))
+    assert cli.run("release", str(hold), check=True).stdout == f"released {hold}\n".encode()
+    cli.run("kill", str(job_id), check=True)
