@@ -149,3 +149,37 @@ def test_release_ends_only_holds(fleet, cli, controller):
     hold = _id(cli.run("hold", "--ttl", "10m", "--reason", "r", "--detach"))
     assert cli.run("release", str(hold), check=True).stdout == f"released {hold}\n".encode()
     cli.run("kill", str(job_id), check=True)
+
+
+def test_logs_tail_and_head(fleet, cli):
+    res = cli.run("run", "--", "python3", "-c", "for i in range(1, 101): print('line', i)")
+    assert res.returncode == 0, res.stderr
+    job_id = res.stderr.split(b"job ")[1].split()[0].decode()
+    assert (
+        cli.run("logs", job_id, "--tail", "3", check=True).stdout == b"line 98\nline 99\nline 100\n"
+    )
+    assert cli.run("logs", job_id, "--tail", "0", check=True).stdout == b""
+    assert cli.run("logs", job_id, "--tail", "500", check=True).stdout == res.stdout
+    assert cli.run("logs", job_id, "--head", "2", check=True).stdout == b"line 1\nline 2\n"
+    res = cli.run("logs", job_id, "--head", "2", "--tail", "2")
+    assert res.returncode == 2
+
+
+def test_logs_follow_of_a_queued_job_says_it_waits(fleet, cli, controller):
+    hold = _id(cli.run("hold", "-n", "2", "--ttl", "10m", "--reason", "r", "--detach"))
+    queued = _id(cli.run("run", "--detach", "--", "sh", "-c", "echo done-here"))
+    follower = cli.popen("logs", "-f", str(queued))
+    try:
+        line = follower.stderr.readline()
+        assert (
+            line
+            == f"rc: job {queued} is queued (position 1 in the queue); waiting for it to start (Ctrl-C stops following)\n".encode()
+            or b"is queued (position 1" in line
+        ), line
+        cli.run("release", str(hold), check=True)
+        out, _err = follower.communicate(timeout=60)
+    finally:
+        if follower.poll() is None:
+            follower.kill()
+            follower.wait(10)
+    assert out == b"done-here\n" and follower.returncode == 0

@@ -35,6 +35,11 @@ from rc.proto.model import device_list
 
 __all__ = ["add_parsers"]
 
+TAIL_MAX = 100_000
+"""The most lines `rc logs --tail` shows."""
+TAIL_WINDOW_BYTES = 64 << 10
+"""`rc logs --tail` reads the log backwards this much at a time (doubling)."""
+
 STATES = ("queued", "assigned", "running", "succeeded", "failed", "killed", "lost")
 
 
@@ -179,6 +184,21 @@ def add_parsers(sub) -> None:
         "--follow",
         action="store_true",
         help="keep printing until the job ends, then exit with its code",
+    )
+    g = p.add_mutually_exclusive_group()
+    g.add_argument(
+        "--tail",
+        type=number_in(0, TAIL_MAX),
+        default=None,
+        metavar="N",
+        help=f"only the last N lines (0..{TAIL_MAX}; with -f, then what follows)",
+    )
+    g.add_argument(
+        "--head",
+        type=number_in(1),
+        default=None,
+        metavar="N",
+        help="only the first N lines (with -f, as they come)",
     )
     add_client_flags(p)
     p.set_defaults(handler="jobs:cmd_logs")
@@ -353,10 +373,79 @@ def show_lines(view: dict) -> list[tuple[str, str]]:
     return out
 
 
+class _HeadDone(Exception):
+    """`rc logs --head N` has shown its N lines."""
+
+
+class _Head:
+    """A binary stream that passes on the first `lines` lines, then raises _HeadDone."""
+
+    def __init__(self, out, lines: int) -> None:
+        self.out, self.left = out, lines
+
+    def write(self, data: bytes) -> int:
+        at = 0
+        while self.left and (nl := data.find(b"\n", at)) != -1:
+            at, self.left = nl + 1, self.left - 1
+        if not self.left:
+            self.out.write(data[:at])
+            self.out.flush()
+            raise _HeadDone
+        self.out.write(data)
+        return len(data)
+
+    def flush(self) -> None:
+        self.out.flush()
+
+
+def _tail(c, job_id: int, lines: int, size: int) -> tuple[bytes, int]:
+    """The last `lines` lines of a job's stored log of `size` bytes, read
+    backwards TAIL_WINDOW_BYTES at a time (doubling), and the offset after them."""
+    window = TAIL_WINDOW_BYTES
+    while True:
+        start = max(0, size - window)
+        data = c.request(
+            "GET", f"/v1/jobs/{job_id}/logs", params={"offset": start, "follow": "0"}
+        ).body
+        body = data[:-1] if data.endswith(b"\n") else data
+        if start == 0 or body.count(b"\n") >= lines:
+            end = start + len(data)
+            if lines == 0:
+                return b"", end
+            cut = len(body)
+            for _ in range(lines):
+                cut = body.rfind(b"\n", 0, cut)
+                if cut == -1:
+                    return data, end
+            return data[cut + 1 :], end
+        window *= 2
+
+
 def cmd_logs(args: argparse.Namespace) -> int:
+    """`rc logs JOB [-f] [--tail N | --head N]`; with -f on a job still in
+    the queue, says so (and its position) on stderr and waits for it."""
     c = client(args)
+    out = sys.stdout.buffer
+    offset = 0
+    view = None
+    if args.follow or args.tail is not None:
+        view = c.get(f"/v1/jobs/{args.job}", params={"detail": "1"})
+    if args.follow and view["job"]["state"] == "queued":
+        pos = view.get("queue_position") or 0
+        where = f" (position {pos} in the queue)" if pos else ""
+        stderr(f"job {args.job} is queued{where}; waiting for it to start (Ctrl-C stops following)")
     try:
-        follow_log(c, args.job, sys.stdout.buffer, follow=args.follow)
+        if args.tail is not None:
+            data, offset = _tail(c, args.job, args.tail, view["detail"]["log_bytes"])
+            out.write(data)
+            out.flush()
+            if not args.follow:
+                return 0
+        if args.head is not None:
+            out = _Head(out, args.head)
+        follow_log(c, args.job, out, offset=offset, follow=args.follow)
+    except _HeadDone:
+        return 0
     except KeyboardInterrupt:
         return 130
     if args.follow:  # followed to the end: exit as the job did, like rc run
