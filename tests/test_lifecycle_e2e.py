@@ -171,11 +171,7 @@ def test_logs_follow_of_a_queued_job_says_it_waits(fleet, cli, controller):
     follower = cli.popen("logs", "-f", str(queued))
     try:
         line = follower.stderr.readline()
-        assert (
-            line
-            == f"rc: job {queued} is queued (position 1 in the queue); waiting for it to start (Ctrl-C stops following)\n".encode()
-            or b"is queued (position 1" in line
-        ), line
+        assert f"job {queued} is queued (position 1 in the queue); waiting".encode() in line
         cli.run("release", str(hold), check=True)
         out, _err = follower.communicate(timeout=60)
     finally:
