@@ -70,6 +70,11 @@ class World:
             "id"
         ]
 
+    def queued_hold(self) -> int:
+        """A hold of `user` that stays queued (pinned to a busy device)."""
+        body = {"kind": "hold", "device_id": "mh:cpu0", "reason": "m", "max_runtime_seconds": 60}
+        return self.user.post("/v1/jobs", body)["job"]["id"]
+
 
 ROLE_OF = {
     "user": Role.USER,
@@ -191,6 +196,11 @@ CALLS = [
         "POST",
         "/v1/jobs/{job_id}/kill",
         lambda w: (f"/v1/jobs/{w.queued_job()}/kill", {}),
+    ),
+    Call(
+        "POST",
+        "/v1/jobs/{job_id}/extend",
+        lambda w: (f"/v1/jobs/{w.queued_hold()}/extend", {"seconds": 1}),
     ),
     Call(
         "GET",

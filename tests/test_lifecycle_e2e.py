@@ -5,10 +5,11 @@ paging, killing several jobs, `rc release` on a job, `rc logs --tail/--head`
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
-from tests.harness import job, wait_until
+from tests.harness import Cli, job, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -179,3 +180,67 @@ def test_logs_follow_of_a_queued_job_says_it_waits(fleet, cli, controller):
             follower.kill()
             follower.wait(10)
     assert out == b"done-here\n" and follower.returncode == 0
+
+
+def test_extend_gives_a_hold_more_time_up_to_its_ceiling(
+    make_controller, make_worker, env, tmp_path
+):
+    ctl = make_controller("--heartbeat-interval", "0.5s")
+    config = tmp_path / "worker.toml"
+    config.write_text('devices = [{ name = "cpu0", max_runtime = "1h" }]\n')
+    make_worker(ctl, host="box", devices="", config=config)
+    cli = Cli(ctl.url, ctl.token("alice"), env, tmp_path)
+    hold = _id(cli.run("hold", "--ttl", "3s", "--reason", "r", "--detach"))
+    res = cli.run("extend", str(hold), "10m")
+    assert res.returncode == 0, res.stderr
+    assert b"(ttl 10m3s)" in res.stdout
+    alice = ctl.client(cli.env["RC_TOKEN"])
+    started = job(alice, hold)["started_at"]
+    # past its first ttl (and the heartbeats that carried the new one) it lives on
+    wait_until(
+        lambda: job(alice, hold)["state"] != "running" or time.time() > started + 5, timeout=30
+    )
+    got = job(alice, hold)
+    assert got["state"] == "running", (
+        got["kill_reason"],
+        got["max_runtime_seconds"],
+        got["started_at"],
+        got["finished_at"],
+    )
+    res = cli.run("extend", str(hold), "1h")
+    assert res.returncode == 1
+    assert b"runtime_above_ceiling" in res.stderr and b"at most 1h" in res.stderr
+    other = Cli(ctl.url, ctl.token("bob"), env, tmp_path)
+    res = other.run("extend", str(hold), "1m")
+    assert res.returncode == 1 and b"not_job_owner" in res.stderr
+    cli.run("release", str(hold), check=True)
+    job_id = _id(cli.run("run", "--detach", "--", "true"))
+    res = cli.run("extend", str(job_id), "1m")
+    assert res.returncode == 1 and b"not a hold" in res.stderr
+    res = cli.run("extend", str(hold), "0")
+    assert res.returncode == 2
+
+
+def test_rerun_submits_a_copy_with_a_new_id(fleet, cli, controller):
+    res = cli.run(
+        "run", "--name", "seed-3", "-e", "SEED=3", "--priority", "2", "--",
+        "sh", "-c", 'echo "seed $SEED $RC_JOB_NAME"; exit 4',
+    )  # fmt: skip
+    assert res.returncode == 4
+    first = int(res.stderr.split(b"job ")[1].split()[0])
+    res = cli.run("rerun", str(first))
+    assert res.returncode == 0, res.stderr
+    second = int(res.stdout)
+    assert second != first and f"copy of job {first}".encode() in res.stderr
+    alice = controller.client(cli.env["RC_TOKEN"])
+    wait_until(lambda: job(alice, second)["state"] == "failed", timeout=30)
+    a, b = job(alice, first), job(alice, second)
+    for key in ("command", "env", "name", "priority", "selector", "count", "exit_code"):
+        assert a[key] == b[key], key
+    assert a["idempotency_key"] != b["idempotency_key"]
+    assert cli.run("logs", str(second), check=True).stdout == b"seed 3 seed-3\n"
+    res = cli.run("rerun", "999")
+    assert res.returncode == 1 and b"not_found" in res.stderr
+    bob = Cli(controller.url, controller.token("bob"), cli.env, cli.cwd)
+    res = bob.run("rerun", str(first))  # bob sees SEED's name, not its value
+    assert res.returncode == 1 and b"only its owner or an admin can rerun it" in res.stderr

@@ -26,6 +26,8 @@ VERBS = {
     "run": "run",
     "hold": "run",
     "release": "run",
+    "extend": "run",
+    "rerun": "run",
     "jobs": "jobs",
     "show": "jobs",
     "logs": "jobs",

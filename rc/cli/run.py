@@ -28,7 +28,7 @@ import sys
 import time
 import uuid
 
-from rc.cli.complete import attach, devices, holds, label_keys
+from rc.cli.complete import attach, devices, holds, label_keys, recent_jobs
 from rc.cli.context import (
     SelectorTerms,
     UsageError,
@@ -225,6 +225,33 @@ def add_parsers(sub) -> None:
     )
     add_client_flags(p)
     p.set_defaults(handler="run:cmd_release")
+
+    p = sub.add_parser(
+        "rerun",
+        help="submit a copy of a job (new id, same spec and name)",
+        description="Submit a copy of job JOB: the same command, cwd, environment, "
+        "target (selector, or pinned devices), count, priority, limits and name, "
+        "with a new id and idempotency key; the copy is yours. Prints its id and "
+        "returns (rc logs -f ID follows it). A terminal or pipe job cannot be rerun.",
+    )
+    attach(p.add_argument("job", type=number_in(1), metavar="JOB", help="the job id"), recent_jobs)
+    add_client_flags(p)
+    p.set_defaults(handler="run:cmd_rerun")
+
+    p = sub.add_parser(
+        "extend",
+        help="give a hold of yours more time",
+        description="Add D to hold HOLD's ttl, up to the runtime ceiling of its "
+        "devices (above it is refused, naming the ceiling). Its worker applies "
+        "the new ttl by its next heartbeat.",
+    )
+    attach(
+        p.add_argument("job", type=number_in(1), metavar="HOLD", help="the hold id"),
+        holds,
+    )
+    p.add_argument("add", type=whole_seconds_arg, metavar="D", help="how much more (e.g. 1h)")
+    add_client_flags(p)
+    p.set_defaults(handler="run:cmd_extend")
 
 
 def stdin_is_data() -> bool:
@@ -437,4 +464,68 @@ def cmd_release(args: argparse.Namespace) -> int:
         raise RcError(f"job {args.job} is not a hold; rc kill {args.job} ends it")
     c.post(f"/v1/jobs/{args.job}/kill", {"reason": "released"})
     print_line(f"released {args.job}")
+    return 0
+
+
+def cmd_extend(args: argparse.Namespace) -> int:
+    """`rc extend HOLD D`: prints "hold 12 now ends at TIME (ttl 3h)"."""
+    if args.add <= 0:
+        raise UsageError("D must be positive (e.g. 1h)")
+    c = client(args)
+    got = c.post(f"/v1/jobs/{args.job}/extend", {"seconds": args.add})
+    held = c.get(f"/v1/jobs/{args.job}")["job"]
+    ttl = got["ttl_seconds"]
+    start = held.get("started_at")
+    end = f"now ends at {when(start + ttl)}" if start else "will last"
+    print_line(f"hold {args.job} {end} (ttl {format_duration(ttl)})")
+    return 0
+
+
+def rerun_body(j: dict) -> dict:
+    """The submission that copies job `j` (as GET /v1/jobs/{id} gives it):
+    its spec and name, a fresh idempotency key. Raises RcError for what
+    cannot be copied: a terminal or pipe job, an environment hidden from
+    the caller."""
+    from rc.proto.errors import RcError
+
+    if j.get("stdio"):
+        raise RcError(f"job {j['id']} ran with a terminal or a pipe; it cannot be rerun")
+    env = j.get("env") or {}
+    if any(v == "(hidden)" for v in env.values()):
+        raise RcError(
+            f"job {j['id']} belongs to {j['submitter']}, and its environment is hidden "
+            "from you; only its owner or an admin can rerun it"
+        )
+    if j.get("selector"):
+        where: dict = {"selector": j["selector"], "count": j.get("count") or 1}
+    else:
+        pins = j.get("device_ids") or [j["device_id"]]
+        where = {"device_ids": pins, "count": len(pins)}
+    body = {
+        **where,
+        "kind": j.get("kind", "job"),
+        "priority": j.get("priority", 0),
+        "max_runtime_seconds": j.get("max_runtime_seconds", 0),
+        "reason": j.get("reason", ""),
+        "name": j.get("name", ""),
+        "idempotency_key": uuid.uuid4().hex,
+    }
+    if body["kind"] == "job":
+        body.update(
+            command=j.get("command") or [],
+            cwd=j.get("cwd", ""),
+            env=env,
+            idle_timeout_seconds=j.get("idle_timeout_seconds", 0),
+        )
+    return body
+
+
+def cmd_rerun(args: argparse.Namespace) -> int:
+    """`rc rerun JOB`: submit a copy; prints the new id (stderr says of what)."""
+    c = client(args)
+    old = c.get(f"/v1/jobs/{args.job}")["job"]
+    view = submit(c, rerun_body(old))
+    new = view["job"]["id"]
+    stderr(f"job {new} is a copy of job {args.job}")
+    print(new, flush=True)
     return 0

@@ -38,6 +38,8 @@ __all__ = [
     "DrainRequest",
     "EventList",
     "ExplainResponse",
+    "ExtendRequest",
+    "ExtendResult",
     "FaultRequest",
     "HeartbeatRequest",
     "HeartbeatResponse",
@@ -149,6 +151,21 @@ class JobList:
 
 
 @dataclass(frozen=True, slots=True)
+class ExtendRequest:
+    """POST /v1/jobs/{id}/extend: add `seconds` (1 to 100 years) to a hold's ttl."""
+
+    seconds: int
+
+
+@dataclass(frozen=True, slots=True)
+class ExtendResult:
+    """What rc extend did: the hold's ttl is now `ttl_seconds` (from its start)."""
+
+    job_id: int
+    ttl_seconds: int
+
+
+@dataclass(frozen=True, slots=True)
 class KillRequest:
     """POST /v1/jobs/{id}/kill; `reason` is optional free text."""
 
@@ -241,10 +258,13 @@ class HeartbeatRequest:
 @dataclass(frozen=True, slots=True)
 class HeartbeatResponse:
     """Jobs the worker named that the controller no longer considers active
-    (so the worker can stop them), and the controller's instance id."""
+    (so the worker can stop them), the controller's instance id, and the
+    ttl in seconds of each hold it named, by id (`rc extend` changes it; the
+    worker's watchdog follows)."""
 
     instance: str
     stop_job_ids: tuple[int, ...] = ()
+    hold_ttls: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

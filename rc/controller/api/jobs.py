@@ -41,10 +41,11 @@ from rc.proto.model import (
     valid_env_name,
     valid_job_name,
 )
-from rc.proto.wire import JobList, SubmitRequest
+from rc.proto.wire import ExtendResult, JobList, SubmitRequest
 
 __all__ = [
     "explain_job",
+    "extend",
     "get_job",
     "kill",
     "list_jobs",
@@ -422,6 +423,21 @@ async def kill(request: Request):
         c.thresholds.retain,
     )
     return reply({"ok": True, "message": f"{what} for job {job_id}"})
+
+
+async def extend(request: Request):
+    """POST /v1/jobs/{id}/extend {"seconds": N}: the owner or an admin adds N
+    seconds to a hold's ttl, up to the ceiling of its devices (jobs.extend)."""
+    c = ctl(request)
+    who = caller(request)
+    job_id = path_int(request)
+    req = await json_body(request, c.cfg.limits.body_bytes)
+    if not 1 <= req.seconds <= MAX_SECONDS:
+        raise Refused(ErrorCode.BAD_REQUEST, "seconds must be from 1 to 100 years")
+    ttl = await c.db.write(
+        jobs.extend, job_id, who.name, who.admin, req.seconds, c.policy.lease_grace, c.match_cache
+    )
+    return reply(ExtendResult(job_id, ttl))
 
 
 async def read_logs(request: Request):

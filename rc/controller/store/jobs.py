@@ -29,6 +29,7 @@ __all__ = [
     "cancel_queued",
     "deliver_kills",
     "enqueue",
+    "extend",
     "kill",
     "listing",
     "lose",
@@ -291,6 +292,58 @@ def kill(
             tx.notify(f"log:{job_id}", "devices")
             return "killed (its worker is silent; it will be told when it returns)"
     return "kill requested"
+
+
+def extend(
+    tx: Tx, job_id: int, caller: str, admin: bool, add: int, lease_grace: float, match_cache
+) -> int:
+    """Add `add` seconds to a hold's ttl; returns the new ttl (seconds).
+
+    Only its submitter or an admin (403 not_job_owner); a job is 409
+    not_a_hold, an ended hold 409 not_cancellable. The new ttl must fit the
+    lowest runtime ceiling of its devices (of the devices its selector
+    matches, while queued unplaced): 400 runtime_above_ceiling naming it.
+    The live leases last at least the new ttl plus `lease_grace` from when
+    they began; its worker learns the new ttl by its next heartbeat.
+    """
+    row = tx.one("job_get", (job_id,))
+    if row is None:
+        raise Refused(ErrorCode.NOT_FOUND, f"no job {job_id}")
+    if row["kind"] != JobKind.HOLD:
+        raise Refused(
+            ErrorCode.NOT_A_HOLD, f"job {job_id} is not a hold; only a hold's ttl can be extended"
+        )
+    if not admin and row["submitter"] != caller:
+        raise Refused(
+            ErrorCode.NOT_JOB_OWNER,
+            f"hold {job_id} belongs to {row['submitter']}; only its owner or an admin may "
+            "extend it",
+        )
+    if JobState(row["state"]).terminal:
+        raise Refused(ErrorCode.NOT_CANCELLABLE, f"hold {job_id} already ended ({row['state']})")
+    new = row["max_runtime"] + add
+    devices = rows.devices_of(row)
+    if devices:
+        ceilings = [
+            r["max_runtime"]
+            for d in devices
+            if (r := tx.one("device_ceiling", (d,))) is not None and r["max_runtime"]
+        ]
+        ceiling = min(ceilings, default=0)
+        if not fits_ceiling(new, ceiling):
+            raise Refused(
+                ErrorCode.RUNTIME_ABOVE_CEILING,
+                f"hold {job_id} may last at most {format_duration(ceiling)} (the ceiling of "
+                f"{'its device' if len(devices) == 1 else 'its devices'}); it has "
+                f"{format_duration(row['max_runtime'])}, and {format_duration(add)} more "
+                f"would make {format_duration(new)}",
+            )
+    else:
+        _check_selector(tx, row["selector"], row["count"], new, match_cache)
+    tx.change("job_extend", (new, job_id))
+    tx.exec("leases_extend", (new, lease_grace, job_id))
+    tx.notify(f"job:{job_id}", "jobs", "devices")
+    return new
 
 
 def lose(tx: Tx, job_id: int, device_id: str, why: str) -> None:

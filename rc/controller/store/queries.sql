@@ -265,6 +265,22 @@ WHERE released_at IS NULL
   AND job_id IN (SELECT value FROM json_each(?))
   AND job_id IN (SELECT id FROM jobs WHERE worker_id = ? AND state IN ('assigned', 'running'))
 
+-- name: job_extend
+-- A hold's ttl (max_runtime) becomes ?1 seconds; no row once it has ended.
+UPDATE jobs SET max_runtime = ?1
+WHERE id = ?2 AND kind = 'hold' AND state IN ('queued', 'assigned', 'running')
+
+-- name: leases_extend
+-- A hold's live leases last at least its new ttl ?1 plus the grace ?2 from when they began.
+UPDATE leases SET expires_at = max(expires_at, acquired_at + ?1 + ?2)
+WHERE job_id = ?3 AND released_at IS NULL
+
+-- name: holds_runtimes
+-- Of the job ids a worker names (a JSON array), its active holds and their ttl.
+SELECT id, max_runtime FROM jobs
+WHERE id IN (SELECT value FROM json_each(?1)) AND worker_id = ?2 AND kind = 'hold'
+  AND state IN ('assigned', 'running')
+
 -- name: leases_expired
 -- The jobs with a live lease whose expiry is at or before ?, and the lease's kind.
 SELECT DISTINCT job_id, kind FROM leases
