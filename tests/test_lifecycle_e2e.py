@@ -4,6 +4,7 @@ paging, killing several jobs, `rc release` on a job, `rc logs --tail/--head`
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 
@@ -244,3 +245,92 @@ def test_rerun_submits_a_copy_with_a_new_id(fleet, cli, controller):
     bob = Cli(controller.url, controller.token("bob"), cli.env, cli.cwd)
     res = bob.run("rerun", str(first))  # bob sees SEED's name, not its value
     assert res.returncode == 1 and b"only its owner or an admin can rerun it" in res.stderr
+
+
+def test_an_array_runs_every_element_with_its_index_under_its_cap(fleet, cli, controller, tmp_path):
+    script = (
+        "import os; print(os.environ['RC_ARRAY_ID'], os.environ['RC_ARRAY_INDEX'], "
+        "os.environ.get('RC_ARRAY_ITEM', '-'))"
+    )
+    res = cli.run("run", "--array", "0-4,7%1", "--name", "seeds", "--", "python3", "-c", script)
+    assert res.returncode == 0, res.stderr
+    array_id = int(res.stdout)
+    assert b"6/6 done, 0 running, 0 queued, 0 failed" in res.stderr
+    jobs = cli.json("jobs", "--array", str(array_id))
+    assert sorted(j["array_index"] for j in jobs) == [0, 1, 2, 3, 4, 7]
+    assert {j["name"] for j in jobs} == {"seeds"} and array_id == min(j["id"] for j in jobs)
+    for j in jobs:
+        out = cli.run("logs", str(j["id"]), check=True).stdout
+        assert out == f"{array_id} {j['array_index']} -\n".encode()
+    # %1: no two elements ran at once
+    spans = sorted((j["started_at"], j["finished_at"]) for j in jobs)
+    assert all(a[1] <= b[0] for a, b in itertools.pairwise(spans)), spans
+    shown = cli.run("show", str(array_id), check=True).stdout.decode()
+    assert f"array:        {array_id}: 6 elements (0-4,7%1), at most 1 at once" in shown
+    assert "elements:     6 succeeded" in shown
+    listed = cli.run("jobs", "--array", str(array_id), check=True).stdout.decode()
+    assert "not ok:       -" in listed
+
+
+def test_an_array_file_gives_each_line_and_failures_fail_the_run(fleet, cli, controller, tmp_path):
+    params = tmp_path / "params.txt"
+    params.write_text("lr=0.1\n\n  \nlr=0.01\nlr=bad\n")
+    script = "import os, sys; v = os.environ['RC_ARRAY_ITEM']; print(v); sys.exit(v == 'lr=bad')"
+    res = cli.run("run", "--array-file", str(params), "--", "python3", "-c", script)
+    assert res.returncode == 1
+    array_id = int(res.stdout)
+    assert b"1 did not succeed (indices 2)" in res.stderr
+    jobs = {j["array_index"]: j for j in cli.json("jobs", "--array", str(array_id))}
+    assert {i: j["array_item"] for i, j in jobs.items()} == {0: "lr=0.1", 1: "lr=0.01", 2: "lr=bad"}
+    res = cli.run("rerun", "--failed", str(array_id))
+    assert res.returncode == 0, res.stderr
+    again = int(res.stdout)
+    alice = controller.client(cli.env["RC_TOKEN"])
+    wait_until(lambda: alice.get(f"/v1/arrays/{again}")["done"], timeout=30)
+    rerun = cli.json("jobs", "--array", str(again))
+    assert [(j["array_index"], j["array_item"]) for j in rerun] == [(2, "lr=bad")]
+
+
+@pytest.mark.parametrize(
+    "args,words",
+    [
+        (["--array", "5-1"], b"ends before it starts"),
+        (["--array", "1-"], b"is not N, N-M or N-M:S"),
+        (["--array", "a-b"], b"is not N, N-M or N-M:S"),
+        (["--array", "%0"], b"must be from %1"),
+        (["--array", "0-10000"], b"more than 10000 elements"),
+    ],
+)
+def test_a_bad_array_is_a_usage_error_and_submits_nothing(fleet, cli, args, words):
+    res = cli.run("run", *args, "--", "true")
+    assert res.returncode == 2 and words in res.stderr, res.stderr
+    assert cli.json("jobs") == []
+
+
+def test_an_empty_array_file_or_an_oversized_array_submits_nothing(
+    fleet, cli, controller, tmp_path
+):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n \n")
+    res = cli.run("run", "--array-file", str(empty), "--", "true")
+    assert res.returncode == 2 and b"has no non-empty line" in res.stderr
+    alice = controller.client(cli.env["RC_TOKEN"])
+    from rc.proto.errors import ApiError
+
+    with pytest.raises(ApiError, match="at most 10000") as e:
+        alice.post("/v1/jobs", {"command": ["true"], "selector": "*", "array_items": ["x"] * 10001})
+    assert e.value.status == 400
+    with pytest.raises(ApiError, match="ends before it starts"):
+        alice.post("/v1/jobs", {"command": ["true"], "selector": "*", "array": "3-2"})
+    assert cli.json("jobs") == []
+
+
+def test_kill_array_ends_every_element(fleet, cli, controller):
+    res = cli.run("run", "--array", "0-9%1", "--detach", "--", "sleep", "300")
+    array_id = _id(res)
+    res = cli.run("kill", "--array", str(array_id))
+    assert res.returncode == 0, res.stderr
+    assert "10 jobs ended" in res.stdout.decode()
+    alice = controller.client(cli.env["RC_TOKEN"])
+    wait_until(lambda: alice.get(f"/v1/arrays/{array_id}")["done"], timeout=30)
+    assert alice.get(f"/v1/arrays/{array_id}")["counts"] == {"killed": 10}

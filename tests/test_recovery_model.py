@@ -250,6 +250,7 @@ class FleetMachine(RuleBasedStateMachine):
                         "states": "[]",
                         "name": "",
                         "since": 0,
+                        "array": 0,
                         "before": 0,
                         "limit": 10000,
                     },

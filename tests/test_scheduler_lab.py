@@ -160,6 +160,7 @@ def test_concurrent_duplicates_make_exactly_one_job(lab):
                         "states": "[]",
                         "name": "",
                         "since": 0,
+                        "array": 0,
                         "before": 0,
                         "limit": 100,
                     },

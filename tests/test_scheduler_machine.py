@@ -449,6 +449,7 @@ class SchedulerMachine(RuleBasedStateMachine):
                             "states": "[]",
                             "name": "",
                             "since": 0,
+                            "array": 0,
                             "before": 0,
                             "limit": 10_000,
                         },

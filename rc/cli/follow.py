@@ -180,6 +180,8 @@ def submit_run(
         "no_wait": args.no_wait,
         "as_user": args.as_user,
         "name": getattr(args, "name", None) or "",
+        "array": getattr(args, "array", None) or "",
+        "array_items": getattr(args, "array_items", None) or [],
     }
     return submit(c, body), label
 

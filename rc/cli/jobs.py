@@ -100,6 +100,13 @@ def add_filter_flags(p: argparse.ArgumentParser) -> None:
         help="only jobs whose name matches GLOB (* ? [..], e.g. 'sweep-*')",
     )
     p.add_argument(
+        "--array",
+        type=number_in(1),
+        default=None,
+        metavar="ID",
+        help="only the elements of array ID",
+    )
+    p.add_argument(
         "--since",
         type=since_arg,
         default=None,
@@ -116,6 +123,7 @@ def filter_params(args: argparse.Namespace) -> dict:
         "state": args.state or None,
         "name": args.name or None,
         "since": f"{args.since:.3f}" if args.since is not None else None,
+        "array": args.array,
     }
 
 
@@ -305,7 +313,24 @@ def cmd_jobs(args: argparse.Namespace) -> int:
     table(("JOB", "NAME", "DEVICE", "STATE", "SUBMITTER", "STARTED", "DURATION", "COMMAND"), rows)
     if page.get("next_before"):
         stderr(f"more: rc jobs --before {page['next_before']} (with the same filters)")
+    if args.array:
+        for key, value in array_lines(c.get(f"/v1/arrays/{args.array}")):
+            print_line(f"{key + ':':<13} {value}")
     return 0
+
+
+def array_lines(a: dict) -> list[tuple[str, str]]:
+    """An array's summary for rc show and rc jobs --array: (field, value)."""
+    order = ("succeeded", "failed", "killed", "lost", "running", "assigned", "queued")
+    counts = ", ".join(f"{a['counts'][s]} {s}" for s in order if a["counts"].get(s))
+    failed = a.get("failed_indices") or []
+    cap = f", at most {a['max_running']} at once" if a.get("max_running") else ""
+    return [
+        ("array", f"{a['array_id']}: {a['size']} elements ({a['spec']}){cap}"),
+        ("elements", counts or "-"),
+        ("not ok", ",".join(str(i) for i in failed) if failed else "-"),
+        ("wall time", duration(a.get("wall_seconds")) + ("" if a.get("done") else " so far")),
+    ]
 
 
 def cmd_show(args: argparse.Namespace) -> int:
@@ -330,6 +355,9 @@ def show_lines(view: dict) -> list[tuple[str, str]]:
     out = [(kind, str(j["id"]))]
     if j.get("name"):
         out.append(("name", j["name"]))
+    if j.get("array_id") is not None:
+        item = f" (item {j['array_item']!r})" if j.get("array_item") else ""
+        out.append(("element", f"index {j['array_index']} of array {j['array_id']}{item}"))
     out.append(("state", state))
     if j["state"] == "queued" and d.get("explain"):
         out.append(("waiting", d["explain"]))
@@ -370,6 +398,8 @@ def show_lines(view: dict) -> list[tuple[str, str]]:
         out.append(("end reason", j["kill_reason"]))
     if kind == "job":
         out.append(("log", f"{d.get('log_bytes', 0)} bytes"))
+    if d.get("array"):
+        out += array_lines(d["array"])
     return out
 
 
@@ -481,7 +511,12 @@ def cmd_kill(args: argparse.Namespace) -> int:
     from rc.proto.errors import ApiError
 
     filtered = bool(
-        args.mine or args.submitter or args.state or args.name or args.since is not None
+        args.mine
+        or args.submitter
+        or args.state
+        or args.name
+        or args.since is not None
+        or args.array
     )
     if not args.job and not filtered:
         raise UsageError("name the jobs to kill (rc kill 12 13) or filter them (--mine ...)")

@@ -163,6 +163,21 @@ def add_parsers(sub) -> None:
     add_env_flags(p, "the job")
     _name_flag(p, "job")
     p.add_argument(
+        "--array",
+        type=array_spec_arg,
+        default=None,
+        metavar="SPEC[%K]",
+        help="an array: one job per index (0-99, 0-99:2, 1,5,9; at most 10,000), "
+        "at most K running at once with %%K; RC_ARRAY_ID and RC_ARRAY_INDEX in each",
+    )
+    p.add_argument(
+        "--array-file",
+        default=None,
+        metavar="FILE",
+        help="an array of one job per non-empty line of FILE, the line as RC_ARRAY_ITEM "
+        "(--array %%K caps it)",
+    )
+    p.add_argument(
         "--no-wait", action="store_true", help="fail at once (exit 1) unless a device is free now"
     )
     p.add_argument(
@@ -235,6 +250,12 @@ def add_parsers(sub) -> None:
         "returns (rc logs -f ID follows it). A terminal or pipe job cannot be rerun.",
     )
     attach(p.add_argument("job", type=number_in(1), metavar="JOB", help="the job id"), recent_jobs)
+    p.add_argument(
+        "--failed",
+        action="store_true",
+        help="JOB is an array: rerun its elements that did not succeed, as a new array "
+        "(same indices, items and cap)",
+    )
     add_client_flags(p)
     p.set_defaults(handler="run:cmd_rerun")
 
@@ -254,6 +275,83 @@ def add_parsers(sub) -> None:
     p.set_defaults(handler="run:cmd_extend")
 
 
+def array_spec_arg(text: str) -> str:
+    """argparse type: an array SPEC[%K] (rc.proto.arrayspec), kept as text."""
+    from rc.proto.arrayspec import ArraySpecError, parse
+
+    try:
+        parse(text)
+    except ArraySpecError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
+def array_items(path: str) -> list[str]:
+    """The non-empty lines of an array file (without their line ends).
+    Raises UsageError when it cannot be read, has none, or has too many."""
+    from rc.proto.arrayspec import ARRAY_MAX
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = [line.rstrip("\r\n") for line in f]
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"--array-file {path}: {e}") from None
+    items = [line for line in lines if line.strip()]
+    if not items:
+        raise UsageError(f"--array-file {path} has no non-empty line")
+    if len(items) > ARRAY_MAX:
+        raise UsageError(
+            f"--array-file {path} has {len(items)} lines; an array has at most {ARRAY_MAX}"
+        )
+    return items
+
+
+ARRAY_POLL_S = 1.0
+"""How often `rc run --array` reads its array's progress."""
+
+
+def follow_array(c: Client, array_id: int) -> int:
+    """`rc run --array` without --detach: a live one-line progress on stderr
+    until every element ended; 0 when every one succeeded, else 1. Ctrl-C
+    stops watching (130); the elements go on."""
+    shown = ""
+    tty = sys.stderr.isatty()
+    try:
+        while True:
+            a = c.get(f"/v1/arrays/{array_id}")
+            n = a["counts"]
+            done = sum(n.get(s, 0) for s in ("succeeded", "failed", "killed", "lost"))
+            bad = done - n.get("succeeded", 0)
+            line = (
+                f"array {array_id}: {done}/{a['size']} done, {n.get('running', 0) + n.get('assigned', 0)} "
+                f"running, {n.get('queued', 0)} queued, {bad} failed"
+            )
+            if line != shown:
+                if tty:
+                    sys.stderr.write("\r" + line + "\x1b[K")
+                    sys.stderr.flush()
+                else:
+                    stderr(line)
+                shown = line
+            if a["done"]:
+                if tty:
+                    sys.stderr.write("\n")
+                if bad:
+                    failed = ",".join(str(i) for i in a["failed_indices"][:20])
+                    more = ", ..." if len(a["failed_indices"]) > 20 else ""
+                    stderr(
+                        f"array {array_id}: {bad} did not succeed (indices {failed}{more}); "
+                        f"rc rerun --failed {array_id} runs them again"
+                    )
+                return 1 if bad else 0
+            time.sleep(ARRAY_POLL_S)
+    except KeyboardInterrupt:
+        if tty:
+            sys.stderr.write("\n")
+        stderr(f"stopped watching; array {array_id} goes on (rc kill --array {array_id} ends it)")
+        return 130
+
+
 def stdin_is_data() -> bool:
     """Whether stdin is a pipe, a file or a socket: data someone meant to send
     (a terminal or /dev/null is not)."""
@@ -270,12 +368,26 @@ def cmd_run(args: argparse.Namespace) -> int:
         command = command[1:]
     if not command and not args.tty:
         raise UsageError("give a command after --, e.g. rc run -- python3 train.py")
+    if args.tty and (args.array or args.array_file is not None):
+        raise UsageError("--array and --tty do not go together (an element has no terminal)")
     if args.tty:
         return cmd_run_tty(args, command)
     if args.detach and args.kill_on_detach:
         raise UsageError("--detach and --kill-on-detach do not go together (rc would not stay)")
     kill_on_detach = args.kill_on_detach or kill_on_detach_default()
     env = job_env(args.env, args.env_files)
+    if args.array_file is not None:
+        if args.array and not args.array.startswith("%"):
+            raise UsageError("with --array-file, --array takes only %K (the cap)")
+        args.array_items = array_items(args.array_file)
+    if args.array or args.array_file is not None:
+        if args.no_wait:
+            raise UsageError("--array and --no-wait do not go together")
+        c = client(args)
+        view, _label = submit_run(c, args, command, env)
+        array_id = view["job"]["id"]
+        print(array_id, flush=True)
+        return 0 if args.detach else follow_array(c, array_id)
     c = client(args)
     view, label = submit_run(c, args, command, env)
     job = view["job"]
@@ -523,9 +635,43 @@ def rerun_body(j: dict) -> dict:
 def cmd_rerun(args: argparse.Namespace) -> int:
     """`rc rerun JOB`: submit a copy; prints the new id (stderr says of what)."""
     c = client(args)
+    if args.failed:
+        return _rerun_failed(c, args.job)
     old = c.get(f"/v1/jobs/{args.job}")["job"]
     view = submit(c, rerun_body(old))
     new = view["job"]["id"]
     stderr(f"job {new} is a copy of job {args.job}")
+    print(new, flush=True)
+    return 0
+
+
+def _rerun_failed(c: Client, array_id: int) -> int:
+    """`rc rerun --failed ARRAY`: its failed, killed and lost elements again,
+    as a new array (their indices, items and the cap); prints its id."""
+    from rc.proto.arrayspec import ArraySpec
+    from rc.proto.arrayspec import format as spec_text
+
+    summary = c.get(f"/v1/arrays/{array_id}")
+    params = {"array": array_id, "state": "failed,killed,lost", "limit": 1000}
+    elements: list[dict] = []
+    while True:
+        page = c.get("/v1/jobs", params=params)
+        elements += page["jobs"]
+        if not page.get("next_before"):
+            break
+        params["before"] = page["next_before"]
+    if not elements:
+        raise RcError(f"array {array_id} has no element that failed, was killed or lost")
+    elements.sort(key=lambda j: j["array_index"])
+    body = rerun_body(elements[0])
+    indices = tuple(j["array_index"] for j in elements)
+    body["array"] = spec_text(ArraySpec(indices, summary.get("max_running") or 0))
+    if any(j.get("array_item") for j in elements):
+        body["array_items"] = [j["array_item"] for j in elements]
+    view = submit(c, body)
+    new = view["job"]["id"]
+    stderr(
+        f"array {new} reruns the {len(indices)} elements of array {array_id} that did not succeed"
+    )
     print(new, flush=True)
     return 0

@@ -78,7 +78,9 @@ class QueuedJob:
     """What planning needs of a queued job: who, its priority, when it was
     queued (seconds since the epoch), its target (a normalised selector, or
     pinned `device_ids`; `device_id` alone is a one-device pin), its
-    max runtime (seconds, 0: none) and how many devices it asks for."""
+    max runtime (seconds, 0: none) and how many devices it asks for; for an
+    element of an array, the array's id and its cap on running elements
+    (0: none)."""
 
     id: int
     submitter: str
@@ -89,6 +91,8 @@ class QueuedJob:
     max_runtime: int = 0
     count: int = 1
     device_ids: tuple[str, ...] = ()
+    array_id: int = 0
+    array_cap: int = 0
 
     @property
     def pins(self) -> tuple[str, ...]:
@@ -151,8 +155,10 @@ class Plan:
     devices in the order chosen). reserved: device id → the job that
     reserved it; reservations: job id → its Reservation. backfilled: jobs
     assigned a device another job had reserved. capped: jobs held back by
-    the per-user cap. candidates: job id → its candidate device ids (ceiling
-    applied, reservations not).
+    the per-user cap. held: elements held back by their array's cap (that
+    many of its elements are assigned or running, or placed in this pass).
+    candidates: job id → its candidate device ids (ceiling applied,
+    reservations not).
     """
 
     order: list[int] = field(default_factory=list)
@@ -161,6 +167,7 @@ class Plan:
     reservations: dict[int, Reservation] = field(default_factory=dict)
     backfilled: set[int] = field(default_factory=set)
     capped: set[int] = field(default_factory=set)
+    held: set[int] = field(default_factory=set)
     candidates: dict[int, tuple[str, ...]] = field(default_factory=dict)
 
 
@@ -229,13 +236,16 @@ def plan(
     links: Mapping[str, Mapping[tuple[str, str], int]] | None = None,
     ordered: bool = False,
     until_settled: bool = False,
+    arrays_active: Mapping[int, int] | None = None,
 ) -> Plan:
     """Decide assignments and reservations for one pass.
 
     `matches` maps each selector (normalised text) to the device ids it
     matches; `usage` maps a submitter to the devices they hold now; `links`
     maps a host to its reported pair ranks (placement.pair(a, b) → rank;
-    a host left out has no topology). `now` is seconds since the epoch.
+    a host left out has no topology); `arrays_active` maps a capped array's
+    id to its elements assigned or running now. `now` is seconds since the
+    epoch.
     Pure: reads nothing else, changes nothing.
 
     `ordered`: the queue already comes in scheduling order (the pass reads it
@@ -249,7 +259,7 @@ def plan(
         jobs_in_order: Iterable[QueuedJob] = queue
     else:
         jobs_in_order = sorted(queue, key=lambda j: (-effective_priority(j, now, aging), j.id))
-    return _Pass(slots, matches, now, cap, usage or {}, links or {}).run(
+    return _Pass(slots, matches, now, cap, usage or {}, links or {}, arrays_active or {}).run(
         jobs_in_order, until_settled
     )
 
@@ -257,7 +267,8 @@ def plan(
 class _Pass:
     """One plan(): the free devices, what is taken and reserved so far."""
 
-    def __init__(self, slots, matches, now, cap, usage, links) -> None:
+    def __init__(self, slots, matches, now, cap, usage, links, arrays_active) -> None:
+        self.array_used = dict(arrays_active)
         self.slots = slots
         self.matches = matches
         self.now = now
@@ -286,6 +297,9 @@ class _Pass:
             if cands is None:
                 cands = self.known[key] = candidates(*key, self.slots, self.matches)
             out.candidates[job.id] = cands
+            if job.array_cap and self.array_used.get(job.array_id, 0) >= job.array_cap:
+                out.held.add(job.id)
+                continue
             if self.cap > 0 and self.used.get(job.submitter, 0) + job.wants > self.cap:
                 out.capped.add(job.id)
                 continue
@@ -297,6 +311,8 @@ class _Pass:
             if any(d in out.reserved for d in chosen):
                 out.backfilled.add(job.id)
             self.used[job.submitter] = self.used.get(job.submitter, 0) + len(chosen)
+            if job.array_cap:
+                self.array_used[job.array_id] = self.array_used.get(job.array_id, 0) + 1
             runtime = runtime_on(job.max_runtime, (self.slots[d].max_runtime for d in chosen))
             end = self.now + runtime if runtime else math.inf
             for d in chosen:
@@ -505,21 +521,28 @@ class Snapshot:
     def _submitters(self) -> dict[int, str]:
         return {j.id: j.submitter for j in self.queue}
 
+    def _arrays(self) -> dict[int, int]:
+        return {j.id: j.array_id for j in self.queue if j.array_id}
+
     def rivals(self, job_id: int) -> list[int]:
         """Queued jobs ahead of this one in scheduling order that want a device
         it could use: the jobs that get such a device before it does. A job
         held back by the per-user cap is a rival only of its submitter's later
-        jobs (they wait behind it; other users' jobs do not)."""
+        jobs (they wait behind it; other users' jobs do not); one held back by
+        its array's cap only of its array's later elements."""
         p = self.plan
         owner = self._submitters()
+        arrays = self._arrays()
         mine = set(p.candidates.get(job_id, ()))
         out = []
         for other in p.order:
             if other == job_id:
                 return out
             if (
-                other not in p.capped or owner.get(other) == owner.get(job_id)
-            ) and mine.intersection(p.candidates.get(other, ())):
+                (other not in p.capped or owner.get(other) == owner.get(job_id))
+                and (other not in p.held or arrays.get(other) == arrays.get(job_id))
+                and mine.intersection(p.candidates.get(other, ()))
+            ):
                 out.append(other)
         return []
 
@@ -545,13 +568,21 @@ class Snapshot:
         overlaps = [[h for h, other in enumerate(sets) if s & other] for s in sets]
         seen = [0] * len(sets)
         capped_seen: dict[tuple[str, int], int] = {}  # (submitter, group) → capped jobs
+        held_seen: dict[tuple[int, int], int] = {}  # (array, group) → held elements
         owner = self._submitters()
+        arrays = self._arrays()
         out = {}
         for job_id in p.order:
             g = groups[p.candidates.get(job_id, ())]
             who = owner.get(job_id, "")
-            out[job_id] = 1 + sum(seen[h] + capped_seen.get((who, h), 0) for h in overlaps[g])
-            if job_id in p.capped:
+            arr = arrays.get(job_id, 0)
+            out[job_id] = 1 + sum(
+                seen[h] + capped_seen.get((who, h), 0) + held_seen.get((arr, h), 0)
+                for h in overlaps[g]
+            )
+            if job_id in p.held:
+                held_seen[(arr, g)] = held_seen.get((arr, g), 0) + 1
+            elif job_id in p.capped:
                 capped_seen[(who, g)] = capped_seen.get((who, g), 0) + 1
             else:
                 seen[g] += 1

@@ -41,5 +41,6 @@ def schedule(tx: Tx, match_cache: MatchCache, policy: Policy) -> list[tuple[int,
         links=match_cache.links(tx),
         ordered=True,
         until_settled=True,
+        arrays_active=queue.arrays_active(tx),
     )
     return [(j, ds) for j, ds in p.assignments if leases.assign(tx, j, ds, policy)]

@@ -330,6 +330,9 @@ class Job:
     count: int = 1
     device_ids: tuple[str, ...] = ()
     name: str = ""
+    array_id: int | None = None
+    array_index: int | None = None
+    array_item: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,7 @@ __all__ = [
     "API",
     "INSTANCE_HEADER",
     "ActionResult",
+    "ArraySummary",
     "Assignment",
     "Assignments",
     "DescribeResponse",
@@ -90,6 +91,10 @@ class SubmitRequest:
     A hold (kind=hold) carries no command, cwd, env, idle timeout or attached
     stdio, needs max_runtime_seconds (its TTL) and a non-blank reason.
     `as_user` lets an admin submit on someone's behalf (403 for anyone else).
+    `array` (rc.proto.arrayspec SPEC) makes an array: one job per index, all
+    queued in one transaction, at most K running at once with "%K";
+    `array_items` gives each element an item (RC_ARRAY_ITEM), the indices
+    then 0..n-1 unless `array` names as many.
     `env` names are model.ENV_NAME_RE (400 bad_request naming a bad one).
     """
 
@@ -110,6 +115,29 @@ class SubmitRequest:
     count: int = 1
     device_ids: tuple[str, ...] = ()
     name: str = ""
+    array: str = ""
+    array_items: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ArraySummary:
+    """GET /v1/arrays/{id}: an array (its id is its first element's) summed up.
+
+    counts: JobState value → elements in it (states with none left out);
+    failed_indices: the indices that ended without succeeding (failed,
+    killed, lost), ascending; wall_seconds: from its first element's start
+    to its last one's end (to now while any runs; None before any started).
+    """
+
+    array_id: int
+    submitter: str
+    size: int
+    max_running: int
+    spec: str
+    counts: dict[str, int]
+    failed_indices: tuple[int, ...]
+    wall_seconds: float | None = None
+    done: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +157,7 @@ class JobDetail:
     ceiling_seconds: int = 0
     log_bytes: int = 0
     explain: str = ""
+    array: ArraySummary | None = None
 
 
 @dataclass(frozen=True, slots=True)

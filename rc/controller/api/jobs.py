@@ -26,7 +26,9 @@ from rc.controller.auth import TOKEN_NAME_RE, Caller
 from rc.controller.config import Limits
 from rc.controller.errors import Refused
 from rc.controller.store import jobs, views
+from rc.proto import arrayspec
 from rc.proto import selector as selectors
+from rc.proto.arrayspec import ARRAY_MAX
 from rc.proto.codec import encode
 from rc.proto.duration import MAX_SECONDS
 from rc.proto.errors import ErrorCode
@@ -46,6 +48,7 @@ from rc.proto.wire import ExtendResult, JobList, SubmitRequest
 __all__ = [
     "explain_job",
     "extend",
+    "get_array",
     "get_job",
     "kill",
     "list_jobs",
@@ -182,6 +185,7 @@ def validate_submit(req: SubmitRequest, who: Caller, lim: Limits, cap: int = 0) 
                 raise bad(
                     ErrorCode.BAD_REQUEST, f"environment variable {k!r} contains a NUL character"
                 )
+    indices, items, cap, spec_text = _checked_array(req, lim)
     sel = ""
     if req.selector:
         try:
@@ -190,7 +194,13 @@ def validate_submit(req: SubmitRequest, who: Caller, lim: Limits, cap: int = 0) 
             raise bad(ErrorCode.BAD_SELECTOR, str(e)) from None
     canon = encode(req)
     canon.pop("idempotency_key", None)
-    for name, default in (("count", 1), ("device_ids", []), ("name", "")):
+    for name, default in (
+        ("count", 1),
+        ("device_ids", []),
+        ("name", ""),
+        ("array", ""),
+        ("array_items", []),
+    ):
         if canon[name] == default:  # a request from before these fields digests as it did
             del canon[name]
     canon["submitter"] = submitter  # another user's key is a conflict, never their job
@@ -215,7 +225,63 @@ def validate_submit(req: SubmitRequest, who: Caller, lim: Limits, cap: int = 0) 
         count=count,
         device_ids=pins,
         name=req.name,
+        array_indices=indices,
+        array_items=items,
+        array_cap=cap,
+        array_spec=spec_text,
     )
+
+
+def _checked_array(
+    req: SubmitRequest, lim: Limits
+) -> tuple[tuple[int, ...], tuple[str, ...], int, str]:
+    """An array submission's (indices, items, cap on running elements,
+    normal-form spec); ((), (), 0, "") for a single job. 400 naming the
+    problem: a malformed spec, no indices and no items, items that do not
+    match the indices, more than ARRAY_MAX elements (limit_exceeded), an
+    array of holds, of terminal jobs or with no_wait."""
+    if not req.array and not req.array_items:
+        return (), (), 0, ""
+    bad = Refused
+    if req.kind is JobKind.HOLD:
+        raise bad(ErrorCode.BAD_REQUEST, "an array is of jobs, not holds")
+    if req.stdio is not Stdio.LOGS:
+        raise bad(ErrorCode.BAD_REQUEST, "an array's elements cannot have a terminal or pipe")
+    if req.no_wait:
+        raise bad(ErrorCode.BAD_REQUEST, "an array cannot be submitted with no_wait")
+    if len(req.array_items) > ARRAY_MAX:
+        raise bad(
+            ErrorCode.LIMIT_EXCEEDED,
+            f"{len(req.array_items)} array items; an array has at most {ARRAY_MAX} elements",
+        )
+    try:
+        spec = arrayspec.parse(req.array) if req.array else arrayspec.ArraySpec(())
+    except arrayspec.ArraySpecError as e:
+        code = ErrorCode.LIMIT_EXCEEDED if "the limit" in str(e) else ErrorCode.BAD_REQUEST
+        raise bad(code, str(e)) from None
+    items = tuple(req.array_items)
+    indices = spec.indices
+    if items:
+        if not indices:
+            indices = tuple(range(len(items)))
+        elif len(indices) != len(items):
+            raise bad(
+                ErrorCode.BAD_REQUEST,
+                f"{len(items)} array items for {len(indices)} indices; give one item per index",
+            )
+        for k, item in enumerate(items):
+            if not item:
+                raise bad(ErrorCode.BAD_REQUEST, f"array item {k} is empty")
+            if "\0" in item or len(item) > lim.text_bytes:
+                raise bad(
+                    ErrorCode.BAD_REQUEST,
+                    f"array item {k} has a NUL character or is longer than "
+                    f"{lim.text_bytes} characters",
+                )
+    if not indices:
+        raise bad(ErrorCode.BAD_REQUEST, "an array needs indices (0-99) or items")
+    normal = arrayspec.format(arrayspec.ArraySpec(indices, spec.max_running))
+    return indices, items, spec.max_running, normal
 
 
 def _checked_count(count: int, pins: tuple[str, ...], cap: int) -> int:
@@ -324,6 +390,9 @@ async def get_job(request: Request):
         view = await c.job_view(job_id)
         job = view.job
         more = await c.db.read(views.job_detail, job, c.policy, c.logs.size(job_id))
+        if job.array_id is not None:
+            summary = await c.db.read(jobs.array_summary, job.array_id)
+            more = dataclasses.replace(more, array=summary)
         return reply(dataclasses.replace(_visible(view, who), detail=more))
     seen_state = request.query_params.get("state", "")
     seen_pos = request.query_params.get("position", "")
@@ -353,6 +422,7 @@ LIST_MAX = 1000
 def job_filter(request: Request, who: Caller) -> jobs.Filter:
     """The filters of GET /v1/jobs (and of a kill by filter) from the query:
     device, submitter, mine (the caller's own; not with another submitter),
+    array (an array's id),
     state (comma list), name (a GLOB: * ? [..], at most JOB_NAME_MAX
     characters), since (seconds since the epoch), before (an id). 400
     bad_request naming a bad one."""
@@ -394,6 +464,7 @@ def job_filter(request: Request, who: Caller) -> jobs.Filter:
         name=name,
         since=since,
         before=query_int(request, "before", 0, 0, 1 << 62),
+        array=query_int(request, "array", 0, 0, 1 << 62),
     )
 
 
@@ -423,6 +494,17 @@ async def kill(request: Request):
         c.thresholds.retain,
     )
     return reply({"ok": True, "message": f"{what} for job {job_id}"})
+
+
+async def get_array(request: Request):
+    """GET /v1/arrays/{array_id}: an array summed up (wire.ArraySummary);
+    404 when the id is no array's."""
+    c = ctl(request)
+    array_id = path_int(request, "array_id")
+    summary = await c.db.read(jobs.array_summary, array_id)
+    if summary is None:
+        raise Refused(ErrorCode.NOT_FOUND, f"no array {array_id}")
+    return reply(summary)
 
 
 async def extend(request: Request):

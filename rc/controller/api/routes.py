@@ -216,6 +216,7 @@ ROUTES: tuple[Endpoint, ...] = (
             Param("name", "string", "only names matching this GLOB (* ? [..])"),
             Param("since", "number", "only jobs submitted at or after (seconds since the epoch)"),
             Param("before", "integer", "only ids below this (keyset paging: next_before)"),
+            Param("array", "integer", "only the elements of this array"),
         ),
         errors=(E.BAD_REQUEST,),
     ),
@@ -243,6 +244,15 @@ ROUTES: tuple[Endpoint, ...] = (
         wire.ActionResult,
         request=wire.KillRequest,
         errors=(*BAD, E.NOT_FOUND, E.NOT_JOB_OWNER, E.NOT_CANCELLABLE),
+    ),
+    Endpoint(
+        "GET",
+        "/v1/arrays/{array_id}",
+        jobs.get_array,
+        USER,
+        "An array summed up: counts by state, failed indices, wall time",
+        wire.ArraySummary,
+        errors=(E.NOT_FOUND, E.BAD_REQUEST),
     ),
     Endpoint(
         "POST",

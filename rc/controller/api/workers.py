@@ -263,13 +263,21 @@ def _no_content():
 
 def _job_env(r) -> dict[str, str]:
     """A job row's environment as its worker gets it: the submitted entries,
-    then what rc says about the job (RC_JOB_NAME when it has a name), which
-    wins over an entry of the same name."""
+    then what rc says about the job (RC_JOB_NAME when it has a name;
+    RC_ARRAY_ID, RC_ARRAY_INDEX and RC_ARRAY_ITEM, from an array file, for an
+    array's element), which wins over an entry of the same name."""
     from rc.controller.store.db import loads
 
     env = loads(r["env"])
-    if r["name"] and r["kind"] == JobKind.JOB:
+    if r["kind"] != JobKind.JOB:
+        return env
+    if r["name"]:
         env["RC_JOB_NAME"] = r["name"]
+    if r["array_id"] is not None:
+        env["RC_ARRAY_ID"] = str(r["array_id"])
+        env["RC_ARRAY_INDEX"] = str(r["array_index"])
+        if r["array_item"]:
+            env["RC_ARRAY_ITEM"] = r["array_item"]
     return env
 
 

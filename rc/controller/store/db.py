@@ -109,7 +109,7 @@ SCHEMA_SQL: str = _resource("rc", "store.sql")
 # proves the two paths agree).
 MIGRATIONS: list[tuple[int, str]] = [
     (2, "0002_gang.sql"),  # jobs on several devices of one host; device_links
-    (3, "0003_lifecycle.sql"),  # a job's name
+    (3, "0003_lifecycle.sql"),  # a job's name; job arrays
 ]
 SCHEMA_VERSION = 1 + len(MIGRATIONS)
 

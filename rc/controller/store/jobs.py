@@ -25,6 +25,7 @@ __all__ = [
     "Filter",
     "NewJob",
     "apply_reports",
+    "array_summary",
     "brief",
     "cancel_queued",
     "deliver_kills",
@@ -74,10 +75,18 @@ class NewJob:
     count: int = 1
     device_ids: tuple[str, ...] = ()
     name: str = ""
+    array_indices: tuple[int, ...] = ()
+    array_items: tuple[str, ...] = ()
+    array_cap: int = 0
+    array_spec: str = ""
 
 
 def enqueue(tx: Tx, job: NewJob, match_cache: MatchCache) -> tuple[int, bool]:
     """Insert a queued job and ask for a scheduling pass.
+
+    An array (`array_indices`) is one element per index, all inserted here,
+    in this transaction: the returned id is its first element's, which is
+    the array's id.
 
     Returns (job id, created). The same idempotency key with the same request
     returns the existing job (created False); with a different request it is
@@ -97,10 +106,14 @@ def enqueue(tx: Tx, job: NewJob, match_cache: MatchCache) -> tuple[int, bool]:
                     f"request (job {row['id']})",
                 )
             return row["id"], False
-    if job.queued_limit and tx.scalar("count_queued_by", (job.submitter,)) >= job.queued_limit:
+    n = len(job.array_indices) or 1
+    if job.queued_limit and tx.scalar("count_queued_by", (job.submitter,)) + n > job.queued_limit:
         raise Refused(
             ErrorCode.QUEUE_FULL,
-            f"{job.submitter} already has {job.queued_limit} queued jobs (the per-user limit)",
+            f"{job.submitter} already has {job.queued_limit} queued jobs (the per-user limit)"
+            if n == 1
+            else f"{n} more queued jobs would pass {job.submitter}'s limit of "
+            f"{job.queued_limit}; nothing was queued",
         )
     max_runtime = job.max_runtime  # 0: inherit the ceiling where it lands (leases.assign)
     pins = job.device_ids or ((job.device_id,) if job.device_id else ())
@@ -133,6 +146,8 @@ def enqueue(tx: Tx, job: NewJob, match_cache: MatchCache) -> tuple[int, bool]:
             job.name,
         ),
     )
+    if job.array_indices:
+        _insert_elements(tx, job, job_id, max_runtime, pins)
     if job.token_name != job.submitter:  # an admin acting for someone: both names on record
         events.record(
             tx,
@@ -144,6 +159,46 @@ def enqueue(tx: Tx, job: NewJob, match_cache: MatchCache) -> tuple[int, bool]:
     tx.schedule = True
     tx.notify("jobs", f"job:{job_id}")
     return job_id, True
+
+
+def _insert_elements(tx: Tx, job: NewJob, first: int, max_runtime: int, pins) -> None:
+    """Make job `first` the first element of an array and insert the others
+    with the ids after it (one statement, the same transaction), and the
+    array's row. Element k gets index array_indices[k] and item
+    array_items[k] (when given)."""
+    items = job.array_items or ("",) * len(job.array_indices)
+    indices = job.array_indices
+    tx.change("job_set_array", (first, indices[0], items[0], first))
+    common = (
+        job.kind.value,
+        job.submitter,
+        job.token_name,
+        job.selector,
+        job.device_id,
+        dumps(list(job.command)),
+        job.cwd,
+        dumps(job.env),
+        job.digest,
+        job.priority,
+        max_runtime,
+        job.idle_timeout,
+        job.reason,
+        job.stdio,
+        tx.now,
+        tx.now,
+        len(pins) if pins else job.count,
+        dumps(list(pins)),
+        job.name,
+        first,
+    )
+    tx.many(
+        "job_insert_element",
+        [(first + k, *common, indices[k], items[k]) for k in range(1, len(indices))],
+    )
+    tx.exec(
+        "array_insert",
+        (first, job.submitter, len(indices), job.array_cap, job.array_spec, tx.now),
+    )
 
 
 def _check_pinned(tx: Tx, pins: tuple[str, ...], max_runtime: int) -> None:
@@ -486,6 +541,32 @@ def apply_reports(tx: Tx, worker_id: str, reports) -> Applied:
     return Applied(out, latencies)
 
 
+def array_summary(tx: Tx, array_id: int):
+    """An array summed up (wire.ArraySummary), or None when `array_id` is no
+    array's id."""
+    from rc.proto.wire import ArraySummary
+
+    a = tx.one("array_get", (array_id,))
+    if a is None:
+        return None
+    counts, first, last = {}, None, None
+    for r in tx.all("array_counts", (array_id,)):
+        counts[r["state"]] = r["n"]
+        if r["first_start"] is not None:
+            first = r["first_start"] if first is None else min(first, r["first_start"])
+        if r["last_end"] is not None:
+            last = r["last_end"] if last is None else max(last, r["last_end"])
+    live = sum(counts.get(s, 0) for s in ("queued", "assigned", "running"))
+    done = live == 0
+    wall = None
+    if first is not None:
+        wall = ((last or tx.now) if done else tx.now) - first
+    failed = tuple(r["array_index"] for r in tx.all("array_failed_indices", (array_id,)))
+    return ArraySummary(
+        array_id, a["submitter"], a["size"], a["max_running"], a["spec"], counts, failed, wall, done
+    )
+
+
 def brief(tx: Tx, job_id: int):
     """A job's row with what access checks need (id, state, kind, submitter,
     device_id, device_ids, worker_id, kill_requested, kill_reason, stdio,
@@ -504,7 +585,7 @@ class Filter:
     for "any": on `device` (among its devices), by `submitter`, in one of
     `states` (JobState values), with a name matching the GLOB `name`,
     submitted at or after `since` (seconds since the epoch), with an id below
-    `before` (keyset paging)."""
+    `before` (keyset paging), in the array `array` (its id)."""
 
     device: str = ""
     submitter: str = ""
@@ -512,6 +593,7 @@ class Filter:
     name: str = ""
     since: float = 0.0
     before: int = 0
+    array: int = 0
 
 
 def listing(tx: Tx, where: Filter, limit: int) -> list[Job]:
@@ -523,6 +605,7 @@ def listing(tx: Tx, where: Filter, limit: int) -> list[Job]:
         "name": where.name,
         "since": where.since,
         "before": where.before,
+        "array": where.array,
         "limit": limit,
     }
     return [rows.job(r) for r in tx.all("jobs_list", params)]

@@ -14,6 +14,36 @@ INSERT INTO jobs (kind, state, submitter, token_name, selector, device_id, comma
 VALUES (?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 RETURNING id
 
+-- name: job_insert_element
+-- An array element after its first, with its id given (the first's id plus its position).
+INSERT INTO jobs (id, kind, state, submitter, token_name, selector, device_id, command, cwd,
+                  env, idempotency_key, request_digest, priority, max_runtime, idle_timeout,
+                  reason, stdio, submitted_at, queued_at, count, device_ids, name, array_id,
+                  array_index, array_item)
+VALUES (?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+
+-- name: job_set_array
+-- An array's first element joins its array (array id, index, item).
+UPDATE jobs SET array_id = ?, array_index = ?, array_item = ? WHERE id = ?
+
+-- name: array_insert
+-- A new array: id (its first element's), submitter, size, cap, spec, submitted at.
+INSERT INTO arrays (id, submitter, size, max_running, spec, submitted_at) VALUES (?, ?, ?, ?, ?, ?)
+
+-- name: array_get
+-- One array's row.
+SELECT * FROM arrays WHERE id = ?
+
+-- name: array_counts
+-- An array's elements counted by state, with its first start and last end.
+SELECT state, count(*) AS n, min(started_at) AS first_start, max(finished_at) AS last_end
+FROM jobs WHERE array_id = ? GROUP BY state
+
+-- name: array_failed_indices
+-- The indices of an array's elements that ended without succeeding (failed, killed, lost).
+SELECT array_index FROM jobs
+WHERE array_id = ? AND state IN ('failed', 'killed', 'lost') ORDER BY array_index
+
 -- name: job_get
 -- One job's whole row.
 SELECT * FROM jobs WHERE id = ?
@@ -124,6 +154,7 @@ WHERE (:device = '' OR device_id = :device
   AND (:submitter = '' OR submitter = :submitter)
   AND (:states = '[]' OR state IN (SELECT value FROM json_each(:states)))
   AND (:name = '' OR name GLOB :name)
+  AND (:array = 0 OR array_id = :array)
   AND (:since = 0 OR submitted_at >= :since)
   AND (:before = 0 OR id < :before)
 ORDER BY id DESC
@@ -150,16 +181,33 @@ ORDER BY j.id DESC LIMIT ?2
 -- ---------------------------------------------------------------- scheduling
 
 -- name: queued_jobs
--- What the planner needs of every queued job, in priority then id order.
-SELECT id, submitter, priority, queued_at, selector, device_id, max_runtime, count, device_ids
-FROM jobs WHERE state = 'queued' ORDER BY priority DESC, id
+-- What the planner needs of every queued job (with its array's cap), in priority then id order.
+SELECT j.id, j.submitter, j.priority, j.queued_at, j.selector, j.device_id, j.max_runtime,
+       j.count, j.device_ids, j.array_id, coalesce(a.max_running, 0) AS array_cap
+FROM jobs AS j LEFT JOIN arrays AS a ON a.id = j.array_id
+WHERE j.state = 'queued' ORDER BY j.priority DESC, j.id
 
 -- name: queued_jobs_ordered
 -- The queue in scheduling order: effective priority (priority plus one step per
 -- :aging seconds waited; :aging 0 turns aging off), then submission order.
-SELECT id, submitter, priority, queued_at, selector, device_id, max_runtime, count, device_ids
-FROM jobs WHERE state = 'queued'
-ORDER BY effective_priority(priority, queued_at, :now, :aging) DESC, id
+SELECT j.id, j.submitter, j.priority, j.queued_at, j.selector, j.device_id, j.max_runtime,
+       j.count, j.device_ids, j.array_id, coalesce(a.max_running, 0) AS array_cap
+FROM jobs AS j LEFT JOIN arrays AS a ON a.id = j.array_id
+WHERE j.state = 'queued'
+ORDER BY effective_priority(j.priority, j.queued_at, :now, :aging) DESC, j.id
+
+-- name: arrays_active
+-- How many elements of each capped array are assigned or running now.
+SELECT j.array_id, count(*) AS n FROM jobs AS j JOIN arrays AS a ON a.id = j.array_id
+WHERE j.state IN ('assigned', 'running') AND a.max_running > 0
+GROUP BY j.array_id
+
+-- name: any_capped_array_queued
+-- Whether an element of a capped array is queued (queue positions then come from a plan).
+SELECT EXISTS (
+    SELECT 1 FROM jobs AS j JOIN arrays AS a ON a.id = j.array_id
+    WHERE j.state = 'queued' AND a.max_running > 0
+)
 
 -- name: queue_ahead_by_ask
 -- The queued jobs ahead of job :id in scheduling order (queued_jobs_ordered's

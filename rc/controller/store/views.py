@@ -111,8 +111,8 @@ def plan_snapshot(tx: Tx, policy: Policy) -> Snapshot:
 def job_view(tx: Tx, job_id: int, policy: Policy, snap: Snapshot | None = None) -> JobView:
     """A job and its queue position. 404 for an unknown id.
 
-    Without a per-user cap the position is counted in SQL (queue_position),
-    never planning the queue. Under a cap, `snap`, a plan of the queue taken
+    Without a per-user cap (and no element of a capped array queued) the
+    position is counted in SQL (queue_position), never planning the queue. Under a cap, `snap`, a plan of the queue taken
     after the job's latest change (see Controller.queue_plan), saves planning
     the queue again; when it does not know the job, the queue is planned here.
     """
@@ -122,7 +122,7 @@ def job_view(tx: Tx, job_id: int, policy: Policy, snap: Snapshot | None = None) 
     job = rows.job(r)
     if job.state is not JobState.QUEUED:
         return JobView(job, 0)
-    if policy.cap == 0:
+    if policy.cap == 0 and not tx.scalar("any_capped_array_queued"):
         return JobView(job, queue_position(tx, job, policy))
     if snap is None or job_id not in snap.plan.candidates:
         snap = plan_snapshot(tx, policy)

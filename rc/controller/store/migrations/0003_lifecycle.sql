@@ -1,10 +1,27 @@
--- Schema 3: a job's name (README "Names, details and listings").
+-- Schema 3: a job's name, job arrays (README "Names, details and listings",
+-- "Arrays").
 --
--- Every job keeps its row with no name (''). A name is at most 128
--- characters (rc.proto.model.JOB_NAME_RE says which); the listing's filters
--- find jobs by name and by submission time through the two indexes.
+-- Every job keeps its row with no name ('') and no array. A name is at most
+-- 128 characters (rc.proto.model.JOB_NAME_RE says which); the listing's
+-- filters find jobs by name and by submission time through two indexes. An
+-- array's id is the id of its first element; each element is a job with its
+-- index (and, from an array file, its item).
 
 ALTER TABLE jobs ADD COLUMN name TEXT NOT NULL DEFAULT '' CHECK (length(name) <= 128);
+ALTER TABLE jobs ADD COLUMN array_id INTEGER CHECK (array_id IS NULL OR array_id > 0);
+ALTER TABLE jobs ADD COLUMN array_index INTEGER
+    CHECK ((array_index IS NULL) = (array_id IS NULL) AND (array_index IS NULL OR array_index BETWEEN 0 AND 1000000));
+ALTER TABLE jobs ADD COLUMN array_item TEXT NOT NULL DEFAULT '' CHECK (array_item = '' OR array_id IS NOT NULL);
 
 CREATE INDEX jobs_by_name ON jobs (name, id DESC) WHERE name != '';
 CREATE INDEX jobs_by_submitted ON jobs (submitted_at);
+CREATE INDEX jobs_by_array ON jobs (array_id, array_index) WHERE array_id IS NOT NULL;
+
+CREATE TABLE arrays (
+    id           INTEGER PRIMARY KEY,             -- the id of its first element
+    submitter    TEXT NOT NULL CHECK (submitter != ''),
+    size         INTEGER NOT NULL CHECK (size BETWEEN 1 AND 10000),
+    max_running  INTEGER NOT NULL DEFAULT 0 CHECK (max_running BETWEEN 0 AND 10000),
+    spec         TEXT NOT NULL,                   -- rc.proto.arrayspec normal form
+    submitted_at REAL NOT NULL
+) STRICT;
