@@ -176,3 +176,23 @@ def test_explain_selector(lab):
     with pytest.raises(Refused) as e:
         lb.read(views.explain_selector, "vram>>1", lb.ctl.policy)
     assert (e.value.status, e.value.code) == (400, "bad_selector")
+
+
+def test_an_element_past_its_arrays_cap_waits_and_explain_says_so(lab):
+    lb = lab()
+    box(lb)
+    first, _ = lb.submit("alice", selector="model=h100", array="0-3%1")
+    assert lb.job(first).state is JobState.ASSIGNED
+    # one running at a time, though a device is free: the others are not eligible
+    assert [lb.job(first + k).state for k in (1, 2, 3)] == [JobState.QUEUED] * 3
+    other, _ = lb.submit("bob", selector="model=h100")
+    assert lb.job(other).state is JobState.ASSIGNED  # the free device is not held for the array
+    ex = lb.explain(first + 1)
+    assert ex.queue_position == 1
+    assert ex.reasons[0] == (
+        f"Its array {first} already has 1 element assigned or running, its cap (%1); "
+        "it starts once one of them ends."
+    )
+    assert lb.explain(first + 2).queue_position == 2  # behind its array's earlier element
+    lb.finish(first)
+    assert lb.job(first + 1).state is JobState.ASSIGNED

@@ -282,7 +282,7 @@ def explain_job(tx: Tx, job_id: int, policy: Policy) -> JobExplanation:
     """Why a job is not running, in sentences (rc explain JOB).
 
     For a queued job, from the same plan the scheduling pass makes: the
-    per-user cap; no usable device free (who holds each, and for how long at
+    per-user cap; its array's cap; no usable device free (who holds each, and for how long at
     most), or for a job on several devices no host with enough of them free
     (per host: how many match, how many are free, who holds the rest and
     until when: `hosts`); devices out of the pool (quarantined, silent
@@ -400,6 +400,12 @@ def explain_job(tx: Tx, job_id: int, policy: Policy) -> JobExplanation:
         else None
     )
     reasons: list[str] = []
+    if job_id in p.held:
+        cap = me.array_cap
+        reasons.append(
+            f"Its array {me.array_id} already has {_count(cap, 'element')} assigned or "
+            f"running, its cap (%{cap}); it starts once one of them ends."
+        )
     if job_id in p.capped:
         n = snap.usage.get(me.submitter, 0)
         reasons.append(
