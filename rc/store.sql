@@ -111,6 +111,19 @@ CREATE TABLE arrays (
     submitted_at REAL NOT NULL
 ) STRICT;
 
+-- Dependencies: job_id waits for after_id to end as `condition` says (ok:
+-- succeeded; notok: failed, killed or lost; any: ended at all). Only an
+-- existing, earlier job can be named, so a cycle cannot be made.
+CREATE TABLE job_deps (
+    job_id    INTEGER NOT NULL REFERENCES jobs (id),
+    after_id  INTEGER NOT NULL REFERENCES jobs (id),
+    condition TEXT NOT NULL CHECK (condition IN ('ok', 'notok', 'any')),
+    PRIMARY KEY (job_id, after_id),
+    CHECK (after_id < job_id)
+) STRICT, WITHOUT ROWID;
+
+CREATE INDEX job_deps_by_after ON job_deps (after_id);
+
 CREATE TRIGGER jobs_terminal_is_final
 BEFORE UPDATE OF state ON jobs
 WHEN OLD.state IN ('succeeded', 'failed', 'killed', 'lost') AND NEW.state != OLD.state

@@ -334,3 +334,55 @@ def test_kill_array_ends_every_element(fleet, cli, controller):
     alice = controller.client(cli.env["RC_TOKEN"])
     wait_until(lambda: alice.get(f"/v1/arrays/{array_id}")["done"], timeout=30)
     assert alice.get(f"/v1/arrays/{array_id}")["counts"] == {"killed": 10}
+
+
+def test_a_sweep_then_an_evaluation_after_it(fleet, cli, controller):
+    res = cli.run("run", "--array", "0-2", "--detach", "--", "sh", "-c", "sleep 0.5")
+    array_id = _id(res)
+    res = cli.run("run", "--after", str(array_id), "--detach", "--", "echo", "evaluated")
+    evaluation = _id(res)
+    alice = controller.client(cli.env["RC_TOKEN"])
+    shown = cli.run("show", str(evaluation), check=True).stdout.decode()
+    if job(alice, evaluation)["state"] == "queued":
+        assert "waiting:      Waiting for job" in shown, shown
+    assert f"after:        job {array_id}:ok" in shown
+    res = cli.run("logs", "-f", str(evaluation))
+    assert res.returncode == 0 and res.stdout == b"evaluated\n"
+    ev = job(alice, evaluation)
+    elements = alice.get("/v1/jobs", params={"array": array_id})["jobs"]
+    assert len(elements) == 3
+    assert all(e["finished_at"] <= ev["started_at"] for e in elements)
+
+
+def test_a_dependency_that_cannot_be_met_ends_the_dependent_at_once(fleet, cli, controller):
+    failing = _id(cli.run("run", "--detach", "--", "sh", "-c", "exit 3"))
+    after_ok = _id(cli.run("run", "--detach", "--after", str(failing), "--", "true"))
+    after_notok = _id(cli.run("run", "--detach", "--after", f"{failing}:notok", "--", "true"))
+    chained = _id(cli.run("run", "--detach", "--after", str(after_ok), "--", "true"))
+    alice = controller.client(cli.env["RC_TOKEN"])
+    wait_until(lambda: job(alice, chained)["state"] != "queued", timeout=30)
+    ended = job(alice, after_ok)
+    assert ended["state"] == "killed" and ended["started_at"] is None
+    assert ended["kill_reason"] == f"dependency {failing} failed (exit 3)"
+    assert job(alice, chained)["kill_reason"] == f"dependency {after_ok} killed"
+    wait_until(lambda: job(alice, after_notok)["state"] == "succeeded", timeout=30)
+
+
+def test_bad_dependencies_are_refused_and_nothing_is_submitted(fleet, cli, controller):
+    res = cli.run("run", "--after", "12:maybe", "--", "true")
+    assert res.returncode == 2 and b"unknown condition 'maybe' (ok, notok or any)" in res.stderr
+    res = cli.run("run", "--after", "999", "--", "true")
+    assert res.returncode == 1 and b"there is no job 999" in res.stderr
+    alice = controller.client(cli.env["RC_TOKEN"])
+    from rc.proto.errors import ApiError
+
+    with pytest.raises(ApiError, match="at most 64") as e:
+        alice.post(
+            "/v1/jobs",
+            {"command": ["true"], "selector": "*", "after": [str(i) for i in range(1, 66)]},
+        )
+    assert e.value.status == 400
+    # a cycle cannot be made: only jobs that exist already can be named
+    with pytest.raises(ApiError, match="no job 1"):
+        alice.post("/v1/jobs", {"command": ["true"], "selector": "*", "after": ["1"]})
+    assert cli.json("jobs") == []

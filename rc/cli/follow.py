@@ -182,6 +182,7 @@ def submit_run(
         "name": getattr(args, "name", None) or "",
         "array": getattr(args, "array", None) or "",
         "array_items": getattr(args, "array_items", None) or [],
+        "after": getattr(args, "after", None) or [],
     }
     return submit(c, body), label
 

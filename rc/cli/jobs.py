@@ -398,6 +398,12 @@ def show_lines(view: dict) -> list[tuple[str, str]]:
         out.append(("end reason", j["kill_reason"]))
     if kind == "job":
         out.append(("log", f"{d.get('log_bytes', 0)} bytes"))
+    for dep in d.get("after") or []:
+        code = f", exit {dep['exit_code']}" if dep.get("exit_code") is not None else ""
+        met = "met" if dep["met"] else "not met"
+        out.append(
+            ("after", f"job {dep['job_id']}:{dep['condition']} ({dep['state']}{code}; {met})")
+        )
     if d.get("array"):
         out += array_lines(d["array"])
     return out

@@ -120,6 +120,29 @@ def _target_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
+def after_arg(text: str) -> str:
+    """argparse type: JOB[:ok|:notok|:any] (rc.proto.model.parse_after)."""
+    from rc.proto.model import parse_after
+
+    try:
+        job_id, cond = parse_after(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return f"{job_id}:{cond.value}"
+
+
+def _after_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--after",
+        type=after_arg,
+        action="append",
+        default=[],
+        metavar="JOB[:ok|:notok|:any]",
+        help="wait until JOB (an array: all its elements) ends: ok (default) when it "
+        "succeeded, notok when it did not, any either way; repeatable, at most 64",
+    )
+
+
 def _name_flag(p: argparse.ArgumentParser, what: str) -> None:
     p.add_argument(
         "--name",
@@ -162,6 +185,7 @@ def add_parsers(sub) -> None:
     )
     add_env_flags(p, "the job")
     _name_flag(p, "job")
+    _after_flag(p)
     p.add_argument(
         "--array",
         type=array_spec_arg,
@@ -221,6 +245,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--reason", required=True, help="what it is for (shown to everyone)")
     p.add_argument("--priority", type=priority_arg, default=0, help="-10..10 (default 0)")
     _name_flag(p, "hold")
+    _after_flag(p)
     p.add_argument(
         "--detach", action="store_true", help="print the hold id once granted and return"
     )
@@ -517,6 +542,7 @@ def cmd_hold(args: argparse.Namespace) -> int:
         "idempotency_key": uuid.uuid4().hex,
         "as_user": args.as_user,
         "name": args.name or "",
+        "after": args.after,
     }
     view = submit(c, body)
     hold_id = view["job"]["id"]

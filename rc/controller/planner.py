@@ -28,6 +28,11 @@ same code decides assignments, queue positions and `rc explain`:
   on one device needs no reservation: the pass places it before every job
   behind it as soon as one of its candidates frees.)
 
+- eligibility: a job with an unmet dependency, or an element of an array
+  whose cap of elements is already assigned or running, is skipped: it
+  takes and reserves nothing and is nobody's rival (an element held by its
+  array's cap is a rival of its array's later elements only).
+
 Nothing here reads the clock, the database or the network. The scheduling
 pass (rc.controller.scheduler) feeds it what the store read and writes back
 what it decided; the read side (rc.controller.store.views) plans the same
@@ -80,7 +85,7 @@ class QueuedJob:
     pinned `device_ids`; `device_id` alone is a one-device pin), its
     max runtime (seconds, 0: none) and how many devices it asks for; for an
     element of an array, the array's id and its cap on running elements
-    (0: none)."""
+    (0: none); `blocked` while a dependency of it is unmet."""
 
     id: int
     submitter: str
@@ -93,6 +98,7 @@ class QueuedJob:
     device_ids: tuple[str, ...] = ()
     array_id: int = 0
     array_cap: int = 0
+    blocked: bool = False
 
     @property
     def pins(self) -> tuple[str, ...]:
@@ -157,7 +163,8 @@ class Plan:
     assigned a device another job had reserved. capped: jobs held back by
     the per-user cap. held: elements held back by their array's cap (that
     many of its elements are assigned or running, or placed in this pass).
-    candidates: job id → its candidate device ids (ceiling applied,
+    waiting: jobs with an unmet dependency (not eligible; they take nothing
+    and are nobody's rival). candidates: job id → its candidate device ids (ceiling applied,
     reservations not).
     """
 
@@ -168,6 +175,7 @@ class Plan:
     backfilled: set[int] = field(default_factory=set)
     capped: set[int] = field(default_factory=set)
     held: set[int] = field(default_factory=set)
+    waiting: set[int] = field(default_factory=set)
     candidates: dict[int, tuple[str, ...]] = field(default_factory=dict)
 
 
@@ -297,6 +305,9 @@ class _Pass:
             if cands is None:
                 cands = self.known[key] = candidates(*key, self.slots, self.matches)
             out.candidates[job.id] = cands
+            if job.blocked:
+                out.waiting.add(job.id)
+                continue
             if job.array_cap and self.array_used.get(job.array_id, 0) >= job.array_cap:
                 out.held.add(job.id)
                 continue
@@ -539,7 +550,8 @@ class Snapshot:
             if other == job_id:
                 return out
             if (
-                (other not in p.capped or owner.get(other) == owner.get(job_id))
+                other not in p.waiting
+                and (other not in p.capped or owner.get(other) == owner.get(job_id))
                 and (other not in p.held or arrays.get(other) == arrays.get(job_id))
                 and mine.intersection(p.candidates.get(other, ()))
             ):
@@ -580,7 +592,9 @@ class Snapshot:
                 seen[h] + capped_seen.get((who, h), 0) + held_seen.get((arr, h), 0)
                 for h in overlaps[g]
             )
-            if job_id in p.held:
+            if job_id in p.waiting:
+                pass  # it takes nothing: nobody waits behind it
+            elif job_id in p.held:
                 held_seen[(arr, g)] = held_seen.get((arr, g), 0) + 1
             elif job_id in p.capped:
                 capped_seen[(who, g)] = capped_seen.get((who, g), 0) + 1

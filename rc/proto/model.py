@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field
 
 __all__ = [
+    "AFTER_MAX",
     "COUNT_MAX",
     "ENV_NAME_RE",
     "JOB_NAME_MAX",
@@ -19,6 +20,7 @@ __all__ = [
     "NAME_RE",
     "PRIORITY_MAX",
     "PRIORITY_MIN",
+    "Condition",
     "Device",
     "DeviceState",
     "Event",
@@ -37,6 +39,7 @@ __all__ = [
     "Token",
     "Worker",
     "device_list",
+    "parse_after",
     "valid_device_id",
     "valid_env_name",
     "valid_job_name",
@@ -115,6 +118,42 @@ characters, so `rc jobs --name 'sweep-*'` means what it says)."""
 def valid_job_name(name: str) -> bool:
     """Whether `name` is a job name (JOB_NAME_RE)."""
     return bool(JOB_NAME_RE.fullmatch(name))
+
+
+AFTER_MAX = 64
+"""The most dependencies (`--after`) one job may name."""
+
+
+class Condition(enum.StrEnum):
+    """How a dependency must end for its dependent to start: OK (it
+    succeeded), NOTOK (it failed, was killed or lost), ANY (it ended)."""
+
+    OK = "ok"
+    NOTOK = "notok"
+    ANY = "any"
+
+    def met_by(self, state: JobState) -> bool:
+        """Whether a dependency that ended in `state` satisfies this condition."""
+        if self is Condition.OK:
+            return state is JobState.SUCCEEDED
+        if self is Condition.NOTOK:
+            return state in (JobState.FAILED, JobState.KILLED, JobState.LOST)
+        return state.terminal
+
+
+def parse_after(text: str) -> tuple[int, Condition]:
+    """`JOB[:ok|:notok|:any]` (`--after`) → (job id, condition; ok by
+    default). Raises ValueError naming the problem."""
+    head, sep, cond = text.strip().partition(":")
+    if not head.isascii() or not head.isdigit() or int(head) < 1:
+        raise ValueError(f"--after {text[:40]!r}: {head[:40]!r} is not a job id")
+    try:
+        condition = Condition(cond) if sep else Condition.OK
+    except ValueError:
+        raise ValueError(
+            f"--after {text[:40]!r}: unknown condition {cond[:20]!r} (ok, notok or any)"
+        ) from None
+    return int(head), condition
 
 
 class DeviceState(enum.StrEnum):

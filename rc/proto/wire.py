@@ -30,6 +30,7 @@ __all__ = [
     "ArraySummary",
     "Assignment",
     "Assignments",
+    "Dependency",
     "DescribeResponse",
     "DeviceDecl",
     "DeviceHolder",
@@ -94,7 +95,9 @@ class SubmitRequest:
     `array` (rc.proto.arrayspec SPEC) makes an array: one job per index, all
     queued in one transaction, at most K running at once with "%K";
     `array_items` gives each element an item (RC_ARRAY_ITEM), the indices
-    then 0..n-1 unless `array` names as many.
+    then 0..n-1 unless `array` names as many. `after` lists dependencies,
+    "JOB[:ok|:notok|:any]" (model.parse_after; at most AFTER_MAX; an
+    array's id means every element of it).
     `env` names are model.ENV_NAME_RE (400 bad_request naming a bad one).
     """
 
@@ -117,6 +120,19 @@ class SubmitRequest:
     name: str = ""
     array: str = ""
     array_items: tuple[str, ...] = ()
+    after: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Dependency:
+    """One dependency of a job as `rc show` lists it: the job it waits for,
+    the condition, that job's state and exit code, and whether it is met."""
+
+    job_id: int
+    condition: str
+    state: str
+    exit_code: int | None = None
+    met: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +174,7 @@ class JobDetail:
     log_bytes: int = 0
     explain: str = ""
     array: ArraySummary | None = None
+    after: tuple[Dependency, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

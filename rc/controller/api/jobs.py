@@ -33,6 +33,7 @@ from rc.proto.codec import encode
 from rc.proto.duration import MAX_SECONDS
 from rc.proto.errors import ErrorCode
 from rc.proto.model import (
+    AFTER_MAX,
     COUNT_MAX,
     JOB_NAME_MAX,
     PRIORITY_MAX,
@@ -40,6 +41,7 @@ from rc.proto.model import (
     JobKind,
     JobState,
     Stdio,
+    parse_after,
     valid_env_name,
     valid_job_name,
 )
@@ -186,6 +188,7 @@ def validate_submit(req: SubmitRequest, who: Caller, lim: Limits, cap: int = 0) 
                     ErrorCode.BAD_REQUEST, f"environment variable {k!r} contains a NUL character"
                 )
     indices, items, cap, spec_text = _checked_array(req, lim)
+    after = _checked_after(req.after)
     sel = ""
     if req.selector:
         try:
@@ -200,6 +203,7 @@ def validate_submit(req: SubmitRequest, who: Caller, lim: Limits, cap: int = 0) 
         ("name", ""),
         ("array", ""),
         ("array_items", []),
+        ("after", []),
     ):
         if canon[name] == default:  # a request from before these fields digests as it did
             del canon[name]
@@ -229,7 +233,27 @@ def validate_submit(req: SubmitRequest, who: Caller, lim: Limits, cap: int = 0) 
         array_items=items,
         array_cap=cap,
         array_spec=spec_text,
+        after=after,
     )
+
+
+def _checked_after(after: tuple[str, ...]) -> tuple[tuple[int, str], ...]:
+    """A submission's dependencies as (job id, condition), each job once (the
+    last condition given wins). 400 for a malformed one or an unknown
+    condition, and limit_exceeded past AFTER_MAX."""
+    if len(after) > AFTER_MAX:
+        raise Refused(
+            ErrorCode.LIMIT_EXCEEDED,
+            f"{len(after)} dependencies; a job may wait for at most {AFTER_MAX}",
+        )
+    out: dict[int, str] = {}
+    for text in after:
+        try:
+            job_id, cond = parse_after(text)
+        except ValueError as e:
+            raise Refused(ErrorCode.BAD_REQUEST, str(e)) from None
+        out[job_id] = cond.value
+    return tuple(out.items())
 
 
 def _checked_array(

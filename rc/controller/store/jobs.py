@@ -29,6 +29,7 @@ __all__ = [
     "brief",
     "cancel_queued",
     "deliver_kills",
+    "end_doomed",
     "enqueue",
     "extend",
     "kill",
@@ -79,6 +80,7 @@ class NewJob:
     array_items: tuple[str, ...] = ()
     array_cap: int = 0
     array_spec: str = ""
+    after: tuple[tuple[int, str], ...] = ()
 
 
 def enqueue(tx: Tx, job: NewJob, match_cache: MatchCache) -> tuple[int, bool]:
@@ -115,6 +117,7 @@ def enqueue(tx: Tx, job: NewJob, match_cache: MatchCache) -> tuple[int, bool]:
             else f"{n} more queued jobs would pass {job.submitter}'s limit of "
             f"{job.queued_limit}; nothing was queued",
         )
+    deps = _resolve_deps(tx, job.after)
     max_runtime = job.max_runtime  # 0: inherit the ceiling where it lands (leases.assign)
     pins = job.device_ids or ((job.device_id,) if job.device_id else ())
     if pins:
@@ -148,6 +151,9 @@ def enqueue(tx: Tx, job: NewJob, match_cache: MatchCache) -> tuple[int, bool]:
     )
     if job.array_indices:
         _insert_elements(tx, job, job_id, max_runtime, pins)
+    if deps:
+        ids = range(job_id, job_id + (len(job.array_indices) or 1))
+        tx.many("dep_insert", [(i, a, cond) for i in ids for a, cond in deps])
     if job.token_name != job.submitter:  # an admin acting for someone: both names on record
         events.record(
             tx,
@@ -159,6 +165,43 @@ def enqueue(tx: Tx, job: NewJob, match_cache: MatchCache) -> tuple[int, bool]:
     tx.schedule = True
     tx.notify("jobs", f"job:{job_id}")
     return job_id, True
+
+
+def _resolve_deps(tx: Tx, after: tuple[tuple[int, str], ...]) -> list[tuple[int, str]]:
+    """The (job id, condition) rows a submission's dependencies make: an
+    array's id stands for every element of it. 400 bad_request for a job
+    that does not exist (so only earlier jobs can be named: no cycle)."""
+    out: list[tuple[int, str]] = []
+    for after_id, cond in after:
+        if tx.one("job_brief", (after_id,)) is None:
+            raise Refused(ErrorCode.BAD_REQUEST, f"--after {after_id}: there is no job {after_id}")
+        if tx.one("array_get", (after_id,)) is not None:
+            out += [(r["id"], cond) for r in tx.all("array_element_ids", (after_id,))]
+        else:
+            out.append((after_id, cond))
+    return out
+
+
+def end_doomed(tx: Tx) -> list[int]:
+    """End, as killed, every queued job with a dependency that can no longer
+    be met (it ended as its condition excludes): "dependency 42 failed (exit
+    3)". Their own dependents follow in the same call (bounded by the
+    chain's length). Returns the jobs ended."""
+    ended: list[int] = []
+    for _ in range(10_000):
+        doomed = tx.all("deps_doomed")
+        if not doomed:
+            break
+        for r in doomed:
+            dep = tx.one("job_get", (r["after_id"],))
+            how = dep["state"]
+            if dep["exit_code"] is not None and how == "failed":
+                how = f"failed (exit {dep['exit_code']})"
+            elif how == "succeeded":
+                how = "succeeded (this job waited for it to fail)"
+            if cancel_queued(tx, r["job_id"], f"dependency {r['after_id']} {how}"):
+                ended.append(r["job_id"])
+    return ended
 
 
 def _insert_elements(tx: Tx, job: NewJob, first: int, max_runtime: int, pins) -> None:
@@ -344,6 +387,7 @@ def kill(
         ):
             tx.change("job_finish", ("killed", None, why, tx.now, None, job_id))
             leases.release(tx, job_id)
+            tx.schedule = True
             tx.notify(f"log:{job_id}", "devices")
             return "killed (its worker is silent; it will be told when it returns)"
     return "kill requested"
@@ -408,6 +452,7 @@ def lose(tx: Tx, job_id: int, device_id: str, why: str) -> None:
         # no live lease left when the sweep released the expired ones first
         leases.release(tx, job_id, guarded=False)
         events.record(tx, EventKind.JOB_LOST, job_id=job_id, device_id=device_id, text=why)
+        tx.schedule = True  # its dependents may be ended or freed
         tx.notify(f"job:{job_id}", f"log:{job_id}", "jobs")
 
 

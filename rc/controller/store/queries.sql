@@ -183,7 +183,9 @@ ORDER BY j.id DESC LIMIT ?2
 -- name: queued_jobs
 -- What the planner needs of every queued job (with its array's cap), in priority then id order.
 SELECT j.id, j.submitter, j.priority, j.queued_at, j.selector, j.device_id, j.max_runtime,
-       j.count, j.device_ids, j.array_id, coalesce(a.max_running, 0) AS array_cap
+       j.count, j.device_ids, j.array_id, coalesce(a.max_running, 0) AS array_cap,
+       EXISTS (SELECT 1 FROM job_deps AS d JOIN jobs AS a ON a.id = d.after_id
+               WHERE d.job_id = j.id AND NOT dep_met(d.condition, a.state)) AS blocked
 FROM jobs AS j LEFT JOIN arrays AS a ON a.id = j.array_id
 WHERE j.state = 'queued' ORDER BY j.priority DESC, j.id
 
@@ -191,7 +193,9 @@ WHERE j.state = 'queued' ORDER BY j.priority DESC, j.id
 -- The queue in scheduling order: effective priority (priority plus one step per
 -- :aging seconds waited; :aging 0 turns aging off), then submission order.
 SELECT j.id, j.submitter, j.priority, j.queued_at, j.selector, j.device_id, j.max_runtime,
-       j.count, j.device_ids, j.array_id, coalesce(a.max_running, 0) AS array_cap
+       j.count, j.device_ids, j.array_id, coalesce(a.max_running, 0) AS array_cap,
+       EXISTS (SELECT 1 FROM job_deps AS d JOIN jobs AS a ON a.id = d.after_id
+               WHERE d.job_id = j.id AND NOT dep_met(d.condition, a.state)) AS blocked
 FROM jobs AS j LEFT JOIN arrays AS a ON a.id = j.array_id
 WHERE j.state = 'queued'
 ORDER BY effective_priority(j.priority, j.queued_at, :now, :aging) DESC, j.id
@@ -202,12 +206,37 @@ SELECT j.array_id, count(*) AS n FROM jobs AS j JOIN arrays AS a ON a.id = j.arr
 WHERE j.state IN ('assigned', 'running') AND a.max_running > 0
 GROUP BY j.array_id
 
--- name: any_capped_array_queued
--- Whether an element of a capped array is queued (queue positions then come from a plan).
+-- name: any_held_queued
+-- Whether an element of a capped array, or a job with dependencies, is queued
+-- (queue positions then come from a plan).
 SELECT EXISTS (
     SELECT 1 FROM jobs AS j JOIN arrays AS a ON a.id = j.array_id
     WHERE j.state = 'queued' AND a.max_running > 0
+) OR EXISTS (
+    SELECT 1 FROM job_deps AS d JOIN jobs AS j ON j.id = d.job_id WHERE j.state = 'queued'
 )
+
+-- name: dep_insert
+-- A dependency: job ? waits for job ? to end as condition ? says.
+INSERT OR IGNORE INTO job_deps (job_id, after_id, condition) VALUES (?, ?, ?)
+
+-- name: array_element_ids
+-- Every element of array ?, in id order.
+SELECT id FROM jobs WHERE array_id = ? ORDER BY id
+
+-- name: deps_doomed
+-- Queued jobs with a dependency that ended as its condition excludes: it can
+-- never be met (the first such dependency of each, with how it ended).
+SELECT d.job_id, min(d.after_id) AS after_id FROM job_deps AS d
+JOIN jobs AS q ON q.id = d.job_id AND q.state = 'queued'
+JOIN jobs AS a ON a.id = d.after_id
+WHERE a.state IN ('succeeded', 'failed', 'killed', 'lost') AND NOT dep_met(d.condition, a.state)
+GROUP BY d.job_id
+
+-- name: deps_of
+-- A job's dependencies with the state and exit code of each.
+SELECT d.after_id, d.condition, a.state, a.exit_code FROM job_deps AS d
+JOIN jobs AS a ON a.id = d.after_id WHERE d.job_id = ? ORDER BY d.after_id
 
 -- name: queue_ahead_by_ask
 -- The queued jobs ahead of job :id in scheduling order (queued_jobs_ordered's

@@ -42,6 +42,7 @@ def _queued_job(r: sqlite3.Row) -> QueuedJob:
         device_ids=tuple(loads(r["device_ids"])) if not r["selector"] else (),
         array_id=r["array_id"] or 0,
         array_cap=r["array_cap"],
+        blocked=bool(r["blocked"]),
     )
 
 

@@ -1,5 +1,5 @@
--- Schema 3: a job's name, job arrays (README "Names, details and listings",
--- "Arrays").
+-- Schema 3: a job's name, job arrays, dependencies (README "Names, details
+-- and listings", "Arrays", "Dependencies").
 --
 -- Every job keeps its row with no name ('') and no array. A name is at most
 -- 128 characters (rc.proto.model.JOB_NAME_RE says which); the listing's
@@ -25,3 +25,16 @@ CREATE TABLE arrays (
     spec         TEXT NOT NULL,                   -- rc.proto.arrayspec normal form
     submitted_at REAL NOT NULL
 ) STRICT;
+
+-- Dependencies: job_id waits for after_id to end as `condition` says (ok:
+-- succeeded; notok: failed, killed or lost; any: ended at all). Only an
+-- existing, earlier job can be named, so a cycle cannot be made.
+CREATE TABLE job_deps (
+    job_id    INTEGER NOT NULL REFERENCES jobs (id),
+    after_id  INTEGER NOT NULL REFERENCES jobs (id),
+    condition TEXT NOT NULL CHECK (condition IN ('ok', 'notok', 'any')),
+    PRIMARY KEY (job_id, after_id),
+    CHECK (after_id < job_id)
+) STRICT, WITHOUT ROWID;
+
+CREATE INDEX job_deps_by_after ON job_deps (after_id);
