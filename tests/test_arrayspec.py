@@ -61,6 +61,9 @@ def test_any_text_parses_or_is_refused_by_name(text):
         ("0-5000,5000-10000", "more than 10000 elements"),
         (f"{INDEX_MAX + 1}", f"passes index {INDEX_MAX}"),
         ("１-2", "is not N, N-M or N-M:S"),
+        ("1" * 5000, f"passes index {INDEX_MAX}"),  # never int() of a huge number
+        ("0-1:" + "9" * 5000, f"passes index {INDEX_MAX}"),
+        ("0-3%" + "9" * 5000, "is not a number"),
     ],
 )
 def test_malformed_specs_are_refused_naming_the_problem(text, words):
@@ -72,3 +75,19 @@ def test_the_limits_themselves_are_allowed():
     assert len(arrayspec.parse("0-9999").indices) == ARRAY_MAX
     assert arrayspec.parse(f"{INDEX_MAX}%{ARRAY_MAX}") == ArraySpec((INDEX_MAX,), ARRAY_MAX)
     assert arrayspec.parse("%3") == ArraySpec((), 3)
+
+
+def test_after_takes_a_job_id_and_a_known_condition():
+    from rc.proto.model import Condition, parse_after
+
+    assert parse_after("42") == (42, Condition.OK)
+    assert parse_after("42:notok") == (42, Condition.NOTOK)
+    for bad, words in (
+        ("42:maybe", "unknown condition"),
+        ("0", "is not a job id"),
+        ("x:ok", "is not a job id"),
+        ("٣", "is not a job id"),
+        ("9" * 5000, "is not a job id"),
+    ):
+        with pytest.raises(ValueError, match=words):
+            parse_after(bad)

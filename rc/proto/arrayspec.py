@@ -25,6 +25,8 @@ ARRAY_MAX = 10_000
 INDEX_MAX = 1_000_000
 """The highest index an array may use."""
 
+_DIGITS_MAX = len(str(INDEX_MAX))
+"""No number of a spec needs more digits (longer ones are refused before int())."""
 _TERM = re.compile(r"([0-9]+)(?:-([0-9]+)(?::([0-9]+))?)?")
 _DIGITS = re.compile(r"[0-9]+")
 
@@ -43,7 +45,7 @@ class ArraySpec:
 
 
 def _number(text: str, what: str, spec: str) -> int:
-    if not _DIGITS.fullmatch(text):
+    if not _DIGITS.fullmatch(text) or len(text) > _DIGITS_MAX:
         raise ArraySpecError(f"array spec {spec!r}: {what} {text!r} is not a number (digits 0-9)")
     return int(text)
 
@@ -74,6 +76,8 @@ def parse(spec: str) -> ArraySpec:
             raise ArraySpecError(
                 f"array spec {spec!r}: {term!r} is not N, N-M or N-M:S (digits 0-9)"
             )
+        if any(g is not None and len(g) > _DIGITS_MAX for g in m.groups()):
+            raise ArraySpecError(f"array spec {spec!r}: {term[:40]!r} passes index {INDEX_MAX}")
         lo = int(m[1])
         hi = int(m[2]) if m[2] is not None else lo
         step = int(m[3]) if m[3] is not None else 1

@@ -145,7 +145,7 @@ def parse_after(text: str) -> tuple[int, Condition]:
     """`JOB[:ok|:notok|:any]` (`--after`) → (job id, condition; ok by
     default). Raises ValueError naming the problem."""
     head, sep, cond = text.strip().partition(":")
-    if not head.isascii() or not head.isdigit() or int(head) < 1:
+    if not head.isascii() or not head.isdigit() or len(head) > 18 or int(head) < 1:
         raise ValueError(f"--after {text[:40]!r}: {head[:40]!r} is not a job id")
     try:
         condition = Condition(cond) if sep else Condition.OK
