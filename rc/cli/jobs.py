@@ -43,6 +43,15 @@ TAIL_WINDOW_BYTES = 64 << 10
 STATES = ("queued", "assigned", "running", "succeeded", "failed", "killed", "lost")
 
 
+def named_table(headers: tuple[str, ...], rows: list[tuple]) -> None:
+    """A listing whose second column is NAME: shown only when some job in it
+    has a name (a listing of unnamed jobs reads as it always did)."""
+    if not any(r[1] != "-" for r in rows):
+        headers = headers[:1] + headers[2:]
+        rows = [r[:1] + r[2:] for r in rows]
+    table(headers, rows)
+
+
 def states_arg(text: str) -> str:
     """argparse type: a comma list of job states ("queued,running")."""
     parts = [x.strip() for x in text.split(",") if x.strip()]
@@ -310,7 +319,9 @@ def cmd_jobs(args: argparse.Namespace) -> int:
                 job_what(j),
             )
         )
-    table(("JOB", "NAME", "DEVICE", "STATE", "SUBMITTER", "STARTED", "DURATION", "COMMAND"), rows)
+    named_table(
+        ("JOB", "NAME", "DEVICE", "STATE", "SUBMITTER", "STARTED", "DURATION", "COMMAND"), rows
+    )
     if page.get("next_before"):
         stderr(f"more: rc jobs --before {page['next_before']} (with the same filters)")
     if args.array:
@@ -598,7 +609,7 @@ def cmd_ps(args: argparse.Namespace) -> int:
                 job_what(j),
             )
         )
-    table(("JOB", "NAME", "DEVICE", "STATE", "SUBMITTER", "PRIO", "FOR", "COMMAND"), rows)
+    named_table(("JOB", "NAME", "DEVICE", "STATE", "SUBMITTER", "PRIO", "FOR", "COMMAND"), rows)
     return 0
 
 
