@@ -86,6 +86,13 @@ CREATE TABLE jobs (
     count             INTEGER NOT NULL DEFAULT 1 CHECK (count BETWEEN 1 AND 64),
     device_ids        TEXT NOT NULL DEFAULT '[]' CHECK (json_type(device_ids) = 'array'),
     unix_user         TEXT NOT NULL DEFAULT '',   -- schema 3: the Unix user it runs as
+    -- schema 4: an optional name (rc.proto.model.JOB_NAME_RE), '' for none;
+    -- an array element's array (the id of its first element), index and item
+    name              TEXT NOT NULL DEFAULT '' CHECK (length(name) <= 128),
+    array_id          INTEGER CHECK (array_id IS NULL OR array_id > 0),
+    array_index       INTEGER
+        CHECK ((array_index IS NULL) = (array_id IS NULL) AND (array_index IS NULL OR array_index BETWEEN 0 AND 1000000)),
+    array_item        TEXT NOT NULL DEFAULT '' CHECK (array_item = '' OR array_id IS NOT NULL),
     CHECK (selector != '' OR device_id != ''),
     CHECK (kind = 'job' OR (cwd = '' AND env = '{}' AND idle_timeout = 0 AND stdio = '')),
     CHECK ((state IN ('succeeded', 'failed', 'killed', 'lost')) = (finished_at IS NOT NULL))
@@ -96,6 +103,32 @@ CREATE INDEX jobs_active ON jobs (worker_id) WHERE state IN ('assigned', 'runnin
 CREATE INDEX jobs_by_device ON jobs (device_id, id DESC);
 CREATE INDEX jobs_by_submitter ON jobs (submitter, id DESC);
 CREATE INDEX jobs_kill_pending ON jobs (worker_id) WHERE kill_requested = 1;
+CREATE INDEX jobs_by_name ON jobs (name, id DESC) WHERE name != '';
+CREATE INDEX jobs_by_submitted ON jobs (submitted_at);
+CREATE INDEX jobs_by_array ON jobs (array_id, array_index) WHERE array_id IS NOT NULL;
+
+-- Job arrays (schema 4): one row per array, its elements are jobs.
+CREATE TABLE arrays (
+    id           INTEGER PRIMARY KEY,             -- the id of its first element
+    submitter    TEXT NOT NULL CHECK (submitter != ''),
+    size         INTEGER NOT NULL CHECK (size BETWEEN 1 AND 10000),
+    max_running  INTEGER NOT NULL DEFAULT 0 CHECK (max_running BETWEEN 0 AND 10000),
+    spec         TEXT NOT NULL,                   -- rc.proto.arrayspec normal form
+    submitted_at REAL NOT NULL
+) STRICT;
+
+-- Dependencies: job_id waits for after_id to end as `condition` says (ok:
+-- succeeded; notok: failed, killed or lost; any: ended at all). Only an
+-- existing, earlier job can be named, so a cycle cannot be made.
+CREATE TABLE job_deps (
+    job_id    INTEGER NOT NULL REFERENCES jobs (id),
+    after_id  INTEGER NOT NULL REFERENCES jobs (id),
+    condition TEXT NOT NULL CHECK (condition IN ('ok', 'notok', 'any')),
+    PRIMARY KEY (job_id, after_id),
+    CHECK (after_id < job_id)
+) STRICT, WITHOUT ROWID;
+
+CREATE INDEX job_deps_by_after ON job_deps (after_id);
 
 CREATE TRIGGER jobs_terminal_is_final
 BEFORE UPDATE OF state ON jobs

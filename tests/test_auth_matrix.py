@@ -70,6 +70,11 @@ class World:
             "id"
         ]
 
+    def queued_hold(self) -> int:
+        """A hold of `user` that stays queued (pinned to a busy device)."""
+        body = {"kind": "hold", "device_id": "mh:cpu0", "reason": "m", "max_runtime_seconds": 60}
+        return self.user.post("/v1/jobs", body)["job"]["id"]
+
 
 ROLE_OF = {
     "user": Role.USER,
@@ -192,6 +197,12 @@ CALLS = [
         "POST",
         "/v1/jobs/{job_id}/kill",
         lambda w: (f"/v1/jobs/{w.queued_job()}/kill", {}),
+    ),
+    Call("GET", "/v1/arrays/{array_id}", lambda w: (f"/v1/arrays/{w.extra['array']}", None)),
+    Call(
+        "POST",
+        "/v1/jobs/{job_id}/extend",
+        lambda w: (f"/v1/jobs/{w.queued_hold()}/extend", {"seconds": 1}),
     ),
     Call(
         "GET",
@@ -360,6 +371,8 @@ def world(tmp_path_factory):
     user = Client(ctl.url, tokens["user"])
     w = World(ctl.url, tokens, admin, user)
     w.job = user.post("/v1/jobs", {"command": ["true"], "device_id": "mh:cpu0"})["job"]["id"]
+    arr = user.post("/v1/jobs", {"command": ["true"], "device_id": "mh:cpu0", "array": "0-1"})
+    w.extra["array"] = arr["job"]["id"]
     # a session inside a hold on mh, ended at once by its worker's output half
     hold = user.post(
         "/v1/jobs",

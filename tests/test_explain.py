@@ -176,3 +176,44 @@ def test_explain_selector(lab):
     with pytest.raises(Refused) as e:
         lb.read(views.explain_selector, "vram>>1", lb.ctl.policy)
     assert (e.value.status, e.value.code) == (400, "bad_selector")
+
+
+def test_an_element_past_its_arrays_cap_waits_and_explain_says_so(lab):
+    lb = lab()
+    box(lb)
+    first, _ = lb.submit("alice", selector="model=h100", array="0-3%1")
+    assert lb.job(first).state is JobState.ASSIGNED
+    # one running at a time, though a device is free: the others are not eligible
+    assert [lb.job(first + k).state for k in (1, 2, 3)] == [JobState.QUEUED] * 3
+    other, _ = lb.submit("bob", selector="model=h100")
+    assert lb.job(other).state is JobState.ASSIGNED  # the free device is not held for the array
+    ex = lb.explain(first + 1)
+    assert ex.queue_position == 1
+    assert ex.reasons[0] == (
+        f"Its array {first} already has 1 element assigned or running, its cap (%1); "
+        "it starts once one of them ends."
+    )
+    assert lb.explain(first + 2).queue_position == 2  # behind its array's earlier element
+    lb.finish(first)
+    assert lb.job(first + 1).state is JobState.ASSIGNED
+
+
+def test_an_array_of_wide_elements_and_a_job_after_it(lab):
+    lb = lab()
+    lb.register("box", {f"g{i}": (0, {"model": "h100"}) for i in range(4)})
+    first, _ = lb.submit("alice", selector="model=h100", count=2, array="0-2")
+    after, _ = lb.submit("alice", selector="model=h100", after=(str(first),))
+    assert [len(lb.job(first + k).device_ids) for k in (0, 1)] == [2, 2]  # two at once
+    assert lb.job(first + 2).state is JobState.QUEUED
+    ex = lb.explain(after)
+    assert ex.reasons[0] == (
+        f"Waiting for job {first} (assigned), job {first + 1} (assigned), job {first + 2} "
+        "(queued): it is not eligible until its dependencies end."
+    )
+    assert ex.queue_position == 2  # the third element is ahead of it; it holds back nothing
+    for k in (0, 1):
+        lb.finish(first + k)
+    assert len(lb.job(first + 2).device_ids) == 2
+    assert lb.job(after).state is JobState.QUEUED  # the third element still runs
+    lb.finish(first + 2)
+    assert lb.job(after).state is JobState.ASSIGNED

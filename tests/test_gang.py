@@ -233,7 +233,7 @@ def test_listings_find_a_wide_job_by_any_of_its_devices(lab):
     lb.register("a", cpu_host(3))
     job_id, _ = lb.submit(count=3)
     lb.finish(job_id)
-    found = lb.read(jobs.listing, "a:cpu2", "", "", 0, 10)
+    found = lb.read(jobs.listing, jobs.Filter(device="a:cpu2"), 10)
     assert [j.id for j in found] == [job_id]
     recent = lb.read(views.describe, "a:cpu1").recent_jobs
     assert [j.id for j in recent] == [job_id]

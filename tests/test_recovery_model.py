@@ -244,7 +244,16 @@ class FleetMachine(RuleBasedStateMachine):
                 (r["id"], r["state"])
                 for r in tx.all(
                     "jobs_list",
-                    {"device": "", "submitter": "", "state": "", "before": 0, "limit": 10000},
+                    {
+                        "device": "",
+                        "submitter": "",
+                        "states": "[]",
+                        "name": "",
+                        "since": 0,
+                        "array": 0,
+                        "before": 0,
+                        "limit": 10000,
+                    },
                 )
             ]
 

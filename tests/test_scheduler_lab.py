@@ -154,7 +154,16 @@ def test_concurrent_duplicates_make_exactly_one_job(lab):
             lambda tx: len(
                 tx.all(
                     "jobs_list",
-                    {"device": "", "submitter": "", "state": "", "before": 0, "limit": 100},
+                    {
+                        "device": "",
+                        "submitter": "",
+                        "states": "[]",
+                        "name": "",
+                        "since": 0,
+                        "array": 0,
+                        "before": 0,
+                        "limit": 100,
+                    },
                 )
             )
         )

@@ -443,7 +443,16 @@ class SchedulerMachine(RuleBasedStateMachine):
                     r["id"]: (r["state"], tuple(json.loads(r["device_ids"])), r["max_runtime"])
                     for r in tx.all(
                         "jobs_list",
-                        {"device": "", "submitter": "", "state": "", "before": 0, "limit": 10_000},
+                        {
+                            "device": "",
+                            "submitter": "",
+                            "states": "[]",
+                            "name": "",
+                            "since": 0,
+                            "array": 0,
+                            "before": 0,
+                            "limit": 10_000,
+                        },
                     )
                 },
                 "leases": [(r["device_id"], r["job_id"]) for r in tx.all("leases_live")],

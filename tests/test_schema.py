@@ -13,6 +13,7 @@ import pytest
 from rc.controller.errors import StoreError
 from rc.controller.store import db
 from rc.proto.model import (
+    Condition,
     DeviceState,
     EventKind,
     JobKind,
@@ -36,6 +37,7 @@ CHECKED = {
     ("events", "kind"): EventKind,
     ("tokens", "role"): Role,
     ("device_links", "link"): Link,
+    ("job_deps", "condition"): Condition,
 }
 OLD_SCHEMA = REPO / "tests" / "data" / "store_v1.sql"
 """store.sql as schema version 1 had it (its statements verbatim): the

@@ -19,14 +19,17 @@ from rc import __version__
 
 __all__ = ["GROUPS", "VERBS", "build_parser", "main"]
 
-GROUPS = ("run", "jobs", "devices", "admin", "relay", "copy", "serve", "up")
+GROUPS = ("run", "arrays", "jobs", "devices", "admin", "relay", "copy", "serve", "up")
 """Modules of rc.cli that contribute subcommands, in help order."""
 
 VERBS = {
     "run": "run",
     "hold": "run",
     "release": "run",
+    "extend": "run",
+    "rerun": "arrays",
     "jobs": "jobs",
+    "show": "jobs",
     "logs": "jobs",
     "kill": "jobs",
     "ps": "jobs",

@@ -177,6 +177,18 @@ def duration_seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def job_name_arg(text: str) -> str:
+    """argparse type: a job name (rc.proto.model.JOB_NAME_RE)."""
+    from rc.proto.model import JOB_NAME_MAX, valid_job_name
+
+    if not valid_job_name(text):
+        raise argparse.ArgumentTypeError(
+            f"{text[:40]!r} is not a job name (letters, digits and . _ : + = , @ % -, "
+            f"starting with a letter, digit or '_'; at most {JOB_NAME_MAX} characters)"
+        )
+    return text
+
+
 def whole_seconds_arg(text: str) -> int:
     """argparse type: a duration of whole seconds (the wire's unit; "1500ms" is refused)."""
     seconds = duration_seconds(text)

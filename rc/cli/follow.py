@@ -179,6 +179,10 @@ def submit_run(
         "idle_timeout_seconds": args.idle_timeout,
         "no_wait": args.no_wait,
         "as_user": args.as_user,
+        "name": getattr(args, "name", None) or "",
+        "array": getattr(args, "array", None) or "",
+        "array_items": getattr(args, "array_items", None) or [],
+        "after": getattr(args, "after", None) or [],
     }
     return submit(c, body), label
 

@@ -28,6 +28,7 @@ import sys
 import time
 import uuid
 
+from rc.cli.arrays import array_items, array_spec_arg, follow_array
 from rc.cli.complete import attach, devices, holds, label_keys
 from rc.cli.context import (
     SelectorTerms,
@@ -38,6 +39,7 @@ from rc.cli.context import (
     device_list_arg,
     hangup_interrupts,
     interrupt_cause,
+    job_name_arg,
     number_in,
     stderr,
     whole_number,
@@ -119,6 +121,39 @@ def _target_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
+def after_arg(text: str) -> str:
+    """argparse type: JOB[:ok|:notok|:any] (rc.proto.model.parse_after)."""
+    from rc.proto.model import parse_after
+
+    try:
+        job_id, cond = parse_after(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return f"{job_id}:{cond.value}"
+
+
+def _after_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--after",
+        type=after_arg,
+        action="append",
+        default=[],
+        metavar="JOB[:ok|:notok|:any]",
+        help="wait until JOB (an array: all its elements) ends: ok (default) when it "
+        "succeeded, notok when it did not, any either way; repeatable, at most 64",
+    )
+
+
+def _name_flag(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument(
+        "--name",
+        type=job_name_arg,
+        default=None,
+        metavar="NAME",
+        help=f"a name for the {what}, shown in every listing (RC_JOB_NAME in a job)",
+    )
+
+
 def add_parsers(sub) -> None:
     p = sub.add_parser(
         "run",
@@ -150,6 +185,23 @@ def add_parsers(sub) -> None:
         help="working directory on the device's host (default: the current directory)",
     )
     add_env_flags(p, "the job")
+    _name_flag(p, "job")
+    _after_flag(p)
+    p.add_argument(
+        "--array",
+        type=array_spec_arg,
+        default=None,
+        metavar="SPEC[%K]",
+        help="an array: one job per index (0-99, 0-99:2, 1,5,9; at most 10,000), "
+        "at most K running at once with %%K; RC_ARRAY_ID and RC_ARRAY_INDEX in each",
+    )
+    p.add_argument(
+        "--array-file",
+        default=None,
+        metavar="FILE",
+        help="an array of one job per non-empty line of FILE, the line as RC_ARRAY_ITEM "
+        "(--array %%K caps it)",
+    )
     p.add_argument(
         "--no-wait", action="store_true", help="fail at once (exit 1) unless a device is free now"
     )
@@ -193,6 +245,8 @@ def add_parsers(sub) -> None:
     )
     p.add_argument("--reason", required=True, help="what it is for (shown to everyone)")
     p.add_argument("--priority", type=priority_arg, default=0, help="-10..10 (default 0)")
+    _name_flag(p, "hold")
+    _after_flag(p)
     p.add_argument(
         "--detach", action="store_true", help="print the hold id once granted and return"
     )
@@ -202,16 +256,31 @@ def add_parsers(sub) -> None:
 
     p = sub.add_parser(
         "release",
-        help="end a hold (or kill a job) you own",
-        description="End hold ID now (or kill job ID): the device goes back to "
-        "the pool once its worker has checked it.",
+        help="end a hold you own",
+        description="End hold ID now: the device goes back to the pool once its "
+        "worker has checked it. A job is refused (rc kill ends it).",
     )
     attach(
-        p.add_argument("job", type=number_in(1), metavar="ID", help="the hold (or job) id"),
+        p.add_argument("job", type=number_in(1), metavar="ID", help="the hold id"),
         holds,
     )
     add_client_flags(p)
     p.set_defaults(handler="run:cmd_release")
+
+    p = sub.add_parser(
+        "extend",
+        help="give a hold of yours more time",
+        description="Add D to hold HOLD's ttl, up to the runtime ceiling of its "
+        "devices (above it is refused, naming the ceiling). Its worker applies "
+        "the new ttl by its next heartbeat.",
+    )
+    attach(
+        p.add_argument("job", type=number_in(1), metavar="HOLD", help="the hold id"),
+        holds,
+    )
+    p.add_argument("add", type=whole_seconds_arg, metavar="D", help="how much more (e.g. 1h)")
+    add_client_flags(p)
+    p.set_defaults(handler="run:cmd_extend")
 
 
 def stdin_is_data() -> bool:
@@ -230,12 +299,26 @@ def cmd_run(args: argparse.Namespace) -> int:
         command = command[1:]
     if not command and not args.tty:
         raise UsageError("give a command after --, e.g. rc run -- python3 train.py")
+    if args.tty and (args.array or args.array_file is not None):
+        raise UsageError("--array and --tty do not go together (an element has no terminal)")
     if args.tty:
         return cmd_run_tty(args, command)
     if args.detach and args.kill_on_detach:
         raise UsageError("--detach and --kill-on-detach do not go together (rc would not stay)")
     kill_on_detach = args.kill_on_detach or kill_on_detach_default()
     env = job_env(args.env, args.env_files)
+    if args.array_file is not None:
+        if args.array and not args.array.startswith("%"):
+            raise UsageError("with --array-file, --array takes only %K (the cap)")
+        args.array_items = array_items(args.array_file)
+    if args.array or args.array_file is not None:
+        if args.no_wait:
+            raise UsageError("--array and --no-wait do not go together")
+        c = client(args)
+        view, _label = submit_run(c, args, command, env)
+        array_id = view["job"]["id"]
+        print(array_id, flush=True)
+        return 0 if args.detach else follow_array(c, array_id)
     c = client(args)
     view, label = submit_run(c, args, command, env)
     job = view["job"]
@@ -364,6 +447,8 @@ def cmd_hold(args: argparse.Namespace) -> int:
         "priority": args.priority,
         "idempotency_key": uuid.uuid4().hex,
         "as_user": args.as_user,
+        "name": args.name or "",
+        "after": args.after,
     }
     view = submit(c, body)
     hold_id = view["job"]["id"]
@@ -415,8 +500,26 @@ def _release_on_interrupt(c: Client, hold_id: int, cause: str) -> None:
 
 
 def cmd_release(args: argparse.Namespace) -> int:
-    """`rc release ID`: end a hold (or kill a job) you own; prints "released ID"."""
+    """`rc release ID`: end a hold you own (or any, as admin); prints
+    "released ID". A job is refused: rc kill ends it."""
     c = client(args)
+    held = c.get(f"/v1/jobs/{args.job}")["job"]
+    if held.get("kind") != "hold":
+        raise RcError(f"job {args.job} is not a hold; rc kill {args.job} ends it")
     c.post(f"/v1/jobs/{args.job}/kill", {"reason": "released"})
     print_line(f"released {args.job}")
+    return 0
+
+
+def cmd_extend(args: argparse.Namespace) -> int:
+    """`rc extend HOLD D`: prints "hold 12 now ends at TIME (ttl 3h)"."""
+    if args.add <= 0:
+        raise UsageError("D must be positive (e.g. 1h)")
+    c = client(args)
+    got = c.post(f"/v1/jobs/{args.job}/extend", {"seconds": args.add})
+    held = c.get(f"/v1/jobs/{args.job}")["job"]
+    ttl = got["ttl_seconds"]
+    start = held.get("started_at")
+    end = f"now ends at {when(start + ttl)}" if start else "will last"
+    print_line(f"hold {args.job} {end} (ttl {format_duration(ttl)})")
     return 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import os
 
 from rc.cli.context import UsageError, duration_seconds
@@ -197,6 +198,12 @@ def add_parsers(sub) -> None:
     )
     p.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     p.set_defaults(handler="serve:cmd_worker")
+
+
+def have_controller() -> bool:
+    """Whether this rc carries the controller (a pip install does; the
+    zipapp, worker and client only, does not)."""
+    return importlib.util.find_spec("rc.controller") is not None
 
 
 def cmd_serve(args: argparse.Namespace) -> int:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import getpass
-import importlib.util
 import ipaddress
 import json
 import os
@@ -36,6 +35,7 @@ from rc.cli.children import (
 from rc.cli.context import UsageError, stderr
 from rc.cli.credentials import ensure_client_config, ensure_token, worker_token_host, write_secret
 from rc.cli.output import command_text, escape_controls, on_devices, one_line
+from rc.cli.serve import have_controller
 from rc.proto.client import Client
 from rc.proto.errors import RcError
 from rc.proto.model import DEVICES_PER_WORKER_MAX
@@ -267,7 +267,7 @@ def _differences(args: argparse.Namespace, st: dict, worker_runs: bool) -> list[
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    if importlib.util.find_spec("rc.controller") is None:  # the zipapp
+    if not have_controller():  # the zipapp
         raise RcError(
             "rc up needs rc installed with pip (pip install .), which brings the controller; "
             "the zipapp carries only the worker and the client"

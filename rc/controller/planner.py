@@ -30,6 +30,11 @@ same code decides assignments, queue positions and `rc explain`:
   on one device needs no reservation: the pass places it before every job
   behind it as soon as one of its candidates frees.)
 
+- eligibility: a job with an unmet dependency, or an element of an array
+  whose cap of elements is already assigned or running, is skipped: it
+  takes and reserves nothing and is nobody's rival (an element held by its
+  array's cap is a rival of its array's later elements only).
+
 Nothing here reads the clock, the database or the network. The scheduling
 pass (rc.controller.scheduler) feeds it what the store read and writes back
 what it decided; the read side (rc.controller.store.views) plans the same
@@ -83,7 +88,9 @@ class QueuedJob:
     """What planning needs of a queued job: who, its priority, when it was
     queued (seconds since the epoch), its target (a normalised selector, or
     pinned `device_ids`; `device_id` alone is a one-device pin), its
-    max runtime (seconds, 0: none) and how many devices it asks for."""
+    max runtime (seconds, 0: none) and how many devices it asks for; for an
+    element of an array, the array's id and its cap on running elements
+    (0: none); `blocked` while a dependency of it is unmet."""
 
     id: int
     submitter: str
@@ -95,6 +102,9 @@ class QueuedJob:
     count: int = 1
     device_ids: tuple[str, ...] = ()
     unix_user: str = ""
+    array_id: int = 0
+    array_cap: int = 0
+    blocked: bool = False
 
     @property
     def pins(self) -> tuple[str, ...]:
@@ -161,8 +171,11 @@ class Plan:
     devices in the order chosen). reserved: device id → the job that
     reserved it; reservations: job id → its Reservation. backfilled: jobs
     assigned a device another job had reserved. capped: jobs held back by
-    the per-user cap. candidates: job id → its candidate device ids (ceiling
-    applied, reservations not).
+    the per-user cap. held: elements held back by their array's cap (that
+    many of its elements are assigned or running, or placed in this pass).
+    waiting: jobs with an unmet dependency (not eligible; they take nothing
+    and are nobody's rival). candidates: job id → its candidate device ids (ceiling applied,
+    reservations not).
     """
 
     order: list[int] = field(default_factory=list)
@@ -171,6 +184,8 @@ class Plan:
     reservations: dict[int, Reservation] = field(default_factory=dict)
     backfilled: set[int] = field(default_factory=set)
     capped: set[int] = field(default_factory=set)
+    held: set[int] = field(default_factory=set)
+    waiting: set[int] = field(default_factory=set)
     candidates: dict[int, tuple[str, ...]] = field(default_factory=dict)
 
 
@@ -280,13 +295,16 @@ def plan(
     links: Mapping[str, Mapping[tuple[str, str], int]] | None = None,
     ordered: bool = False,
     until_settled: bool = False,
+    arrays_active: Mapping[int, int] | None = None,
 ) -> Plan:
     """Decide assignments and reservations for one pass.
 
     `matches` maps each selector (normalised text) to the device ids it
     matches; `usage` maps a submitter to the devices they hold now; `links`
     maps a host to its reported pair ranks (placement.pair(a, b) → rank;
-    a host left out has no topology). `now` is seconds since the epoch.
+    a host left out has no topology); `arrays_active` maps a capped array's
+    id to its elements assigned or running now. `now` is seconds since the
+    epoch.
     Pure: reads nothing else, changes nothing.
 
     `ordered`: the queue already comes in scheduling order (the pass reads it
@@ -300,7 +318,7 @@ def plan(
         jobs_in_order: Iterable[QueuedJob] = queue
     else:
         jobs_in_order = sorted(queue, key=lambda j: (-effective_priority(j, now, aging), j.id))
-    return _Pass(slots, matches, now, cap, usage or {}, links or {}).run(
+    return _Pass(slots, matches, now, cap, usage or {}, links or {}, arrays_active or {}).run(
         jobs_in_order, until_settled
     )
 
@@ -308,7 +326,8 @@ def plan(
 class _Pass:
     """One plan(): the free devices, what is taken and reserved so far."""
 
-    def __init__(self, slots, matches, now, cap, usage, links) -> None:
+    def __init__(self, slots, matches, now, cap, usage, links, arrays_active) -> None:
+        self.array_used = dict(arrays_active)
         self.slots = slots
         self.matches = matches
         self.now = now
@@ -339,6 +358,12 @@ class _Pass:
                     *key[:3], self.slots, self.matches, job.unix_user
                 )
             out.candidates[job.id] = cands
+            if job.blocked:
+                out.waiting.add(job.id)
+                continue
+            if job.array_cap and self.array_used.get(job.array_id, 0) >= job.array_cap:
+                out.held.add(job.id)
+                continue
             if self.cap > 0 and self.used.get(job.submitter, 0) + job.wants > self.cap:
                 out.capped.add(job.id)
                 continue
@@ -350,6 +375,8 @@ class _Pass:
             if any(d in out.reserved for d in chosen):
                 out.backfilled.add(job.id)
             self.used[job.submitter] = self.used.get(job.submitter, 0) + len(chosen)
+            if job.array_cap:
+                self.array_used[job.array_id] = self.array_used.get(job.array_id, 0) + 1
             runtime = runtime_on(job.max_runtime, (self.slots[d].max_runtime for d in chosen))
             end = self.now + runtime if runtime else math.inf
             for d in chosen:
@@ -558,21 +585,29 @@ class Snapshot:
     def _submitters(self) -> dict[int, str]:
         return {j.id: j.submitter for j in self.queue}
 
+    def _arrays(self) -> dict[int, int]:
+        return {j.id: j.array_id for j in self.queue if j.array_id}
+
     def rivals(self, job_id: int) -> list[int]:
         """Queued jobs ahead of this one in scheduling order that want a device
         it could use: the jobs that get such a device before it does. A job
         held back by the per-user cap is a rival only of its submitter's later
-        jobs (they wait behind it; other users' jobs do not)."""
+        jobs (they wait behind it; other users' jobs do not); one held back by
+        its array's cap only of its array's later elements."""
         p = self.plan
         owner = self._submitters()
+        arrays = self._arrays()
         mine = set(p.candidates.get(job_id, ()))
         out = []
         for other in p.order:
             if other == job_id:
                 return out
             if (
-                other not in p.capped or owner.get(other) == owner.get(job_id)
-            ) and mine.intersection(p.candidates.get(other, ())):
+                other not in p.waiting
+                and (other not in p.capped or owner.get(other) == owner.get(job_id))
+                and (other not in p.held or arrays.get(other) == arrays.get(job_id))
+                and mine.intersection(p.candidates.get(other, ()))
+            ):
                 out.append(other)
         return []
 
@@ -598,13 +633,23 @@ class Snapshot:
         overlaps = [[h for h, other in enumerate(sets) if s & other] for s in sets]
         seen = [0] * len(sets)
         capped_seen: dict[tuple[str, int], int] = {}  # (submitter, group) → capped jobs
+        held_seen: dict[tuple[int, int], int] = {}  # (array, group) → held elements
         owner = self._submitters()
+        arrays = self._arrays()
         out = {}
         for job_id in p.order:
             g = groups[p.candidates.get(job_id, ())]
             who = owner.get(job_id, "")
-            out[job_id] = 1 + sum(seen[h] + capped_seen.get((who, h), 0) for h in overlaps[g])
-            if job_id in p.capped:
+            arr = arrays.get(job_id, 0)
+            out[job_id] = 1 + sum(
+                seen[h] + capped_seen.get((who, h), 0) + held_seen.get((arr, h), 0)
+                for h in overlaps[g]
+            )
+            if job_id in p.waiting:
+                pass  # it takes nothing: nobody waits behind it
+            elif job_id in p.held:
+                held_seen[(arr, g)] = held_seen.get((arr, g), 0) + 1
+            elif job_id in p.capped:
                 capped_seen[(who, g)] = capped_seen.get((who, g), 0) + 1
             else:
                 seen[g] += 1

@@ -9,7 +9,7 @@ assignment commits with the change that made it possible.
 from __future__ import annotations
 
 from rc.controller.planner import LazyMatches, Policy, plan
-from rc.controller.store import Tx, leases, queue
+from rc.controller.store import Tx, jobs, leases, queue
 from rc.controller.store.labels import MatchCache
 
 __all__ = ["schedule"]
@@ -20,12 +20,14 @@ def schedule(tx: Tx, match_cache: MatchCache, policy: Policy) -> list[tuple[int,
     of a job's devices in one go. Returns the (job id, its device ids) it
     assigned.
 
-    Cheap when nothing can move: no queued job or no schedulable device means
+    First, a queued job whose dependency can no longer be met is ended
+    (jobs.end_doomed). Cheap when nothing can move: no queued job or no schedulable device means
     no planning at all. Otherwise it reads the queue lazily, already in
     scheduling order (SQLite orders it with the planner's aging rule), and plans only until every
     free device is assigned or reserved, so a pass costs the jobs it looks
     at, not the length of the queue. The decisions are plan()'s.
     """
+    jobs.end_doomed(tx)  # a dependency that can never be met ends its dependent now
     if not queue.anything_to_place(tx):
         return []
     slots = queue.slots(tx)
@@ -41,5 +43,6 @@ def schedule(tx: Tx, match_cache: MatchCache, policy: Policy) -> list[tuple[int,
         links=match_cache.links(tx),
         ordered=True,
         until_settled=True,
+        arrays_active=queue.arrays_active(tx),
     )
     return [(j, ds) for j, ds in p.assignments if leases.assign(tx, j, ds, policy)]

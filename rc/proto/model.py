@@ -12,13 +12,17 @@ import re
 from dataclasses import dataclass, field
 
 __all__ = [
+    "AFTER_MAX",
     "COUNT_MAX",
     "ENV_NAME_RE",
+    "JOB_NAME_MAX",
+    "JOB_NAME_RE",
     "NAME_RE",
     "PRIORITY_MAX",
     "PRIORITY_MIN",
     "ROOT",
     "UNIX_USER_RE",
+    "Condition",
     "Device",
     "DeviceState",
     "Event",
@@ -37,8 +41,10 @@ __all__ = [
     "Token",
     "Worker",
     "device_list",
+    "parse_after",
     "valid_device_id",
     "valid_env_name",
+    "valid_job_name",
     "valid_unix_user",
 ]
 
@@ -119,6 +125,55 @@ ROOT = "root"
 def valid_unix_user(name: str) -> bool:
     """Whether `name` is a portable Unix user name (UNIX_USER_RE)."""
     return bool(UNIX_USER_RE.fullmatch(name))
+
+
+JOB_NAME_MAX = 128
+"""The longest job name, in characters."""
+JOB_NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._:+=,@%-]{0,127}")
+"""A job's name: letters, digits and `. _ : + = , @ % -`, starting with a
+letter, digit or '_', at most JOB_NAME_MAX characters (no spaces or glob
+characters, so `rc jobs --name 'sweep-*'` means what it says)."""
+
+
+def valid_job_name(name: str) -> bool:
+    """Whether `name` is a job name (JOB_NAME_RE)."""
+    return bool(JOB_NAME_RE.fullmatch(name))
+
+
+AFTER_MAX = 64
+"""The most dependencies (`--after`) one job may name."""
+
+
+class Condition(enum.StrEnum):
+    """How a dependency must end for its dependent to start: OK (it
+    succeeded), NOTOK (it failed, was killed or lost), ANY (it ended)."""
+
+    OK = "ok"
+    NOTOK = "notok"
+    ANY = "any"
+
+    def met_by(self, state: JobState) -> bool:
+        """Whether a dependency that ended in `state` satisfies this condition."""
+        if self is Condition.OK:
+            return state is JobState.SUCCEEDED
+        if self is Condition.NOTOK:
+            return state in (JobState.FAILED, JobState.KILLED, JobState.LOST)
+        return state.terminal
+
+
+def parse_after(text: str) -> tuple[int, Condition]:
+    """`JOB[:ok|:notok|:any]` (`--after`) → (job id, condition; ok by
+    default). Raises ValueError naming the problem."""
+    head, sep, cond = text.strip().partition(":")
+    if not head.isascii() or not head.isdigit() or len(head) > 18 or int(head) < 1:
+        raise ValueError(f"--after {text[:40]!r}: {head[:40]!r} is not a job id")
+    try:
+        condition = Condition(cond) if sep else Condition.OK
+    except ValueError:
+        raise ValueError(
+            f"--after {text[:40]!r}: unknown condition {cond[:20]!r} (ok, notok or any)"
+        ) from None
+    return int(head), condition
 
 
 class DeviceState(enum.StrEnum):
@@ -336,6 +391,10 @@ class Job:
     count: int = 1
     device_ids: tuple[str, ...] = ()
     unix_user: str = ""
+    name: str = ""
+    array_id: int | None = None
+    array_index: int | None = None
+    array_item: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,8 +27,10 @@ __all__ = [
     "API",
     "INSTANCE_HEADER",
     "ActionResult",
+    "ArraySummary",
     "Assignment",
     "Assignments",
+    "Dependency",
     "DescribeResponse",
     "DeviceDecl",
     "DeviceHolder",
@@ -38,10 +40,13 @@ __all__ = [
     "DrainRequest",
     "EventList",
     "ExplainResponse",
+    "ExtendRequest",
+    "ExtendResult",
     "FaultRequest",
     "HeartbeatRequest",
     "HeartbeatResponse",
     "HostFit",
+    "JobDetail",
     "JobExplanation",
     "JobList",
     "JobReport",
@@ -88,6 +93,12 @@ class SubmitRequest:
     A hold (kind=hold) carries no command, cwd, env, idle timeout or attached
     stdio, needs max_runtime_seconds (its TTL) and a non-blank reason.
     `as_user` lets an admin submit on someone's behalf (403 for anyone else).
+    `array` (rc.proto.arrayspec SPEC) makes an array: one job per index, all
+    queued in one transaction, at most K running at once with "%K";
+    `array_items` gives each element an item (RC_ARRAY_ITEM), the indices
+    then 0..n-1 unless `array` names as many. `after` lists dependencies,
+    "JOB[:ok|:notok|:any]" (model.parse_after; at most AFTER_MAX; an
+    array's id means every element of it).
     `env` names are model.ENV_NAME_RE (400 bad_request naming a bad one).
     """
 
@@ -107,21 +118,98 @@ class SubmitRequest:
     as_user: str = ""
     count: int = 1
     device_ids: tuple[str, ...] = ()
+    name: str = ""
+    array: str = ""
+    array_items: tuple[str, ...] = ()
+    after: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Dependency:
+    """One dependency of a job as `rc show` lists it: the job it waits for,
+    the condition, that job's state and exit code, and whether it is met."""
+
+    job_id: int
+    condition: str
+    state: str
+    exit_code: int | None = None
+    met: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ArraySummary:
+    """GET /v1/arrays/{id}: an array (its id is its first element's) summed up.
+
+    counts: JobState value → elements in it (states with none left out);
+    failed_indices: the indices that ended without succeeding (failed,
+    killed, lost), ascending; wall_seconds: from its first element's start
+    to its last one's end (to now while any runs; None before any started).
+    """
+
+    array_id: int
+    submitter: str
+    size: int
+    max_running: int
+    spec: str
+    counts: dict[str, int]
+    failed_indices: tuple[int, ...]
+    wall_seconds: float | None = None
+    done: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class JobDetail:
+    """What `rc show JOB` adds to a job (GET /v1/jobs/{id}?detail=1).
+
+    waited_seconds: from queued to started (to now while queued; to its end
+    when it ended unstarted); ran_seconds: from started to its end (to now
+    while running), None when it never started. ceiling_seconds: the lowest
+    runtime ceiling of its devices (of its pinned ones while queued; 0:
+    none, or not known yet). log_bytes: the stored log's size. explain: for a
+    queued job, the first sentence of `rc explain JOB` ("" otherwise).
+    """
+
+    waited_seconds: float | None = None
+    ran_seconds: float | None = None
+    ceiling_seconds: int = 0
+    log_bytes: int = 0
+    explain: str = ""
+    array: ArraySummary | None = None
+    after: tuple[Dependency, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class JobView:
-    """GET /v1/jobs/{id}: the job and, while queued, its 1-based position."""
+    """GET /v1/jobs/{id}: the job and, while queued, its 1-based position;
+    `detail` only when asked for (detail=1)."""
 
     job: Job
     queue_position: int = 0
+    detail: JobDetail | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class JobList:
-    """GET /v1/jobs: newest first."""
+    """GET /v1/jobs: newest first. `next_before`: pass it as `before` for
+    the next page (0 when this page was the last)."""
 
     jobs: tuple[Job, ...]
+    next_before: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ExtendRequest:
+    """POST /v1/jobs/{id}/extend: add `seconds` (1 to 100 years) to a hold's ttl."""
+
+    seconds: int
+
+
+@dataclass(frozen=True, slots=True)
+class ExtendResult:
+    """What rc extend did: the hold's ttl is now `ttl_seconds` (from its start)."""
+
+    job_id: int
+    ttl_seconds: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,10 +315,13 @@ class HeartbeatRequest:
 @dataclass(frozen=True, slots=True)
 class HeartbeatResponse:
     """Jobs the worker named that the controller no longer considers active
-    (so the worker can stop them), and the controller's instance id."""
+    (so the worker can stop them), the controller's instance id, and the
+    ttl in seconds of each hold it named, by id (`rc extend` changes it; the
+    worker's watchdog follows)."""
 
     instance: str
     stop_job_ids: tuple[int, ...] = ()
+    hold_ttls: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

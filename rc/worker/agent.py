@@ -370,6 +370,11 @@ class Agent:
         self._note_instance(resp.get("instance", ""))
         for job_id in resp.get("stop_job_ids", []):
             self._cancel(job_id, "the controller ended this job")
+        for key, ttl in (resp.get("hold_ttls") or {}).items():
+            with self._lock:
+                run = self.jobs.get(int(key))
+            if run is not None and isinstance(ttl, int):
+                run.set_runtime(ttl)
         self._maybe_reregister()  # the poll loop may sit in a long poll
 
     def _heartbeat_failed(self, e: Exception, episode: _Episode | None) -> None:

@@ -39,6 +39,7 @@ state.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import select
@@ -429,6 +430,12 @@ class JobRun:
                 proc.hangup()
                 return
 
+    def set_runtime(self, seconds: int) -> None:
+        """A new max runtime (a hold's ttl after rc extend), in seconds: the
+        watchdog applies it from its next turn (the ceiling still bounds it)."""
+        if seconds >= 0 and seconds != self.a.max_runtime_seconds:
+            self.a = dataclasses.replace(self.a, max_runtime_seconds=seconds)
+
     def limits(self, hold: bool) -> watchdog.Limits:
         """This job's watchdog limits (the lowest ceiling of its devices applied)."""
         ceilings = [c.max_runtime for c in self.configs if c is not None and c.max_runtime]
@@ -447,6 +454,7 @@ class JobRun:
                 return outcome, None, []
             now = self.clock.monotonic()
             fired = None
+            limits = self.limits(hold)  # rc extend may have raised a hold's ttl
             if self.cancelled.is_set():
                 why = self.cancel_reason or "cancelled"
             else:

@@ -17,6 +17,7 @@ from rc.controller.api import (
     free_text,
     json_body,
     path_int,
+    query_bool,
     query_float,
     query_int,
     reply,
@@ -25,23 +26,31 @@ from rc.controller.auth import TOKEN_NAME_RE, Caller
 from rc.controller.config import Limits
 from rc.controller.errors import Refused
 from rc.controller.store import jobs, views
+from rc.proto import arrayspec
 from rc.proto import selector as selectors
+from rc.proto.arrayspec import ARRAY_MAX
 from rc.proto.codec import encode
 from rc.proto.duration import MAX_SECONDS
 from rc.proto.errors import ErrorCode
 from rc.proto.model import (
+    AFTER_MAX,
     COUNT_MAX,
+    JOB_NAME_MAX,
     PRIORITY_MAX,
     PRIORITY_MIN,
     JobKind,
     JobState,
     Stdio,
+    parse_after,
     valid_env_name,
+    valid_job_name,
 )
-from rc.proto.wire import JobList, SubmitRequest
+from rc.proto.wire import ExtendResult, JobList, SubmitRequest
 
 __all__ = [
     "explain_job",
+    "extend",
+    "get_array",
     "get_job",
     "kill",
     "list_jobs",
@@ -108,6 +117,12 @@ def validate_submit(req: SubmitRequest, who: Caller, lim: Limits, cap: int = 0) 
             )
         if "\0" in text:
             raise bad(ErrorCode.BAD_REQUEST, f"{what} contains a NUL character")
+    if req.name and not valid_job_name(req.name):
+        raise bad(
+            ErrorCode.BAD_REQUEST,
+            f"job name {req.name[:40]!r} is not valid (letters, digits and . _ : + = , @ % -, "
+            f"starting with a letter, digit or '_'; at most {JOB_NAME_MAX} characters)",
+        )
     if not PRIORITY_MIN <= req.priority <= PRIORITY_MAX:
         raise bad(
             ErrorCode.PRIORITY_OUT_OF_RANGE,
@@ -174,6 +189,8 @@ def validate_submit(req: SubmitRequest, who: Caller, lim: Limits, cap: int = 0) 
                 raise bad(
                     ErrorCode.BAD_REQUEST, f"environment variable {k!r} contains a NUL character"
                 )
+    indices, items, cap, spec_text = _checked_array(req, lim)
+    after = _checked_after(req.after)
     sel = ""
     if req.selector:
         try:
@@ -182,7 +199,14 @@ def validate_submit(req: SubmitRequest, who: Caller, lim: Limits, cap: int = 0) 
             raise bad(ErrorCode.BAD_SELECTOR, str(e)) from None
     canon = encode(req)
     canon.pop("idempotency_key", None)
-    for name, default in (("count", 1), ("device_ids", [])):
+    for name, default in (
+        ("count", 1),
+        ("device_ids", []),
+        ("name", ""),
+        ("array", ""),
+        ("array_items", []),
+        ("after", []),
+    ):
         if canon[name] == default:  # a request from before these fields digests as it did
             del canon[name]
     canon["submitter"] = submitter  # another user's key is a conflict, never their job
@@ -207,7 +231,84 @@ def validate_submit(req: SubmitRequest, who: Caller, lim: Limits, cap: int = 0) 
         count=count,
         device_ids=pins,
         unix_user=unix_user,
+        name=req.name,
+        array_indices=indices,
+        array_items=items,
+        array_cap=cap,
+        array_spec=spec_text,
+        after=after,
     )
+
+
+def _checked_after(after: tuple[str, ...]) -> tuple[tuple[int, str], ...]:
+    """A submission's dependencies as (job id, condition), each job once (the
+    last condition given wins). 400 for a malformed one or an unknown
+    condition, and limit_exceeded past AFTER_MAX."""
+    if len(after) > AFTER_MAX:
+        raise Refused(
+            ErrorCode.LIMIT_EXCEEDED,
+            f"{len(after)} dependencies; a job may wait for at most {AFTER_MAX}",
+        )
+    out: dict[int, str] = {}
+    for text in after:
+        try:
+            job_id, cond = parse_after(text)
+        except ValueError as e:
+            raise Refused(ErrorCode.BAD_REQUEST, str(e)) from None
+        out[job_id] = cond.value
+    return tuple(out.items())
+
+
+def _checked_array(
+    req: SubmitRequest, lim: Limits
+) -> tuple[tuple[int, ...], tuple[str, ...], int, str]:
+    """An array submission's (indices, items, cap on running elements,
+    normal-form spec); ((), (), 0, "") for a single job. 400 naming the
+    problem: a malformed spec, no indices and no items, items that do not
+    match the indices, more than ARRAY_MAX elements (limit_exceeded), an
+    array of holds, of terminal jobs or with no_wait."""
+    if not req.array and not req.array_items:
+        return (), (), 0, ""
+    bad = Refused
+    if req.kind is JobKind.HOLD:
+        raise bad(ErrorCode.BAD_REQUEST, "an array is of jobs, not holds")
+    if req.stdio is not Stdio.LOGS:
+        raise bad(ErrorCode.BAD_REQUEST, "an array's elements cannot have a terminal or pipe")
+    if req.no_wait:
+        raise bad(ErrorCode.BAD_REQUEST, "an array cannot be submitted with no_wait")
+    if len(req.array_items) > ARRAY_MAX:
+        raise bad(
+            ErrorCode.LIMIT_EXCEEDED,
+            f"{len(req.array_items)} array items; an array has at most {ARRAY_MAX} elements",
+        )
+    try:
+        spec = arrayspec.parse(req.array) if req.array else arrayspec.ArraySpec(())
+    except arrayspec.ArraySpecError as e:
+        code = ErrorCode.LIMIT_EXCEEDED if "the limit" in str(e) else ErrorCode.BAD_REQUEST
+        raise bad(code, str(e)) from None
+    items = tuple(req.array_items)
+    indices = spec.indices
+    if items:
+        if not indices:
+            indices = tuple(range(len(items)))
+        elif len(indices) != len(items):
+            raise bad(
+                ErrorCode.BAD_REQUEST,
+                f"{len(items)} array items for {len(indices)} indices; give one item per index",
+            )
+        for k, item in enumerate(items):
+            if not item:
+                raise bad(ErrorCode.BAD_REQUEST, f"array item {k} is empty")
+            if "\0" in item or len(item) > lim.text_bytes:
+                raise bad(
+                    ErrorCode.BAD_REQUEST,
+                    f"array item {k} has a NUL character or is longer than "
+                    f"{lim.text_bytes} characters",
+                )
+    if not indices:
+        raise bad(ErrorCode.BAD_REQUEST, "an array needs indices (0-99) or items")
+    normal = arrayspec.format(arrayspec.ArraySpec(indices, spec.max_running))
+    return indices, items, spec.max_running, normal
 
 
 def _checked_count(count: int, pins: tuple[str, ...], cap: int) -> int:
@@ -298,15 +399,28 @@ def _no_device(req: SubmitRequest):
 
 
 async def get_job(request: Request):
-    """GET /v1/jobs/{id}[?wait=S&state=X&position=N]: the job and its queue position.
+    """GET /v1/jobs/{id}[?wait=S&state=X&position=N&detail=1]: the job and its
+    queue position.
 
     With `wait`, a long poll: answers as soon as the state differs from `state`
     or the queue position from `position`, or after `wait` seconds (max 60).
+    With `detail=1` (not with `wait`), what `rc show` adds (wire.JobDetail).
     """
     c = ctl(request)
     who = caller(request)
     job_id = path_int(request)
     wait = query_float(request, "wait", 0.0, 0.0, 60.0)
+    detail = query_bool(request, "detail", False)
+    if detail:
+        if wait:
+            raise Refused(ErrorCode.BAD_REQUEST, "detail=1 does not go with wait")
+        view = await c.job_view(job_id)
+        job = view.job
+        more = await c.db.read(views.job_detail, job, c.policy, c.logs.size(job_id))
+        if job.array_id is not None:
+            summary = await c.db.read(jobs.array_summary, job.array_id)
+            more = dataclasses.replace(more, array=summary)
+        return reply(dataclasses.replace(_visible(view, who), detail=more))
     seen_state = request.query_params.get("state", "")
     seen_pos = request.query_params.get("position", "")
     deadline = time.monotonic() + wait
@@ -328,24 +442,68 @@ async def get_job(request: Request):
             p.cancel()
 
 
+LIST_MAX = 1000
+"""The most jobs one listing page holds (`limit`); `before` pages further."""
+
+
+def job_filter(request: Request, who: Caller) -> jobs.Filter:
+    """The filters of GET /v1/jobs (and of a kill by filter) from the query:
+    device, submitter, mine (the caller's own; not with another submitter),
+    array (an array's id),
+    state (comma list), name (a GLOB: * ? [..], at most JOB_NAME_MAX
+    characters), since (seconds since the epoch), before (an id). 400
+    bad_request naming a bad one."""
+    q = request.query_params
+    submitter = q.get("submitter", "")
+    if query_bool(request, "mine", False):
+        if submitter and submitter != who.name:
+            raise Refused(ErrorCode.BAD_REQUEST, "give mine or another submitter, not both")
+        submitter = who.name
+    states = tuple(s for s in q.get("state", "").split(",") if s)
+    known = {s.value for s in JobState}
+    for s in states:
+        if s not in known:
+            raise Refused(
+                ErrorCode.BAD_REQUEST,
+                f"unknown state {s[:40]!r} (one of {', '.join(x.value for x in JobState)})",
+            )
+    name = q.get("name", "")
+    if len(name) > JOB_NAME_MAX or "\0" in name:
+        raise Refused(
+            ErrorCode.BAD_REQUEST, f"name pattern is longer than {JOB_NAME_MAX} characters"
+        )
+    raw_since = q.get("since", "")
+    since = 0.0
+    if raw_since:
+        try:
+            since = float(raw_since)
+        except ValueError:
+            since = -1.0
+        if not 0 <= since < 1e11:
+            raise Refused(
+                ErrorCode.BAD_REQUEST,
+                "query parameter since must be a time in seconds since the epoch",
+            )
+    return jobs.Filter(
+        device=q.get("device", ""),
+        submitter=submitter,
+        states=states,
+        name=name,
+        since=since,
+        before=query_int(request, "before", 0, 0, 1 << 62),
+        array=query_int(request, "array", 0, 0, 1 << 62),
+    )
+
+
 async def list_jobs(request: Request):
-    """GET /v1/jobs?limit=&device=&submitter=&state=&before=: newest first."""
+    """GET /v1/jobs?limit=&device=&submitter=&mine=&state=&name=&since=&before=:
+    newest first, keyset-paged by `before` (JobList.next_before)."""
     c = ctl(request)
     who = caller(request)
-    limit = query_int(request, "limit", 20, 1, 1000)
-    before = query_int(request, "before", 0, 0, 1 << 62)
-    state = request.query_params.get("state", "")
-    if state and state not in {s.value for s in JobState}:
-        raise Refused(ErrorCode.BAD_REQUEST, f"unknown state {state!r}")
-    found = await c.db.read(
-        jobs.listing,
-        request.query_params.get("device", ""),
-        request.query_params.get("submitter", ""),
-        state,
-        before,
-        limit,
-    )
-    return reply(JobList(tuple(views.for_caller(j, who.name, who.admin) for j in found)))
+    limit = query_int(request, "limit", 20, 1, LIST_MAX)
+    found = await c.db.read(jobs.listing, job_filter(request, who), limit)
+    more = found[-1].id if len(found) == limit else 0
+    return reply(JobList(tuple(views.for_caller(j, who.name, who.admin) for j in found), more))
 
 
 async def kill(request: Request):
@@ -363,6 +521,32 @@ async def kill(request: Request):
         c.thresholds.retain,
     )
     return reply({"ok": True, "message": f"{what} for job {job_id}"})
+
+
+async def get_array(request: Request):
+    """GET /v1/arrays/{array_id}: an array summed up (wire.ArraySummary);
+    404 when the id is no array's."""
+    c = ctl(request)
+    array_id = path_int(request, "array_id")
+    summary = await c.db.read(jobs.array_summary, array_id)
+    if summary is None:
+        raise Refused(ErrorCode.NOT_FOUND, f"no array {array_id}")
+    return reply(summary)
+
+
+async def extend(request: Request):
+    """POST /v1/jobs/{id}/extend {"seconds": N}: the owner or an admin adds N
+    seconds to a hold's ttl, up to the ceiling of its devices (jobs.extend)."""
+    c = ctl(request)
+    who = caller(request)
+    job_id = path_int(request)
+    req = await json_body(request, c.cfg.limits.body_bytes)
+    if not 1 <= req.seconds <= MAX_SECONDS:
+        raise Refused(ErrorCode.BAD_REQUEST, "seconds must be from 1 to 100 years")
+    ttl = await c.db.write(
+        jobs.extend, job_id, who.name, who.admin, req.seconds, c.policy.lease_grace, c.match_cache
+    )
+    return reply(ExtendResult(job_id, ttl))
 
 
 async def read_logs(request: Request):

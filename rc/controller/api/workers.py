@@ -195,10 +195,10 @@ async def heartbeat(request: Request):
     worker_id = request.path_params["worker_id"]
     _bound(request, who, worker_id)
     req = await json_body(request, c.cfg.limits.heartbeat_body_bytes, empty_ok=True)
-    stop = await c.db.write(workers.heartbeat, worker_id, req.running_job_ids, c.thresholds)
+    stop, ttls = await c.db.write(workers.beat, worker_id, req.running_job_ids, c.thresholds)
     if c.forget_delivered(worker_id, set(req.running_job_ids)):
         c.hub.notify([f"worker:{worker_id}"])
-    return reply(HeartbeatResponse(c.instance, tuple(stop)))
+    return reply(HeartbeatResponse(c.instance, tuple(stop), ttls))
 
 
 async def leave(request: Request):
@@ -261,6 +261,26 @@ def _no_content():
     return Response(status_code=204)
 
 
+def _job_env(r) -> dict[str, str]:
+    """A job row's environment as its worker gets it: the submitted entries,
+    then what rc says about the job (RC_JOB_NAME when it has a name;
+    RC_ARRAY_ID, RC_ARRAY_INDEX and RC_ARRAY_ITEM, from an array file, for an
+    array's element), which wins over an entry of the same name."""
+    from rc.controller.store.db import loads
+
+    env = loads(r["env"])
+    if r["kind"] != JobKind.JOB:
+        return env
+    if r["name"]:
+        env["RC_JOB_NAME"] = r["name"]
+    if r["array_id"] is not None:
+        env["RC_ARRAY_ID"] = str(r["array_id"])
+        env["RC_ARRAY_INDEX"] = str(r["array_index"])
+        if r["array_item"]:
+            env["RC_ARRAY_ITEM"] = r["array_item"]
+    return env
+
+
 def _assignment(r) -> Assignment:
     from rc.controller.store.db import loads
     from rc.controller.store.rows import devices_of
@@ -272,7 +292,7 @@ def _assignment(r) -> Assignment:
         kind=JobKind(r["kind"]),
         command=tuple(loads(r["command"])),
         cwd=r["cwd"],
-        env=loads(r["env"]),
+        env=_job_env(r),
         submitter=r["submitter"],
         max_runtime_seconds=r["max_runtime"],
         idle_timeout_seconds=r["idle_timeout"],

@@ -171,6 +171,11 @@
 
   function commandText(argv) { return (argv || []).map((a) => (/^[\w@%+=:,./-]+$/.test(a) ? a : JSON.stringify(a))).join(" "); }
 
+  // A job's id as the lists show it, with its name (--name) when it has one.
+  function jobLabel(j) {
+    return j.name ? `#${j.id} ${j.name}` : `#${j.id}`;
+  }
+
   // What a job (or a device's holder) runs, as the rc listings say it
   // (rc.cli.output.job_what): a hold's reason; a job's reason when it was
   // submitted with one (rc cp gives "rc cp SRC DST"), else its command line.
@@ -480,7 +485,7 @@
     const why = firstReason(j.id);
     const item = h("div", { class: "item", "data-job": j.id },
       h("div", { class: "item-top" },
-        h("span", { class: "jid" }, `#${j.id}`),
+        h("span", { class: "jid" }, jobLabel(j)),
         h("span", { class: "grow" }, h("b", null, j.submitter), asUser(j), youBadge(j.submitter), ` · ${jobTarget(j)}`),
         ticking("span", "num", () => `waiting ${dur(waitedOf(j))}`)),
       h("div", { class: "item-sub" },
@@ -505,7 +510,7 @@
     const v = allDevices().find((x) => x.job_id === j.id);
     const item = h("div", { class: "item", "data-job": j.id },
       h("div", { class: "item-top" },
-        h("span", { class: "jid" }, `#${j.id}`),
+        h("span", { class: "jid" }, jobLabel(j)),
         h("span", { class: "grow" }, h("b", null, j.submitter), asUser(j), youBadge(j.submitter), ` on ${devs(j)}`),
         v && v.elapsed_seconds !== null ? ticking("span", "num", () => dur(v.elapsed_seconds + sinceFetch())) : h("span", { class: `js js-${j.state}` }, JOB_WORDS[j.state])),
       h("div", { class: "item-sub" }, j.kind === "hold" ? jobWhat(j) : h("span", { class: "mono" }, jobWhat(j))));
@@ -538,7 +543,7 @@
     const took = j.started_at && j.finished_at ? dur(j.finished_at - j.started_at) : null;
     const item = h("div", { class: "item", "data-job": j.id },
       h("div", { class: "item-top" },
-        h("span", { class: "jid" }, `#${j.id}`),
+        h("span", { class: "jid" }, jobLabel(j)),
         h("span", { class: `js js-${j.state}` }, JOB_WORDS[j.state]),
         h("span", { class: "grow" }, h("b", null, j.submitter), asUser(j), youBadge(j.submitter), j.device_id ? ` · ${devs(j)}` : ""),
         ticking("span", "num", () => recentWhen(j))),
@@ -558,7 +563,7 @@
     for (const j of S.snap.jobs.filter(mine)) {
       const v = allDevices().find((x) => x.job_id === j.id);
       items.push(clickable(h("div", { class: "item", "data-job": j.id },
-        h("div", { class: "item-top" }, h("span", { class: "jid" }, `#${j.id}`),
+        h("div", { class: "item-top" }, h("span", { class: "jid" }, jobLabel(j)),
           h("span", { class: "grow" }, j.kind === "hold" ? "holds " : `is ${JOB_WORDS[j.state]} on `, h("b", null, devs(j))),
           v && v.elapsed_seconds !== null ? ticking("span", "num", () => {
             const el = v.elapsed_seconds + sinceFetch();
@@ -569,7 +574,7 @@
       const pos = S.snap.queue_positions[String(j.id)];
       const why = firstReason(j.id);
       items.push(clickable(h("div", { class: "item", "data-job": j.id },
-        h("div", { class: "item-top" }, h("span", { class: "jid" }, `#${j.id}`),
+        h("div", { class: "item-top" }, h("span", { class: "jid" }, jobLabel(j)),
           h("span", { class: "grow" }, `is waiting${pos ? `, ${ordinal(pos)} in line` : ""} · ${jobTarget(j)}`),
           ticking("span", "num", () => dur(waitedOf(j)))),
         why ? h("div", { class: "item-why" }, why) : null), () => openJob(j.id)));
@@ -577,7 +582,7 @@
     const hour = Date.now() / 1000 - 3600;
     for (const j of S.recent.filter((x) => mine(x) && TERMINAL.has(x.state) && x.finished_at > hour).slice(0, 3)) {
       items.push(clickable(h("div", { class: "item", "data-job": j.id },
-        h("div", { class: "item-top" }, h("span", { class: "jid" }, `#${j.id}`),
+        h("div", { class: "item-top" }, h("span", { class: "jid" }, jobLabel(j)),
           h("span", { class: "grow" }, h("span", { class: `js js-${j.state}` }, JOB_WORDS[j.state]),
             j.device_id ? ` on ${devs(j)}` : "", ` · ${outcome(j)}`),
           ticking("span", "num", () => ago(Date.now() / 1000 - j.finished_at)))), () => openJob(j.id)));

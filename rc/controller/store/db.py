@@ -36,6 +36,7 @@ import orjson
 
 from rc.controller.errors import GuardFailed, StoreError
 from rc.controller.planner import aged_priority
+from rc.proto.model import Condition, JobState
 
 __all__ = [
     "DESCRIPTIONS",
@@ -110,6 +111,7 @@ SCHEMA_SQL: str = _resource("rc", "store.sql")
 MIGRATIONS: list[tuple[int, str]] = [
     (2, "0002_gang.sql"),  # jobs on several devices of one host; device_links
     (3, "0003_unix_users.sql"),  # tokens, jobs and workers name Unix users
+    (4, "0004_lifecycle.sql"),  # a job's name; job arrays; dependencies
 ]
 SCHEMA_VERSION = 1 + len(MIGRATIONS)
 
@@ -187,8 +189,15 @@ class _Op:
     notes: set[str] = field(default_factory=set)
 
 
+def dep_met(condition: str, state: str) -> bool:
+    """SQL's dep_met(condition, state): whether a dependency in `state` meets
+    `condition` (rc.proto.model.Condition.met_by, its one definition)."""
+    return Condition(condition).met_by(JobState(state))
+
+
 SQL_FUNCTIONS: dict[str, tuple[int, Callable[..., Any]]] = {
     "effective_priority": (4, aged_priority),
+    "dep_met": (2, dep_met),
 }
 """Python functions queries call by name: name → (number of arguments, function).
 

@@ -22,12 +22,16 @@ from rc.proto.model import EventKind, Job, JobKind, JobState, valid_unix_user
 __all__ = [
     "WATCHDOG_PREFIXES",
     "Applied",
+    "Filter",
     "NewJob",
     "apply_reports",
+    "array_summary",
     "brief",
     "cancel_queued",
     "deliver_kills",
+    "end_doomed",
     "enqueue",
+    "extend",
     "kill",
     "listing",
     "lose",
@@ -74,10 +78,20 @@ class NewJob:
     count: int = 1
     device_ids: tuple[str, ...] = ()
     unix_user: str | None = None
+    name: str = ""
+    array_indices: tuple[int, ...] = ()
+    array_items: tuple[str, ...] = ()
+    array_cap: int = 0
+    array_spec: str = ""
+    after: tuple[tuple[int, str], ...] = ()
 
 
 def enqueue(tx: Tx, job: NewJob, match_cache: MatchCache) -> tuple[int, bool]:
     """Insert a queued job and ask for a scheduling pass.
+
+    An array (`array_indices`) is one element per index, all inserted here,
+    in this transaction: the returned id is its first element's, which is
+    the array's id.
 
     Returns (job id, created). The same idempotency key with the same request
     returns the existing job (created False); with a different request it is
@@ -97,12 +111,17 @@ def enqueue(tx: Tx, job: NewJob, match_cache: MatchCache) -> tuple[int, bool]:
                     f"request (job {row['id']})",
                 )
             return row["id"], False
-    if job.queued_limit and tx.scalar("count_queued_by", (job.submitter,)) >= job.queued_limit:
+    n = len(job.array_indices) or 1
+    if job.queued_limit and tx.scalar("count_queued_by", (job.submitter,)) + n > job.queued_limit:
         raise Refused(
             ErrorCode.QUEUE_FULL,
-            f"{job.submitter} already has {job.queued_limit} queued jobs (the per-user limit)",
+            f"{job.submitter} already has {job.queued_limit} queued jobs (the per-user limit)"
+            if n == 1
+            else f"{n} more queued jobs would pass {job.submitter}'s limit of "
+            f"{job.queued_limit}; nothing was queued",
         )
     unix_user = _unix_user(tx, job)
+    deps = _resolve_deps(tx, job.after)
     max_runtime = job.max_runtime  # 0: inherit the ceiling where it lands (leases.assign)
     pins = job.device_ids or ((job.device_id,) if job.device_id else ())
     if pins:
@@ -134,8 +153,14 @@ def enqueue(tx: Tx, job: NewJob, match_cache: MatchCache) -> tuple[int, bool]:
             len(pins) if pins else job.count,
             dumps(list(pins)),
             unix_user,
+            job.name,
         ),
     )
+    if job.array_indices:
+        _insert_elements(tx, job, job_id, max_runtime, pins, unix_user)
+    if deps:
+        ids = range(job_id, job_id + (len(job.array_indices) or 1))
+        tx.many("dep_insert", [(i, a, cond) for i in ids for a, cond in deps])
     if job.token_name != job.submitter:  # an admin acting for someone: both names on record
         events.record(
             tx,
@@ -147,6 +172,86 @@ def enqueue(tx: Tx, job: NewJob, match_cache: MatchCache) -> tuple[int, bool]:
     tx.schedule = True
     tx.notify("jobs", f"job:{job_id}")
     return job_id, True
+
+
+def _resolve_deps(tx: Tx, after: tuple[tuple[int, str], ...]) -> list[tuple[int, str]]:
+    """The (job id, condition) rows a submission's dependencies make: an
+    array's id stands for every element of it. 400 bad_request for a job
+    that does not exist (so only earlier jobs can be named: no cycle)."""
+    out: list[tuple[int, str]] = []
+    for after_id, cond in after:
+        if tx.one("job_brief", (after_id,)) is None:
+            raise Refused(ErrorCode.BAD_REQUEST, f"--after {after_id}: there is no job {after_id}")
+        if tx.one("array_get", (after_id,)) is not None:
+            out += [(r["id"], cond) for r in tx.all("array_element_ids", (after_id,))]
+        else:
+            out.append((after_id, cond))
+    return out
+
+
+def end_doomed(tx: Tx) -> list[int]:
+    """End, as killed, every queued job with a dependency that can no longer
+    be met (it ended as its condition excludes): "dependency 42 failed (exit
+    3)". Their own dependents follow in the same call (bounded by the
+    chain's length). Returns the jobs ended."""
+    ended: list[int] = []
+    for _ in range(10_000):
+        doomed = tx.all("deps_doomed")
+        if not doomed:
+            break
+        for r in doomed:
+            dep = tx.one("job_get", (r["after_id"],))
+            how = dep["state"]
+            if dep["exit_code"] is not None and how == "failed":
+                how = f"failed (exit {dep['exit_code']})"
+            elif how == "succeeded":
+                how = "succeeded (this job waited for it to fail)"
+            if cancel_queued(tx, r["job_id"], f"dependency {r['after_id']} {how}"):
+                ended.append(r["job_id"])
+    return ended
+
+
+def _insert_elements(
+    tx: Tx, job: NewJob, first: int, max_runtime: int, pins, unix_user: str
+) -> None:
+    """Make job `first` the first element of an array and insert the others
+    with the ids after it (one statement, the same transaction), and the
+    array's row. Element k gets index array_indices[k] and item
+    array_items[k] (when given); every element runs as `unix_user`."""
+    items = job.array_items or ("",) * len(job.array_indices)
+    indices = job.array_indices
+    tx.change("job_set_array", (first, indices[0], items[0], first))
+    common = (
+        job.kind.value,
+        job.submitter,
+        job.token_name,
+        job.selector,
+        job.device_id,
+        dumps(list(job.command)),
+        job.cwd,
+        dumps(job.env),
+        job.digest,
+        job.priority,
+        max_runtime,
+        job.idle_timeout,
+        job.reason,
+        job.stdio,
+        tx.now,
+        tx.now,
+        len(pins) if pins else job.count,
+        dumps(list(pins)),
+        unix_user,
+        job.name,
+        first,
+    )
+    tx.many(
+        "job_insert_element",
+        [(first + k, *common, indices[k], items[k]) for k in range(1, len(indices))],
+    )
+    tx.exec(
+        "array_insert",
+        (first, job.submitter, len(indices), job.array_cap, job.array_spec, tx.now),
+    )
 
 
 def _check_pinned(tx: Tx, pins: tuple[str, ...], max_runtime: int) -> None:
@@ -333,9 +438,62 @@ def kill(
         ):
             tx.change("job_finish", ("killed", None, why, tx.now, None, job_id))
             leases.release(tx, job_id)
+            tx.schedule = True
             tx.notify(f"log:{job_id}", "devices")
             return "killed (its worker is silent; it will be told when it returns)"
     return "kill requested"
+
+
+def extend(
+    tx: Tx, job_id: int, caller: str, admin: bool, add: int, lease_grace: float, match_cache
+) -> int:
+    """Add `add` seconds to a hold's ttl; returns the new ttl (seconds).
+
+    Only its submitter or an admin (403 not_job_owner); a job is 409
+    not_a_hold, an ended hold 409 not_cancellable. The new ttl must fit the
+    lowest runtime ceiling of its devices (of the devices its selector
+    matches, while queued unplaced): 400 runtime_above_ceiling naming it.
+    The live leases last at least the new ttl plus `lease_grace` from when
+    they began; its worker learns the new ttl by its next heartbeat.
+    """
+    row = tx.one("job_get", (job_id,))
+    if row is None:
+        raise Refused(ErrorCode.NOT_FOUND, f"no job {job_id}")
+    if row["kind"] != JobKind.HOLD:
+        raise Refused(
+            ErrorCode.NOT_A_HOLD, f"job {job_id} is not a hold; only a hold's ttl can be extended"
+        )
+    if not admin and row["submitter"] != caller:
+        raise Refused(
+            ErrorCode.NOT_JOB_OWNER,
+            f"hold {job_id} belongs to {row['submitter']}; only its owner or an admin may "
+            "extend it",
+        )
+    if JobState(row["state"]).terminal:
+        raise Refused(ErrorCode.NOT_CANCELLABLE, f"hold {job_id} already ended ({row['state']})")
+    new = row["max_runtime"] + add
+    devices = rows.devices_of(row)
+    if devices:
+        ceilings = [
+            r["max_runtime"]
+            for d in devices
+            if (r := tx.one("device_ceiling", (d,))) is not None and r["max_runtime"]
+        ]
+        ceiling = min(ceilings, default=0)
+        if not fits_ceiling(new, ceiling):
+            raise Refused(
+                ErrorCode.RUNTIME_ABOVE_CEILING,
+                f"hold {job_id} may last at most {format_duration(ceiling)} (the ceiling of "
+                f"{'its device' if len(devices) == 1 else 'its devices'}); it has "
+                f"{format_duration(row['max_runtime'])}, and {format_duration(add)} more "
+                f"would make {format_duration(new)}",
+            )
+    else:
+        _check_selector(tx, row["selector"], row["count"], new, match_cache)
+    tx.change("job_extend", (new, job_id))
+    tx.exec("leases_extend", (new, lease_grace, job_id))
+    tx.notify(f"job:{job_id}", "jobs", "devices")
+    return new
 
 
 def lose(tx: Tx, job_id: int, device_id: str, why: str) -> None:
@@ -345,6 +503,7 @@ def lose(tx: Tx, job_id: int, device_id: str, why: str) -> None:
         # no live lease left when the sweep released the expired ones first
         leases.release(tx, job_id, guarded=False)
         events.record(tx, EventKind.JOB_LOST, job_id=job_id, device_id=device_id, text=why)
+        tx.schedule = True  # its dependents may be ended or freed
         tx.notify(f"job:{job_id}", f"log:{job_id}", "jobs")
 
 
@@ -478,6 +637,32 @@ def apply_reports(tx: Tx, worker_id: str, reports) -> Applied:
     return Applied(out, latencies)
 
 
+def array_summary(tx: Tx, array_id: int):
+    """An array summed up (wire.ArraySummary), or None when `array_id` is no
+    array's id."""
+    from rc.proto.wire import ArraySummary
+
+    a = tx.one("array_get", (array_id,))
+    if a is None:
+        return None
+    counts, first, last = {}, None, None
+    for r in tx.all("array_counts", (array_id,)):
+        counts[r["state"]] = r["n"]
+        if r["first_start"] is not None:
+            first = r["first_start"] if first is None else min(first, r["first_start"])
+        if r["last_end"] is not None:
+            last = r["last_end"] if last is None else max(last, r["last_end"])
+    live = sum(counts.get(s, 0) for s in ("queued", "assigned", "running"))
+    done = live == 0
+    wall = None
+    if first is not None:
+        wall = ((last or tx.now) if done else tx.now) - first
+    failed = tuple(r["array_index"] for r in tx.all("array_failed_indices", (array_id,)))
+    return ArraySummary(
+        array_id, a["submitter"], a["size"], a["max_running"], a["spec"], counts, failed, wall, done
+    )
+
+
 def brief(tx: Tx, job_id: int):
     """A job's row with what access checks need (id, state, kind, submitter,
     device_id, device_ids, worker_id, kill_requested, kill_reason, stdio,
@@ -490,15 +675,33 @@ def state_of(tx: Tx, job_id: int) -> str | None:
     return tx.scalar("job_state", (job_id,))
 
 
-def listing(tx: Tx, device: str, submitter: str, state: str, before: int, limit: int) -> list[Job]:
-    """Jobs newest first, at most `limit`, filtered by each non-empty
-    argument: on `device`, by `submitter`, in `state`, with an id below
-    `before` (0: no bound)."""
+@dataclass(frozen=True, slots=True)
+class Filter:
+    """Which jobs a listing (or a kill by filter) takes, each field empty
+    for "any": on `device` (among its devices), by `submitter`, in one of
+    `states` (JobState values), with a name matching the GLOB `name`,
+    submitted at or after `since` (seconds since the epoch), with an id below
+    `before` (keyset paging), in the array `array` (its id)."""
+
+    device: str = ""
+    submitter: str = ""
+    states: tuple[str, ...] = ()
+    name: str = ""
+    since: float = 0.0
+    before: int = 0
+    array: int = 0
+
+
+def listing(tx: Tx, where: Filter, limit: int) -> list[Job]:
+    """Jobs newest first, at most `limit`, those `where` takes."""
     params = {
-        "device": device,
-        "submitter": submitter,
-        "state": state,
-        "before": before,
+        "device": where.device,
+        "submitter": where.submitter,
+        "states": dumps(list(where.states)),
+        "name": where.name,
+        "since": where.since,
+        "before": where.before,
+        "array": where.array,
         "limit": limit,
     }
     return [rows.job(r) for r in tx.all("jobs_list", params)]

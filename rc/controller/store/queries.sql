@@ -10,9 +10,39 @@
 -- A new queued job (submitted and queued now); returns its id.
 INSERT INTO jobs (kind, state, submitter, token_name, selector, device_id, command, cwd, env,
                   idempotency_key, request_digest, priority, max_runtime, idle_timeout, reason,
-                  stdio, submitted_at, queued_at, count, device_ids, unix_user)
-VALUES (?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                  stdio, submitted_at, queued_at, count, device_ids, unix_user, name)
+VALUES (?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 RETURNING id
+
+-- name: job_insert_element
+-- An array element after its first, with its id given (the first's id plus its position).
+INSERT INTO jobs (id, kind, state, submitter, token_name, selector, device_id, command, cwd,
+                  env, idempotency_key, request_digest, priority, max_runtime, idle_timeout,
+                  reason, stdio, submitted_at, queued_at, count, device_ids, unix_user, name,
+                  array_id, array_index, array_item)
+VALUES (?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+
+-- name: job_set_array
+-- An array's first element joins its array (array id, index, item).
+UPDATE jobs SET array_id = ?, array_index = ?, array_item = ? WHERE id = ?
+
+-- name: array_insert
+-- A new array: id (its first element's), submitter, size, cap, spec, submitted at.
+INSERT INTO arrays (id, submitter, size, max_running, spec, submitted_at) VALUES (?, ?, ?, ?, ?, ?)
+
+-- name: array_get
+-- One array's row.
+SELECT * FROM arrays WHERE id = ?
+
+-- name: array_counts
+-- An array's elements counted by state, with its first start and last end.
+SELECT state, count(*) AS n, min(started_at) AS first_start, max(finished_at) AS last_end
+FROM jobs WHERE array_id = ? GROUP BY state
+
+-- name: array_failed_indices
+-- The indices of an array's elements that ended without succeeding (failed, killed, lost).
+SELECT array_index FROM jobs
+WHERE array_id = ? AND state IN ('failed', 'killed', 'lost') ORDER BY array_index
 
 -- name: job_get
 -- One job's whole row.
@@ -115,12 +145,17 @@ WHERE id IN (SELECT value FROM json_each(?))
   AND (state IN ('succeeded', 'failed', 'killed', 'lost') OR worker_id != ?)
 
 -- name: jobs_list
--- Jobs newest first, filtered by a device among theirs, submitter, state and id bound.
+-- Jobs newest first, filtered by a device among theirs, submitter, states (a JSON
+-- array, '[]' for any), name (a GLOB, '' for any), submitted at or after :since
+-- (0: any) and an id below :before (0: no bound; keyset paging).
 SELECT * FROM jobs
 WHERE (:device = '' OR device_id = :device
        OR EXISTS (SELECT 1 FROM json_each(jobs.device_ids) WHERE value = :device))
   AND (:submitter = '' OR submitter = :submitter)
-  AND (:state = '' OR state = :state)
+  AND (:states = '[]' OR state IN (SELECT value FROM json_each(:states)))
+  AND (:name = '' OR name GLOB :name)
+  AND (:array = 0 OR array_id = :array)
+  AND (:since = 0 OR submitted_at >= :since)
   AND (:before = 0 OR id < :before)
 ORDER BY id DESC
 LIMIT :limit
@@ -146,18 +181,62 @@ ORDER BY j.id DESC LIMIT ?2
 -- ---------------------------------------------------------------- scheduling
 
 -- name: queued_jobs
--- What the planner needs of every queued job, in priority then id order.
-SELECT id, submitter, priority, queued_at, selector, device_id, max_runtime, count, device_ids,
-       unix_user
-FROM jobs WHERE state = 'queued' ORDER BY priority DESC, id
+-- What the planner needs of every queued job (with its array's cap), in priority then id order.
+SELECT j.id, j.submitter, j.priority, j.queued_at, j.selector, j.device_id, j.max_runtime,
+       j.count, j.device_ids, j.unix_user, j.array_id, coalesce(a.max_running, 0) AS array_cap,
+       EXISTS (SELECT 1 FROM job_deps AS d JOIN jobs AS a ON a.id = d.after_id
+               WHERE d.job_id = j.id AND NOT dep_met(d.condition, a.state)) AS blocked
+FROM jobs AS j LEFT JOIN arrays AS a ON a.id = j.array_id
+WHERE j.state = 'queued' ORDER BY j.priority DESC, j.id
 
 -- name: queued_jobs_ordered
 -- The queue in scheduling order: effective priority (priority plus one step per
 -- :aging seconds waited; :aging 0 turns aging off), then submission order.
-SELECT id, submitter, priority, queued_at, selector, device_id, max_runtime, count, device_ids,
-       unix_user
-FROM jobs WHERE state = 'queued'
-ORDER BY effective_priority(priority, queued_at, :now, :aging) DESC, id
+SELECT j.id, j.submitter, j.priority, j.queued_at, j.selector, j.device_id, j.max_runtime,
+       j.count, j.device_ids, j.unix_user, j.array_id, coalesce(a.max_running, 0) AS array_cap,
+       EXISTS (SELECT 1 FROM job_deps AS d JOIN jobs AS a ON a.id = d.after_id
+               WHERE d.job_id = j.id AND NOT dep_met(d.condition, a.state)) AS blocked
+FROM jobs AS j LEFT JOIN arrays AS a ON a.id = j.array_id
+WHERE j.state = 'queued'
+ORDER BY effective_priority(j.priority, j.queued_at, :now, :aging) DESC, j.id
+
+-- name: arrays_active
+-- How many elements of each capped array are assigned or running now.
+SELECT j.array_id, count(*) AS n FROM jobs AS j JOIN arrays AS a ON a.id = j.array_id
+WHERE j.state IN ('assigned', 'running') AND a.max_running > 0
+GROUP BY j.array_id
+
+-- name: any_held_queued
+-- Whether an element of a capped array, or a job with dependencies, is queued
+-- (queue positions then come from a plan).
+SELECT EXISTS (
+    SELECT 1 FROM jobs AS j JOIN arrays AS a ON a.id = j.array_id
+    WHERE j.state = 'queued' AND a.max_running > 0
+) OR EXISTS (
+    SELECT 1 FROM job_deps AS d JOIN jobs AS j ON j.id = d.job_id WHERE j.state = 'queued'
+)
+
+-- name: dep_insert
+-- A dependency: job ? waits for job ? to end as condition ? says.
+INSERT OR IGNORE INTO job_deps (job_id, after_id, condition) VALUES (?, ?, ?)
+
+-- name: array_element_ids
+-- Every element of array ?, in id order.
+SELECT id FROM jobs WHERE array_id = ? ORDER BY id
+
+-- name: deps_doomed
+-- Queued jobs with a dependency that ended as its condition excludes: it can
+-- never be met (the first such dependency of each, with how it ended).
+SELECT d.job_id, min(d.after_id) AS after_id FROM job_deps AS d
+JOIN jobs AS q ON q.id = d.job_id AND q.state = 'queued'
+JOIN jobs AS a ON a.id = d.after_id
+WHERE a.state IN ('succeeded', 'failed', 'killed', 'lost') AND NOT dep_met(d.condition, a.state)
+GROUP BY d.job_id
+
+-- name: deps_of
+-- A job's dependencies with the state and exit code of each.
+SELECT d.after_id, d.condition, a.state, a.exit_code FROM job_deps AS d
+JOIN jobs AS a ON a.id = d.after_id WHERE d.job_id = ? ORDER BY d.after_id
 
 -- name: queue_ahead_by_ask
 -- The queued jobs ahead of job :id in scheduling order (queued_jobs_ordered's
@@ -267,6 +346,22 @@ UPDATE leases SET expires_at = max(expires_at, ?)
 WHERE released_at IS NULL
   AND job_id IN (SELECT value FROM json_each(?))
   AND job_id IN (SELECT id FROM jobs WHERE worker_id = ? AND state IN ('assigned', 'running'))
+
+-- name: job_extend
+-- A hold's ttl (max_runtime) becomes ?1 seconds; no row once it has ended.
+UPDATE jobs SET max_runtime = ?1
+WHERE id = ?2 AND kind = 'hold' AND state IN ('queued', 'assigned', 'running')
+
+-- name: leases_extend
+-- A hold's live leases last at least its new ttl ?1 plus the grace ?2 from when they began.
+UPDATE leases SET expires_at = max(expires_at, acquired_at + ?1 + ?2)
+WHERE job_id = ?3 AND released_at IS NULL
+
+-- name: holds_runtimes
+-- Of the job ids a worker names (a JSON array), its active holds and their ttl.
+SELECT id, max_runtime FROM jobs
+WHERE id IN (SELECT value FROM json_each(?1)) AND worker_id = ?2 AND kind = 'hold'
+  AND state IN ('assigned', 'running')
 
 -- name: leases_expired
 -- The jobs with a live lease whose expiry is at or before ?, and the lease's kind.

@@ -19,6 +19,7 @@ from rc.proto.model import DeviceState, Link
 
 __all__ = [
     "anything_to_place",
+    "arrays_active",
     "in_order",
     "links",
     "queued",
@@ -40,6 +41,9 @@ def _queued_job(r: sqlite3.Row) -> QueuedJob:
         count=r["count"],
         device_ids=tuple(loads(r["device_ids"])) if not r["selector"] else (),
         unix_user=r["unix_user"],
+        array_id=r["array_id"] or 0,
+        array_cap=r["array_cap"],
+        blocked=bool(r["blocked"]),
     )
 
 
@@ -86,6 +90,11 @@ def links(tx: Tx) -> dict[str, dict[tuple[str, str], int]]:
     return out
 
 
+def arrays_active(tx: Tx) -> dict[int, int]:
+    """Each capped array's id → its elements assigned or running now."""
+    return {r["array_id"]: r["n"] for r in tx.all("arrays_active")}
+
+
 def anything_to_place(tx: Tx) -> bool:
     """Whether a pass could assign anything: a job is queued and a device is
     schedulable (ready, not draining)."""
@@ -111,6 +120,7 @@ def snapshot(tx: Tx, matching: Callable[[str], frozenset[str]], policy: Policy) 
         cap=policy.cap,
         usage=usage,
         links=links(tx),
+        arrays_active=arrays_active(tx),
     )
     return Snapshot(queue, fleet_slots, usage, p, tx.now)
 

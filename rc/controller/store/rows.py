@@ -59,6 +59,10 @@ def job(r: sqlite3.Row) -> Job:
         count=r["count"],
         device_ids=tuple(loads(r["device_ids"])),
         unix_user=r["unix_user"],
+        name=r["name"],
+        array_id=r["array_id"],
+        array_index=r["array_index"],
+        array_item=r["array_item"],
     )
 
 

@@ -34,13 +34,15 @@ from rc.controller.store.queue import snapshot
 from rc.proto import selector as selectors
 from rc.proto.duration import format_duration
 from rc.proto.errors import ErrorCode
-from rc.proto.model import DeviceState, Job, JobState, Label, device_list
+from rc.proto.model import Condition, DeviceState, Job, JobState, Label, device_list
 from rc.proto.wire import (
+    Dependency,
     DescribeResponse,
     DeviceHolder,
     DeviceView,
     ExplainResponse,
     HostFit,
+    JobDetail,
     JobExplanation,
     JobView,
     ReservationView,
@@ -56,6 +58,7 @@ __all__ = [
     "explain_job",
     "explain_selector",
     "for_caller",
+    "job_detail",
     "job_view",
     "queue_snapshot",
     "state",
@@ -111,8 +114,9 @@ def plan_snapshot(tx: Tx, policy: Policy) -> Snapshot:
 def job_view(tx: Tx, job_id: int, policy: Policy, snap: Snapshot | None = None) -> JobView:
     """A job and its queue position. 404 for an unknown id.
 
-    Without a per-user cap the position is counted in SQL (queue_position),
-    never planning the queue. Under a cap, `snap`, a plan of the queue taken
+    Without a per-user cap (and no element of a capped array or job with
+    dependencies queued) the
+    position is counted in SQL (queue_position), never planning the queue. Under a cap, `snap`, a plan of the queue taken
     after the job's latest change (see Controller.queue_plan), saves planning
     the queue again; when it does not know the job, the queue is planned here.
     """
@@ -122,11 +126,42 @@ def job_view(tx: Tx, job_id: int, policy: Policy, snap: Snapshot | None = None) 
     job = rows.job(r)
     if job.state is not JobState.QUEUED:
         return JobView(job, 0)
-    if policy.cap == 0:
+    if policy.cap == 0 and not tx.scalar("any_held_queued"):
         return JobView(job, queue_position(tx, job, policy))
     if snap is None or job_id not in snap.plan.candidates:
         snap = plan_snapshot(tx, policy)
     return JobView(job, snap.position(job_id))
+
+
+def job_detail(tx: Tx, job: Job, policy: Policy, log_bytes: int) -> JobDetail:
+    """What `rc show` adds to a job (wire.JobDetail): times waited and run,
+    the lowest ceiling of its devices, its log's size (`log_bytes`, from the
+    log store) and, while queued, the first sentence of explain_job."""
+    now = tx.now
+    start = job.started_at
+    if start is not None:
+        waited: float | None = start - job.queued_at
+        ran: float | None = (job.finished_at or now) - start
+    else:
+        waited = (job.finished_at or now) - job.queued_at
+        ran = None
+    ceilings = []
+    for d in job.device_ids or ((job.device_id,) if job.device_id else ()):
+        r = tx.one("device_ceiling", (d,))
+        if r is not None and r["max_runtime"]:
+            ceilings.append(r["max_runtime"])
+    explain = ""
+    if job.state is JobState.QUEUED:
+        reasons = explain_job(tx, job.id, policy).reasons
+        explain = reasons[0] if reasons else ""
+    return JobDetail(
+        waited,
+        ran,
+        min(ceilings, default=0),
+        log_bytes,
+        explain,
+        after=dependencies(tx, job.id),
+    )
 
 
 def queue_position(tx: Tx, job: Job, policy: Policy) -> int:
@@ -259,7 +294,8 @@ def explain_job(tx: Tx, job_id: int, policy: Policy) -> JobExplanation:
     """Why a job is not running, in sentences (rc explain JOB).
 
     For a queued job, from the same plan the scheduling pass makes: the
-    per-user cap; no usable device free (who holds each, and for how long at
+    dependencies it waits for (and their states); the per-user cap; its
+    array's cap; no usable device free (who holds each, and for how long at
     most), or for a job on several devices no host with enough of them free
     (per host: how many match, how many are free, who holds the rest and
     until when: `hosts`); devices out of the pool (quarantined, silent
@@ -388,6 +424,18 @@ def explain_job(tx: Tx, job_id: int, policy: Policy) -> JobExplanation:
         else None
     )
     reasons: list[str] = []
+    if job_id in p.waiting:
+        unmet = [r for r in tx.all("deps_of", (job_id,)) if not _met(r)]
+        named = ", ".join(f"job {r['after_id']} ({r['state']})" for r in unmet[:RIVALS_NAMED])
+        if len(unmet) > RIVALS_NAMED:
+            named += f" and {len(unmet) - RIVALS_NAMED} more"
+        reasons.append(f"Waiting for {named}: it is not eligible until its dependencies end.")
+    if job_id in p.held:
+        cap = me.array_cap
+        reasons.append(
+            f"Its array {me.array_id} already has {_count(cap, 'element')} assigned or "
+            f"running, its cap (%{cap}); it starts once one of them ends."
+        )
     if job_id in p.capped:
         n = snap.usage.get(me.submitter, 0)
         reasons.append(
@@ -464,6 +512,19 @@ def explain_job(tx: Tx, job_id: int, policy: Policy) -> JobExplanation:
                 "second) should start it."
             )
     return JobExplanation(job_id, "queued", tuple(reasons), pos, blockers, hosts, reservation)
+
+
+def _met(r) -> bool:
+    """Whether a deps_of row is met (rc.proto.model.Condition.met_by)."""
+    return Condition(r["condition"]).met_by(JobState(r["state"]))
+
+
+def dependencies(tx: Tx, job_id: int) -> tuple[Dependency, ...]:
+    """A job's dependencies with each one's state, exit code and whether met."""
+    return tuple(
+        Dependency(r["after_id"], r["condition"], r["state"], r["exit_code"], _met(r))
+        for r in tx.all("deps_of", (job_id,))
+    )
 
 
 def _host_fit(host: str, ds: list[str], wants: int, snap: Snapshot, leases) -> HostFit:

@@ -22,6 +22,7 @@ from rc.proto.wire import RegisterRequest
 
 __all__ = [
     "Thresholds",
+    "beat",
     "controller_started",
     "heartbeat",
     "leave",
@@ -214,6 +215,21 @@ def heartbeat(tx: Tx, worker_id: str, running: tuple[int, ...], th: Thresholds) 
     if changed or freed:
         tx.notify("devices")
     return [r["id"] for r in tx.all("jobs_to_stop", (ids, worker_id))] if running else []
+
+
+def beat(
+    tx: Tx, worker_id: str, running: tuple[int, ...], th: Thresholds
+) -> tuple[list[int], dict[str, int]]:
+    """heartbeat(), and the ttl in seconds of each named hold of this
+    worker's, by id (rc extend may have changed it; the worker's watchdog
+    follows)."""
+    stop = heartbeat(tx, worker_id, running, th)
+    if not running:
+        return stop, {}
+    ids = dumps(list(running))
+    return stop, {
+        str(r["id"]): r["max_runtime"] for r in tx.all("holds_runtimes", (ids, worker_id))
+    }
 
 
 def leave(
