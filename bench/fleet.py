@@ -63,6 +63,8 @@ def fleet(devices: int = 4, serve_args: tuple[str, ...] = (), worker_config: str
             str(tmp / "data"),
             "--ready-fd",
             str(w),
+            "--socket",
+            "",  # no local socket: as root its default, /run/rc/rc.sock, may be a one-box's
             *serve_args,
         ],
         pass_fds=(w,),
