@@ -39,7 +39,7 @@ from rc.proto.wire import (
     LeaveResponse,
     RegisterRequest,
 )
-from rc.worker import recovery, sessions, sheets
+from rc.worker import cgroups, recovery, sessions, sheets
 from rc.worker.clock import SYSTEM, Clock
 from rc.worker.config import DeviceConfig, WorkerConfig
 from rc.worker.hooks import Leases
@@ -126,7 +126,11 @@ class Agent:
         # this host's jobs (and post-job sweeps only this worker process's).
         self.instance_id = uuid.uuid4().hex
         self.markers = {"RC_HOST": cfg.host, "RC_WORKER_INSTANCE": self.instance_id}
+        self.tracker = cgroups.Tracker.detect(cfg.host, cfg.cgroup_root)
+        """How this worker tracks its jobs' processes (label proctrack)."""
+        log.info("process tracking: %s (%s)", self.tracker.mode, self.tracker.why)
         self.prober = Prober(cfg, clock=clock)
+        self.prober.fixed["proctrack"] = self.tracker.mode
         self._probe_lock = threading.Lock()
         self.leases = Leases(cfg, clock)
         self.spool = Spool(cfg.spool_dir, cfg.spool_max_bytes)
@@ -143,6 +147,7 @@ class Agent:
             gpu_uuid=self.gpu_uuid,
             stopping=lambda: self.stopping,
             finished=self.finished,
+            tracker=self.tracker,
         )
         """What this worker's job runs see of it."""
 
@@ -586,5 +591,6 @@ class Agent:
         self.reporter.stop()
         self.leases.drain()
         self.spool.close()
+        self.tracker.close()
         log.info("worker stopped")
         return 0

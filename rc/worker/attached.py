@@ -231,7 +231,9 @@ class Pipes(Process):
         self._in_lock = threading.Lock()
         self.err_thread = threading.Thread(target=self._pump_err, daemon=True, name="rc-relay-err")
 
-    def start(self, argv: list[str], env: dict[str, str], cwd: str | None, note: bytes) -> None:
+    def start(
+        self, argv: list[str], env: dict[str, str], cwd: str | None, note: bytes, cgroup=None
+    ) -> None:
         in_r, self.in_w = os.pipe()
         self.out_fd, out_w = os.pipe()
         self.err_fd, err_w = os.pipe()
@@ -242,7 +244,7 @@ class Pipes(Process):
             self.err(note)
         try:
             self.group = supervise.spawn(
-                argv, cwd=cwd, env=env, stdin=in_r, stdout=out_w, stderr=err_w
+                argv, cwd=cwd, env=env, stdin=in_r, stdout=out_w, stderr=err_w, cgroup=cgroup
             )
         except BaseException:
             self.close()

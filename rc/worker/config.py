@@ -25,6 +25,8 @@ Every key, its default and unit (top-level keys first, as TOML requires):
     require_manual_clear = false
     spool_dir           = ""                  # default: a private temporary directory
     spool_max_bytes     = 268435456           # on-disk log spool (all jobs); 0: none
+    cgroup_root         = ""                  # cgroup hierarchy to track jobs in; "": detect
+    recheck_interval    = "30s"               # survivor rescan of a quarantined device
 
     [[devices]]                               # one table per device, or a list of names
     name           = "gpu0"
@@ -131,6 +133,8 @@ class WorkerConfig:
     require_manual_clear: bool = False
     spool_dir: str = ""
     spool_max_bytes: int = 256 << 20
+    cgroup_root: str = ""
+    recheck_interval: float = 30.0
 
     def __post_init__(self) -> None:
         # Defaults for configs built in code: a zero or negative timeout never
@@ -146,6 +150,7 @@ class WorkerConfig:
             "verify_timeout",
             "verify_pass_budget",
             "reregister_after",
+            "recheck_interval",
         ):
             if getattr(self, name) <= 0:
                 object.__setattr__(self, name, defaults[name])
@@ -270,6 +275,7 @@ _DURATIONS = {
     "probe_timeout",
     "verify_timeout",
     "verify_pass_budget",
+    "recheck_interval",
 }
 _STRINGS = {
     "controller_url",
@@ -281,6 +287,7 @@ _STRINGS = {
     "verify_dir",
     "sheet_dir",
     "spool_dir",
+    "cgroup_root",
 }
 _DEVICE_KEYS = {
     "name",

@@ -181,6 +181,8 @@ class Prober:
         self.topology_read = False
         """Whether `nvidia-smi topo -m` gave a topology in this process."""
         self.topology_failing = False
+        self.fixed: dict[str, str] = {}
+        """Host labels the worker itself sets (proctrack), winning over drop-ins."""
 
     def run(self, devices: list[DeviceConfig] | None = None) -> ProbeResult:
         """One pass. `devices` None: discover them from the config (and nvidia-smi)."""
@@ -216,6 +218,7 @@ class Prober:
             omit |= self.nvidia_covered if self.nvidia_covered is not None else gpu_names
         links = self._topology(sorted(gpu_names, key=_natural), per)
         self._dropins(set(names), host, per, omit, failed, deadline)
+        host.update(self.fixed)
         self._note(failed, omit & set(names))
         if not host and not any(per.values()):
             return ProbeResult(devices, None, failed, links)

@@ -16,6 +16,7 @@ group (setsid or double fork) but still carry the job's RC_JOB_ID are found in
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import select
 import signal
@@ -24,7 +25,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from rc.worker import procfs
+from rc.worker import cgroups, procfs
 
 __all__ = [
     "STRAGGLER_WAIT_S",
@@ -35,6 +36,8 @@ __all__ = [
     "spawn",
     "sweep_job",
 ]
+
+log = logging.getLogger("rc.worker.supervise")
 
 STRAGGLER_WAIT_S = 2.0
 SWEEP_GRACE_S = 2.0
@@ -58,12 +61,15 @@ class Outcome:
 
 
 class Group:
-    """A spawned process leading its own session and process group."""
+    """A spawned process leading its own session and process group, and,
+    where the host allows, its cgroup (`cgroup`: every process it started
+    stays a member, whatever session, group or environment it moved to)."""
 
-    def __init__(self, proc: subprocess.Popen) -> None:
+    def __init__(self, proc: subprocess.Popen, cgroup: cgroups.Cgroup | None = None) -> None:
         self.proc = proc
         self.pid = proc.pid
         self.pgid = proc.pid
+        self.cgroup = cgroup
         self._pidfd: int | None = None
         try:
             self._pidfd = os.pidfd_open(proc.pid)
@@ -102,19 +108,41 @@ class Group:
             self._pidfd = None
 
     def signal(self, signum: int) -> bool:
-        """Send a signal to the whole group; False if the group is gone."""
-        return killpg(self.pgid, signum)
+        """Send a signal to the whole group and every member of its cgroup
+        (SIGKILL: the cgroup kill, rc.worker.cgroups.Cgroup.kill); False
+        if both are gone."""
+        there = killpg(self.pgid, signum)
+        if self.cgroup is not None:
+            try:
+                if signum == signal.SIGKILL:
+                    there = bool(self.cgroup.kill()) or there
+                else:
+                    there = bool(self.cgroup.signal(signum)) or there
+            except OSError as e:
+                log.warning("cgroup %s: cannot signal: %s", self.cgroup.path, e)
+        return there
 
     def live_members(self) -> list[procfs.ProcStat]:
-        """Group members that are not zombies (kill(-pgid, 0)
+        """Members of the group or the cgroup that are not zombies (kill(-pgid, 0)
         first, which is cheap; only a group that exists is looked for in /proc)."""
+        found: dict[int, procfs.ProcStat] = {}
+        if self.cgroup is not None:
+            try:
+                for pid in self.cgroup.pids():
+                    st = procfs.read_stat(pid)
+                    if st is not None and st.live:
+                        found[pid] = st
+            except OSError as e:
+                log.warning("cgroup %s: cannot list: %s", self.cgroup.path, e)
         try:
             os.killpg(self.pgid, 0)
         except ProcessLookupError:
-            return []
+            return list(found.values())
         except PermissionError:
             pass
-        return procfs.live_group_members(self.pgid)
+        for p in procfs.live_group_members(self.pgid):
+            found.setdefault(p.pid, p)
+        return list(found.values())
 
 
 def killpg(pgid: int, signum: int) -> bool:
@@ -138,21 +166,32 @@ def spawn(
     stdout=None,
     stderr=None,
     pass_fds: Sequence[int] = (),
+    cgroup: cgroups.Cgroup | None = None,
 ) -> Group:
-    """Start `argv` as the leader of a new session. Raises OSError when it
-    cannot be started (missing program, bad cwd, not executable)."""
-    proc = subprocess.Popen(
-        list(argv),
-        cwd=cwd or None,
-        env=dict(env),
-        stdin=stdin,
-        stdout=stdout,
-        stderr=stderr,
-        start_new_session=True,
-        close_fds=True,
-        pass_fds=tuple(pass_fds),
-    )
-    return Group(proc)
+    """Start `argv` as the leader of a new session, inside `cgroup` when
+    given (joined in the child right after fork: rc.worker.cgroups.enter).
+    Raises OSError when it cannot be started (missing program, bad cwd, not
+    executable, a cgroup it cannot join)."""
+    join = cgroup.join_fd() if cgroup is not None else -1
+    try:
+        proc = subprocess.Popen(
+            list(argv),
+            cwd=cwd or None,
+            env=dict(env),
+            stdin=stdin,
+            stdout=stdout,
+            stderr=stderr,
+            start_new_session=True,
+            close_fds=True,
+            pass_fds=tuple(pass_fds),
+            # Safe with threads here: enter() is one write(2) on an fd opened
+            # in the parent, no lock, no import, no libc allocation.
+            preexec_fn=(lambda: cgroups.enter(join)) if join >= 0 else None,  # noqa: PLW1509
+        )
+    finally:
+        if join >= 0:
+            os.close(join)
+    return Group(proc, cgroup)
 
 
 def wait_gone(check: Callable[[], list], deadline: float, step: float = 0.02) -> list:

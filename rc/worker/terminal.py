@@ -169,7 +169,9 @@ class Terminal(Process):
             self.cond.wait_for(lambda: self.size is not None or self.input_done, timeout)
             return self.size or TTY_DEFAULT_SIZE
 
-    def start(self, argv: list[str], env: dict[str, str], cwd: str | None, note: bytes) -> None:
+    def start(
+        self, argv: list[str], env: dict[str, str], cwd: str | None, note: bytes, cgroup=None
+    ) -> None:
         rows, cols = self.wait_size(TTY_SIZE_WAIT_S)
         master, slave = os.openpty()
         execd, execd_w = os.pipe()
@@ -186,6 +188,7 @@ class Terminal(Process):
                 stdout=slave,
                 stderr=slave,
                 pass_fds=(execd_w,),
+                cgroup=cgroup,
             )
         except BaseException:
             os.close(master)
