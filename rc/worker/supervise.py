@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from rc.worker import cgroups, procfs
+from rc.worker import cgroups, procfs, reaper
 
 __all__ = [
     "STRAGGLER_WAIT_S",
@@ -95,6 +95,7 @@ class Group:
                     self.proc.wait(timeout=max(0.0, timeout))
                 except subprocess.TimeoutExpired:
                     return None
+        reaper.untrack(self.pid)
         self.close()
         rc = self.proc.returncode
         if rc < 0:
@@ -174,24 +175,30 @@ def spawn(
     executable, a cgroup it cannot join)."""
     join = cgroup.join_fd() if cgroup is not None else -1
     try:
-        proc = subprocess.Popen(
-            list(argv),
-            cwd=cwd or None,
-            env=dict(env),
-            stdin=stdin,
-            stdout=stdout,
-            stderr=stderr,
-            start_new_session=True,
-            close_fds=True,
-            pass_fds=tuple(pass_fds),
-            # Safe with threads here: enter() is one write(2) on an fd opened
-            # in the parent, no lock, no import, no libc allocation.
-            preexec_fn=(lambda: cgroups.enter(join)) if join >= 0 else None,  # noqa: PLW1509
-        )
+        with reaper.spawning():  # its status is ours: the orphan reaper never takes it
+            proc = _popen(argv, cwd, env, stdin, stdout, stderr, pass_fds, join)
+            reaper.track(proc.pid)
     finally:
         if join >= 0:
             os.close(join)
     return Group(proc, cgroup)
+
+
+def _popen(argv, cwd, env, stdin, stdout, stderr, pass_fds, join: int) -> subprocess.Popen:
+    return subprocess.Popen(
+        list(argv),
+        cwd=cwd or None,
+        env=dict(env),
+        stdin=stdin,
+        stdout=stdout,
+        stderr=stderr,
+        start_new_session=True,
+        close_fds=True,
+        pass_fds=tuple(pass_fds),
+        # Safe with threads here: enter() is one write(2) on an fd opened
+        # in the parent, no lock, no import, no libc allocation.
+        preexec_fn=(lambda: cgroups.enter(join)) if join >= 0 else None,  # noqa: PLW1509
+    )
 
 
 def wait_gone(check: Callable[[], list], deadline: float, step: float = 0.02) -> list:
