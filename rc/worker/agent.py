@@ -38,8 +38,10 @@ from rc.proto.wire import (
     LeaveRequest,
     LeaveResponse,
     RegisterRequest,
+    ScanRequest,
+    ScanResult,
 )
-from rc.worker import cgroups, recovery, sessions, sheets
+from rc.worker import cgroups, recovery, sessions, sheets, survivors
 from rc.worker.clock import SYSTEM, Clock
 from rc.worker.config import DeviceConfig, WorkerConfig
 from rc.worker.hooks import Leases
@@ -135,6 +137,7 @@ class Agent:
         self.leases = Leases(cfg, clock)
         self.spool = Spool(cfg.spool_dir, cfg.spool_max_bytes)
         self._arms: dict[int, JobRun] = {}
+        self._scans_seen: set[int] = set()
         self.job_context = JobContext(
             cfg=cfg,
             clock=clock,
@@ -461,6 +464,14 @@ class Agent:
             self._cancel(job_id, "")
         if got.sessions and not self.closed:  # sessions inside holds (rc shell / exec / cp)
             sessions.dispatch_sessions(self, got.sessions)
+        for req in got.scans:  # survivor scans (rc clear, rc kill of a lost job)
+            if req.scan_id not in self._scans_seen:
+                if len(self._scans_seen) >= 1024:  # each is handed out once anyway
+                    self._scans_seen.clear()
+                self._scans_seen.add(req.scan_id)
+                threading.Thread(
+                    target=self._answer_scan, args=(req,), name="rc-scan", daemon=True
+                ).start()
         for a in got.assignments:
             # One critical section decides, records and (for the shutdown's
             # list of runs to end) registers a start: once `closed` is set,
@@ -486,6 +497,45 @@ class Agent:
                 )
             else:
                 run.start()
+
+    def survivor_scan(
+        self, device_ids=(), job_ids=(), kill: bool = False
+    ) -> tuple[survivors.Scan, tuple]:
+        """A fresh survivor scan (rc.worker.survivors) of `device_ids` and
+        `job_ids`, skipping this process's running jobs; with `kill`, end
+        what it finds and scan again. Returns (the last scan, the survivors
+        the kill ended). Empty cgroups it looked in are removed."""
+        with self._lock:
+            running = set(self.jobs)
+
+        def look() -> survivors.Scan:
+            return survivors.scan(
+                self.tracker, self.cfg.host, device_ids, job_ids, running, self.gpu_uuid
+            )
+
+        found = look()
+        ended: tuple = ()
+        if kill and found.found:
+            before = found.survivors
+            survivors.end(found, self.cfg.kill_grace)
+            found = look()
+            ended = tuple(s for s in before if s.pid not in found.found)
+        for cg in found.groups:
+            if not cg.live_pids():
+                cg.remove()
+        return found, ended
+
+    def _answer_scan(self, req: ScanRequest) -> None:
+        try:
+            found, ended = self.survivor_scan(req.device_ids, req.job_ids, req.kill)
+            result = ScanResult(found.survivors, ended, found.complete)
+        except Exception as e:  # a bug must still answer
+            log.exception("survivor scan %d failed", req.scan_id)
+            result = ScanResult(complete=False, error=f"worker error: {e}")
+        try:
+            self.client.post(f"/v1/workers/{self.worker_id}/scans/{req.scan_id}", encode(result))
+        except (ApiError, TransportError) as e:
+            log.warning("could not answer survivor scan %d: %s", req.scan_id, e)
 
     def _cancel(self, job_id: int, reason: str) -> None:
         with self._lock:

@@ -218,10 +218,10 @@ class Prober:
             omit |= self.nvidia_covered if self.nvidia_covered is not None else gpu_names
         links = self._topology(sorted(gpu_names, key=_natural), per)
         self._dropins(set(names), host, per, omit, failed, deadline)
-        host.update(self.fixed)
         self._note(failed, omit & set(names))
         if not host and not any(per.values()):
             return ProbeResult(devices, None, failed, links)
+        host.update(self.fixed)  # only with the rest: nothing read keeps what is stored
         labels = {"": _bounded(host, "host")}
         for n in names:
             if n not in omit:

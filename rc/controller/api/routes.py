@@ -133,6 +133,16 @@ ROUTES: tuple[Endpoint, ...] = (
     ),
     Endpoint(
         "POST",
+        "/v1/workers/{worker_id}/scans/{scan_id}",
+        workers.scan_result,
+        WORKER,
+        "A worker's answer to a survivor scan (rc clear, rc kill of a lost job)",
+        "json",
+        request=wire.ScanResult,
+        errors=(*BAD, E.WRONG_HOST, E.NOT_FOUND),
+    ),
+    Endpoint(
+        "POST",
         "/v1/workers/{worker_id}/reports",
         workers.reports,
         WORKER,
@@ -305,9 +315,17 @@ ROUTES: tuple[Endpoint, ...] = (
         "/v1/devices/{device_id}/clear",
         devices.clear,
         ADMIN,
-        "Return a quarantined device to the pool (admin)",
+        "Return a quarantined device to the pool once its worker's survivor scan "
+        "finds nothing (admin)",
         wire.ActionResult,
-        errors=(E.DEVICE_NOT_FOUND, E.DEVICE_NOT_CLEARED),
+        request=wire.ClearRequest,
+        errors=(
+            *BAD,
+            E.DEVICE_NOT_FOUND,
+            E.DEVICE_NOT_CLEARED,
+            E.SURVIVORS_FOUND,
+            E.SCAN_UNAVAILABLE,
+        ),
     ),
     Endpoint(
         "DELETE",

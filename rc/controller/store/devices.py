@@ -16,7 +16,11 @@ from rc.proto.duration import format_duration
 from rc.proto.errors import ErrorCode
 from rc.proto.model import EventKind, QuarantineReason
 
-__all__ = ["clear", "drain", "fault", "quarantine", "remove", "retire"]
+__all__ = ["SCAN_JOBS", "clear", "clearable", "drain", "fault", "quarantine", "remove", "retire"]
+
+SCAN_JOBS = 20
+"""A clear's survivor scan looks for what is left of the device's newest
+jobs, at most this many (and for any job process naming the device)."""
 
 
 def quarantine(tx: Tx, device_id: str, reason: QuarantineReason, detail: str) -> bool:
@@ -56,12 +60,14 @@ def fault(tx: Tx, device_id: str, reason: str, job_id: int | None, actor: str) -
     events.record(tx, kind, device_id=device_id, job_id=job_id, actor=actor, text=reason)
 
 
-def clear(tx: Tx, device_id: str, actor: str) -> None:
-    """An admin returns a quarantined device to the pool.
+def clearable(tx: Tx, device_id: str) -> tuple[int, ...]:
+    """Refuse a clear that cannot be (as `clear` does), before its survivor
+    scan; the ids of the device's newest jobs (SCAN_JOBS), for the scan."""
+    _clear_checks(tx, device_id)
+    return tuple(r["id"] for r in tx.all("jobs_recent_on_device", (device_id, SCAN_JOBS)))
 
-    409 device_not_cleared while a lease is live on it or when it is not
-    quarantined (a no-op is never reported as success); 404 for no device.
-    """
+
+def _clear_checks(tx: Tx, device_id: str):
     row = tx.one("device_state", (device_id,))
     if row is None:
         raise Refused(ErrorCode.DEVICE_NOT_FOUND, f"no device {device_id!r}")
@@ -75,14 +81,27 @@ def clear(tx: Tx, device_id: str, actor: str) -> None:
             ErrorCode.DEVICE_NOT_CLEARED,
             f"{device_id} still has a live lease; kill or release its job first",
         )
+    return row
+
+
+def clear(tx: Tx, device_id: str, actor: str, proof: str = "") -> None:
+    """An admin returns a quarantined device to the pool; `proof` says on
+    what ("a survivor scan found nothing", "forced: no survivor scan"),
+    in the event.
+
+    409 device_not_cleared while a lease is live on it or when it is not
+    quarantined (a no-op is never reported as success); 404 for no device.
+    """
+    row = _clear_checks(tx, device_id)
     was = row["quarantine_reason"] or "an unknown cause"
     tx.change("device_unquarantine", (device_id,))
+    on = f"{proof}; " if proof else ""
     events.record(
         tx,
         EventKind.DEVICE_CLEARED,
         device_id=device_id,
         actor=actor,
-        text=f"cleared by {actor} (was quarantined for {was})",
+        text=f"cleared by {actor} ({on}was quarantined for {was})",
     )
     tx.schedule = True
     tx.notify("devices")
