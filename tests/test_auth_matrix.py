@@ -167,6 +167,11 @@ CALLS = [
     ),
     Call(
         "POST",
+        "/v1/workers/{worker_id}/recheck",
+        lambda w: (f"/v1/workers/{w.host}/recheck", {"recovery": {}}),  # proves nothing
+    ),
+    Call(
+        "POST",
         "/v1/workers/{worker_id}/scans/{scan_id}",
         lambda w: (f"/v1/workers/{w.host}/scans/1", {"survivors": []}),
         404,  # admitted, but no scan 1 waits

@@ -4,7 +4,9 @@ detached `sleep 301` on vm:cpu1, the worker killed with -9, a new worker for
 the host: the job is lost while its process runs; `rc clear` is refused
 naming the `sleep 301`; `rc clear --kill` ends it and returns the device;
 `rc kill` of a lost job ends what is left of it and says what it found;
-`rc clear --force` clears without a scan and its event says so."""
+`rc clear --force` clears without a scan and its event says so; a device
+out with survivors recovers by itself once they are gone (the worker's
+re-check, every recheck_interval)."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ pytestmark = pytest.mark.e2e
 
 CONFIG = """
 kill_grace = "1s"
+recheck_interval = "{recheck}"
 verify_dir = "{root}/no-verify"
 probe_dir = "{root}/no-probes"
 sheet_dir = "{root}/no-sheets"
@@ -31,7 +34,7 @@ devices = "cpu:2"
 @pytest.fixture
 def site(tmp_path, pyz):
     s = Site(tmp_path, pyz)
-    s.config = CONFIG.format(root=tmp_path)
+    s.config = CONFIG.format(root=tmp_path, recheck="1h")
     s.cli = Cli(s.ctl.url, s.ctl.admin_token, s.env, tmp_path)
     yield s
     s.close()
@@ -113,3 +116,19 @@ def test_a_clear_whose_worker_is_not_connected_is_refused_at_once(site):
     assert (e.value.status, e.value.code) == (503, "scan_unavailable")
     assert "the worker of ghost is not connected" in str(e.value), e.value
     assert state(site, "ghost:cpu0") == "unhealthy"
+
+
+def test_a_device_out_with_survivors_recovers_by_itself_once_they_exit(site, tmp_path):
+    site.config = CONFIG.format(root=tmp_path, recheck="1s")
+    _, pid = lose_a_running_job(site, tmp_path, f"echo $$ > {tmp_path}/pid; exec sleep 301")
+    wait_until(lambda: state(site, "vm:cpu1") == "unhealthy", 20, "vm:cpu1 to be out")
+    # rescans while the survivor runs prove nothing: the device stays out
+    assert state(site, "vm:cpu1") == "unhealthy"
+    os.kill(pid, 9)
+    wait_until(lambda: state(site, "vm:cpu1") == "ready", 20, "vm:cpu1 to recover by itself")
+    events = site.admin.get("/v1/events", params={"kind": "device_recovered"})["events"]
+    assert any(
+        e["device_id"] == "vm:cpu1"
+        and "found none left from an earlier job (the worker's periodic re-check)" in e["text"]
+        for e in events
+    ), events

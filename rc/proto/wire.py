@@ -52,6 +52,8 @@ __all__ = [
     "LeaveRequest",
     "LeaveResponse",
     "LogAppended",
+    "RecheckRequest",
+    "RecheckResponse",
     "RegisterRequest",
     "RegisterResponse",
     "ReportResult",
@@ -316,6 +318,22 @@ class ScanResult:
     ended: tuple[Survivor, ...] = ()
     complete: bool = True
     error: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RecheckRequest:
+    """POST /v1/workers/{id}/recheck: the worker's periodic survivor scan
+    (every recheck_interval) while devices of it may be out with survivors;
+    a proof that proves returns them (rc.controller.store.workers.recover)."""
+
+    recovery: RecoveryProof
+
+
+@dataclass(frozen=True, slots=True)
+class RecheckResponse:
+    """The devices the re-check returned to the pool."""
+
+    recovered: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,6 +37,8 @@ from rc.proto.wire import (
     LabelsRequest,
     LeaveRequest,
     LeaveResponse,
+    RecheckRequest,
+    RecheckResponse,
     RegisterRequest,
     ScanRequest,
     ScanResult,
@@ -138,13 +140,17 @@ class Agent:
         self.spool = Spool(cfg.spool_dir, cfg.spool_max_bytes)
         self._arms: dict[int, JobRun] = {}
         self._scans_seen: set[int] = set()
+        self.recheck_due = False
+        """Devices of this worker may be out with survivors (its registration
+        proof proved nothing, or a teardown left survivors): rescan every
+        recheck_interval (rc.worker.survivors) until a clean scan returned them."""
         self.job_context = JobContext(
             cfg=cfg,
             clock=clock,
             client=client,
             markers=self.markers,
             report=self.reporter.submit,
-            fault=self.reporter.submit_fault,
+            fault=self._job_fault,
             open_log=self._open_log,
             hooks=self.leases.device,
             gpu_uuid=self.gpu_uuid,
@@ -184,6 +190,16 @@ class Agent:
         proof = (
             recovery.recovery_proof(self.cfg.require_manual_clear, self.cfg.host) if idle else None
         )
+        if (
+            proof is not None
+            and proof.survivors_checked
+            and not proof.survivors_found
+            # an untagged process (env -i) of a job of an earlier worker process
+            # is still in that job's cgroup
+            and survivors.scan(self.tracker, self.cfg.host, every_job=True).found
+        ):
+            proof = RecoveryProof(survivors_checked=True, survivors_found=True)
+        self.recheck_due = proof is None or not proof.proves()
         return RegisterRequest(
             host=self.cfg.host,
             devices=tuple(DeviceDecl(d.name, int(d.max_runtime)) for d in configs),
@@ -314,6 +330,7 @@ class Agent:
             return 1 if self.refused else 0
         threading.Thread(target=self._heartbeat_loop, name="rc-heartbeat", daemon=True).start()
         threading.Thread(target=self._probe_loop, name="rc-probe", daemon=True).start()
+        threading.Thread(target=self._recheck_loop, name="rc-recheck", daemon=True).start()
         threading.Thread(target=self._poll_loop, name="rc-poll", daemon=True).start()
         while not self.stop_event.wait(1.0):  # a tick: signal handlers run between waits
             pass
@@ -619,6 +636,56 @@ class Agent:
                 ", ".join(map(str, got.killed_job_ids)),
             )
         return True
+
+    def _job_fault(self, device_id: str, reason: str, job_id: int | None) -> None:
+        """A job run quarantines a device; survivors of its teardown arm the re-check."""
+        if reason.startswith(("processes of job ", "GPU ")):
+            self.recheck_due = True
+        self.reporter.submit_fault(device_id, reason, job_id)
+
+    def recheck_once(self) -> list[str]:
+        """One periodic re-check: a survivor scan of every job of this host
+        not running here; when it is complete and finds nothing, present the
+        proof (POST /v1/workers/{id}/recheck). Returns the devices it
+        returned to the pool."""
+        with self._lock:
+            running = set(self.jobs) | self.reporting
+            busy = {d for run in self.jobs.values() for d in run.device_ids}
+        idle = [f"{self.cfg.host}:{n}" for n in self.devices]
+        found = survivors.scan(
+            self.tracker,
+            self.cfg.host,
+            [d for d in idle if d not in busy],  # their GPUs: no compute process may remain
+            running=running,
+            gpu_uuid=self.gpu_uuid,
+            every_job=True,
+        )
+        if found.found or not found.complete or self.cfg.require_manual_clear:
+            return []
+        for cg in found.groups:
+            if not cg.live_pids():
+                cg.remove()
+        proof = RecoveryProof(survivors_checked=True, survivors_found=False)
+        try:
+            resp = self.client.post(
+                f"/v1/workers/{self.worker_id}/recheck", encode(RecheckRequest(proof))
+            )
+        except (ApiError, TransportError) as e:
+            log.warning("re-check not delivered: %s", e)
+            return []
+        self.recheck_due = False
+        back = list(decode(RecheckResponse, resp).recovered)
+        if back:
+            log.info("a clean survivor scan returned %s", ", ".join(back))
+        return back
+
+    def _recheck_loop(self) -> None:
+        while not self.clock.wait(self.stop_event, self.cfg.recheck_interval):
+            if self.recheck_due:
+                try:
+                    self.recheck_once()
+                except Exception:  # a bug must not end the loop
+                    log.exception("re-check failed")
 
     def fault(self, device_id: str, reason: str, job_id: int | None) -> None:
         """Quarantine a device (`fault`): queued, retried, and sent before any

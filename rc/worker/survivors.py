@@ -64,10 +64,12 @@ def scan(
     running: set[int] | frozenset[int] = frozenset(),
     gpu_uuid: Callable[[str], str] = lambda name: "",
     query: Callable[[], list[nvidia.ComputeApp]] = nvidia.query_compute_apps,
+    every_job: bool = False,
 ) -> Scan:
-    """Look for what is left of `job_ids`, or of any job on `device_ids`, on
-    this host; jobs in `running` (this worker's, now) are skipped.
-    `gpu_uuid(device name)` names a device's GPU ("" for none)."""
+    """Look for what is left of `job_ids` (`every_job`: of any job), or of
+    any job on `device_ids`, on this host; jobs in `running` (this
+    worker's, now) are skipped. `gpu_uuid(device name)` names a device's
+    GPU ("" for none)."""
     devices = set(device_ids)
     jobs = {int(j) for j in job_ids} - set(running)
     out = Scan()
@@ -76,7 +78,7 @@ def scan(
         owner = _job_of(cg.name)
         if owner is None or owner in running:
             continue
-        if owner in jobs:
+        if owner in jobs or every_job:
             out.groups.append(cg)
             try:
                 for pid in cg.live_pids():
@@ -111,7 +113,7 @@ def scan(
         if job.isdigit() and int(job) in running:
             continue
         named = set((procfs.parse_environ_value(env, b"RC_DEVICES") or b"").split(b","))
-        if job in want_jobs or named & want_devices:
+        if every_job or job in want_jobs or named & want_devices:
             st = procfs.read_stat(pid)
             if st is not None and st.live:
                 out.add(pid, f"RC_JOB_ID={job.decode('ascii', 'replace')}")

@@ -133,6 +133,16 @@ ROUTES: tuple[Endpoint, ...] = (
     ),
     Endpoint(
         "POST",
+        "/v1/workers/{worker_id}/recheck",
+        workers.recheck,
+        WORKER,
+        "A worker's periodic survivor scan: a clean one returns its devices out with survivors",
+        wire.RecheckResponse,
+        request=wire.RecheckRequest,
+        errors=(*BAD, E.WRONG_HOST),
+    ),
+    Endpoint(
+        "POST",
         "/v1/workers/{worker_id}/scans/{scan_id}",
         workers.scan_result,
         WORKER,

@@ -40,6 +40,7 @@ from rc.proto.wire import (
     HeartbeatResponse,
     LeaveResponse,
     LogAppended,
+    RecheckResponse,
     RegisterResponse,
     ReportResult,
     ReportResults,
@@ -52,6 +53,7 @@ __all__ = [
     "heartbeat",
     "labels",
     "leave",
+    "recheck",
     "register",
     "reports",
     "scan_result",
@@ -290,6 +292,23 @@ def _assignment(r) -> Assignment:
         idle_timeout_seconds=r["idle_timeout"],
         stdio=Stdio(r["stdio"]),
     )
+
+
+async def recheck(request: Request):
+    """POST /v1/workers/{worker_id}/recheck: a worker's periodic survivor
+    scan. A proof that proves returns its devices out with survivors
+    (registration, worker_lost, lease_expired, or a fault for processes that
+    survived a teardown) under the recovery rules and flap guard
+    (store.workers.recover); anything else changes nothing."""
+    c = ctl(request)
+    who = caller(request)
+    worker_id = request.path_params["worker_id"]
+    _bound(request, who, worker_id)
+    req = await json_body(request, c.cfg.limits.body_bytes)
+    back: list[str] = []
+    if req.recovery.proves():
+        back = await c.db.write(workers.recover, worker_id, req.recovery, c.thresholds, True)
+    return reply(RecheckResponse(tuple(back)))
 
 
 async def scan_result(request: Request):
