@@ -455,3 +455,12 @@ def test_the_recheck_is_held_to_the_flap_guard(f):
     f.quarantine("registration")
     assert recheck(f) == [] and f.device() == ("unhealthy", "registration")
     assert f.events("recovery_refused")
+
+
+def test_a_verify_failure_after_survivors_keeps_the_device_for_an_admin(f):
+    """A fault over a fault kept the first detail, so a survivors fault later
+    hit by a failed verify script still looked like survivors alone, and a
+    clean re-check returned a device no scan can vouch for."""
+    f.w(devices.fault, "h:cpu0", "processes of job 7 survived teardown: pid 1 'x'", None, "h")
+    f.w(devices.fault, "h:cpu0", "verify failed: ecc", None, "h")
+    assert recheck(f) == [] and f.device() == ("unhealthy", "fault")

@@ -16,7 +16,18 @@ from rc.proto.duration import format_duration
 from rc.proto.errors import ErrorCode
 from rc.proto.model import EventKind, QuarantineReason
 
-__all__ = ["SCAN_JOBS", "clear", "clearable", "drain", "fault", "quarantine", "remove", "retire"]
+__all__ = [
+    "SCAN_JOBS",
+    "SURVIVOR_FAULTS",
+    "clear",
+    "clearable",
+    "drain",
+    "fault",
+    "quarantine",
+    "remove",
+    "retire",
+    "survivor_fault",
+]
 
 SCAN_JOBS = 20
 """A clear's survivor scan looks for what is left of the device's newest
@@ -28,19 +39,38 @@ def quarantine(tx: Tx, device_id: str, reason: QuarantineReason, detail: str) ->
 
     An existing quarantine keeps its reason when another cause hits it, so a
     `fault` is never relabelled into something a reboot clears; a `fault`
-    overrides a reboot-clearable reason (the stricter one wins).
+    overrides a reboot-clearable reason (the stricter one wins), and a fault
+    that is not survivors overrides a fault for survivors (which a clean
+    re-check may return: SURVIVOR_FAULTS).
     """
     row = tx.one("device_state", (device_id,))
     if row is None:
         return False
     if row["state"] == "unhealthy":
-        if reason is QuarantineReason.FAULT and row["quarantine_reason"] != "fault":
+        stricter = row["quarantine_reason"] != "fault" or (
+            survivor_fault(row["quarantine_detail"]) and not survivor_fault(detail)
+        )
+        if reason is QuarantineReason.FAULT and stricter:
             tx.change("device_quarantine", (reason.value, detail, tx.now, device_id))
             tx.notify("devices")
         return False
     tx.change("device_quarantine", (reason.value, detail, tx.now, device_id))
     tx.notify("devices")
     return True
+
+
+SURVIVOR_FAULTS = (
+    ("processes of job ", " survived teardown: "),
+    ("GPU ", " still has compute processes: "),
+)
+"""The fault details of processes left after a job's teardown (rc.worker.job,
+rc.worker.leftovers), as (start, then): the query
+devices_survivor_faulted_on_worker matches the same two."""
+
+
+def survivor_fault(detail: str) -> bool:
+    """Whether a fault's detail is processes that survived a job's teardown."""
+    return any(detail.startswith(a) and b in detail for a, b in SURVIVOR_FAULTS)
 
 
 def fault(tx: Tx, device_id: str, reason: str, job_id: int | None, actor: str) -> None:

@@ -284,8 +284,8 @@ SELECT count(*) FROM leases WHERE device_id = ? AND released_at IS NULL
 SELECT id, max_runtime FROM devices WHERE id = ?
 
 -- name: device_state
--- A device's state, quarantine reason and worker.
-SELECT id, state, quarantine_reason, worker_id FROM devices WHERE id = ?
+-- A device's state, quarantine reason and detail, and worker.
+SELECT id, state, quarantine_reason, quarantine_detail, worker_id FROM devices WHERE id = ?
 
 -- name: device_get
 -- One device's whole row.
