@@ -190,15 +190,14 @@ class Agent:
         proof = (
             recovery.recovery_proof(self.cfg.require_manual_clear, self.cfg.host) if idle else None
         )
-        if (
-            proof is not None
-            and proof.survivors_checked
-            and not proof.survivors_found
-            # an untagged process (env -i) of a job of an earlier worker process
-            # is still in that job's cgroup
-            and survivors.scan(self.tracker, self.cfg.host, every_job=True).found
-        ):
-            proof = RecoveryProof(survivors_checked=True, survivors_found=True)
+        if idle:  # the cgroups of jobs of an earlier worker process of this host
+            left = survivors.scan(self.tracker, self.cfg.host, every_job=True)
+            for cg in left.groups:
+                if not cg.live_pids():
+                    cg.remove()
+            if left.found and proof is not None and proof.survivors_checked:
+                # an untagged process (env -i) of such a job is still in its cgroup
+                proof = RecoveryProof(survivors_checked=True, survivors_found=True)
         self.recheck_due = proof is None or not proof.proves()
         return RegisterRequest(
             host=self.cfg.host,

@@ -8,9 +8,14 @@ session and process group. Ending it:
 3. SIGKILL to the group, then up to 2 s for the last members;
 4. whoever is still alive is a survivor, reported by pid and command.
 
-Zombies are never counted as alive. After a job, processes that left the
-group (setsid or double fork) but still carry the job's RC_JOB_ID are found in
-/proc and ended the same way (`sweep_job`). Every wait has a deadline.
+Given a cgroup (rc.worker.cgroups), the child joins it before exec and the
+group's members are the cgroup's too: signals reach both, and SIGKILL is the
+cgroup's own kill, so a member that left the group (setsid, a double fork,
+`env -i`) is ended with it. Zombies are never counted as alive. After a
+job, processes that left the group but still carry the job's RC_JOB_ID are
+found in /proc and ended the same way (`sweep_job`). Every spawned process
+is tracked for the orphan reaper (rc.worker.reaper) until it is reaped
+here. Every wait has a deadline.
 """
 
 from __future__ import annotations
