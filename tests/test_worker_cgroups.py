@@ -13,7 +13,7 @@ import os
 import pytest
 
 from rc.worker import cgroups
-from tests.harness import pid_alive, wait_until
+from tests.harness import Cli, pid_alive, wait_until
 from tests.test_worker_e2e_kit import Site, read_pid, submit, wait_state
 
 pytestmark = [
@@ -123,3 +123,30 @@ def test_scan_mode_still_sweeps_tagged_escapees(site, tmp_path):
     assert j["state"] == "succeeded", j
     assert not pid_alive(read_pid(tmp_path / "escapee"))
     assert device_state(site, "scan:cpu0") == "ready"
+
+
+@pytest.mark.parametrize("mode", ["cgroup2", "cgroup1"])
+def test_an_exec_session_has_a_cgroup_of_its_own(site, tmp_path, mode):
+    """`rc exec` in a hold: an untagged escapee of the session ends with the
+    session, while the hold goes on."""
+    _skip_unless(mode)
+    cli = Cli(site.ctl.url, site.ctl.admin_token, site.env, tmp_path)
+    hold = cli.run(
+        "hold", "-d", f"{mode}:cpu0", "--ttl", "10m", "--reason", "cg", "--detach", check=True
+    )
+    hold_id = int(hold.stdout)
+    try:
+        res = cli.run(
+            "exec",
+            str(hold_id),
+            "--",
+            "sh",
+            "-c",
+            "env -i setsid sleep 1000 >/dev/null 2>&1 < /dev/null & echo $!",
+            check=True,
+        )
+        escapee = int(res.stdout)
+        wait_until(lambda: not pid_alive(escapee), 15, "the session's escapee to be killed")
+        assert site.admin.get(f"/v1/jobs/{hold_id}")["job"]["state"] == "running"
+    finally:
+        cli.run("release", str(hold_id), check=True)
