@@ -326,6 +326,7 @@ class Agent:
         """Register, start the loops, wait for a stop; the exit code (0; 1 when
         the controller refused the registration for good)."""
         if not self.register():
+            self.tracker.close()
             return 1 if self.refused else 0
         threading.Thread(target=self._heartbeat_loop, name="rc-heartbeat", daemon=True).start()
         threading.Thread(target=self._probe_loop, name="rc-probe", daemon=True).start()
