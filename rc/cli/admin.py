@@ -233,17 +233,12 @@ def cmd_whoami(args: argparse.Namespace) -> int:
     return 0
 
 
-CLEAR_TIMEOUT_S = 90.0
-"""How long `rc clear` waits for its answer (s): the worker's scan, its kill
-grace with --kill, and the scan again."""
-
-
 def cmd_clear(args: argparse.Namespace) -> int:
     if args.kill and args.force:
         raise UsageError("give --kill or --force, not both")
     body = {"kill": args.kill, "force": args.force}
     path = f"/v1/devices/{segment(args.device)}/clear"
-    print_line(client(args).post(path, body, timeout=CLEAR_TIMEOUT_S)["message"])
+    print_line(client(args).post(path, body)["message"])
     return 0
 
 

@@ -93,9 +93,10 @@ def add_parsers(sub) -> None:
     p = sub.add_parser(
         "kill",
         help="kill a job or cancel a queued one (yours, or any as admin)",
-        description="Kill job JOB (SIGTERM to its process group, SIGKILL after "
-        "the worker's grace), end a hold, or cancel a queued job. Only its "
-        "submitter or an admin may.",
+        description="Kill job JOB (SIGTERM to its process group and cgroup, SIGKILL after "
+        "the worker's grace), end a hold, or cancel a queued job. For a lost job, its "
+        "worker ends what is left of it (its cgroup, its RC_JOB_ID) and this says what "
+        "it found. Only its submitter or an admin may.",
     )
     attach(
         p.add_argument("job", type=number_in(1), metavar="JOB", help="the job or hold id"),

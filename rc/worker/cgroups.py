@@ -126,9 +126,17 @@ def subtree_name(host: str) -> str:
 
 def enter(fd: int) -> None:
     """In the child, right after fork: join the cgroup whose cgroup.procs is
-    open on `fd` ("0" is the writer itself). Runs before any privilege drop
-    and before exec; raises OSError (the spawn then fails)."""
-    os.write(fd, b"0")
+    open on `fd` ("0" is the writer itself), before exec. The fd was opened
+    by the worker, and the kernel checks a write against the opener's
+    credentials (Linux 5.16 and later; cgroup v1 always lets a process move
+    itself), so the join works before or after a privilege drop. A join
+    the kernel refuses leaves the child where it is: the parent sees it is
+    not a member and says so (rc.worker.supervise.spawn); the job still
+    runs, tracked by its group and RC_JOB_ID."""
+    try:
+        os.write(fd, b"0")
+    except OSError:
+        pass
 
 
 def _read(path: str) -> str:

@@ -186,7 +186,20 @@ def spawn(
     finally:
         if join >= 0:
             os.close(join)
+    if cgroup is not None and proc.poll() is None and proc.pid not in _members(cgroup):
+        log.warning(
+            "pid %d could not join cgroup %s: tracked by its process group and RC_JOB_ID only",
+            proc.pid,
+            cgroup.path,
+        )
     return Group(proc, cgroup)
+
+
+def _members(cgroup: cgroups.Cgroup) -> list[int]:
+    try:
+        return cgroup.pids()
+    except OSError:
+        return []
 
 
 def _popen(argv, cwd, env, stdin, stdout, stderr, pass_fds, join: int) -> subprocess.Popen:
