@@ -173,6 +173,17 @@ CALLS = [
     ),
     Call(
         "POST",
+        "/v1/workers/{worker_id}/recheck",
+        lambda w: (f"/v1/workers/{w.host}/recheck", {"recovery": {}}),  # proves nothing
+    ),
+    Call(
+        "POST",
+        "/v1/workers/{worker_id}/scans/{scan_id}",
+        lambda w: (f"/v1/workers/{w.host}/scans/1", {"survivors": []}),
+        404,  # admitted, but no scan 1 waits
+    ),
+    Call(
+        "POST",
         "/v1/jobs/{job_id}/status",
         lambda w: (f"/v1/jobs/{w.job}/status", {"worker_id": w.host, "state": "running"}),
     ),
@@ -225,7 +236,7 @@ CALLS = [
     Call(
         "POST",
         "/v1/devices/{device_id}/clear",
-        lambda w: (_quarantined(w), None),
+        lambda w: (_quarantined(w), {"force": True}),  # no worker polls here to scan
     ),
     Call("DELETE", "/v1/devices/{device_id}", lambda w: (_retirable(w), None)),
     # a fresh reason each time (draining again with the same one is a 409 no-op),

@@ -8,7 +8,13 @@ Invariants after every step:
 - a quarantined device always carries a reason;
 - terminal job states never change;
 - a device never returns to the pool without a proof, a reboot or an admin
-  clear, and `fault` never clears without an admin.
+  clear, and `fault` never clears without an admin;
+- no device is assigned (or ready) while a survivor scan of it is pending or
+  dirty: the model leaves survivors on quarantined devices, and `rc clear`
+  (its survivor scan pending while scheduling passes run, then the verdict),
+  `rc clear --kill` and the worker's re-check (store.workers.recover on a
+  proof that is clean only when the model's host has no survivor) return a
+  device only once nothing is left on it.
 """
 
 from __future__ import annotations
@@ -47,6 +53,13 @@ class FleetMachine(RuleBasedStateMachine):
         self.boot = {h: uuid.uuid4().hex for h in HOSTS}
         self.terminal: dict[int, str] = {}
         self.faulted: set[str] = set()
+        self.dirty: dict[str, set[int]] = {}
+        """Devices with a survivor on them (the model's truth about the host)
+        → the jobs whose leases on it were live then (a teardown faults a
+        device before its job's lease is released: no other may come)."""
+        self.pending: set[str] = set()
+        """Devices whose survivor scan (a clear) has not answered yet."""
+        self.pending_leases: set[int] = set()
         for h in HOSTS:
             self._register(h, RecoveryProof())
 
@@ -102,6 +115,9 @@ class FleetMachine(RuleBasedStateMachine):
     def register(self, host, reboot, proof):
         if reboot:
             self.boot[host] = uuid.uuid4().hex
+            self.dirty = {d: j for d, j in self.dirty.items() if not d.startswith(host + ":")}
+        if proof in ("clean", "isolated") and self._dirty_on(host):
+            proof = "survivors"  # a worker's scan sees the survivors the model left
         p = PROOFS[proof]
 
         def allowed(d, reason):
@@ -195,7 +211,12 @@ class FleetMachine(RuleBasedStateMachine):
 
     @rule(host=st.sampled_from(HOSTS), name=st.sampled_from(DEVICES))
     def clear(self, host, name):
+        """`rc clear --force`: for a scan that cannot run, on the admin's word
+        (the model's admin forces only a device with no survivor on it:
+        forcing past one is outside what rc can guarantee)."""
         d = f"{host}:{name}"
+        if d in self.dirty:
+            return
 
         def admin_clear():
             try:
@@ -204,6 +225,81 @@ class FleetMachine(RuleBasedStateMachine):
                 pass
 
         self.guarded(lambda dd, r: dd == d, admin_clear)
+
+    # -- survivors, verified clears, the re-check ----------------------------------
+
+    def _dirty_on(self, host: str) -> bool:
+        return any(d.startswith(host + ":") for d in self.dirty)
+
+    @rule(host=st.sampled_from(HOSTS), name=st.sampled_from(DEVICES), fault=st.booleans())
+    def leave_survivor(self, host, name, fault):
+        """A process outlives its job on a device that is out (or, with
+        `fault`, a teardown finds one and faults the device as the worker does)."""
+        d = f"{host}:{name}"
+        if fault:
+            detail = "processes of job 7 survived teardown: pid 12 'sleep 301'"
+            try:
+                self.guarded(lambda dd, r: False, self.write, devices.fault, d, detail, None, host)
+            except Refused:  # retired
+                return
+        if self.devices().get(d, ("", ""))[0] == "unhealthy":
+            self.dirty.setdefault(d, set()).update(self._leases().get(d, set()))
+
+    def _leases(self) -> dict[str, set[int]]:
+        out: dict[str, set[int]] = {}
+        for lease in self.read(lambda tx: tx.all("leases_live")):
+            out.setdefault(lease["device_id"], set()).add(lease["job_id"])
+        return out
+
+    @rule(data=st.data())
+    def survivor_exits(self, data):
+        if self.dirty:
+            self.dirty.pop(data.draw(st.sampled_from(sorted(self.dirty))))
+
+    @rule(
+        host=st.sampled_from(HOSTS),
+        name=st.sampled_from(DEVICES),
+        kill=st.booleans(),
+        passes=st.integers(0, 2),
+    )
+    def verified_clear(self, host, name, kill, passes):
+        """POST /v1/devices/{id}/clear: refused or not first, then the scan is
+        pending while the scheduler runs, then its verdict decides."""
+        d = f"{host}:{name}"
+        try:
+            self.read(devices.clearable, d)
+        except Refused:
+            return
+        self.pending.add(d)
+        self.pending_leases = self._leases().get(d, set())
+        for _ in range(passes):
+            self.schedule()
+            self.no_assignment_while_pending_or_dirty()
+        self.pending.discard(d)
+        if kill:
+            self.dirty.pop(d, None)
+        if d in self.dirty:
+            return  # 409 survivors_found: the device stays out
+
+        def admin_clear():
+            try:
+                self.write(devices.clear, d, "admin", "a survivor scan found nothing")
+            except Refused:
+                pass
+
+        self.guarded(lambda dd, r: dd == d, admin_clear)
+
+    @rule(host=st.sampled_from(HOSTS))
+    def recheck(self, host):
+        """The worker's periodic re-check: its scan is clean only when no
+        survivor is left on the host."""
+        p = PROOFS["survivors" if self._dirty_on(host) else "clean"]
+
+        def allowed(d, reason):
+            mine = d.startswith(host + ":")
+            return mine and (reason in CLEARABLE or (reason == "fault" and d not in self.faulted))
+
+        self.guarded(allowed, self.write, workers.recover, host, p, self.ctl.thresholds, True)
 
     @rule(host=st.sampled_from(HOSTS), name=st.sampled_from(DEVICES), on=st.booleans())
     def drain(self, host, name, on):
@@ -262,6 +358,19 @@ class FleetMachine(RuleBasedStateMachine):
                 assert state == self.terminal[job_id], f"job {job_id} left {self.terminal[job_id]}"
             elif JobState(state).terminal:
                 self.terminal[job_id] = state
+
+    @invariant()
+    def no_assignment_while_pending_or_dirty(self):
+        states = self.devices()
+        leases = self._leases()
+        for d in self.pending | set(self.dirty):
+            if d in states:
+                assert states[d][0] == "unhealthy", (d, states[d], d in self.pending)
+                before = self.dirty.get(d, set()) | (
+                    self.pending_leases if d in self.pending else set()
+                )
+                new = leases.get(d, set()) - before
+                assert not new, f"{d} was assigned to {new} while a survivor scan is open or dirty"
 
     @precondition(lambda self: True)
     @invariant()

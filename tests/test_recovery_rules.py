@@ -412,3 +412,55 @@ def test_a_restarted_controller_hands_out_nothing_until_the_worker_speaks(tmp_pa
         assert fl.device()[0] == "busy"  # the worker spoke: the job goes
     finally:
         fl.close()
+
+
+# -- the worker's periodic re-check (POST /v1/workers/{id}/recheck) ------------
+
+
+def recheck(f, proof=CLEAN):
+    return f.w(workers.recover, "h", proof, f.ctl.thresholds, True)
+
+
+@pytest.mark.parametrize(
+    "detail",
+    [
+        "processes of job 7 survived teardown: pid 12 'sleep 300'",
+        "GPU GPU-1 still has compute processes: pid 12 'python' (300 MiB)",
+    ],
+)
+def test_a_clean_recheck_returns_a_device_faulted_for_survivors(f, detail):
+    f.w(devices.fault, "h:cpu0", detail, None, "h")
+    assert recheck(f, FOUND) == [] and f.device() == ("unhealthy", "fault")
+    assert recheck(f) == ["h:cpu0"] and f.device() == ("ready", "")
+    (text,) = f.events("device_recovered")
+    assert text == (
+        "was quarantined for fault; a scan of every process found none left from an "
+        "earlier job (the worker's periodic re-check)"
+    )
+
+
+@pytest.mark.parametrize(
+    "detail", ["verify failed: ecc", "acquire hook failed", "cannot check that GPU G is empty"]
+)
+def test_a_recheck_never_returns_a_fault_that_is_not_survivors(f, detail):
+    f.w(devices.fault, "h:cpu0", detail, None, "h")
+    assert recheck(f) == [] and f.device() == ("unhealthy", "fault")
+
+
+def test_the_recheck_is_held_to_the_flap_guard(f):
+    for _ in range(3):
+        f.w(devices.fault, "h:cpu0", "processes of job 7 survived teardown: pid 1 'x'", None, "h")
+        assert recheck(f) == ["h:cpu0"]
+        f.t += 60
+    f.quarantine("registration")
+    assert recheck(f) == [] and f.device() == ("unhealthy", "registration")
+    assert f.events("recovery_refused")
+
+
+def test_a_verify_failure_after_survivors_keeps_the_device_for_an_admin(f):
+    """A fault over a fault kept the first detail, so a survivors fault later
+    hit by a failed verify script still looked like survivors alone, and a
+    clean re-check returned a device no scan can vouch for."""
+    f.w(devices.fault, "h:cpu0", "processes of job 7 survived teardown: pid 1 'x'", None, "h")
+    f.w(devices.fault, "h:cpu0", "verify failed: ecc", None, "h")
+    assert recheck(f) == [] and f.device() == ("unhealthy", "fault")

@@ -96,13 +96,26 @@ def add_parsers(sub) -> None:
     p = sub.add_parser(
         "clear",
         help="return a quarantined device to the pool (admin)",
-        description="Return quarantined device DEVICE to the pool (admin only): "
-        "do it once you know nothing of the old job is left on it. Refused while "
-        "a lease is live or when the device is not quarantined.",
+        description="Return quarantined device DEVICE to the pool (admin only), once its "
+        "worker's fresh survivor scan (cgroups, process groups, RC_JOB_ID, GPU compute "
+        "processes) finds nothing of its jobs. Survivors are named and the device stays "
+        "out (exit 1). Refused while a lease is live or when the device is not quarantined.",
     )
     attach(
         p.add_argument("device", type=device_arg, metavar="DEVICE", help="a device id, host:name"),
         devices,
+    )
+    p.add_argument(
+        "--kill",
+        action="store_true",
+        help="end the survivors the scan finds (TERM, the kill grace, KILL), scan again, "
+        "and clear only when that scan is clean",
+    )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="clear without a survivor scan (for a worker that cannot scan); the event "
+        "says it was forced",
     )
     add_client_flags(p)
     p.set_defaults(handler="admin:cmd_clear")
@@ -238,7 +251,11 @@ def cmd_whoami(args: argparse.Namespace) -> int:
 
 
 def cmd_clear(args: argparse.Namespace) -> int:
-    print_line(client(args).post(f"/v1/devices/{segment(args.device)}/clear")["message"])
+    if args.kill and args.force:
+        raise UsageError("give --kill or --force, not both")
+    body = {"kill": args.kill, "force": args.force}
+    path = f"/v1/devices/{segment(args.device)}/clear"
+    print_line(client(args).post(path, body)["message"])
     return 0
 
 

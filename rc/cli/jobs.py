@@ -224,11 +224,12 @@ def add_parsers(sub) -> None:
     p = sub.add_parser(
         "kill",
         help="kill jobs or cancel queued ones, by id or by filter (yours, or any as admin)",
-        description="Kill each job JOB (SIGTERM to its process group, SIGKILL after "
-        "the worker's grace), end a hold, or cancel a queued job; or every job "
+        description="Kill each job JOB (SIGTERM to its process group and cgroup, SIGKILL "
+        "after the worker's grace), end a hold, or cancel a queued job; or every job "
         "the filters take (your own, still queued or active; an admin may name "
-        "--user). Only a job's submitter or an admin may. Prints each job it "
-        "ended and a count.",
+        "--user). For a lost job, its worker ends what is left of it (its cgroup, its "
+        "RC_JOB_ID) and this says what it found. Only a job's submitter or an admin "
+        "may. Prints each job it ended and a count.",
     )
     attach(
         p.add_argument("job", nargs="*", type=number_in(1), metavar="JOB", help="job or hold ids"),

@@ -29,6 +29,7 @@ from rc.controller.hub import Hub
 from rc.controller.logstore import LogStore
 from rc.controller.metrics import Metrics
 from rc.controller.relay import Relay
+from rc.controller.scans import Scans
 from rc.controller.store import jobs, queue, tokens, views, workers
 from rc.controller.store.db import Database, Tx
 from rc.controller.store.labels import MatchCache
@@ -94,6 +95,8 @@ class Controller:
         self.delivered: dict[str, set[int]] = {}
         self.poll_generation: dict[str, int] = {}
         """worker id → the number of its newest long poll (only it hands out work)."""
+        self.scans = Scans()
+        """Survivor scans asked of workers (rc clear, rc kill of a lost job)."""
         self.started_at = 0.0
         self.created_admin_token = False
         self._loops: list[asyncio.Task] = []

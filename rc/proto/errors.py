@@ -67,6 +67,8 @@ class ErrorCode(enum.StrEnum):
     NOT_WORKER_JOB = "not_worker_job"
     DEVICE_NOT_FOUND = "device_not_found"
     DEVICE_NOT_CLEARED = "device_not_cleared"
+    SURVIVORS_FOUND = "survivors_found"
+    SCAN_UNAVAILABLE = "scan_unavailable"
     DEVICE_BUSY = "device_busy"
     LOGS_NOT_STORED = "logs_not_stored"
     OFFSET_GAP = "offset_gap"
@@ -108,6 +110,8 @@ STATUS: Mapping[ErrorCode, int] = MappingProxyType(
         ErrorCode.NOT_WORKER_JOB: 403,
         ErrorCode.DEVICE_NOT_FOUND: 404,
         ErrorCode.DEVICE_NOT_CLEARED: 409,
+        ErrorCode.SURVIVORS_FOUND: 409,
+        ErrorCode.SCAN_UNAVAILABLE: 503,
         ErrorCode.DEVICE_BUSY: 409,
         ErrorCode.LOGS_NOT_STORED: 409,
         ErrorCode.OFFSET_GAP: 409,

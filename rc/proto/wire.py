@@ -30,6 +30,7 @@ __all__ = [
     "ArraySummary",
     "Assignment",
     "Assignments",
+    "ClearRequest",
     "Dependency",
     "DescribeResponse",
     "DeviceDecl",
@@ -57,12 +58,16 @@ __all__ = [
     "LeaveResponse",
     "LocalSession",
     "LogAppended",
+    "RecheckRequest",
+    "RecheckResponse",
     "RegisterRequest",
     "RegisterResponse",
     "ReportResult",
     "ReportResults",
     "Reports",
     "ReservationView",
+    "ScanRequest",
+    "ScanResult",
     "SessionReport",
     "SessionRequest",
     "SessionStart",
@@ -70,6 +75,7 @@ __all__ = [
     "StateResponse",
     "StatusReport",
     "SubmitRequest",
+    "Survivor",
     "TokenCreate",
     "TokenCreated",
     "TokenList",
@@ -380,12 +386,79 @@ class Assignment:
 
 
 @dataclass(frozen=True, slots=True)
+class ScanRequest:
+    """A survivor scan the controller asks a worker for (Assignments.scans):
+    processes left of `job_ids` (their cgroups, their RC_JOB_ID) or of any
+    job on `device_ids` (RC_DEVICES naming one, compute processes on its
+    GPU). `kill`: end them (TERM, the kill grace, KILL) and scan again. The
+    worker answers at POST /v1/workers/{id}/scans/{scan_id}."""
+
+    scan_id: int
+    device_ids: tuple[str, ...] = ()
+    job_ids: tuple[int, ...] = ()
+    kill: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Survivor:
+    """A process a survivor scan found: its pid, command line, and where it
+    was found ("cgroup job-58", "RC_JOB_ID=58", "GPU GPU-...")."""
+
+    pid: int
+    command: str = ""
+    where: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ScanResult:
+    """POST /v1/workers/{id}/scans/{scan_id}: what a survivor scan found.
+
+    survivors: alive at the end (after the kill, when asked for one);
+    ended: ended by the kill; complete: the scan could read every process
+    (False: "none found" proves nothing); error: why it could not run.
+    """
+
+    survivors: tuple[Survivor, ...] = ()
+    ended: tuple[Survivor, ...] = ()
+    complete: bool = True
+    error: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RecheckRequest:
+    """POST /v1/workers/{id}/recheck: the worker's periodic survivor scan
+    (every recheck_interval) while devices of it may be out with survivors;
+    a proof that proves returns them (rc.controller.store.workers.recover)."""
+
+    recovery: RecoveryProof
+
+
+@dataclass(frozen=True, slots=True)
+class RecheckResponse:
+    """The devices the re-check returned to the pool."""
+
+    recovered: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ClearRequest:
+    """POST /v1/devices/{id}/clear: `kill` ends the survivors the scan finds,
+    then scans again; `force` clears without a scan (for a scan that cannot
+    run; the event says so)."""
+
+    kill: bool = False
+    force: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class Assignments:
-    """GET /v1/workers/{id}/assignments: new jobs and jobs to kill."""
+    """GET /v1/workers/{id}/assignments: new jobs, jobs to kill, sessions
+    inside holds, survivor scans."""
 
     assignments: tuple[Assignment, ...] = ()
     kills: tuple[int, ...] = ()
     sessions: tuple[SessionStart, ...] = ()
+    scans: tuple[ScanRequest, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,9 +37,13 @@ from rc.proto.wire import (
     LabelsRequest,
     LeaveRequest,
     LeaveResponse,
+    RecheckRequest,
+    RecheckResponse,
     RegisterRequest,
+    ScanRequest,
+    ScanResult,
 )
-from rc.worker import account, recovery, sessions, sheets
+from rc.worker import account, cgroups, recovery, sessions, sheets, survivors
 from rc.worker.clock import SYSTEM, Clock
 from rc.worker.config import DeviceConfig, WorkerConfig
 from rc.worker.hooks import Leases
@@ -136,23 +140,33 @@ class Agent:
         # this host's jobs (and post-job sweeps only this worker process's).
         self.instance_id = uuid.uuid4().hex
         self.markers = {"RC_HOST": cfg.host, "RC_WORKER_INSTANCE": self.instance_id}
+        self.tracker = cgroups.Tracker.detect(cfg.host, cfg.cgroup_root)
+        """How this worker tracks its jobs' processes (label proctrack)."""
+        log.info("process tracking: %s (%s)", self.tracker.mode, self.tracker.why)
         self.prober = Prober(cfg, clock=clock)
+        self.prober.fixed["proctrack"] = self.tracker.mode
         self._probe_lock = threading.Lock()
         self.leases = Leases(cfg, clock)
         self.spool = Spool(cfg.spool_dir, cfg.spool_max_bytes)
         self._arms: dict[int, JobRun] = {}
+        self._scans_seen: set[int] = set()
+        self.recheck_due = False
+        """Devices of this worker may be out with survivors (its registration
+        proof proved nothing, or a teardown left survivors): rescan every
+        recheck_interval (rc.worker.survivors) until a clean scan returned them."""
         self.job_context = JobContext(
             cfg=cfg,
             clock=clock,
             client=client,
             markers=self.markers,
             report=self.reporter.submit,
-            fault=self.reporter.submit_fault,
+            fault=self._job_fault,
             open_log=self._open_log,
             hooks=self.leases.device,
             gpu_uuid=self.gpu_uuid,
             stopping=lambda: self.stopping,
             finished=self.finished,
+            tracker=self.tracker,
         )
         """What this worker's job runs see of it."""
 
@@ -186,6 +200,15 @@ class Agent:
         proof = (
             recovery.recovery_proof(self.cfg.require_manual_clear, self.cfg.host) if idle else None
         )
+        if idle:  # the cgroups of jobs of an earlier worker process of this host
+            left = survivors.scan(self.tracker, self.cfg.host, every_job=True)
+            for cg in left.groups:
+                if not cg.live_pids():
+                    cg.remove()
+            if left.found and proof is not None and proof.survivors_checked:
+                # an untagged process (env -i) of such a job is still in its cgroup
+                proof = RecoveryProof(survivors_checked=True, survivors_found=True)
+        self.recheck_due = proof is None or not proof.proves()
         run_as, shared, allow_root = account.registration(
             self.cfg.shared_account, self.cfg.allow_root_jobs
         )
@@ -320,9 +343,11 @@ class Agent:
         """Register, start the loops, wait for a stop; the exit code (0; 1 when
         the controller refused the registration for good)."""
         if not self.register():
+            self.tracker.close()
             return 1 if self.refused else 0
         threading.Thread(target=self._heartbeat_loop, name="rc-heartbeat", daemon=True).start()
         threading.Thread(target=self._probe_loop, name="rc-probe", daemon=True).start()
+        threading.Thread(target=self._recheck_loop, name="rc-recheck", daemon=True).start()
         threading.Thread(target=self._poll_loop, name="rc-poll", daemon=True).start()
         while not self.stop_event.wait(1.0):  # a tick: signal handlers run between waits
             pass
@@ -478,6 +503,14 @@ class Agent:
             self._cancel(job_id, "")
         if got.sessions and not self.closed:  # sessions inside holds (rc shell / exec / cp)
             sessions.dispatch_sessions(self, got.sessions)
+        for req in got.scans:  # survivor scans (rc clear, rc kill of a lost job)
+            if req.scan_id not in self._scans_seen:
+                if len(self._scans_seen) >= 1024:  # each is handed out once anyway
+                    self._scans_seen.clear()
+                self._scans_seen.add(req.scan_id)
+                threading.Thread(
+                    target=self._answer_scan, args=(req,), name="rc-scan", daemon=True
+                ).start()
         for a in got.assignments:
             # One critical section decides, records and (for the shutdown's
             # list of runs to end) registers a start: once `closed` is set,
@@ -503,6 +536,45 @@ class Agent:
                 )
             else:
                 run.start()
+
+    def survivor_scan(
+        self, device_ids=(), job_ids=(), kill: bool = False
+    ) -> tuple[survivors.Scan, tuple]:
+        """A fresh survivor scan (rc.worker.survivors) of `device_ids` and
+        `job_ids`, skipping this process's running jobs; with `kill`, end
+        what it finds and scan again. Returns (the last scan, the survivors
+        the kill ended). Empty cgroups it looked in are removed."""
+        with self._lock:
+            running = set(self.jobs)
+
+        def look() -> survivors.Scan:
+            return survivors.scan(
+                self.tracker, self.cfg.host, device_ids, job_ids, running, self.gpu_uuid
+            )
+
+        found = look()
+        ended: tuple = ()
+        if kill and found.found:
+            before = found.survivors
+            survivors.end(found, self.cfg.kill_grace)
+            found = look()
+            ended = tuple(s for s in before if s.pid not in found.found)
+        for cg in found.groups:
+            if not cg.live_pids():
+                cg.remove()
+        return found, ended
+
+    def _answer_scan(self, req: ScanRequest) -> None:
+        try:
+            found, ended = self.survivor_scan(req.device_ids, req.job_ids, req.kill)
+            result = ScanResult(found.survivors, ended, found.complete)
+        except Exception as e:  # a bug must still answer
+            log.exception("survivor scan %d failed", req.scan_id)
+            result = ScanResult(complete=False, error=f"worker error: {e}")
+        try:
+            self.client.post(f"/v1/workers/{self.worker_id}/scans/{req.scan_id}", encode(result))
+        except (ApiError, TransportError) as e:
+            log.warning("could not answer survivor scan %d: %s", req.scan_id, e)
 
     def _cancel(self, job_id: int, reason: str) -> None:
         with self._lock:
@@ -587,6 +659,56 @@ class Agent:
             )
         return True
 
+    def _job_fault(self, device_id: str, reason: str, job_id: int | None) -> None:
+        """A job run quarantines a device; survivors of its teardown arm the re-check."""
+        if reason.startswith(("processes of job ", "GPU ")):
+            self.recheck_due = True
+        self.reporter.submit_fault(device_id, reason, job_id)
+
+    def recheck_once(self) -> list[str]:
+        """One periodic re-check: a survivor scan of every job of this host
+        not running here; when it is complete and finds nothing, present the
+        proof (POST /v1/workers/{id}/recheck). Returns the devices it
+        returned to the pool."""
+        with self._lock:
+            running = set(self.jobs) | self.reporting
+            busy = {d for run in self.jobs.values() for d in run.device_ids}
+        idle = [f"{self.cfg.host}:{n}" for n in self.devices]
+        found = survivors.scan(
+            self.tracker,
+            self.cfg.host,
+            [d for d in idle if d not in busy],  # their GPUs: no compute process may remain
+            running=running,
+            gpu_uuid=self.gpu_uuid,
+            every_job=True,
+        )
+        if found.found or not found.complete or self.cfg.require_manual_clear:
+            return []
+        for cg in found.groups:
+            if not cg.live_pids():
+                cg.remove()
+        proof = RecoveryProof(survivors_checked=True, survivors_found=False)
+        try:
+            resp = self.client.post(
+                f"/v1/workers/{self.worker_id}/recheck", encode(RecheckRequest(proof))
+            )
+        except (ApiError, TransportError) as e:
+            log.warning("re-check not delivered: %s", e)
+            return []
+        self.recheck_due = False
+        back = list(decode(RecheckResponse, resp).recovered)
+        if back:
+            log.info("a clean survivor scan returned %s", ", ".join(back))
+        return back
+
+    def _recheck_loop(self) -> None:
+        while not self.clock.wait(self.stop_event, self.cfg.recheck_interval):
+            if self.recheck_due:
+                try:
+                    self.recheck_once()
+                except Exception:  # a bug must not end the loop
+                    log.exception("re-check failed")
+
     def fault(self, device_id: str, reason: str, job_id: int | None) -> None:
         """Quarantine a device (`fault`): queued, retried, and sent before any
         later report (rc.worker.reporter)."""
@@ -608,5 +730,6 @@ class Agent:
         self.reporter.stop()
         self.leases.drain()
         self.spool.close()
+        self.tracker.close()
         log.info("worker stopped")
         return 0

@@ -239,9 +239,11 @@ class Pipes(Process):
         cwd: str | None,
         note: bytes,
         user: Account | None = None,
+        cgroup=None,
     ) -> None:
         """Start argv on pipes as `user` (rc.worker.account; None: the
-        worker), in `cwd`; raises OSError when it cannot start."""
+        worker), in `cwd`, inside `cgroup` (None: none); raises OSError
+        when it cannot start."""
         in_r, self.in_w = os.pipe()
         self.out_fd, out_w = os.pipe()
         self.err_fd, err_w = os.pipe()
@@ -252,7 +254,14 @@ class Pipes(Process):
             self.err(note)
         try:
             self.group = supervise.spawn(
-                argv, cwd=cwd, env=env, stdin=in_r, stdout=out_w, stderr=err_w, account=user
+                argv,
+                cwd=cwd,
+                env=env,
+                stdin=in_r,
+                stdout=out_w,
+                stderr=err_w,
+                account=user,
+                cgroup=cgroup,
             )
         except BaseException:
             self.close()

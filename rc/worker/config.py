@@ -29,6 +29,8 @@ Every key, its default and unit (top-level keys first, as TOML requires):
     shared_account      = false               # every job runs as this worker's own user
     job_path            = ""                  # jobs' PATH (default: the standard system PATH)
     pass_env            = []                  # names of worker variables passed to jobs
+    cgroup_root         = ""                  # cgroup hierarchy to track jobs in; "": detect
+    recheck_interval    = "30s"               # survivor rescan of a quarantined device
 
     [[devices]]                               # one table per device, or a list of names
     name           = "gpu0"
@@ -144,6 +146,8 @@ class WorkerConfig:
     shared_account: bool = False
     job_path: str = ""
     pass_env: tuple[str, ...] = ()
+    cgroup_root: str = ""
+    recheck_interval: float = 30.0
 
     def __post_init__(self) -> None:
         # Defaults for configs built in code: a zero or negative timeout never
@@ -159,6 +163,7 @@ class WorkerConfig:
             "verify_timeout",
             "verify_pass_budget",
             "reregister_after",
+            "recheck_interval",
         ):
             if getattr(self, name) <= 0:
                 object.__setattr__(self, name, defaults[name])
@@ -283,6 +288,7 @@ _DURATIONS = {
     "probe_timeout",
     "verify_timeout",
     "verify_pass_budget",
+    "recheck_interval",
 }
 _STRINGS = {
     "job_path",
@@ -295,6 +301,7 @@ _STRINGS = {
     "verify_dir",
     "sheet_dir",
     "spool_dir",
+    "cgroup_root",
 }
 _BOOLS = {"require_manual_clear", "allow_root_jobs", "shared_account"}
 _DEVICE_KEYS = {

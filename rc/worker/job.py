@@ -45,14 +45,14 @@ import os
 import select
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from rc.proto.client import Client
 from rc.proto.duration import format_duration
 from rc.proto.errors import RcError
 from rc.proto.model import JobKind, JobState, Stdio
 from rc.proto.wire import Assignment
-from rc.worker import account, leftovers, procfs, supervise, verify, watchdog
+from rc.worker import account, cgroups, leftovers, procfs, supervise, verify, watchdog
 from rc.worker.account import Account
 from rc.worker.attached import Halves, Pipes, Process
 from rc.worker.clock import Clock
@@ -102,6 +102,8 @@ class JobContext:
     (None: not configured). gpu_uuid(device_name): its GPU's UUID ("" when
     none is known). stopping(): the worker is shutting down. finished(run,
     result): the run is over; its terminal report is the worker's to send.
+    tracker: how the worker tracks processes (rc.worker.cgroups; scan mode
+    by default).
     """
 
     cfg: WorkerConfig
@@ -115,6 +117,7 @@ class JobContext:
     gpu_uuid: Callable[[str], str]
     stopping: Callable[[], bool]
     finished: Callable[[JobRun, Result], None]
+    tracker: cgroups.Tracker = field(default_factory=lambda: cgroups.Tracker(cgroups.SCAN))
 
     @property
     def sweep_scope(self) -> dict[bytes, bytes]:
@@ -165,6 +168,8 @@ class JobRun:
         self.hook_context = HookContext(a.job_id, a.submitter)
         self.account: Account | None = None
         """The Unix user the job runs as, once resolved (its sessions too)."""
+        self.cgroup: cgroups.Cgroup | None = None
+        """The job's own cgroup (None in scan mode), made just before it starts."""
         self.thread = threading.Thread(target=self._run, name=f"rc-job-{a.job_id}", daemon=True)
 
     def start(self) -> None:
@@ -252,7 +257,16 @@ class JobRun:
             )
             if failed:
                 ctx.fault(device_id, failed, a.job_id)
+        if not alive:  # verified empty: the cgroups go; with survivors they stay, to be rescanned
+            for cg in self.cgroups():
+                if not cg.live_pids():
+                    cg.remove()
         return result
+
+    def cgroups(self) -> list[cgroups.Cgroup]:
+        """The job's cgroup and those of its sessions (a hold's), that exist."""
+        own = [self.cgroup] if self.cgroup is not None and self.cgroup.exists() else []
+        return own + self.ctx.tracker.children(f"session-{self.job_id}-")
 
     def watch_pids(self, leader: int) -> None:
         """Start watching the kernel's pid counter from a freshly spawned
@@ -274,6 +288,12 @@ class JobRun:
         """End processes outside the group that carry this job's RC_JOB_ID (and
         this worker's marker); the pids still alive. Runs once per job."""
         if self._swept is None:
+            in_cgroup = []
+            for cg in self.cgroups():  # no tag needed: env -i and setsid stay members
+                try:
+                    in_cgroup += cg.kill()
+                except OSError as e:
+                    log.warning("job %d: cannot kill cgroup %s: %s", self.job_id, cg.path, e)
             self.note_pids()
             floor = 0 if self._pids_wrapped else self._pid_floor
             escaped, _complete = supervise.sweep_job(
@@ -285,7 +305,7 @@ class JobRun:
                     self.a.job_id,
                     len(escaped),
                 )
-            self._swept = list(escaped)
+            self._swept = sorted(set(in_cgroup) | set(escaped))
         return self._swept
 
     def _execute(self) -> Result:
@@ -313,10 +333,13 @@ class JobRun:
             return Result(JobState.FAILED, None, f"cannot start: {e}")
         if note:
             sink.write(note)
+        self.cgroup = self.ctx.tracker.create(f"job-{a.job_id}")
         r, w = os.pipe()
         try:
             try:
-                group = supervise.spawn(argv, cwd=cwd, env=env, stdout=w, stderr=w, account=user)
+                group = supervise.spawn(
+                    argv, cwd=cwd, env=env, stdout=w, stderr=w, account=user, cgroup=self.cgroup
+                )
                 self.watch_pids(group.pid)
             except OSError as e:
                 sink.write(cannot_start_line(argv[0], e))
@@ -390,8 +413,9 @@ class JobRun:
             sink = ctx.open_log(a.job_id)
             proc = Pipes(halves, on_output, sink.write)
             argv = list(a.command)
+        self.cgroup = ctx.tracker.create(f"job-{a.job_id}")
         try:
-            proc.start(argv, env, cwd, note, user)
+            proc.start(argv, env, cwd, note, user, self.cgroup)
         except OSError as e:
             proc.finish()
             if sink is not None:

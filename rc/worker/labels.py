@@ -181,6 +181,8 @@ class Prober:
         self.topology_read = False
         """Whether `nvidia-smi topo -m` gave a topology in this process."""
         self.topology_failing = False
+        self.fixed: dict[str, str] = {}
+        """Host labels the worker itself sets (proctrack), winning over drop-ins."""
 
     def run(self, devices: list[DeviceConfig] | None = None) -> ProbeResult:
         """One pass. `devices` None: discover them from the config (and nvidia-smi)."""
@@ -219,6 +221,7 @@ class Prober:
         self._note(failed, omit & set(names))
         if not host and not any(per.values()):
             return ProbeResult(devices, None, failed, links)
+        host.update(self.fixed)  # only with the rest: nothing read keeps what is stored
         labels = {"": _bounded(host, "host")}
         for n in names:
             if n not in omit:

@@ -1,9 +1,10 @@
 """After a job: the device is empty, or it is out (docs/design.md#teardown-empty-or-out).
 
-Once a job's process group is torn down, three places can still hold
-something of it: its group (survivors of SIGKILL), the rest of the machine
-(processes that left the group with setsid or a double fork but carry the
-job's RC_JOB_ID; rc.worker.supervise.sweep_job ends those), and its GPUs:
+Once a job's process group is torn down, four places can still hold
+something of it: its group (survivors of SIGKILL), its cgroup where the host
+has one (rc.worker.cgroups: members whatever they did), the rest of the
+machine (processes that left the group with setsid or a double fork but
+carry the job's RC_JOB_ID; rc.worker.supervise.sweep_job ends those), and its GPUs:
 where nvidia-smi exists, no compute process may remain on any of them. Whatever
 remains is named, by pid and command, in the reason the device is quarantined
 (`fault`) with. A GPU that cannot be checked (nvidia-smi gone or failing after

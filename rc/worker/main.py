@@ -11,6 +11,7 @@ import sys
 from rc.proto.client import Client, parse_controller_url
 from rc.proto.errors import RcError
 from rc.worker import config as worker_config
+from rc.worker import reaper
 from rc.worker.agent import Agent
 from rc.worker.hostlock import HostLock, HostLockBusy
 
@@ -165,11 +166,12 @@ def run(args: argparse.Namespace) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     if os.getpid() == 1:
-        logging.getLogger("rc.worker").warning(
-            "running as PID 1: orphaned processes of jobs become this worker's children and "
-            "are never reaped; run it under an init (docker --init, tini, or a pod with "
-            "shareProcessNamespace)"
+        logging.getLogger("rc.worker").info(
+            "running as PID 1: this worker reaps the orphaned processes of the container"
         )
+    else:
+        reaper.become_subreaper()  # orphans of jobs re-parent to this worker
+    orphans = reaper.Reaper().start()
     unignore_inherited_signals()
     agent = Agent(cfg, client)
     agent.ready_fd = args.ready_fd  # `rc up` learns of the first registration there
@@ -178,4 +180,5 @@ def run(args: argparse.Namespace) -> int:
     try:
         return agent.run()
     finally:
+        orphans.stop()
         host_lock.release()

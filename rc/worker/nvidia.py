@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from rc.proto.errors import RcError
 from rc.proto.model import Link
+from rc.worker import reaper
 
 __all__ = [
     "APPS_QUERY",
@@ -241,21 +242,31 @@ def _nvidia_smi(args: list[str], timeout: float) -> str:
     if exe is None:
         raise NvidiaError("nvidia-smi is not on PATH")
     try:
-        res = subprocess.run(
-            [exe, *args],
-            capture_output=True,
-            timeout=timeout,
-            stdin=subprocess.DEVNULL,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        raise NvidiaError(f"nvidia-smi did not answer within {timeout:g}s") from None
+        with reaper.spawning():  # its status is ours: the orphan reaper never takes it
+            proc = subprocess.Popen(
+                [exe, *args],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
+            reaper.track(proc.pid)
     except OSError as e:
         raise NvidiaError(f"cannot run nvidia-smi: {e.strerror or e}") from None
-    if res.returncode != 0:
-        detail = (res.stderr or res.stdout).decode("utf-8", "replace").strip()[-200:]
-        raise NvidiaError(f"nvidia-smi exited {res.returncode}" + (f": {detail}" if detail else ""))
-    return res.stdout.decode("utf-8", "replace")
+    try:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            raise NvidiaError(f"nvidia-smi did not answer within {timeout:g}s") from None
+    finally:
+        reaper.untrack(proc.pid)
+    if proc.returncode != 0:
+        detail = (err or out).decode("utf-8", "replace").strip()[-200:]
+        raise NvidiaError(
+            f"nvidia-smi exited {proc.returncode}" + (f": {detail}" if detail else "")
+        )
+    return out.decode("utf-8", "replace")
 
 
 def query_gpus(timeout: float = TIMEOUT_S) -> list[GPU]:

@@ -175,13 +175,16 @@ def _session(agent, st: SessionStart) -> None:
         tail = _StderrTail()
         proc = Pipes(halves, lambda sending: None, tail.write)
         argv = list(st.command)
+    cgroup = agent.tracker.create(f"session-{st.hold_id}-{st.session_id}")
     try:
-        proc.start(argv, env, cwd, note, user)
+        proc.start(argv, env, cwd, note, user, cgroup)
     except OSError as e:
         # nothing ran, so its (empty) output is complete: end it cleanly, so a
         # client attaching only now still reads that end instead of a break
         proc.output_ended = True
         proc.finish()
+        if cgroup is not None:
+            cgroup.remove()
         failed = cannot_start(e)
         _report(agent, st, "ended", failed.exit_code, failed.reason, tail)
         return
@@ -208,5 +211,11 @@ def _session(agent, st: SessionStart) -> None:
     if st.stdio is Stdio.TTY:
         end_terminal_session(proc.group.pgid, agent.cfg.kill_grace)
     proc.finish()
+    if cgroup is not None:  # what left its group and session still ends with it
+        try:
+            if not cgroup.kill():
+                cgroup.remove()
+        except OSError as e:
+            log.warning("session %d of hold %d: cgroup: %s", st.session_id, st.hold_id, e)
     result = label(outcome, why, stragglers, False)
     _report(agent, st, "ended", result.exit_code, result.reason, tail)

@@ -8,14 +8,20 @@ session and process group. Ending it:
 3. SIGKILL to the group, then up to 2 s for the last members;
 4. whoever is still alive is a survivor, reported by pid and command.
 
-Zombies are never counted as alive. After a job, processes that left the
-group (setsid or double fork) but still carry the job's RC_JOB_ID are found in
-/proc and ended the same way (`sweep_job`). Every wait has a deadline.
+Given a cgroup (rc.worker.cgroups), the child joins it before exec and the
+group's members are the cgroup's too: signals reach both, and SIGKILL is the
+cgroup's own kill, so a member that left the group (setsid, a double fork,
+`env -i`) is ended with it. Zombies are never counted as alive. After a
+job, processes that left the group but still carry the job's RC_JOB_ID are
+found in /proc and ended the same way (`sweep_job`). Every spawned process
+is tracked for the orphan reaper (rc.worker.reaper) until it is reaped
+here. Every wait has a deadline.
 """
 
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import select
 import shutil
@@ -25,7 +31,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from rc.worker import procfs
+from rc.worker import cgroups, procfs, reaper
 from rc.worker.account import Account
 
 __all__ = [
@@ -38,6 +44,8 @@ __all__ = [
     "spawn",
     "sweep_job",
 ]
+
+log = logging.getLogger("rc.worker.supervise")
 
 STRAGGLER_WAIT_S = 2.0
 SWEEP_GRACE_S = 2.0
@@ -61,12 +69,15 @@ class Outcome:
 
 
 class Group:
-    """A spawned process leading its own session and process group."""
+    """A spawned process leading its own session and process group, and,
+    where the host allows, its cgroup (`cgroup`: every process it started
+    stays a member, whatever session, group or environment it moved to)."""
 
-    def __init__(self, proc: subprocess.Popen) -> None:
+    def __init__(self, proc: subprocess.Popen, cgroup: cgroups.Cgroup | None = None) -> None:
         self.proc = proc
         self.pid = proc.pid
         self.pgid = proc.pid
+        self.cgroup = cgroup
         self._pidfd: int | None = None
         try:
             self._pidfd = os.pidfd_open(proc.pid)
@@ -92,6 +103,7 @@ class Group:
                     self.proc.wait(timeout=max(0.0, timeout))
                 except subprocess.TimeoutExpired:
                     return None
+        reaper.untrack(self.pid)
         self.close()
         rc = self.proc.returncode
         if rc < 0:
@@ -105,19 +117,41 @@ class Group:
             self._pidfd = None
 
     def signal(self, signum: int) -> bool:
-        """Send a signal to the whole group; False if the group is gone."""
-        return killpg(self.pgid, signum)
+        """Send a signal to the whole group and every member of its cgroup
+        (SIGKILL: the cgroup kill, rc.worker.cgroups.Cgroup.kill); False
+        if both are gone."""
+        there = killpg(self.pgid, signum)
+        if self.cgroup is not None:
+            try:
+                if signum == signal.SIGKILL:
+                    there = bool(self.cgroup.kill()) or there
+                else:
+                    there = bool(self.cgroup.signal(signum)) or there
+            except OSError as e:
+                log.warning("cgroup %s: cannot signal: %s", self.cgroup.path, e)
+        return there
 
     def live_members(self) -> list[procfs.ProcStat]:
-        """Group members that are not zombies (kill(-pgid, 0)
+        """Members of the group or the cgroup that are not zombies (kill(-pgid, 0)
         first, which is cheap; only a group that exists is looked for in /proc)."""
+        found: dict[int, procfs.ProcStat] = {}
+        if self.cgroup is not None:
+            try:
+                for pid in self.cgroup.pids():
+                    st = procfs.read_stat(pid)
+                    if st is not None and st.live:
+                        found[pid] = st
+            except OSError as e:
+                log.warning("cgroup %s: cannot list: %s", self.cgroup.path, e)
         try:
             os.killpg(self.pgid, 0)
         except ProcessLookupError:
-            return []
+            return list(found.values())
         except PermissionError:
             pass
-        return procfs.live_group_members(self.pgid)
+        for p in procfs.live_group_members(self.pgid):
+            found.setdefault(p.pid, p)
+        return list(found.values())
 
 
 def killpg(pgid: int, signum: int) -> bool:
@@ -146,13 +180,19 @@ def spawn(
     stderr=None,
     pass_fds: Sequence[int] = (),
     account: Account | None = None,
+    cgroup: cgroups.Cgroup | None = None,
 ) -> Group:
-    """Start `argv` as the leader of a new session. Raises OSError when it
-    cannot be started (missing program, bad cwd, not executable).
+    """Start `argv` as the leader of a new session, inside `cgroup` when
+    given (joined in the child right after fork: rc.worker.cgroups.enter).
+    Raises OSError when it cannot be started (missing program, bad cwd, not
+    executable, a cgroup it cannot join).
 
     `account` (a job's: rc.worker.account) makes it that user's process,
     umask JOB_UMASK, entering `cwd` as that user; None (operator code:
-    hooks, verify scripts) runs it as the worker with the worker's umask."""
+    hooks, verify scripts) runs it as the worker with the worker's umask.
+    (subprocess drops the privileges before the cgroup join runs; the join
+    writes through an fd the worker opened, which the kernel checks against
+    the opener's credentials.)"""
     args = list(argv)
     extra: dict = {}
     if account is not None:
@@ -160,8 +200,35 @@ def spawn(
             _check_program(args[0], env, cwd)  # what the shim's exec would fail on
         args, cwd = account.wrap(args, cwd)
         extra = {**account.popen_args(), "umask": JOB_UMASK}
-    proc = subprocess.Popen(
-        args,
+    join = cgroup.join_fd() if cgroup is not None else -1
+    try:
+        with reaper.spawning():  # its status is ours: the orphan reaper never takes it
+            proc = _popen(args, cwd, env, stdin, stdout, stderr, pass_fds, join, extra)
+            reaper.track(proc.pid)
+    finally:
+        if join >= 0:
+            os.close(join)
+    if cgroup is not None and proc.poll() is None and proc.pid not in _members(cgroup):
+        log.warning(
+            "pid %d could not join cgroup %s: tracked by its process group and RC_JOB_ID only",
+            proc.pid,
+            cgroup.path,
+        )
+    return Group(proc, cgroup)
+
+
+def _members(cgroup: cgroups.Cgroup) -> list[int]:
+    try:
+        return cgroup.pids()
+    except OSError:
+        return []
+
+
+def _popen(
+    argv, cwd, env, stdin, stdout, stderr, pass_fds, join: int, extra: dict
+) -> subprocess.Popen:
+    return subprocess.Popen(
+        list(argv),
         cwd=cwd or None,
         env=dict(env),
         stdin=stdin,
@@ -171,8 +238,10 @@ def spawn(
         close_fds=True,
         pass_fds=tuple(pass_fds),
         **extra,
+        # Safe with threads here: enter() is one write(2) on an fd opened
+        # in the parent, no lock, no import, no libc allocation.
+        preexec_fn=(lambda: cgroups.enter(join)) if join >= 0 else None,  # noqa: PLW1509
     )
-    return Group(proc)
 
 
 def _check_program(program: str, env: Mapping[str, str], cwd: str) -> None:

@@ -198,9 +198,11 @@ class Terminal(Process):
         cwd: str | None,
         note: bytes,
         user: Account | None = None,
+        cgroup=None,
     ) -> None:
         """Start argv on a new terminal as `user` (None: the worker), in
-        `cwd` (entered as that user); raises OSError when it cannot start."""
+        `cwd` (entered as that user), inside `cgroup` (None: none); raises
+        OSError when it cannot start."""
         rows, cols = self.wait_size(TTY_SIZE_WAIT_S)
         master, slave = os.openpty()
         execd, execd_w = os.pipe()
@@ -230,6 +232,7 @@ class Terminal(Process):
                 stdout=slave,
                 stderr=slave,
                 pass_fds=(execd_w,),
+                cgroup=cgroup,
             )
         except BaseException:
             os.close(master)

@@ -9,6 +9,7 @@ from starlette.requests import Request
 
 from rc.controller.api import caller, ctl, free_text, json_body, query_bool, reply
 from rc.controller.errors import Refused
+from rc.controller.scans import scan_or_refuse, survivors_text
 from rc.controller.store import devices, views
 from rc.proto.errors import ErrorCode
 from rc.proto.wire import ActionResult, DeviceList
@@ -67,12 +68,37 @@ async def state(request: Request):
 
 
 async def clear(request: Request):
-    """POST /v1/devices/{id}/clear (admin): return a quarantined device to the pool."""
+    """POST /v1/devices/{id}/clear (admin): return a quarantined device to the
+    pool once its worker's fresh survivor scan found nothing
+    (rc.controller.scans).
+
+    409 survivors_found naming each process (the device stays out); with
+    `kill` the worker ends them and scans again first. 503 scan_unavailable
+    when the worker is not connected, does not answer within SCAN_WAIT_S or
+    cannot scan. `force` clears without a scan; its event says forced.
+    404/409 device_not_cleared as store.devices.clear.
+    """
     c = ctl(request)
     who = caller(request)
     device_id = request.path_params["device_id"]
-    await c.db.write(devices.clear, device_id, who.name)
-    return reply(ActionResult(True, f"cleared {device_id}"))
+    req = await json_body(request, c.cfg.limits.body_bytes, empty_ok=True)
+    job_ids = await c.db.read(devices.clearable, device_id)
+    if req.force:
+        await c.db.write(devices.clear, device_id, who.name, "forced, without a survivor scan")
+        return reply(ActionResult(True, f"cleared {device_id} (forced, without a survivor scan)"))
+    host = device_id.rpartition(":")[0]
+    result = await scan_or_refuse(c, host, (device_id,), job_ids, req.kill, device_id)
+    if result.survivors:
+        raise Refused(
+            ErrorCode.SURVIVORS_FOUND,
+            f"{device_id} is not empty: {survivors_text(result.survivors)}; the device stays "
+            f"out (rc clear --kill {device_id} ends them)",
+        )
+    proof = "a survivor scan found nothing"
+    if result.ended:
+        proof = f"ended {survivors_text(result.ended)}, then {proof}"
+    await c.db.write(devices.clear, device_id, who.name, proof)
+    return reply(ActionResult(True, f"cleared {device_id}: {proof}"))
 
 
 async def retire(request: Request):

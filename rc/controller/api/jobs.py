@@ -25,6 +25,7 @@ from rc.controller.api import (
 from rc.controller.auth import TOKEN_NAME_RE, Caller
 from rc.controller.config import Limits
 from rc.controller.errors import Refused
+from rc.controller.scans import scan_or_refuse, survivors_text
 from rc.controller.store import jobs, views
 from rc.proto import arrayspec
 from rc.proto import selector as selectors
@@ -512,6 +513,13 @@ async def kill(request: Request):
     who = caller(request)
     job_id = path_int(request)
     req = await json_body(request, c.cfg.limits.body_bytes, empty_ok=True)
+    row = await c.db.read(jobs.brief, job_id)
+    if (
+        row is not None
+        and row["state"] == JobState.LOST
+        and (who.admin or row["submitter"] == who.name)
+    ):
+        return reply({"ok": True, "message": await _end_remains(c, job_id, row["device_id"])})
     what = await c.db.write(
         jobs.kill,
         job_id,
@@ -547,6 +555,26 @@ async def extend(request: Request):
         jobs.extend, job_id, who.name, who.admin, req.seconds, c.policy.lease_grace, c.match_cache
     )
     return reply(ExtendResult(job_id, ttl))
+
+
+async def _end_remains(c, job_id: int, device_id: str) -> str:
+    """A lost job may still run on its host (a worker killed with -9): its
+    worker ends what is left of it (its cgroup, its RC_JOB_ID) and says
+    what it found (503 scan_unavailable when it cannot)."""
+    host = device_id.rpartition(":")[0]
+    what = f"job {job_id}"
+    result = await scan_or_refuse(c, host, (), (job_id,), True, what, hint="")
+    if result.survivors:
+        raise Refused(
+            ErrorCode.SURVIVORS_FOUND,
+            f"job {job_id} was lost; its processes on {host} survived the kill: "
+            f"{survivors_text(result.survivors)}",
+        )
+    if result.ended:
+        return f"job {job_id} was lost; ended what was left of it on {host}: " + survivors_text(
+            result.ended
+        )
+    return f"job {job_id} was lost; a survivor scan on {host} found nothing of it left"
 
 
 async def read_logs(request: Request):

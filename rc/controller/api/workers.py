@@ -40,6 +40,7 @@ from rc.proto.wire import (
     HeartbeatResponse,
     LeaveResponse,
     LogAppended,
+    RecheckResponse,
     RegisterResponse,
     ReportResult,
     ReportResults,
@@ -52,8 +53,10 @@ __all__ = [
     "heartbeat",
     "labels",
     "leave",
+    "recheck",
     "register",
     "reports",
+    "scan_result",
     "status",
 ]
 
@@ -232,6 +235,14 @@ async def assignments(request: Request):
     key = f"worker:{worker_id}"
     generation = c.poll_generation[worker_id] = c.poll_generation.get(worker_id, 0) + 1
     c.hub.notify([key])  # wake an older poll so that it steps aside
+    c.scans.poll_started(worker_id)
+    try:
+        return await _long_poll(c, worker_id, key, generation, deadline)
+    finally:
+        c.scans.poll_ended(worker_id)
+
+
+async def _long_poll(c, worker_id: str, key: str, generation: int, deadline: float):
     while True:
         ev = c.hub.waiter(key)
         if c.poll_generation.get(worker_id) != generation:
@@ -244,8 +255,11 @@ async def assignments(request: Request):
             c.hub.notify([key])
             return _no_content()
         starts = c.relay.starts_for(worker_id)  # sessions inside holds (rc.controller.relay)
-        if fresh or kills or starts:
-            return reply(Assignments(tuple(_assignment(r) for r in fresh), tuple(kills), starts))
+        scans = c.scans.handout(worker_id)  # survivor scans (rc.controller.scans)
+        if fresh or kills or starts or scans:
+            return reply(
+                Assignments(tuple(_assignment(r) for r in fresh), tuple(kills), starts, scans)
+            )
         left = deadline - time.monotonic()
         if left <= 0 or c.hub.closing:
             return _no_content()
@@ -299,6 +313,39 @@ def _assignment(r) -> Assignment:
         stdio=Stdio(r["stdio"]),
         unix_user=r["unix_user"],
     )
+
+
+async def recheck(request: Request):
+    """POST /v1/workers/{worker_id}/recheck: a worker's periodic survivor
+    scan. A proof that proves returns its devices out with survivors
+    (registration, worker_lost, lease_expired, or a fault for processes that
+    survived a teardown) under the recovery rules and flap guard
+    (store.workers.recover); anything else changes nothing."""
+    c = ctl(request)
+    who = caller(request)
+    worker_id = request.path_params["worker_id"]
+    _bound(request, who, worker_id)
+    req = await json_body(request, c.cfg.limits.body_bytes)
+    back: list[str] = []
+    if req.recovery.proves():
+        back = await c.db.write(workers.recover, worker_id, req.recovery, c.thresholds, True)
+    return reply(RecheckResponse(tuple(back)))
+
+
+async def scan_result(request: Request):
+    """POST /v1/workers/{worker_id}/scans/{scan_id}: a worker's answer to a
+    survivor scan (rc.controller.scans); 404 not_found when no request
+    waits for it any more."""
+    c = ctl(request)
+    who = caller(request)
+    worker_id = request.path_params["worker_id"]
+    _bound(request, who, worker_id)
+    req = await json_body(request, c.cfg.limits.body_bytes)
+    raw = request.path_params["scan_id"]
+    scan_id = int(raw) if raw.isascii() and raw.isdigit() and len(raw) < 19 else 0
+    if not c.scans.answer(worker_id, scan_id, req):
+        raise Refused(ErrorCode.NOT_FOUND, f"no survivor scan {scan_id} waits for {worker_id}")
+    return reply({"ok": True})
 
 
 async def reports(request: Request):

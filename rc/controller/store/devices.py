@@ -16,7 +16,22 @@ from rc.proto.duration import format_duration
 from rc.proto.errors import ErrorCode
 from rc.proto.model import EventKind, QuarantineReason
 
-__all__ = ["clear", "drain", "fault", "quarantine", "remove", "retire"]
+__all__ = [
+    "SCAN_JOBS",
+    "SURVIVOR_FAULTS",
+    "clear",
+    "clearable",
+    "drain",
+    "fault",
+    "quarantine",
+    "remove",
+    "retire",
+    "survivor_fault",
+]
+
+SCAN_JOBS = 20
+"""A clear's survivor scan looks for what is left of the device's newest
+jobs, at most this many (and for any job process naming the device)."""
 
 
 def quarantine(tx: Tx, device_id: str, reason: QuarantineReason, detail: str) -> bool:
@@ -24,19 +39,38 @@ def quarantine(tx: Tx, device_id: str, reason: QuarantineReason, detail: str) ->
 
     An existing quarantine keeps its reason when another cause hits it, so a
     `fault` is never relabelled into something a reboot clears; a `fault`
-    overrides a reboot-clearable reason (the stricter one wins).
+    overrides a reboot-clearable reason (the stricter one wins), and a fault
+    that is not survivors overrides a fault for survivors (which a clean
+    re-check may return: SURVIVOR_FAULTS).
     """
     row = tx.one("device_state", (device_id,))
     if row is None:
         return False
     if row["state"] == "unhealthy":
-        if reason is QuarantineReason.FAULT and row["quarantine_reason"] != "fault":
+        stricter = row["quarantine_reason"] != "fault" or (
+            survivor_fault(row["quarantine_detail"]) and not survivor_fault(detail)
+        )
+        if reason is QuarantineReason.FAULT and stricter:
             tx.change("device_quarantine", (reason.value, detail, tx.now, device_id))
             tx.notify("devices")
         return False
     tx.change("device_quarantine", (reason.value, detail, tx.now, device_id))
     tx.notify("devices")
     return True
+
+
+SURVIVOR_FAULTS = (
+    ("processes of job ", " survived teardown: "),
+    ("GPU ", " still has compute processes: "),
+)
+"""The fault details of processes left after a job's teardown (rc.worker.job,
+rc.worker.leftovers), as (start, then): the query
+devices_survivor_faulted_on_worker matches the same two."""
+
+
+def survivor_fault(detail: str) -> bool:
+    """Whether a fault's detail is processes that survived a job's teardown."""
+    return any(detail.startswith(a) and b in detail for a, b in SURVIVOR_FAULTS)
 
 
 def fault(tx: Tx, device_id: str, reason: str, job_id: int | None, actor: str) -> None:
@@ -56,12 +90,14 @@ def fault(tx: Tx, device_id: str, reason: str, job_id: int | None, actor: str) -
     events.record(tx, kind, device_id=device_id, job_id=job_id, actor=actor, text=reason)
 
 
-def clear(tx: Tx, device_id: str, actor: str) -> None:
-    """An admin returns a quarantined device to the pool.
+def clearable(tx: Tx, device_id: str) -> tuple[int, ...]:
+    """Refuse a clear that cannot be (as `clear` does), before its survivor
+    scan; the ids of the device's newest jobs (SCAN_JOBS), for the scan."""
+    _clear_checks(tx, device_id)
+    return tuple(r["id"] for r in tx.all("jobs_recent_on_device", (device_id, SCAN_JOBS)))
 
-    409 device_not_cleared while a lease is live on it or when it is not
-    quarantined (a no-op is never reported as success); 404 for no device.
-    """
+
+def _clear_checks(tx: Tx, device_id: str):
     row = tx.one("device_state", (device_id,))
     if row is None:
         raise Refused(ErrorCode.DEVICE_NOT_FOUND, f"no device {device_id!r}")
@@ -75,14 +111,27 @@ def clear(tx: Tx, device_id: str, actor: str) -> None:
             ErrorCode.DEVICE_NOT_CLEARED,
             f"{device_id} still has a live lease; kill or release its job first",
         )
+    return row
+
+
+def clear(tx: Tx, device_id: str, actor: str, proof: str = "") -> None:
+    """An admin returns a quarantined device to the pool; `proof` says on
+    what ("a survivor scan found nothing", "forced: no survivor scan"),
+    in the event.
+
+    409 device_not_cleared while a lease is live on it or when it is not
+    quarantined (a no-op is never reported as success); 404 for no device.
+    """
+    row = _clear_checks(tx, device_id)
     was = row["quarantine_reason"] or "an unknown cause"
     tx.change("device_unquarantine", (device_id,))
+    on = f"{proof}; " if proof else ""
     events.record(
         tx,
         EventKind.DEVICE_CLEARED,
         device_id=device_id,
         actor=actor,
-        text=f"cleared by {actor} (was quarantined for {was})",
+        text=f"cleared by {actor} ({on}was quarantined for {was})",
     )
     tx.schedule = True
     tx.notify("devices")

@@ -386,8 +386,8 @@ SELECT count(*) FROM leases WHERE device_id = ? AND released_at IS NULL
 SELECT id, max_runtime FROM devices WHERE id = ?
 
 -- name: device_state
--- A device's state, quarantine reason and worker.
-SELECT id, state, quarantine_reason, worker_id FROM devices WHERE id = ?
+-- A device's state, quarantine reason and detail, and worker.
+SELECT id, state, quarantine_reason, quarantine_detail, worker_id FROM devices WHERE id = ?
 
 -- name: device_get
 -- One device's whole row.
@@ -426,6 +426,15 @@ WHERE id = ? AND state IN ('busy', 'unknown')
 SELECT id, quarantine_reason, quarantined_at FROM devices
 WHERE worker_id = ? AND state = 'unhealthy'
   AND quarantine_reason IN ('worker_lost', 'lease_expired', 'registration')
+  AND NOT EXISTS (SELECT 1 FROM leases WHERE device_id = devices.id AND released_at IS NULL)
+
+-- name: devices_survivor_faulted_on_worker
+-- A worker's devices quarantined as `fault` for processes that survived a
+-- job's teardown (the detail rc.worker.leftovers writes), with no live lease.
+SELECT id, quarantine_reason, quarantined_at FROM devices
+WHERE worker_id = ? AND state = 'unhealthy' AND quarantine_reason = 'fault'
+  AND (quarantine_detail LIKE 'processes of job % survived teardown: %'
+       OR quarantine_detail LIKE 'GPU % still has compute processes: %')
   AND NOT EXISTS (SELECT 1 FROM leases WHERE device_id = devices.id AND released_at IS NULL)
 
 -- name: devices_of_worker

@@ -149,18 +149,28 @@ def register(tx: Tx, req: RegisterRequest, match_cache: MatchCache, th: Threshol
     return rebooted
 
 
-def recover(tx: Tx, host: str, proof: RecoveryProof, th: Thresholds) -> list[str]:
+def recover(
+    tx: Tx, host: str, proof: RecoveryProof, th: Thresholds, recheck: bool = False
+) -> list[str]:
     """Return this worker's reboot-clearable quarantined devices on a proof.
 
-    Never `fault`, never an unknown reason, never a device with a live lease;
+    Never `fault` (except, on a worker's periodic `recheck`, a fault whose detail is
+    processes that survived a job's teardown: a fresh scan that finds none
+    is the proof those are gone; a failed verify script or acquire hook
+    still waits for rc clear), never an unknown reason, never a device with a live lease;
     at most `flap_limit` times per device per `flap_window` (then a
     recovery_refused event, once per quarantine however often the worker
     presents its proof again: it waits for a human). Returns the device ids
     recovered.
     """
+    if not proof.proves():
+        return []
     back = []
     tx.exec("recoveries_prune", (tx.now - th.flap_window,))  # every old one, maybe none
-    for d in tx.all("devices_recoverable_on_worker", (host,)):
+    out = tx.all("devices_recoverable_on_worker", (host,))
+    if recheck:
+        out = [*out, *tx.all("devices_survivor_faulted_on_worker", (host,))]
+    for d in out:
         recent = tx.scalar("recoveries_count", (d["id"], tx.now - th.flap_window))
         if recent >= th.flap_limit:
             if not tx.scalar("recovery_refused_since", (d["id"], d["quarantined_at"] or 0.0)):
@@ -178,7 +188,8 @@ def recover(tx: Tx, host: str, proof: RecoveryProof, th: Thresholds) -> list[str
             tx,
             EventKind.DEVICE_RECOVERED,
             device_id=d["id"],
-            text=f"was quarantined for {d['quarantine_reason']}; {proof.summary()}",
+            text=f"was quarantined for {d['quarantine_reason']}; {proof.summary()}"
+            + (" (the worker's periodic re-check)" if recheck else ""),
         )
         back.append(d["id"])
     if back:
