@@ -209,6 +209,7 @@ CALLS = [
         "/v1/jobs/{job_id}/kill",
         lambda w: (f"/v1/jobs/{w.queued_job()}/kill", {}),
     ),
+    Call("POST", "/v1/jobs/kill", lambda w: ("/v1/jobs/kill", {"ids": [w.queued_job()]})),
     Call("GET", "/v1/arrays/{array_id}", lambda w: (f"/v1/arrays/{w.extra['array']}", None)),
     Call(
         "POST",

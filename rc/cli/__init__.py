@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
             shown = os.fsencode(arg).decode("ascii", "backslashreplace")
             prog = f"rc {argv[0]}" if argv and argv[0] in VERBS else "rc"
             print(
-                f"{prog}: argument {shown!r} is not valid UTF-8 (rc sends text as UTF-8; "
+                f"{prog}: argument '{shown}' is not valid UTF-8 (rc sends text as UTF-8; "
                 f"see {prog} --help)",
                 file=sys.stderr,
             )

@@ -33,6 +33,7 @@ from rc.cli.output import (
     when,
 )
 from rc.proto.model import device_list
+from rc.proto.wire import KILL_MANY_MAX
 
 __all__ = ["add_parsers"]
 
@@ -545,18 +546,27 @@ def cmd_kill(args: argparse.Namespace) -> int:
         raise UsageError("--mine and --user do not go together")
     c = client(args)
     ids = list(dict.fromkeys(args.job)) if args.job else _filtered_ids(c, args)
+    if args.array and not ids:
+        c.get(f"/v1/arrays/{args.array}")  # no such array: its 404, not "0 jobs ended"
     ended = failed = 0
-    for job_id in ids:
+    if len(ids) == 1 and not filtered:
         try:
-            resp = c.post(f"/v1/jobs/{job_id}/kill", {"reason": args.reason})
+            resp = c.post(f"/v1/jobs/{ids[0]}/kill", {"reason": args.reason})
         except ApiError as e:
-            if e.code == "not_cancellable" and filtered:
-                continue  # it ended since it was listed
-            stderr(f"rc: job {job_id}: {e.code}: {e.message}")
-            failed += 1
-            continue
-        ended += 1
-        print_line(resp.get("message") or f"kill requested for {job_id}")
+            stderr(f"job {ids[0]}: {e.code}: {e.message}")
+            return 1
+        print_line(resp.get("message") or f"kill requested for {ids[0]}")
+        return 0
+    for start in range(0, len(ids), KILL_MANY_MAX):  # one transaction per request
+        chunk = sorted(ids[start : start + KILL_MANY_MAX])
+        got = c.post("/v1/jobs/kill", {"ids": chunk, "reason": args.reason})
+        for o in got["results"]:
+            if o["ok"]:
+                ended += 1
+                print_line(o["message"])
+            elif not (o["code"] == "not_cancellable" and filtered):  # ended since listed
+                stderr(f"job {o['job_id']}: {o['code']}: {o['message']}")
+                failed += 1
     if len(ids) != 1 or filtered:
         print(
             f"{ended} {'job' if ended == 1 else 'jobs'} ended"

@@ -225,6 +225,37 @@ class KillRequest:
     reason: str = ""
 
 
+KILL_MANY_MAX = 10_000
+"""The most job ids one POST /v1/jobs/kill takes (an array's most elements)."""
+
+
+@dataclass(frozen=True, slots=True)
+class KillManyRequest:
+    """POST /v1/jobs/kill: kill or cancel each job of `ids` (at most
+    KILL_MANY_MAX) in one transaction; `reason` is optional free text."""
+
+    ids: tuple[int, ...]
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class KillOutcome:
+    """What a kill of one job of a KillManyRequest did: `ok` with what
+    happened in words, or the refusal's code (an ErrorCode value) and message."""
+
+    job_id: int
+    ok: bool
+    message: str
+    code: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class KillManyResult:
+    """The answer to POST /v1/jobs/kill: one outcome per id, in the order given."""
+
+    results: tuple[KillOutcome, ...]
+
+
 @dataclass(frozen=True, slots=True)
 class DeviceDecl:
     """A device as a worker declares it at registration.

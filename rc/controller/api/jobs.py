@@ -46,7 +46,14 @@ from rc.proto.model import (
     valid_env_name,
     valid_job_name,
 )
-from rc.proto.wire import ExtendResult, JobList, SubmitRequest
+from rc.proto.wire import (
+    KILL_MANY_MAX,
+    ExtendResult,
+    JobList,
+    KillManyResult,
+    KillOutcome,
+    SubmitRequest,
+)
 
 __all__ = [
     "explain_job",
@@ -529,6 +536,47 @@ async def kill(request: Request):
         c.thresholds.retain,
     )
     return reply({"ok": True, "message": f"{what} for job {job_id}"})
+
+
+async def kill_many(request: Request):
+    """POST /v1/jobs/kill {"ids": [...], "reason": ...}: kill() of each job, the
+    live ones in one transaction (jobs.kill_many); a lost one's remains are
+    ended on its worker as for one kill. Each id's outcome is in the answer
+    (wire.KillManyResult): one refused (not found, not yours, ended) is not
+    the whole call refused. 400 limit_exceeded above KILL_MANY_MAX ids."""
+    c = ctl(request)
+    who = caller(request)
+    req = await json_body(request, c.cfg.limits.body_bytes)
+    if len(req.ids) > KILL_MANY_MAX:
+        raise Refused(
+            ErrorCode.LIMIT_EXCEEDED,
+            f"{len(req.ids)} job ids in one kill; the limit is {KILL_MANY_MAX}",
+        )
+    reason = free_text("the kill reason", req.reason, c.cfg.limits.text_bytes)
+    ids = tuple(dict.fromkeys(req.ids))
+    rows = await c.db.read(jobs.briefs, ids)
+    lost = {
+        i
+        for i, r in rows.items()
+        if r["state"] == JobState.LOST and (who.admin or r["submitter"] == who.name)
+    }
+    done = {
+        o.job_id: o
+        for o in await c.db.write(
+            jobs.kill_many,
+            tuple(i for i in ids if i not in lost),
+            who.name,
+            who.admin,
+            reason,
+            c.thresholds.retain,
+        )
+    }
+    for i in sorted(lost):
+        try:
+            done[i] = KillOutcome(i, True, await _end_remains(c, i, rows[i]["device_id"]))
+        except Refused as e:
+            done[i] = KillOutcome(i, False, e.message, e.code)
+    return reply(KillManyResult(tuple(done[i] for i in ids)))
 
 
 async def get_array(request: Request):

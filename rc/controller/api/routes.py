@@ -266,6 +266,16 @@ ROUTES: tuple[Endpoint, ...] = (
         errors=(*BAD, E.NOT_FOUND, E.NOT_JOB_OWNER, E.NOT_CANCELLABLE),
     ),
     Endpoint(
+        "POST",
+        "/v1/jobs/kill",
+        jobs.kill_many,
+        USER,
+        "Kill or cancel many jobs in one transaction; each id's outcome in the answer",
+        wire.KillManyResult,
+        request=wire.KillManyRequest,
+        errors=(*BAD, E.LIMIT_EXCEEDED),
+    ),
+    Endpoint(
         "GET",
         "/v1/arrays/{array_id}",
         jobs.get_array,

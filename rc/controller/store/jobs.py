@@ -18,6 +18,7 @@ from rc.controller.store.labels import MatchCache
 from rc.proto.duration import format_duration
 from rc.proto.errors import ErrorCode
 from rc.proto.model import EventKind, Job, JobKind, JobState, valid_unix_user
+from rc.proto.wire import KillOutcome
 
 __all__ = [
     "WATCHDOG_PREFIXES",
@@ -378,6 +379,23 @@ def withdraw_queued(tx: Tx, job_id: int) -> bool:
     return True
 
 
+def kill_many(
+    tx: Tx, ids: tuple[int, ...], caller: str, admin: bool, reason: str, retain: bool
+) -> list[KillOutcome]:
+    """kill() of each job of `ids`, in order, in this one transaction (rc kill
+    of an array or a filter); a refusal of one is its outcome, not the
+    whole call's."""
+    out = []
+    for job_id in ids:
+        try:
+            what = kill(tx, job_id, caller, admin, reason, retain)
+        except Refused as e:
+            out.append(KillOutcome(job_id, False, e.message, e.code))
+            continue
+        out.append(KillOutcome(job_id, True, f"{what} for job {job_id}"))
+    return out
+
+
 def kill(
     tx: Tx, job_id: int, caller: str, admin: bool, reason: str = "", retain: bool = False
 ) -> str:
@@ -661,6 +679,16 @@ def array_summary(tx: Tx, array_id: int):
     return ArraySummary(
         array_id, a["submitter"], a["size"], a["max_running"], a["spec"], counts, failed, wall, done
     )
+
+
+def briefs(tx: Tx, ids: tuple[int, ...]) -> dict[int, object]:
+    """brief() of each job of `ids` that exists, by id, in one read."""
+    out = {}
+    for job_id in ids:
+        row = tx.one("job_brief", (job_id,))
+        if row is not None:
+            out[job_id] = row
+    return out
 
 
 def brief(tx: Tx, job_id: int):
