@@ -214,6 +214,8 @@ BAD_INVOCATIONS = [
     (["kill", "0"], "rc kill", "0 is out of range"),
     (["events", "-n", "5000"], "rc events", "out of range (1..1000)"),
     (["up", "--devices", "２"], "rc up", "use auto or a number"),
+    # found by a new user: a 400 from the controller, where every other bad spec is this
+    (["run", "--array", "%5", "--", "true"], "rc run", "names no indices"),
     # found by a new user: refused only once the worker had started
     (["up", "--devices", "1025"], "rc up", "1 to 1024"),
     (["up", "--listen", "127.0.0.1:８０"], "rc up", "use HOST:PORT"),

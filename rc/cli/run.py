@@ -311,6 +311,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         if args.array and not args.array.startswith("%"):
             raise UsageError("with --array-file, --array takes only %K (the cap)")
         args.array_items = array_items(args.array_file)
+    elif args.array and args.array.startswith("%"):
+        raise UsageError(
+            f"--array {args.array!r} names no indices: give SPEC%K (0-99%8), or %K with "
+            "--array-file"
+        )
     if args.array or args.array_file is not None:
         if args.no_wait:
             raise UsageError("--array and --no-wait do not go together")
