@@ -191,15 +191,17 @@ def test_extend_gives_a_hold_more_time_up_to_its_ceiling(
     config.write_text('devices = [{ name = "cpu0", max_runtime = "1h" }]\n')
     make_worker(ctl, host="box", devices="", config=config)
     cli = Cli(ctl.url, ctl.token("alice"), env, tmp_path)
-    hold = _id(cli.run("hold", "--ttl", "3s", "--reason", "r", "--detach"))
+    # a first ttl the extension surely reaches in time on a loaded machine (with
+    # 3 s, a slow `rc extend` came after the hold had ended)
+    hold = _id(cli.run("hold", "--ttl", "8s", "--reason", "r", "--detach"))
     res = cli.run("extend", str(hold), "10m")
     assert res.returncode == 0, res.stderr
-    assert b"(ttl 10m3s)" in res.stdout
+    assert b"(ttl 10m8s)" in res.stdout
     alice = ctl.client(cli.env["RC_TOKEN"])
     started = job(alice, hold)["started_at"]
     # past its first ttl (and the heartbeats that carried the new one) it lives on
     wait_until(
-        lambda: job(alice, hold)["state"] != "running" or time.time() > started + 5, timeout=30
+        lambda: job(alice, hold)["state"] != "running" or time.time() > started + 10, timeout=30
     )
     got = job(alice, hold)
     assert got["state"] == "running", (

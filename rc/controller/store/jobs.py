@@ -132,30 +132,7 @@ def enqueue(tx: Tx, job: NewJob, match_cache: MatchCache) -> tuple[int, bool]:
     pool = pins or tuple(match_cache.matching(tx, job.selector))
     _someone_runs_it(tx, pool, unix_user, ", ".join(pins) or f"matching {job.selector!r}")
     job_id = tx.scalar(
-        "job_insert",
-        (
-            job.kind.value,
-            job.submitter,
-            job.token_name,
-            job.selector,
-            job.device_id,
-            dumps(list(job.command)),
-            job.cwd,
-            dumps(job.env),
-            job.idempotency_key,
-            job.digest,
-            job.priority,
-            max_runtime,
-            job.idle_timeout,
-            job.reason,
-            job.stdio,
-            tx.now,
-            tx.now,
-            len(pins) if pins else job.count,
-            dumps(list(pins)),
-            unix_user,
-            job.name,
-        ),
+        "job_insert", _fields(tx, job, max_runtime, pins, unix_user, job.idempotency_key)
     )
     if job.array_indices:
         _insert_elements(tx, job, job_id, max_runtime, pins, unix_user)
@@ -212,17 +189,11 @@ def end_doomed(tx: Tx) -> list[int]:
     return ended
 
 
-def _insert_elements(
-    tx: Tx, job: NewJob, first: int, max_runtime: int, pins, unix_user: str
-) -> None:
-    """Make job `first` the first element of an array and insert the others
-    with the ids after it (one statement, the same transaction), and the
-    array's row. Element k gets index array_indices[k] and item
-    array_items[k] (when given); every element runs as `unix_user`."""
-    items = job.array_items or ("",) * len(job.array_indices)
-    indices = job.array_indices
-    tx.change("job_set_array", (first, indices[0], items[0], first))
-    common = (
+def _fields(tx: Tx, job: NewJob, max_runtime: int, pins, unix_user: str, key: str | None) -> tuple:
+    """A new job's row, in job_insert's column order (job_insert_element's
+    after its id): `key` its idempotency key (None for an array's later
+    elements, which the first element's key stands for)."""
+    return (
         job.kind.value,
         job.submitter,
         job.token_name,
@@ -231,6 +202,7 @@ def _insert_elements(
         dumps(list(job.command)),
         job.cwd,
         dumps(job.env),
+        key,
         job.digest,
         job.priority,
         max_runtime,
@@ -243,8 +215,20 @@ def _insert_elements(
         dumps(list(pins)),
         unix_user,
         job.name,
-        first,
     )
+
+
+def _insert_elements(
+    tx: Tx, job: NewJob, first: int, max_runtime: int, pins, unix_user: str
+) -> None:
+    """Make job `first` the first element of an array and insert the others
+    with the ids after it (one statement, the same transaction), and the
+    array's row. Element k gets index array_indices[k] and item
+    array_items[k] (when given); every element runs as `unix_user`."""
+    items = job.array_items or ("",) * len(job.array_indices)
+    indices = job.array_indices
+    tx.change("job_set_array", (first, indices[0], items[0], first))
+    common = (*_fields(tx, job, max_runtime, pins, unix_user, None), first)
     tx.many(
         "job_insert_element",
         [(first + k, *common, indices[k], items[k]) for k in range(1, len(indices))],

@@ -15,12 +15,13 @@ VALUES (?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 RETURNING id
 
 -- name: job_insert_element
--- An array element after its first, with its id given (the first's id plus its position).
+-- An array element after its first, with its id given (the first's id plus its
+-- position); the columns after the id are job_insert's, then its array's.
 INSERT INTO jobs (id, kind, state, submitter, token_name, selector, device_id, command, cwd,
                   env, idempotency_key, request_digest, priority, max_runtime, idle_timeout,
                   reason, stdio, submitted_at, queued_at, count, device_ids, unix_user, name,
                   array_id, array_index, array_item)
-VALUES (?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+VALUES (?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 
 -- name: job_set_array
 -- An array's first element joins its array (array id, index, item).
