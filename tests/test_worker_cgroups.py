@@ -9,6 +9,7 @@ mode is the proctrack label."""
 from __future__ import annotations
 
 import os
+import tempfile
 
 import pytest
 
@@ -63,6 +64,40 @@ def _skip_unless(mode: str) -> None:
         pytest.skip(f"this host has no {mode} hierarchy")
 
 
+def _worker_base(site, mode: str) -> str:
+    """The subtree the worker of host `mode` owns: its name follows the host
+    lock, which lives in the worker's TMPDIR (cgroups.subtree_name)."""
+    saved = tempfile.tempdir
+    tempfile.tempdir = site.env["TMPDIR"]
+    try:
+        return cgroups.Tracker.detect(mode, MODES[mode][0].partition('"')[2].rstrip('"')).base
+    finally:
+        tempfile.tempdir = saved
+
+
+def test_workers_of_one_host_name_under_other_lock_dirs_have_subtrees_of_their_own(tmp_path):
+    """Two workers named `box` with different TMPDIRs (each test has its own)
+    shared rc-worker-box: one's sweep of empty leftover cgroups removed the
+    other's new job cgroup before its child joined it, and the job failed to
+    start with "No such file or directory"."""
+    _skip_unless("cgroup2")
+    saved = tempfile.tempdir
+    bases = []
+    try:
+        for sub in ("one", "two"):
+            (tmp_path / sub).mkdir()
+            tempfile.tempdir = str(tmp_path / sub)
+            bases.append(cgroups.Tracker.detect("box").base)
+        tempfile.tempdir = str(tmp_path / "one")
+        assert cgroups.Tracker.detect("box").base == bases[0]  # the next process finds it
+    finally:
+        tempfile.tempdir = saved
+    assert bases[0] != bases[1]
+    assert os.path.basename(bases[0]).startswith("rc-worker-box-")
+    for b in bases:
+        os.rmdir(b)
+
+
 def labels(device: dict) -> dict[str, str]:
     return {lab["key"]: lab["value"] for lab in device["labels"]}
 
@@ -96,7 +131,7 @@ def test_an_env_i_setsid_escapee_is_killed_and_the_device_returns_clean(site, tm
     # neither carries the job's tag nor its group, yet both were in its cgroup
     assert not [p for p in pids if pid_alive(p)]
     wait_until(lambda: device_state(site, f"{mode}:cpu0") == "ready", 10, "the device back")
-    base = cgroups.Tracker.detect(mode, MODES[mode][0].partition('"')[2].rstrip('"')).base
+    base = _worker_base(site, mode)
     assert not os.path.exists(os.path.join(base, f"job-{job_id}"))  # verified empty, removed
 
 

@@ -2,7 +2,8 @@
 
 Where the host lets the worker write a cgroup hierarchy, every job, hold
 session, `rc exec` and `rc cp` runs in a cgroup of its own, under a subtree
-the worker owns (`rc-worker-<host>/job-<id>`, `.../session-<hold>-<sid>`).
+the worker owns (`rc-worker-<host>-<tag>/job-<id>`, `.../session-<hold>-<sid>`;
+the tag names its host lock: subtree_name).
 The child joins it right after fork, before anything else (and before any
 privilege drop), so nothing of the job ever runs outside it: a process that
 calls setsid, double-forks or clears its environment (`env -i`) stays a
@@ -28,13 +29,14 @@ detected one (a directory that is not a writable cgroup hierarchy gives
 from __future__ import annotations
 
 import errno
+import hashlib
 import logging
 import os
 import signal
 import time
 from dataclasses import dataclass
 
-from rc.worker import procfs
+from rc.worker import hostlock, procfs
 
 __all__ = [
     "CGROUP1",
@@ -119,9 +121,18 @@ def parse_pids(text: str) -> list[int]:
     return [int(x) for x in text.split() if x.isdigit()]
 
 
-def subtree_name(host: str) -> str:
-    """The worker's own subtree under a hierarchy: "rc-worker-<host>"."""
-    return f"rc-worker-{host}"
+def subtree_name(host: str, lock: str = "") -> str:
+    """The worker's own subtree under a hierarchy: "rc-worker-<host>-<tag>",
+    the tag a digest of the host lock file the worker holds (`lock`:
+    rc.worker.hostlock.lock_path). The host lock keeps one worker per host
+    name and lock directory, so the subtree is that worker's alone, and the
+    same for its next process (which finds the cgroups of the jobs of the
+    one before). Two workers that share a host name but not a lock directory
+    (another TMPDIR, as each test has its own) no longer sweep each other's
+    new, still empty cgroups: a job then failed to start with "No such file
+    or directory"."""
+    tag = hashlib.sha256(lock.encode()).hexdigest()[:8]
+    return f"rc-worker-{host}-{tag}"
 
 
 def enter(fd: int) -> None:
@@ -297,7 +308,7 @@ class Tracker:
                 continue
             mine = own.get("" if is_v2 else "freezer", "/")
             for parent in dict.fromkeys([os.path.join(m.path, mine.lstrip("/")), m.path]):
-                base = os.path.join(parent, subtree_name(host))
+                base = os.path.join(parent, subtree_name(host, hostlock.lock_path(host)))
                 try:
                     os.makedirs(base, exist_ok=True)
                     probe = Cgroup(os.path.join(base, "probe"), is_v2)
