@@ -15,13 +15,15 @@ Starts a controller and a worker with 4 CPU devices on loopback, then prints:
 
 Targets (README "Performance"): median ≤ 10 ms, p99 ≤ 30 ms; ≥ 500 jobs/s; kill ≤ 20 ms.
 Slurm 22.05 tuned on this machine: ~600 ms p50 and ~47 jobs/s; task-spooler
-3.5 ms and ~700 jobs/s. Usage: python bench/dispatch.py [--jobs 1000]
+3.5 ms and ~700 jobs/s. Usage: python bench/dispatch.py [--jobs 1000]; RC_BENCH_WORKER_CONFIG adds
+worker config keys (`cgroup_root = "/tmp/x"` measures the scan mode).
 """
 
 from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import os
 import statistics
 import threading
 import time
@@ -203,7 +205,14 @@ def main() -> None:
     p.add_argument("--jobs", type=int, default=1000)
     p.add_argument("--samples", type=int, default=100)
     args = p.parse_args()
-    with fleet(4) as (url, _admin, token, tmp, _serve, _worker):
+    with fleet(4, worker_config=os.environ.get("RC_BENCH_WORKER_CONFIG", "")) as (
+        url,
+        _admin,
+        token,
+        tmp,
+        _serve,
+        _worker,
+    ):
         lat = latency(url, token, tmp, args.samples)
         print(
             f"submit -> process started, {len(lat)} jobs, idle fleet: "

@@ -95,9 +95,10 @@ def fleet(devices: int = 4, serve_args: tuple[str, ...] = (), worker_config: str
             "--devices",
             f"cpu:{devices}",
         ]
-        if worker_config:
-            (tmp / "worker.toml").write_text(worker_config)
-            args += ["--config", str(tmp / "worker.toml")]
+        # every job as this worker's own user: the bench's token names a Unix
+        # user ("bench") this machine need not have (README "Security model")
+        (tmp / "worker.toml").write_text("shared_account = true\n" + worker_config)
+        args += ["--config", str(tmp / "worker.toml")]
         worker = subprocess.Popen(
             args,
             env=env,
