@@ -17,24 +17,15 @@ import pytest
 from rc.proto.client import Client
 from rc.proto.errors import ApiError
 from tests.harness import Cli, pid_alive, wait_until
-from tests.test_worker_e2e_kit import Site, job, read_pid, submit, wait_state
+from tests.test_worker_e2e_kit import Site, job, quiet_config, read_pid, submit, wait_state
 
 pytestmark = pytest.mark.e2e
-
-CONFIG = """
-kill_grace = "1s"
-recheck_interval = "{recheck}"
-verify_dir = "{root}/no-verify"
-probe_dir = "{root}/no-probes"
-sheet_dir = "{root}/no-sheets"
-devices = "cpu:2"
-"""
 
 
 @pytest.fixture
 def site(tmp_path, pyz):
     s = Site(tmp_path, pyz)
-    s.config = CONFIG.format(root=tmp_path, recheck="1h")
+    s.config = quiet_config(tmp_path, "cpu:2", 'recheck_interval = "1h"')
     s.cli = Cli(s.ctl.url, s.ctl.admin_token, s.env, tmp_path)
     yield s
     s.close()
@@ -119,7 +110,7 @@ def test_a_clear_whose_worker_is_not_connected_is_refused_at_once(site):
 
 
 def test_a_device_out_with_survivors_recovers_by_itself_once_they_exit(site, tmp_path):
-    site.config = CONFIG.format(root=tmp_path, recheck="1s")
+    site.config = quiet_config(tmp_path, "cpu:2", 'recheck_interval = "1s"')
     _, pid = lose_a_running_job(site, tmp_path, f"echo $$ > {tmp_path}/pid; exec sleep 301")
     wait_until(lambda: state(site, "vm:cpu1") == "unhealthy", 20, "vm:cpu1 to be out")
     # rescans while the survivor runs prove nothing: the device stays out

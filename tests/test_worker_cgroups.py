@@ -15,21 +15,13 @@ import pytest
 
 from rc.worker import cgroups
 from tests.harness import Cli, pid_alive, wait_until
-from tests.test_worker_e2e_kit import Site, read_pid, submit, wait_state
+from tests.test_worker_e2e_kit import Site, quiet_config, read_pid, submit, wait_state
 
 pytestmark = [
     pytest.mark.e2e,
     pytest.mark.skipif(os.geteuid() != 0, reason="cgroups are written as root"),
 ]
 
-CONFIG = """
-kill_grace = "1s"
-verify_dir = "{root}/no-verify"
-probe_dir = "{root}/no-probes"
-sheet_dir = "{root}/no-sheets"
-devices = "cpu:1"
-{extra}
-"""
 
 FREEZER = "/sys/fs/cgroup/freezer"
 
@@ -54,7 +46,7 @@ def site(tmp_path_factory, pyz):
     s = Site(root, pyz)
     for mode, (extra, available) in MODES.items():
         if available:
-            s.worker(mode, CONFIG.format(root=root, extra=extra.format(root=root)))
+            s.worker(mode, quiet_config(root, extra=extra.format(root=root)))
     yield s
     s.close()
 

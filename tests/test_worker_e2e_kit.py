@@ -69,6 +69,19 @@ class Site:
         self.ctl.stop()
 
 
+def quiet_config(root, devices: str = "cpu:1", extra: str = "") -> str:
+    """A worker.toml for these tests: a short kill grace, and verify, probe
+    and sheet dirs under `root` that do not exist (nothing of the host's own);
+    `extra` lines after it."""
+    return (
+        'kill_grace = "1s"\n'
+        f'verify_dir = "{root}/no-verify"\n'
+        f'probe_dir = "{root}/no-probes"\n'
+        f'sheet_dir = "{root}/no-sheets"\n'
+        f'devices = "{devices}"\n' + (extra + "\n" if extra else "")
+    )
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

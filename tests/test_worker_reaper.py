@@ -19,24 +19,16 @@ import pytest
 
 from rc.worker import procfs
 from tests.harness import Worker, wait_until
-from tests.test_worker_e2e_kit import Site, logs, read_pid, submit, wait_state
+from tests.test_worker_e2e_kit import Site, logs, quiet_config, read_pid, submit, wait_state
 
 pytestmark = pytest.mark.e2e
-
-CONFIG = """
-kill_grace = "1s"
-verify_dir = "{root}/no-verify"
-probe_dir = "{root}/no-probes"
-sheet_dir = "{root}/no-sheets"
-devices = "cpu:1"
-"""
 
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory, pyz):
     root = tmp_path_factory.mktemp("reaper")
     s = Site(root, pyz)
-    s.reaping = s.worker("reaping", CONFIG.format(root=root))
+    s.reaping = s.worker("reaping", quiet_config(root))
     yield s
     s.close()
 
@@ -95,7 +87,7 @@ sys.exit(1)
 def test_as_pid_1_in_a_pid_namespace_the_worker_reaps_zombies(site, tmp_path):
     token = site.ctl.token("worker-pid1", "worker")
     cfg = site.root / "pid1.toml"
-    cfg.write_text(CONFIG.format(root=site.root))
+    cfg.write_text(quiet_config(site.root))
     w = Worker(
         site.ctl.url,
         token,

@@ -22,6 +22,7 @@ from tests.test_worker_e2e_kit import (
     job,
     logs,
     proc_status,
+    quiet_config,
     read_pid,
     reset_peak_rss,
     submit,
@@ -30,20 +31,12 @@ from tests.test_worker_e2e_kit import (
 
 pytestmark = pytest.mark.e2e
 
-CONFIG = """
-kill_grace = "1s"
-verify_dir = "{root}/no-verify"
-probe_dir = "{root}/no-probes"
-sheet_dir = "{root}/no-sheets"
-devices = "cpu:2"
-"""
-
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory, pyz):
     root = tmp_path_factory.mktemp("supervision")
     s = Site(root, pyz, ["--log-cap", str(8 << 20)])
-    s.box = s.worker("box", CONFIG.format(root=root))
+    s.box = s.worker("box", quiet_config(root, "cpu:2"))
     s.work = root / "work"
     s.work.mkdir()
     yield s
@@ -166,7 +159,7 @@ def test_python_output_streams_so_a_print_loop_is_not_idle(site):
     PYTHONUNBUFFERED=1 unless the job sets it (this worker's own environment
     does not have it)."""
     env = {k: v for k, v in site.env.items() if k != "PYTHONUNBUFFERED"}
-    config = CONFIG.format(root=site.root).replace("cpu:2", "cpu:1")
+    config = quiet_config(site.root)
     site.worker("plain", config, env=env)
     loop = "import time\nfor i in range(4):\n    print('tick', i)\n    time.sleep(0.7)\n"
     j = run_job(site, [sys.executable, "-c", loop], device_id="plain:cpu0", idle_timeout_seconds=1)
@@ -205,7 +198,7 @@ def test_512_mb_on_one_line_does_not_grow_the_worker(site):
 
 
 def test_sigterm_to_the_worker_reports_running_jobs_and_exits_0(site, work):
-    w = site.worker("leaving", CONFIG.format(root=site.root).replace("cpu:2", "cpu:1"))
+    w = site.worker("leaving", quiet_config(site.root))
     job_id = submit(
         site.admin,
         ["sh", "-c", f"touch {work}/up; sleep 300"],
