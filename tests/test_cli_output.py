@@ -223,6 +223,15 @@ BAD_INVOCATIONS = [
     (["token", "create", "bob", "--expires", "0"], "rc token create", "never expires"),
     # found by a new user: `rc jobs --device bad` listed nothing
     (["jobs", "--device", "bad"], "rc jobs", "is not a device id"),
+    # found by a new user: a long name was called "not a job name", its length unsaid
+    (
+        ["run", "--name", "x" * 300, "--", "true"],
+        "rc run",
+        "at most 128 characters; this one has 300",
+    ),
+    # found by a new user: -5m was taken for an unknown option ("D is required")
+    (["extend", "3", "-5m"], "rc extend", "must be positive"),
+    (["extend", "3", "0s"], "rc extend", "D must be positive"),
 ]
 
 

@@ -109,6 +109,9 @@ def test_jobs_filters_and_keyset_paging_reach_all_history(fleet, cli, controller
             break
         before = got[-1]
     assert seen == ids[::-1]
+    # found by a new user: a full last page still said "more:"
+    assert b"more:" not in cli.run("jobs", "--mine", "-n", "5", check=True).stderr
+    assert b"more:" in cli.run("jobs", "--mine", "-n", "4", check=True).stderr
     assert [j["id"] for j in cli.json("jobs", "--state", "failed")] == [bob_job]
     assert [j["id"] for j in cli.json("jobs", "--user", "bob")] == [bob_job]
     assert cli.json("jobs", "--since", "1h") and cli.json("jobs", "--since", "2999-01-01") == []
@@ -181,6 +184,22 @@ def test_logs_follow_of_a_queued_job_says_it_waits(fleet, cli, controller):
             follower.kill()
             follower.wait(10)
     assert out == b"done-here\n" and follower.returncode == 0
+
+
+def test_logs_of_a_queued_job_says_there_is_no_output_yet(fleet, cli):
+    hold = _id(cli.run("hold", "-n", "2", "--ttl", "10m", "--reason", "r", "--detach"))
+    queued = _id(cli.run("run", "--detach", "--", "true"))
+    try:
+        for flags in ((), ("--tail", "5"), ("--head", "5")):
+            res = cli.run("logs", str(queued), *flags)
+            assert res.returncode == 0 and res.stdout == b""
+            assert (
+                f"job {queued} is queued (position 1 in the queue): no output yet "
+                f"(rc logs -f {queued} waits for it)".encode()
+                in res.stderr
+            ), flags
+    finally:
+        cli.run("release", str(hold), check=True)
 
 
 def test_extend_gives_a_hold_more_time_up_to_its_ceiling(
@@ -272,6 +291,10 @@ def test_an_array_runs_every_element_with_its_index_under_its_cap(fleet, cli, co
     assert "elements:     6 succeeded" in shown
     listed = cli.run("jobs", "--array", str(array_id), check=True).stdout.decode()
     assert "not ok:       -" in listed
+    # found by a new user: the listing of an array did not say which element is which
+    head, *rows = listed.splitlines()[:7]
+    assert head.split()[:4] == ["JOB", "NAME", "INDEX", "DEVICE"]
+    assert sorted(int(r.split()[2]) for r in rows[:6]) == [0, 1, 2, 3, 4, 7]
 
 
 def test_an_array_file_gives_each_line_and_failures_fail_the_run(fleet, cli, controller, tmp_path):
@@ -383,6 +406,17 @@ def test_a_sweep_then_an_evaluation_after_it(fleet, cli, controller):
     assert f"after:        job {array_id}:ok" in shown
     res = cli.run("logs", "-f", str(evaluation))
     assert res.returncode == 0 and res.stdout == b"evaluated\n"
+    # found by a new user: an attached dependent's queued line did not say it waits
+    blocker = _id(cli.run("run", "--detach", "--", "sleep", "300"))
+    follower = cli.popen(
+        "run", "--after", str(blocker), "--after", f"{evaluation}:any", "--", "true"
+    )
+    try:
+        line = follower.stderr.readline().decode()
+        assert f"once job {blocker} has succeeded and job {evaluation} has ended (job " in line
+    finally:
+        cli.run("kill", str(blocker), check=True)
+        follower.communicate(timeout=60)
     ev = job(alice, evaluation)
     elements = alice.get("/v1/jobs", params={"array": array_id})["jobs"]
     assert len(elements) == 3

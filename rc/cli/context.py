@@ -181,6 +181,10 @@ def job_name_arg(text: str) -> str:
     """argparse type: a job name (rc.proto.model.JOB_NAME_RE)."""
     from rc.proto.model import JOB_NAME_MAX, valid_job_name
 
+    if len(text) > JOB_NAME_MAX:
+        raise argparse.ArgumentTypeError(
+            f"a job name is at most {JOB_NAME_MAX} characters; this one has {len(text)}"
+        )
     if not valid_job_name(text):
         raise argparse.ArgumentTypeError(
             f"{text[:40]!r} is not a job name (letters, digits and . _ : + = , @ % -, "

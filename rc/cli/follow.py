@@ -29,6 +29,7 @@ __all__ = [
     "exit_status",
     "follow_log",
     "job_env",
+    "once",
     "post_kill",
     "read_env_file",
     "submit",
@@ -184,7 +185,21 @@ def submit_run(
         "array_items": getattr(args, "array_items", None) or [],
         "after": getattr(args, "after", None) or [],
     }
-    return submit(c, body), label
+    return submit(c, body), label + once(body["after"])
+
+
+_ONCE = {"ok": "has succeeded", "notok": "has ended unsuccessfully", "any": "has ended"}
+
+
+def once(after: list[str]) -> str:
+    """What a queued dependent waits for, to follow its target in the queued
+    line: " once job 4 has succeeded and job 7 has ended" ("" with none).
+    `after` holds --after's "JOB:COND" strings."""
+    parts = []
+    for text in after:
+        job_id, _, cond = text.partition(":")
+        parts.append(f"job {job_id} {_ONCE.get(cond, 'has ended')}")
+    return f" once {' and '.join(parts)}" if parts else ""
 
 
 def submit(c: Client, body: dict) -> dict:

@@ -45,7 +45,7 @@ TAIL_WINDOW_BYTES = 64 << 10
 STATES = ("queued", "assigned", "running", "succeeded", "failed", "killed", "lost")
 
 
-def named_table(headers: tuple[str, ...], rows: list[tuple]) -> None:
+def named_table(headers: list[str] | tuple[str, ...], rows: list) -> None:
     """A listing whose second column is NAME: shown only when some job in it
     has a name (a listing of unnamed jobs reads as it always did)."""
     if not any(r[1] != "-" for r in rows):
@@ -310,21 +310,15 @@ def cmd_jobs(args: argparse.Namespace) -> int:
     rows = []
     for j in jobs:
         started, took = _started_and_duration(j)
-        rows.append(
-            (
-                j["id"],
-                j.get("name") or "-",
-                job_target(j),
-                job_state(j),
-                job_who(j),
-                started,
-                took,
-                job_what(j),
-            )
-        )
-    named_table(
-        ("JOB", "NAME", "DEVICE", "STATE", "SUBMITTER", "STARTED", "DURATION", "COMMAND"), rows
-    )
+        row = [j["id"], j.get("name") or "-", job_target(j), job_state(j), job_who(j)]
+        row += [started, took, job_what(j)]
+        if args.array:  # an array's elements: which index each is
+            row.insert(2, j.get("array_index", "-"))
+        rows.append(row)
+    heads = ["JOB", "NAME", "DEVICE", "STATE", "SUBMITTER", "STARTED", "DURATION", "COMMAND"]
+    if args.array:
+        heads.insert(2, "INDEX")
+    named_table(heads, rows)
     if page.get("next_before"):
         stderr(f"more: rc jobs --before {page['next_before']} (with the same filters)")
     if args.array:
@@ -472,17 +466,21 @@ def _tail(c, job_id: int, lines: int, size: int) -> tuple[bytes, int]:
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
-    """`rc logs JOB [-f] [--tail N | --head N]`; with -f on a job still in
-    the queue, says so (and its position) on stderr and waits for it."""
+    """`rc logs JOB [-f] [--tail N | --head N]`. On a job still in the queue
+    it says so (and its position) on stderr; with -f it then waits for it."""
     c = client(args)
     out = sys.stdout.buffer
     offset = 0
     view = None
-    if args.follow or args.tail is not None:
-        view = c.get(f"/v1/jobs/{args.job}", params={"detail": "1"})
-    if args.follow and view["job"]["state"] == "queued":
+    view = c.get(f"/v1/jobs/{args.job}", params={"detail": "1"})
+    if view["job"]["state"] == "queued":
         pos = view.get("queue_position") or 0
         where = f" (position {pos} in the queue)" if pos else ""
+        if not args.follow:
+            stderr(
+                f"job {args.job} is queued{where}: no output yet (rc logs -f {args.job} waits for it)"
+            )
+            return 0
         stderr(f"job {args.job} is queued{where}; waiting for it to start (Ctrl-C stops following)")
     try:
         if args.tail is not None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import stat
 import sys
 import time
@@ -52,6 +53,7 @@ from rc.cli.follow import (
     exit_status,
     follow_log,
     job_env,
+    once,
     post_kill,
     submit,
     submit_run,
@@ -278,7 +280,10 @@ def add_parsers(sub) -> None:
         p.add_argument("job", type=number_in(1), metavar="HOLD", help="the hold id"),
         holds,
     )
-    p.add_argument("add", type=whole_seconds_arg, metavar="D", help="how much more (e.g. 1h)")
+    p.add_argument("add", type=_more_time, metavar="D", help="how much more (e.g. 1h)")
+    # "-5m" is a D (refused: a hold only grows), not an unknown option: argparse
+    # takes an argument that matches this for a positional when no option does
+    p._negative_number_matcher = re.compile(r"^-\d")
     add_client_flags(p)
     p.set_defaults(handler="run:cmd_extend")
 
@@ -456,6 +461,7 @@ def cmd_hold(args: argparse.Namespace) -> int:
         "after": args.after,
     }
     view = submit(c, body)
+    label += once(args.after)
     hold_id = view["job"]["id"]
     hangup_interrupts()
     try:
@@ -516,10 +522,20 @@ def cmd_release(args: argparse.Namespace) -> int:
     return 0
 
 
+_GROWS_ONLY = "must be positive (e.g. 1h): a hold only grows; rc release ends it now"
+
+
+def _more_time(text: str) -> int:
+    """argparse type of `rc extend`'s D: whole seconds, more than none."""
+    if text.startswith("-"):
+        raise argparse.ArgumentTypeError(_GROWS_ONLY)
+    return whole_seconds_arg(text)
+
+
 def cmd_extend(args: argparse.Namespace) -> int:
     """`rc extend HOLD D`: prints "hold 12 now ends at TIME (ttl 3h)"."""
     if args.add <= 0:
-        raise UsageError("D must be positive (e.g. 1h)")
+        raise UsageError(f"D {_GROWS_ONLY}")
     c = client(args)
     got = c.post(f"/v1/jobs/{args.job}/extend", {"seconds": args.add})
     held = c.get(f"/v1/jobs/{args.job}")["job"]

@@ -509,8 +509,10 @@ async def list_jobs(request: Request):
     c = ctl(request)
     who = caller(request)
     limit = query_int(request, "limit", 20, 1, LIST_MAX)
-    found = await c.db.read(jobs.listing, job_filter(request, who), limit)
-    more = found[-1].id if len(found) == limit else 0
+    # one row past the page says whether there is a next one (a full page with
+    # nothing after it names no next page)
+    found = await c.db.read(jobs.listing, job_filter(request, who), limit + 1)
+    found, more = found[:limit], found[limit - 1].id if len(found) > limit else 0
     return reply(JobList(tuple(views.for_caller(j, who.name, who.admin) for j in found), more))
 
 
