@@ -166,6 +166,19 @@ def test_every_verb_and_every_argument_has_help():
             assert action.help and action.help.strip(), f"rc {name} {label} has no help"
 
 
+def test_every_parser_names_a_handler_that_exists():
+    """A mis-wired handler= ("run:cmd_relase") was found only by an e2e test."""
+    import importlib
+
+    leaves = [(p, parser) for p, parser, _ in _parsers(build_parser()) if not parser._subparsers]
+    assert len(leaves) >= 25
+    for path, parser in leaves:
+        handler = parser.get_default("handler")
+        assert handler, f"rc {' '.join(path)} names no handler"
+        module, _, func = handler.partition(":")
+        assert callable(getattr(importlib.import_module(f"rc.cli.{module}"), func, None)), handler
+
+
 @pytest.mark.parametrize(
     ("argv", "verb"),
     [
