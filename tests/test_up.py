@@ -126,6 +126,20 @@ def test_up_twice_says_already_up_and_succeeds(user, env):
     assert _state(env) == first  # nothing was restarted
 
 
+def test_two_ups_at_the_same_instant_start_one_box(user, env):
+    """Found by a new user: of two `rc up -d` started together on one data
+    dir, one failed with "in use by another rc serve"; now the second waits
+    for the first and finds it up."""
+    ups = [user.popen("up", "-d", "--listen", "127.0.0.1:0", "--devices", "1") for _ in range(2)]
+    outs = [p.communicate(timeout=120) for p in ups]
+    assert [p.returncode for p in ups] == [0, 0], outs
+    assert sum(b"already up" in err for _out, err in outs) == 1, outs
+    st = _state(env)
+    assert pid_alive(st["serve_pid"]) and pid_alive(st["worker_pid"])
+    res = user.run(*HELLO)
+    assert res.returncode == 0, res.stderr
+
+
 # -- a worker that registers is kept, whatever state its devices are in ------------
 
 

@@ -36,6 +36,7 @@ from rc.cli.context import UsageError, stderr
 from rc.cli.credentials import ensure_client_config, ensure_token, worker_token_host, write_secret
 from rc.cli.output import command_text, escape_controls, on_devices, one_line
 from rc.cli.serve import have_controller
+from rc.proto import pidlock
 from rc.proto.client import Client
 from rc.proto.errors import RcError
 from rc.proto.model import DEVICES_PER_WORKER_MAX
@@ -53,6 +54,35 @@ def default_data_dir() -> Path:
         os.path.expanduser("~"), ".local", "share"
     )
     return Path(base) / "rc"
+
+
+UP_LOCK = "up.lock"
+UP_LOCK_WAIT_S = 120.0
+"""How long an rc up waits for another one on the same data dir to finish
+starting (the second then finds it up: "already up")."""
+
+
+def _one_up_at_a_time(data: Path) -> int:
+    """Lock DATA/up.lock (rc.proto.pidlock), waiting up to UP_LOCK_WAIT_S
+    while another rc up holds it; returns the lock's fd. Raises RcError when
+    the wait runs out. Two `rc up -d` at the same instant: the second waits,
+    then finds the first's controller and worker up."""
+    path = str(data / UP_LOCK)
+    deadline = time.monotonic() + UP_LOCK_WAIT_S
+    said = False
+    while True:
+        try:
+            return pidlock.take(path)
+        except pidlock.LockBusy as e:
+            if time.monotonic() > deadline:
+                raise RcError(
+                    f"another rc up (pid {e.pid or 'unknown'}) has been starting in {data} "
+                    f"for over {UP_LOCK_WAIT_S:g} s; see {data / 'serve.log'}"
+                ) from None
+            if not said:
+                stderr(f"another rc up (pid {e.pid or 'unknown'}) is starting in {data}; waiting")
+                said = True
+            time.sleep(0.1)
 
 
 def add_parsers(sub) -> None:
@@ -302,6 +332,10 @@ def cmd_up(args: argparse.Namespace) -> int:
             "starting with a letter or digit"
         )
     data.mkdir(mode=0o700, parents=True, exist_ok=True)
+    # Held until the state file names what runs (an exception before that ends
+    # this process, and the kernel drops the lock with it).
+    lock = _one_up_at_a_time(data)
+    st = _read_state(state_path)  # as the rc up before us left it
     serve_pid = st.get("serve_pid") if alive_pid(st.get("serve_pid")) else None
     worker_pid = st.get("worker_pid") if alive_pid(st.get("worker_pid")) else None
     down = f"rc down{f' --data {data}' if args.data else ''}"
@@ -335,6 +369,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             _say_out_of_pool(mine, host, data, args, url, points_here, False)
         except (RcError, OSError, KeyError, TypeError, ValueError) as e:
             stderr(f"note: could not check the client config and the devices: {e}")
+        pidlock.release(lock, str(data / UP_LOCK))
         return 0
     if (serve_pid or worker_pid) and not args.detach:
         raise UsageError(
@@ -412,6 +447,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             }
         )
     )
+    pidlock.release(lock, str(data / UP_LOCK))
     try:
         mine = _wait_settled(
             admin, host, str(worker_log_path) if args.detach else "the messages above"
