@@ -166,6 +166,10 @@ async def register(request: Request):
         c.tokens.put(row)
         who = Caller(who.token_id, who.name, who.role, row["host"], who.expires_at)
     _bound(request, who, req.host)
+    # A (re)registering worker supersedes every poll parked before it: the
+    # poll of a predecessor killed with -9 stays parked until its connection
+    # is noticed gone, and must not take work meant for the new one.
+    _supersede_polls(c, req.host)
     await c.db.write(workers.register, req, c.match_cache, c.thresholds)
     c.delivered.pop(req.host, None)
     return reply(RegisterResponse(req.host, c.instance, c.cfg.heartbeat_interval))
@@ -222,9 +226,9 @@ async def assignments(request: Request):
 
     Answers as soon as the worker has a job or a kill to act on, else 204
     after `wait` (default 30 s, at most 60 s). A worker has one poll at a
-    time: a new poll supersedes older ones, which answer 204 at once and hand
-    out nothing (the poll of a worker killed with -9 stays parked here, and
-    must not take work meant for its successor).
+    time: a new poll, or a registration, supersedes older ones, which answer
+    204 at once and hand out nothing (the poll of a worker killed with -9
+    stays parked here, and must not take work meant for its successor).
     """
     c = ctl(request)
     who = caller(request)
@@ -233,13 +237,20 @@ async def assignments(request: Request):
     wait = query_float(request, "wait", c.cfg.poll_wait_default, 0.0, c.cfg.poll_wait_max)
     deadline = time.monotonic() + wait
     key = f"worker:{worker_id}"
-    generation = c.poll_generation[worker_id] = c.poll_generation.get(worker_id, 0) + 1
-    c.hub.notify([key])  # wake an older poll so that it steps aside
+    generation = _supersede_polls(c, worker_id)
     c.scans.poll_started(worker_id)
     try:
         return await _long_poll(c, worker_id, key, generation, deadline)
     finally:
         c.scans.poll_ended(worker_id)
+
+
+def _supersede_polls(c, worker_id: str) -> int:
+    """Start a new poll generation for `worker_id` and wake the polls of older
+    ones, which then answer 204 and hand out nothing; returns the new one."""
+    generation = c.poll_generation[worker_id] = c.poll_generation.get(worker_id, 0) + 1
+    c.hub.notify([f"worker:{worker_id}"])
+    return generation
 
 
 async def _long_poll(c, worker_id: str, key: str, generation: int, deadline: float):
