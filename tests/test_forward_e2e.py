@@ -1,0 +1,220 @@
+"""`rc forward` end to end: a real controller, a worker from the zipapp, a
+Python http.server started inside the hold with `rc exec`, and the CLI's
+forward in front of it."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import re
+import select
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from rc.proto.errors import ApiError
+from tests.harness import PY, Cli, job, wait_until
+from tests.test_relay_e2e import Fleet, hold, running_fleet
+
+pytestmark = pytest.mark.e2e
+
+BIG_BYTES = 100 << 20
+SMALL_FILES = 50
+
+
+class Lines:
+    """Lines of a child's pipe, read with a deadline (no bare sleeps)."""
+
+    def __init__(self, stream) -> None:
+        self.fd = stream.fileno()
+        self.buf = b""
+
+    def expect(self, pattern: bytes, timeout: float = 30.0) -> re.Match:
+        deadline = time.monotonic() + timeout
+        while True:
+            m = re.search(pattern, self.buf)
+            if m:
+                self.buf = self.buf[m.end() :]
+                return m
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"no {pattern!r} within {timeout}s; got {self.buf[-800:]!r}")
+            ready, _, _ = select.select([self.fd], [], [], min(left, 0.2))
+            if ready:
+                data = os.read(self.fd, 65536)
+                if not data:
+                    raise AssertionError(f"the stream ended before {pattern!r}: {self.buf!r}")
+                self.buf += data
+
+
+@dataclass
+class Served:
+    fleet: Fleet
+    hold: int
+    port: int
+    root: Path
+    server: subprocess.Popen
+
+
+def _stop(p: subprocess.Popen) -> None:
+    if p.poll() is None:
+        p.send_signal(signal.SIGTERM)
+        try:
+            p.wait(15)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(10)
+    for stream in (p.stdout, p.stderr):
+        if stream is not None:
+            stream.close()
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory, pyz) -> Iterator[Fleet]:
+    with running_fleet(tmp_path_factory.mktemp("forward"), pyz) as f:
+        yield f
+
+
+@pytest.fixture(scope="module")
+def served(fleet) -> Iterator[Served]:
+    """Alice's hold on box:cpu0 with an http.server inside it (on a port it
+    chose) serving a 100 MB file and 50 small ones."""
+    root = fleet.tmp / "www"
+    root.mkdir()
+    (root / "big.bin").write_bytes(os.urandom(BIG_BYTES))
+    for i in range(SMALL_FILES):
+        (root / f"f{i}.txt").write_bytes(b"file %d\n" % i * (i + 1))
+    held = hold(fleet.alice, "box:cpu0")
+    server = fleet.alice.popen(
+        "exec",
+        str(held),
+        "--",
+        PY,
+        "-u",
+        "-m",
+        "http.server",
+        "0",
+        "--bind",
+        "127.0.0.1",
+        "--directory",
+        str(root),
+    )
+    try:
+        port = int(Lines(server.stdout).expect(rb"port (\d+)").group(1))
+        yield Served(fleet, held, port, root, server)
+    finally:
+        fleet.alice.run("release", str(held))
+        _stop(server)
+
+
+@contextlib.contextmanager
+def forwarding(cli: Cli, held: int, spec: str) -> Iterator[tuple[subprocess.Popen, int, Lines]]:
+    """`rc forward HELD SPEC` running; yields it, the local port it listens
+    on (read from what it prints) and its stderr."""
+    p = cli.popen("forward", str(held), spec)
+    try:
+        err = Lines(p.stderr)
+        port = int(err.expect(rb"forwarding 127\.0\.0\.1:(\d+) to ").group(1))
+        yield p, port, err
+    finally:
+        _stop(p)
+
+
+def relay_sessions(fleet: Fleet) -> float:
+    text = fleet.ctl.client().request("GET", "/metrics").body.decode()
+    m = re.search(r"^rc_relay_sessions (\S+)$", text, re.MULTILINE)
+    assert m, text[:400]
+    return float(m.group(1))
+
+
+def fetch(port: int, path: str) -> bytes:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/{path}", timeout=60) as r:
+        return r.read()
+
+
+def test_a_forward_serves_concurrent_requests_and_a_100_mb_body(served):
+    with forwarding(served.fleet.alice, served.hold, f"0:{served.port}") as (p, port, _):
+        with ThreadPoolExecutor(SMALL_FILES) as pool:
+            bodies = list(pool.map(lambda i: fetch(port, f"f{i}.txt"), range(SMALL_FILES)))
+        assert bodies == [(served.root / f"f{i}.txt").read_bytes() for i in range(SMALL_FILES)]
+        body = fetch(port, "big.bin")
+        assert len(body) == BIG_BYTES
+        assert (
+            hashlib.sha256(body).digest()
+            == hashlib.sha256((served.root / "big.bin").read_bytes()).digest()
+        )
+        assert p.poll() is None  # connections end, the forward goes on
+    assert p.returncode == 0  # SIGTERM ends it as Ctrl-C does
+
+
+def test_another_users_hold_is_refused(served):
+    fleet = served.fleet
+    res = fleet.bob.run("forward", str(served.hold), f"0:{served.port}", timeout=30)
+    assert res.returncode == 1
+    assert b"belongs to alice" in res.stderr
+    # and by the controller itself, whatever the client checks
+    bob = fleet.ctl.client(fleet.bob.env["RC_TOKEN"])
+    with pytest.raises(ApiError) as e:
+        bob.post(f"/v1/jobs/{served.hold}/sessions", {"stdio": "pipe", "port": served.port})
+    assert e.value.status == 403 and e.value.code == "not_job_owner"
+
+
+def test_bad_ports_are_usage_errors_and_a_port_nobody_listens_on_is_named(served):
+    fleet = served.fleet
+    for spec in ("0", "70000", "x:80", "80:"):
+        res = fleet.alice.run("forward", str(served.hold), spec, timeout=30)
+        assert res.returncode == 2, (spec, res.stderr)
+        assert b"port" in res.stderr
+    with pytest.raises(ApiError) as e:
+        fleet.ctl.client(fleet.alice.env["RC_TOKEN"]).post(
+            f"/v1/jobs/{served.hold}/sessions", {"stdio": "pipe", "port": 80, "command": ["ls"]}
+        )
+    assert e.value.status == 400
+    free = socket.socket()
+    free.bind(("127.0.0.1", 0))
+    unused = free.getsockname()[1]
+    free.close()  # nothing listens there now
+    with forwarding(fleet.alice, served.hold, f"0:{unused}") as (p, port, err):
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+            assert s.recv(10) == b""  # closed, no bytes
+        err.expect(rb"cannot connect to 127\.0\.0\.1:%d on box" % unused)
+        assert p.poll() is None
+
+
+def test_killing_the_client_leaves_no_relay_sessions(served):
+    fleet = served.fleet
+    before = relay_sessions(fleet)  # the http.server's own exec session
+    with forwarding(fleet.alice, served.hold, f"0:{served.port}") as (p, port, _):
+        conns = []
+        for _ in range(3):
+            s = socket.create_connection(("127.0.0.1", port), timeout=30)
+            s.sendall(b"GET /big.bin HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert s.recv(100).startswith(b"HTTP/1.0 200")
+            conns.append(s)
+        wait_until(lambda: relay_sessions(fleet) >= before + 3, 20, "three forward sessions")
+        p.kill()  # no goodbye: the kernel closes its connections
+        p.wait(10)
+        wait_until(
+            lambda: relay_sessions(fleet) == before, 20, "every forward session ended on the relay"
+        )
+        for s in conns:
+            s.close()
+    assert served.server.poll() is None  # the exec session is untouched
+
+
+def test_the_hold_ending_ends_the_forward(fleet):
+    held = hold(fleet.alice, "box:cpu1")
+    with forwarding(fleet.alice, held, "0:9") as (p, _, err):
+        fleet.alice.run("release", str(held), check=True)
+        err.expect(rb"hold %d ended" % held)
+        assert p.wait(20) == 1
+    assert job(fleet.ctl.client(), held)["state"] != "running"
