@@ -141,11 +141,25 @@ def fetch(port: int, path: str) -> bytes:
         return r.read()
 
 
+def open_fds(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
 def test_a_forward_serves_concurrent_requests_and_a_100_mb_body(served):
+    worker = served.fleet.worker.proc.pid
     with forwarding(served.fleet.alice, served.hold, f"0:{served.port}") as (p, port, _):
+        fetch(port, "f0.txt")
+        fds = open_fds(worker), open_fds(p.pid)
         with ThreadPoolExecutor(SMALL_FILES) as pool:
             bodies = list(pool.map(lambda i: fetch(port, f"f{i}.txt"), range(SMALL_FILES)))
         assert bodies == [(served.root / f"f{i}.txt").read_bytes() for i in range(SMALL_FILES)]
+        # every connection's sockets are closed, its threads' kept-alive
+        # connections to the controller too (one was kept per thread)
+        wait_until(
+            lambda: open_fds(worker) <= fds[0] + 2 and open_fds(p.pid) <= fds[1] + 2,
+            20,
+            f"the worker and rc forward back to {fds} open files",
+        )
         body = fetch(port, "big.bin")
         assert len(body) == BIG_BYTES
         assert (
@@ -154,6 +168,22 @@ def test_a_forward_serves_concurrent_requests_and_a_100_mb_body(served):
         )
         assert p.poll() is None  # connections end, the forward goes on
     assert p.returncode == 0  # SIGTERM ends it as Ctrl-C does
+
+
+def test_connections_one_after_another_do_not_wait_for_the_workers_poll_floor(served):
+    """The worker's long poll answered with session starts polls again at
+    once: it waited out its 0.25 s floor (for empty answers) first, so each
+    new session (a forward's every connection, rc shell, rc exec) started
+    up to 0.25 s late."""
+    n = 40
+    with forwarding(served.fleet.alice, served.hold, f"0:{served.port}") as (_, port, _):
+        fetch(port, "f0.txt")
+        t0 = time.monotonic()
+        for i in range(n):
+            assert fetch(port, f"f{i % SMALL_FILES}.txt")
+        took = time.monotonic() - t0
+    # with the floor: at least n x ~0.25 s (10 s); without: ~25 ms each here
+    assert took < n * 0.125, f"{n} connections one after another took {took:.1f}s"
 
 
 def test_another_users_hold_is_refused(served):

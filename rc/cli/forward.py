@@ -150,6 +150,7 @@ class Forwarder:
             self._carry(conn, halves)
         finally:
             _close(conn, *halves)
+            self.c.close()  # this thread's kept-alive connection (one per thread)
 
     def _carry(self, conn: socket.socket, halves: list) -> None:
         try:

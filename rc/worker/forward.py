@@ -132,7 +132,10 @@ def run_forward(agent, st: SessionStart, hold, report: Report) -> None:
         sock.close()
         report(agent, st, "ended", None, f"cannot attach to the relay: {e}")
         return
-    report(agent, st, "running")
+    # said on the side: the first bytes wait for no report
+    threading.Thread(
+        target=_report_running, args=(agent, st, report), daemon=True, name="rc-forward-report"
+    ).start()
     done = threading.Event()
     threading.Thread(
         target=_watch_hold, args=(agent, st, hold, fwd, done), daemon=True, name="rc-forward-hold"
@@ -142,6 +145,13 @@ def run_forward(agent, st: SessionStart, hold, report: Report) -> None:
     finally:
         done.set()
     report(agent, st, "ended", 0, why)
+
+
+def _report_running(agent, st: SessionStart, report: Report) -> None:
+    try:
+        report(agent, st, "running")
+    finally:
+        agent.client.close()  # this thread's kept-alive connection
 
 
 def _watch_hold(agent, st: SessionStart, hold, fwd: Forward, done: threading.Event) -> None:

@@ -128,6 +128,11 @@ def _run_session(agent, st: SessionStart) -> None:
     except Exception as e:  # a bug must still end in a report
         log.exception("session %d of hold %d: worker error", st.session_id, st.hold_id)
         _report(agent, st, "ended", None, f"worker error: {e}")
+    finally:
+        # the kept-alive connection of this thread's reports: the client
+        # keeps one per thread until closed, and a thread per session (a
+        # forward's every connection) would leak one each
+        agent.client.close()
 
 
 def _hold_run(agent, hold_id: int, timeout: float = HOLD_WAIT_S):
