@@ -11,7 +11,9 @@ import re
 import select
 import signal
 import socket
+import socketserver
 import subprocess
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -76,6 +78,50 @@ def _stop(p: subprocess.Popen) -> None:
     for stream in (p.stdout, p.stderr):
         if stream is not None:
             stream.close()
+
+
+class _Far(socketserver.BaseRequestHandler):
+    """A server on this host (the hold's host here): b"E" echoes until end
+    of file then answers the sha256 of it all, after end of file (a half
+    close); b"H" holds the connection until it closes. Counts closed
+    connections in `server.closed`."""
+
+    def handle(self) -> None:
+        sock = self.request
+        op = sock.recv(1)
+        h = hashlib.sha256()
+        while data := sock.recv(1 << 16):
+            h.update(data)
+            if op == b"E":
+                sock.sendall(data)
+        if op == b"E":
+            sock.sendall(b"sha256:" + h.hexdigest().encode())
+        with self.server.lock:
+            self.server.closed += 1
+
+
+class FarServer(socketserver.ThreadingTCPServer):
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Far)
+        self.lock = threading.Lock()
+        self.closed = 0
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    @property
+    def port(self) -> int:
+        return self.server_address[1]
+
+
+@pytest.fixture
+def far() -> Iterator[FarServer]:
+    srv = FarServer()
+    try:
+        yield srv
+    finally:
+        srv.shutdown()
+        srv.server_close()
 
 
 @pytest.fixture(scope="module")
@@ -191,6 +237,9 @@ def test_another_users_hold_is_refused(served):
     res = fleet.bob.run("forward", str(served.hold), f"0:{served.port}", timeout=30)
     assert res.returncode == 1
     assert b"belongs to alice" in res.stderr
+    admin = Cli(fleet.ctl.url, fleet.ctl.token("carol-admin", "admin"), fleet.alice.env, fleet.tmp)
+    with forwarding(admin, served.hold, f"0:{served.port}") as (_, port, _):
+        assert fetch(port, "f1.txt") == (served.root / "f1.txt").read_bytes()
     # and by the controller itself, whatever the client checks
     bob = fleet.ctl.client(fleet.bob.env["RC_TOKEN"])
     with pytest.raises(ApiError) as e:
@@ -220,19 +269,42 @@ def test_bad_ports_are_usage_errors_and_a_port_nobody_listens_on_is_named(served
         assert p.poll() is None
 
 
-def test_killing_the_client_leaves_no_relay_sessions(served):
+def test_connections_are_independent_and_end_of_file_is_a_half_close(served, far):
+    with forwarding(served.fleet.alice, served.hold, f"0:{far.port}") as (p, port, _):
+        a = socket.create_connection(("127.0.0.1", port), timeout=30)
+        b = socket.create_connection(("127.0.0.1", port), timeout=30)
+        a.sendall(b"E" + b"one")
+        assert a.recv(3) == b"one"
+        b.sendall(b"Ebefore")
+        assert b.recv(6) == b"before"
+        a.close()  # one side closing ends that connection only
+        wait_until(lambda: far.closed == 1, 20, "the far end of the closed connection closed")
+        payload = os.urandom(3 << 20)
+        b.sendall(payload)
+        b.shutdown(socket.SHUT_WR)  # end of file here: the far side still answers
+        got = b""
+        while data := b.recv(1 << 20):
+            got += data
+        want = payload + b"sha256:" + hashlib.sha256(b"before" + payload).hexdigest().encode()
+        assert got == want
+        b.close()
+        assert p.poll() is None
+
+
+def test_killing_the_client_ends_every_connection_and_leaves_no_relay_sessions(served, far):
     fleet = served.fleet
     before = relay_sessions(fleet)  # the http.server's own exec session
-    with forwarding(fleet.alice, served.hold, f"0:{served.port}") as (p, port, _):
+    with forwarding(fleet.alice, served.hold, f"0:{far.port}") as (p, port, _):
         conns = []
         for _ in range(3):
             s = socket.create_connection(("127.0.0.1", port), timeout=30)
-            s.sendall(b"GET /big.bin HTTP/1.1\r\nHost: x\r\n\r\n")
-            assert s.recv(100).startswith(b"HTTP/1.0 200")
+            s.sendall(b"E" + b"up")
+            assert s.recv(2) == b"up"
             conns.append(s)
-        wait_until(lambda: relay_sessions(fleet) >= before + 3, 20, "three forward sessions")
+        assert relay_sessions(fleet) == before + 3
         p.kill()  # no goodbye: the kernel closes its connections
         p.wait(10)
+        wait_until(lambda: far.closed == 3, 20, "every far end closed")
         wait_until(
             lambda: relay_sessions(fleet) == before, 20, "every forward session ended on the relay"
         )
