@@ -258,6 +258,15 @@ def test_bad_ports_are_usage_errors_and_a_port_nobody_listens_on_is_named(served
             f"/v1/jobs/{served.hold}/sessions", {"stdio": "pipe", "port": 80, "command": ["ls"]}
         )
     assert e.value.status == 400
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = taken.getsockname()[1]
+        res = fleet.alice.run("forward", str(served.hold), f"{busy}:{served.port}", timeout=30)
+        assert res.returncode == 1
+        assert b"cannot listen on 127.0.0.1:%d" % busy in res.stderr
+    res = fleet.alice.run("forward", "999999", "80", timeout=30)
+    assert res.returncode == 1 and b"no hold 999999" in res.stderr
     free = socket.socket()
     free.bind(("127.0.0.1", 0))
     unused = free.getsockname()[1]
