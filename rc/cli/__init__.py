@@ -19,7 +19,18 @@ from rc import __version__
 
 __all__ = ["GROUPS", "VERBS", "build_parser", "main"]
 
-GROUPS = ("run", "arrays", "jobs", "devices", "admin", "relay", "copy", "serve", "up")
+GROUPS = (
+    "run",
+    "arrays",
+    "jobs",
+    "devices",
+    "admin",
+    "relay",
+    "copy",
+    "forward",
+    "serve",
+    "up",
+)
 """Modules of rc.cli that contribute subcommands, in help order."""
 
 VERBS = {
@@ -46,6 +57,7 @@ VERBS = {
     "shell": "relay",
     "exec": "relay",
     "cp": "copy",
+    "forward": "forward",
     "serve": "serve",
     "worker": "serve",
     "up": "up",

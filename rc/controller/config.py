@@ -50,7 +50,10 @@ class Limits:
     queued_per_user: int = 10000
     """Most queued jobs per submitter (429 queue_full)."""
     relay_sessions_per_user: int = 16
-    """Most open relay sessions per user (429 limit_exceeded)."""
+    """Most open relay sessions per user, forward connections not counted
+    (429 limit_exceeded)."""
+    forward_connections_per_user: int = 256
+    """Most open `rc forward` connections per user (429 limit_exceeded)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -107,7 +107,10 @@ class Controller:
         self.metrics = Metrics(self.db, self.data / LOG_DIR)
         """Prometheus registry and hooks (`metrics.relay_sessions`, `metrics.webhook_dropped`)."""
         self.relay = Relay(
-            config.relay_alone_timeout, config.limits.relay_sessions_per_user, self.hub.notify
+            config.relay_alone_timeout,
+            config.limits.relay_sessions_per_user,
+            self.hub.notify,
+            forwards_per_user=config.limits.forward_connections_per_user,
         )
         self.metrics.relay_sessions = lambda: float(self.relay.open_sessions())
 

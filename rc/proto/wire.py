@@ -787,6 +787,10 @@ class SessionRequest:
     stdio is tty (a terminal; an empty command means the login shell of the
     worker's user) or pipe (raw stdin and stdout, stderr kept). rows and cols
     are the terminal's initial size (0: the default 24x80).
+
+    port (1..65535) makes it one connection of a port forward (`rc forward`):
+    no process; the worker connects to 127.0.0.1:port on the hold's host and
+    relays its bytes both ways (stdio pipe, no command, cwd or env).
     """
 
     stdio: Stdio
@@ -795,6 +799,7 @@ class SessionRequest:
     env: dict[str, str] = field(default_factory=dict)
     rows: int = 0
     cols: int = 0
+    port: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -814,6 +819,8 @@ class SessionStart:
     rows: int = 0
     cols: int = 0
     device_ids: tuple[str, ...] = ()
+    port: int = 0
+    """A forward's loopback port on the hold's host (0: run `command`)."""
 
     @property
     def devices(self) -> tuple[str, ...]:

@@ -462,8 +462,8 @@ class Agent:
             if resp.status == 200 and not self.stop_event.is_set():
                 got = decode(Assignments, resp.json())
                 self._dispatch(got)
-                if got.assignments or got.kills:
-                    continue
+                if got.assignments or got.kills or got.sessions:
+                    continue  # work came: poll again at once (the floor is for empty answers)
             if self.clock.monotonic() - t0 < POLL_FLOOR_S:
                 self.clock.wait(self.stop_event, POLL_FLOOR_S)
 

@@ -283,7 +283,9 @@ async def _drain(receive: Receive) -> None:
 async def open_session(request: Request):
     """POST /v1/jobs/{hold}/sessions: start a tty or pipe session in a running
     hold you own (201 with its SessionView). No second lease: it runs under
-    the hold's, on the hold's device, and ends when the hold ends."""
+    the hold's, on the hold's device, and ends when the hold ends. With a
+    `port` it is one forward connection (400 bad_request for a port outside
+    1..65535 or a command with it)."""
     c = ctl(request)
     who = caller(request)
     hold_id = path_int(request)
@@ -310,7 +312,27 @@ async def open_session(request: Request):
         raise Refused(ErrorCode.BAD_REQUEST, "a session's stdio is tty or pipe")
     if not (0 <= req.rows < 65536 and 0 <= req.cols < 65536):
         raise Refused(ErrorCode.BAD_REQUEST, "rows and cols must be in 0..65535")
-    # the same checks as a job's command, cwd and environment
+    if req.port:
+        _check_forward(req)
+    else:
+        # the same checks as a job's command, cwd and environment
+        _check_command(req, row, who, c.cfg.limits)
+    s = c.relay.open_in_hold(hold_id, rows.devices_of(row), row["worker_id"], row["submitter"], req)
+    return reply(s.view(), 201)
+
+
+def _check_forward(req) -> None:
+    """A forward connection: a port in 1..65535, pipe mode, nothing to run."""
+    if not 0 < req.port < 65536:
+        raise Refused(ErrorCode.BAD_REQUEST, f"port {req.port} is not in 1..65535")
+    if req.stdio is not Stdio.PIPE or req.command or req.cwd or req.env:
+        raise Refused(
+            ErrorCode.BAD_REQUEST,
+            "a forward connection is a pipe session with no command, cwd or env",
+        )
+
+
+def _check_command(req, row, who: Caller, limits) -> None:
     validate_submit(
         SubmitRequest(
             command=req.command,
@@ -320,10 +342,8 @@ async def open_session(request: Request):
             stdio=req.stdio,
         ),
         who,
-        c.cfg.limits,
+        limits,
     )
-    s = c.relay.open_in_hold(hold_id, rows.devices_of(row), row["worker_id"], row["submitter"], req)
-    return reply(s.view(), 201)
 
 
 async def get_session(request: Request):
