@@ -43,7 +43,7 @@ from rc.proto.wire import (
     ScanRequest,
     ScanResult,
 )
-from rc.worker import account, cgroups, recovery, sessions, sheets, survivors
+from rc.worker import account, cgroups, health, recovery, sessions, sheets, survivors
 from rc.worker.clock import SYSTEM, Clock
 from rc.worker.config import DeviceConfig, WorkerConfig
 from rc.worker.hooks import Leases
@@ -146,6 +146,7 @@ class Agent:
         self.prober = Prober(cfg, clock=clock)
         self.prober.fixed["proctrack"] = self.tracker.mode
         self._probe_lock = threading.Lock()
+        self._health_due: health.Pass | None = None
         self.leases = Leases(cfg, clock)
         self.spool = Spool(cfg.spool_dir, cfg.spool_max_bytes)
         self._arms: dict[int, JobRun] = {}
@@ -192,6 +193,7 @@ class Agent:
 
     def _registration(self) -> RegisterRequest:
         res, host_sheet, device_sheets = self._probe(None)
+        self._health_due = res.health  # acted on once the controller knows the devices
         configs = res.devices
         self.devices = {d.name: d for d in configs}
         self.leases.configure(configs)
@@ -254,7 +256,22 @@ class Agent:
         except TransportError as e:
             log.warning("labels push failed: %s", e)
             return False
+        finally:
+            self._act_on_health(res.health)
         return True
+
+    def _act_on_health(self, checked: health.Pass | None) -> None:
+        """Send the faults (quarantine as `fault`) and drains a health pass
+        found (rc.worker.health), through the reporter: queued and retried,
+        and before any later job report."""
+        if checked is None:
+            return
+        for f in checked.actions:
+            device_id = f"{self.cfg.host}:{f.device}"
+            if f.action == "fault":
+                self.reporter.submit_fault(device_id, f.reason(device_id))
+            elif f.action == "drain":
+                self.reporter.submit_fault(device_id, f.reason(device_id), drain=True)
 
     def gpu_uuid(self, device_name: str) -> str:
         """The UUID of a device's GPU, as nvidia-smi last listed it ("" if never)."""
@@ -273,6 +290,8 @@ class Agent:
             return False
         self.instance = resp["instance"]
         log.info("registered %s again", self.cfg.host)
+        self._act_on_health(self._health_due)
+        self._health_due = None
         return True
 
     def register(self) -> bool:
@@ -307,6 +326,8 @@ class Agent:
                     _runs_jobs_as(req),
                 )
                 self._announce_ready()
+                self._act_on_health(self._health_due)
+                self._health_due = None
                 return True
             except ApiError as e:
                 if e.status in PERMANENT_REFUSALS:

@@ -22,6 +22,7 @@ __all__ = [
     "clear",
     "clearable",
     "drain",
+    "drain_degraded",
     "fault",
     "quarantine",
     "remove",
@@ -211,6 +212,22 @@ def drain(tx: Tx, device_id: str, on: bool, reason: str, actor: str) -> tuple[st
     if row["draining"]:
         return f"{device_id}: drain reason is now {reason!r} (was {old!r})", False
     return f"draining {device_id}", False
+
+
+def drain_degraded(tx: Tx, host: str, degraded: dict[str, str], actor: str) -> list[str]:
+    """rc serve --drain-degraded: drain each device of `host` named in
+    `degraded` (device name → its `health` label, "degraded:<why>") that is
+    not draining yet, with the label as the reason. A device it does not know
+    is skipped. Returns the ids it drained."""
+    out = []
+    for name, health in sorted(degraded.items()):
+        device_id = f"{host}:{name}"
+        row = tx.one("device_drain_state", (device_id,))
+        if row is None or row["draining"]:
+            continue
+        drain(tx, device_id, True, f"health: {health} (rc serve --drain-degraded)", actor)
+        out.append(device_id)
+    return out
 
 
 def _drained_since(tx: Tx, device_id: str, reason: str) -> str:
