@@ -3,14 +3,16 @@
 its PATH and a fake kmsg file as its kernel log. A failed row remap and an
 Xid 79 quarantine their GPU as `fault` with the evidence, a pending remap
 drains it, a narrowed PCIe link labels it degraded and drains it, `health=ok`
-selects only healthy GPUs, and rc describe shows the baseline and history."""
+selects only healthy GPUs, and rc describe shows the baseline and history.
+A job that an Xid 79 ends says `cause: hardware (...)` and its GPU is
+faulted naming it; an application's own Xid is recorded on its job only."""
 
 from __future__ import annotations
 
 import pytest
 
 from tests.fake_nvidia_smi import FakeNvidiaSmi, kmsg_xid
-from tests.harness import Cli, wait_until
+from tests.harness import BARE_PY, Cli, wait_until
 from tests.test_worker_e2e_kit import Site, device, submit, wait_state
 
 pytestmark = pytest.mark.e2e
@@ -22,7 +24,7 @@ HOST = "healthbox"
 def site(tmp_path_factory, pyz):
     root = tmp_path_factory.mktemp("health")
     s = Site(root, pyz, serve_flags=["--drain-degraded"])
-    s.fake = FakeNvidiaSmi(root / "fakebin", gpus=5)
+    s.fake = FakeNvidiaSmi(root / "fakebin", gpus=7)
     s.kmsg = root / "kmsg"
     s.kmsg.write_text("6,1,1000,-;Linux version 6.1 (fake)\n")
     config = (
@@ -93,3 +95,37 @@ def test_an_xid_79_quarantines_its_gpu(site):
     assert "Xid Catalog" in d["quarantine_detail"]
     assert labels(site, "gpu4")["health"] == "fault:xid-79"
     assert device(site.admin, f"{HOST}:gpu0")["state"] == "ready"  # only the GPU it names
+
+
+def crash(kmsg, gpu: int, xid: int, text: str) -> list[str]:
+    """A job that logs an Xid on fake GPU `gpu` (at the kernel's time: the
+    monotonic clock) and exits 1, as a job the GPU fails under does."""
+    line = kmsg_xid(0, 0, gpu, xid, text).replace("3,0,0,", "3,{seq},{usec},")
+    code = (
+        "import time; t = int(time.monotonic() * 1e6); "
+        f"open({str(kmsg)!r}, 'a').write({line!r}.format(seq=t, usec=t)); "
+        "raise SystemExit(1)"
+    )
+    return [BARE_PY, "-c", code]
+
+
+def test_a_job_an_xid_79_ends_is_a_hardware_failure(site):
+    dev = f"{HOST}:gpu5"
+    j = wait_state(site.admin, submit(site.admin, crash(site.kmsg, 5, 79, "fell"), device_id=dev))
+    assert j["state"] == "failed"
+    assert f"cause: hardware (Xid 79 on {dev}: GPU has fallen off the bus)" in j["kill_reason"]
+    d = device(site.admin, dev)
+    assert d["state"] == "unhealthy" and d["quarantine_reason"] == "fault"
+    assert d["quarantine_detail"].startswith(f"health: xid-79 on {dev}: ")
+    feed = site.admin.get("/v1/events", params={"limit": "1000"})["events"]
+    assert any(e["job_id"] == j["id"] and "xid-79" in e["text"] for e in feed)
+
+
+def test_an_applications_own_xid_is_recorded_on_its_job_only(site):
+    dev = f"{HOST}:gpu6"
+    j = wait_state(site.admin, submit(site.admin, crash(site.kmsg, 6, 13, "oops"), device_id=dev))
+    assert j["state"] == "failed"
+    assert f"Xid 13 on {dev}: graphics engine exception (the application's own)" in j["kill_reason"]
+    assert "cause: hardware" not in j["kill_reason"]
+    assert device(site.admin, dev)["state"] == "ready"
+    assert labels(site, "gpu6")["health"] == "ok"

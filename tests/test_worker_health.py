@@ -294,3 +294,38 @@ def test_the_prober_labels_gpu_devices_with_their_health(tmp_path, fake, kmsg):
     res = p.run()
     assert res.labels["gpu0"]["health"] == "unknown:nvidia-smi"
     assert res.labels["gpu0"]["model"] == "NVIDIA A100-SXM4-80GB"
+
+
+# -- the jobs an Xid hits ------------------------------------------------------------------
+
+
+def test_job_note_names_the_xids_on_the_jobs_gpus_since_it_started():
+    def found(device, xid, at):
+        ev = health.XidEvent(at, at, "0000:10:00", xid, f"NVRM: Xid (PCI:0000:10:00): {xid}")
+        return health.xid_finding(RULES, device, ev)
+
+    hits = [
+        found("gpu3", 79, 100.0),
+        found("gpu3", 79, 101.0),  # the same words once
+        found("gpu3", 13, 102.0),
+        found("gpu1", 48, 103.0),  # another GPU: not this job's
+        found("gpu3", 95, 10.0),  # before the job started
+    ]
+    note = health.job_note(hits, "box", ["gpu3"], since=50.0)
+    assert note == (
+        "cause: hardware (Xid 79 on box:gpu3: GPU has fallen off the bus); "
+        "Xid 13 on box:gpu3: graphics engine exception (the application's own)"
+    )
+    assert health.job_note(hits, "box", ["gpu0"], since=0.0) == ""
+
+
+def test_poll_xids_reads_between_passes_and_the_next_pass_does_not_repeat_them(fake, kmsg):
+    m = monitor(kmsg)
+    m.run(GPUS)
+    with open(kmsg, "a") as f:
+        f.write(kmsg_xid(7, 3_000_000, 0, 79))
+    [f] = m.poll_xids()
+    assert (f.device, f.action) == ("gpu0", "fault") and list(m.recent) == [f]
+    p = m.run(GPUS)
+    assert p.xids == [] and p.actions == []
+    assert p.labels["gpu0"]["health"] == "fault:xid-79"

@@ -34,6 +34,7 @@ import logging
 import os
 import re
 import subprocess
+from collections import deque
 from dataclasses import dataclass, field
 from importlib import resources
 
@@ -52,6 +53,7 @@ __all__ = [
     "XidEvent",
     "XidRule",
     "evaluate",
+    "job_note",
     "load_rules",
     "normal_pci",
     "parse_kernel_log",
@@ -80,6 +82,8 @@ HEALTH_FIELDS = (
     "utilization.gpu",
 )
 """The --query-gpu fields of a health pass, in this order."""
+RECENT_XIDS = 256
+"""Xid findings kept for matching to the jobs they hit."""
 KERNEL_LOG_CAP = 4 << 20
 """At most this many bytes of the kernel log are read per pass."""
 DMESG_TIMEOUT_S = 5.0
@@ -467,6 +471,30 @@ class Monitor:
         self.open: dict[str, set[str]] = {}
         self.xid_faults: dict[str, list[Finding]] = {}
         self.baseline: dict[str, str] = {}
+        self.pci: dict[str, str] = {}
+        """normal_pci address → device name, from the last nvidia-smi reading."""
+        self.recent: deque[Finding] = deque(maxlen=RECENT_XIDS)
+        """The newest Xid findings, for the jobs they hit (job_note)."""
+
+    def _xids(self) -> list[Finding]:
+        """New Xid events of the kernel log on this worker's GPUs, judged."""
+        out = []
+        for ev in self.kernel.read():
+            name = self.pci.get(ev.pci)
+            if name is None:
+                continue
+            f = xid_finding(self.rules, name, ev)
+            out.append(f)
+            self.recent.append(f)
+            if f.action == "fault":
+                self.xid_faults.setdefault(name, []).append(f)
+        return out
+
+    def poll_xids(self) -> list[Finding]:
+        """Read the kernel log now (a job just ended), between passes: the
+        new Xid findings (also kept in `recent`). The next pass does not see
+        them again, so the caller acts on their faults and drains."""
+        return self._xids()
 
     def _query(self) -> dict[int, dict[str, str | None]] | None:
         """The readings, dropping fields this nvidia-smi does not know (they
@@ -497,16 +525,10 @@ class Monitor:
             r = readings.get(index) if readings is not None else None
             if r is not None and r.get("pci.bus_id"):
                 pci[normal_pci(r["pci.bus_id"] or "")] = name
-        for ev in self.kernel.read():
-            name = pci.get(ev.pci)
-            if name is None:
-                continue
-            f = xid_finding(self.rules, name, ev)
-            out.xids.append(f)
-            if f.action in ("fault", "drain"):
-                out.actions.append(f)
-                if f.action == "fault":
-                    self.xid_faults.setdefault(name, []).append(f)
+        if readings is not None:
+            self.pci = pci
+        out.xids = self._xids()
+        out.actions = [f for f in out.xids if f.action in ("fault", "drain")]
         for name, index in gpus.items():
             r = readings.get(index) if readings is not None else None
             findings, unknown = evaluate(self.rules, name, r, self.streaks.setdefault(name, {}))
@@ -523,6 +545,26 @@ class Monitor:
                 labels["health_baseline"] = self.baseline[name]
             out.labels[name] = labels
         return out
+
+
+def job_note(findings: list[Finding], host: str, device_names, since: float) -> str:
+    """What the Xid findings on a job's devices (`device_names`) logged at or
+    after `since` (kernel seconds since boot) say about its end: "cause:
+    hardware (Xid 79 on HOST:gpu3: GPU has fallen off the bus)" for a fault
+    or drain rule, "Xid 13 on HOST:gpu0: graphics engine exception (the
+    application's own)" for the others, joined by "; "; "" when none hit it."""
+    names = set(device_names)
+    hw, app = [], []
+    for f in findings:
+        if f.event is None or f.device not in names or f.event.at < since:
+            continue
+        what = f"Xid {f.event.xid} on {host}:{f.device}: {f.why}"
+        (hw if f.action in ("fault", "drain") else app).append(what)
+    parts = []
+    if hw:
+        parts.append(f"cause: hardware ({'; '.join(dict.fromkeys(hw))})")
+    parts += [f"{a} (the application's own)" for a in dict.fromkeys(app)]
+    return "; ".join(parts)
 
 
 def _baseline(
