@@ -129,3 +129,32 @@ def test_an_applications_own_xid_is_recorded_on_its_job_only(site):
     assert "cause: hardware" not in j["kill_reason"]
     assert device(site.admin, dev)["state"] == "ready"
     assert labels(site, "gpu6")["health"] == "ok"
+
+
+def test_rc_clear_of_a_health_fault_reprobes_and_refuses_while_it_is_there(site):
+    dev = f"{HOST}:gpu1"  # faulted by its failed row remap above
+    assert device(site.admin, dev)["state"] == "unhealthy"
+    cli = Cli(site.ctl.url, site.ctl.admin_token, site.env, site.root)
+    out = cli.run("clear", dev)
+    assert out.returncode == 1
+    err = out.stderr.decode()
+    assert "still reads fault:row-remap-failed (re-probed just now)" in err
+    assert device(site.admin, dev)["state"] == "unhealthy"
+    site.fake.set_gpu(1, remapped_rows__failure="No")  # the card was replaced
+    out = cli.run("clear", dev)
+    assert out.returncode == 0, out.stderr
+    assert "its GPU reads ok again" in out.stdout.decode()
+    assert device(site.admin, dev)["state"] == "ready"
+
+
+def test_rc_clear_of_an_xid_fault_needs_the_gpu_to_answer_again(site):
+    dev = f"{HOST}:gpu4"  # faulted by its Xid 79 above
+    site.fake.set_gpu(4, index="[N/A]")  # off the bus: nvidia-smi no longer lists it
+    cli = Cli(site.ctl.url, site.ctl.admin_token, site.env, site.root)
+    out = cli.run("clear", dev)
+    assert out.returncode == 1 and "still reads unreadable" in out.stderr.decode()
+    site.fake.set_gpu(4, index="4")  # the reboot or reset brought it back
+    out = cli.run("clear", dev)
+    assert out.returncode == 0, out.stderr
+    assert device(site.admin, dev)["state"] == "ready"
+    wait_until(lambda: labels(site, "gpu4")["health"] == "ok", 20, "the label to return")

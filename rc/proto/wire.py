@@ -447,12 +447,16 @@ class ScanResult:
     survivors: alive at the end (after the kill, when asked for one);
     ended: ended by the kill; complete: the scan could read every process
     (False: "none found" proves nothing); error: why it could not run.
+    health: each scanned GPU device's health read afresh (device id →
+    rc.worker.health status: "ok", "fault:row-remap-failed", "unreadable"
+    when nvidia-smi could not read it); devices that are no GPU are absent.
     """
 
     survivors: tuple[Survivor, ...] = ()
     ended: tuple[Survivor, ...] = ()
     complete: bool = True
     error: str = ""
+    health: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

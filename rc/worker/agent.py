@@ -591,10 +591,27 @@ class Agent:
                 cg.remove()
         return found, ended
 
+    def _health_now(self, req: ScanRequest) -> dict[str, str]:
+        """The scanned GPU devices' health, read afresh (rc.worker.health
+        Monitor.check): what rc clear of a health fault needs to see clean."""
+        mine = f"{self.cfg.host}:"
+        gpus = {
+            d[len(mine) :]: int(cuda_index(d[len(mine) :]) or -1)
+            for d in req.device_ids
+            if d.startswith(mine) and cuda_index(d[len(mine) :]) is not None
+        }
+        if not gpus:
+            return {}
+        with self._probe_lock:
+            got = self.prober.health.check(gpus)
+        return {mine + n: v for n, v in got.items()}
+
     def _answer_scan(self, req: ScanRequest) -> None:
         try:
             found, ended = self.survivor_scan(req.device_ids, req.job_ids, req.kill)
-            result = ScanResult(found.survivors, ended, found.complete)
+            result = ScanResult(
+                found.survivors, ended, found.complete, health=self._health_now(req)
+            )
         except Exception as e:  # a bug must still answer
             log.exception("survivor scan %d failed", req.scan_id)
             result = ScanResult(complete=False, error=f"worker error: {e}")

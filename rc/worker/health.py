@@ -513,6 +513,25 @@ class Monitor:
             return parse_readings(out, self.fields)
         return None
 
+    def check(self, gpus: dict[str, int]) -> dict[str, str]:
+        """Read `gpus` afresh (rc clear's proof): device name → status from
+        the state facts alone ("unreadable" when nvidia-smi could not read
+        the GPU). Episodes and streaks are left as they are; a GPU whose
+        facts hold no fault sheds the Xid faults this process saw on it (the
+        reset or reboot they needed is done: its label returns with them)."""
+        readings = self._query()
+        out = {}
+        for name, index in gpus.items():
+            r = readings.get(index) if readings is not None else None
+            if r is None:
+                out[name] = "unreadable"
+                continue
+            findings, unknown = evaluate(self.rules, name, r, dict(self.streaks.get(name, {})))
+            out[name] = _status(findings, unknown)
+            if not out[name].startswith("fault:"):
+                self.xid_faults.pop(name, None)
+        return out
+
     def run(self, gpus: dict[str, int]) -> Pass:
         """One pass over `gpus` (device name → GPU index)."""
         out = Pass()

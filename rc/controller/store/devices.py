@@ -24,6 +24,7 @@ __all__ = [
     "drain",
     "drain_degraded",
     "fault",
+    "health_fault",
     "quarantine",
     "remove",
     "retire",
@@ -89,6 +90,21 @@ def fault(tx: Tx, device_id: str, reason: str, job_id: int | None, actor: str) -
         else EventKind.DEVICE_UNHEALTHY
     )
     events.record(tx, kind, device_id=device_id, job_id=job_id, actor=actor, text=reason)
+
+
+HEALTH_PREFIX = "health: "
+"""The start of a quarantine detail a GPU health rule gave (rc.worker.health)."""
+
+
+def health_fault(tx: Tx, device_id: str) -> bool:
+    """Whether the device is quarantined as `fault` by a GPU health rule."""
+    row = tx.one("device_state", (device_id,))
+    return bool(
+        row is not None
+        and row["state"] == "unhealthy"
+        and row["quarantine_reason"] == "fault"
+        and row["quarantine_detail"].startswith(HEALTH_PREFIX)
+    )
 
 
 def clearable(tx: Tx, device_id: str) -> tuple[int, ...]:
