@@ -329,3 +329,19 @@ def test_poll_xids_reads_between_passes_and_the_next_pass_does_not_repeat_them(f
     p = m.run(GPUS)
     assert p.xids == [] and p.actions == []
     assert p.labels["gpu0"]["health"] == "fault:xid-79"
+
+
+def test_the_kernel_log_is_read_on_from_where_it_stopped(tmp_path, monkeypatch):
+    monkeypatch.setattr(health, "KERNEL_LOG_CAP", 150)  # a record or two per pass
+    monkeypatch.setattr(health, "READ_BYTES", 50)  # lines cut across reads
+    path = tmp_path / "kmsg"
+    path.write_text("".join(kmsg_xid(i, i * 1000, 0, 13) for i in range(1, 6)))
+    log = health.KernelLog(str(path))
+    assert log.read() == []  # the baseline is read whole, however long
+    assert [e.key for e in log.baseline] == [1, 2, 3, 4, 5]
+    seen = []
+    with open(path, "a") as f:
+        f.write("".join(kmsg_xid(i, i * 1000, 0, 79) for i in range(6, 10)))
+    for _ in range(10):
+        seen += log.read()
+    assert [e.key for e in seen] == [6, 7, 8, 9] and {e.xid for e in seen} == {79}

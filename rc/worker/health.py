@@ -84,8 +84,11 @@ HEALTH_FIELDS = (
 """The --query-gpu fields of a health pass, in this order."""
 RECENT_XIDS = 256
 """Xid findings kept for matching to the jobs they hit."""
+READ_BYTES = 16384
+"""One read of the kernel log (a kmsg record is at most about 8 KiB)."""
 KERNEL_LOG_CAP = 4 << 20
-"""At most this many bytes of the kernel log are read per pass."""
+"""After the first read (the baseline, read whole), at most this many bytes
+of the kernel log are read per pass; the rest waits for the next one."""
 DMESG_TIMEOUT_S = 5.0
 ACTIONS = ("fault", "drain", "degraded", "app", "baseline")
 TESTS = ("nonzero", "yes", "below_max", "below_max_busy", "sustained")
@@ -262,28 +265,38 @@ class KernelLog:
         self.baseline: list[XidEvent] = []
         self.readable = True
         self._warned = False
+        self._fd: int | None = None
+        self._partial = b""
 
     def _read_path(self) -> str:
-        fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
-        chunks: list[bytes] = []
+        """What was logged since the last read: the file stays open, and a
+        kmsg reader (or a file's offset) moves on from where it stopped, so
+        nothing is read twice and a read of KERNEL_LOG_CAP bytes leaves the
+        rest for the next one."""
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        chunks: list[bytes] = [self._partial]
         size = 0
-        try:
-            while size < KERNEL_LOG_CAP:
-                try:
-                    b = os.read(fd, 16384)  # one kmsg record per read; a file in chunks
-                except BlockingIOError:
-                    break  # kmsg: nothing more now
-                except OSError as e:
-                    if e.errno == errno.EPIPE:  # kmsg: records overwritten under us
-                        continue
-                    raise
-                if not b:
-                    break
-                chunks.append(b)
-                size += len(b)
-        finally:
-            os.close(fd)
-        return b"".join(chunks).decode("utf-8", "replace")
+        cap = KERNEL_LOG_CAP if self.last is not None else float("inf")  # the baseline: all
+        while size < cap:
+            try:
+                b = os.read(self._fd, READ_BYTES)  # one kmsg record per read; a file in chunks
+            except BlockingIOError:
+                break  # kmsg: nothing more now
+            except OSError as e:
+                if e.errno == errno.EPIPE:  # kmsg: records overwritten under us
+                    continue
+                os.close(self._fd)
+                self._fd = None
+                raise
+            if not b:
+                break
+            chunks.append(b)
+            size += len(b)
+        data = b"".join(chunks)
+        end = data.rfind(b"\n") + 1  # a file's line cut by the cap: the rest comes next time
+        self._partial = data[end:]
+        return data[:end].decode("utf-8", "replace")
 
     def _read_dmesg(self) -> str:
         with reaper.spawning():
