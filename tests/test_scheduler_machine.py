@@ -6,8 +6,8 @@ small pure-Python model of the rules (docs/design.md#testing; README
 Steps: submits (pinned to one device or to a list, selector jobs of 1..5
 devices, priorities, holds, idempotency keys, bad requests), completions,
 kills (queued and running, by the owner and by someone else), a host
-reboot, the running report, time passing (each followed by a scheduling
-tick). After every step the real state must agree with the model and:
+reboot, the running report, a GPU health fault of a free device, time
+passing (each followed by a scheduling tick). After every step the real state must agree with the model and:
 - at most one live lease per device; a job's live leases are exactly its
   devices, all on one host (granted together, released together);
 - a job only ever lands on devices its target matches (checked against a
@@ -19,7 +19,9 @@ tick). After every step the real state must agree with the model and:
   reserved device only when its bound ends before they are expected free;
   the per-user cap counts devices;
 - no queued job has enough free, unreserved devices on one host;
-- the queue is shown in scheduling order; terminal states never change.
+- the queue is shown in scheduling order; terminal states never change;
+- a device with an open fault (a GPU health rule's) is never assigned nor
+  reserved, and a reboot does not return it.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from hypothesis.stateful import (
 )
 
 from rc.controller.errors import Refused
+from rc.controller.store import devices as store_devices
 from rc.controller.store import jobs, views
 from rc.proto.model import JobKind, JobState
 from tests.inprocess import Lab
@@ -156,6 +159,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.reservations: dict[int, tuple[tuple[str, ...], float]] = {}
         self.final: dict[int, JobState] = {}
         self.boots = 1
+        self.faulted: set[str] = set()
 
     @initialize(aging=st.sampled_from([60.0, 60.0, 0.0]), cap=st.sampled_from([0, 0, 1]))
     def start(self, aging, cap):
@@ -174,7 +178,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         now = self.lab.now
         active = [j for j in self.jobs.values() if j.state == "active"]
         busy = {d: j for j in active for d in j.devices}
-        free = {d for d in DEVICES if d not in busy}
+        free = {d for d in DEVICES if d not in busy and d not in self.faulted}
         taken_end: dict[str, float] = {}
         used = {u: sum(len(j.devices) for j in active if j.who == u) for u in USERS}
         reserved: dict[str, float] = {}  # device → when its reserver expects it free
@@ -226,7 +230,11 @@ class SchedulerMachine(RuleBasedStateMachine):
             ):  # reserve where `count` of its candidates free soonest
                 best = None
                 for h in HOSTS:
-                    pool = [d for d in cands if host(d) == h and d not in reserved]
+                    pool = [
+                        d
+                        for d in cands
+                        if host(d) == h and d not in reserved and d not in self.faulted
+                    ]
                     if len(pool) < j.count or (j.pins and len(pool) < len(j.pins)):
                         continue
                     soonest = sorted(pool, key=lambda d: (end(d), natural(d)))[: j.count]
@@ -422,6 +430,21 @@ class SchedulerMachine(RuleBasedStateMachine):
                 j.state = "done"
         self.model_pass()
 
+    @rule(data=st.data())
+    def health_fault(self, data):
+        """A GPU health rule faults a device no job holds (rc.worker.health):
+        out of the pool until an admin clears it (a reboot does not)."""
+        busy = {d for j in self.jobs.values() if j.state == "active" for d in j.devices}
+        pool = [d for d in DEVICES if d not in busy and d not in self.faulted]
+        if not pool:
+            return
+        d = data.draw(st.sampled_from(pool))
+        why = f"health: xid-79 on {d}: GPU has fallen off the bus (kernel: NVRM: Xid 79)"
+        self.lab.write(store_devices.fault, d, why, None, host(d))
+        self.faulted.add(d)
+        self.lab.kick()
+        self.model_pass()
+
     @rule(dt=st.sampled_from([1.0, 30.0, 61.0, 600.0]))
     def time_passes(self, dt):
         self.lab.now += dt
@@ -473,6 +496,9 @@ class SchedulerMachine(RuleBasedStateMachine):
             }
 
         real = self.lab.read(read)
+        for d in self.faulted:  # an open fault: out, never assigned, never reserved
+            assert real["devices"][d] == "unhealthy", (d, real["devices"][d])
+            assert d not in real["reserved"], d
         self.agrees_with_the_model(real["jobs"])
         self.leases_go_with_their_job(real["leases"], real["devices"])
         self.nothing_waits_beside_enough_free_devices(real)

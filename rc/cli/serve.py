@@ -96,6 +96,12 @@ def add_parsers(sub) -> None:
         help="keep jobs of silent workers running instead of marking them lost",
     )
     p.add_argument(
+        "--drain-degraded",
+        action="store_true",
+        help="drain a GPU whose health label says degraded (a narrowed PCIe link, "
+        'sustained hardware throttling: README "GPU health")',
+    )
+    p.add_argument(
         "--aging",
         type=_in_range(_D, 1, 30 * _DAY, "0 (off) or 1s to 30d", True),
         default=600.0,
@@ -224,6 +230,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         keyfile=args.keyfile,
         webhook_url=args.webhook_url,
         retain_disconnected_jobs=args.retain_disconnected_jobs,
+        drain_degraded=args.drain_degraded,
         aging=args.aging,
         max_devices_per_user=args.max_devices_per_user,
         unknown_after=args.unknown_after,

@@ -97,6 +97,8 @@ class ControllerConfig:
     """Automatic recoveries per device per flap_window before a human must clear."""
     flap_window: float = 3600.0
     retain_disconnected_jobs: bool = False
+    drain_degraded: bool = False
+    """Drain a device whose `health` label says degraded (README "GPU health")."""
     webhook_url: str = ""
     webhook_queue: int = 256
     log_follow_check: float = 0.5

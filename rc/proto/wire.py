@@ -447,12 +447,16 @@ class ScanResult:
     survivors: alive at the end (after the kill, when asked for one);
     ended: ended by the kill; complete: the scan could read every process
     (False: "none found" proves nothing); error: why it could not run.
+    health: each scanned GPU device's health read afresh (device id →
+    rc.worker.health status: "ok", "fault:row-remap-failed", "unreadable"
+    when nvidia-smi could not read it); devices that are no GPU are absent.
     """
 
     survivors: tuple[Survivor, ...] = ()
     ended: tuple[Survivor, ...] = ()
     complete: bool = True
     error: str = ""
+    health: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -553,10 +557,13 @@ class LogAppended:
 
 @dataclass(frozen=True, slots=True)
 class FaultRequest:
-    """POST /v1/devices/{id}/fault: quarantine a device as `fault`."""
+    """POST /v1/devices/{id}/fault: quarantine a device as `fault`; with
+    `drain`, drain it instead (its job finishes, no new one starts: a GPU
+    health rule, rc.worker.health)."""
 
     reason: str
     job_id: int | None = None
+    drain: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -592,6 +599,8 @@ class DescribeResponse:
 
     label_age_seconds is keyed "key/source". sheet is the device's usage sheet,
     or the host-wide one when the device has none (sheet_is_host_wide).
+    health_history: the device's GPU health events (faults and drains of
+    its health rules, and the clears, undrains and recoveries), newest first.
     """
 
     view: DeviceView
@@ -601,6 +610,7 @@ class DescribeResponse:
     sheet_is_host_wide: bool = False
     sheet_age_seconds: float | None = None
     recent_jobs: tuple[Job, ...] = ()
+    health_history: tuple[Event, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

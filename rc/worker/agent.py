@@ -24,13 +24,14 @@ import logging
 import os
 import random
 import threading
+import time
 import uuid
 
 from rc import __version__
 from rc.proto.client import Client
 from rc.proto.codec import decode, encode
 from rc.proto.errors import ApiError, TransportError
-from rc.proto.model import RecoveryProof
+from rc.proto.model import JobState, RecoveryProof
 from rc.proto.wire import (
     Assignments,
     DeviceDecl,
@@ -43,13 +44,14 @@ from rc.proto.wire import (
     ScanRequest,
     ScanResult,
 )
-from rc.worker import account, cgroups, recovery, sessions, sheets, survivors
+from rc.worker import account, cgroups, health, recovery, sessions, sheets, survivors
 from rc.worker.clock import SYSTEM, Clock
 from rc.worker.config import DeviceConfig, WorkerConfig
 from rc.worker.hooks import Leases
 from rc.worker.job import JobContext, JobRun, Result
 from rc.worker.labels import Prober, ProbeResult
 from rc.worker.logsink import LogSink
+from rc.worker.probe import cuda_index
 from rc.worker.reporter import Report, Reporter
 from rc.worker.spool import Spool
 
@@ -67,6 +69,9 @@ POLL_RETRY_MAX_S = 5.0
 """A failed long poll is retried within this, so work resumes soon after a
 controller restart."""
 REREGISTER_RETRY_S = 60.0
+SINCE_SLACK_S = 5.0
+"""An Xid logged this long before a job's recorded start still counts as
+hitting it (the kernel's clock and the job's start differ a little)."""
 PERMANENT_REFUSALS = frozenset({400, 403, 413})
 """Registration answers that end the worker (exit 1) instead of being retried
 (see Agent.register)."""
@@ -146,6 +151,7 @@ class Agent:
         self.prober = Prober(cfg, clock=clock)
         self.prober.fixed["proctrack"] = self.tracker.mode
         self._probe_lock = threading.Lock()
+        self._health_due: health.Pass | None = None
         self.leases = Leases(cfg, clock)
         self.spool = Spool(cfg.spool_dir, cfg.spool_max_bytes)
         self._arms: dict[int, JobRun] = {}
@@ -192,6 +198,7 @@ class Agent:
 
     def _registration(self) -> RegisterRequest:
         res, host_sheet, device_sheets = self._probe(None)
+        self._health_due = res.health  # acted on once the controller knows the devices
         configs = res.devices
         self.devices = {d.name: d for d in configs}
         self.leases.configure(configs)
@@ -254,7 +261,23 @@ class Agent:
         except TransportError as e:
             log.warning("labels push failed: %s", e)
             return False
+        finally:
+            self._act_on_health(res.health)
         return True
+
+    def _act_on_health(self, checked: health.Pass | None, job_id: int | None = None) -> None:
+        """Send the faults (quarantine as `fault`) and drains a health pass
+        found (rc.worker.health), through the reporter: queued and retried,
+        and before any later job report; `job_id` names the job that ended
+        when they were found (in the event)."""
+        if checked is None:
+            return
+        for f in checked.actions:
+            device_id = f"{self.cfg.host}:{f.device}"
+            if f.action == "fault":
+                self.reporter.submit_fault(device_id, f.reason(device_id), job_id)
+            elif f.action == "drain":
+                self.reporter.submit_fault(device_id, f.reason(device_id), job_id, drain=True)
 
     def gpu_uuid(self, device_name: str) -> str:
         """The UUID of a device's GPU, as nvidia-smi last listed it ("" if never)."""
@@ -273,6 +296,8 @@ class Agent:
             return False
         self.instance = resp["instance"]
         log.info("registered %s again", self.cfg.host)
+        self._act_on_health(self._health_due)
+        self._health_due = None
         return True
 
     def register(self) -> bool:
@@ -307,6 +332,8 @@ class Agent:
                     _runs_jobs_as(req),
                 )
                 self._announce_ready()
+                self._act_on_health(self._health_due)
+                self._health_due = None
                 return True
             except ApiError as e:
                 if e.status in PERMANENT_REFUSALS:
@@ -564,10 +591,27 @@ class Agent:
                 cg.remove()
         return found, ended
 
+    def _health_now(self, req: ScanRequest) -> dict[str, str]:
+        """The scanned GPU devices' health, read afresh (rc.worker.health
+        Monitor.check): what rc clear of a health fault needs to see clean."""
+        mine = f"{self.cfg.host}:"
+        gpus = {
+            d[len(mine) :]: int(cuda_index(d[len(mine) :]) or -1)
+            for d in req.device_ids
+            if d.startswith(mine) and cuda_index(d[len(mine) :]) is not None
+        }
+        if not gpus:
+            return {}
+        with self._probe_lock:
+            got = self.prober.health.check(gpus)
+        return {mine + n: v for n, v in got.items()}
+
     def _answer_scan(self, req: ScanRequest) -> None:
         try:
             found, ended = self.survivor_scan(req.device_ids, req.job_ids, req.kill)
-            result = ScanResult(found.survivors, ended, found.complete)
+            result = ScanResult(
+                found.survivors, ended, found.complete, health=self._health_now(req)
+            )
         except Exception as e:  # a bug must still answer
             log.exception("survivor scan %d failed", req.scan_id)
             result = ScanResult(complete=False, error=f"worker error: {e}")
@@ -593,9 +637,31 @@ class Agent:
             self.reporting.add(run.job_id)
             if run.release_epochs:
                 self._arms[run.job_id] = run
+        reason = result.reason
+        if result.state is not JobState.SUCCEEDED:
+            note = self._xid_note(run)
+            reason = f"{reason}; {note}" if reason and note else reason or note
         self.reporter.submit(
-            Report(run.job_id, result.state.value, result.exit_code, result.reason, run.started_at)
+            Report(run.job_id, result.state.value, result.exit_code, reason, run.started_at)
         )
+
+    def _xid_note(self, run: JobRun) -> str:
+        """Read the kernel log now: act on new Xid faults and drains (before
+        the job's report, naming the job), and say which Xids hit the job's
+        GPUs since it started (rc.worker.health.job_note; "" for none).
+        Kernel times are seconds since boot: the job's start is mapped onto
+        them through the monotonic clock, with SINCE_SLACK_S of slack."""
+        if not any(cuda_index(n) is not None for n in run.device_names):
+            return ""
+        with self._probe_lock:
+            new = self.prober.health.poll_xids()
+            recent = list(self.prober.health.recent)
+        self._act_on_health(
+            health.Pass(actions=[f for f in new if f.action in ("fault", "drain")]), run.job_id
+        )
+        started = run.started_at if run.started_at is not None else time.time()
+        since = time.monotonic() - (time.time() - started) - SINCE_SLACK_S
+        return health.job_note(recent, self.cfg.host, run.device_names, since)
 
     def _report_done(self, job_id: int, accepted: bool) -> None:
         with self._lock:

@@ -75,7 +75,10 @@ async def clear(request: Request):
     409 survivors_found naming each process (the device stays out); with
     `kill` the worker ends them and scans again first. 503 scan_unavailable
     when the worker is not connected, does not answer within SCAN_WAIT_S or
-    cannot scan. `force` clears without a scan; its event says forced.
+    cannot scan. A GPU health fault (rc.worker.health) is cleared only when
+    the scan's fresh health reading shows no fault (409 device_not_cleared
+    while it does, or cannot read the GPU). `force` clears without a scan;
+    its event says forced.
     404/409 device_not_cleared as store.devices.clear.
     """
     c = ctl(request)
@@ -95,6 +98,16 @@ async def clear(request: Request):
             f"out (rc clear --kill {device_id} ends them)",
         )
     proof = "a survivor scan found nothing"
+    if await c.db.read(devices.health_fault, device_id):
+        now = result.health.get(device_id, "unreadable")
+        if now.startswith(("fault:", "unreadable")):
+            raise Refused(
+                ErrorCode.DEVICE_NOT_CLEARED,
+                f"{device_id} still reads {now} (re-probed just now): the fault that "
+                "quarantined it is still there; reset the GPU or reboot the host, then "
+                "rc clear again (or rc clear --force)",
+            )
+        proof += f" and its GPU reads {now} again"
     if result.ended:
         proof = f"ended {survivors_text(result.ended)}, then {proof}"
     await c.db.write(devices.clear, device_id, who.name, proof)

@@ -193,7 +193,7 @@ ROUTES: tuple[Endpoint, ...] = (
         "/v1/devices/{device_id}/fault",
         workers.device_fault,
         WORKER,
-        "Quarantine a device as `fault`",
+        "Quarantine a device as `fault` (with drain: drain it; GPU health rules)",
         request=wire.FaultRequest,
         errors=(*BAD, E.WRONG_HOST, E.DEVICE_NOT_FOUND),
     ),

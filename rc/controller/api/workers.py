@@ -172,6 +172,7 @@ async def register(request: Request):
     _supersede_polls(c, req.host)
     await c.db.write(workers.register, req, c.match_cache, c.thresholds)
     c.delivered.pop(req.host, None)
+    await _drain_degraded(c, req.host, req.labels, who.name)
     return reply(RegisterResponse(req.host, c.instance, c.cfg.heartbeat_interval))
 
 
@@ -192,7 +193,22 @@ async def labels(request: Request):
         known = await c.db.read(device_labels.device_names, worker_id)
         _check_links(lim, req.links, known)
     await c.db.write(device_labels.relabel, req, c.match_cache)
+    await _drain_degraded(c, worker_id, req.labels, who.name)
     return reply({"ok": True})
+
+
+async def _drain_degraded(c, host: str, labels: dict | None, actor: str) -> None:
+    """With rc serve --drain-degraded: drain the devices whose detected
+    `health` label says degraded (README "GPU health")."""
+    if not c.cfg.drain_degraded or not labels:
+        return
+    degraded = {
+        n: v["health"]
+        for n, v in labels.items()
+        if n and v.get("health", "").startswith("degraded:")
+    }
+    if degraded:
+        await c.db.write(devices.drain_degraded, host, degraded, actor)
 
 
 async def heartbeat(request: Request):
@@ -426,7 +442,8 @@ async def append_log(request: Request):
 
 
 async def device_fault(request: Request):
-    """POST /v1/devices/{device_id}/fault: quarantine a device as `fault`."""
+    """POST /v1/devices/{device_id}/fault: quarantine a device as `fault`
+    (with drain=true: drain it, as POST /v1/devices/{id}/drain does)."""
     c = ctl(request)
     who = caller(request)
     device_id = request.path_params["device_id"]
@@ -440,11 +457,9 @@ async def device_fault(request: Request):
             f"worker token {who.name!r} may not fault {device_id} "
             f"(bound to {who.host or 'no host'})",
         )
-    await c.db.write(
-        devices.fault,
-        device_id,
-        cut_text(req.reason, c.cfg.limits.text_bytes),
-        req.job_id,
-        who.name,
-    )
+    reason = cut_text(req.reason, c.cfg.limits.text_bytes)
+    if req.drain:
+        await c.db.write(devices.drain, device_id, True, reason, who.name)
+    else:
+        await c.db.write(devices.fault, device_id, reason, req.job_id, who.name)
     return reply({"ok": True})

@@ -503,6 +503,16 @@ UPDATE devices SET draining = ?, drain_reason = ? WHERE id = ?
 SELECT actor, at FROM events WHERE kind = 'device_drained' AND device_id = ?
 ORDER BY id DESC LIMIT 1
 
+-- name: events_health_of_device
+-- A device's GPU health history, newest first, at most ?: the faults and
+-- drains of its health rules ("health: " in the text: rc.worker.health) and
+-- what returned it (clears, undrains, recoveries). A scan of the feed: for
+-- rc describe only.
+SELECT * FROM events WHERE device_id = ?
+  AND (instr(text, 'health: ') > 0
+       OR kind IN ('device_cleared', 'device_undrained', 'device_recovered'))
+ORDER BY id DESC LIMIT ?
+
 -- name: device_delete
 -- Remove a device's row.
 DELETE FROM devices WHERE id = ?

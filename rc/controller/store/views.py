@@ -65,6 +65,8 @@ __all__ = [
 ]
 
 RECENT_JOBS = 5
+HEALTH_HISTORY = 20
+"""rc describe shows at most this many GPU health events of a device."""
 HIDDEN = "(hidden)"
 """What another user sees instead of a job's environment values."""
 
@@ -260,6 +262,9 @@ def describe(tx: Tx, device_id: str) -> DescribeResponse:
     own = sheets.get(dev.name)
     chosen = own if own is not None and own["body"] else sheets.get("")
     recent = tuple(rows.job(x) for x in tx.all("jobs_recent_on_device", (device_id, RECENT_JOBS)))
+    history = tuple(
+        rows.event(x) for x in tx.all("events_health_of_device", (device_id, HEALTH_HISTORY))
+    )
     return DescribeResponse(
         view=_view(dev, lease, tx.now),
         labels=labels,
@@ -270,6 +275,7 @@ def describe(tx: Tx, device_id: str) -> DescribeResponse:
         if chosen is not None and chosen["body"]
         else None,
         recent_jobs=recent,
+        health_history=history,
     )
 
 
