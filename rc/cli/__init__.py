@@ -19,7 +19,7 @@ from rc import __version__
 
 __all__ = ["GROUPS", "VERBS", "build_parser", "main"]
 
-GROUPS = ("run", "arrays", "jobs", "devices", "admin", "relay", "copy", "serve", "up")
+GROUPS = ("run", "arrays", "jobs", "devices", "usage", "admin", "relay", "copy", "serve", "up")
 """Modules of rc.cli that contribute subcommands, in help order."""
 
 VERBS = {
@@ -36,6 +36,8 @@ VERBS = {
     "explain": "jobs",
     "devices": "devices",
     "describe": "devices",
+    "usage": "usage",
+    "share": "usage",
     "token": "admin",
     "whoami": "admin",
     "clear": "admin",

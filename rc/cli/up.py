@@ -35,7 +35,7 @@ from rc.cli.children import (
 from rc.cli.context import UsageError, stderr
 from rc.cli.credentials import ensure_client_config, ensure_token, worker_token_host, write_secret
 from rc.cli.output import command_text, escape_controls, on_devices, one_line
-from rc.cli.serve import have_controller
+from rc.cli.serve import SCHEDULING_OPTIONS, add_scheduling_options, have_controller
 from rc.proto.client import Client
 from rc.proto.errors import RcError
 from rc.proto.model import DEVICES_PER_WORKER_MAX
@@ -98,6 +98,7 @@ def add_parsers(sub) -> None:
     p.add_argument(
         "--insecure", action="store_true", help="allow a non-loopback --listen without TLS"
     )
+    add_scheduling_options(p, passed_on=True)  # handed to its rc serve as given
     p.set_defaults(handler="up:cmd_up")
 
     p = sub.add_parser(
@@ -204,7 +205,7 @@ def _say_out_of_pool(
         stderr(f"no device of {host} takes jobs now: rc run waits in the queue until one returns")
 
 
-SETTINGS = ("listen", "devices", "host", "socket")
+SETTINGS = ("listen", "devices", "host", "socket", "scheduling")
 """What up.json keeps of an rc up once its processes are stopped, for the next
 one in that data dir (unless given again)."""
 
@@ -258,11 +259,32 @@ def _differences(args: argparse.Namespace, st: dict, worker_runs: bool) -> list[
     out = []
     if args.listen is not None and st.get("url") and not _same_address(args.listen, st):
         out.append(f"--listen {args.listen} (it listens at {st['url']})")
+    if st.get("serve_pid"):
+        running = st.get("scheduling") or {}
+        for dest, text in _scheduling(args).items():
+            if running.get(dest) != text:
+                flag = "--" + dest.replace("_", "-")
+                now = f"{flag} {running[dest]}" if dest in running else "its default"
+                out.append(f"{flag} {text} (its controller runs with {now})")
     if worker_runs:
         if args.devices is not None and args.devices != st.get("devices", args.devices):
             out.append(f"--devices {args.devices} (it runs with --devices {st['devices']})")
         if args.host is not None and args.host != st.get("host", args.host):
             out.append(f"--host {args.host} (its worker is host {st['host']})")
+    return out
+
+
+def _scheduling(args: argparse.Namespace) -> dict[str, str]:
+    """The scheduling options given to this rc up (dest → the text given)."""
+    return {d: getattr(args, d) for d in SCHEDULING_OPTIONS if getattr(args, d) is not None}
+
+
+def _serve_flags(scheduling: dict[str, str]) -> list[str]:
+    """rc serve's flags for these scheduling options (dest → text)."""
+    out = []
+    for dest in SCHEDULING_OPTIONS:
+        if dest in scheduling:
+            out += ["--" + dest.replace("_", "-"), scheduling[dest]]
     return out
 
 
@@ -314,6 +336,8 @@ def cmd_up(args: argparse.Namespace) -> int:
                 "its own --data DIR, --listen and --host NAME"
             )
     devices = args.devices or st.get("devices") or "auto"
+    # given now, else what the last rc up in this data dir was given
+    scheduling = _scheduling(args) or dict(st.get("scheduling") or {})
     host = args.host or st.get("host") or ""
     sock_path = args.socket if args.socket is not None else st.get("socket")
     if serve_pid and worker_pid:
@@ -356,6 +380,7 @@ def cmd_up(args: argparse.Namespace) -> int:
                 cmd += ["--socket", sock_path]
             if args.certfile:
                 cmd += ["--certfile", args.certfile, "--keyfile", args.keyfile]
+            cmd += _serve_flags(scheduling)
             controller, url = spawn_ready(cmd, serve_log, args.detach, "controller", serve_log_path)
             serve_pid = controller.pid
         admin = Client(url, (data / "admin.token").read_text().strip())
@@ -409,6 +434,7 @@ def cmd_up(args: argparse.Namespace) -> int:
                 "devices": devices,
                 "host": host,
                 "socket": sock_path,
+                "scheduling": scheduling if controller is not None else st.get("scheduling", {}),
             }
         )
     )

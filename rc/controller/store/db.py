@@ -21,6 +21,7 @@ place that relies on its dispatch method.
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib.resources
 import logging
 import os
@@ -35,6 +36,7 @@ import aiosqlite
 import orjson
 
 from rc.controller.errors import GuardFailed, StoreError
+from rc.controller.fairshare import decayed
 from rc.controller.planner import aged_priority
 from rc.proto.model import Condition, JobState
 
@@ -112,6 +114,7 @@ MIGRATIONS: list[tuple[int, str]] = [
     (2, "0002_gang.sql"),  # jobs on several devices of one host; device_links
     (3, "0003_unix_users.sql"),  # tokens, jobs and workers name Unix users
     (4, "0004_lifecycle.sql"),  # a job's name; job arrays; dependencies
+    (5, "0005_usage.sql"),  # sessions per hold; fair-share weights
 ]
 SCHEMA_VERSION = 1 + len(MIGRATIONS)
 
@@ -195,9 +198,25 @@ def dep_met(condition: str, state: str) -> bool:
     return Condition(condition).met_by(JobState(state))
 
 
+@functools.lru_cache(maxsize=8)
+def _adjustments(text: str) -> dict[str, int]:
+    return orjson.loads(text) if text else {}
+
+
+def fair_adjust(adjustments: str, submitter: str) -> int:
+    """SQL's fair_adjust(:adjust, submitter): the fair-share adjustment of
+    `submitter` in `adjustments`, a JSON object user → steps ('' or '{}':
+    none), parsed once per distinct text (rc.controller.fairshare)."""
+    if not adjustments:
+        return 0
+    return _adjustments(adjustments).get(submitter, 0)
+
+
 SQL_FUNCTIONS: dict[str, tuple[int, Callable[..., Any]]] = {
     "effective_priority": (4, aged_priority),
     "dep_met": (2, dep_met),
+    "fair_adjust": (2, fair_adjust),
+    "decayed_seconds": (4, decayed),
 }
 """Python functions queries call by name: name → (number of arguments, function).
 
