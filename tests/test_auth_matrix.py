@@ -269,6 +269,7 @@ CALLS = [
     ),
     Call("GET", "/v1/events", lambda w: ("/v1/events", None)),
     Call("GET", "/v1/usage", lambda w: ("/v1/usage", None)),
+    Call("GET", "/v1/usage/chart.svg", lambda w: ("/v1/usage/chart.svg", None)),
     Call("GET", "/v1/shares", lambda w: ("/v1/shares", None)),
     Call("POST", "/v1/shares/{user}", lambda w: ("/v1/shares/carol", {"weight": 2})),
     Call(

@@ -104,3 +104,66 @@ def test_percentile_is_nearest_rank():
     assert usage.percentile([], 0.5) == 0.0
     assert usage.percentile([1.0, 2.0, 3.0, 4.0], 0.5) == 2.0
     assert usage.percentile([float(i) for i in range(1, 101)], 0.95) == 95.0
+
+
+def _known_days(lb, today: float):
+    """alice: 2 devices for 1h two days before `today` (a UTC midnight); bob: 1
+    device for 3h the day before, queued 10 minutes behind a hold."""
+    lb.register("h", {"cpu0": (0, {}), "cpu1": (0, {})})
+    lb.now = today - 2 * 86400 + 36000
+    a, _ = lb.submit("alice", count=2)
+    lb.now += 3600
+    lb.finish(a)
+    lb.now = today - 86400 + 36000
+    hold, _ = lb.submit("carol", kind=JobKind.HOLD, max_runtime_seconds=600, reason="r",
+                        device_id="h:cpu0")  # fmt: skip
+    b, _ = lb.submit("bob", device_id="h:cpu0")
+    lb.now += 600
+    lb.finish(hold)
+    lb.now += 3 * 3600
+    lb.finish(b)
+    lb.now = today + 3600
+
+
+def test_the_usage_picture_draws_the_ledger_of_each_day(lab):
+    from xml.etree import ElementTree
+
+    from rc.controller import charts
+
+    lb = lab()
+    today = (T0 // 86400 + 10) * 86400
+    _known_days(lb, today)
+    names, seconds, waits = lb.read(usage.daily, 14)
+    d2, d1, d0 = (usage._day(today - k * 86400) for k in (2, 1, 0))
+    assert names[-3:] == [d2, d1, d0] and len(names) == 14
+    assert seconds == {(d2, "alice"): 7200, (d1, "bob"): 10800, (d1, "carol"): 600}
+    assert waits == {d2: (0, 0), d1: (0, 600)}  # bob waited behind carol's hold
+    svg = ElementTree.fromstring(charts.usage_svg(names, seconds, waits))
+    ns = "{http://www.w3.org/2000/svg}"
+    bars = {
+        (r.get("data-day"), r.get("data-user")): r
+        for r in svg.iter(f"{ns}rect")
+        if r.get("data-day")
+    }
+    assert {k: float(r.get("data-seconds")) for k, r in bars.items()} == seconds
+    height = {k: float(r.get("height")) for k, r in bars.items()}
+    assert height[(d1, "bob")] / height[(d2, "alice")] == pytest.approx(1.5)
+    # stacked: carol's bar sits on bob's
+    assert float(bars[(d1, "carol")].get("y")) + height[(d1, "carol")] == pytest.approx(
+        float(bars[(d1, "bob")].get("y"))
+    )
+    points = {c.get("data-day"): c.get("data-p95") for c in svg.iter(f"{ns}circle")}
+    assert points == {d2: "0", d1: "600"}
+
+
+def test_the_usage_picture_escapes_names():
+    from xml.etree import ElementTree
+
+    from rc.controller import charts
+
+    name = '<b x="1">&'
+    svg = charts.usage_svg(["2026-01-01"], {("2026-01-01", name): 60.0}, {})
+    assert "<b " not in svg and "&lt;b x=" in svg
+    tree = ElementTree.fromstring(svg)  # well-formed: the name stayed text
+    assert [e.get("data-user") for e in tree.iter() if e.get("data-user")] == [name]
+    assert all(e.tag.startswith("{http://www.w3.org/2000/svg}") for e in tree.iter())

@@ -424,6 +424,16 @@ ROUTES: tuple[Endpoint, ...] = (
     ),
     Endpoint(
         "GET",
+        "/v1/usage/chart.svg",
+        usage.usage_chart,
+        USER,
+        "The dashboard's usage picture: device-hours per user per day, queue wait per day",
+        "svg",
+        params=(Param("days", "integer", "1..90 (default 14)"),),
+        errors=(E.BAD_REQUEST,),
+    ),
+    Endpoint(
+        "GET",
         "/v1/shares",
         usage.list_shares,
         USER,

@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 from starlette.requests import Request
+from starlette.responses import Response
 
-from rc.controller.api import caller, ctl, json_body, reply
+from rc.controller import charts
+from rc.controller.api import caller, ctl, json_body, query_int, reply
 from rc.controller.auth import TOKEN_NAME_RE
 from rc.controller.errors import Refused
 from rc.controller.store import usage
@@ -13,7 +15,19 @@ from rc.proto.duration import DurationError, parse_duration
 from rc.proto.errors import ErrorCode
 from rc.proto.wire import ShareList, ShareView
 
-__all__ = ["SINCE_DEFAULT_S", "SINCE_MAX_S", "get_usage", "list_shares", "set_share", "since_of"]
+__all__ = [
+    "CHART_DAYS_MAX",
+    "SINCE_DEFAULT_S",
+    "SINCE_MAX_S",
+    "get_usage",
+    "list_shares",
+    "set_share",
+    "since_of",
+    "usage_chart",
+]
+
+CHART_DAYS_MAX = 90
+"""The usage picture shows at most this many days (400 beyond)."""
 
 SINCE_DEFAULT_S = 30 * 86400.0
 """The ledger's window unless told: the last 30 days."""
@@ -51,6 +65,16 @@ async def get_usage(request: Request):
     user = _user_param(request)
     got = await c.db.read(lambda tx: usage.report(tx, tx.now - seconds, by, user))
     return reply(got)
+
+
+async def usage_chart(request: Request):
+    """GET /v1/usage/chart.svg?days=14: the dashboard's usage picture
+    (rc.controller.charts.usage_svg over usage.daily), 1..CHART_DAYS_MAX days."""
+    c = ctl(request)
+    days = query_int(request, "days", 14, 1, CHART_DAYS_MAX)
+    names, seconds, waits = await c.db.read(usage.daily, days)
+    svg = charts.usage_svg(names, seconds, waits)
+    return Response(svg, media_type="image/svg+xml", headers={"Cache-Control": "no-store"})
 
 
 async def list_shares(request: Request):

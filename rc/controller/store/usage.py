@@ -26,6 +26,7 @@ __all__ = [
     "SHARES_REFRESH_S",
     "WEIGHT_MAX",
     "ShareCache",
+    "daily",
     "device_seconds_by_user",
     "percentile",
     "report",
@@ -168,6 +169,31 @@ def report(tx: Tx, since: float, by: str = "user", user: str = "") -> UsageRepor
         total=total.row("total"),
         user=user,
     )
+
+
+def daily(
+    tx: Tx, days: int
+) -> tuple[list[str], dict[tuple[str, str], float], dict[str, tuple[float, float]]]:
+    """The last `days` UTC days (today included), oldest first; device-seconds
+    per (day, user) from the leases, cut at midnight as report(by="day")
+    cuts them; and per day the (p50, p95) wait of the grants that day (a day
+    without grants left out). What the dashboard's usage picture draws."""
+    today = math.floor(tx.now / DAY_S) * DAY_S
+    since = today - (days - 1) * DAY_S
+    names = [_day(since + i * DAY_S) for i in range(days)]
+    params = {"since": since, "now": tx.now, "user": ""}
+    seconds: dict[tuple[str, str], float] = {}
+    for holder, _d, _j, _k, a, r, _s, _n in tx.iter("usage_leases", params):
+        for key, secs in _pieces(a, r, "day") if r > a else ():
+            seconds[(key, holder)] = seconds.get((key, holder), 0.0) + secs
+    per_day: dict[str, list[float]] = {}
+    for _sub, _d, assigned_at, wait in tx.iter("usage_waits", params):
+        per_day.setdefault(_day(assigned_at), []).append(wait)
+    waits = {}
+    for d, ws in per_day.items():
+        ws.sort()
+        waits[d] = (percentile(ws, 0.5), percentile(ws, 0.95))
+    return names, seconds, waits
 
 
 def device_seconds_by_user(tx: Tx) -> dict[str, float]:
