@@ -66,8 +66,9 @@ def adjustment(share: float, entitled: float) -> int:
     whose share (0..1) and entitlement (0..1) these are."""
     if entitled <= 0 or share <= entitled:
         return 0
+    # the epsilon keeps a whole number of steps whole under rounding (1.5 → 2, not 3)
     steps = math.ceil((share / entitled - 1) / FAIR_SHARE_STEP - 1e-9)
-    return max(0, min(FAIR_SHARE_MAX, steps))
+    return max(1, min(FAIR_SHARE_MAX, steps))  # over it at all: at least a step
 
 
 @dataclass(frozen=True, slots=True)

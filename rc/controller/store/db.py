@@ -21,7 +21,6 @@ place that relies on its dispatch method.
 from __future__ import annotations
 
 import asyncio
-import functools
 import importlib.resources
 import logging
 import os
@@ -198,24 +197,9 @@ def dep_met(condition: str, state: str) -> bool:
     return Condition(condition).met_by(JobState(state))
 
 
-@functools.lru_cache(maxsize=8)
-def _adjustments(text: str) -> dict[str, int]:
-    return orjson.loads(text) if text else {}
-
-
-def fair_adjust(adjustments: str, submitter: str) -> int:
-    """SQL's fair_adjust(:adjust, submitter): the fair-share adjustment of
-    `submitter` in `adjustments`, a JSON object user → steps ('' or '{}':
-    none), parsed once per distinct text (rc.controller.fairshare)."""
-    if not adjustments:
-        return 0
-    return _adjustments(adjustments).get(submitter, 0)
-
-
 SQL_FUNCTIONS: dict[str, tuple[int, Callable[..., Any]]] = {
     "effective_priority": (4, aged_priority),
     "dep_met": (2, dep_met),
-    "fair_adjust": (2, fair_adjust),
     "decayed_seconds": (4, decayed),
 }
 """Python functions queries call by name: name → (number of arguments, function).

@@ -193,15 +193,16 @@ WHERE j.state = 'queued' ORDER BY j.priority DESC, j.id
 -- name: queued_jobs_ordered
 -- The queue in scheduling order: effective priority (priority plus one step per
 -- :aging seconds waited; :aging 0 turns aging off; minus the submitter's
--- fair-share adjustment in :adjust, a JSON object, '' for none), then submission order.
+-- fair-share adjustment in :adjust, a JSON object user → steps, '{}' for none), then
+-- submission order.
 SELECT j.id, j.submitter, j.priority, j.queued_at, j.selector, j.device_id, j.max_runtime,
        j.count, j.device_ids, j.unix_user, j.array_id, coalesce(a.max_running, 0) AS array_cap,
        EXISTS (SELECT 1 FROM job_deps AS d JOIN jobs AS a ON a.id = d.after_id
                WHERE d.job_id = j.id AND NOT dep_met(d.condition, a.state)) AS blocked
 FROM jobs AS j LEFT JOIN arrays AS a ON a.id = j.array_id
+LEFT JOIN json_each(:adjust) AS f ON f.key = j.submitter
 WHERE j.state = 'queued'
-ORDER BY effective_priority(j.priority, j.queued_at, :now, :aging) - fair_adjust(:adjust, j.submitter) DESC,
-         j.id
+ORDER BY effective_priority(j.priority, j.queued_at, :now, :aging) - coalesce(f.value, 0) DESC, j.id
 
 -- name: arrays_active
 -- How many elements of each capped array are assigned or running now.
@@ -246,14 +247,14 @@ JOIN jobs AS a ON a.id = d.after_id WHERE d.job_id = ? ORDER BY d.after_id
 -- order, :adjust as there), counted by what they ask for: target (selector or
 -- pinned devices), runtime and Unix user.
 WITH q AS (
-    SELECT id, selector, device_ids, max_runtime, unix_user,
-           effective_priority(priority, queued_at, :now, :aging)
-               - fair_adjust(:adjust, submitter) AS eff
-    FROM jobs WHERE state = 'queued'
+    SELECT j.id, j.selector, j.device_ids, j.max_runtime, j.unix_user,
+           effective_priority(j.priority, j.queued_at, :now, :aging) - coalesce(f.value, 0) AS eff
+    FROM jobs AS j LEFT JOIN json_each(:adjust) AS f ON f.key = j.submitter
+    WHERE j.state = 'queued'
 ), me AS (
-    SELECT id, effective_priority(priority, queued_at, :now, :aging)
-               - fair_adjust(:adjust, submitter) AS eff
-    FROM jobs WHERE id = :id
+    SELECT j.id,
+           effective_priority(j.priority, j.queued_at, :now, :aging) - coalesce(f.value, 0) AS eff
+    FROM jobs AS j LEFT JOIN json_each(:adjust) AS f ON f.key = j.submitter WHERE j.id = :id
 )
 SELECT q.selector, q.device_ids, q.max_runtime, q.unix_user, count(*) AS n
 FROM q, me
@@ -736,3 +737,43 @@ UPDATE jobs SET sessions = sessions + 1 WHERE id = ? AND kind = 'hold'
 -- Each lease holder's device-seconds ever, leases still held counted up to :now.
 SELECT holder, sum(max(0.0, min(coalesce(released_at, :now), :now) - acquired_at)) AS seconds
 FROM leases GROUP BY holder ORDER BY holder
+
+-- name: usage_sums
+-- The ledger over [:since, :now] of holder :user ('' for all), per key (:by user,
+-- host or device; anything else: one row, key ''), kind and state of the job: its
+-- device-seconds, idle hold seconds (a hold with no session) and how many jobs
+-- (each once per key). A full scan of the leases, which a 30-day window mostly keeps.
+WITH l AS (
+    SELECT CASE :by WHEN 'user' THEN holder
+                    WHEN 'host' THEN substr(device_id, 1, instr(device_id, ':') - 1)
+                    WHEN 'device' THEN device_id ELSE '' END AS k,
+           job_id, kind,
+           min(coalesce(released_at, :now), :now) - max(acquired_at, :since) AS secs
+    FROM leases
+    WHERE coalesce(released_at, :now) > :since AND acquired_at < :now
+      AND (:user = '' OR holder = :user)
+)
+SELECT l.k, l.kind, j.state, sum(l.secs) AS seconds,
+       sum(CASE WHEN l.kind = 'hold' AND j.sessions = 0 THEN l.secs ELSE 0 END) AS idle,
+       count(DISTINCT l.job_id) AS n
+FROM l JOIN jobs AS j ON j.id = l.job_id
+GROUP BY l.k, l.kind, j.state
+
+-- name: usage_wait_ranks
+-- Per key (as usage_sums, by the job's submitter or first device), how many jobs
+-- and holds were granted devices in [:since, :now] and their nearest-rank 50th and
+-- 95th percentile wait: the rows ranked ceil(n / 2) and ceil(95 n / 100).
+WITH w AS (
+    SELECT CASE :by WHEN 'user' THEN submitter
+                    WHEN 'host' THEN substr(device_id, 1, instr(device_id, ':') - 1)
+                    WHEN 'device' THEN device_id ELSE '' END AS k,
+           max(0.0, assigned_at - queued_at) AS wait
+    FROM jobs
+    WHERE assigned_at >= :since AND assigned_at <= :now AND (:user = '' OR submitter = :user)
+), r AS (
+    SELECT k, wait, row_number() OVER (PARTITION BY k ORDER BY wait) AS i,
+           count(*) OVER (PARTITION BY k) AS n
+    FROM w
+)
+SELECT k, n, i, wait FROM r
+WHERE i = (n + 1) / 2 OR i = (95 * n + 99) / 100

@@ -63,8 +63,9 @@ def adjustments(tx: Tx, policy: Policy) -> dict[str, int]:
 
 
 def adjust_param(adjust: dict[str, int]) -> str:
-    """The adjustments as the queries' :adjust (a JSON object; '' for none)."""
-    return orjson.dumps(adjust, option=orjson.OPT_SORT_KEYS).decode() if adjust else ""
+    """The adjustments as the queries' :adjust: a JSON object user → steps,
+    joined to each queued job by SQLite's json_each ('{}' for none)."""
+    return orjson.dumps(adjust, option=orjson.OPT_SORT_KEYS).decode() if adjust else "{}"
 
 
 def in_order(tx: Tx, aging: float, adjust: dict[str, int] | None = None) -> Iterator[QueuedJob]:
