@@ -252,14 +252,17 @@ def _same_address(listen: str, st: dict) -> bool:
     return port == "0" and host == at.rpartition(":")[0]
 
 
-def _differences(args: argparse.Namespace, st: dict, worker_runs: bool) -> list[str]:
+def _differences(
+    args: argparse.Namespace, st: dict, worker_runs: bool, serve_runs: bool = False
+) -> list[str]:
     """The flags given to this rc up that the running one (up.json `st`)
     does not have and cannot take while it runs: --listen while any part
-    runs, --devices and --host while its worker runs."""
+    runs, --devices and --host while its worker runs, the scheduling
+    options while its controller runs."""
     out = []
     if args.listen is not None and st.get("url") and not _same_address(args.listen, st):
         out.append(f"--listen {args.listen} (it listens at {st['url']})")
-    if st.get("serve_pid"):
+    if serve_runs:
         running = st.get("scheduling") or {}
         for dest, text in _scheduling(args).items():
             if running.get(dest) != text:
@@ -328,7 +331,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     worker_pid = st.get("worker_pid") if alive_pid(st.get("worker_pid")) else None
     down = f"rc down{f' --data {data}' if args.data else ''}"
     if serve_pid or worker_pid:
-        differ = _differences(args, st, worker_pid is not None)
+        differ = _differences(args, st, worker_pid is not None, serve_pid is not None)
         if differ:
             raise RcError(
                 f"rc is already up in {data} with other settings: {'; '.join(differ)}. "

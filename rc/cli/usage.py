@@ -50,12 +50,16 @@ def add_parsers(sub) -> None:
         help="set a user's weight (admin)",
         description="Set USER's fair-share weight: above 0, at most 1000 (everyone's default: 1).",
     )
-    s.add_argument("user", metavar="USER")
-    s.add_argument("weight", metavar="W", type=_weight)
+    s.add_argument("user", metavar="USER", help="the user (a token name) to weigh")
+    s.add_argument("weight", metavar="W", type=_weight, help="the weight: above 0, at most 1000")
     add_client_flags(s)
-    s.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    s.add_argument(
+        "-o", "--output", choices=("text", "json"), default="text", help="text (default) or json"
+    )
     s.set_defaults(handler="usage:cmd_share_set")
-    p.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    p.add_argument(
+        "-o", "--output", choices=("text", "json"), default="text", help="text (default) or json"
+    )
     add_client_flags(p)
     p.set_defaults(handler="usage:cmd_share")
 

@@ -90,11 +90,12 @@ def standings(
     """Every user's Standing: those with decayed usage (`usage`, user →
     device-seconds) and those with a queued job (`queued`); `weights` gives
     the weights an admin set (others: 1). Pure and deterministic."""
-    users = {u for u, v in usage.items() if v > 0} | set(queued)
+    # sorted, so the sums add in one order: the same inputs give the same bits
+    users = sorted({u for u, v in usage.items() if v > 0} | set(queued))
     total_w = sum(weights.get(u, 1.0) for u in users)
     total_u = sum(max(0.0, usage.get(u, 0.0)) for u in users)
     out = {}
-    for u in sorted(users):
+    for u in users:
         w = weights.get(u, 1.0)
         used = max(0.0, usage.get(u, 0.0))
         share = used / total_u if total_u > 0 else 0.0
