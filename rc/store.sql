@@ -93,6 +93,8 @@ CREATE TABLE jobs (
     array_index       INTEGER
         CHECK ((array_index IS NULL) = (array_id IS NULL) AND (array_index IS NULL OR array_index BETWEEN 0 AND 1000000)),
     array_item        TEXT NOT NULL DEFAULT '' CHECK (array_item = '' OR array_id IS NOT NULL),
+    -- schema 5: sessions opened in a hold (the ledger's idle hold hours)
+    sessions          INTEGER NOT NULL DEFAULT 0 CHECK (sessions >= 0),
     CHECK (selector != '' OR device_id != ''),
     CHECK (kind = 'job' OR (cwd = '' AND env = '{}' AND idle_timeout = 0 AND stdio = '')),
     CHECK ((state IN ('succeeded', 'failed', 'killed', 'lost')) = (finished_at IS NOT NULL))
@@ -156,6 +158,7 @@ CREATE UNIQUE INDEX leases_one_live_per_device ON leases (device_id) WHERE relea
 CREATE INDEX leases_live_expiry ON leases (expires_at) WHERE released_at IS NULL;
 CREATE INDEX leases_by_job ON leases (job_id);
 CREATE INDEX leases_by_device ON leases (device_id, job_id DESC);
+CREATE INDEX leases_by_released ON leases (released_at);
 
 -- The topology of a host's GPUs (schema 2): how each pair of its devices is
 -- connected (rc.proto.model.Link, from `nvidia-smi topo -m`), as its worker
@@ -231,3 +234,10 @@ CREATE TABLE tokens (
 
 -- A name is unique among tokens that are not revoked.
 CREATE UNIQUE INDEX tokens_live_name ON tokens (name) WHERE revoked_at IS NULL;
+
+-- Fair-share weights (schema 5): a user with no row has weight 1.
+CREATE TABLE share_weights (
+    user       TEXT PRIMARY KEY CHECK (user != ''),
+    weight     REAL NOT NULL CHECK (weight > 0 AND weight <= 1000),
+    updated_at REAL NOT NULL
+) STRICT, WITHOUT ROWID;

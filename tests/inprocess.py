@@ -45,6 +45,7 @@ class Lab:
         self.data = Path(data or tempfile.mkdtemp(prefix="rc-lab-"))
         self.now = T0
         self.loop = asyncio.new_event_loop()
+        config.setdefault("max_user_priority", 10)  # tests of the policy give their own
         cfg = ControllerConfig(
             data_dir=str(self.data), aging=aging, max_devices_per_user=cap, **config
         )
@@ -104,7 +105,10 @@ class Lab:
             Caller(0, who, Role.USER),
             self.ctl.cfg.limits,
             self.ctl.policy.cap,
+            self.ctl.cfg.max_user_priority,
         )
+        if self.ctl.policy.shares is not None:
+            self.ctl.policy.shares.note_submitter(new.submitter)
         return self.write(jobs.enqueue, new, self.ctl.match_cache)
 
     def job(self, job_id: int) -> Job:

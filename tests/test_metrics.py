@@ -123,7 +123,8 @@ def scrape(url: str, token: str | None) -> tuple[int, str]:
 
 
 @pytest.mark.e2e
-def test_metrics_match_the_store(controller, make_worker, tmp_path):
+def test_metrics_match_the_store(make_controller, make_worker, tmp_path):
+    controller = make_controller("--max-user-priority", "5")  # alice asks for 5 below
     conf = tmp_path / "worker.toml"
     conf.write_text('kill_grace = "1s"\n')
     worker_token = controller.token("worker-box", "worker")
@@ -197,3 +198,10 @@ def test_metrics_match_the_store(controller, make_worker, tmp_path):
     assert value(m, "rc_sse_subscribers") == 0
     assert value(m, "rc_job_start_latency_seconds_sum") >= 0
     assert value(m, "rc_job_start_latency_seconds_bucket", le="+Inf") == 3
+    # two jobs and the hold were granted devices: three waits
+    assert value(m, "rc_queue_wait_seconds_count") == 3
+    # the store's device-time: the ledger's and the counter's are one number
+    used = admin.get("/v1/usage", params={"since": "1d"})
+    alice_row = next(r for r in used["rows"] if r["key"] == "alice")
+    counted = value(m, "rc_device_seconds_total", user="alice")
+    assert counted > 0 and abs(counted - alice_row["device_seconds"]) < 5.0

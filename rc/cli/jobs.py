@@ -677,6 +677,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
     print(head)
     for r in ex["reasons"]:
         print_line(f"  - {r}")
+    if ex.get("priority"):  # every term of its effective priority (README "Sharing fairly")
+        print_line(f"  effective priority: {ex['priority']}")
     hosts = ex.get("hosts") or []
     if any(h["count"] > 1 for h in hosts):
         print("hosts it could run on:")

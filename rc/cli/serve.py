@@ -16,8 +16,9 @@ import os
 from rc.cli.context import UsageError, duration_seconds
 from rc.proto import localsocket
 from rc.proto.errors import RcError
+from rc.proto.model import PRIORITY_MAX, PRIORITY_MIN
 
-__all__ = ["add_parsers", "default_socket"]
+__all__ = ["SCHEDULING_OPTIONS", "add_parsers", "add_scheduling_options", "default_socket"]
 
 
 def _in_range(parse, lo: float, hi: float, allowed: str, zero_ok: bool = False):
@@ -48,6 +49,69 @@ def _integer(text: str) -> int:
 
 _DAY = 86400.0
 _D = duration_seconds
+
+
+SCHEDULING_OPTIONS = ("aging", "max_devices_per_user", "max_user_priority", "fair_share")
+"""The scheduling options `rc serve` takes and `rc up` passes on (argparse dests)."""
+
+
+def _as_given(check):
+    """argparse type: `check(text)` must accept it; the text itself is kept
+    (rc up hands it to rc serve as given)."""
+
+    def keep(text: str) -> str:
+        check(text)
+        return text
+
+    keep.__name__ = check.__name__
+    return keep
+
+
+def add_scheduling_options(p, passed_on: bool = False) -> None:
+    """Add the scheduling options (SCHEDULING_OPTIONS) to parser `p`: with
+    their defaults and parsed values for rc serve; for rc up (`passed_on`),
+    default None and the checked text, handed to its rc serve as given."""
+    specs = [
+        (
+            "--aging",
+            _in_range(_D, 1, 30 * _DAY, "0 (off) or 1s to 30d", True),
+            600.0,
+            "D",
+            "a queued job gains one priority step per D waited (0: off; default 10m)",
+        ),
+        (
+            "--max-devices-per-user",
+            _in_range(_integer, 1, 1_000_000, "0 (no cap) or 1 to 1000000", True),
+            0,
+            "N",
+            "most devices one user may hold at once (0: no cap)",
+        ),
+        (
+            "--max-user-priority",
+            _in_range(_integer, PRIORITY_MIN, PRIORITY_MAX, f"{PRIORITY_MIN} to {PRIORITY_MAX}"),
+            0,
+            "P",
+            (
+                f"highest --priority a user may ask for (admins: up to {PRIORITY_MAX}; a "
+                "negative one is always allowed; default 0)"
+            ),
+        ),
+        (
+            "--fair-share",
+            _in_range(_D, 60, 365 * _DAY, "0 (off) or 1m to 365d", True),
+            0.0,
+            "HALF_LIFE",
+            (
+                "order the queue by fair share too: each user's device-time decays with this "
+                'half-life, e.g. 7d (0: off, the default; README "Sharing fairly")'
+            ),
+        ),
+    ]
+    for flag, check, default, metavar, text in specs:
+        if passed_on:
+            p.add_argument(flag, type=_as_given(check), default=None, metavar=metavar, help=text)
+        else:
+            p.add_argument(flag, type=check, default=default, metavar=metavar, help=text)
 
 
 def add_parsers(sub) -> None:
@@ -101,20 +165,7 @@ def add_parsers(sub) -> None:
         help="drain a GPU whose health label says degraded (a narrowed PCIe link, "
         'sustained hardware throttling: README "GPU health")',
     )
-    p.add_argument(
-        "--aging",
-        type=_in_range(_D, 1, 30 * _DAY, "0 (off) or 1s to 30d", True),
-        default=600.0,
-        metavar="D",
-        help="a queued job gains one priority step per D waited (0: off; default 10m)",
-    )
-    p.add_argument(
-        "--max-devices-per-user",
-        type=_in_range(_integer, 1, 1_000_000, "0 (no cap) or 1 to 1000000", True),
-        default=0,
-        metavar="N",
-        help="most devices one user may hold at once (0: no cap)",
-    )
+    add_scheduling_options(p)
     p.add_argument(
         "--unknown-after",
         type=_in_range(_D, 1, _DAY, "1s to 1d"),
@@ -233,6 +284,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         drain_degraded=args.drain_degraded,
         aging=args.aging,
         max_devices_per_user=args.max_devices_per_user,
+        max_user_priority=args.max_user_priority,
+        fair_share=args.fair_share,
         unknown_after=args.unknown_after,
         lost_after=args.lost_after,
         startup_grace=args.startup_grace,

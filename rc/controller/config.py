@@ -93,6 +93,11 @@ class ControllerConfig:
     """A queued job gains one priority step per `aging` seconds waited (0: off)."""
     max_devices_per_user: int = 0
     """Most devices one submitter may hold at once (0: no cap)."""
+    max_user_priority: int = 0
+    """Highest priority a user (not an admin) may ask for, -10..10; admins
+    may ask up to 10, and anyone for a negative one (400 priority_not_allowed)."""
+    fair_share: float = 0.0
+    """Half-life of the decayed usage fair share reads, seconds (0: fair share off)."""
     flap_limit: int = 3
     """Automatic recoveries per device per flap_window before a human must clear."""
     flap_window: float = 3600.0

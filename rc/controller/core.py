@@ -30,7 +30,7 @@ from rc.controller.logstore import LogStore
 from rc.controller.metrics import Metrics
 from rc.controller.relay import Relay
 from rc.controller.scans import Scans
-from rc.controller.store import jobs, queue, tokens, views, workers
+from rc.controller.store import jobs, queue, tokens, usage, views, workers
 from rc.controller.store.db import Database, Tx
 from rc.controller.store.labels import MatchCache
 from rc.controller.webhook import Webhook
@@ -82,6 +82,7 @@ class Controller:
             cap=config.max_devices_per_user,
             lease_default=config.lease_default,
             lease_grace=config.lease_grace,
+            shares=usage.ShareCache(config.fair_share) if config.fair_share > 0 else None,
         )
         self.thresholds = workers.Thresholds(
             unknown_after=config.unknown_after,
@@ -249,7 +250,7 @@ class Controller:
     # -- scheduling ------------------------------------------------------
 
     def _pass(self, tx: Tx) -> None:
-        scheduler.schedule(tx, self.match_cache, self.policy)
+        scheduler.schedule(tx, self.match_cache, self.policy, self.metrics.observe_wait)
 
     async def kick(self) -> None:
         """Run a scheduling pass now (in the next write batch)."""

@@ -47,6 +47,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from rc.controller.placement import HostTopology, device_key, host_of
 from rc.proto import selector as selectors
@@ -204,9 +205,14 @@ def aged_priority(priority: int, queued_at: float, now: float, aging: float) -> 
     return priority + math.floor(max(0.0, now - queued_at) / aging)
 
 
-def effective_priority(job: QueuedJob, now: float, aging: float) -> int:
-    """A queued job's priority with aging (aged_priority)."""
-    return aged_priority(job.priority, job.queued_at, now, aging)
+def effective_priority(
+    job: QueuedJob, now: float, aging: float, adjust: Mapping[str, int] | None = None
+) -> int:
+    """A queued job's priority with aging (aged_priority), minus its
+    submitter's fair-share adjustment in `adjust` (user → steps, 0..10;
+    rc.controller.fairshare; None or a user left out: 0)."""
+    aged = aged_priority(job.priority, job.queued_at, now, aging)
+    return aged - adjust.get(job.submitter, 0) if adjust else aged
 
 
 def fits_ceiling(ask: int, ceiling: int) -> bool:
@@ -296,6 +302,7 @@ def plan(
     ordered: bool = False,
     until_settled: bool = False,
     arrays_active: Mapping[int, int] | None = None,
+    adjust: Mapping[str, int] | None = None,
 ) -> Plan:
     """Decide assignments and reservations for one pass.
 
@@ -303,8 +310,9 @@ def plan(
     matches; `usage` maps a submitter to the devices they hold now; `links`
     maps a host to its reported pair ranks (placement.pair(a, b) → rank;
     a host left out has no topology); `arrays_active` maps a capped array's
-    id to its elements assigned or running now. `now` is seconds since the
-    epoch.
+    id to its elements assigned or running now; `adjust` maps a submitter
+    to their fair-share adjustment (effective_priority). `now` is seconds
+    since the epoch.
     Pure: reads nothing else, changes nothing.
 
     `ordered`: the queue already comes in scheduling order (the pass reads it
@@ -317,7 +325,9 @@ def plan(
     if ordered:
         jobs_in_order: Iterable[QueuedJob] = queue
     else:
-        jobs_in_order = sorted(queue, key=lambda j: (-effective_priority(j, now, aging), j.id))
+        jobs_in_order = sorted(
+            queue, key=lambda j: (-effective_priority(j, now, aging, adjust), j.id)
+        )
     return _Pass(slots, matches, now, cap, usage or {}, links or {}, arrays_active or {}).run(
         jobs_in_order, until_settled
     )
@@ -556,12 +566,16 @@ class LazyMatches(dict):
 
 @dataclass(frozen=True, slots=True)
 class Policy:
-    """The scheduling knobs of ControllerConfig (seconds; cap 0 means none)."""
+    """The scheduling knobs of ControllerConfig (seconds; cap 0 means none).
+
+    `shares`: fair share's standings (rc.controller.store.usage.ShareCache,
+    its half-life 0 when off); None: off."""
 
     aging: float = 0.0
     cap: int = 0
     lease_default: float = 300.0
     lease_grace: float = 600.0
+    shares: Any = field(default=None, compare=False)
 
 
 @dataclass(slots=True)
@@ -569,7 +583,8 @@ class Snapshot:
     """The queue and the fleet as one transaction saw them, and their plan.
 
     queue: queued jobs in id order; slots: device id → Slot; usage: submitter
-    → devices they hold (live leases); plan: what a pass would do now.
+    → devices they hold (live leases); plan: what a pass would do now;
+    adjust: submitter → fair-share adjustment the plan ordered by.
     """
 
     queue: list[QueuedJob]
@@ -577,6 +592,7 @@ class Snapshot:
     usage: dict[str, int]
     plan: Plan
     now: float
+    adjust: dict[str, int] = field(default_factory=dict)
 
     def job(self, job_id: int) -> QueuedJob | None:
         """The queued job with this id, or None."""

@@ -81,12 +81,20 @@ def pinned_devices(req: SubmitRequest) -> tuple[str, ...]:
     return req.device_ids or ((req.device_id,) if req.device_id else ())
 
 
-def validate_submit(req: SubmitRequest, who: Caller, lim: Limits, cap: int = 0) -> jobs.NewJob:
+def validate_submit(
+    req: SubmitRequest,
+    who: Caller,
+    lim: Limits,
+    cap: int = 0,
+    max_user_priority: int = PRIORITY_MAX,
+) -> jobs.NewJob:
     """Check a submission and turn it into a NewJob. Raises Refused (400/403).
 
     `cap` is the per-user device cap (0: none): a job asking for more
     devices than that could never start, so it is refused (400
-    limit_exceeded)."""
+    limit_exceeded). `max_user_priority` is the priority policy (rc serve
+    --max-user-priority): a caller who is not an admin asking for more is
+    refused (400 priority_not_allowed); admins may ask up to PRIORITY_MAX."""
     bad = Refused
     if req.device_id and req.device_ids:
         raise bad(ErrorCode.BAD_REQUEST, "give device_id or device_ids, not both")
@@ -135,6 +143,13 @@ def validate_submit(req: SubmitRequest, who: Caller, lim: Limits, cap: int = 0) 
         raise bad(
             ErrorCode.PRIORITY_OUT_OF_RANGE,
             f"priority {req.priority} is outside {PRIORITY_MIN}..{PRIORITY_MAX}",
+        )
+    if req.priority > 0 and not who.admin and req.priority > max_user_priority:
+        raise bad(
+            ErrorCode.PRIORITY_NOT_ALLOWED,
+            f"priority {req.priority} is above this controller's limit of {max_user_priority} "
+            f"for users (rc serve --max-user-priority); admins may ask up to {PRIORITY_MAX}, "
+            "and anyone for a negative priority",
         )
     if req.max_runtime_seconds < 0 or req.idle_timeout_seconds < 0:
         raise bad(ErrorCode.BAD_REQUEST, "durations cannot be negative")
@@ -369,7 +384,9 @@ async def submit(request: Request):
     c = ctl(request)
     who = caller(request)
     req = await json_body(request, c.cfg.limits.body_bytes)
-    new = validate_submit(req, who, c.cfg.limits, c.policy.cap)
+    new = validate_submit(req, who, c.cfg.limits, c.policy.cap, c.cfg.max_user_priority)
+    if c.policy.shares is not None:
+        c.policy.shares.note_submitter(new.submitter)
     job_id, created = await c.db.write(jobs.enqueue, new, c.match_cache)
     try:
         view = await c.job_view(job_id)

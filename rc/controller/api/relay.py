@@ -35,7 +35,7 @@ from rc.controller.api.jobs import validate_submit
 from rc.controller.auth import Caller
 from rc.controller.errors import Refused
 from rc.controller.relay import Ended, Pipe, Relay, Session
-from rc.controller.store import jobs, rows
+from rc.controller.store import jobs, rows, usage
 from rc.proto.errors import ErrorCode
 from rc.proto.model import JobKind, JobState, Stdio
 from rc.proto.wire import SubmitRequest
@@ -318,6 +318,7 @@ async def open_session(request: Request):
         # the same checks as a job's command, cwd and environment
         _check_command(req, row, who, c.cfg.limits)
     s = c.relay.open_in_hold(hold_id, rows.devices_of(row), row["worker_id"], row["submitter"], req)
+    await c.db.write(usage.session_opened, hold_id)  # the ledger's idle hold hours
     return reply(s.view(), 201)
 
 
