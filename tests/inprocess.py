@@ -35,15 +35,23 @@ T0 = 1_800_000_000.0
 class Lab:
     """A Controller (no background loops) over a fresh data dir, fake clock `now`.
 
-    `config` is passed on to ControllerConfig (thresholds, retention...).
+    `config` is passed on to ControllerConfig (thresholds, retention...);
+    `now`: the clock when the controller starts (a restart on the same data
+    starts later than T0).
     """
 
     def __init__(
-        self, data: Path | None = None, *, aging: float = 0.0, cap: int = 0, **config
+        self,
+        data: Path | None = None,
+        *,
+        aging: float = 0.0,
+        cap: int = 0,
+        now: float = T0,
+        **config,
     ) -> None:
         self._own = data is None
         self.data = Path(data or tempfile.mkdtemp(prefix="rc-lab-"))
-        self.now = T0
+        self.now = now
         self.loop = asyncio.new_event_loop()
         config.setdefault("max_user_priority", 10)  # tests of the policy give their own
         cfg = ControllerConfig(
@@ -90,6 +98,12 @@ class Lab:
             **runs_as,
         )
         self.write(workers.register, req, self.ctl.match_cache, self.ctl.thresholds)
+
+    def heartbeat(self, host: str, named: tuple[int, ...] = ()):
+        """A heartbeat as POST /v1/workers/{host}/heartbeat makes it
+        (Controller.heartbeat: coalesced unless it changes state). Returns
+        (jobs to stop, hold ttls)."""
+        return self.run(self.ctl.heartbeat(host, tuple(named)))
 
     # -- jobs ------------------------------------------------------------------
 

@@ -66,6 +66,19 @@ def test_empty_store_gives_every_series_at_zero(tmp_path):
     assert value(m, "rc_relay_sessions") == 0
     assert value(m, "rc_webhook_dropped_total") == 0
     assert value(m, "rc_events_total", kind="token_created") == 1  # the bootstrap admin token
+    assert value(m, "rc_http_requests_total", side="worker") == 0
+    assert value(m, "rc_http_requests_total", side="client") == 0
+
+
+def test_http_requests_are_counted_by_side(tmp_path):
+    async def body(ctl):
+        for path in ("/v1/workers/box/heartbeat", "/v1/workers/box/assignments", "/v1/jobs"):
+            ctl.metrics.count_request(path)
+        return parse((await ctl.metrics.render()).decode())
+
+    m = run_in_process(tmp_path, body)
+    assert value(m, "rc_http_requests_total", side="worker") == 2
+    assert value(m, "rc_http_requests_total", side="client") == 1
 
 
 def test_hooks_report_what_others_plug_in_and_a_broken_one_is_left_out(tmp_path, caplog):

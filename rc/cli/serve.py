@@ -202,6 +202,14 @@ def add_parsers(sub) -> None:
         help="how often workers are told to heartbeat (default 10s)",
     )
     p.add_argument(
+        "--heartbeat-flush",
+        type=_in_range(_D, 0, 60, "0 to 1m"),
+        default=2.0,
+        metavar="D",
+        help="heartbeats that change no state are written together this often; "
+        "0: each before its reply (default 2s)",
+    )
+    p.add_argument(
         "--sweep-interval",
         type=_in_range(_D, 0.05, 3600, "50ms to 1h"),
         default=10.0,
@@ -292,6 +300,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         lease_renewal=args.lease_renewal,
         heartbeat_interval=args.heartbeat_interval,
         sweep_interval=args.sweep_interval,
+        heartbeat_flush=args.heartbeat_flush,
         flap_limit=args.flap_limit,
         flap_window=args.flap_window,
         lease_default=args.lease_default,

@@ -71,6 +71,10 @@ class ControllerConfig:
     keyfile: str = ""
     schedule_interval: float = 1.0
     sweep_interval: float = 10.0
+    heartbeat_flush: float = 2.0
+    """Heartbeats that change nothing but timestamps and lease renewals are
+    kept in memory and written together this often (s); 0 writes each one
+    before its reply. After a crash the stored ones are at most this old."""
     heartbeat_interval: float = 10.0
     """What workers are told to use."""
     unknown_after: float = 30.0

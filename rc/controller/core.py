@@ -96,6 +96,9 @@ class Controller:
         self.delivered: dict[str, set[int]] = {}
         self.poll_generation: dict[str, int] = {}
         """worker id → the number of its newest long poll (only it hands out work)."""
+        self.beats: dict[str, tuple[float, tuple[int, ...]]] = {}
+        """worker id → its newest heartbeat not yet written (wall seconds, the
+        job ids it named): `heartbeat` keeps it, `flush_beats` writes it."""
         self.scans = Scans()
         """Survivor scans asked of workers (rc clear, rc kill of a lost job)."""
         self.started_at = 0.0
@@ -150,6 +153,8 @@ class Controller:
                 asyncio.create_task(self._tick_loop(), name="rc-schedule-tick"),
                 asyncio.create_task(self._sweep_loop(), name="rc-sweeper"),
             ]
+            if self.cfg.heartbeat_flush > 0:
+                self._loops.append(asyncio.create_task(self._beat_loop(), name="rc-beats"))
 
     async def _start_webhook(self) -> None:
         import urllib.parse
@@ -174,6 +179,10 @@ class Controller:
             except asyncio.CancelledError:
                 pass
         self._loops = []
+        try:
+            await self.flush_beats()
+        except Exception:
+            log.exception("could not write the last heartbeats")
         await self.db.close()
 
     async def _bootstrap_admin(self) -> None:
@@ -273,8 +282,53 @@ class Controller:
                 log.exception("sweep failed")
 
     async def sweep(self) -> int:
-        """One sweep now; returns how many things changed."""
+        """One sweep now, after the heartbeats kept in memory are written
+        (it never judges silence on stale stamps); returns how many things
+        changed."""
+        await self.flush_beats()
         return await self.db.write(workers.sweep, self.thresholds, self.started_at)
+
+    # -- heartbeats ----------------------------------------------------------
+
+    async def heartbeat(
+        self, worker_id: str, running: tuple[int, ...]
+    ) -> tuple[list[int], dict[str, int]]:
+        """A worker's heartbeat naming `running`; returns (the jobs it should
+        stop, the ttl of each named hold by id), as store.workers.beat.
+
+        Coalesced: a heartbeat that changes no state (store.workers.beat_check
+        reads that) is kept in memory and written with the others by
+        `flush_beats` within heartbeat_flush seconds: its timestamps and lease
+        renewals are soft state, and after a crash the startup grace covers
+        what was lost. One that changes state (a device back from `unknown`,
+        a `worker_lost` one in retention mode) is written before the reply.
+        heartbeat_flush = 0 writes every one at once. Raises Refused (404)
+        for a worker that never registered."""
+        if self.cfg.heartbeat_flush > 0:
+            changes, stop, ttls = await self.db.read(
+                workers.beat_check, worker_id, running, self.thresholds
+            )
+            if not changes:
+                self.beats[worker_id] = (self.clock(), running)
+                return stop, ttls
+        self.beats.pop(worker_id, None)  # older than the one written now
+        return await self.db.write(workers.beat, worker_id, running, self.thresholds)
+
+    async def flush_beats(self) -> int:
+        """Write the heartbeats kept in memory, in one transaction; how many."""
+        if not self.beats:
+            return 0
+        beats, self.beats = self.beats, {}
+        rows_ = [(w, at, running) for w, (at, running) in beats.items()]
+        return await self.db.write(workers.touch_beats, rows_, self.thresholds)
+
+    async def _beat_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.cfg.heartbeat_flush)
+            try:
+                await self.flush_beats()
+            except Exception:
+                log.exception("writing heartbeats failed")
 
     # -- hand-out ----------------------------------------------------------
 

@@ -95,6 +95,10 @@ UNKNOWN_REASON = "unknown"
 """The `reason` label value of a quarantine whose cause is unknown ('' in the store)."""
 
 
+REQUEST_SIDES = ("worker", "client")
+WORKER_PREFIX = "/v1/workers/"
+
+
 def _zero() -> float:
     return 0.0
 
@@ -127,10 +131,18 @@ class Metrics:
         self.relay_sessions: Callable[[], float] = _zero
         self.webhook_dropped: Callable[[], float] = _zero
         self.sse_subscribers: Callable[[], float] = _zero
+        self.requests = {side: 0 for side in REQUEST_SIDES}
+        """HTTP requests served since this process started, by side:
+        "worker" (the /v1/workers/ routes) or "client" (every other);
+        counted by `count_request`."""
         self.collector = StoreCollector()
         self.registry.register(self.collector)
         self._render_lock = threading.Lock()
         self._log_scan: tuple[float, int, int] | None = None  # (reuse until, bytes, files)
+
+    def count_request(self, path: str) -> None:
+        """Count one HTTP request for `path` on its side (see `requests`)."""
+        self.requests["worker" if path.startswith(WORKER_PREFIX) else "client"] += 1
 
     def observe_starts(self, latencies: Iterable[float]) -> None:
         """Record jobs' submit→start latencies in seconds (called after the
@@ -178,6 +190,8 @@ class Metrics:
     async def render(self) -> bytes:
         """The exposition text of every series, from one consistent store snapshot."""
         extra = self.hook_values()
+        for side, n in self.requests.items():
+            extra[f"requests_{side}"] = float(n)
         extra["log_bytes"], extra["log_files"] = await asyncio.to_thread(self.log_usage)
         return await self.db.read(self._render, extra)
 
@@ -301,6 +315,18 @@ def _extras(extra: dict[str, float]) -> Iterator[Metric]:
     info = GaugeMetricFamily("rc_info", "This controller's version", labels=["version"])
     info.add_metric([__version__], 1)
     yield info
+    counts = {
+        side: extra[f"requests_{side}"] for side in REQUEST_SIDES if f"requests_{side}" in extra
+    }
+    if counts:
+        yield _labelled(
+            CounterMetricFamily,
+            "rc_http_requests",
+            "HTTP requests served since this controller process started, by side "
+            "(worker: the /v1/workers/ routes; client: every other)",
+            "side",
+            counts,
+        )
     if "log_bytes" in extra:
         yield GaugeMetricFamily(
             "rc_log_bytes", "Bytes of job logs stored", value=extra["log_bytes"]

@@ -74,7 +74,14 @@ from rc.worker.probe import cuda_visible
 from rc.worker.reporter import Report
 from rc.worker.terminal import TTY_DRAIN_S, Terminal, end_terminal_session, login_shell
 
-__all__ = ["LOG_FLUSH_S", "LOG_FLUSH_SHUTDOWN_S", "WATCHDOG_TICK_S", "JobContext", "JobRun"]
+__all__ = [
+    "LOG_FLUSH_S",
+    "LOG_FLUSH_SHUTDOWN_S",
+    "WATCHDOG_TICK_S",
+    "JobContext",
+    "JobRun",
+    "needs_scan",
+]
 
 log = logging.getLogger("rc.worker.job")
 
@@ -126,6 +133,18 @@ class JobContext:
         return {b"RC_WORKER_INSTANCE": instance.encode()} if instance else {}
 
 
+def needs_scan(kind: JobKind, placed: bool, user: Account | None, left: list[int]) -> bool:
+    """Whether a job's teardown must scan /proc for processes tagged with its
+    RC_JOB_ID. Not when its cgroup answers for everything: a job (a hold's
+    sessions may run outside any cgroup) whose leader was placed in its
+    cgroup before its program ran, that ran as a user other than root (only
+    root may move a process out of the worker's subtree: a move needs write
+    access to the common ancestor's cgroup.procs) and whose cgroup kill
+    left nothing alive (`left`)."""
+    trusted = kind is JobKind.JOB and placed and user is not None and user.uid != 0
+    return not trusted or bool(left)
+
+
 class JobRun:
     """One assignment being run in `ctx`; `cancel()` may be called from any
     thread.
@@ -170,6 +189,8 @@ class JobRun:
         """The Unix user the job runs as, once resolved (its sessions too)."""
         self.cgroup: cgroups.Cgroup | None = None
         """The job's own cgroup (None in scan mode), made just before it starts."""
+        self.placed = False
+        """Whether its leader was in `cgroup` before the job's program ran."""
         self.thread = threading.Thread(target=self._run, name=f"rc-job-{a.job_id}", daemon=True)
 
     def start(self) -> None:
@@ -296,9 +317,11 @@ class JobRun:
                     log.warning("job %d: cannot kill cgroup %s: %s", self.job_id, cg.path, e)
             self.note_pids()
             floor = 0 if self._pids_wrapped else self._pid_floor
-            escaped, _complete = supervise.sweep_job(
-                str(self.a.job_id), self.ctx.sweep_scope, floor
-            )
+            escaped: list[int] = []
+            if needs_scan(self.a.kind, self.placed, self.account, in_cgroup):
+                escaped, _complete = supervise.sweep_job(
+                    str(self.a.job_id), self.ctx.sweep_scope, floor
+                )
             if escaped:
                 log.warning(
                     "job %d: %d process(es) escaped its group and survived",
@@ -341,6 +364,7 @@ class JobRun:
                     argv, cwd=cwd, env=env, stdout=w, stderr=w, account=user, cgroup=self.cgroup
                 )
                 self.watch_pids(group.pid)
+                self.placed = group.joined
             except OSError as e:
                 sink.write(cannot_start_line(argv[0], e))
                 sink.close(LOG_FLUSH_S)

@@ -218,7 +218,7 @@ async def heartbeat(request: Request):
     worker_id = request.path_params["worker_id"]
     _bound(request, who, worker_id)
     req = await json_body(request, c.cfg.limits.heartbeat_body_bytes, empty_ok=True)
-    stop, ttls = await c.db.write(workers.beat, worker_id, req.running_job_ids, c.thresholds)
+    stop, ttls = await c.heartbeat(worker_id, req.running_job_ids)
     if c.forget_delivered(worker_id, set(req.running_job_ids)):
         c.hub.notify([f"worker:{worker_id}"])
     return reply(HeartbeatResponse(c.instance, tuple(stop), ttls))

@@ -465,6 +465,14 @@ WHERE id = ?
 -- Stamp a heartbeat on every device of a worker.
 UPDATE devices SET last_heartbeat_at = ? WHERE worker_id = ?
 
+-- name: devices_beat_changes
+-- How many of a worker's (?1) devices its heartbeat would change: the unknown ones,
+-- and with ?2 = 1 (retention mode, jobs named) those quarantined worker_lost.
+SELECT count(*) FROM devices
+WHERE worker_id = ?1
+  AND (state = 'unknown'
+       OR (?2 = 1 AND state = 'unhealthy' AND quarantine_reason = 'worker_lost'))
+
 -- name: devices_unknown_to_busy
 -- A worker's unknown devices with a live lease → busy.
 UPDATE devices SET state = 'busy'
