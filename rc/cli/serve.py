@@ -13,7 +13,7 @@ import importlib
 import importlib.util
 import os
 
-from rc.cli.context import UsageError, duration_seconds
+from rc.cli.context import UsageError, duration_seconds, whole_seconds_arg
 from rc.proto import localsocket
 from rc.proto.errors import RcError
 
@@ -181,6 +181,22 @@ def add_parsers(sub) -> None:
         help="a job's lease outlives its max runtime by this much (10m)",
     )
     p.add_argument(
+        "--hold-idle-timeout",
+        type=_in_range(whole_seconds_arg, 1, 365 * _DAY, "0 (off) or 1s to 365d", True),
+        default=7200,
+        metavar="D",
+        help="a hold unused for D is released, unless rc hold --idle-timeout says "
+        "otherwise (0: off; default 2h)",
+    )
+    p.add_argument(
+        "--hold-idle-timeout-max",
+        type=_in_range(whole_seconds_arg, 1, 365 * _DAY, "0 (none) or 1s to 365d", True),
+        default=0,
+        metavar="D",
+        help="the longest idle timeout a user may give rc hold; when set, users may "
+        "not turn the rule off (admins may; default 0: no maximum)",
+    )
+    p.add_argument(
         "--log-cap",
         type=_in_range(_integer, 1024, 1 << 40, "1024 to 1099511627776 (1 TiB)"),
         default=256 << 20,
@@ -215,6 +231,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             f"rc serve needs the controller's packages ({e.name}); "
             "install rc with pip (the zipapp carries only worker and client)"
         ) from None
+    check_hold_idle(args.hold_idle_timeout, args.hold_idle_timeout_max)
     cfg = config.ControllerConfig(
         data_dir=args.data,
         listen=args.listen,
@@ -236,9 +253,26 @@ def cmd_serve(args: argparse.Namespace) -> int:
         flap_window=args.flap_window,
         lease_default=args.lease_default,
         lease_grace=args.lease_grace,
-        limits=config.Limits(log_cap_bytes=args.log_cap),
+        limits=config.Limits(
+            log_cap_bytes=args.log_cap,
+            hold_idle_timeout=args.hold_idle_timeout,
+            hold_idle_timeout_max=args.hold_idle_timeout_max,
+        ),
     )
     return serve.run(cfg, args.ready_fd)
+
+
+def check_hold_idle(default: int, top: int) -> None:
+    """Refuse (UsageError) a default hold idle timeout the maximum forbids:
+    above it, or off while a maximum is set."""
+    if top and (default == 0 or default > top):
+        from rc.proto.duration import format_duration
+
+        what = "0 (off)" if default == 0 else format_duration(default)
+        raise UsageError(
+            f"--hold-idle-timeout {what} is not allowed by --hold-idle-timeout-max "
+            f"{format_duration(top)}: give a default from 1s to the maximum"
+        )
 
 
 def default_socket(data_dir: str) -> str:

@@ -32,10 +32,10 @@ from rc.cli.children import (
     stop_process,
     supervise,
 )
-from rc.cli.context import UsageError, stderr
+from rc.cli.context import UsageError, stderr, whole_seconds_arg
 from rc.cli.credentials import ensure_client_config, ensure_token, worker_token_host, write_secret
 from rc.cli.output import command_text, escape_controls, on_devices, one_line
-from rc.cli.serve import have_controller
+from rc.cli.serve import check_hold_idle, have_controller
 from rc.proto import pidlock
 from rc.proto.client import Client
 from rc.proto.errors import RcError
@@ -128,6 +128,11 @@ def add_parsers(sub) -> None:
     p.add_argument(
         "--insecure", action="store_true", help="allow a non-loopback --listen without TLS"
     )
+    for flag, what in (
+        ("--hold-idle-timeout", "rc serve's: a hold unused for D is released (0: off; 2h)"),
+        ("--hold-idle-timeout-max", "rc serve's: the longest idle timeout a user may ask for"),
+    ):
+        p.add_argument(flag, type=whole_seconds_arg, default=None, metavar="D", help=what)
     p.set_defaults(handler="up:cmd_up")
 
     p = sub.add_parser(
@@ -296,12 +301,26 @@ def _differences(args: argparse.Namespace, st: dict, worker_runs: bool) -> list[
     return out
 
 
+def _serve_passthrough(args: argparse.Namespace) -> list[str]:
+    """rc serve's flags rc up passes on as given (whole seconds)."""
+    out = []
+    if args.hold_idle_timeout is not None:
+        out += ["--hold-idle-timeout", str(args.hold_idle_timeout)]
+    if args.hold_idle_timeout_max is not None:
+        out += ["--hold-idle-timeout-max", str(args.hold_idle_timeout_max)]
+    return out
+
+
 def cmd_up(args: argparse.Namespace) -> int:
     if not have_controller():  # the zipapp
         raise RcError(
             "rc up needs rc installed with pip (pip install .), which brings the controller; "
             "the zipapp carries only the worker and the client"
         )
+    check_hold_idle(
+        7200 if args.hold_idle_timeout is None else args.hold_idle_timeout,
+        args.hold_idle_timeout_max or 0,
+    )
     data = Path(args.data) if args.data else default_data_dir()
     state_path = data / UP_STATE
     st = _read_state(state_path)  # a running rc up, or the settings of the last one
@@ -391,6 +410,7 @@ def cmd_up(args: argparse.Namespace) -> int:
                 cmd += ["--socket", sock_path]
             if args.certfile:
                 cmd += ["--certfile", args.certfile, "--keyfile", args.keyfile]
+            cmd += _serve_passthrough(args)
             controller, url = spawn_ready(cmd, serve_log, args.detach, "controller", serve_log_path)
             serve_pid = controller.pid
         admin = Client(url, (data / "admin.token").read_text().strip())

@@ -112,6 +112,7 @@ MIGRATIONS: list[tuple[int, str]] = [
     (2, "0002_gang.sql"),  # jobs on several devices of one host; device_links
     (3, "0003_unix_users.sql"),  # tokens, jobs and workers name Unix users
     (4, "0004_lifecycle.sql"),  # a job's name; job arrays; dependencies
+    (5, "0006_hold_idle.sql"),  # a hold's idle rule; its warning and reclaim events
 ]
 SCHEMA_VERSION = 1 + len(MIGRATIONS)
 

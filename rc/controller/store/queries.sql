@@ -682,3 +682,19 @@ SELECT state, count(*) AS n FROM jobs GROUP BY state
 -- name: metrics_events_by_kind
 -- Feed events per kind (/metrics).
 SELECT kind, count(*) AS n FROM events GROUP BY kind
+
+-- name: hold_idle_insert
+-- A hold's idle timeout (seconds, 0: off), at submit.
+INSERT INTO hold_idle (job_id, timeout) VALUES (?, ?)
+
+-- name: hold_idle_of
+-- A hold's idle timeout (seconds, 0: off); no row: it has no idle rule.
+SELECT timeout FROM hold_idle WHERE job_id = ?
+
+-- name: holds_idle_watched
+-- Running holds with an idle rule, not already asked to end: what the idle
+-- watch checks (Controller.idle_pass).
+SELECT j.id, j.submitter, j.device_id, j.worker_id, j.started_at, h.timeout
+FROM jobs j JOIN hold_idle h ON h.job_id = j.id
+WHERE j.state = 'running' AND j.kind = 'hold' AND h.timeout > 0 AND j.kill_requested = 0
+ORDER BY j.id
