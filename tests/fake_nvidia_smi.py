@@ -5,7 +5,8 @@ CSV, and `topo -m` with a matrix as nvidia-smi prints it.
 `FakeNvidiaSmi(dir, gpus=2, topo=...)` writes DIR/nvidia-smi; `mode(...)`
 switches it: "healthy", "na" (memory reads "[N/A]"), "broken" (exits 9 like
 a driver that is gone), "gone" (the executable disappears). `add_app(...)`
-makes it report a compute process left on a GPU. `topo` is what `topo -m`
+makes it report a compute process left on a GPU; `utilization(...)` sets
+what `--query-gpu=index,utilization.gpu` reports. `topo` is what `topo -m`
 prints: `topo_matrix(n, link)` builds one (the default: every pair PHB, all
 on NUMA node 0), `QUADS` is 8 GPUs as two NVLink quads; `set_topo(text)`
 changes it.
@@ -32,7 +33,11 @@ if mode == "broken":
     print("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.")
     sys.exit(9)
 args = " ".join(sys.argv[1:])
-if "--query-gpu=" in args:
+if "--query-gpu=index,utilization.gpu" in args:
+    util = read("util").split()
+    for i in range({gpus}):
+        print(f"{{i}}, {{util[i] if i < len(util) else 0}}")
+elif "--query-gpu=" in args:
     for i in range({gpus}):
         total, free = ("[N/A]", "[N/A]") if mode == "na" else ("81920", str(81000 - i))
         print(f"{{i}}, NVIDIA A100-SXM4-80GB, {{total}}, {{free}}, 535.104.05, GPU-fake-{{i}}")
@@ -100,6 +105,11 @@ class FakeNvidiaSmi:
     def add_app(self, gpu: int, pid: int, name: str, mib: int = 512) -> None:
         with open(self.dir / "apps", "a") as f:
             f.write(f"GPU-fake-{gpu}, {pid}, {name}, {mib}\n")
+
+    def utilization(self, *percent: int) -> None:
+        """What `--query-gpu=index,utilization.gpu` reports per GPU from now
+        on (percent, GPU 0 first; the rest 0)."""
+        (self.dir / "util").write_text(" ".join(str(p) for p in percent))
 
     def clear_apps(self) -> None:
         (self.dir / "apps").unlink(missing_ok=True)
