@@ -173,3 +173,38 @@ def test_a_gpu_hold_is_busy_while_its_gpu_is(tmp_path, monkeypatch):
     assert not a.busy and a.gpu_pct is None
     (c,) = s.sample({9: ["cpu0"]}, 31.0)  # CPU devices: no nvidia-smi, CPU use (first: none)
     assert not c.busy and c.gpu_pct is None
+
+
+@pytest.mark.e2e
+def test_a_cpu_hold_is_busy_while_its_processes_use_a_core(tmp_path):
+    """Only processes carrying the hold's RC_JOB_ID and this worker's marker count."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from tests.harness import stop_process, wait_until
+
+    marker = {b"RC_WORKER_INSTANCE": b"w-1"}
+    env = {**os.environ, "RC_JOB_ID": "77", "RC_WORKER_INSTANCE": "w-1"}
+    spin = [sys.executable, "-c", "while True: pass"]
+    busy = subprocess.Popen(spin, env=env)
+    other = subprocess.Popen(spin, env={**env, "RC_WORKER_INSTANCE": "another"})
+    try:
+        s = usage.Sampler(marker)
+        (first,) = s.sample({77: ["cpu0"]}, time.monotonic())
+        assert not first.busy and first.cpu_pct is None  # nothing to compare with yet
+        hit = wait_until(
+            lambda: next(u for u in s.sample({77: ["cpu0"]}, time.monotonic()) if u.busy),
+            20,
+            "hold 77's spinning process to count as use",
+        )
+        assert hit.cpu_pct > usage.CPU_BUSY_PCT
+        stop_process(busy)
+        s.sample({77: ["cpu0"], 78: ["cpu1"]}, time.monotonic())
+        (a, b) = s.sample({77: ["cpu0"], 78: ["cpu1"]}, time.monotonic() + 1)
+        # the other worker's spinning process carries RC_JOB_ID=77 too: not counted
+        assert (a.busy, a.cpu_pct, b.busy, b.cpu_pct) == (False, 0, False, 0)
+    finally:
+        stop_process(busy)
+        stop_process(other)
