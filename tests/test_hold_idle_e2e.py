@@ -83,3 +83,43 @@ def test_typing_into_its_session_resets_the_clock(fleet, pty_cli):
     t.wait()
     wait_until(lambda: job(c, held)["state"] == "killed", 30, f"hold {held} to end")
     assert job(c, held)["kill_reason"] == "idle: no use for 8s"
+
+
+def test_bytes_through_a_forward_reset_the_clock(fleet):
+    import socket
+
+    from tests.test_forward_e2e import FarServer, forwarding
+
+    far = FarServer()
+    try:
+        held = _hold(fleet, "box:cpu0", "8s")
+        c = fleet.ctl.client()
+        with forwarding(fleet.alice, held, f"0:{far.port}") as (_, port, _):
+            wait_until(lambda: _kinds(fleet, held), 30, "the first warning")
+            first = _events(fleet, held)
+            assert [e["kind"] for e in first] == ["hold_idle_warning"]
+            with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+                s.sendall(b"E" + b"x" * 1000)
+                s.shutdown(socket.SHUT_WR)
+                got = b""
+                while chunk := s.recv(65536):
+                    got += chunk
+            assert got.startswith(b"x" * 1000) and b"sha256:" in got
+            state = c.get(f"/v1/jobs/{held}?detail=1")["detail"]["idle"]["state"]
+            assert re.fullmatch(r"idle \d+s: no input, .*, forward \d+s ago", state), state
+            wait_until(
+                lambda: (
+                    _kinds(fleet, held).count("hold_idle_warning") == 2
+                    or job(c, held)["state"] != "running"
+                ),
+                30,
+                "a second warning",
+            )
+            events = _events(fleet, held)
+            assert [e["kind"] for e in events] == ["hold_idle_warning"] * 2, events
+            assert job(c, held)["state"] == "running"
+            wait_until(lambda: job(c, held)["state"] == "killed", 30, f"hold {held} to end")
+        assert job(c, held)["kill_reason"] == "idle: no use for 8s"
+    finally:
+        far.shutdown()
+        far.server_close()
