@@ -208,3 +208,16 @@ def test_a_cpu_hold_is_busy_while_its_processes_use_a_core(tmp_path):
     finally:
         stop_process(busy)
         stop_process(other)
+
+
+def test_the_idle_watch_reads_active_jobs_only(lab):
+    """It runs every second: through the partial index of active jobs, never
+    a scan of every job ever submitted."""
+    from rc.controller.store.db import QUERIES
+
+    lb = lab()
+    plan = lb.read(
+        lambda tx: tx.conn.execute("EXPLAIN QUERY PLAN " + QUERIES["holds_idle_watched"]).fetchall()
+    )
+    details = [row[3] for row in plan]
+    assert any("USING INDEX jobs_active" in d for d in details), details
