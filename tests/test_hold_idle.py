@@ -221,3 +221,27 @@ def test_the_idle_watch_reads_active_jobs_only(lab):
     )
     details = [row[3] for row in plan]
     assert any("USING INDEX jobs_active" in d for d in details), details
+
+
+def test_serve_refuses_a_default_the_maximum_forbids_and_up_passes_the_flags_on():
+    from rc.cli import build_parser
+    from rc.cli.context import UsageError
+    from rc.cli.serve import check_hold_idle
+    from rc.cli.up import _serve_passthrough
+
+    check_hold_idle(7200, 0)
+    check_hold_idle(0, 0)
+    check_hold_idle(3600, 3600)
+    with pytest.raises(UsageError, match=r"--hold-idle-timeout 2h is not allowed by .* 1h"):
+        check_hold_idle(7200, 3600)
+    with pytest.raises(UsageError, match=r"--hold-idle-timeout 0 \(off\) is not allowed"):
+        check_hold_idle(0, 3600)
+    args = build_parser("up").parse_args(
+        ["up", "--hold-idle-timeout", "30m", "--hold-idle-timeout-max", "4h"]
+    )
+    assert _serve_passthrough(args) == [
+        "--hold-idle-timeout", "1800", "--hold-idle-timeout-max", "14400",
+    ]  # fmt: skip
+    assert _serve_passthrough(build_parser("up").parse_args(["up"])) == []
+    serve = build_parser("serve").parse_args(["serve", "--hold-idle-timeout", "0"])
+    assert (serve.hold_idle_timeout, serve.hold_idle_timeout_max) == (0, 0)
