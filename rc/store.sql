@@ -208,7 +208,8 @@ CREATE TABLE events (
         'device_unhealthy', 'verify_failed', 'worker_lost', 'job_lost', 'lease_expired',
         'watchdog_trip', 'device_recovered', 'recovery_refused', 'device_cleared',
         'device_retired', 'device_drained', 'device_undrained', 'job_killed',
-        'submitted_as', 'token_created', 'token_revoked')),
+        'submitted_as', 'token_created', 'token_revoked', 'hold_idle_warning',
+        'hold_reclaimed')),
     device_id TEXT NOT NULL DEFAULT '',
     job_id    INTEGER,
     actor     TEXT NOT NULL DEFAULT '',
@@ -216,6 +217,14 @@ CREATE TABLE events (
 ) STRICT;
 
 CREATE INDEX events_by_time ON events (at);
+
+-- A hold's idle rule (schema 6, README "Holds: the idle rule"): its idle
+-- timeout in seconds, 0 for off. A hold with no row has no rule (a job's
+-- own idle_timeout, "no output for D", stays 0 on a hold).
+CREATE TABLE hold_idle (
+    job_id  INTEGER PRIMARY KEY REFERENCES jobs (id),
+    timeout INTEGER NOT NULL CHECK (timeout >= 0)     -- seconds; 0: off
+) STRICT;
 
 -- API tokens: only the sha256 of the secret is stored.
 CREATE TABLE tokens (

@@ -9,7 +9,8 @@ makes it reject a field as an older driver does). `kmsg_xid(...)` writes a
 /dev/kmsg record of an Xid for a fake kernel log file. `mode(...)`
 switches it: "healthy", "na" (memory reads "[N/A]"), "broken" (exits 9 like
 a driver that is gone), "gone" (the executable disappears). `add_app(...)`
-makes it report a compute process left on a GPU. `topo` is what `topo -m`
+makes it report a compute process left on a GPU; `utilization(...)` sets
+each GPU's utilization.gpu. `topo` is what `topo -m`
 prints: `topo_matrix(n, link)` builds one (the default: every pair PHB, all
 on NUMA node 0), `QUADS` is 8 GPUs as two NVLink quads; `set_topo(text)`
 changes it.
@@ -134,6 +135,15 @@ class FakeNvidiaSmi:
     def add_app(self, gpu: int, pid: int, name: str, mib: int = 512) -> None:
         with open(self.dir / "apps", "a") as f:
             f.write(f"GPU-fake-{gpu}, {pid}, {name}, {mib}\n")
+
+    def utilization(self, *percent: int) -> None:
+        """What `--query-gpu=...,utilization.gpu` reports per GPU from now on
+        (percent, GPU 0 first; the rest 0)."""
+        table = self._table()
+        for i in range(self.gpus):
+            value = str(percent[i]) if i < len(percent) else "0"
+            table.setdefault(str(i), {})["utilization.gpu"] = value
+        (self.dir / "table.json").write_text(json.dumps(table))
 
     def clear_apps(self) -> None:
         (self.dir / "apps").unlink(missing_ok=True)

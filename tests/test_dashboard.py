@@ -453,6 +453,35 @@ def test_the_page_words_an_end_reason_as_the_cli_does(site, browser):
     assert got == want
 
 
+def test_a_hold_shows_its_idle_clock_and_when_it_is_released(site, browser):
+    """README "Holds: the idle rule": the device row of a hold under the rule."""
+    signed_in(browser, site.ctl.url, site.alice)
+    alice = site.ctl.client(site.alice)
+    hold = alice.post(
+        "/v1/jobs",
+        {
+            "kind": "hold",
+            "selector": "*",  # earlier tests may have left one device out of the pool
+            "max_runtime_seconds": 7200,
+            "reason": "notebook",
+            "hold_idle_timeout_seconds": 3600,
+        },
+    )
+    try:
+        wait_until(lambda: job(alice, hold["job"]["id"])["state"] == "running", 20, "the hold")
+        device = job(alice, hold["job"]["id"])["device_id"]
+        wait_until(
+            lambda: re.search(
+                r"idle \d+s · released at \d\d?:\d\d(:\d\d)?( [AP]M)? if unused",
+                text_of(browser, row(device)),
+            ),
+            20,
+            f"the idle clock of hold {hold['job']['id']}",
+        )
+    finally:
+        alice.post(f"/v1/jobs/{hold['job']['id']}/kill")
+
+
 def test_the_page_says_stale_when_the_controller_goes_away(site, browser):
     signed_in(browser, site.ctl.url, site.ctl.admin_token)
     wait_until(lambda: text_of(browser, "#conn") == "Live", 10, "the live stream")

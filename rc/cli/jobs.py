@@ -394,6 +394,15 @@ def show_lines(view: dict) -> list[tuple[str, str]]:
     out.append(("ceiling", duration(ceiling) if ceiling else "none"))
     if j.get("idle_timeout_seconds"):
         out.append(("idle timeout", duration(j["idle_timeout_seconds"])))
+    idle = d.get("idle")
+    if kind == "hold" and idle:  # README "Holds: the idle rule"
+        t = idle.get("timeout_seconds") or 0
+        out.append(("idle timeout", f"{duration(t)} without use" if t else "off"))
+        if t and idle.get("state"):
+            warned = " (warned)" if idle.get("warned") else ""
+            out.append(
+                ("idle", f"{idle['state']}; released at {when(idle.get('reclaim_at'))}{warned}")
+            )
     out.append(("submitted", when(j.get("submitted_at"))))
     out.append(("queued", when(j.get("queued_at"))))
     out.append(("started", when(j.get("started_at"))))

@@ -13,7 +13,7 @@ import importlib
 import importlib.util
 import os
 
-from rc.cli.context import UsageError, duration_seconds
+from rc.cli.context import UsageError, duration_seconds, whole_seconds_arg
 from rc.proto import localsocket
 from rc.proto.errors import RcError
 from rc.proto.model import PRIORITY_MAX, PRIORITY_MIN
@@ -51,7 +51,14 @@ _DAY = 86400.0
 _D = duration_seconds
 
 
-SCHEDULING_OPTIONS = ("aging", "max_devices_per_user", "max_user_priority", "fair_share")
+SCHEDULING_OPTIONS = (
+    "aging",
+    "max_devices_per_user",
+    "max_user_priority",
+    "fair_share",
+    "hold_idle_timeout",
+    "hold_idle_timeout_max",
+)
 """The scheduling options `rc serve` takes and `rc up` passes on (argparse dests)."""
 
 
@@ -104,6 +111,26 @@ def add_scheduling_options(p, passed_on: bool = False) -> None:
             (
                 "order the queue by fair share too: each user's device-time decays with this "
                 'half-life, e.g. 7d (0: off, the default; README "Sharing fairly")'
+            ),
+        ),
+        (
+            "--hold-idle-timeout",
+            _in_range(whole_seconds_arg, 1, 365 * _DAY, "0 (off) or 1s to 365d", True),
+            7200,
+            "D",
+            (
+                "a hold unused for D is released, unless rc hold --idle-timeout says "
+                'otherwise (0: off; default 2h; README "Holds: the idle rule")'
+            ),
+        ),
+        (
+            "--hold-idle-timeout-max",
+            _in_range(whole_seconds_arg, 1, 365 * _DAY, "0 (none) or 1s to 365d", True),
+            0,
+            "D",
+            (
+                "the longest idle timeout a user may give rc hold; when set, users may "
+                "not turn the rule off (admins may; default 0: no maximum)"
             ),
         ),
     ]
@@ -280,6 +307,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             f"rc serve needs the controller's packages ({e.name}); "
             "install rc with pip (the zipapp carries only worker and client)"
         ) from None
+    check_hold_idle(args.hold_idle_timeout, args.hold_idle_timeout_max)
     cfg = config.ControllerConfig(
         data_dir=args.data,
         listen=args.listen,
@@ -305,9 +333,26 @@ def cmd_serve(args: argparse.Namespace) -> int:
         flap_window=args.flap_window,
         lease_default=args.lease_default,
         lease_grace=args.lease_grace,
-        limits=config.Limits(log_cap_bytes=args.log_cap),
+        limits=config.Limits(
+            log_cap_bytes=args.log_cap,
+            hold_idle_timeout=args.hold_idle_timeout,
+            hold_idle_timeout_max=args.hold_idle_timeout_max,
+        ),
     )
     return serve.run(cfg, args.ready_fd)
+
+
+def check_hold_idle(default: int, top: int) -> None:
+    """Refuse (UsageError) a default hold idle timeout the maximum forbids:
+    above it, or off while a maximum is set."""
+    if top and (default == 0 or default > top):
+        from rc.proto.duration import format_duration
+
+        what = "0 (off)" if default == 0 else format_duration(default)
+        raise UsageError(
+            f"--hold-idle-timeout {what} is not allowed by --hold-idle-timeout-max "
+            f"{format_duration(top)}: give a default from 1s to the maximum"
+        )
 
 
 def default_socket(data_dir: str) -> str:

@@ -32,10 +32,15 @@ from rc.cli.children import (
     stop_process,
     supervise,
 )
-from rc.cli.context import UsageError, stderr
+from rc.cli.context import UsageError, stderr, whole_seconds_arg
 from rc.cli.credentials import ensure_client_config, ensure_token, worker_token_host, write_secret
 from rc.cli.output import command_text, escape_controls, on_devices, one_line
-from rc.cli.serve import SCHEDULING_OPTIONS, add_scheduling_options, have_controller
+from rc.cli.serve import (
+    SCHEDULING_OPTIONS,
+    add_scheduling_options,
+    check_hold_idle,
+    have_controller,
+)
 from rc.proto import pidlock
 from rc.proto.client import Client
 from rc.proto.errors import RcError
@@ -327,6 +332,10 @@ def cmd_up(args: argparse.Namespace) -> int:
             "rc up needs rc installed with pip (pip install .), which brings the controller; "
             "the zipapp carries only the worker and the client"
         )
+    check_hold_idle(
+        whole_seconds_arg(args.hold_idle_timeout or "2h"),
+        whole_seconds_arg(args.hold_idle_timeout_max or "0"),
+    )
     data = Path(args.data) if args.data else default_data_dir()
     state_path = data / UP_STATE
     st = _read_state(state_path)  # a running rc up, or the settings of the last one

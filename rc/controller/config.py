@@ -54,6 +54,13 @@ class Limits:
     (429 limit_exceeded)."""
     forward_connections_per_user: int = 256
     """Most open `rc forward` connections per user (429 limit_exceeded)."""
+    hold_idle_timeout: int = 7200
+    """A hold's idle timeout when `rc hold` names none, seconds (0: off;
+    rc serve --hold-idle-timeout; README "Holds: the idle rule")."""
+    hold_idle_timeout_max: int = 0
+    """The longest idle timeout a user may ask for, seconds; when set, a user
+    may not turn the rule off either (400 limit_exceeded). 0: no maximum.
+    Admins are exempt (rc serve --hold-idle-timeout-max)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,9 @@ transaction functions through `ctl.db.write(...)` and its reads through
 Background loops (each turn reads the clock once, every wait has a deadline):
 - the scheduling tick: a pass every `schedule_interval` seconds, besides the
   pass that follows every submit, release and registration;
-- the sweeper: `store.workers.sweep` every `sweep_interval` seconds.
+- the sweeper: `store.workers.sweep` every `sweep_interval` seconds;
+- the idle watch: `idle_pass` every `IDLE_TICK_S` (README "Holds: the idle
+  rule"): warns, then releases, holds left idle past their idle timeout.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from rc.controller import planner, scheduler
+from rc.controller import idle, planner, scheduler
 from rc.controller.auth import TokenCache, hash_secret, new_secret
 from rc.controller.config import ControllerConfig
 from rc.controller.errors import StartupError
@@ -34,7 +36,9 @@ from rc.controller.store import jobs, queue, tokens, usage, views, workers
 from rc.controller.store.db import Database, Tx
 from rc.controller.store.labels import MatchCache
 from rc.controller.webhook import Webhook
-from rc.proto.model import Role, valid_unix_user
+from rc.proto.duration import format_duration
+from rc.proto.model import JobState, Role, valid_unix_user
+from rc.proto.wire import HoldIdle
 
 __all__ = ["ADMIN_TOKEN_FILE", "Controller", "own_unix_user"]
 
@@ -43,6 +47,9 @@ log = logging.getLogger("rc.controller")
 ADMIN_TOKEN_FILE = "admin.token"
 PLAN_MAX_AGE_S = 1.0
 """A shared queue plan is reused at most this long (aging moves the order)."""
+IDLE_TICK_S = 1.0
+"""How often the idle watch looks at the running holds (a hold is warned
+and released within this of its time)."""
 DB_FILE = "rc.db"
 LOG_DIR = "logs"
 """Job logs live in DATA/logs (rc.controller.logstore)."""
@@ -117,6 +124,9 @@ class Controller:
             forwards_per_user=config.limits.forward_connections_per_user,
         )
         self.metrics.relay_sessions = lambda: float(self.relay.open_sessions())
+        self.idle = idle.IdleWatch()
+        """The idle clocks of the running holds (memory only)."""
+        self.relay.idle, self.relay.wall = self.idle, clock
 
     # -- life cycle ------------------------------------------------------
 
@@ -143,6 +153,7 @@ class Controller:
         self.hub.listeners.append(self._note_change)
         await self.db.open()
         self.started_at = self.clock()
+        self.idle.floor = self.started_at
         await self.db.write(workers.controller_started)
         await self._bootstrap_admin()
         await self.reload_tokens()
@@ -152,6 +163,7 @@ class Controller:
             self._loops = [
                 asyncio.create_task(self._tick_loop(), name="rc-schedule-tick"),
                 asyncio.create_task(self._sweep_loop(), name="rc-sweeper"),
+                asyncio.create_task(self._idle_loop(), name="rc-idle-watch"),
             ]
             if self.cfg.heartbeat_flush > 0:
                 self._loops.append(asyncio.create_task(self._beat_loop(), name="rc-beats"))
@@ -280,6 +292,58 @@ class Controller:
                 await self.sweep()
             except Exception:
                 log.exception("sweep failed")
+
+    async def _idle_loop(self) -> None:
+        while True:
+            await asyncio.sleep(IDLE_TICK_S)
+            try:
+                await self.idle_pass()
+            except Exception:
+                log.exception("idle pass failed")
+
+    async def idle_pass(self) -> tuple[list[int], list[int]]:
+        """One turn of the idle rule now: warn the holds about to be idle
+        for their timeout (an event, a line into each of their terminal
+        sessions), release those idle for it after a warning. Returns the
+        ids (warned, released)."""
+        now = self.clock()
+        watched = await self.db.read(jobs.idle_watched)
+        warn, reclaim = self.idle.due(watched, now)
+        for w in warn:
+            at = self.idle.reclaim_at(w.hold_id, w.started_at, w.timeout)
+            clock = time.strftime("%H:%M:%S", time.localtime(at))
+            # not "or rc extend": extending adds ttl, never idle time
+            text = f"hold {w.hold_id} is idle and will be released at {clock}; type anything to keep it"
+            await self.db.write(
+                jobs.warn_idle, w, f"{text} ({self.idle.clocks[w.hold_id].words(now)})"
+            )
+            self.relay.say(w.hold_id, f"rc: {text}")
+        released = []
+        for w in reclaim:
+            reason = f"idle: no use for {format_duration(w.timeout)}"
+            if await self.db.write(jobs.reclaim_idle, w, reason):
+                self.relay.say(w.hold_id, f"rc: hold {w.hold_id} released ({reason})")
+                released.append(w.hold_id)
+        return [w.hold_id for w in warn], released
+
+    def hold_idle(self, job, timeout: int) -> HoldIdle:
+        """The idle rule's state of a hold (`job`: its model.Job) with idle
+        timeout `timeout` seconds, as rc show and the dashboard give it."""
+        if not timeout or job.state is not JobState.RUNNING or job.started_at is None:
+            return HoldIdle(timeout)
+        return self.idle_state(job.id, job.started_at, timeout)
+
+    def idle_state(self, hold_id: int, started_at: float, timeout: int) -> HoldIdle:
+        """The idle rule's state of a running hold whose rule is on."""
+        now = self.clock()
+        c = self.idle.clock(hold_id, started_at)
+        return HoldIdle(
+            timeout,
+            idle_seconds=max(0.0, now - c.last),
+            reclaim_at=c.last + timeout,
+            warned=c.warned,
+            state=c.words(now),
+        )
 
     async def sweep(self) -> int:
         """One sweep now, after the heartbeats kept in memory are written

@@ -145,6 +145,16 @@ class Pipe:
         self._writable.set()
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
+    def offer(self, data: bytes) -> bool:
+        """Queue `data` now if the pipe is open and has room (the controller's
+        own lines into a terminal); False, and nothing queued, otherwise."""
+        if self.broken is not None or self.eof or self.size >= self.limit or not data:
+            return False
+        self._chunks.append(data)
+        self.size += len(data)
+        self._readable.set()
+        return True
+
     def close(self) -> None:
         """The writer is done: the reader gets end of file after the queued bytes."""
         self.eof = True
@@ -248,6 +258,10 @@ class Relay:
         self.sessions: dict[tuple[int, int], Session] = {}
         self._ids = itertools.count(1)
         self._watch: asyncio.Task | None = None
+        self.idle = None
+        """The controller's rc.controller.idle.IdleWatch (None: no idle rule)."""
+        self.wall: Callable[[], float] = time.time
+        """Wall clock for the idle watch (the controller's)."""
 
     # -- sessions ----------------------------------------------------------
 
@@ -325,6 +339,17 @@ class Relay:
         )
         self.notify([f"worker:{worker}"])
         return s
+
+    def say(self, hold_id: int, line: str) -> int:
+        """Write `line` into the output of every open terminal session of the
+        hold (the idle rule's warning and release); pipe sessions (exec, cp,
+        forward) carry data and are left alone. Returns how many got it."""
+        data = b"\r\n" + line.encode() + b"\r\n"
+        return sum(
+            1
+            for (job, sid), s in self.sessions.items()
+            if job == hold_id and sid and not s.ended and s.stdio is Stdio.TTY and s.out.offer(data)
+        )
 
     def open_sessions(self) -> int:
         """Sessions not ended yet (the rc_relay_sessions metric)."""

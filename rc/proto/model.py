@@ -322,6 +322,8 @@ class EventKind(enum.StrEnum):
     SUBMITTED_AS = "submitted_as"
     TOKEN_CREATED = "token_created"
     TOKEN_REVOKED = "token_revoked"
+    HOLD_IDLE_WARNING = "hold_idle_warning"
+    HOLD_RECLAIMED = "hold_reclaimed"
 
 
 @dataclass(frozen=True, slots=True)

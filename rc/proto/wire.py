@@ -46,6 +46,8 @@ __all__ = [
     "FaultRequest",
     "HeartbeatRequest",
     "HeartbeatResponse",
+    "HoldIdle",
+    "HoldUse",
     "HostFit",
     "JobDetail",
     "JobExplanation",
@@ -133,6 +135,7 @@ class SubmitRequest:
     array: str = ""
     array_items: tuple[str, ...] = ()
     after: tuple[str, ...] = ()
+    hold_idle_timeout_seconds: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +172,22 @@ class ArraySummary:
 
 
 @dataclass(frozen=True, slots=True)
+class HoldIdle:
+    """A hold's idle rule and its state (README "Holds: the idle rule").
+
+    timeout_seconds: its idle timeout (0: off). While it runs with the rule
+    on: idle_seconds since its last use, reclaim_at (wall seconds) when it
+    is released if nothing happens, warned once the warning went out, and
+    state in words ("idle 1h42m: no input, GPU 0 %, no forward")."""
+
+    timeout_seconds: int
+    idle_seconds: float | None = None
+    reclaim_at: float | None = None
+    warned: bool = False
+    state: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class JobDetail:
     """What `rc show JOB` adds to a job (GET /v1/jobs/{id}?detail=1).
 
@@ -187,6 +206,7 @@ class JobDetail:
     explain: str = ""
     array: ArraySummary | None = None
     after: tuple[Dependency, ...] = ()
+    idle: HoldIdle | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -348,10 +368,25 @@ class LabelsRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class HoldUse:
+    """Whether a running hold was in use since the worker's previous
+    heartbeat (the idle rule, README "Holds: the idle rule"): `busy`, and
+    what was read: the highest utilization.gpu of its GPUs (percent), or on
+    CPU devices its processes' CPU use (percent of one core); None: not read."""
+
+    job_id: int
+    busy: bool = False
+    gpu_pct: int | None = None
+    cpu_pct: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class HeartbeatRequest:
-    """POST /v1/workers/{id}/heartbeat: the jobs this worker still supervises."""
+    """POST /v1/workers/{id}/heartbeat: the jobs this worker still
+    supervises, and the use of its running holds (`hold_use`)."""
 
     running_job_ids: tuple[int, ...] = ()
+    hold_use: tuple[HoldUse, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -758,13 +793,16 @@ class JobExplanation:
 
 @dataclass(frozen=True, slots=True)
 class StateResponse:
-    """GET /v1/state: the fleet, active jobs and the queue in scheduling order."""
+    """GET /v1/state: the fleet, active jobs and the queue in scheduling order,
+    and the idle clocks of the running holds (README "Holds: the idle rule")."""
 
     devices: tuple[DeviceView, ...]
     jobs: tuple[Job, ...]
     queued: tuple[Job, ...]
     queued_waiting_seconds: dict[str, float] = field(default_factory=dict)
     queue_positions: dict[str, int] = field(default_factory=dict)
+    holds_idle: dict[str, HoldIdle] = field(default_factory=dict)
+    """The idle rule's state of each running hold whose rule is on, by id."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,7 +31,7 @@ from rc import __version__
 from rc.proto.client import Client
 from rc.proto.codec import decode, encode
 from rc.proto.errors import ApiError, TransportError
-from rc.proto.model import JobState, RecoveryProof
+from rc.proto.model import JobKind, JobState, RecoveryProof
 from rc.proto.wire import (
     Assignments,
     DeviceDecl,
@@ -44,7 +44,7 @@ from rc.proto.wire import (
     ScanRequest,
     ScanResult,
 )
-from rc.worker import account, cgroups, health, recovery, sessions, sheets, survivors
+from rc.worker import account, cgroups, health, recovery, sessions, sheets, survivors, usage
 from rc.worker.clock import SYSTEM, Clock
 from rc.worker.config import DeviceConfig, WorkerConfig
 from rc.worker.hooks import Leases
@@ -152,6 +152,8 @@ class Agent:
         self.prober.fixed["proctrack"] = self.tracker.mode
         self._probe_lock = threading.Lock()
         self._health_due: health.Pass | None = None
+        self.usage = usage.Sampler({b"RC_WORKER_INSTANCE": self.instance_id.encode()})
+        """Whether each running hold was used between heartbeats (the idle rule)."""
         self.leases = Leases(cfg, clock)
         self.spool = Spool(cfg.spool_dir, cfg.spool_max_bytes)
         self._arms: dict[int, JobRun] = {}
@@ -401,6 +403,13 @@ class Agent:
         """One heartbeat naming the jobs this worker supervises; stops the
         ones the controller says have ended. None once the worker has left
         (a heartbeat would bring its devices back into the pool)."""
+        with self._lock:
+            holds = {
+                job_id: run.device_names
+                for job_id, run in self.jobs.items()
+                if run.a.kind is JobKind.HOLD and run.started_at is not None
+            }
+        use = [encode(u) for u in self.usage.sample(holds, self.clock.monotonic())]
         with self._leaving:
             if self.left:
                 return
@@ -408,7 +417,8 @@ class Agent:
                 named = sorted(set(self.jobs) | self.reporting)
             try:
                 resp = self.client.post(
-                    f"/v1/workers/{self.worker_id}/heartbeat", {"running_job_ids": named}
+                    f"/v1/workers/{self.worker_id}/heartbeat",
+                    {"running_job_ids": named, "hold_use": use},
                 )
             except (ApiError, TransportError) as e:
                 err = e

@@ -10,7 +10,7 @@ from starlette.requests import Request
 from rc.controller.api import caller, ctl, free_text, json_body, query_bool, reply
 from rc.controller.errors import Refused
 from rc.controller.scans import scan_or_refuse, survivors_text
-from rc.controller.store import devices, views
+from rc.controller.store import devices, jobs, views
 from rc.proto.errors import ErrorCode
 from rc.proto.wire import ActionResult, DeviceList
 
@@ -58,11 +58,15 @@ async def state(request: Request):
     c = ctl(request)
     who = caller(request)
     st = await c.db.read(views.state, c.policy)
+    watched = await c.db.read(jobs.idle_watched)
     return reply(
         dataclasses.replace(
             st,
             jobs=tuple(views.for_caller(j, who.name, who.admin) for j in st.jobs),
             queued=tuple(views.for_caller(j, who.name, who.admin) for j in st.queued),
+            holds_idle={
+                str(w.hold_id): c.idle_state(w.hold_id, w.started_at, w.timeout) for w in watched
+            },
         )
     )
 

@@ -31,7 +31,7 @@ from rc.proto import arrayspec
 from rc.proto import selector as selectors
 from rc.proto.arrayspec import ARRAY_MAX
 from rc.proto.codec import encode
-from rc.proto.duration import MAX_SECONDS
+from rc.proto.duration import MAX_SECONDS, format_duration
 from rc.proto.errors import ErrorCode
 from rc.proto.model import (
     AFTER_MAX,
@@ -177,7 +177,15 @@ def validate_submit(
         if not req.reason.strip():
             raise bad(ErrorCode.BAD_REQUEST, "a hold needs a reason (say what it is for)")
         command: tuple[str, ...] = ("hold",)
+        hold_idle: int | None = _checked_hold_idle(req.hold_idle_timeout_seconds, who, lim)
     else:
+        if req.hold_idle_timeout_seconds is not None:
+            raise bad(
+                ErrorCode.BAD_REQUEST,
+                "hold_idle_timeout_seconds is for a hold; a job's idle timeout is "
+                "idle_timeout_seconds (no output for that long)",
+            )
+        hold_idle = None
         command = req.command
         if not command and req.stdio is not Stdio.TTY:
             raise bad(ErrorCode.BAD_REQUEST, "the command is empty")
@@ -229,6 +237,7 @@ def validate_submit(
         ("array", ""),
         ("array_items", []),
         ("after", []),
+        ("hold_idle_timeout_seconds", None),
     ):
         if canon[name] == default:  # a request from before these fields digests as it did
             del canon[name]
@@ -260,7 +269,29 @@ def validate_submit(
         array_cap=cap,
         array_spec=spec_text,
         after=after,
+        hold_idle=hold_idle,
     )
+
+
+def _checked_hold_idle(asked: int | None, who: Caller, lim: Limits) -> int:
+    """A hold's idle timeout in seconds (0: off) from what was asked (None:
+    the controller's default). Past the admin-set maximum, or off while a
+    maximum is set, a user is refused (400 limit_exceeded); an admin is not."""
+    if asked is None:
+        return lim.hold_idle_timeout
+    if asked < 0:
+        raise Refused(ErrorCode.BAD_REQUEST, "an idle timeout cannot be negative (0 turns it off)")
+    if asked > MAX_SECONDS:
+        raise Refused(ErrorCode.LIMIT_EXCEEDED, "durations are at most 100 years")
+    top = lim.hold_idle_timeout_max
+    if top and not who.admin and (asked == 0 or asked > top):
+        what = "turned off" if asked == 0 else format_duration(asked)
+        raise Refused(
+            ErrorCode.LIMIT_EXCEEDED,
+            f"a hold's idle timeout may be at most {format_duration(top)} here, not {what} "
+            "(rc serve --hold-idle-timeout-max; an admin may go past it)",
+        )
+    return asked
 
 
 def _checked_after(after: tuple[str, ...]) -> tuple[tuple[int, str], ...]:
@@ -445,6 +476,10 @@ async def get_job(request: Request):
         if job.array_id is not None:
             summary = await c.db.read(jobs.array_summary, job.array_id)
             more = dataclasses.replace(more, array=summary)
+        if job.kind is JobKind.HOLD:
+            timeout = await c.db.read(jobs.hold_idle_timeout, job_id)
+            if timeout is not None:
+                more = dataclasses.replace(more, idle=c.hold_idle(job, timeout))
         return reply(dataclasses.replace(_visible(view, who), detail=more))
     seen_state = request.query_params.get("state", "")
     seen_pos = request.query_params.get("position", "")

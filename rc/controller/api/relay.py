@@ -210,13 +210,17 @@ async def _watch_reader(
         pipe.breaks("the process's input was closed")
 
 
-async def _pump(receive: Receive, pipe: Pipe) -> str:
+async def _pump(receive: Receive, pipe: Pipe, used=None) -> str:
+    """A POST half's body into `pipe`; `used()` is called for every chunk
+    (the idle rule's clock, see _activity)."""
     while True:
         msg = await receive()
         if msg["type"] == "http.disconnect":
             return "disconnect"
         body = msg.get("body")
         if body:
+            if used is not None:
+                used()
             await pipe.put(body)
         if not msg.get("more_body", False):
             return "complete"
@@ -234,7 +238,7 @@ async def _writer(
     """A POST half: its body into the pipe. The response's status line goes
     out at once; its one JSON line when the half ends."""
     await _start(send, "application/x-ndjson")
-    pump = asyncio.ensure_future(_pump(receive, pipe))
+    pump = asyncio.ensure_future(_pump(receive, pipe, _activity(relay, s, half)))
     which = await _first(pump, s.done.wait(), stop.wait())
     outcome = None
     if 0 in which:
@@ -258,6 +262,25 @@ async def _writer(
         relay.finish(s, "the controller is shutting down")
     await _line(send, {"ended": s.end_reason or pipe.broken or "the session ended"})
     await _drain(receive)
+
+
+def _activity(relay: Relay, s: Session, half: str):
+    """What resets a hold's idle clock in this half (README "Holds: the idle
+    rule"): a client's input into any session of the hold, and a forward
+    connection's bytes either way. A session's output alone does not (a
+    `watch` left running is not use). None for every other half."""
+    hold, sid = s.key
+    idle = relay.idle
+    if not sid or idle is None:
+        return None
+    if s.forward and half in ("client_in", "worker_out"):
+        what = "forward"
+    elif half == "client_in":
+        what = "input"
+    else:
+        return None
+    clock = relay.wall
+    return lambda: idle.touch(hold, clock(), what)
 
 
 async def _line(send: Send, obj: dict) -> None:

@@ -219,6 +219,11 @@ async def heartbeat(request: Request):
     _bound(request, who, worker_id)
     req = await json_body(request, c.cfg.limits.heartbeat_body_bytes, empty_ok=True)
     stop, ttls = await c.heartbeat(worker_id, req.running_job_ids)
+    if req.hold_use:
+        now, named, ended = c.clock(), set(req.running_job_ids), set(stop)
+        for u in req.hold_use:  # only its own holds, still running (hold_ttls names them)
+            if u.job_id in named and u.job_id not in ended and str(u.job_id) in ttls:
+                c.idle.report(u.job_id, now, u.busy, u.gpu_pct, u.cpu_pct)
     if c.forget_delivered(worker_id, set(req.running_job_ids)):
         c.hub.notify([f"worker:{worker_id}"])
     return reply(HeartbeatResponse(c.instance, tuple(stop), ttls))

@@ -451,6 +451,16 @@
     } else if (key === "unknown") {
       box.append(ticking("div", "", () => `silent ${dur((v.heartbeat_age_seconds || 0) + sinceFetch())}`));
     }
+    // A hold's idle clock and when the idle rule releases it (README "Holds: the idle rule").
+    const idle = v.kind === "hold" && S.snap && S.snap.holds_idle ? S.snap.holds_idle[String(v.job_id)] : null;
+    if (idle && idle.idle_seconds !== null && idle.idle_seconds !== undefined) {
+      box.append(ticking("div", "idle", () => {
+        const el = idle.idle_seconds + sinceFetch();
+        const left = idle.timeout_seconds - el;
+        const end = Date.now() + Math.max(0, left) * 1000;
+        return `idle ${dur(el)} · released at ${clock(end)} if unused`;
+      }));
+    }
     return box.childNodes.length ? box : null;
   }
 

@@ -114,6 +114,7 @@ MIGRATIONS: list[tuple[int, str]] = [
     (3, "0003_unix_users.sql"),  # tokens, jobs and workers name Unix users
     (4, "0004_lifecycle.sql"),  # a job's name; job arrays; dependencies
     (5, "0005_usage.sql"),  # sessions per hold; fair-share weights
+    (6, "0006_hold_idle.sql"),  # a hold's idle rule; its warning and reclaim events
 ]
 SCHEMA_VERSION = 1 + len(MIGRATIONS)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rc.controller import idle
 from rc.controller.errors import Refused
 from rc.controller.planner import fits_ceiling, host_slot, not_run_here, runs_jobs_of
 from rc.controller.store import events, leases, rows
@@ -84,6 +85,8 @@ class NewJob:
     array_items: tuple[str, ...] = ()
     array_cap: int = 0
     array_spec: str = ""
+    hold_idle: int | None = None
+    """A hold's idle timeout in seconds (0: off); None for a job."""
     after: tuple[tuple[int, str], ...] = ()
 
 
@@ -136,6 +139,8 @@ def enqueue(tx: Tx, job: NewJob, match_cache: MatchCache) -> tuple[int, bool]:
     )
     if job.array_indices:
         _insert_elements(tx, job, job_id, max_runtime, pins, unix_user)
+    if job.hold_idle is not None:
+        tx.exec("hold_idle_insert", (job_id, job.hold_idle))
     if deps:
         ids = range(job_id, job_id + (len(job.array_indices) or 1))
         tx.many("dep_insert", [(i, a, cond) for i in ids for a, cond in deps])
@@ -717,3 +722,45 @@ def listing(tx: Tx, where: Filter, limit: int) -> list[Job]:
         "limit": limit,
     }
     return [rows.job(r) for r in tx.all("jobs_list", params)]
+
+
+def idle_watched(tx: Tx) -> list[idle.Watched]:
+    """Running holds with an idle rule not already asked to end, by id."""
+    return [
+        idle.Watched(
+            r["id"], r["submitter"], r["device_id"], r["started_at"] or tx.now, r["timeout"]
+        )
+        for r in tx.all("holds_idle_watched")
+    ]
+
+
+def hold_idle_timeout(tx: Tx, job_id: int) -> int | None:
+    """A hold's idle timeout in seconds (0: off); None when it has no rule."""
+    r = tx.one("hold_idle_of", (job_id,))
+    return None if r is None else r["timeout"]
+
+
+def warn_idle(tx: Tx, w: idle.Watched, text: str) -> None:
+    """The hold_idle_warning event of an idle hold (the feed and the webhook)."""
+    events.record(
+        tx, EventKind.HOLD_IDLE_WARNING, job_id=w.hold_id, device_id=w.device_id, text=text
+    )
+
+
+def reclaim_idle(tx: Tx, w: idle.Watched, reason: str) -> bool:
+    """End an idle hold: a kill request whose reason is `reason` ("idle: no
+    use for 2h", kept as the hold's end reason) and a hold_reclaimed event.
+    False (nothing done) when it is no longer running."""
+    row = tx.one("job_brief", (w.hold_id,))
+    if row is None or row["state"] != JobState.RUNNING or row["kill_requested"]:
+        return False
+    tx.change("job_request_kill", (reason, w.hold_id))
+    events.record(
+        tx,
+        EventKind.HOLD_RECLAIMED,
+        job_id=w.hold_id,
+        device_id=w.device_id,
+        text=f"hold {w.hold_id} of {w.owner} released: {reason}",
+    )
+    tx.notify(f"worker:{row['worker_id']}", f"job:{w.hold_id}", "jobs")
+    return True

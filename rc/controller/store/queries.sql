@@ -795,3 +795,20 @@ WITH w AS (
 )
 SELECT k, n, i, wait FROM r
 WHERE i = (n + 1) / 2 OR i = (95 * n + 99) / 100
+-- name: hold_idle_insert
+-- A hold's idle timeout (seconds, 0: off), at submit.
+INSERT INTO hold_idle (job_id, timeout) VALUES (?, ?)
+
+-- name: hold_idle_of
+-- A hold's idle timeout (seconds, 0: off); no row: it has no idle rule.
+SELECT timeout FROM hold_idle WHERE job_id = ?
+
+-- name: holds_idle_watched
+-- Running holds with an idle rule, not already asked to end: what the idle
+-- watch checks every second (Controller.idle_pass): through the partial
+-- index jobs_active (its IN term makes it usable), never the whole history.
+SELECT j.id, j.submitter, j.device_id, j.worker_id, j.started_at, h.timeout
+FROM jobs j INDEXED BY jobs_active JOIN hold_idle h ON h.job_id = j.id
+WHERE j.state IN ('assigned', 'running') AND j.state = 'running' AND j.kind = 'hold'
+  AND h.timeout > 0 AND j.kill_requested = 0
+ORDER BY j.id
