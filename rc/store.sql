@@ -93,6 +93,11 @@ CREATE TABLE jobs (
     array_index       INTEGER
         CHECK ((array_index IS NULL) = (array_id IS NULL) AND (array_index IS NULL OR array_index BETWEEN 0 AND 1000000)),
     array_item        TEXT NOT NULL DEFAULT '' CHECK (array_item = '' OR array_id IS NOT NULL),
+    -- schema 0007: requeued after a hardware failure (when opted in, at most
+    -- 3 times: RC_RESTART_COUNT), never again onto excluded_device_ids (JSON)
+    requeue_on_hardware INTEGER NOT NULL DEFAULT 1 CHECK (requeue_on_hardware IN (0, 1)),
+    restart_count     INTEGER NOT NULL DEFAULT 0 CHECK (restart_count BETWEEN 0 AND 3),
+    excluded_device_ids TEXT NOT NULL DEFAULT '[]' CHECK (json_type(excluded_device_ids) = 'array'),
     CHECK (selector != '' OR device_id != ''),
     CHECK (kind = 'job' OR (cwd = '' AND env = '{}' AND idle_timeout = 0 AND stdio = '')),
     CHECK ((state IN ('succeeded', 'failed', 'killed', 'lost')) = (finished_at IS NOT NULL))
@@ -205,7 +210,7 @@ CREATE TABLE events (
         'device_unhealthy', 'verify_failed', 'worker_lost', 'job_lost', 'lease_expired',
         'watchdog_trip', 'device_recovered', 'recovery_refused', 'device_cleared',
         'device_retired', 'device_drained', 'device_undrained', 'job_killed',
-        'submitted_as', 'token_created', 'token_revoked')),
+        'submitted_as', 'token_created', 'token_revoked', 'job_requeued')),
     device_id TEXT NOT NULL DEFAULT '',
     job_id    INTEGER,
     actor     TEXT NOT NULL DEFAULT '',

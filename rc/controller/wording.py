@@ -135,6 +135,7 @@ EVENTS: dict[EventKind, Shown] = {
     EventKind.SUBMITTED_AS: Shown("Submitted as", tone="info"),
     EventKind.TOKEN_CREATED: Shown("Token created", tone="info"),
     EventKind.TOKEN_REVOKED: Shown("Token revoked", tone="info"),
+    EventKind.JOB_REQUEUED: Shown("Requeued", tone="info"),
 }
 
 

@@ -74,7 +74,15 @@ from rc.worker.probe import cuda_visible
 from rc.worker.reporter import Report
 from rc.worker.terminal import TTY_DRAIN_S, Terminal, end_terminal_session, login_shell
 
-__all__ = ["LOG_FLUSH_S", "LOG_FLUSH_SHUTDOWN_S", "WATCHDOG_TICK_S", "JobContext", "JobRun"]
+__all__ = [
+    "LOG_FLUSH_S",
+    "LOG_FLUSH_SHUTDOWN_S",
+    "WATCHDOG_TICK_S",
+    "JobContext",
+    "JobRun",
+    "open_job_log",
+    "restart_separator",
+]
 
 log = logging.getLogger("rc.worker.job")
 
@@ -84,6 +92,22 @@ LOG_FLUSH_S = 300.0
 """How long a job's log may take to reach the controller after it ended (s)."""
 LOG_FLUSH_SHUTDOWN_S = 20.0
 """The same while the worker shuts down (s)."""
+
+
+def restart_separator(restart: int) -> bytes:
+    """The line a requeued run's output starts with in the job's log."""
+    return f"--- restart {restart} after a hardware failure ---\n".encode()
+
+
+def open_job_log(ctx: JobContext, a: Assignment) -> LogSink:
+    """The LogSink for a run of assignment `a`: a rerun after a hardware
+    failure (restart_count > 0) appends after the stored log (its
+    log_offset), starting with restart_separator; the logstore's offsets
+    keep every earlier byte and never duplicate one."""
+    sink = ctx.open_log(a.job_id)
+    if a.restart_count:
+        sink.resume_at(a.log_offset, restart_separator(a.restart_count))
+    return sink
 
 
 @dataclass(frozen=True, slots=True)
@@ -324,7 +348,7 @@ class JobRun:
             self.cuda,
             self.ctx.markers,
         )
-        sink = self.ctx.open_log(a.job_id)
+        sink = open_job_log(self.ctx, a)
         try:
             cwd, note = working_dir(a.cwd, self.ctx.cfg.host, user)
         except account.CannotRunAs as e:
@@ -410,7 +434,7 @@ class JobRun:
             env.setdefault("TERM", "xterm")
             argv = list(a.command) or login_shell(user)
         else:
-            sink = ctx.open_log(a.job_id)
+            sink = open_job_log(ctx, a)
             proc = Pipes(halves, on_output, sink.write)
             argv = list(a.command)
         self.cgroup = ctx.tracker.create(f"job-{a.job_id}")

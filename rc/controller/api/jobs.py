@@ -214,6 +214,7 @@ def validate_submit(req: SubmitRequest, who: Caller, lim: Limits, cap: int = 0) 
         ("array", ""),
         ("array_items", []),
         ("after", []),
+        ("requeue_on_hardware", True),
     ):
         if canon[name] == default:  # a request from before these fields digests as it did
             del canon[name]
@@ -245,6 +246,7 @@ def validate_submit(req: SubmitRequest, who: Caller, lim: Limits, cap: int = 0) 
         array_cap=cap,
         array_spec=spec_text,
         after=after,
+        requeue_on_hardware=req.requeue_on_hardware,
     )
 
 

@@ -112,6 +112,9 @@ MIGRATIONS: list[tuple[int, str]] = [
     (2, "0002_gang.sql"),  # jobs on several devices of one host; device_links
     (3, "0003_unix_users.sql"),  # tokens, jobs and workers name Unix users
     (4, "0004_lifecycle.sql"),  # a job's name; job arrays; dependencies
+    # numbered 0007 for the merge (0005, 0006 are other branches'); on this
+    # branch it is the fifth schema
+    (5, "0007_requeue.sql"),  # requeue after a hardware failure; job_requeued
 ]
 SCHEMA_VERSION = 1 + len(MIGRATIONS)
 
