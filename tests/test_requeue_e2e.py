@@ -39,22 +39,22 @@ def site(tmp_path_factory, pyz):
     s.close()
 
 
-def falls_off(kmsg, runs_failed: int, code: int = 1) -> list[str]:
-    """A job that prints its run, then, for its first `runs_failed` runs,
-    logs an Xid 79 on its own GPU (at the kernel's time: the monotonic
-    clock) and exits 1, as a job whose GPU fell off the bus does; a later
-    run exits 0."""
+def falls_off(kmsg, runs_failed: int, end: str = "\\n") -> list[str]:
+    """A job that prints its run (ending with `end`), then, for its first
+    `runs_failed` runs, logs an Xid 79 on its own GPU (at the kernel's time:
+    the monotonic clock) and exits 1, as a job whose GPU fell off the bus
+    does; a later run exits 0."""
     src = (
         "import os, time\n"
         "dev = os.environ['RC_DEVICE']; n = int(dev.rpartition('gpu')[2])\n"
         "r = int(os.environ['RC_RESTART_COUNT'])\n"
-        "print(f'run {r} on {dev}', flush=True)\n"
+        f"print(f'run {{r}} on {{dev}}', end='{end}', flush=True)\n"
         f"if r < {runs_failed}:\n"
         "    t = int(time.monotonic() * 1e6)\n"
         f"    with open({str(kmsg)!r}, 'a') as f:\n"
         "        f.write(f'3,{t},{t},-;NVRM: Xid (PCI:0000:{0x10 + n:02x}:00): 79, pid=1, "
         "GPU has fallen off the bus.\\n')\n"
-        f"    raise SystemExit({code})\n"
+        "    raise SystemExit(1)\n"
     )
     return [BARE_PY, "-c", src]
 
@@ -107,7 +107,7 @@ def test_a_jobs_own_failure_is_never_requeued(site):
 
 
 def test_a_job_is_requeued_at_most_three_times(site):
-    job_id = submit(site.admin, falls_off(site.kmsg, 99))
+    job_id = submit(site.admin, falls_off(site.kmsg, 99, end=""))  # each run ends mid-line
     j = wait_state(site.admin, job_id, timeout=RUN_S)
     assert j["state"] == "failed" and j["restart_count"] == 3, j
     assert len(set(j["excluded_device_ids"])) == 3
@@ -117,5 +117,6 @@ def test_a_job_is_requeued_at_most_three_times(site):
         f"restart {n} of 3" for n in (1, 2, 3)
     ]
     text = logs(site.admin, job_id).decode()
-    for n in (1, 2, 3):
-        assert f"--- restart {n} after a hardware failure ---\nrun {n} on " in text
+    for n in (1, 2, 3):  # the separator on a line of its own
+        assert f"\n--- restart {n} after a hardware failure ---\nrun {n} on " in text
+    assert text.count("\n") == 6

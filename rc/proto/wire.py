@@ -402,7 +402,8 @@ class Assignment:
     times a hardware failure requeued it (its RC_RESTART_COUNT, 0 on the
     first run); `log_offset`: the byte offset its output starts at in the
     stored log (after the earlier runs' output and the restart's separator
-    line; 0 on the first run).
+    line; 0 on the first run); `log_mid_line`: the stored log ends inside a
+    line (the separator then starts on a new one).
     """
 
     job_id: int
@@ -419,6 +420,7 @@ class Assignment:
     unix_user: str = ""
     restart_count: int = 0
     log_offset: int = 0
+    log_mid_line: bool = False
 
     @property
     def devices(self) -> tuple[str, ...]:

@@ -94,9 +94,11 @@ LOG_FLUSH_SHUTDOWN_S = 20.0
 """The same while the worker shuts down (s)."""
 
 
-def restart_separator(restart: int) -> bytes:
-    """The line a requeued run's output starts with in the job's log."""
-    return f"--- restart {restart} after a hardware failure ---\n".encode()
+def restart_separator(restart: int, mid_line: bool = False) -> bytes:
+    """The line a requeued run's output starts with in the job's log (on a
+    line of its own: after a newline when the log ends `mid_line`)."""
+    line = f"--- restart {restart} after a hardware failure ---\n".encode()
+    return b"\n" + line if mid_line else line
 
 
 def open_job_log(ctx: JobContext, a: Assignment) -> LogSink:
@@ -106,7 +108,7 @@ def open_job_log(ctx: JobContext, a: Assignment) -> LogSink:
     keep every earlier byte and never duplicate one."""
     sink = ctx.open_log(a.job_id)
     if a.restart_count:
-        sink.resume_at(a.log_offset, restart_separator(a.restart_count))
+        sink.resume_at(a.log_offset, restart_separator(a.restart_count, a.log_mid_line))
     return sink
 
 

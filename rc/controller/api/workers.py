@@ -323,6 +323,10 @@ def _assignment(r, logs) -> Assignment:
     from rc.controller.store.db import loads
     from rc.controller.store.rows import devices_of
 
+    offset, mid_line = 0, False
+    if r["restart_count"] and logs is not None:
+        offset = logs.size(r["id"])
+        mid_line = offset > 0 and logs.read(r["id"], offset - 1, 1) != b"\n"
     return Assignment(
         job_id=r["id"],
         device_id=r["device_id"],
@@ -337,7 +341,8 @@ def _assignment(r, logs) -> Assignment:
         stdio=Stdio(r["stdio"]),
         unix_user=r["unix_user"],
         restart_count=r["restart_count"],
-        log_offset=logs.size(r["id"]) if r["restart_count"] and logs is not None else 0,
+        log_offset=offset,
+        log_mid_line=mid_line,
     )
 
 

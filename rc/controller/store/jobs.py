@@ -217,6 +217,7 @@ def _fields(tx: Tx, job: NewJob, max_runtime: int, pins, unix_user: str, key: st
         unix_user,
         job.name,
         int(job.requeue_on_hardware),
+        max_runtime,
     )
 
 

@@ -11,8 +11,8 @@
 INSERT INTO jobs (kind, state, submitter, token_name, selector, device_id, command, cwd, env,
                   idempotency_key, request_digest, priority, max_runtime, idle_timeout, reason,
                   stdio, submitted_at, queued_at, count, device_ids, unix_user, name,
-                  requeue_on_hardware)
-VALUES (?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                  requeue_on_hardware, runtime_asked)
+VALUES (?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 RETURNING id
 
 -- name: job_insert_element
@@ -21,8 +21,8 @@ RETURNING id
 INSERT INTO jobs (id, kind, state, submitter, token_name, selector, device_id, command, cwd,
                   env, idempotency_key, request_digest, priority, max_runtime, idle_timeout,
                   reason, stdio, submitted_at, queued_at, count, device_ids, unix_user, name,
-                  requeue_on_hardware, array_id, array_index, array_item)
-VALUES (?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                  requeue_on_hardware, runtime_asked, array_id, array_index, array_item)
+VALUES (?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 
 -- name: job_set_array
 -- An array's first element joins its array (array id, index, item).
@@ -123,8 +123,10 @@ WHERE id = ? AND state = 'assigned'
 -- name: job_requeue_after_hardware
 -- An active job the hardware failed goes back to the queue in its old place
 -- (priority, id and queued_at unchanged), one restart more, never again onto
--- the excluded devices (a JSON array); the cause stays in kill_reason.
+-- the excluded devices (a JSON array), asking its own max runtime again; the
+-- cause stays in kill_reason.
 UPDATE jobs SET state = 'queued', worker_id = '', assigned_at = NULL, started_at = NULL,
+                max_runtime = runtime_asked,
                 kill_delivered_at = 0, exit_code = NULL, device_id = '', device_ids = '[]',
                 restart_count = restart_count + 1, excluded_device_ids = ?, kill_reason = ?
 WHERE id = ? AND state IN ('assigned', 'running') AND selector != '' AND kill_requested = 0
