@@ -83,6 +83,9 @@ def test_a_job_an_xid_79_ends_runs_again_on_another_gpu_with_restart_count_1(sit
         f"job {job_id} requeued after a hardware failure "
         f"(Xid 79 on {faulty}: GPU has fallen off the bus), restart 1 of 3"
     )
+    out = Cli(site.ctl.url, site.ctl.admin_token, site.env, site.root).run("show", str(job_id))
+    assert out.returncode == 0, out.stderr
+    assert f"restarts:     1 of 3 (never again on {faulty})" in out.stdout.decode()
 
 
 def test_no_requeue_on_hardware_fails_the_job_with_the_cause(site):
@@ -94,6 +97,7 @@ def test_no_requeue_on_hardware_fails_the_job_with_the_cause(site):
     assert j["state"] == "failed" and j["restart_count"] == 0
     assert f"cause: hardware (Xid 79 on {j['device_id']}: GPU has fallen off" in j["kill_reason"]
     assert j["kill_reason"].endswith("not requeued: submitted with --no-requeue-on-hardware")
+    assert j["requeue_on_hardware"] is False
     assert not events_of(site, j["id"])
 
 
