@@ -95,6 +95,14 @@ CREATE TABLE jobs (
     array_item        TEXT NOT NULL DEFAULT '' CHECK (array_item = '' OR array_id IS NOT NULL),
     -- schema 5: sessions opened in a hold (the ledger's idle hold hours)
     sessions          INTEGER NOT NULL DEFAULT 0 CHECK (sessions >= 0),
+    -- schema 7: requeued after a hardware failure (when opted in, at most
+    -- 3 times: RC_RESTART_COUNT), never again onto excluded_device_ids (JSON)
+    requeue_on_hardware INTEGER NOT NULL DEFAULT 1 CHECK (requeue_on_hardware IN (0, 1)),
+    restart_count     INTEGER NOT NULL DEFAULT 0 CHECK (restart_count BETWEEN 0 AND 3),
+    excluded_device_ids TEXT NOT NULL DEFAULT '[]' CHECK (json_type(excluded_device_ids) = 'array'),
+    -- the max runtime it asked for (max_runtime becomes its devices' bound
+    -- when assigned; a requeued job asks again)
+    runtime_asked     INTEGER NOT NULL DEFAULT 0 CHECK (runtime_asked >= 0),
     CHECK (selector != '' OR device_id != ''),
     CHECK (kind = 'job' OR (cwd = '' AND env = '{}' AND idle_timeout = 0 AND stdio = '')),
     CHECK ((state IN ('succeeded', 'failed', 'killed', 'lost')) = (finished_at IS NOT NULL))
@@ -209,7 +217,7 @@ CREATE TABLE events (
         'watchdog_trip', 'device_recovered', 'recovery_refused', 'device_cleared',
         'device_retired', 'device_drained', 'device_undrained', 'job_killed',
         'submitted_as', 'token_created', 'token_revoked', 'hold_idle_warning',
-        'hold_reclaimed')),
+        'hold_reclaimed', 'job_requeued')),
     device_id TEXT NOT NULL DEFAULT '',
     job_id    INTEGER,
     actor     TEXT NOT NULL DEFAULT '',

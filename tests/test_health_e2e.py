@@ -114,6 +114,9 @@ def test_a_job_an_xid_79_ends_is_a_hardware_failure(site):
     j = wait_state(site.admin, submit(site.admin, crash(site.kmsg, 5, 79, "fell"), device_id=dev))
     assert j["state"] == "failed"
     assert f"cause: hardware (Xid 79 on {dev}: GPU has fallen off the bus)" in j["kill_reason"]
+    # pinned to the GPU that failed it: it cannot go elsewhere (README "GPU health")
+    assert j["kill_reason"].endswith("; not requeued: pinned to the faulty device")
+    assert j["restart_count"] == 0
     d = device(site.admin, dev)
     assert d["state"] == "unhealthy" and d["quarantine_reason"] == "fault"
     assert d["quarantine_detail"].startswith(f"health: xid-79 on {dev}: ")

@@ -312,11 +312,15 @@ def test_job_note_names_the_xids_on_the_jobs_gpus_since_it_started():
         found("gpu3", 95, 10.0),  # before the job started
     ]
     note = health.job_note(hits, "box", ["gpu3"], since=50.0)
-    assert note == (
+    assert note.text == (
         "cause: hardware (Xid 79 on box:gpu3: GPU has fallen off the bus); "
         "Xid 13 on box:gpu3: graphics engine exception (the application's own)"
     )
-    assert health.job_note(hits, "box", ["gpu0"], since=0.0) == ""
+    assert note.hardware == "Xid 79 on box:gpu3: GPU has fallen off the bus"
+    assert note.faulty == ("gpu3",)
+    assert health.job_note(hits, "box", ["gpu0"], since=0.0) == health.JobNote()
+    own = health.job_note([found("gpu3", 13, 60.0)], "box", ["gpu3"], since=50.0)
+    assert own.hardware == "" and own.faulty == ()  # the application's own: no cause
 
 
 def test_poll_xids_reads_between_passes_and_the_next_pass_does_not_repeat_them(fake, kmsg):

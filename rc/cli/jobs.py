@@ -387,6 +387,11 @@ def show_lines(view: dict) -> list[tuple[str, str]]:
         env = j.get("env") or {}
         out.append(("env", ", ".join(sorted(env)) if env else "-"))
     out.append(("priority", str(j.get("priority", 0))))
+    if j.get("restart_count"):  # requeued after a hardware failure (README "GPU health")
+        away = ", ".join(j.get("excluded_device_ids") or ()) or "-"
+        out.append(("restarts", f"{j['restart_count']} of 3 (never again on {away})"))
+    if kind == "job" and j.get("requeue_on_hardware") is False:
+        out.append(("requeue", "no (--no-requeue-on-hardware)"))
     runtime = j.get("max_runtime_seconds") or 0
     ceiling = d.get("ceiling_seconds") or 0
     limit = duration(runtime) if runtime else "none asked (the devices' ceiling)"

@@ -219,6 +219,14 @@ def add_parsers(sub) -> None:
     )
     p.add_argument("--tty", action="store_true", help="an interactive terminal on the device")
     p.add_argument(
+        "--requeue-on-hardware",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="when a GPU fault (an Xid or ECC event on its GPUs) ends the job, put it back "
+        "in the queue away from the faulty device, RC_RESTART_COUNT one higher, at most 3 "
+        "times (default: on)",
+    )
+    p.add_argument(
         "--as",
         dest="as_user",
         default="",

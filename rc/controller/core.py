@@ -100,7 +100,8 @@ class Controller:
             flap_window=config.flap_window,
             retain=config.retain_disconnected_jobs,
         )
-        self.delivered: dict[str, set[int]] = {}
+        # worker id → (job id, restart count) of each assigned job handed out
+        self.delivered: dict[str, set[tuple[int, int]]] = {}
         self.poll_generation: dict[str, int] = {}
         """worker id → the number of its newest long poll (only it hands out work)."""
         self.beats: dict[str, tuple[float, tuple[int, ...]]] = {}
@@ -402,12 +403,14 @@ class Controller:
         Hand-out writes nothing for assignments: the controller remembers in
         memory which assigned jobs it already handed out (the worker never
         starts a job id twice, so a re-delivery after a restart is harmless).
+        A job requeued after a hardware failure is a new run: it is known by
+        its id and restart count.
         """
 
         assigned, due = await self.db.read(jobs.pending_for, worker_id, self.cfg.kill_redelivery)
         seen = self.delivered.setdefault(worker_id, set())
-        fresh = [r for r in assigned if r["id"] not in seen]
-        self.delivered[worker_id] = {r["id"] for r in assigned}
+        fresh = [r for r in assigned if (r["id"], r["restart_count"]) not in seen]
+        self.delivered[worker_id] = {(r["id"], r["restart_count"]) for r in assigned}
         kills: list[int] = []
         if due:
             kills = await self.db.write(jobs.deliver_kills, worker_id, self.cfg.kill_redelivery)
@@ -419,6 +422,6 @@ class Controller:
         seen = self.delivered.get(worker_id)
         if not seen:
             return False
-        kept = seen & keep
+        kept = {s for s in seen if s[0] in keep}
         self.delivered[worker_id] = kept
         return kept != seen

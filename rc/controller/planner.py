@@ -91,7 +91,9 @@ class QueuedJob:
     pinned `device_ids`; `device_id` alone is a one-device pin), its
     max runtime (seconds, 0: none) and how many devices it asks for; for an
     element of an array, the array's id and its cap on running elements
-    (0: none); `blocked` while a dependency of it is unmet."""
+    (0: none); `blocked` while a dependency of it is unmet; `excluded`: the
+    devices it must not be given (the faulty ones of a run the hardware
+    failed; never among its candidates)."""
 
     id: int
     submitter: str
@@ -106,6 +108,7 @@ class QueuedJob:
     array_id: int = 0
     array_cap: int = 0
     blocked: bool = False
+    excluded: tuple[str, ...] = ()
 
     @property
     def pins(self) -> tuple[str, ...]:
@@ -269,13 +272,14 @@ def candidates(
     slots: Mapping[str, Slot],
     matches: Mapping[str, frozenset[str]],
     unix_user: str = "",
+    excluded: tuple[str, ...] = (),
 ) -> tuple[str, ...]:
     """A queued job's candidate device ids: its pinned devices in their order
     (a job with no selector), or the devices its selector matches
     (`matches`, as for plan()) in natural order (gpu2 before gpu10); minus
     devices that do not exist, those whose runtime ceiling is below its ask
-    (seconds), and those whose worker does not run jobs as `unix_user`
-    (runs_jobs_of; "" asks nothing of them)."""
+    (seconds), those whose worker does not run jobs as `unix_user`
+    (runs_jobs_of; "" asks nothing of them), and the `excluded` ones."""
     if selector:
         pool: Iterable[str] = sorted(matches.get(selector, frozenset()), key=device_key)
     else:
@@ -284,6 +288,7 @@ def candidates(
         d
         for d in pool
         if d in slots
+        and d not in excluded
         and fits_ceiling(max_runtime, slots[d].max_runtime)
         and (not unix_user or runs_jobs_of(slots[d], unix_user))
     )
@@ -361,11 +366,11 @@ class _Pass:
             if until_settled and self.settled(index):
                 break
             out.order.append(job.id)
-            key = (job.selector, job.pins, job.max_runtime, job.unix_user)
+            key = (job.selector, job.pins, job.max_runtime, job.unix_user, job.excluded)
             cands = self.known.get(key)
             if cands is None:
                 cands = self.known[key] = candidates(
-                    *key[:3], self.slots, self.matches, job.unix_user
+                    *key[:3], self.slots, self.matches, job.unix_user, job.excluded
                 )
             out.candidates[job.id] = cands
             if job.blocked:

@@ -137,6 +137,7 @@ EVENTS: dict[EventKind, Shown] = {
     EventKind.TOKEN_REVOKED: Shown("Token revoked", tone="info"),
     EventKind.HOLD_IDLE_WARNING: Shown("Hold idle", tone="info"),
     EventKind.HOLD_RECLAIMED: Shown("Idle hold released", tone="info"),
+    EventKind.JOB_REQUEUED: Shown("Requeued", tone="info"),
 }
 
 

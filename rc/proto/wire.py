@@ -113,6 +113,9 @@ class SubmitRequest:
     "JOB[:ok|:notok|:any]" (model.parse_after; at most AFTER_MAX; an
     array's id means every element of it).
     `env` names are model.ENV_NAME_RE (400 bad_request naming a bad one).
+    `requeue_on_hardware` (default true): a hardware failure of the job
+    (JobReport.hardware_cause) puts it back in the queue, away from the
+    faulty devices, at most model.RESTARTS_MAX times (README "GPU health").
     """
 
     command: tuple[str, ...] = ()
@@ -136,6 +139,7 @@ class SubmitRequest:
     array_items: tuple[str, ...] = ()
     after: tuple[str, ...] = ()
     hold_idle_timeout_seconds: int | None = None
+    requeue_on_hardware: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -434,7 +438,12 @@ class Assignment:
     RC_DEVICES); device_id is the first. One job is one process group
     across all of them. (A controller from before jobs had several devices
     sends no device_ids: the job has device_id alone.) `unix_user` is the
-    Unix user it runs as (model.Job.unix_user).
+    Unix user it runs as (model.Job.unix_user). `restart_count`: how many
+    times a hardware failure requeued it (its RC_RESTART_COUNT, 0 on the
+    first run); `log_offset`: the byte offset its output starts at in the
+    stored log (after the earlier runs' output and the restart's separator
+    line; 0 on the first run); `log_mid_line`: the stored log ends inside a
+    line (the separator then starts on a new one).
     """
 
     job_id: int
@@ -449,6 +458,9 @@ class Assignment:
     stdio: Stdio = Stdio.LOGS
     device_ids: tuple[str, ...] = ()
     unix_user: str = ""
+    restart_count: int = 0
+    log_offset: int = 0
+    log_mid_line: bool = False
 
     @property
     def devices(self) -> tuple[str, ...]:
@@ -543,6 +555,11 @@ class StatusReport:
     state is "running" or a terminal state; exit_code is the process's code
     (128+N for death by signal N); reason says why (kill reason, watchdog);
     started_at is when the process started, by the worker's clock.
+    hardware_cause: for a job that ended unsuccessfully, what of the
+    hardware made it end ("Xid 79 on HOST:gpu3: GPU has fallen off the
+    bus"; "" when nothing did: its own failure), and hardware_device_ids
+    the faulty devices (ids) of its own; a job with a cause may be
+    requeued (README "GPU health").
     """
 
     worker_id: str
@@ -550,6 +567,8 @@ class StatusReport:
     exit_code: int | None = None
     reason: str = ""
     started_at: float | None = None
+    hardware_cause: str = ""
+    hardware_device_ids: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -561,6 +580,8 @@ class JobReport:
     exit_code: int | None = None
     reason: str = ""
     started_at: float | None = None
+    hardware_cause: str = ""
+    hardware_device_ids: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

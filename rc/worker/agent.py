@@ -121,7 +121,7 @@ class Agent:
         self.stopping = False
         self.jobs: dict[int, JobRun] = {}
         self.reporting: set[int] = set()
-        self.started: set[int] = set()
+        self.started: set[tuple[int, int]] = set()  # (job id, restart count)
         self.unsettled: set[int] = set()
         """Jobs this process started (or may have) whose end the controller
         has not acknowledged: what its leave claims it may have started."""
@@ -415,6 +415,7 @@ class Agent:
                 return
             with self._lock:
                 named = sorted(set(self.jobs) | self.reporting)
+                runs = dict(self.jobs)  # a stop names these runs, not a later one
             try:
                 resp = self.client.post(
                     f"/v1/workers/{self.worker_id}/heartbeat",
@@ -431,7 +432,10 @@ class Agent:
             episode.ok()
         self._note_instance(resp.get("instance", ""))
         for job_id in resp.get("stop_job_ids", []):
-            self._cancel(job_id, "the controller ended this job")
+            # a run that started after the heartbeat went (a job the hardware
+            # requeued, run again here) is not the one the controller ended
+            if job_id in runs:
+                self._cancel(job_id, "the controller ended this job", runs[job_id])
         for key, ttl in (resp.get("hold_ttls") or {}).items():
             with self._lock:
                 run = self.jobs.get(int(key))
@@ -553,9 +557,10 @@ class Agent:
             # list of runs to end) registers a start: once `closed` is set,
             # `unsettled` names every job this process may have started.
             with self._lock:
-                if self.closed or a.job_id in self.started:
+                # a job the hardware requeued comes again with a higher restart count
+                if self.closed or (a.job_id, a.restart_count) in self.started:
                     continue  # shutting down: never started, so the leave hands it back
-                self.started.add(a.job_id)
+                self.started.add((a.job_id, a.restart_count))
                 self.unsettled.add(a.job_id)
                 if a.job_id in kills:
                     self.reporting.add(a.job_id)
@@ -630,10 +635,11 @@ class Agent:
         except (ApiError, TransportError) as e:
             log.warning("could not answer survivor scan %d: %s", req.scan_id, e)
 
-    def _cancel(self, job_id: int, reason: str) -> None:
+    def _cancel(self, job_id: int, reason: str, only: JobRun | None = None) -> None:
+        """Cancel job `job_id`'s run here (with `only`: when it is that run)."""
         with self._lock:
             run = self.jobs.get(job_id)
-        if run is not None:
+        if run is not None and (only is None or run is only):
             run.cancel(reason or "cancelled")
 
     # -- job completion -----------------------------------------------------
@@ -648,21 +654,31 @@ class Agent:
             if run.release_epochs:
                 self._arms[run.job_id] = run
         reason = result.reason
+        note = health.JobNote()
         if result.state is not JobState.SUCCEEDED:
             note = self._xid_note(run)
-            reason = f"{reason}; {note}" if reason and note else reason or note
+            reason = f"{reason}; {note.text}" if reason and note.text else reason or note.text
         self.reporter.submit(
-            Report(run.job_id, result.state.value, result.exit_code, reason, run.started_at)
+            Report(
+                run.job_id,
+                result.state.value,
+                result.exit_code,
+                reason,
+                run.started_at,
+                hardware_cause=note.hardware,
+                hardware_device_ids=tuple(f"{self.cfg.host}:{n}" for n in note.faulty),
+            )
         )
 
-    def _xid_note(self, run: JobRun) -> str:
+    def _xid_note(self, run: JobRun) -> health.JobNote:
         """Read the kernel log now: act on new Xid faults and drains (before
         the job's report, naming the job), and say which Xids hit the job's
-        GPUs since it started (rc.worker.health.job_note; "" for none).
+        GPUs since it started (rc.worker.health.job_note; an empty JobNote
+        for none).
         Kernel times are seconds since boot: the job's start is mapped onto
         them through the monotonic clock, with SINCE_SLACK_S of slack."""
         if not any(cuda_index(n) is not None for n in run.device_names):
-            return ""
+            return health.JobNote()
         with self._probe_lock:
             new = self.prober.health.poll_xids()
             recent = list(self.prober.health.recent)
@@ -676,7 +692,9 @@ class Agent:
     def _report_done(self, job_id: int, accepted: bool) -> None:
         with self._lock:
             self.reporting.discard(job_id)
-            if accepted:  # the controller recorded its end: no longer "may have run"
+            # the controller recorded its end: no longer "may have run" (unless
+            # the hardware requeued it and its next run started here already)
+            if accepted and job_id not in self.jobs:
                 self.unsettled.discard(job_id)
             run = self._arms.pop(job_id, None)
         if run is not None:

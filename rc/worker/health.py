@@ -44,6 +44,7 @@ __all__ = [
     "HEALTH_FIELDS",
     "KERNEL_LOG_CAP",
     "Finding",
+    "JobNote",
     "KernelLog",
     "Monitor",
     "Pass",
@@ -579,24 +580,45 @@ class Monitor:
         return out
 
 
-def job_note(findings: list[Finding], host: str, device_names, since: float) -> str:
+@dataclass(frozen=True, slots=True)
+class JobNote:
+    """What the Xids on a job's GPUs say about its end (job_note).
+
+    text: the words for its record, "" when no Xid hit it. hardware: the
+    hardware cause ("Xid 79 on HOST:gpu3: GPU has fallen off the bus",
+    several joined by "; "), "" when no fault or drain rule matched: then
+    the failure is the job's own. faulty: the names of its devices a fault
+    or drain rule matched on (the ones a requeue avoids)."""
+
+    text: str = ""
+    hardware: str = ""
+    faulty: tuple[str, ...] = ()
+
+
+def job_note(findings: list[Finding], host: str, device_names, since: float) -> JobNote:
     """What the Xid findings on a job's devices (`device_names`) logged at or
-    after `since` (kernel seconds since boot) say about its end: "cause:
-    hardware (Xid 79 on HOST:gpu3: GPU has fallen off the bus)" for a fault
-    or drain rule, "Xid 13 on HOST:gpu0: graphics engine exception (the
-    application's own)" for the others, joined by "; "; "" when none hit it."""
+    after `since` (kernel seconds since boot) say about its end (a JobNote).
+    Its text: "cause: hardware (Xid 79 on HOST:gpu3: GPU has fallen off the
+    bus)" for a fault or drain rule, "Xid 13 on HOST:gpu0: graphics engine
+    exception (the application's own)" for the others, joined by "; "; ""
+    when none hit it."""
     names = set(device_names)
-    hw, app = [], []
+    hw, app, faulty = [], [], []
     for f in findings:
         if f.event is None or f.device not in names or f.event.at < since:
             continue
         what = f"Xid {f.event.xid} on {host}:{f.device}: {f.why}"
-        (hw if f.action in ("fault", "drain") else app).append(what)
+        if f.action in ("fault", "drain"):
+            hw.append(what)
+            faulty.append(f.device)
+        else:
+            app.append(what)
     parts = []
+    hardware = "; ".join(dict.fromkeys(hw))
     if hw:
-        parts.append(f"cause: hardware ({'; '.join(dict.fromkeys(hw))})")
+        parts.append(f"cause: hardware ({hardware})")
     parts += [f"{a} (the application's own)" for a in dict.fromkeys(app)]
-    return "; ".join(parts)
+    return JobNote("; ".join(parts), hardware, tuple(dict.fromkeys(faulty)))
 
 
 def _baseline(

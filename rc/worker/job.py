@@ -81,6 +81,8 @@ __all__ = [
     "JobContext",
     "JobRun",
     "needs_scan",
+    "open_job_log",
+    "restart_separator",
 ]
 
 log = logging.getLogger("rc.worker.job")
@@ -91,6 +93,24 @@ LOG_FLUSH_S = 300.0
 """How long a job's log may take to reach the controller after it ended (s)."""
 LOG_FLUSH_SHUTDOWN_S = 20.0
 """The same while the worker shuts down (s)."""
+
+
+def restart_separator(restart: int, mid_line: bool = False) -> bytes:
+    """The line a requeued run's output starts with in the job's log (on a
+    line of its own: after a newline when the log ends `mid_line`)."""
+    line = f"--- restart {restart} after a hardware failure ---\n".encode()
+    return b"\n" + line if mid_line else line
+
+
+def open_job_log(ctx: JobContext, a: Assignment) -> LogSink:
+    """The LogSink for a run of assignment `a`: a rerun after a hardware
+    failure (restart_count > 0) appends after the stored log (its
+    log_offset), starting with restart_separator; the logstore's offsets
+    keep every earlier byte and never duplicate one."""
+    sink = ctx.open_log(a.job_id)
+    if a.restart_count:
+        sink.resume_at(a.log_offset, restart_separator(a.restart_count, a.log_mid_line))
+    return sink
 
 
 @dataclass(frozen=True, slots=True)
@@ -347,7 +367,7 @@ class JobRun:
             self.cuda,
             self.ctx.markers,
         )
-        sink = self.ctx.open_log(a.job_id)
+        sink = open_job_log(self.ctx, a)
         try:
             cwd, note = working_dir(a.cwd, self.ctx.cfg.host, user)
         except account.CannotRunAs as e:
@@ -434,7 +454,7 @@ class JobRun:
             env.setdefault("TERM", "xterm")
             argv = list(a.command) or login_shell(user)
         else:
-            sink = ctx.open_log(a.job_id)
+            sink = open_job_log(ctx, a)
             proc = Pipes(halves, on_output, sink.write)
             argv = list(a.command)
         self.cgroup = ctx.tracker.create(f"job-{a.job_id}")

@@ -42,6 +42,10 @@ class Report:
     exit_code: int | None = None
     reason: str = ""
     started_at: float | None = None
+    hardware_cause: str = ""
+    """What of the hardware ended the job (rc.worker.health.JobNote), "" if nothing."""
+    hardware_device_ids: tuple[str, ...] = ()
+    """Its faulty devices (ids)."""
     deadline: float = 0.0
     """Monotonic seconds (the reporter's clock) after which it is given up."""
 
@@ -58,6 +62,15 @@ class Report:
             "exit_code": self.exit_code,
             "reason": self.reason,
             "started_at": self.started_at,
+            # only when there is one: a controller from before them never sees them
+            **(
+                {
+                    "hardware_cause": self.hardware_cause,
+                    "hardware_device_ids": list(self.hardware_device_ids),
+                }
+                if self.hardware_cause
+                else {}
+            ),
         }
 
 

@@ -238,6 +238,7 @@ def validate_submit(
         ("array_items", []),
         ("after", []),
         ("hold_idle_timeout_seconds", None),
+        ("requeue_on_hardware", True),
     ):
         if canon[name] == default:  # a request from before these fields digests as it did
             del canon[name]
@@ -270,6 +271,7 @@ def validate_submit(
         array_spec=spec_text,
         after=after,
         hold_idle=hold_idle,
+        requeue_on_hardware=req.requeue_on_hardware,
     )
 
 

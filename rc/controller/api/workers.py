@@ -283,14 +283,18 @@ async def _long_poll(c, worker_id: str, key: str, generation: int, deadline: flo
         if c.poll_generation.get(worker_id) != generation:
             # superseded while reading: give the jobs back for the newer poll
             # (a kill due is stamped; it is handed out again after kill_redelivery)
-            c.delivered.get(worker_id, set()).difference_update(r["id"] for r in fresh)
+            c.delivered.get(worker_id, set()).difference_update(
+                (r["id"], r["restart_count"]) for r in fresh
+            )
             c.hub.notify([key])
             return _no_content()
         starts = c.relay.starts_for(worker_id)  # sessions inside holds (rc.controller.relay)
         scans = c.scans.handout(worker_id)  # survivor scans (rc.controller.scans)
         if fresh or kills or starts or scans:
             return reply(
-                Assignments(tuple(_assignment(r) for r in fresh), tuple(kills), starts, scans)
+                Assignments(
+                    tuple(_assignment(r, c.logs) for r in fresh), tuple(kills), starts, scans
+                )
             )
         left = deadline - time.monotonic()
         if left <= 0 or c.hub.closing:
@@ -309,7 +313,8 @@ def _no_content():
 
 def _job_env(r) -> dict[str, str]:
     """A job row's environment as its worker gets it: the submitted entries,
-    then what rc says about the job (RC_JOB_NAME when it has a name;
+    then what rc says about the job (RC_RESTART_COUNT: how many times a
+    hardware failure requeued it, 0 on the first run; RC_JOB_NAME when it has a name;
     RC_ARRAY_ID, RC_ARRAY_INDEX and RC_ARRAY_ITEM, from an array file, for an
     array's element), which wins over an entry of the same name."""
     from rc.controller.store.db import loads
@@ -319,6 +324,7 @@ def _job_env(r) -> dict[str, str]:
         return env
     if r["name"]:
         env["RC_JOB_NAME"] = r["name"]
+    env["RC_RESTART_COUNT"] = str(r["restart_count"])
     if r["array_id"] is not None:
         env["RC_ARRAY_ID"] = str(r["array_id"])
         env["RC_ARRAY_INDEX"] = str(r["array_index"])
@@ -327,10 +333,16 @@ def _job_env(r) -> dict[str, str]:
     return env
 
 
-def _assignment(r) -> Assignment:
+def _assignment(r, logs) -> Assignment:
+    """A jobs row as the worker gets it; `logs` (the LogStore, None without
+    one) tells a requeued run where its output starts: after the stored log."""
     from rc.controller.store.db import loads
     from rc.controller.store.rows import devices_of
 
+    offset, mid_line = 0, False
+    if r["restart_count"] and logs is not None:
+        offset = logs.size(r["id"])
+        mid_line = offset > 0 and logs.read(r["id"], offset - 1, 1) != b"\n"
     return Assignment(
         job_id=r["id"],
         device_id=r["device_id"],
@@ -344,6 +356,9 @@ def _assignment(r) -> Assignment:
         idle_timeout_seconds=r["idle_timeout"],
         stdio=Stdio(r["stdio"]),
         unix_user=r["unix_user"],
+        restart_count=r["restart_count"],
+        log_offset=offset,
+        log_mid_line=mid_line,
     )
 
 
@@ -388,7 +403,14 @@ async def reports(request: Request):
     _bound(request, who, worker_id)
     req = await json_body(request, c.cfg.limits.body_bytes)
     limit = c.cfg.limits.text_bytes
-    batch = tuple(dataclasses.replace(r, reason=cut_text(r.reason, limit)) for r in req.reports)
+    batch = tuple(
+        dataclasses.replace(
+            r,
+            reason=cut_text(r.reason, limit),
+            hardware_cause=cut_text(r.hardware_cause, limit),
+        )
+        for r in req.reports
+    )
     applied = await c.db.write(jobs.apply_reports, worker_id, batch)
     c.metrics.observe_starts(applied.start_latencies)
     return reply(
@@ -412,7 +434,15 @@ async def status(request: Request):
     from rc.proto.wire import JobReport
 
     reason = cut_text(req.reason, c.cfg.limits.text_bytes)
-    rep = JobReport(job_id, req.state, req.exit_code, reason, req.started_at)
+    rep = JobReport(
+        job_id,
+        req.state,
+        req.exit_code,
+        reason,
+        req.started_at,
+        cut_text(req.hardware_cause, c.cfg.limits.text_bytes),
+        req.hardware_device_ids,
+    )
     applied = await c.db.write(jobs.apply_reports, req.worker_id, (rep,))
     c.metrics.observe_starts(applied.start_latencies)
     [(_, code, msg)] = applied.results

@@ -115,6 +115,7 @@ MIGRATIONS: list[tuple[int, str]] = [
     (4, "0004_lifecycle.sql"),  # a job's name; job arrays; dependencies
     (5, "0005_usage.sql"),  # sessions per hold; fair-share weights
     (6, "0006_hold_idle.sql"),  # a hold's idle rule; its warning and reclaim events
+    (7, "0007_requeue.sql"),  # requeue after a hardware failure; job_requeued
 ]
 SCHEMA_VERSION = 1 + len(MIGRATIONS)
 

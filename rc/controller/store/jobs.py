@@ -14,11 +14,11 @@ from rc.controller import idle
 from rc.controller.errors import Refused
 from rc.controller.planner import fits_ceiling, host_slot, not_run_here, runs_jobs_of
 from rc.controller.store import events, leases, rows
-from rc.controller.store.db import Tx, dumps
+from rc.controller.store.db import Tx, dumps, loads
 from rc.controller.store.labels import MatchCache
 from rc.proto.duration import format_duration
 from rc.proto.errors import ErrorCode
-from rc.proto.model import EventKind, Job, JobKind, JobState, valid_unix_user
+from rc.proto.model import RESTARTS_MAX, EventKind, Job, JobKind, JobState, valid_unix_user
 from rc.proto.wire import KillOutcome
 
 __all__ = [
@@ -88,6 +88,7 @@ class NewJob:
     hold_idle: int | None = None
     """A hold's idle timeout in seconds (0: off); None for a job."""
     after: tuple[tuple[int, str], ...] = ()
+    requeue_on_hardware: bool = True
 
 
 def enqueue(tx: Tx, job: NewJob, match_cache: MatchCache) -> tuple[int, bool]:
@@ -220,6 +221,8 @@ def _fields(tx: Tx, job: NewJob, max_runtime: int, pins, unix_user: str, key: st
         dumps(list(pins)),
         unix_user,
         job.name,
+        int(job.requeue_on_hardware),
+        max_runtime,
     )
 
 
@@ -632,9 +635,12 @@ def apply_reports(tx: Tx, worker_id: str, reports) -> Applied:
             row = _own(tx, rep.job_id, worker_id)
             if rep.state is JobState.RUNNING:
                 began = _mark_running(tx, row, rep.started_at or 0.0)
+            elif _requeue_after_hardware(tx, row, rep):
+                began = False  # it starts again: its latency counts from then
             else:  # a job that ends straight from assigned also started
                 was_assigned = row["state"] == JobState.ASSIGNED
-                ended = _release(tx, row, rep.state, rep.exit_code, rep.reason, rep.started_at)
+                reason = _not_requeued(row, rep)
+                ended = _release(tx, row, rep.state, rep.exit_code, reason, rep.started_at)
                 began = ended and was_assigned
             if began:
                 latencies.append((rep.started_at or tx.now) - row["submitted_at"])
@@ -642,6 +648,76 @@ def apply_reports(tx: Tx, worker_id: str, reports) -> Applied:
         except Refused as e:
             out.append((rep.job_id, e.code, e.message))
     return Applied(out, latencies)
+
+
+def _requeue_after_hardware(tx: Tx, row, rep) -> bool:
+    """A terminal report that says the hardware failed the job
+    (rep.hardware_cause) puts a job that opted in (requeue_on_hardware),
+    was not killed on request, is not pinned (a pinned job cannot leave its
+    faulty device) and has been requeued fewer than RESTARTS_MAX times back
+    in the queue: its leases released and its devices freed as for an end
+    (a quarantined one stays out of the pool), the faulty devices of its
+    own (rep.hardware_device_ids) added to the ones it must never get again,
+    one restart more (its RC_RESTART_COUNT), and a job_requeued event. Its
+    log goes on: the next run appends after a separator line (README "GPU
+    health"). False, changing nothing, for any other report."""
+    if (
+        rep.state not in (JobState.FAILED, JobState.KILLED)
+        or not rep.hardware_cause
+        or row["kind"] != JobKind.JOB
+        or not row["selector"]
+        or not row["requeue_on_hardware"]
+        or row["kill_requested"]
+        or row["restart_count"] >= RESTARTS_MAX
+        or JobState(row["state"]).terminal
+    ):
+        return False
+    job_id = row["id"]
+    mine = set(rows.devices_of(row))
+    excluded = list(
+        dict.fromkeys(
+            [*loads(row["excluded_device_ids"]), *(d for d in rep.hardware_device_ids if d in mine)]
+        )
+    )
+    restart = row["restart_count"] + 1
+    cause = f"cause: hardware ({rep.hardware_cause})"
+    if tx.exec("job_requeue_after_hardware", (dumps(excluded), cause, job_id)) == 0:
+        return False
+    for d in leases.release(tx, job_id, guarded=False):
+        tx.exec("device_free", (d,))  # not a quarantined one: it stays out of the pool
+    events.record(
+        tx,
+        EventKind.JOB_REQUEUED,
+        job_id=job_id,
+        device_id=row["device_id"],
+        text=(
+            f"job {job_id} requeued after a hardware failure ({rep.hardware_cause}), "
+            f"restart {restart} of {RESTARTS_MAX}"
+        ),
+    )
+    tx.schedule = True
+    tx.notify(f"job:{job_id}", f"log:{job_id}", "jobs", "devices")
+    return True
+
+
+def _not_requeued(row, rep) -> str:
+    """The reason a job ends with: the report's, and, when the hardware
+    caused it but it is not requeued, why not."""
+    reason = rep.reason
+    if not rep.hardware_cause or rep.state not in (JobState.FAILED, JobState.KILLED):
+        return reason
+    if row["kind"] != JobKind.JOB or row["kill_requested"]:
+        return reason
+    if "cause: hardware" not in reason:
+        cause = f"cause: hardware ({rep.hardware_cause})"
+        reason = f"{reason}; {cause}" if reason else cause
+    if not row["requeue_on_hardware"]:
+        why = "submitted with --no-requeue-on-hardware"
+    elif not row["selector"]:
+        why = "pinned to the faulty device"
+    else:
+        why = f"requeued {RESTARTS_MAX} times already"
+    return f"{reason}; not requeued: {why}"
 
 
 def array_summary(tx: Tx, array_id: int):

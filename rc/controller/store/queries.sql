@@ -10,8 +10,9 @@
 -- A new queued job (submitted and queued now); returns its id.
 INSERT INTO jobs (kind, state, submitter, token_name, selector, device_id, command, cwd, env,
                   idempotency_key, request_digest, priority, max_runtime, idle_timeout, reason,
-                  stdio, submitted_at, queued_at, count, device_ids, unix_user, name)
-VALUES (?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                  stdio, submitted_at, queued_at, count, device_ids, unix_user, name,
+                  requeue_on_hardware, runtime_asked)
+VALUES (?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 RETURNING id
 
 -- name: job_insert_element
@@ -20,8 +21,8 @@ RETURNING id
 INSERT INTO jobs (id, kind, state, submitter, token_name, selector, device_id, command, cwd,
                   env, idempotency_key, request_digest, priority, max_runtime, idle_timeout,
                   reason, stdio, submitted_at, queued_at, count, device_ids, unix_user, name,
-                  array_id, array_index, array_item)
-VALUES (?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                  requeue_on_hardware, runtime_asked, array_id, array_index, array_item)
+VALUES (?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 
 -- name: job_set_array
 -- An array's first element joins its array (array id, index, item).
@@ -56,7 +57,7 @@ SELECT state FROM jobs WHERE id = ?
 -- name: job_brief
 -- What access checks and reports need of one job.
 SELECT id, state, kind, submitter, device_id, device_ids, worker_id, kill_requested, kill_reason,
-       stdio, submitted_at
+       stdio, submitted_at, selector, requeue_on_hardware, restart_count, excluded_device_ids
 FROM jobs WHERE id = ?
 
 -- name: job_by_idempotency_key
@@ -118,6 +119,17 @@ UPDATE jobs SET state = 'queued', worker_id = '', assigned_at = NULL, kill_deliv
                 device_id = CASE WHEN selector = '' THEN device_id ELSE '' END,
                 device_ids = CASE WHEN selector = '' THEN device_ids ELSE '[]' END
 WHERE id = ? AND state = 'assigned'
+
+-- name: job_requeue_after_hardware
+-- An active job the hardware failed goes back to the queue in its old place
+-- (priority, id and queued_at unchanged), one restart more, never again onto
+-- the excluded devices (a JSON array), asking its own max runtime again; the
+-- cause stays in kill_reason.
+UPDATE jobs SET state = 'queued', worker_id = '', assigned_at = NULL, started_at = NULL,
+                max_runtime = runtime_asked,
+                kill_delivered_at = 0, exit_code = NULL, device_id = '', device_ids = '[]',
+                restart_count = restart_count + 1, excluded_device_ids = ?, kill_reason = ?
+WHERE id = ? AND state IN ('assigned', 'running') AND selector != '' AND kill_requested = 0
 
 -- name: job_lose
 -- An active job → lost with a reason; no row when it was not active.
@@ -185,6 +197,7 @@ ORDER BY j.id DESC LIMIT ?2
 -- What the planner needs of every queued job (with its array's cap), in priority then id order.
 SELECT j.id, j.submitter, j.priority, j.queued_at, j.selector, j.device_id, j.max_runtime,
        j.count, j.device_ids, j.unix_user, j.array_id, coalesce(a.max_running, 0) AS array_cap,
+       j.excluded_device_ids,
        EXISTS (SELECT 1 FROM job_deps AS d JOIN jobs AS a ON a.id = d.after_id
                WHERE d.job_id = j.id AND NOT dep_met(d.condition, a.state)) AS blocked
 FROM jobs AS j LEFT JOIN arrays AS a ON a.id = j.array_id
@@ -197,6 +210,7 @@ WHERE j.state = 'queued' ORDER BY j.priority DESC, j.id
 -- submission order.
 SELECT j.id, j.submitter, j.priority, j.queued_at, j.selector, j.device_id, j.max_runtime,
        j.count, j.device_ids, j.unix_user, j.array_id, coalesce(a.max_running, 0) AS array_cap,
+       j.excluded_device_ids,
        EXISTS (SELECT 1 FROM job_deps AS d JOIN jobs AS a ON a.id = d.after_id
                WHERE d.job_id = j.id AND NOT dep_met(d.condition, a.state)) AS blocked
 FROM jobs AS j LEFT JOIN arrays AS a ON a.id = j.array_id
@@ -245,9 +259,9 @@ JOIN jobs AS a ON a.id = d.after_id WHERE d.job_id = ? ORDER BY d.after_id
 -- name: queue_ahead_by_ask
 -- The queued jobs ahead of job :id in scheduling order (queued_jobs_ordered's
 -- order, :adjust as there), counted by what they ask for: target (selector or
--- pinned devices), runtime and Unix user.
+-- pinned devices), runtime, Unix user and the devices excluded for them.
 WITH q AS (
-    SELECT j.id, j.selector, j.device_ids, j.max_runtime, j.unix_user,
+    SELECT j.id, j.selector, j.device_ids, j.max_runtime, j.unix_user, j.excluded_device_ids,
            effective_priority(j.priority, j.queued_at, :now, :aging) - coalesce(f.value, 0) AS eff
     FROM jobs AS j LEFT JOIN json_each(:adjust) AS f ON f.key = j.submitter
     WHERE j.state = 'queued'
@@ -256,10 +270,10 @@ WITH q AS (
            effective_priority(j.priority, j.queued_at, :now, :aging) - coalesce(f.value, 0) AS eff
     FROM jobs AS j LEFT JOIN json_each(:adjust) AS f ON f.key = j.submitter WHERE j.id = :id
 )
-SELECT q.selector, q.device_ids, q.max_runtime, q.unix_user, count(*) AS n
+SELECT q.selector, q.device_ids, q.max_runtime, q.unix_user, q.excluded_device_ids, count(*) AS n
 FROM q, me
 WHERE q.eff > me.eff OR (q.eff = me.eff AND q.id < me.id)
-GROUP BY q.selector, q.device_ids, q.max_runtime, q.unix_user
+GROUP BY q.selector, q.device_ids, q.max_runtime, q.unix_user, q.excluded_device_ids
 
 -- name: any_queued
 -- Whether any job is queued.

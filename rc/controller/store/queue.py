@@ -48,6 +48,7 @@ def _queued_job(r: sqlite3.Row) -> QueuedJob:
         array_id=r["array_id"] or 0,
         array_cap=r["array_cap"],
         blocked=bool(r["blocked"]),
+        excluded=tuple(loads(r["excluded_device_ids"])),
     )
 
 

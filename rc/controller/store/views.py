@@ -187,14 +187,32 @@ def queue_position(tx: Tx, job: Job, policy: Policy) -> int:
 
     lazy = LazyMatches(matches)
     pins = () if job.selector else (job.device_ids or (job.device_id,))
-    mine = set(candidates(job.selector, pins, job.max_runtime_seconds, slots, lazy, job.unix_user))
+    mine = set(
+        candidates(
+            job.selector,
+            pins,
+            job.max_runtime_seconds,
+            slots,
+            lazy,
+            job.unix_user,
+            job.excluded_device_ids,
+        )
+    )
     ahead = 0
     if mine:
         adjust = adjust_param(adjustments(tx, policy))
         params = {"id": job.id, "now": tx.now, "aging": policy.aging, "adjust": adjust}
         for g in tx.all("queue_ahead_by_ask", params):
             theirs = () if g["selector"] else tuple(loads(g["device_ids"]))
-            got = candidates(g["selector"], theirs, g["max_runtime"], slots, lazy, g["unix_user"])
+            got = candidates(
+                g["selector"],
+                theirs,
+                g["max_runtime"],
+                slots,
+                lazy,
+                g["unix_user"],
+                tuple(loads(g["excluded_device_ids"])),
+            )
             if mine.intersection(got):
                 ahead += g["n"]
     return ahead + 1
