@@ -134,6 +134,13 @@ def _job_pid(job_id: int) -> int:
     return wait_until(find, 20, f"a process of job {job_id}")
 
 
+def _uids(pid: int) -> list[int]:
+    """A process's real, effective, saved and filesystem uids (/proc/PID/status)."""
+    with open(f"/proc/{pid}/status") as f:
+        line = next(x for x in f if x.startswith("Uid:"))
+    return [int(x) for x in line.split()[1:]]
+
+
 # -- identity and the account a job gets --------------------------------------------
 
 
@@ -222,7 +229,9 @@ def test_a_user_cannot_read_or_signal_another_users_job(onebox):
     jid = int(_out(alice.run("run", "--detach", "-d", f"{HOST}:cpu0", "--", "sleep", "300")))
     try:
         pid = _job_pid(jid)
-        assert os.stat(f"/proc/{pid}").st_uid == alice.uid
+        # its credentials, not /proc/PID's owner: that reads root for an instant
+        # while a process that changed user execs (CI caught it mid-exec)
+        assert _uids(pid) == [alice.uid] * 4
         probe = (
             "import os, signal\n"
             f"pid = {pid}\n"
