@@ -41,13 +41,13 @@ class Fleet:
 
 
 @contextlib.contextmanager
-def running_fleet(tmp: Path, pyz: Path) -> Iterator[Fleet]:
-    """A controller and one worker (host "box", devices cpu0 and cpu1, a 1 s
-    kill grace) from the zipapp, with users alice and bob."""
+def running_fleet(tmp: Path, pyz: Path, listen: str = "127.0.0.1:0") -> Iterator[Fleet]:
+    """A controller (on `listen`) and one worker (host "box", devices cpu0 and
+    cpu1, a 1 s kill grace) from the zipapp, with users alice and bob."""
     home = tmp / "home"
     home.mkdir()
     env = base_env(home)
-    ctl = Controller(tmp / "data", env).start()
+    ctl = Controller(tmp / "data", env, listen=listen).start()
     try:
         cfg = tmp / "worker.toml"
         cfg.write_text('kill_grace = "1s"\n')
@@ -671,3 +671,22 @@ def test_sessions_of_a_hold_that_reaches_its_ttl_say_it_expired(fleet, pty_cli):
     _, err = ex.communicate(timeout=30)
     assert ex.returncode != 0
     assert re.search(rb"session \d+ of hold %d: " % held + re.escape(expired), err), err
+
+
+def test_a_hold_takes_new_sessions_after_a_controller_restart(tmp_path, pyz):
+    """Found by a new user: a restarted controller numbers sessions from 1
+    again, and the hold's worker dropped them as started already (rc exec
+    waited 60 s for it, and so did every rc forward connection)."""
+    from tests.test_worker_e2e_kit import free_port
+
+    with running_fleet(tmp_path, pyz, listen=f"127.0.0.1:{free_port()}") as f:
+        held = hold(f.alice, "box:cpu0")
+        for round_ in range(2):
+            res = f.alice.run("exec", str(held), "--", "echo", f"round {round_}", timeout=90)
+            assert res.returncode == 0, (round_, res.stderr)
+            assert res.stdout == f"round {round_}\n".encode()
+            if round_ == 0:
+                f.ctl.stop()
+                f.ctl.start()
+                assert job(f.ctl.client(), held)["state"] == "running"  # the hold lives on
+        f.alice.run("release", str(held), check=True)

@@ -157,7 +157,7 @@ class Agent:
         self.leases = Leases(cfg, clock)
         self.spool = Spool(cfg.spool_dir, cfg.spool_max_bytes)
         self._arms: dict[int, JobRun] = {}
-        self._scans_seen: set[int] = set()
+        self._scans_seen: set[tuple[str, int]] = set()
         self.recheck_due = False
         """Devices of this worker may be out with survivors (its registration
         proof proved nothing, or a teardown left survivors): rescan every
@@ -499,10 +499,11 @@ class Agent:
                 continue
             episode.ok()
             delay = RETRY_MIN_S
-            self._note_instance(self.client.instance)
+            instance = self.client.instance  # of the controller that answered
+            self._note_instance(instance)
             if resp.status == 200 and not self.stop_event.is_set():
                 got = decode(Assignments, resp.json())
-                self._dispatch(got)
+                self._dispatch(got, instance)
                 if got.assignments or got.kills or got.sessions:
                     continue  # work came: poll again at once (the floor is for empty answers)
             if self.clock.monotonic() - t0 < POLL_FLOOR_S:
@@ -538,17 +539,20 @@ class Agent:
             with self._lock:
                 self.reregister_at = now + REREGISTER_RETRY_S
 
-    def _dispatch(self, got: Assignments) -> None:
+    def _dispatch(self, got: Assignments, instance: str = "") -> None:
+        """Act on one long poll's answer from controller `instance` (its id:
+        session and scan ids are numbered per controller run, so a restarted
+        controller's ids are new ones, though the same numbers)."""
         kills = set(got.kills)
         for job_id in kills:
             self._cancel(job_id, "")
         if got.sessions and not self.closed:  # sessions inside holds (rc shell / exec / cp)
-            sessions.dispatch_sessions(self, got.sessions)
+            sessions.dispatch_sessions(self, got.sessions, instance)
         for req in got.scans:  # survivor scans (rc clear, rc kill of a lost job)
-            if req.scan_id not in self._scans_seen:
+            if (instance, req.scan_id) not in self._scans_seen:
                 if len(self._scans_seen) >= 1024:  # each is handed out once anyway
                     self._scans_seen.clear()
-                self._scans_seen.add(req.scan_id)
+                self._scans_seen.add((instance, req.scan_id))
                 threading.Thread(
                     target=self._answer_scan, args=(req,), name="rc-scan", daemon=True
                 ).start()

@@ -49,18 +49,20 @@ class _Started:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.keys: set[tuple[int, int]] = set()
+        self.keys: set[tuple[str, int, int]] = set()
 
 
 _STARTED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def dispatch_sessions(agent, starts: tuple[SessionStart, ...]) -> None:
-    """Start each session the long poll handed over (once per agent), each on
-    its own thread."""
+def dispatch_sessions(agent, starts: tuple[SessionStart, ...], instance: str = "") -> None:
+    """Start each session the long poll of controller `instance` handed over
+    (once per agent), each on its own thread. A session is known by the
+    controller run that numbered it: a restarted controller numbers its
+    sessions from 1 again, and those are new ones."""
     reg = _STARTED.setdefault(agent, _Started())
     for st in starts:
-        key = (st.hold_id, st.session_id)
+        key = (instance, st.hold_id, st.session_id)
         with reg.lock:
             if key in reg.keys:
                 continue
