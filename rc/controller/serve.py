@@ -40,6 +40,31 @@ log = logging.getLogger("rc.serve")
 STATE_FILE = "controller.json"
 LOCK_FILE = "serve.lock"
 SHUTDOWN_GRACE_S = 5.0
+KEEP_ALIVE_S = 15.0
+"""How long an idle kept-alive connection stays open: longer than a worker's
+heartbeat interval (10 s by default), so that its connection is reused, and
+short, because Hypercorn notices a client that closed an idle connection only
+when this runs out: a burst of short connections (rc forward, rc exec) holds
+a descriptor each for this long (README "Limits")."""
+NOFILE_MAX = 1 << 20
+"""The most open files the controller raises its own soft limit to."""
+
+
+def raise_nofile_limit() -> int:
+    """Raise this process's soft RLIMIT_NOFILE to its hard limit (at most
+    NOFILE_MAX): a soft limit of 1024 runs out under a few hundred relayed
+    connections. Returns the soft limit in force; never raises."""
+    import resource
+
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        want = NOFILE_MAX if hard == resource.RLIM_INFINITY else min(hard, NOFILE_MAX)
+        if soft != resource.RLIM_INFINITY and soft < want:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+            soft = want
+        return soft
+    except (OSError, ValueError):
+        return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -154,6 +179,7 @@ async def _serve(cfg: ControllerConfig, ready_fd: int | None) -> None:
     if tls:
         check_tls_pair(cfg.certfile, cfg.keyfile)
     users = LocalUsers.parse(cfg.local_users)
+    raise_nofile_limit()
     lock_fd = lock_data_dir(cfg.data_dir)  # held until this process exits
     try:
         sock = bind(cfg.listen)
@@ -184,7 +210,7 @@ async def _serve(cfg: ControllerConfig, ready_fd: int | None) -> None:
     hc.accesslog = None
     hc.errorlog = logging.getLogger("rc.hypercorn")
     hc.graceful_timeout = SHUTDOWN_GRACE_S
-    hc.keep_alive_timeout = 75.0
+    hc.keep_alive_timeout = KEEP_ALIVE_S
     hc.include_server_header = False
     if tls:
         hc.certfile, hc.keyfile = cfg.certfile, cfg.keyfile
