@@ -27,21 +27,37 @@ from rc.proto.wire import (
     SubmitRequest,
 )
 
-__all__ = ["T0", "Lab"]
+__all__ = ["ENGINE", "T0", "Lab"]
 
 T0 = 1_800_000_000.0
+
+
+class _Engine:
+    """Which store engine a Lab made without `database=` uses: SQLite unless
+    the `engine` fixture (tests/conftest.py) set `new_database`, a function
+    returning (DSN of a fresh PostgreSQL database, a function dropping it)."""
+
+    new_database = None
+
+
+ENGINE = _Engine()
 
 
 class Lab:
     """A Controller (no background loops) over a fresh data dir, fake clock `now`.
 
-    `config` is passed on to ControllerConfig (thresholds, retention...).
+    `config` is passed on to ControllerConfig (thresholds, retention...);
+    without `database` the engine is ENGINE's (SQLite, or PostgreSQL under
+    the `engine` fixture's postgresql parameter).
     """
 
     def __init__(
         self, data: Path | None = None, *, aging: float = 0.0, cap: int = 0, **config
     ) -> None:
         self._own = data is None
+        self._drop = None
+        if "database" not in config and ENGINE.new_database is not None:
+            config["database"], self._drop = ENGINE.new_database()
         self.data = Path(data or tempfile.mkdtemp(prefix="rc-lab-"))
         self.now = T0
         self.loop = asyncio.new_event_loop()
@@ -54,6 +70,8 @@ class Lab:
     def close(self) -> None:
         self.run(self.ctl.stop())
         self.loop.close()
+        if self._drop is not None:
+            self._drop()
         if self._own:
             shutil.rmtree(self.data, ignore_errors=True)
 

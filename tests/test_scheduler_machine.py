@@ -38,6 +38,7 @@ from hypothesis.stateful import (
     invariant,
     precondition,
     rule,
+    run_state_machine_as_test,
 )
 
 from rc.controller.errors import Refused
@@ -533,5 +534,8 @@ class SchedulerMachine(RuleBasedStateMachine):
                     assert sum(1 for d in free if host(d) == h) < m.count, (m, free)
 
 
-SchedulerMachine.TestCase.settings = settings.get_profile("rc-scheduler-machine")
-TestScheduler = SchedulerMachine.TestCase
+def test_scheduler_machine(engine):
+    """The machine on each store engine (the engine fixture, tests/conftest.py)."""
+    run_state_machine_as_test(
+        SchedulerMachine, settings=settings.get_profile("rc-scheduler-machine")
+    )
