@@ -38,6 +38,7 @@ from rc.controller.store import devices, jobs, workers
 from rc.proto.model import JobKind, JobState, RecoveryProof, Role
 from rc.proto.wire import DeviceDecl, RegisterRequest, SubmitRequest
 from tests.inprocess import Lab
+from tests.pgcluster import engine_settings
 
 HOSTS = ("h0", "h1")
 DEVICES = ("cpu0", "cpu1")
@@ -397,4 +398,4 @@ FLEET_SETTINGS = settings(
 
 def test_fleet_machine(engine):
     """The machine on each store engine (the engine fixture, tests/conftest.py)."""
-    run_state_machine_as_test(FleetMachine, settings=FLEET_SETTINGS)
+    run_state_machine_as_test(FleetMachine, settings=engine_settings(engine, FLEET_SETTINGS))

@@ -45,6 +45,7 @@ from rc.controller.errors import Refused
 from rc.controller.store import jobs, views
 from rc.proto.model import JobKind, JobState
 from tests.inprocess import Lab
+from tests.pgcluster import engine_settings
 
 # Shrinking a failing run of this machine can take minutes; it is off unless
 # RC_HYPOTHESIS_SHRINK=1 (a failure is still replayed from hypothesis's database).
@@ -536,6 +537,5 @@ class SchedulerMachine(RuleBasedStateMachine):
 
 def test_scheduler_machine(engine):
     """The machine on each store engine (the engine fixture, tests/conftest.py)."""
-    run_state_machine_as_test(
-        SchedulerMachine, settings=settings.get_profile("rc-scheduler-machine")
-    )
+    base = settings.get_profile("rc-scheduler-machine")
+    run_state_machine_as_test(SchedulerMachine, settings=engine_settings(engine, base))

@@ -291,6 +291,17 @@ def migrate(conn: _Conn, where: str) -> None:
         raise
 
 
+WRITER_LOCK = 0x7263_0001
+"""The session advisory lock the writer connection holds while it is open:
+a second controller on the same database is refused at start. Only a
+guard, never leadership: it needs a session of its own (not a pooler in
+transaction mode) and is freed when that session ends."""
+
+
+def _take_writer_lock(conn: _Conn) -> bool:
+    return conn.execute("SELECT pg_try_advisory_lock(%s)", (WRITER_LOCK,)).fetchone()[0]
+
+
 def _run_read(conn: _Conn, fn: Callable, args: tuple, now: float) -> Any:
     conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
     try:
@@ -339,6 +350,11 @@ class PgDatabase(db.Database):
         try:
             self._writer = await loop.run_in_executor(None, self._connect)
             await self._on_thread(self._writer, migrate, self.path)
+            if not await self._on_thread(self._writer, _take_writer_lock):
+                raise StoreError(
+                    f"database {self.path} is in use by another rc serve (one controller "
+                    "per database: standby controllers are not there yet)"
+                )
             for _ in range(self.n_readers):
                 self._readers.append(await loop.run_in_executor(None, self._connect))
         except psycopg.Error as e:
