@@ -38,6 +38,9 @@ class _Engine:
     returning (DSN of a fresh PostgreSQL database, a function dropping it)."""
 
     new_database = None
+    by_data: dict[str, str] = {}  # noqa: RUF012 - one registry for the session
+    """Data dir given to a Lab → its database, so that a later Lab on that
+    dir (a controller restart) finds the state the first one left."""
 
 
 ENGINE = _Engine()
@@ -57,7 +60,12 @@ class Lab:
         self._own = data is None
         self._drop = None
         if "database" not in config and ENGINE.new_database is not None:
-            config["database"], self._drop = ENGINE.new_database()
+            if data is None:
+                config["database"], self._drop = ENGINE.new_database()
+            else:  # a Lab on the same data dir is the same controller again (a restart)
+                if str(data) not in ENGINE.by_data:
+                    ENGINE.by_data[str(data)] = ENGINE.new_database()[0]
+                config["database"] = ENGINE.by_data[str(data)]
         self.data = Path(data or tempfile.mkdtemp(prefix="rc-lab-"))
         self.now = T0
         self.loop = asyncio.new_event_loop()

@@ -101,3 +101,18 @@ WHERE state = 'unhealthy' AND quarantine_reason = 'worker_lost' AND worker_id = 
 -- name: events_tail
 -- The newest events at or after a time, at most ?, oldest first.
 SELECT * FROM (SELECT * FROM events WHERE at >= ? ORDER BY id DESC LIMIT ?) AS newest ORDER BY id
+
+-- name: job_insert_element
+-- An array element after its first, with its id given (the first's id plus its
+-- position); the columns after the id are job_insert's, then its array's.
+-- PostgreSQL: the id is given, so the identity sequence is moved past it (a
+-- later job_insert must not draw it again).
+WITH element AS (
+    INSERT INTO jobs (id, kind, state, submitter, token_name, selector, device_id, command, cwd,
+                      env, idempotency_key, request_digest, priority, max_runtime, idle_timeout,
+                      reason, stdio, submitted_at, queued_at, count, device_ids, unix_user, name,
+                      array_id, array_index, array_item)
+    VALUES (?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+    RETURNING id
+)
+SELECT setval(pg_get_serial_sequence('jobs', 'id'), id) FROM element
