@@ -6,7 +6,8 @@ Starts a controller and a worker with 4 CPU devices on loopback, then prints:
    fleet (the client stamps the time before sending the submit; the job's
    first act is `date +%s.%N` into a file);
 2. 1,000 `true` jobs end to end (8 submitting threads; from the first submit
-   to the last job's terminal state): jobs/s;
+   to the last job's terminal state): jobs/s, and the controller's HTTP
+   requests per job over them (rc_http_requests_total);
 3. kill → process gone: median over 20 kills of a running `sleep`;
 4. the wait of a 4-device job submitted amid a stream of 1-device jobs
    (half with a --max-runtime, half without) that keeps every device busy,
@@ -27,6 +28,7 @@ import os
 import statistics
 import threading
 import time
+import urllib.request
 import uuid
 from pathlib import Path
 
@@ -104,6 +106,19 @@ def throughput(url: str, token: str, total: int, threads: int = 8) -> tuple[floa
     wait(done, 600, "all jobs to finish", interval=0.02)
     elapsed = time.monotonic() - t0
     return total / elapsed, total / t_submitted
+
+
+def requests_served(url: str, token: str) -> dict[str, float]:
+    """The controller's rc_http_requests_total by side ("worker", "client")."""
+    req = urllib.request.Request(url + "/metrics", headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        text = r.read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("rc_http_requests_total{"):
+            side = line.split('side="', 1)[1].split('"', 1)[0]
+            out[side] = float(line.rsplit(" ", 1)[1])
+    return out
 
 
 def kill_latency(url: str, token: str, tmp: Path, n: int) -> list[float]:
@@ -219,10 +234,18 @@ def main() -> None:
             f"median {statistics.median(lat) * 1e3:.1f} ms, p99 {percentile(lat, 99) * 1e3:.1f} ms"
             f"   (target: median <= 10 ms, p99 <= 30 ms; Slurm here ~600 ms)"
         )
+        before = requests_served(url, token)
         rate, submit_rate = throughput(url, token, args.jobs)
+        after = requests_served(url, token)
         print(
             f"{args.jobs} short jobs end to end: {rate:.0f} jobs/s "
             f"(submissions alone: {submit_rate:.0f}/s)   (target >= 500; Slurm here ~47)"
+        )
+        per = {side: (after[side] - before.get(side, 0.0)) / args.jobs for side in after}
+        print(
+            f"requests per job over those jobs: {sum(per.values()):.2f} (worker "
+            f"{per.get('worker', 0):.2f}, client {per.get('client', 0):.2f}: the submit and "
+            "the bench's watching)   (target <= 1.2)"
         )
         kills = kill_latency(url, token, tmp, 20)
         print(

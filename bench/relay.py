@@ -11,10 +11,16 @@ device, then prints:
 2. keystroke round trip: `rc shell HOLD -- cat` under a pseudo-terminal;
    one byte typed, the time until the far terminal's echo of it comes back
    (client → controller → worker → remote PTY and back); median and p99 of
-   200.
+   200;
+3. `rc forward` into the hold, to a TCP server of this process on a
+   loopback port: MB/s of one connection each way (--mb MiB, sha256
+   checked), and connection setup: the time from connect() here to the
+   first byte of the far server's answer (the session's start, both sides'
+   relay halves, the worker's own connect), median and p99 of --conns.
 
-Target (README "Performance"): rc cp ≥ 150 MB/s, byte-exact. Usage:
-python bench/relay.py [--mb 1024] [--keys 200]
+Targets (README "Performance"): rc cp ≥ 150 MB/s, byte-exact; rc forward
+≥ 100 MB/s, connection setup ≤ 10 ms median. Usage:
+python bench/relay.py [--mb 1024] [--keys 200] [--conns 200]
 """
 
 from __future__ import annotations
@@ -22,10 +28,14 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import re
 import select
+import socket
+import socketserver
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -133,10 +143,100 @@ def keystrokes(env: dict, hold: int, n: int) -> list[float]:
         os.close(slave)
 
 
+BLOCK = os.urandom(1 << 20)
+
+
+class _Far(socketserver.BaseRequestHandler):
+    """The forwarded server: b"S" + MiB count: sends that many BLOCKs;
+    b"R": reads to end of file and answers the sha256 of what came;
+    b"P": answers b"p" (connection setup)."""
+
+    def handle(self) -> None:
+        sock = self.request
+        op = sock.recv(1)
+        if op == b"S":
+            n = int.from_bytes(sock.recv(4), "big")
+            for _ in range(n):
+                sock.sendall(BLOCK)
+        elif op == b"R":
+            h = hashlib.sha256()
+            while data := sock.recv(1 << 20):
+                h.update(data)
+            sock.sendall(h.hexdigest().encode())
+        elif op == b"P":
+            sock.sendall(b"p")
+
+
+class _Server(socketserver.ThreadingTCPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+def forwards(env: dict, hold: int, mb: int, conns: int) -> None:
+    far = _Server(("127.0.0.1", 0), _Far)
+    threading.Thread(target=far.serve_forever, daemon=True).start()
+    port = far.server_address[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rc", "forward", str(hold), f"0:{port}"],
+        env=env,
+        cwd=ROOT,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        line = proc.stderr.readline().decode()
+        local = int(re.search(r"forwarding 127\.0\.0\.1:(\d+)", line).group(1))
+        want = hashlib.sha256(BLOCK * mb).hexdigest()
+        with socket.create_connection(("127.0.0.1", local)) as s:
+            t0 = time.monotonic()
+            s.sendall(b"S" + mb.to_bytes(4, "big"))
+            h, got = hashlib.sha256(), 0
+            while data := s.recv(1 << 20):
+                h.update(data)
+                got += len(data)
+            down = time.monotonic() - t0
+        assert got == mb << 20 and h.hexdigest() == want, "forward download not byte-exact"
+        with socket.create_connection(("127.0.0.1", local)) as s:
+            t0 = time.monotonic()
+            s.sendall(b"R")
+            for _ in range(mb):
+                s.sendall(BLOCK)
+            s.shutdown(socket.SHUT_WR)
+            answer = b""
+            while data := s.recv(100):
+                answer += data
+            up = time.monotonic() - t0
+        assert answer.decode() == want, "forward upload not byte-exact"
+        size = (mb << 20) / 1e6
+        print(
+            f"rc forward {size:,.0f} MB down, one connection: {size / down:7.1f} MB/s (target >= 100)"
+        )
+        print(
+            f"rc forward {size:,.0f} MB up, one connection:   {size / up:7.1f} MB/s (target >= 100)"
+        )
+        ms = []
+        for _ in range(conns):
+            t0 = time.perf_counter()
+            with socket.create_connection(("127.0.0.1", local)) as s:
+                s.sendall(b"P")
+                assert s.recv(1) == b"p"
+                ms.append((time.perf_counter() - t0) * 1000)
+        print(
+            f"rc forward connection setup ({len(ms)}): median {statistics.median(ms):.2f} ms "
+            f"(target <= 10), p99 {percentile(ms, 99):.2f} ms"
+        )
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        far.shutdown()
+        far.server_close()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mb", type=int, default=1024, help="size of the copied file in MiB")
     ap.add_argument("--keys", type=int, default=200, help="keystrokes timed")
+    ap.add_argument("--conns", type=int, default=200, help="forward connections timed")
+    ap.add_argument("--only-forward", action="store_true", help="rc forward's figures alone")
     args = ap.parse_args()
     with fleet(devices=2, worker_config='kill_grace = "1s"\n') as (url, _admin, token, tmp, *_):
         env = {k: v for k, v in os.environ.items() if not k.startswith("RC_")}
@@ -169,12 +269,14 @@ def main() -> None:
                 capture_output=True,
             ).stdout
         )
-        copies(env, tmp, hold, args.mb)
-        ms = [t * 1000 for t in keystrokes(env, hold, args.keys)]
-        print(
-            f"keystroke round trip ({len(ms)} keys): median {statistics.median(ms):.2f} ms, "
-            f"p99 {percentile(ms, 99):.2f} ms"
-        )
+        if not args.only_forward:
+            copies(env, tmp, hold, args.mb)
+            ms = [t * 1000 for t in keystrokes(env, hold, args.keys)]
+            print(
+                f"keystroke round trip ({len(ms)} keys): median {statistics.median(ms):.2f} ms, "
+                f"p99 {percentile(ms, 99):.2f} ms"
+            )
+        forwards(env, hold, args.mb, args.conns)
 
 
 if __name__ == "__main__":

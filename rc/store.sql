@@ -93,6 +93,16 @@ CREATE TABLE jobs (
     array_index       INTEGER
         CHECK ((array_index IS NULL) = (array_id IS NULL) AND (array_index IS NULL OR array_index BETWEEN 0 AND 1000000)),
     array_item        TEXT NOT NULL DEFAULT '' CHECK (array_item = '' OR array_id IS NOT NULL),
+    -- schema 5: sessions opened in a hold (the ledger's idle hold hours)
+    sessions          INTEGER NOT NULL DEFAULT 0 CHECK (sessions >= 0),
+    -- schema 7: requeued after a hardware failure (when opted in, at most
+    -- 3 times: RC_RESTART_COUNT), never again onto excluded_device_ids (JSON)
+    requeue_on_hardware INTEGER NOT NULL DEFAULT 1 CHECK (requeue_on_hardware IN (0, 1)),
+    restart_count     INTEGER NOT NULL DEFAULT 0 CHECK (restart_count BETWEEN 0 AND 3),
+    excluded_device_ids TEXT NOT NULL DEFAULT '[]' CHECK (json_type(excluded_device_ids) = 'array'),
+    -- the max runtime it asked for (max_runtime becomes its devices' bound
+    -- when assigned; a requeued job asks again)
+    runtime_asked     INTEGER NOT NULL DEFAULT 0 CHECK (runtime_asked >= 0),
     CHECK (selector != '' OR device_id != ''),
     CHECK (kind = 'job' OR (cwd = '' AND env = '{}' AND idle_timeout = 0 AND stdio = '')),
     CHECK ((state IN ('succeeded', 'failed', 'killed', 'lost')) = (finished_at IS NOT NULL))
@@ -156,6 +166,7 @@ CREATE UNIQUE INDEX leases_one_live_per_device ON leases (device_id) WHERE relea
 CREATE INDEX leases_live_expiry ON leases (expires_at) WHERE released_at IS NULL;
 CREATE INDEX leases_by_job ON leases (job_id);
 CREATE INDEX leases_by_device ON leases (device_id, job_id DESC);
+CREATE INDEX leases_by_released ON leases (released_at);
 
 -- The topology of a host's GPUs (schema 2): how each pair of its devices is
 -- connected (rc.proto.model.Link, from `nvidia-smi topo -m`), as its worker
@@ -205,7 +216,8 @@ CREATE TABLE events (
         'device_unhealthy', 'verify_failed', 'worker_lost', 'job_lost', 'lease_expired',
         'watchdog_trip', 'device_recovered', 'recovery_refused', 'device_cleared',
         'device_retired', 'device_drained', 'device_undrained', 'job_killed',
-        'submitted_as', 'token_created', 'token_revoked')),
+        'submitted_as', 'token_created', 'token_revoked', 'hold_idle_warning',
+        'hold_reclaimed', 'job_requeued')),
     device_id TEXT NOT NULL DEFAULT '',
     job_id    INTEGER,
     actor     TEXT NOT NULL DEFAULT '',
@@ -213,6 +225,14 @@ CREATE TABLE events (
 ) STRICT;
 
 CREATE INDEX events_by_time ON events (at);
+
+-- A hold's idle rule (schema 6, README "Holds: the idle rule"): its idle
+-- timeout in seconds, 0 for off. A hold with no row has no rule (a job's
+-- own idle_timeout, "no output for D", stays 0 on a hold).
+CREATE TABLE hold_idle (
+    job_id  INTEGER PRIMARY KEY REFERENCES jobs (id),
+    timeout INTEGER NOT NULL CHECK (timeout >= 0)     -- seconds; 0: off
+) STRICT;
 
 -- API tokens: only the sha256 of the secret is stored.
 CREATE TABLE tokens (
@@ -231,3 +251,10 @@ CREATE TABLE tokens (
 
 -- A name is unique among tokens that are not revoked.
 CREATE UNIQUE INDEX tokens_live_name ON tokens (name) WHERE revoked_at IS NULL;
+
+-- Fair-share weights (schema 5): a user with no row has weight 1.
+CREATE TABLE share_weights (
+    user       TEXT PRIMARY KEY CHECK (user != ''),
+    weight     REAL NOT NULL CHECK (weight > 0 AND weight <= 1000),
+    updated_at REAL NOT NULL
+) STRICT, WITHOUT ROWID;

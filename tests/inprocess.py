@@ -52,10 +52,18 @@ class Lab:
     `config` is passed on to ControllerConfig (thresholds, retention...);
     without `database` the engine is ENGINE's (SQLite, or PostgreSQL under
     the `engine` fixture's postgresql parameter).
+    `now`: the clock when the controller starts (a restart on the same data
+    starts later than T0).
     """
 
     def __init__(
-        self, data: Path | None = None, *, aging: float = 0.0, cap: int = 0, **config
+        self,
+        data: Path | None = None,
+        *,
+        aging: float = 0.0,
+        cap: int = 0,
+        now: float = T0,
+        **config,
     ) -> None:
         self._own = data is None
         self._drop = None
@@ -67,8 +75,9 @@ class Lab:
                     ENGINE.by_data[str(data)] = ENGINE.new_database()[0]
                 config["database"] = ENGINE.by_data[str(data)]
         self.data = Path(data or tempfile.mkdtemp(prefix="rc-lab-"))
-        self.now = T0
+        self.now = now
         self.loop = asyncio.new_event_loop()
+        config.setdefault("max_user_priority", 10)  # tests of the policy give their own
         cfg = ControllerConfig(
             data_dir=str(self.data), aging=aging, max_devices_per_user=cap, **config
         )
@@ -116,6 +125,12 @@ class Lab:
         )
         self.write(workers.register, req, self.ctl.match_cache, self.ctl.thresholds)
 
+    def heartbeat(self, host: str, named: tuple[int, ...] = ()):
+        """A heartbeat as POST /v1/workers/{host}/heartbeat makes it
+        (Controller.heartbeat: coalesced unless it changes state). Returns
+        (jobs to stop, hold ttls)."""
+        return self.run(self.ctl.heartbeat(host, tuple(named)))
+
     # -- jobs ------------------------------------------------------------------
 
     def submit(self, who: str = "alice", **fields) -> tuple[int, bool]:
@@ -130,7 +145,10 @@ class Lab:
             Caller(0, who, Role.USER),
             self.ctl.cfg.limits,
             self.ctl.policy.cap,
+            self.ctl.cfg.max_user_priority,
         )
+        if self.ctl.policy.shares is not None:
+            self.ctl.policy.shares.note_submitter(new.submitter)
         return self.write(jobs.enqueue, new, self.ctl.match_cache)
 
     def job(self, job_id: int) -> Job:

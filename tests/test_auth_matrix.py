@@ -268,6 +268,10 @@ CALLS = [
         lambda w: (f"/v1/tokens/{_victim(w)}", None),
     ),
     Call("GET", "/v1/events", lambda w: ("/v1/events", None)),
+    Call("GET", "/v1/usage", lambda w: ("/v1/usage", None)),
+    Call("GET", "/v1/usage/chart.svg", lambda w: ("/v1/usage/chart.svg", None)),
+    Call("GET", "/v1/shares", lambda w: ("/v1/shares", None)),
+    Call("POST", "/v1/shares/{user}", lambda w: ("/v1/shares/carol", {"weight": 2})),
     Call(
         "GET",
         "/v1/events/stream",
@@ -466,6 +470,7 @@ def test_the_table_opens_nothing_by_accident():
         ("POST", "/v1/tokens"),
         ("GET", "/v1/tokens"),
         ("DELETE", "/v1/tokens/{name}"),
+        ("POST", "/v1/shares/{user}"),
         ("POST", "/v1/devices/{device_id}/clear"),
         ("DELETE", "/v1/devices/{device_id}"),
         ("POST", "/v1/devices/{device_id}/drain"),

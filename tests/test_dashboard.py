@@ -12,6 +12,7 @@ import base64
 import hashlib
 import re
 import struct
+import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -452,6 +453,35 @@ def test_the_page_words_an_end_reason_as_the_cli_does(site, browser):
     assert got == want
 
 
+def test_a_hold_shows_its_idle_clock_and_when_it_is_released(site, browser):
+    """README "Holds: the idle rule": the device row of a hold under the rule."""
+    signed_in(browser, site.ctl.url, site.alice)
+    alice = site.ctl.client(site.alice)
+    hold = alice.post(
+        "/v1/jobs",
+        {
+            "kind": "hold",
+            "selector": "*",  # earlier tests may have left one device out of the pool
+            "max_runtime_seconds": 7200,
+            "reason": "notebook",
+            "hold_idle_timeout_seconds": 3600,
+        },
+    )
+    try:
+        wait_until(lambda: job(alice, hold["job"]["id"])["state"] == "running", 20, "the hold")
+        device = job(alice, hold["job"]["id"])["device_id"]
+        wait_until(
+            lambda: re.search(
+                r"idle \d+s · released at \d\d?:\d\d(:\d\d)?( [AP]M)? if unused",
+                text_of(browser, row(device)),
+            ),
+            20,
+            f"the idle clock of hold {hold['job']['id']}",
+        )
+    finally:
+        alice.post(f"/v1/jobs/{hold['job']['id']}/kill")
+
+
 def test_the_page_says_stale_when_the_controller_goes_away(site, browser):
     signed_in(browser, site.ctl.url, site.ctl.admin_token)
     wait_until(lambda: text_of(browser, "#conn") == "Live", 10, "the live stream")
@@ -461,3 +491,50 @@ def test_the_page_says_stale_when_the_controller_goes_away(site, browser):
     assert js(browser, "return !document.getElementById('stale-banner').hidden")
     assert "cannot be reached" in text_of(browser, "#stale-banner")
     assert js(browser, "return document.body.classList.contains('stale')")
+
+
+def test_the_usage_view_draws_the_right_bars_for_a_known_history(browser, tmp_path, env):
+    """A history made on the in-process controller's clock (two and one days
+    ago), then served by a real rc serve: the page draws one bar per user and
+    day with the ledger's device-seconds, bob's 3 device-hours 1.5 times as
+    tall as alice's 2; the usage view is screenshotted."""
+    from tests.inprocess import Lab
+    from tests.test_usage import _known_days
+
+    data = tmp_path / "history"
+    today = time.time() // 86400 * 86400
+    lb = Lab(data)
+    try:
+        _known_days(lb, today)
+    finally:
+        lb.close()
+    ctl = Controller(data, env).start()
+    try:
+        signed_in(browser, ctl.url, ctl.admin_token)
+        day = lambda k: time.strftime("%Y-%m-%d", time.gmtime(today - k * 86400))
+        bar = '#usage rect[data-day="{}"][data-user="{}"]'
+
+        def bars():
+            got = js(
+                browser,
+                "return [...document.querySelectorAll('#usage rect[data-user]')].map("
+                "r => [r.dataset.day, r.dataset.user, +r.dataset.seconds, +r.getAttribute('height')])",
+            )
+            return got or None
+
+        got = wait_until(bars, 20, "the usage picture")
+        assert {(d, u): s for d, u, s, _ in got} == {
+            (day(2), "alice"): 7200,
+            (day(1), "bob"): 10800,
+            (day(1), "carol"): 600,
+        }
+        height = {(d, u): h for d, u, _, h in got}
+        assert height[(day(1), "bob")] / height[(day(2), "alice")] == pytest.approx(1.5)
+        assert js(browser, f"return !!document.querySelector('{bar.format(day(1), 'bob')} title')")
+        assert js(browser, "return window.__pwned === undefined")
+        js(browser, "document.getElementById('usage').scrollIntoView()")
+        path = tmp_path / "usage.png"
+        assert browser.save_screenshot(str(path))
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    finally:
+        ctl.stop()

@@ -50,5 +50,6 @@ def test_the_readme_refusals_at_submit_are_400s():
     text = (REPO / "README.md").read_text()
     table = text[text.index("| code (HTTP 400) | when |") : text.index("### Runtime ceilings")]
     codes = re.findall(r"^\| `([a-z_]+)` \|", table, re.MULTILINE)
-    assert len(codes) == 7, codes  # the five of one device, and bad counts or pins, the cap
+    # the five of one device, the priority policy, bad counts or pins, the cap
+    assert len(codes) == 8, codes
     assert {STATUS[ErrorCode(c)] for c in codes} == {400}

@@ -99,6 +99,19 @@ def test_zipapp_holds_proto_worker_cli_only(pyz):
     assert any(n.startswith("rc/cli/") for n in names)
     assert any(n.startswith("rc/proto/") for n in names)
     assert not [n for n in names if n.startswith("rc/controller")]
+    assert "rc/worker/health_rules.json" in names  # the worker reads it at start
+
+
+def test_the_zipapp_reads_its_health_rules(pyz, tmp_path):
+    code = (
+        f"import sys; sys.path.insert(0, {str(pyz)!r}); from rc.worker import health; "
+        "print(len(health.load_rules().xids))"
+    )
+    res = subprocess.run(
+        [BARE_PY, "-I", "-c", code], capture_output=True, timeout=30, cwd=tmp_path, check=False
+    )
+    assert res.returncode == 0, res.stderr
+    assert int(res.stdout) > 0
 
 
 def test_zipapp_runs_under_isolated_python(pyz, tmp_path):

@@ -245,7 +245,7 @@ def test_extend_gives_a_hold_more_time_up_to_its_ceiling(
 
 def test_rerun_submits_a_copy_with_a_new_id(fleet, cli, controller):
     res = cli.run(
-        "run", "--name", "seed-3", "-e", "SEED=3", "--priority", "2", "--",
+        "run", "--name", "seed-3", "-e", "SEED=3", "--priority", "-2", "--",
         "sh", "-c", 'echo "seed $SEED $RC_JOB_NAME"; exit 4',
     )  # fmt: skip
     assert res.returncode == 4

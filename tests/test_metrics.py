@@ -66,6 +66,19 @@ def test_empty_store_gives_every_series_at_zero(tmp_path):
     assert value(m, "rc_relay_sessions") == 0
     assert value(m, "rc_webhook_dropped_total") == 0
     assert value(m, "rc_events_total", kind="token_created") == 1  # the bootstrap admin token
+    assert value(m, "rc_http_requests_total", side="worker") == 0
+    assert value(m, "rc_http_requests_total", side="client") == 0
+
+
+def test_http_requests_are_counted_by_side(tmp_path):
+    async def body(ctl):
+        for path in ("/v1/workers/box/heartbeat", "/v1/workers/box/assignments", "/v1/jobs"):
+            ctl.metrics.count_request(path)
+        return parse((await ctl.metrics.render()).decode())
+
+    m = run_in_process(tmp_path, body)
+    assert value(m, "rc_http_requests_total", side="worker") == 2
+    assert value(m, "rc_http_requests_total", side="client") == 1
 
 
 def test_hooks_report_what_others_plug_in_and_a_broken_one_is_left_out(tmp_path, caplog):
@@ -123,7 +136,8 @@ def scrape(url: str, token: str | None) -> tuple[int, str]:
 
 
 @pytest.mark.e2e
-def test_metrics_match_the_store(controller, make_worker, tmp_path):
+def test_metrics_match_the_store(make_controller, make_worker, tmp_path):
+    controller = make_controller("--max-user-priority", "5")  # alice asks for 5 below
     conf = tmp_path / "worker.toml"
     conf.write_text('kill_grace = "1s"\n')
     worker_token = controller.token("worker-box", "worker")
@@ -197,3 +211,10 @@ def test_metrics_match_the_store(controller, make_worker, tmp_path):
     assert value(m, "rc_sse_subscribers") == 0
     assert value(m, "rc_job_start_latency_seconds_sum") >= 0
     assert value(m, "rc_job_start_latency_seconds_bucket", le="+Inf") == 3
+    # two jobs and the hold were granted devices: three waits
+    assert value(m, "rc_queue_wait_seconds_count") == 3
+    # the store's device-time: the ledger's and the counter's are one number
+    used = admin.get("/v1/usage", params={"since": "1d"})
+    alice_row = next(r for r in used["rows"] if r["key"] == "alice")
+    counted = value(m, "rc_device_seconds_total", user="alice")
+    assert counted > 0 and abs(counted - alice_row["device_seconds"]) < 5.0

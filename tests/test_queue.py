@@ -22,7 +22,7 @@ pytestmark = pytest.mark.e2e
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory, pyz):
     tmp = tmp_path_factory.mktemp("queue")
-    ctl, w, env = start_fleet(tmp, pyz, [])
+    ctl, w, env = start_fleet(tmp, pyz, ["--max-user-priority", "5"])  # alice asks for 5
     yield (
         ctl,
         {name: Cli(ctl.url, ctl.token(name), env, tmp) for name in ("alice", "bob")},

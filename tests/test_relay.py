@@ -159,6 +159,26 @@ def test_per_user_session_limit():
     run(go())
 
 
+def test_forward_connections_have_their_own_per_user_limit():
+    async def go():
+        r = Relay(60, 1, forwards_per_user=2)
+        fwd = SessionRequest(Stdio.PIPE, port=8888)
+        r.open_in_hold(5, ("box:cpu0",), "box", "alice", SessionRequest(Stdio.PIPE, ("cat",)))
+        a = r.open_in_hold(5, ("box:cpu0",), "box", "alice", fwd)
+        r.open_in_hold(5, ("box:cpu0",), "box", "alice", fwd)
+        assert a.start.port == 8888 and a.forward
+        with pytest.raises(Refused) as e:
+            r.open_in_hold(5, ("box:cpu0",), "box", "alice", fwd)
+        assert e.value.status == 429 and "2 forward connections" in e.value.message
+        with pytest.raises(Refused) as e:
+            r.open_in_hold(5, ("box:cpu0",), "box", "alice", SessionRequest(Stdio.PIPE, ("ls",)))
+        assert "1 terminal or pipe sessions" in e.value.message
+        r.finish(a, "the connection was closed")
+        r.open_in_hold(5, ("box:cpu0",), "box", "alice", fwd)  # an ended one frees its place
+
+    run(go())
+
+
 def test_hold_session_is_handed_out_until_acknowledged_and_keeps_its_outcome():
     async def go():
         clock = Clock()

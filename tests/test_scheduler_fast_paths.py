@@ -18,7 +18,7 @@ from rc.controller.planner import (
     effective_priority,
     plan,
 )
-from rc.controller.store import db
+from rc.controller.store import db, queue
 from rc.proto.model import DeviceState
 
 DEVICES = [f"h:d{i}" for i in range(5)] + [f"g:d{i}" for i in range(3)]
@@ -105,9 +105,14 @@ def test_settled_pass_assigns_like_the_full_plan(jobs, slots, aging, cap, usage)
     assert fast.assignments == full.assignments
 
 
+adjust_st = st.dictionaries(st.sampled_from(["ann", "bob", "cy"]), st.integers(1, 10))
+
+
 @settings(max_examples=100, deadline=None)
-@given(st.lists(job_st, max_size=30).map(_unique), st.sampled_from([0.0, 1.0, 600.0]))
-def test_sqlite_orders_the_queue_like_effective_priority(tmp_path_factory, jobs, aging):
+@given(st.lists(job_st, max_size=30).map(_unique), st.sampled_from([0.0, 1.0, 600.0]), adjust_st)
+def test_sqlite_orders_the_queue_like_effective_priority(tmp_path_factory, jobs, aging, adjust):
+    """The queue SQLite orders (fair-share adjustments included) is the one
+    plan() orders."""
     path = tmp_path_factory.mktemp("order") / "rc.db"
     conn = sqlite3.connect(path, isolation_level=None)
     conn.row_factory = sqlite3.Row
@@ -125,11 +130,14 @@ def test_sqlite_orders_the_queue_like_effective_priority(tmp_path_factory, jobs,
     now = 20_000.0
     got = [
         r["id"]
-        for r in conn.execute(db.QUERIES["queued_jobs_ordered"], {"now": now, "aging": aging})
+        for r in conn.execute(
+            db.QUERIES["queued_jobs_ordered"],
+            {"now": now, "aging": aging, "adjust": queue.adjust_param(adjust)},
+        )
     ]
     want = [
         j.id
-        for j in sorted(jobs, key=lambda j: (-effective_priority(j, now, aging), j.id))
+        for j in sorted(jobs, key=lambda j: (-effective_priority(j, now, aging, adjust), j.id))
         if not j.device_ids
     ]
     conn.close()

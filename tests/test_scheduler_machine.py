@@ -6,8 +6,11 @@ small pure-Python model of the rules (docs/design.md#testing; README
 Steps: submits (pinned to one device or to a list, selector jobs of 1..5
 devices, priorities, holds, idempotency keys, bad requests), completions,
 kills (queued and running, by the owner and by someone else), a host
-reboot, the running report, time passing (each followed by a scheduling
-tick). After every step the real state must agree with the model and:
+reboot, the running report, a GPU health fault of a free device, a
+hardware failure of an active job (its device faulted, the report naming
+it: a selector job goes back to the queue in its old place, at most 3
+times, never again onto that device), time passing (each followed by a
+scheduling tick). After every step the real state must agree with the model and:
 - at most one live lease per device; a job's live leases are exactly its
   devices, all on one host (granted together, released together);
 - a job only ever lands on devices its target matches (checked against a
@@ -19,7 +22,11 @@ tick). After every step the real state must agree with the model and:
   reserved device only when its bound ends before they are expected free;
   the per-user cap counts devices;
 - no queued job has enough free, unreserved devices on one host;
-- the queue is shown in scheduling order; terminal states never change.
+- the queue is shown in scheduling order; terminal states never change;
+- a device with an open fault (a GPU health rule's) is never assigned nor
+  reserved, and a reboot does not return it;
+- a job requeued after a hardware failure holds no lease while queued and
+  never lands on a device excluded for it.
 """
 
 from __future__ import annotations
@@ -42,8 +49,10 @@ from hypothesis.stateful import (
 )
 
 from rc.controller.errors import Refused
+from rc.controller.store import devices as store_devices
 from rc.controller.store import jobs, views
-from rc.proto.model import JobKind, JobState
+from rc.proto.model import RESTARTS_MAX, JobKind, JobState
+from rc.proto.wire import JobReport
 from tests.inprocess import Lab
 from tests.pgcluster import engine_settings
 
@@ -135,13 +144,16 @@ class MJob:
     runtime: int = 0  # the bound it got when assigned (0: none)
     since: float = 0.0  # assigned, then reported running
     running: bool = False
+    kind: JobKind = JobKind.JOB
+    restarts: int = 0  # requeued after a hardware failure
+    excluded: frozenset[str] = frozenset()  # the faulty devices of its earlier runs
 
     def eff(self, now: float, aging: float) -> int:
         return self.prio + (int((now - self.queued_at) // aging) if aging > 0 else 0)
 
     def candidates(self) -> list[str]:
         pool = self.pins or sorted(self.targets, key=natural)
-        return [d for d in pool if fits(self.ask, CEILING[d])]
+        return [d for d in pool if fits(self.ask, CEILING[d]) and d not in self.excluded]
 
     def end(self) -> float:
         return self.since + self.runtime if self.runtime else math.inf
@@ -158,6 +170,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.reservations: dict[int, tuple[tuple[str, ...], float]] = {}
         self.final: dict[int, JobState] = {}
         self.boots = 1
+        self.faulted: set[str] = set()
 
     @initialize(aging=st.sampled_from([60.0, 60.0, 0.0]), cap=st.sampled_from([0, 0, 1]))
     def start(self, aging, cap):
@@ -176,7 +189,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         now = self.lab.now
         active = [j for j in self.jobs.values() if j.state == "active"]
         busy = {d: j for j in active for d in j.devices}
-        free = {d for d in DEVICES if d not in busy}
+        free = {d for d in DEVICES if d not in busy and d not in self.faulted}
         taken_end: dict[str, float] = {}
         used = {u: sum(len(j.devices) for j in active if j.who == u) for u in USERS}
         reserved: dict[str, float] = {}  # device → when its reserver expects it free
@@ -228,7 +241,11 @@ class SchedulerMachine(RuleBasedStateMachine):
             ):  # reserve where `count` of its candidates free soonest
                 best = None
                 for h in HOSTS:
-                    pool = [d for d in cands if host(d) == h and d not in reserved]
+                    pool = [
+                        d
+                        for d in cands
+                        if host(d) == h and d not in reserved and d not in self.faulted
+                    ]
                     if len(pool) < j.count or (j.pins and len(pool) < len(j.pins)):
                         continue
                     soonest = sorted(pool, key=lambda d: (end(d), natural(d)))[: j.count]
@@ -340,7 +357,15 @@ class SchedulerMachine(RuleBasedStateMachine):
         pins = (target[1],) if target[0] == "dev" else target[1] if target[0] == "pins" else ()
         targets = frozenset(MATCHES[target[1]]) if target[0] == "sel" else frozenset(pins)
         self.jobs[job_id] = MJob(
-            job_id, who, prio, self.lab.now, targets, ask, len(pins) or count, tuple(pins)
+            job_id,
+            who,
+            prio,
+            self.lab.now,
+            targets,
+            ask,
+            len(pins) or count,
+            tuple(pins),
+            kind=kind,
         )
         if key is not None:
             self.keys[key] = (sig, job_id)
@@ -424,6 +449,50 @@ class SchedulerMachine(RuleBasedStateMachine):
                 j.state = "done"
         self.model_pass()
 
+    @rule(data=st.data())
+    def health_fault(self, data):
+        """A GPU health rule faults a device no job holds (rc.worker.health):
+        out of the pool until an admin clears it (a reboot does not)."""
+        busy = {d for j in self.jobs.values() if j.state == "active" for d in j.devices}
+        pool = [d for d in DEVICES if d not in busy and d not in self.faulted]
+        if not pool:
+            return
+        d = data.draw(st.sampled_from(pool))
+        why = f"health: xid-79 on {d}: GPU has fallen off the bus (kernel: NVRM: Xid 79)"
+        self.lab.write(store_devices.fault, d, why, None, host(d))
+        self.faulted.add(d)
+        self.lab.kick()
+        self.model_pass()
+
+    @precondition(lambda self: self._has("active"))
+    @rule(data=st.data())
+    def hardware_failure(self, data):
+        """An Xid on one GPU of an active job: the worker faults the device,
+        then reports the job failed by the hardware (rc.worker.health). A
+        selector job restarted fewer than RESTARTS_MAX times goes back to
+        the queue in its old place, never again onto that device; a pinned
+        job or a hold ends."""
+        j = self._pick(data, "active")
+        d = data.draw(st.sampled_from(j.devices))
+        worker = self.lab.job(j.id).worker_id
+        why = f"health: xid-79 on {d}: GPU has fallen off the bus (kernel: NVRM: Xid 79)"
+        self.lab.write(store_devices.fault, d, why, j.id, host(d))
+        self.faulted.add(d)
+        cause = f"Xid 79 on {d}: GPU has fallen off the bus"
+        report = JobReport(
+            j.id, JobState.FAILED, 1, f"cause: hardware ({cause})", None, cause, (d,)
+        )
+        [(_, code, msg)] = self.lab.write(jobs.apply_reports, worker, [report]).results
+        assert not code, msg
+        if j.kind is JobKind.JOB and not j.pins and j.restarts < RESTARTS_MAX:
+            j.state, j.devices, j.running = "queued", (), False
+            j.restarts += 1
+            j.excluded = j.excluded | {d}
+        else:
+            j.state = "done"
+        self.lab.kick()
+        self.model_pass()
+
     @rule(dt=st.sampled_from([1.0, 30.0, 61.0, 600.0]))
     def time_passes(self, dt):
         self.lab.now += dt
@@ -475,6 +544,9 @@ class SchedulerMachine(RuleBasedStateMachine):
             }
 
         real = self.lab.read(read)
+        for d in self.faulted:  # an open fault: out, never assigned, never reserved
+            assert real["devices"][d] == "unhealthy", (d, real["devices"][d])
+            assert d not in real["reserved"], d
         self.agrees_with_the_model(real["jobs"])
         self.leases_go_with_their_job(real["leases"], real["devices"])
         self.nothing_waits_beside_enough_free_devices(real)
@@ -500,6 +572,7 @@ class SchedulerMachine(RuleBasedStateMachine):
                 assert devices == m.devices, (job_id, devices, m.devices)
                 assert len(devices) == m.count and len({host(d) for d in devices}) == 1
                 assert set(devices) <= m.targets, (job_id, devices, m.targets)
+                assert not set(devices) & m.excluded, (job_id, devices, m.excluded)
                 assert all(fits(m.ask, CEILING[d]) for d in devices), (job_id, devices)
                 assert runtime == m.runtime
 

@@ -105,3 +105,16 @@ def test_draining_and_unhealthy_devices_are_not_handed_out():
     assert p.assignments == []
     # nothing can be promised of a device out of the pool: none is reserved
     assert p.reserved == {} and p.reservations == {}
+
+
+def test_a_job_requeued_after_a_hardware_failure_never_gets_its_excluded_devices():
+    from dataclasses import replace
+
+    slots = fleet(d0=READY, d1=READY)
+    m = {"all": frozenset({"d0", "d1"})}
+    again = replace(job(1), excluded=("d0",))  # d0 failed it (cleared since)
+    p = plan([again, job(2)], slots, m, now=0)
+    assert p.assignments == [(1, ("d1",)), (2, ("d0",))]
+    assert p.candidates[1] == ("d1",)
+    alone = plan([replace(job(1), excluded=("d0", "d1"))], slots, m, now=0)
+    assert alone.assignments == [] and alone.candidates[1] == ()  # it waits

@@ -67,6 +67,22 @@ def test_every_override_names_a_query_of_queries_sql():
     assert pg.PG_OVERRIDES and pg.PG_OVERRIDES <= set(db.QUERIES)
 
 
+def _placeholders(sql: str) -> list[str]:
+    """The parameters a translated statement takes: each `%s` as "?", each
+    named one once, in a sorted list."""
+    plain = re.findall(r"(?<!%)%s", sql.replace("%%", ""))
+    named = set(re.findall(r"%\((\w+)\)s", sql))
+    return ["?"] * len(plain) + sorted(named)
+
+
+def test_every_override_takes_the_parameters_of_its_query():
+    """An override drifts when its query gains a column on main (as
+    job_insert_element did with schema 7): it must take the same parameters."""
+    for name in sorted(pg.PG_OVERRIDES):
+        want = _placeholders(pg.translate(db.QUERIES[name])[0])
+        assert _placeholders(pg.PG_QUERIES[name][0]) == want, name
+
+
 @pytest.mark.parametrize(
     "sql,want",
     [

@@ -18,7 +18,12 @@ from rc.controller.config import ControllerConfig, Limits
 from rc.proto.duration import format_duration
 
 # flags whose value is not a ControllerConfig field of the same name
-RENAMED = {"data": "data_dir", "log_cap": ("limits", "log_cap_bytes")}
+RENAMED = {
+    "data": "data_dir",
+    "log_cap": ("limits", "log_cap_bytes"),
+    "hold_idle_timeout": ("limits", "hold_idle_timeout"),
+    "hold_idle_timeout_max": ("limits", "hold_idle_timeout_max"),
+}
 NOT_CONFIG = {"verb", "handler", "usage_prog", "ready_fd", "rest"}
 
 

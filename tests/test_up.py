@@ -569,3 +569,38 @@ def test_a_second_one_box_comes_back_on_its_own_port_named_by_rc_controller(user
         assert res.returncode == 0 and res.stdout == b"hello from box2:cpu0\n", res.stderr
     finally:
         second.run("down", "--data", str(d2), timeout=120)
+
+
+def test_up_passes_every_scheduling_option_to_its_controller(user, env):
+    up = user.run(
+        "up", "-d", "--listen", "127.0.0.1:0", "--devices", "1", "--aging", "5m",
+        "--max-devices-per-user", "1", "--max-user-priority", "3", "--fair-share", "7d",
+        timeout=120,
+    )  # fmt: skip
+    assert up.returncode == 0, up.stderr
+    shares = json.loads(user.run("share", "-o", "json", check=True).stdout)
+    assert shares["half_life_seconds"] == 7 * 86400
+    res = user.run("run", "--detach", "--priority", "4", "--", "true")
+    assert res.returncode == 1 and b"limit of 3" in res.stderr, res.stderr
+    res = user.run("run", "--detach", "-n", "2", "--", "true")
+    assert res.returncode == 1 and b"per-user cap of 1" in res.stderr, res.stderr
+    hold = int(user.run("hold", "--ttl", "1h", "--reason", "r", "--detach", check=True).stdout)
+    wait_until(
+        lambda: json.loads(user.run("ps", "-o", "json").stdout)["jobs"][0]["id"] == hold,
+        30,
+        "the hold to start",
+    )
+    queued = int(user.run("run", "--detach", "--", "true", check=True).stdout)
+    ex = json.loads(user.run("explain", str(queued), "-o", "json", check=True).stdout)
+    # "+ aging" only with aging on, "- fair share" only with fair share on
+    assert ex["priority"].startswith("priority 0 + aging 0 - fair share ")
+    assert _state(env)["scheduling"] == {
+        "aging": "5m",
+        "max_devices_per_user": "1",
+        "max_user_priority": "3",
+        "fair_share": "7d",
+    }
+    again = user.run("up", "-d", "--aging", "1m", timeout=120)
+    assert again.returncode == 1 and b"--aging 1m (its controller runs with --aging 5m)" in (
+        again.stderr
+    ), again.stderr

@@ -231,15 +231,22 @@ def test_labels_are_kept_while_nvidia_smi_is_broken_or_gone(site):
     try:
         site.fake.mode("broken")
         next_passes(site)
-        assert labels_of(site, gpu1) == healthy  # a failing source preserves
+        broken = labels_of(site, gpu1)  # a failing source preserves, but never as healthy
+        assert healthy["health"] == "ok" and broken["health"] == "unknown:nvidia-smi"
+        moving = ("pass", "health", "disk_free_bytes")
+        assert {k: v for k, v in broken.items() if k not in moving} == {
+            k: v for k, v in healthy.items() if k not in moving
+        }
         site.fake.mode("na")  # runs and reports: what it cannot read clears
         wait_until(lambda: "vram" not in labels_of(site, gpu1), 20, "vram to clear")
         na = labels_of(site, gpu1)
         assert na["model"] == "NVIDIA A100-SXM4-80GB" and "vram_free" not in na
         site.fake.mode("gone")  # was present at start: missing is a failure
         next_passes(site)
-        assert {k: v for k, v in labels_of(site, gpu1).items() if k != "pass"} == {
-            k: v for k, v in na.items() if k != "pass"
+        gone = labels_of(site, gpu1)
+        assert gone["health"] == "unknown:nvidia-smi"
+        assert {k: v for k, v in gone.items() if k not in moving} == {
+            k: v for k, v in na.items() if k not in moving
         }
     finally:
         site.fake.mode("healthy")

@@ -178,9 +178,12 @@ def test_nvidia_labels_land_on_gpu_devices_and_failures_preserve_them(tmp_path, 
     assert {"cpus", "mem_total_bytes", "kernel"} <= set(res.labels[""])
     assert p.uuids == {"gpu0": "GPU-fake-0", "gpu1": "GPU-fake-1"}
 
-    fake.mode("broken")  # a failing source: its devices are left out (labels kept)
+    sent = res.labels
+    fake.mode("broken")  # a failing source: its devices keep their labels, health unknown
     res = p.run(res.devices)
-    assert "gpu0" not in res.labels and "gpu1" not in res.labels and "cpu0" in res.labels
+    for n in ("gpu0", "gpu1"):
+        assert res.labels[n] == {**sent[n], "health": "unknown:nvidia-smi"}
+    assert "cpu0" in res.labels
     assert res.failed["nvidia-smi"].startswith("nvidia-smi exited 9")
 
     fake.mode("na")  # runs and reports: memory facts clear
@@ -189,7 +192,8 @@ def test_nvidia_labels_land_on_gpu_devices_and_failures_preserve_them(tmp_path, 
 
     fake.mode("gone")  # present at start, missing now: a failure, labels kept
     res = p.run(res.devices)
-    assert "gpu0" not in res.labels and "nvidia-smi" in res.failed
+    assert res.labels["gpu0"]["model"] and "nvidia-smi" in res.failed
+    assert res.labels["gpu0"]["health"] == "unknown:nvidia-smi"
 
 
 def test_nvidia_that_never_reported_covers_every_gpu_device(tmp_path, fake):

@@ -195,3 +195,33 @@ def test_a_write_blocked_spill_after_s_goes_to_the_spool(tmp_path):
     assert sink.close(10)
     assert up.bytes() == b"x" * 10 + b"y" * 10 and sink.lost == 0
     spool.close()
+
+
+def test_a_requeued_run_appends_after_the_stored_log_behind_a_separator(tmp_path):
+    """A job the hardware requeued (README "GPU health"): the rerun's sink
+    starts at the stored size (Assignment.log_offset) with the separator
+    line; a late retry of the first run's last upload is deduplicated by
+    its offset, so nothing is lost, doubled or interleaved."""
+    from rc.controller.logstore import LogStore
+    from rc.worker.job import restart_separator
+
+    store = LogStore(tmp_path / "logs", cap=1 << 20, on_append=lambda job_id: None)
+
+    class Direct:  # the controller's log endpoint, straight into the store
+        def request(self, method, path, *, raw, params):
+            store._append(7, params["offset"], bytes(raw))
+
+    first = LogSink(Direct(), 7, batch_seconds=0.0)
+    first.write(b"run 0\npartial")
+    assert first.close(10)
+    size = store.size(7)
+    again = LogSink(Direct(), 7, batch_seconds=0.0)
+    again.resume_at(size, restart_separator(1, mid_line=True))
+    store._append(7, 6, b"partial")  # the first run's upload, retried late
+    again.write(b"run 1\n")
+    assert again.close(10)
+    assert store.read(7, 0, 1000) == (
+        b"run 0\npartial\n--- restart 1 after a hardware failure ---\nrun 1\n"
+    )
+    with pytest.raises(ValueError):
+        again.resume_at(0)  # only before any output

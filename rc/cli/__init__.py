@@ -19,7 +19,19 @@ from rc import __version__
 
 __all__ = ["GROUPS", "VERBS", "build_parser", "main"]
 
-GROUPS = ("run", "arrays", "jobs", "devices", "admin", "relay", "copy", "serve", "up")
+GROUPS = (
+    "run",
+    "arrays",
+    "jobs",
+    "devices",
+    "usage",
+    "admin",
+    "relay",
+    "copy",
+    "forward",
+    "serve",
+    "up",
+)
 """Modules of rc.cli that contribute subcommands, in help order."""
 
 VERBS = {
@@ -36,6 +48,8 @@ VERBS = {
     "explain": "jobs",
     "devices": "devices",
     "describe": "devices",
+    "usage": "usage",
+    "share": "usage",
     "token": "admin",
     "whoami": "admin",
     "clear": "admin",
@@ -46,6 +60,7 @@ VERBS = {
     "shell": "relay",
     "exec": "relay",
     "cp": "copy",
+    "forward": "forward",
     "serve": "serve",
     "worker": "serve",
     "up": "up",

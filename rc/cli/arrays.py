@@ -151,6 +151,8 @@ def rerun_body(j: dict) -> dict:
             env=env,
             idle_timeout_seconds=j.get("idle_timeout_seconds", 0),
         )
+        if j.get("requeue_on_hardware") is False:  # its opt-out is copied too
+            body["requeue_on_hardware"] = False
     return body
 
 

@@ -173,4 +173,11 @@ def cmd_describe(args: argparse.Namespace) -> int:
         print_line(f"  {j['id']}  {state}  {took}  {what}")
     if not info.get("recent_jobs"):
         print_line("  (none)")
+    history = info.get("health_history", [])
+    if history or any(lb["key"] == "health" for lb in info["labels"]):
+        print_line("HEALTH HISTORY")
+        for ev in history:
+            print_line(f"  {age(time.time() - ev['at'])}  {ev['kind']}  {ev['text']}")
+        if not history:
+            print_line("  (nothing since it registered)")
     return 0

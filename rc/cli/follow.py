@@ -185,6 +185,8 @@ def submit_run(
         "array_items": getattr(args, "array_items", None) or [],
         "after": getattr(args, "after", None) or [],
     }
+    if not getattr(args, "requeue_on_hardware", True):  # sent only when off: the default
+        body["requeue_on_hardware"] = False
     return submit(c, body), label + once(body["after"])
 
 

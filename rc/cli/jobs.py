@@ -387,6 +387,11 @@ def show_lines(view: dict) -> list[tuple[str, str]]:
         env = j.get("env") or {}
         out.append(("env", ", ".join(sorted(env)) if env else "-"))
     out.append(("priority", str(j.get("priority", 0))))
+    if j.get("restart_count"):  # requeued after a hardware failure (README "GPU health")
+        away = ", ".join(j.get("excluded_device_ids") or ()) or "-"
+        out.append(("restarts", f"{j['restart_count']} of 3 (never again on {away})"))
+    if kind == "job" and j.get("requeue_on_hardware") is False:
+        out.append(("requeue", "no (--no-requeue-on-hardware)"))
     runtime = j.get("max_runtime_seconds") or 0
     ceiling = d.get("ceiling_seconds") or 0
     limit = duration(runtime) if runtime else "none asked (the devices' ceiling)"
@@ -394,6 +399,15 @@ def show_lines(view: dict) -> list[tuple[str, str]]:
     out.append(("ceiling", duration(ceiling) if ceiling else "none"))
     if j.get("idle_timeout_seconds"):
         out.append(("idle timeout", duration(j["idle_timeout_seconds"])))
+    idle = d.get("idle")
+    if kind == "hold" and idle:  # README "Holds: the idle rule"
+        t = idle.get("timeout_seconds") or 0
+        out.append(("idle timeout", f"{duration(t)} without use" if t else "off"))
+        if t and idle.get("state"):
+            warned = " (warned)" if idle.get("warned") else ""
+            out.append(
+                ("idle", f"{idle['state']}; released at {when(idle.get('reclaim_at'))}{warned}")
+            )
     out.append(("submitted", when(j.get("submitted_at"))))
     out.append(("queued", when(j.get("queued_at"))))
     out.append(("started", when(j.get("started_at"))))
@@ -677,6 +691,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
     print(head)
     for r in ex["reasons"]:
         print_line(f"  - {r}")
+    if ex.get("priority"):  # every term of its effective priority (README "Sharing fairly")
+        print_line(f"  effective priority: {ex['priority']}")
     hosts = ex.get("hosts") or []
     if any(h["count"] > 1 for h in hosts):
         print("hosts it could run on:")

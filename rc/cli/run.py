@@ -219,6 +219,14 @@ def add_parsers(sub) -> None:
     )
     p.add_argument("--tty", action="store_true", help="an interactive terminal on the device")
     p.add_argument(
+        "--requeue-on-hardware",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="when a GPU fault (an Xid or ECC event on its GPUs) ends the job, put it back "
+        "in the queue away from the faulty device, RC_RESTART_COUNT one higher, at most 3 "
+        "times (default: on)",
+    )
+    p.add_argument(
         "--as",
         dest="as_user",
         default="",
@@ -246,6 +254,14 @@ def add_parsers(sub) -> None:
         help="how long to hold it (e.g. 2h)",
     )
     p.add_argument("--reason", required=True, help="what it is for (shown to everyone)")
+    p.add_argument(
+        "--idle-timeout",
+        type=whole_seconds_arg,
+        default=None,
+        metavar="D",
+        help="release it after D without use (input, GPU or CPU use, a forward); "
+        "0: never (default: rc serve --hold-idle-timeout)",
+    )
     p.add_argument("--priority", type=priority_arg, default=0, help="-10..10 (default 0)")
     _name_flag(p, "hold")
     _after_flag(p)
@@ -460,6 +476,8 @@ def cmd_hold(args: argparse.Namespace) -> int:
         "name": args.name or "",
         "after": args.after,
     }
+    if args.idle_timeout is not None:
+        body["hold_idle_timeout_seconds"] = args.idle_timeout
     view = submit(c, body)
     label += once(args.after)
     hold_id = view["job"]["id"]

@@ -13,11 +13,12 @@ import importlib
 import importlib.util
 import os
 
-from rc.cli.context import UsageError, duration_seconds
+from rc.cli.context import UsageError, duration_seconds, whole_seconds_arg
 from rc.proto import localsocket
 from rc.proto.errors import RcError
+from rc.proto.model import PRIORITY_MAX, PRIORITY_MIN
 
-__all__ = ["add_parsers", "default_socket"]
+__all__ = ["SCHEDULING_OPTIONS", "add_parsers", "add_scheduling_options", "default_socket"]
 
 
 def _in_range(parse, lo: float, hi: float, allowed: str, zero_ok: bool = False):
@@ -48,6 +49,96 @@ def _integer(text: str) -> int:
 
 _DAY = 86400.0
 _D = duration_seconds
+
+
+SCHEDULING_OPTIONS = (
+    "aging",
+    "max_devices_per_user",
+    "max_user_priority",
+    "fair_share",
+    "hold_idle_timeout",
+    "hold_idle_timeout_max",
+)
+"""The scheduling options `rc serve` takes and `rc up` passes on (argparse dests)."""
+
+
+def _as_given(check):
+    """argparse type: `check(text)` must accept it; the text itself is kept
+    (rc up hands it to rc serve as given)."""
+
+    def keep(text: str) -> str:
+        check(text)
+        return text
+
+    keep.__name__ = check.__name__
+    return keep
+
+
+def add_scheduling_options(p, passed_on: bool = False) -> None:
+    """Add the scheduling options (SCHEDULING_OPTIONS) to parser `p`: with
+    their defaults and parsed values for rc serve; for rc up (`passed_on`),
+    default None and the checked text, handed to its rc serve as given."""
+    specs = [
+        (
+            "--aging",
+            _in_range(_D, 1, 30 * _DAY, "0 (off) or 1s to 30d", True),
+            600.0,
+            "D",
+            "a queued job gains one priority step per D waited (0: off; default 10m)",
+        ),
+        (
+            "--max-devices-per-user",
+            _in_range(_integer, 1, 1_000_000, "0 (no cap) or 1 to 1000000", True),
+            0,
+            "N",
+            "most devices one user may hold at once (0: no cap)",
+        ),
+        (
+            "--max-user-priority",
+            _in_range(_integer, PRIORITY_MIN, PRIORITY_MAX, f"{PRIORITY_MIN} to {PRIORITY_MAX}"),
+            0,
+            "P",
+            (
+                f"highest --priority a user may ask for (admins: up to {PRIORITY_MAX}; a "
+                "negative one is always allowed; default 0)"
+            ),
+        ),
+        (
+            "--fair-share",
+            _in_range(_D, 60, 365 * _DAY, "0 (off) or 1m to 365d", True),
+            0.0,
+            "HALF_LIFE",
+            (
+                "order the queue by fair share too: each user's device-time decays with this "
+                'half-life, e.g. 7d (0: off, the default; README "Sharing fairly")'
+            ),
+        ),
+        (
+            "--hold-idle-timeout",
+            _in_range(whole_seconds_arg, 1, 365 * _DAY, "0 (off) or 1s to 365d", True),
+            7200,
+            "D",
+            (
+                "a hold unused for D is released, unless rc hold --idle-timeout says "
+                'otherwise (0: off; default 2h; README "Holds: the idle rule")'
+            ),
+        ),
+        (
+            "--hold-idle-timeout-max",
+            _in_range(whole_seconds_arg, 1, 365 * _DAY, "0 (none) or 1s to 365d", True),
+            0,
+            "D",
+            (
+                "the longest idle timeout a user may give rc hold; when set, users may "
+                "not turn the rule off (admins may; default 0: no maximum)"
+            ),
+        ),
+    ]
+    for flag, check, default, metavar, text in specs:
+        if passed_on:
+            p.add_argument(flag, type=_as_given(check), default=None, metavar=metavar, help=text)
+        else:
+            p.add_argument(flag, type=check, default=default, metavar=metavar, help=text)
 
 
 def add_parsers(sub) -> None:
@@ -104,19 +195,12 @@ def add_parsers(sub) -> None:
         help="keep jobs of silent workers running instead of marking them lost",
     )
     p.add_argument(
-        "--aging",
-        type=_in_range(_D, 1, 30 * _DAY, "0 (off) or 1s to 30d", True),
-        default=600.0,
-        metavar="D",
-        help="a queued job gains one priority step per D waited (0: off; default 10m)",
+        "--drain-degraded",
+        action="store_true",
+        help="drain a GPU whose health label says degraded (a narrowed PCIe link, "
+        'sustained hardware throttling: README "GPU health")',
     )
-    p.add_argument(
-        "--max-devices-per-user",
-        type=_in_range(_integer, 1, 1_000_000, "0 (no cap) or 1 to 1000000", True),
-        default=0,
-        metavar="N",
-        help="most devices one user may hold at once (0: no cap)",
-    )
+    add_scheduling_options(p)
     p.add_argument(
         "--unknown-after",
         type=_in_range(_D, 1, _DAY, "1s to 1d"),
@@ -151,6 +235,14 @@ def add_parsers(sub) -> None:
         default=10.0,
         metavar="D",
         help="how often workers are told to heartbeat (default 10s)",
+    )
+    p.add_argument(
+        "--heartbeat-flush",
+        type=_in_range(_D, 0, 60, "0 to 1m"),
+        default=2.0,
+        metavar="D",
+        help="heartbeats that change no state are written together this often; "
+        "0: each before its reply (default 2s)",
     )
     p.add_argument(
         "--sweep-interval",
@@ -228,6 +320,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             f"--database must be a postgresql:// URL (got {args.database.split('://')[0]!r}); "
             "leave it out for the embedded SQLite file in --data"
         )
+    check_hold_idle(args.hold_idle_timeout, args.hold_idle_timeout_max)
     cfg = config.ControllerConfig(
         data_dir=args.data,
         database=args.database,
@@ -238,21 +331,42 @@ def cmd_serve(args: argparse.Namespace) -> int:
         keyfile=args.keyfile,
         webhook_url=args.webhook_url,
         retain_disconnected_jobs=args.retain_disconnected_jobs,
+        drain_degraded=args.drain_degraded,
         aging=args.aging,
         max_devices_per_user=args.max_devices_per_user,
+        max_user_priority=args.max_user_priority,
+        fair_share=args.fair_share,
         unknown_after=args.unknown_after,
         lost_after=args.lost_after,
         startup_grace=args.startup_grace,
         lease_renewal=args.lease_renewal,
         heartbeat_interval=args.heartbeat_interval,
         sweep_interval=args.sweep_interval,
+        heartbeat_flush=args.heartbeat_flush,
         flap_limit=args.flap_limit,
         flap_window=args.flap_window,
         lease_default=args.lease_default,
         lease_grace=args.lease_grace,
-        limits=config.Limits(log_cap_bytes=args.log_cap),
+        limits=config.Limits(
+            log_cap_bytes=args.log_cap,
+            hold_idle_timeout=args.hold_idle_timeout,
+            hold_idle_timeout_max=args.hold_idle_timeout_max,
+        ),
     )
     return serve.run(cfg, args.ready_fd)
+
+
+def check_hold_idle(default: int, top: int) -> None:
+    """Refuse (UsageError) a default hold idle timeout the maximum forbids:
+    above it, or off while a maximum is set."""
+    if top and (default == 0 or default > top):
+        from rc.proto.duration import format_duration
+
+        what = "0 (off)" if default == 0 else format_duration(default)
+        raise UsageError(
+            f"--hold-idle-timeout {what} is not allowed by --hold-idle-timeout-max "
+            f"{format_duration(top)}: give a default from 1s to the maximum"
+        )
 
 
 def default_socket(data_dir: str) -> str:

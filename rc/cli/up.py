@@ -32,10 +32,15 @@ from rc.cli.children import (
     stop_process,
     supervise,
 )
-from rc.cli.context import UsageError, stderr
+from rc.cli.context import UsageError, stderr, whole_seconds_arg
 from rc.cli.credentials import ensure_client_config, ensure_token, worker_token_host, write_secret
 from rc.cli.output import command_text, escape_controls, on_devices, one_line
-from rc.cli.serve import have_controller
+from rc.cli.serve import (
+    SCHEDULING_OPTIONS,
+    add_scheduling_options,
+    check_hold_idle,
+    have_controller,
+)
 from rc.proto import pidlock
 from rc.proto.client import Client
 from rc.proto.errors import RcError
@@ -128,6 +133,7 @@ def add_parsers(sub) -> None:
     p.add_argument(
         "--insecure", action="store_true", help="allow a non-loopback --listen without TLS"
     )
+    add_scheduling_options(p, passed_on=True)  # handed to its rc serve as given
     p.set_defaults(handler="up:cmd_up")
 
     p = sub.add_parser(
@@ -234,7 +240,7 @@ def _say_out_of_pool(
         stderr(f"no device of {host} takes jobs now: rc run waits in the queue until one returns")
 
 
-SETTINGS = ("listen", "devices", "host", "socket")
+SETTINGS = ("listen", "devices", "host", "socket", "scheduling")
 """What up.json keeps of an rc up once its processes are stopped, for the next
 one in that data dir (unless given again)."""
 
@@ -281,18 +287,42 @@ def _same_address(listen: str, st: dict) -> bool:
     return port == "0" and host == at.rpartition(":")[0]
 
 
-def _differences(args: argparse.Namespace, st: dict, worker_runs: bool) -> list[str]:
+def _differences(
+    args: argparse.Namespace, st: dict, worker_runs: bool, serve_runs: bool = False
+) -> list[str]:
     """The flags given to this rc up that the running one (up.json `st`)
     does not have and cannot take while it runs: --listen while any part
-    runs, --devices and --host while its worker runs."""
+    runs, --devices and --host while its worker runs, the scheduling
+    options while its controller runs."""
     out = []
     if args.listen is not None and st.get("url") and not _same_address(args.listen, st):
         out.append(f"--listen {args.listen} (it listens at {st['url']})")
+    if serve_runs:
+        running = st.get("scheduling") or {}
+        for dest, text in _scheduling(args).items():
+            if running.get(dest) != text:
+                flag = "--" + dest.replace("_", "-")
+                now = f"{flag} {running[dest]}" if dest in running else "its default"
+                out.append(f"{flag} {text} (its controller runs with {now})")
     if worker_runs:
         if args.devices is not None and args.devices != st.get("devices", args.devices):
             out.append(f"--devices {args.devices} (it runs with --devices {st['devices']})")
         if args.host is not None and args.host != st.get("host", args.host):
             out.append(f"--host {args.host} (its worker is host {st['host']})")
+    return out
+
+
+def _scheduling(args: argparse.Namespace) -> dict[str, str]:
+    """The scheduling options given to this rc up (dest → the text given)."""
+    return {d: getattr(args, d) for d in SCHEDULING_OPTIONS if getattr(args, d) is not None}
+
+
+def _serve_flags(scheduling: dict[str, str]) -> list[str]:
+    """rc serve's flags for these scheduling options (dest → text)."""
+    out = []
+    for dest in SCHEDULING_OPTIONS:
+        if dest in scheduling:
+            out += ["--" + dest.replace("_", "-"), scheduling[dest]]
     return out
 
 
@@ -302,6 +332,10 @@ def cmd_up(args: argparse.Namespace) -> int:
             "rc up needs rc installed with pip (pip install .), which brings the controller; "
             "the zipapp carries only the worker and the client"
         )
+    check_hold_idle(
+        whole_seconds_arg(args.hold_idle_timeout or "2h"),
+        whole_seconds_arg(args.hold_idle_timeout_max or "0"),
+    )
     data = Path(args.data) if args.data else default_data_dir()
     state_path = data / UP_STATE
     st = _read_state(state_path)  # a running rc up, or the settings of the last one
@@ -340,7 +374,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     worker_pid = st.get("worker_pid") if alive_pid(st.get("worker_pid")) else None
     down = f"rc down{f' --data {data}' if args.data else ''}"
     if serve_pid or worker_pid:
-        differ = _differences(args, st, worker_pid is not None)
+        differ = _differences(args, st, worker_pid is not None, serve_pid is not None)
         if differ:
             raise RcError(
                 f"rc is already up in {data} with other settings: {'; '.join(differ)}. "
@@ -348,6 +382,8 @@ def cmd_up(args: argparse.Namespace) -> int:
                 "its own --data DIR, --listen and --host NAME"
             )
     devices = args.devices or st.get("devices") or "auto"
+    # given now, else what the last rc up in this data dir was given
+    scheduling = _scheduling(args) or dict(st.get("scheduling") or {})
     host = args.host or st.get("host") or ""
     sock_path = args.socket if args.socket is not None else st.get("socket")
     if serve_pid and worker_pid:
@@ -391,6 +427,7 @@ def cmd_up(args: argparse.Namespace) -> int:
                 cmd += ["--socket", sock_path]
             if args.certfile:
                 cmd += ["--certfile", args.certfile, "--keyfile", args.keyfile]
+            cmd += _serve_flags(scheduling)
             controller, url = spawn_ready(cmd, serve_log, args.detach, "controller", serve_log_path)
             serve_pid = controller.pid
         admin = Client(url, (data / "admin.token").read_text().strip())
@@ -444,6 +481,7 @@ def cmd_up(args: argparse.Namespace) -> int:
                 "devices": devices,
                 "host": host,
                 "socket": sock_path,
+                "scheduling": scheduling if controller is not None else st.get("scheduling", {}),
             }
         )
     )

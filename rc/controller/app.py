@@ -8,6 +8,7 @@ state changes in rc.controller.store.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import orjson
 from starlette.applications import Starlette
@@ -76,8 +77,12 @@ class _Envelope:
     browsers from holding back the first bytes of a streamed log to sniff them
     (the dashboard's live log tail)."""
 
-    def __init__(self, app: ASGIApp, instance: str) -> None:
+    def __init__(
+        self, app: ASGIApp, instance: str, count: Callable[[str], None] | None = None
+    ) -> None:
         self.app = app
+        self.count = count
+        """Called with each HTTP request's path (Metrics.count_request)."""
         self.headers = [
             (INSTANCE_HEADER.lower().encode(), instance.encode()),
             (b"x-content-type-options", b"nosniff"),
@@ -87,6 +92,8 @@ class _Envelope:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        if self.count is not None:
+            self.count(scope["path"])
         started = False
 
         async def send_with_header(message: Message) -> None:
@@ -126,4 +133,4 @@ def build_app(ctl: Controller) -> ASGIApp:
     app.state.ctl = ctl
     app.state.routes = ROUTES
     app.state.stream = stream.Broadcaster(ctl)
-    return _Envelope(app, ctl.instance)
+    return _Envelope(app, ctl.instance, ctl.metrics.count_request)

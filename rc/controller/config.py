@@ -50,7 +50,17 @@ class Limits:
     queued_per_user: int = 10000
     """Most queued jobs per submitter (429 queue_full)."""
     relay_sessions_per_user: int = 16
-    """Most open relay sessions per user (429 limit_exceeded)."""
+    """Most open relay sessions per user, forward connections not counted
+    (429 limit_exceeded)."""
+    forward_connections_per_user: int = 256
+    """Most open `rc forward` connections per user (429 limit_exceeded)."""
+    hold_idle_timeout: int = 7200
+    """A hold's idle timeout when `rc hold` names none, seconds (0: off;
+    rc serve --hold-idle-timeout; README "Holds: the idle rule")."""
+    hold_idle_timeout_max: int = 0
+    """The longest idle timeout a user may ask for, seconds; when set, a user
+    may not turn the rule off either (400 limit_exceeded). 0: no maximum.
+    Admins are exempt (rc serve --hold-idle-timeout-max)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +81,10 @@ class ControllerConfig:
     keyfile: str = ""
     schedule_interval: float = 1.0
     sweep_interval: float = 10.0
+    heartbeat_flush: float = 2.0
+    """Heartbeats that change nothing but timestamps and lease renewals are
+    kept in memory and written together this often (s); 0 writes each one
+    before its reply. After a crash the stored ones are at most this old."""
     heartbeat_interval: float = 10.0
     """What workers are told to use."""
     unknown_after: float = 30.0
@@ -93,10 +107,17 @@ class ControllerConfig:
     """A queued job gains one priority step per `aging` seconds waited (0: off)."""
     max_devices_per_user: int = 0
     """Most devices one submitter may hold at once (0: no cap)."""
+    max_user_priority: int = 0
+    """Highest priority a user (not an admin) may ask for, -10..10; admins
+    may ask up to 10, and anyone for a negative one (400 priority_not_allowed)."""
+    fair_share: float = 0.0
+    """Half-life of the decayed usage fair share reads, seconds (0: fair share off)."""
     flap_limit: int = 3
     """Automatic recoveries per device per flap_window before a human must clear."""
     flap_window: float = 3600.0
     retain_disconnected_jobs: bool = False
+    drain_degraded: bool = False
+    """Drain a device whose `health` label says degraded (README "GPU health")."""
     webhook_url: str = ""
     webhook_queue: int = 256
     log_follow_check: float = 0.5

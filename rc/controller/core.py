@@ -8,7 +8,9 @@ transaction functions through `ctl.db.write(...)` and its reads through
 Background loops (each turn reads the clock once, every wait has a deadline):
 - the scheduling tick: a pass every `schedule_interval` seconds, besides the
   pass that follows every submit, release and registration;
-- the sweeper: `store.workers.sweep` every `sweep_interval` seconds.
+- the sweeper: `store.workers.sweep` every `sweep_interval` seconds;
+- the idle watch: `idle_pass` every `IDLE_TICK_S` (README "Holds: the idle
+  rule"): warns, then releases, holds left idle past their idle timeout.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from rc.controller import planner, scheduler
+from rc.controller import idle, planner, scheduler
 from rc.controller.auth import TokenCache, hash_secret, new_secret
 from rc.controller.config import ControllerConfig
 from rc.controller.errors import StartupError
@@ -30,11 +32,13 @@ from rc.controller.logstore import LogStore
 from rc.controller.metrics import Metrics
 from rc.controller.relay import Relay
 from rc.controller.scans import Scans
-from rc.controller.store import jobs, queue, tokens, views, workers
+from rc.controller.store import jobs, queue, tokens, usage, views, workers
 from rc.controller.store.db import Database, Tx
 from rc.controller.store.labels import MatchCache
 from rc.controller.webhook import Webhook
-from rc.proto.model import Role, valid_unix_user
+from rc.proto.duration import format_duration
+from rc.proto.model import JobState, Role, valid_unix_user
+from rc.proto.wire import HoldIdle
 
 __all__ = ["ADMIN_TOKEN_FILE", "Controller", "own_unix_user"]
 
@@ -43,6 +47,9 @@ log = logging.getLogger("rc.controller")
 ADMIN_TOKEN_FILE = "admin.token"
 PLAN_MAX_AGE_S = 1.0
 """A shared queue plan is reused at most this long (aging moves the order)."""
+IDLE_TICK_S = 1.0
+"""How often the idle watch looks at the running holds (a hold is warned
+and released within this of its time)."""
 DB_FILE = "rc.db"
 LOG_DIR = "logs"
 """Job logs live in DATA/logs (rc.controller.logstore)."""
@@ -93,6 +100,7 @@ class Controller:
             cap=config.max_devices_per_user,
             lease_default=config.lease_default,
             lease_grace=config.lease_grace,
+            shares=usage.ShareCache(config.fair_share) if config.fair_share > 0 else None,
         )
         self.thresholds = workers.Thresholds(
             unknown_after=config.unknown_after,
@@ -103,9 +111,13 @@ class Controller:
             flap_window=config.flap_window,
             retain=config.retain_disconnected_jobs,
         )
-        self.delivered: dict[str, set[int]] = {}
+        # worker id → (job id, restart count) of each assigned job handed out
+        self.delivered: dict[str, set[tuple[int, int]]] = {}
         self.poll_generation: dict[str, int] = {}
         """worker id → the number of its newest long poll (only it hands out work)."""
+        self.beats: dict[str, tuple[float, tuple[int, ...]]] = {}
+        """worker id → its newest heartbeat not yet written (wall seconds, the
+        job ids it named): `heartbeat` keeps it, `flush_beats` writes it."""
         self.scans = Scans()
         """Survivor scans asked of workers (rc clear, rc kill of a lost job)."""
         self.started_at = 0.0
@@ -118,9 +130,15 @@ class Controller:
         self.metrics = Metrics(self.db, self.data / LOG_DIR)
         """Prometheus registry and hooks (`metrics.relay_sessions`, `metrics.webhook_dropped`)."""
         self.relay = Relay(
-            config.relay_alone_timeout, config.limits.relay_sessions_per_user, self.hub.notify
+            config.relay_alone_timeout,
+            config.limits.relay_sessions_per_user,
+            self.hub.notify,
+            forwards_per_user=config.limits.forward_connections_per_user,
         )
         self.metrics.relay_sessions = lambda: float(self.relay.open_sessions())
+        self.idle = idle.IdleWatch()
+        """The idle clocks of the running holds (memory only)."""
+        self.relay.idle, self.relay.wall = self.idle, clock
 
     # -- life cycle ------------------------------------------------------
 
@@ -147,6 +165,7 @@ class Controller:
         self.hub.listeners.append(self._note_change)
         await self.db.open()
         self.started_at = self.clock()
+        self.idle.floor = self.started_at
         await self.db.write(workers.controller_started)
         await self._bootstrap_admin()
         await self.reload_tokens()
@@ -156,7 +175,10 @@ class Controller:
             self._loops = [
                 asyncio.create_task(self._tick_loop(), name="rc-schedule-tick"),
                 asyncio.create_task(self._sweep_loop(), name="rc-sweeper"),
+                asyncio.create_task(self._idle_loop(), name="rc-idle-watch"),
             ]
+            if self.cfg.heartbeat_flush > 0:
+                self._loops.append(asyncio.create_task(self._beat_loop(), name="rc-beats"))
 
     async def _start_webhook(self) -> None:
         import urllib.parse
@@ -181,6 +203,10 @@ class Controller:
             except asyncio.CancelledError:
                 pass
         self._loops = []
+        try:
+            await self.flush_beats()
+        except Exception:
+            log.exception("could not write the last heartbeats")
         await self.db.close()
 
     async def _bootstrap_admin(self) -> None:
@@ -257,7 +283,7 @@ class Controller:
     # -- scheduling ------------------------------------------------------
 
     def _pass(self, tx: Tx) -> None:
-        scheduler.schedule(tx, self.match_cache, self.policy)
+        scheduler.schedule(tx, self.match_cache, self.policy, self.metrics.observe_wait)
 
     async def kick(self) -> None:
         """Run a scheduling pass now (in the next write batch)."""
@@ -279,9 +305,106 @@ class Controller:
             except Exception:
                 log.exception("sweep failed")
 
+    async def _idle_loop(self) -> None:
+        while True:
+            await asyncio.sleep(IDLE_TICK_S)
+            try:
+                await self.idle_pass()
+            except Exception:
+                log.exception("idle pass failed")
+
+    async def idle_pass(self) -> tuple[list[int], list[int]]:
+        """One turn of the idle rule now: warn the holds about to be idle
+        for their timeout (an event, a line into each of their terminal
+        sessions), release those idle for it after a warning. Returns the
+        ids (warned, released)."""
+        now = self.clock()
+        watched = await self.db.read(jobs.idle_watched)
+        warn, reclaim = self.idle.due(watched, now)
+        for w in warn:
+            at = self.idle.reclaim_at(w.hold_id, w.started_at, w.timeout)
+            clock = time.strftime("%H:%M:%S", time.localtime(at))
+            # not "or rc extend": extending adds ttl, never idle time
+            text = f"hold {w.hold_id} is idle and will be released at {clock}; type anything to keep it"
+            await self.db.write(
+                jobs.warn_idle, w, f"{text} ({self.idle.clocks[w.hold_id].words(now)})"
+            )
+            self.relay.say(w.hold_id, f"rc: {text}")
+        released = []
+        for w in reclaim:
+            reason = f"idle: no use for {format_duration(w.timeout)}"
+            if await self.db.write(jobs.reclaim_idle, w, reason):
+                self.relay.say(w.hold_id, f"rc: hold {w.hold_id} released ({reason})")
+                released.append(w.hold_id)
+        return [w.hold_id for w in warn], released
+
+    def hold_idle(self, job, timeout: int) -> HoldIdle:
+        """The idle rule's state of a hold (`job`: its model.Job) with idle
+        timeout `timeout` seconds, as rc show and the dashboard give it."""
+        if not timeout or job.state is not JobState.RUNNING or job.started_at is None:
+            return HoldIdle(timeout)
+        return self.idle_state(job.id, job.started_at, timeout)
+
+    def idle_state(self, hold_id: int, started_at: float, timeout: int) -> HoldIdle:
+        """The idle rule's state of a running hold whose rule is on."""
+        now = self.clock()
+        c = self.idle.clock(hold_id, started_at)
+        return HoldIdle(
+            timeout,
+            idle_seconds=max(0.0, now - c.last),
+            reclaim_at=c.last + timeout,
+            warned=c.warned,
+            state=c.words(now),
+        )
+
     async def sweep(self) -> int:
-        """One sweep now; returns how many things changed."""
+        """One sweep now, after the heartbeats kept in memory are written
+        (it never judges silence on stale stamps); returns how many things
+        changed."""
+        await self.flush_beats()
         return await self.db.write(workers.sweep, self.thresholds, self.started_at)
+
+    # -- heartbeats ----------------------------------------------------------
+
+    async def heartbeat(
+        self, worker_id: str, running: tuple[int, ...]
+    ) -> tuple[list[int], dict[str, int]]:
+        """A worker's heartbeat naming `running`; returns (the jobs it should
+        stop, the ttl of each named hold by id), as store.workers.beat.
+
+        Coalesced: a heartbeat that changes no state (store.workers.beat_check
+        reads that) is kept in memory and written with the others by
+        `flush_beats` within heartbeat_flush seconds: its timestamps and lease
+        renewals are soft state, and after a crash the startup grace covers
+        what was lost. One that changes state (a device back from `unknown`,
+        a `worker_lost` one in retention mode) is written before the reply.
+        heartbeat_flush = 0 writes every one at once. Raises Refused (404)
+        for a worker that never registered."""
+        if self.cfg.heartbeat_flush > 0:
+            changes, stop, ttls = await self.db.read(
+                workers.beat_check, worker_id, running, self.thresholds
+            )
+            if not changes:
+                self.beats[worker_id] = (self.clock(), running)
+                return stop, ttls
+        self.beats.pop(worker_id, None)  # older than the one written now
+        return await self.db.write(workers.beat, worker_id, running, self.thresholds)
+
+    async def flush_beats(self) -> int:
+        """Write the heartbeats kept in memory, in one transaction; how many."""
+        if not self.beats:
+            return 0
+        beats, self.beats = self.beats, {}
+        rows_ = [(w, at, running) for w, (at, running) in beats.items()]
+        return await self.db.write(workers.touch_beats, rows_, self.thresholds)
+
+    async def _beat_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.cfg.heartbeat_flush)
+            try:
+                await self.flush_beats()
+            except Exception:
+                log.exception("writing heartbeats failed")
 
     # -- hand-out ----------------------------------------------------------
 
@@ -291,12 +414,14 @@ class Controller:
         Hand-out writes nothing for assignments: the controller remembers in
         memory which assigned jobs it already handed out (the worker never
         starts a job id twice, so a re-delivery after a restart is harmless).
+        A job requeued after a hardware failure is a new run: it is known by
+        its id and restart count.
         """
 
         assigned, due = await self.db.read(jobs.pending_for, worker_id, self.cfg.kill_redelivery)
         seen = self.delivered.setdefault(worker_id, set())
-        fresh = [r for r in assigned if r["id"] not in seen]
-        self.delivered[worker_id] = {r["id"] for r in assigned}
+        fresh = [r for r in assigned if (r["id"], r["restart_count"]) not in seen]
+        self.delivered[worker_id] = {(r["id"], r["restart_count"]) for r in assigned}
         kills: list[int] = []
         if due:
             kills = await self.db.write(jobs.deliver_kills, worker_id, self.cfg.kill_redelivery)
@@ -308,6 +433,6 @@ class Controller:
         seen = self.delivered.get(worker_id)
         if not seen:
             return False
-        kept = seen & keep
+        kept = {s for s in seen if s[0] in keep}
         self.delivered[worker_id] = kept
         return kept != seen

@@ -47,7 +47,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import generate_latest
 
 from rc import __version__
-from rc.controller.store import views
+from rc.controller.store import usage, views
 from rc.controller.store.db import Database, Tx
 from rc.proto.model import (
     PRIORITY_MAX,
@@ -95,6 +95,10 @@ UNKNOWN_REASON = "unknown"
 """The `reason` label value of a quarantine whose cause is unknown ('' in the store)."""
 
 
+REQUEST_SIDES = ("worker", "client")
+WORKER_PREFIX = "/v1/workers/"
+
+
 def _zero() -> float:
     return 0.0
 
@@ -117,19 +121,39 @@ class Metrics:
             buckets=START_LATENCY_BUCKETS_S,
             registry=self.registry,
         )
+        self.queue_wait = Histogram(
+            "rc_queue_wait_seconds",
+            "Seconds a job or hold waited in the queue before the scheduling pass granted "
+            "it devices (grants since this controller process started)",
+            buckets=START_LATENCY_BUCKETS_S,
+            registry=self.registry,
+        )
         self.relay_sessions: Callable[[], float] = _zero
         self.webhook_dropped: Callable[[], float] = _zero
         self.sse_subscribers: Callable[[], float] = _zero
+        self.requests = {side: 0 for side in REQUEST_SIDES}
+        """HTTP requests served since this process started, by side:
+        "worker" (the /v1/workers/ routes) or "client" (every other);
+        counted by `count_request`."""
         self.collector = StoreCollector()
         self.registry.register(self.collector)
         self._render_lock = threading.Lock()
         self._log_scan: tuple[float, int, int] | None = None  # (reuse until, bytes, files)
+
+    def count_request(self, path: str) -> None:
+        """Count one HTTP request for `path` on its side (see `requests`)."""
+        self.requests["worker" if path.startswith(WORKER_PREFIX) else "client"] += 1
 
     def observe_starts(self, latencies: Iterable[float]) -> None:
         """Record jobs' submit→start latencies in seconds (called after the
         commit that started them; negative clock skew counts as 0)."""
         for seconds in latencies:
             self.start_latency.observe(max(0.0, seconds))
+
+    def observe_wait(self, seconds: float) -> None:
+        """Record one grant's wait in the queue, in seconds (a clock that went
+        back counts 0). Thread-safe: the scheduling pass calls it."""
+        self.queue_wait.observe(max(0.0, seconds))
 
     def hook_values(self) -> dict[str, float]:
         """Each hook's current value (called on the event loop); a failing hook is left out."""
@@ -166,6 +190,8 @@ class Metrics:
     async def render(self) -> bytes:
         """The exposition text of every series, from one consistent store snapshot."""
         extra = self.hook_values()
+        for side, n in self.requests.items():
+            extra[f"requests_{side}"] = float(n)
         extra["log_bytes"], extra["log_files"] = await asyncio.to_thread(self.log_usage)
         return await self.db.read(self._render, extra)
 
@@ -173,8 +199,9 @@ class Metrics:
         # Runs on a reader thread; the lock keeps two scrapes on two readers
         # from sharing the collector's per-scrape context.
         counted = views.census(tx)
+        extra_series = {"device_seconds": usage.device_seconds_by_user(tx)}
         with self._render_lock:
-            self.collector.context = (counted, extra)
+            self.collector.context = (counted, extra, extra_series)
             try:
                 return generate_latest(self.registry)
             finally:
@@ -189,12 +216,13 @@ class StoreCollector:
     """
 
     def __init__(self) -> None:
-        self.context: tuple[views.Census, dict[str, float]] | None = None
+        self.context: tuple[views.Census, dict[str, float], dict] | None = None
 
     def collect(self) -> Iterator[Metric]:
         if self.context is None:
             return
-        counted, extra = self.context
+        counted, extra, series = self.context
+        yield from _device_seconds(series["device_seconds"])
         yield from _devices(counted)
         yield from _jobs(counted)
         yield from _workers(counted)
@@ -214,6 +242,18 @@ def _labelled(cls, name: str, doc: str, label: str, counts: dict) -> Metric:
     for key, n in counts.items():
         family.add_metric([str(key)], n)
     return family
+
+
+def _device_seconds(by_user: dict[str, float]) -> Iterator[Metric]:
+    c = CounterMetricFamily(
+        "rc_device_seconds",
+        "Device-seconds held by each user, jobs and holds (one lease per device), "
+        "from the store's leases",
+        labels=["user"],
+    )
+    for user, seconds in sorted(by_user.items()):
+        c.add_metric([user], seconds)
+    yield c
 
 
 def _devices(counted: views.Census) -> Iterator[Metric]:
@@ -275,6 +315,18 @@ def _extras(extra: dict[str, float]) -> Iterator[Metric]:
     info = GaugeMetricFamily("rc_info", "This controller's version", labels=["version"])
     info.add_metric([__version__], 1)
     yield info
+    counts = {
+        side: extra[f"requests_{side}"] for side in REQUEST_SIDES if f"requests_{side}" in extra
+    }
+    if counts:
+        yield _labelled(
+            CounterMetricFamily,
+            "rc_http_requests",
+            "HTTP requests served since this controller process started, by side "
+            "(worker: the /v1/workers/ routes; client: every other)",
+            "side",
+            counts,
+        )
     if "log_bytes" in extra:
         yield GaugeMetricFamily(
             "rc_log_bytes", "Bytes of job logs stored", value=extra["log_bytes"]

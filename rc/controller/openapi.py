@@ -95,6 +95,8 @@ def _content(kind: Any, components: dict[str, Any]) -> dict[str, Any]:
         return {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}
     if kind == "text":
         return {"text/plain": {"schema": {"type": "string"}}}
+    if kind == "svg":
+        return {"image/svg+xml": {"schema": {"type": "string"}}}
     if kind == "html":
         return {"text/html": {"schema": {"type": "string"}}}
     if kind == "sse":

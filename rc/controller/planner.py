@@ -47,6 +47,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from rc.controller.placement import HostTopology, device_key, host_of
 from rc.proto import selector as selectors
@@ -90,7 +91,9 @@ class QueuedJob:
     pinned `device_ids`; `device_id` alone is a one-device pin), its
     max runtime (seconds, 0: none) and how many devices it asks for; for an
     element of an array, the array's id and its cap on running elements
-    (0: none); `blocked` while a dependency of it is unmet."""
+    (0: none); `blocked` while a dependency of it is unmet; `excluded`: the
+    devices it must not be given (the faulty ones of a run the hardware
+    failed; never among its candidates)."""
 
     id: int
     submitter: str
@@ -105,6 +108,7 @@ class QueuedJob:
     array_id: int = 0
     array_cap: int = 0
     blocked: bool = False
+    excluded: tuple[str, ...] = ()
 
     @property
     def pins(self) -> tuple[str, ...]:
@@ -204,9 +208,14 @@ def aged_priority(priority: int, queued_at: float, now: float, aging: float) -> 
     return priority + math.floor(max(0.0, now - queued_at) / aging)
 
 
-def effective_priority(job: QueuedJob, now: float, aging: float) -> int:
-    """A queued job's priority with aging (aged_priority)."""
-    return aged_priority(job.priority, job.queued_at, now, aging)
+def effective_priority(
+    job: QueuedJob, now: float, aging: float, adjust: Mapping[str, int] | None = None
+) -> int:
+    """A queued job's priority with aging (aged_priority), minus its
+    submitter's fair-share adjustment in `adjust` (user → steps, 0..10;
+    rc.controller.fairshare; None or a user left out: 0)."""
+    aged = aged_priority(job.priority, job.queued_at, now, aging)
+    return aged - adjust.get(job.submitter, 0) if adjust else aged
 
 
 def fits_ceiling(ask: int, ceiling: int) -> bool:
@@ -263,13 +272,14 @@ def candidates(
     slots: Mapping[str, Slot],
     matches: Mapping[str, frozenset[str]],
     unix_user: str = "",
+    excluded: tuple[str, ...] = (),
 ) -> tuple[str, ...]:
     """A queued job's candidate device ids: its pinned devices in their order
     (a job with no selector), or the devices its selector matches
     (`matches`, as for plan()) in natural order (gpu2 before gpu10); minus
     devices that do not exist, those whose runtime ceiling is below its ask
-    (seconds), and those whose worker does not run jobs as `unix_user`
-    (runs_jobs_of; "" asks nothing of them)."""
+    (seconds), those whose worker does not run jobs as `unix_user`
+    (runs_jobs_of; "" asks nothing of them), and the `excluded` ones."""
     if selector:
         pool: Iterable[str] = sorted(matches.get(selector, frozenset()), key=device_key)
     else:
@@ -278,6 +288,7 @@ def candidates(
         d
         for d in pool
         if d in slots
+        and d not in excluded
         and fits_ceiling(max_runtime, slots[d].max_runtime)
         and (not unix_user or runs_jobs_of(slots[d], unix_user))
     )
@@ -296,6 +307,7 @@ def plan(
     ordered: bool = False,
     until_settled: bool = False,
     arrays_active: Mapping[int, int] | None = None,
+    adjust: Mapping[str, int] | None = None,
 ) -> Plan:
     """Decide assignments and reservations for one pass.
 
@@ -303,8 +315,9 @@ def plan(
     matches; `usage` maps a submitter to the devices they hold now; `links`
     maps a host to its reported pair ranks (placement.pair(a, b) → rank;
     a host left out has no topology); `arrays_active` maps a capped array's
-    id to its elements assigned or running now. `now` is seconds since the
-    epoch.
+    id to its elements assigned or running now; `adjust` maps a submitter
+    to their fair-share adjustment (effective_priority). `now` is seconds
+    since the epoch.
     Pure: reads nothing else, changes nothing.
 
     `ordered`: the queue already comes in scheduling order (the pass reads it
@@ -317,7 +330,9 @@ def plan(
     if ordered:
         jobs_in_order: Iterable[QueuedJob] = queue
     else:
-        jobs_in_order = sorted(queue, key=lambda j: (-effective_priority(j, now, aging), j.id))
+        jobs_in_order = sorted(
+            queue, key=lambda j: (-effective_priority(j, now, aging, adjust), j.id)
+        )
     return _Pass(slots, matches, now, cap, usage or {}, links or {}, arrays_active or {}).run(
         jobs_in_order, until_settled
     )
@@ -351,11 +366,11 @@ class _Pass:
             if until_settled and self.settled(index):
                 break
             out.order.append(job.id)
-            key = (job.selector, job.pins, job.max_runtime, job.unix_user)
+            key = (job.selector, job.pins, job.max_runtime, job.unix_user, job.excluded)
             cands = self.known.get(key)
             if cands is None:
                 cands = self.known[key] = candidates(
-                    *key[:3], self.slots, self.matches, job.unix_user
+                    *key[:3], self.slots, self.matches, job.unix_user, job.excluded
                 )
             out.candidates[job.id] = cands
             if job.blocked:
@@ -556,12 +571,16 @@ class LazyMatches(dict):
 
 @dataclass(frozen=True, slots=True)
 class Policy:
-    """The scheduling knobs of ControllerConfig (seconds; cap 0 means none)."""
+    """The scheduling knobs of ControllerConfig (seconds; cap 0 means none).
+
+    `shares`: fair share's standings (rc.controller.store.usage.ShareCache,
+    its half-life 0 when off); None: off."""
 
     aging: float = 0.0
     cap: int = 0
     lease_default: float = 300.0
     lease_grace: float = 600.0
+    shares: Any = field(default=None, compare=False)
 
 
 @dataclass(slots=True)
@@ -569,7 +588,8 @@ class Snapshot:
     """The queue and the fleet as one transaction saw them, and their plan.
 
     queue: queued jobs in id order; slots: device id → Slot; usage: submitter
-    → devices they hold (live leases); plan: what a pass would do now.
+    → devices they hold (live leases); plan: what a pass would do now;
+    adjust: submitter → fair-share adjustment the plan ordered by.
     """
 
     queue: list[QueuedJob]
@@ -577,6 +597,7 @@ class Snapshot:
     usage: dict[str, int]
     plan: Plan
     now: float
+    adjust: dict[str, int] = field(default_factory=dict)
 
     def job(self, job_id: int) -> QueuedJob | None:
         """The queued job with this id, or None."""

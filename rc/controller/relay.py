@@ -26,8 +26,9 @@ Rules:
   so a late connection is told it ended instead of starting a new one, and a
   session inside a hold keeps its exit code for the client to read.
 
-Sessions inside a hold (`rc shell HOLD`, `rc exec HOLD`, `rc cp --hold`) are
-started here too: `open_in_hold` records one, `starts_for(worker)` hands it to
+Sessions inside a hold (`rc shell HOLD`, `rc exec HOLD`, `rc cp --hold`, and
+each connection of `rc forward HOLD`, a pipe session whose start names a
+loopback port instead of a command) are started here too: `open_in_hold` records one, `starts_for(worker)` hands it to
 the hold's worker through its long poll until the worker acknowledges it, and
 `report` records what the worker says about it (running, ended with an exit
 code and a pipe session's stderr tail).
@@ -144,6 +145,16 @@ class Pipe:
         self._writable.set()
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
+    def offer(self, data: bytes) -> bool:
+        """Queue `data` now if the pipe is open and has room (the controller's
+        own lines into a terminal); False, and nothing queued, otherwise."""
+        if self.broken is not None or self.eof or self.size >= self.limit or not data:
+            return False
+        self._chunks.append(data)
+        self.size += len(data)
+        self._readable.set()
+        return True
+
     def close(self) -> None:
         """The writer is done: the reader gets end of file after the queued bytes."""
         self.eof = True
@@ -201,6 +212,11 @@ class Session:
     def ended(self) -> bool:
         return self.done.is_set()
 
+    @property
+    def forward(self) -> bool:
+        """One connection of a port forward (its start names a port)."""
+        return self.start is not None and self.start.port > 0
+
     def view(self) -> SessionView:
         job, sid = self.key
         return SessionView(
@@ -220,7 +236,8 @@ class Relay:
     """Every session of this controller process.
 
     `alone_timeout` (seconds) ends a session only one side attends;
-    `per_user` caps the sessions a user has open (429 limit_exceeded);
+    `per_user` caps the sessions a user has open, forward connections aside,
+    and `forwards_per_user` those (429 limit_exceeded; 0: no cap);
     `notify(keys)` announces session changes ("session:<job>.<sid>" and
     "worker:<id>" for a new start) to long polls; `clock` is monotonic seconds.
     """
@@ -231,24 +248,41 @@ class Relay:
         per_user: int,
         notify: Callable[[list[str]], None] = lambda keys: None,
         clock: Callable[[], float] = time.monotonic,
+        forwards_per_user: int = 0,
     ) -> None:
         self.alone_timeout = alone_timeout
         self.per_user = per_user
+        self.forwards_per_user = forwards_per_user
         self.notify = notify
         self.clock = clock
         self.sessions: dict[tuple[int, int], Session] = {}
         self._ids = itertools.count(1)
         self._watch: asyncio.Task | None = None
+        self.idle = None
+        """The controller's rc.controller.idle.IdleWatch (None: no idle rule)."""
+        self.wall: Callable[[], float] = time.time
+        """Wall clock for the idle watch (the controller's)."""
 
     # -- sessions ----------------------------------------------------------
 
-    def _new(self, key: tuple[int, int], owner: str, worker: str, stdio: Stdio) -> Session:
-        live = sum(1 for s in self.sessions.values() if s.owner == owner and not s.ended)
-        if self.per_user and live >= self.per_user:
+    def _new(
+        self, key: tuple[int, int], owner: str, worker: str, stdio: Stdio, port: int = 0
+    ) -> Session:
+        forward = bool(port)
+        live = sum(
+            1
+            for s in self.sessions.values()
+            if s.owner == owner and not s.ended and s.forward == forward
+        )
+        cap, what = (
+            (self.forwards_per_user, "forward connections")
+            if forward
+            else (self.per_user, "terminal or pipe sessions")
+        )
+        if cap and live >= cap:
             raise Refused(
                 ErrorCode.LIMIT_EXCEEDED,
-                f"{owner} already has {live} terminal or pipe sessions open "
-                f"(the limit is {self.per_user})",
+                f"{owner} already has {live} {what} open (the limit is {cap})",
                 status=429,
             )
         s = Session(key, owner, worker, stdio, self.clock())
@@ -288,7 +322,7 @@ class Relay:
         """Record a session to start inside a running hold (on all of its
         devices, in its order) and wake its worker."""
         sid = next(self._ids)
-        s = self._new((hold_id, sid), owner, worker, req.stdio)
+        s = self._new((hold_id, sid), owner, worker, req.stdio, req.port)
         s.start = SessionStart(
             session_id=sid,
             hold_id=hold_id,
@@ -301,9 +335,21 @@ class Relay:
             submitter=owner,
             rows=req.rows,
             cols=req.cols,
+            port=req.port,
         )
         self.notify([f"worker:{worker}"])
         return s
+
+    def say(self, hold_id: int, line: str) -> int:
+        """Write `line` into the output of every open terminal session of the
+        hold (the idle rule's warning and release); pipe sessions (exec, cp,
+        forward) carry data and are left alone. Returns how many got it."""
+        data = b"\r\n" + line.encode() + b"\r\n"
+        return sum(
+            1
+            for (job, sid), s in self.sessions.items()
+            if job == hold_id and sid and not s.ended and s.stdio is Stdio.TTY and s.out.offer(data)
+        )
 
     def open_sessions(self) -> int:
         """Sessions not ended yet (the rc_relay_sessions metric)."""

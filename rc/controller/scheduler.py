@@ -8,6 +8,8 @@ assignment commits with the change that made it possible.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from rc.controller.planner import LazyMatches, Policy, plan
 from rc.controller.store import Tx, jobs, leases, queue
 from rc.controller.store.labels import MatchCache
@@ -15,7 +17,12 @@ from rc.controller.store.labels import MatchCache
 __all__ = ["schedule"]
 
 
-def schedule(tx: Tx, match_cache: MatchCache, policy: Policy) -> list[tuple[int, tuple[str, ...]]]:
+def schedule(
+    tx: Tx,
+    match_cache: MatchCache,
+    policy: Policy,
+    on_wait: Callable[[float], None] | None = None,
+) -> list[tuple[int, tuple[str, ...]]]:
     """The scheduling pass: assign queued jobs to free devices, durably, all
     of a job's devices in one go. Returns the (job id, its device ids) it
     assigned.
@@ -26,14 +33,24 @@ def schedule(tx: Tx, match_cache: MatchCache, policy: Policy) -> list[tuple[int,
     scheduling order (SQLite orders it with the planner's aging rule), and plans only until every
     free device is assigned or reserved, so a pass costs the jobs it looks
     at, not the length of the queue. The decisions are plan()'s.
+    `on_wait(seconds)` is told each assigned job's wait in the queue (the
+    wait-time histogram of /metrics).
     """
     jobs.end_doomed(tx)  # a dependency that can never be met ends its dependent now
     if not queue.anything_to_place(tx):
         return []
     slots = queue.slots(tx)
     usage = leases.usage(tx) if policy.cap > 0 else {}
+    adjust = queue.adjustments(tx, policy)
+    queued_at: dict[int, float] = {}
+
+    def noted(jobs_in_order):
+        for j in jobs_in_order:
+            queued_at[j.id] = j.queued_at
+            yield j
+
     p = plan(
-        queue.in_order(tx, policy.aging),
+        noted(queue.in_order(tx, policy.aging, adjust)),
         slots,
         LazyMatches(lambda sel: match_cache.matching(tx, sel)),
         tx.now,
@@ -44,5 +61,10 @@ def schedule(tx: Tx, match_cache: MatchCache, policy: Policy) -> list[tuple[int,
         ordered=True,
         until_settled=True,
         arrays_active=queue.arrays_active(tx),
+        adjust=adjust,
     )
-    return [(j, ds) for j, ds in p.assignments if leases.assign(tx, j, ds, policy)]
+    done = [(j, ds) for j, ds in p.assignments if leases.assign(tx, j, ds, policy)]
+    if on_wait is not None:
+        for j, _ in done:
+            on_wait(tx.now - queued_at[j])
+    return done

@@ -234,6 +234,16 @@ async def _serve(cfg: ControllerConfig, ready_fd: int | None) -> None:
         log.info("rc serve stopped")
 
 
+def _loop_factory():
+    """uvloop's event loop when it is installed (the optional `fast` extra),
+    else None: asyncio's own."""
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
+
+
 def run(cfg: ControllerConfig, ready_fd: int | None = None) -> int:
     """Serve until SIGINT/SIGTERM. Returns 0, or 1 with a one-line error on stderr.
 
@@ -245,7 +255,8 @@ def run(cfg: ControllerConfig, ready_fd: int | None = None) -> int:
         stream=sys.stderr,
     )
     try:
-        asyncio.run(_serve(cfg, ready_fd))
+        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+            runner.run(_serve(cfg, ready_fd))
     except ControllerError as e:
         print(f"rc serve: {e}", file=sys.stderr)
         return 1

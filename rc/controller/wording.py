@@ -135,6 +135,9 @@ EVENTS: dict[EventKind, Shown] = {
     EventKind.SUBMITTED_AS: Shown("Submitted as", tone="info"),
     EventKind.TOKEN_CREATED: Shown("Token created", tone="info"),
     EventKind.TOKEN_REVOKED: Shown("Token revoked", tone="info"),
+    EventKind.HOLD_IDLE_WARNING: Shown("Hold idle", tone="info"),
+    EventKind.HOLD_RECLAIMED: Shown("Idle hold released", tone="info"),
+    EventKind.JOB_REQUEUED: Shown("Requeued", tone="info"),
 }
 
 

@@ -55,6 +55,7 @@ class ErrorCode(enum.StrEnum):
     LIMIT_EXCEEDED = "limit_exceeded"
     QUEUE_FULL = "queue_full"
     PRIORITY_OUT_OF_RANGE = "priority_out_of_range"
+    PRIORITY_NOT_ALLOWED = "priority_not_allowed"
     BAD_SELECTOR = "bad_selector"
     RUNTIME_ABOVE_CEILING = "runtime_above_ceiling"
     UNKNOWN_DEVICE = "unknown_device"
@@ -98,6 +99,7 @@ STATUS: Mapping[ErrorCode, int] = MappingProxyType(
         ErrorCode.LIMIT_EXCEEDED: 400,
         ErrorCode.QUEUE_FULL: 429,
         ErrorCode.PRIORITY_OUT_OF_RANGE: 400,
+        ErrorCode.PRIORITY_NOT_ALLOWED: 400,
         ErrorCode.BAD_SELECTOR: 400,
         ErrorCode.RUNTIME_ABOVE_CEILING: 400,
         ErrorCode.UNKNOWN_DEVICE: 400,

@@ -20,6 +20,7 @@ __all__ = [
     "NAME_RE",
     "PRIORITY_MAX",
     "PRIORITY_MIN",
+    "RESTARTS_MAX",
     "ROOT",
     "UNIX_USER_RE",
     "Condition",
@@ -52,6 +53,8 @@ PRIORITY_MIN = -10
 PRIORITY_MAX = 10
 COUNT_MAX = 64
 """The most devices one job or hold may ask for (all on one host)."""
+RESTARTS_MAX = 3
+"""The most times a hardware failure puts one job back in the queue."""
 DEVICES_PER_WORKER_MAX = 1024
 """The most devices one worker may declare (the controller's limit too:
 rc.controller.config Limits.devices_per_worker)."""
@@ -322,6 +325,9 @@ class EventKind(enum.StrEnum):
     SUBMITTED_AS = "submitted_as"
     TOKEN_CREATED = "token_created"
     TOKEN_REVOKED = "token_revoked"
+    HOLD_IDLE_WARNING = "hold_idle_warning"
+    HOLD_RECLAIMED = "hold_reclaimed"
+    JOB_REQUEUED = "job_requeued"
 
 
 @dataclass(frozen=True, slots=True)
@@ -363,7 +369,11 @@ class Job:
     `device_id` is the first of them (RC_DEVICE). Durations are whole
     seconds, 0 meaning "none" (or, for max_runtime, the devices' ceiling).
     `unix_user` is the Unix user it runs as (its submitter's token's, or
-    under --as the target's), recorded at submit.
+    under --as the target's), recorded at submit. `requeue_on_hardware`:
+    whether a hardware failure puts it back in the queue (README "GPU
+    health"); `restart_count` how many times it was (0..RESTARTS_MAX, its
+    RC_RESTART_COUNT); `excluded_device_ids` the devices it must not be
+    given again (the faulty ones).
     """
 
     id: int
@@ -395,6 +405,9 @@ class Job:
     array_id: int | None = None
     array_index: int | None = None
     array_item: str = ""
+    requeue_on_hardware: bool = True
+    restart_count: int = 0
+    excluded_device_ids: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

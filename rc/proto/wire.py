@@ -46,6 +46,8 @@ __all__ = [
     "FaultRequest",
     "HeartbeatRequest",
     "HeartbeatResponse",
+    "HoldIdle",
+    "HoldUse",
     "HostFit",
     "JobDetail",
     "JobExplanation",
@@ -72,6 +74,9 @@ __all__ = [
     "SessionRequest",
     "SessionStart",
     "SessionView",
+    "ShareList",
+    "ShareSet",
+    "ShareView",
     "StateResponse",
     "StatusReport",
     "SubmitRequest",
@@ -80,6 +85,8 @@ __all__ = [
     "TokenCreated",
     "TokenList",
     "TokenRevoked",
+    "UsageReport",
+    "UsageRow",
     "WhoAmI",
 ]
 
@@ -106,6 +113,9 @@ class SubmitRequest:
     "JOB[:ok|:notok|:any]" (model.parse_after; at most AFTER_MAX; an
     array's id means every element of it).
     `env` names are model.ENV_NAME_RE (400 bad_request naming a bad one).
+    `requeue_on_hardware` (default true): a hardware failure of the job
+    (JobReport.hardware_cause) puts it back in the queue, away from the
+    faulty devices, at most model.RESTARTS_MAX times (README "GPU health").
     """
 
     command: tuple[str, ...] = ()
@@ -128,6 +138,8 @@ class SubmitRequest:
     array: str = ""
     array_items: tuple[str, ...] = ()
     after: tuple[str, ...] = ()
+    hold_idle_timeout_seconds: int | None = None
+    requeue_on_hardware: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +176,22 @@ class ArraySummary:
 
 
 @dataclass(frozen=True, slots=True)
+class HoldIdle:
+    """A hold's idle rule and its state (README "Holds: the idle rule").
+
+    timeout_seconds: its idle timeout (0: off). While it runs with the rule
+    on: idle_seconds since its last use, reclaim_at (wall seconds) when it
+    is released if nothing happens, warned once the warning went out, and
+    state in words ("idle 1h42m: no input, GPU 0 %, no forward")."""
+
+    timeout_seconds: int
+    idle_seconds: float | None = None
+    reclaim_at: float | None = None
+    warned: bool = False
+    state: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class JobDetail:
     """What `rc show JOB` adds to a job (GET /v1/jobs/{id}?detail=1).
 
@@ -182,6 +210,7 @@ class JobDetail:
     explain: str = ""
     array: ArraySummary | None = None
     after: tuple[Dependency, ...] = ()
+    idle: HoldIdle | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -343,10 +372,25 @@ class LabelsRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class HoldUse:
+    """Whether a running hold was in use since the worker's previous
+    heartbeat (the idle rule, README "Holds: the idle rule"): `busy`, and
+    what was read: the highest utilization.gpu of its GPUs (percent), or on
+    CPU devices its processes' CPU use (percent of one core); None: not read."""
+
+    job_id: int
+    busy: bool = False
+    gpu_pct: int | None = None
+    cpu_pct: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class HeartbeatRequest:
-    """POST /v1/workers/{id}/heartbeat: the jobs this worker still supervises."""
+    """POST /v1/workers/{id}/heartbeat: the jobs this worker still
+    supervises, and the use of its running holds (`hold_use`)."""
 
     running_job_ids: tuple[int, ...] = ()
+    hold_use: tuple[HoldUse, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -394,7 +438,12 @@ class Assignment:
     RC_DEVICES); device_id is the first. One job is one process group
     across all of them. (A controller from before jobs had several devices
     sends no device_ids: the job has device_id alone.) `unix_user` is the
-    Unix user it runs as (model.Job.unix_user).
+    Unix user it runs as (model.Job.unix_user). `restart_count`: how many
+    times a hardware failure requeued it (its RC_RESTART_COUNT, 0 on the
+    first run); `log_offset`: the byte offset its output starts at in the
+    stored log (after the earlier runs' output and the restart's separator
+    line; 0 on the first run); `log_mid_line`: the stored log ends inside a
+    line (the separator then starts on a new one).
     """
 
     job_id: int
@@ -409,6 +458,9 @@ class Assignment:
     stdio: Stdio = Stdio.LOGS
     device_ids: tuple[str, ...] = ()
     unix_user: str = ""
+    restart_count: int = 0
+    log_offset: int = 0
+    log_mid_line: bool = False
 
     @property
     def devices(self) -> tuple[str, ...]:
@@ -447,12 +499,16 @@ class ScanResult:
     survivors: alive at the end (after the kill, when asked for one);
     ended: ended by the kill; complete: the scan could read every process
     (False: "none found" proves nothing); error: why it could not run.
+    health: each scanned GPU device's health read afresh (device id →
+    rc.worker.health status: "ok", "fault:row-remap-failed", "unreadable"
+    when nvidia-smi could not read it); devices that are no GPU are absent.
     """
 
     survivors: tuple[Survivor, ...] = ()
     ended: tuple[Survivor, ...] = ()
     complete: bool = True
     error: str = ""
+    health: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -499,6 +555,11 @@ class StatusReport:
     state is "running" or a terminal state; exit_code is the process's code
     (128+N for death by signal N); reason says why (kill reason, watchdog);
     started_at is when the process started, by the worker's clock.
+    hardware_cause: for a job that ended unsuccessfully, what of the
+    hardware made it end ("Xid 79 on HOST:gpu3: GPU has fallen off the
+    bus"; "" when nothing did: its own failure), and hardware_device_ids
+    the faulty devices (ids) of its own; a job with a cause may be
+    requeued (README "GPU health").
     """
 
     worker_id: str
@@ -506,6 +567,8 @@ class StatusReport:
     exit_code: int | None = None
     reason: str = ""
     started_at: float | None = None
+    hardware_cause: str = ""
+    hardware_device_ids: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -517,6 +580,8 @@ class JobReport:
     exit_code: int | None = None
     reason: str = ""
     started_at: float | None = None
+    hardware_cause: str = ""
+    hardware_device_ids: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -553,10 +618,13 @@ class LogAppended:
 
 @dataclass(frozen=True, slots=True)
 class FaultRequest:
-    """POST /v1/devices/{id}/fault: quarantine a device as `fault`."""
+    """POST /v1/devices/{id}/fault: quarantine a device as `fault`; with
+    `drain`, drain it instead (its job finishes, no new one starts: a GPU
+    health rule, rc.worker.health)."""
 
     reason: str
     job_id: int | None = None
+    drain: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -592,6 +660,8 @@ class DescribeResponse:
 
     label_age_seconds is keyed "key/source". sheet is the device's usage sheet,
     or the host-wide one when the device has none (sheet_is_host_wide).
+    health_history: the device's GPU health events (faults and drains of
+    its health rules, and the clears, undrains and recoveries), newest first.
     """
 
     view: DeviceView
@@ -601,6 +671,7 @@ class DescribeResponse:
     sheet_is_host_wide: bool = False
     sheet_age_seconds: float | None = None
     recent_jobs: tuple[Job, ...] = ()
+    health_history: tuple[Event, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -652,6 +723,74 @@ class ReservationView:
 
 
 @dataclass(frozen=True, slots=True)
+class UsageRow:
+    """One row of the usage ledger (GET /v1/usage): `key` is the user, host,
+    device, day (YYYY-MM-DD, UTC) or week (its Monday) it counts.
+
+    device_seconds: device-time held in the window (one lease per device: a
+    job on 4 devices for an hour is 4 device-hours); jobs / holds: those that
+    held a device in the window, by state (running or assigned while still
+    on); idle_hold_seconds: the device-time of holds in which no session
+    (rc shell, rc exec, rc cp --hold) was ever opened; waits: jobs and holds
+    granted in the window, with the 50th and 95th percentile of how long
+    they were queued (seconds, nearest rank; 0 when none)."""
+
+    key: str
+    device_seconds: float = 0.0
+    jobs: dict[str, int] = field(default_factory=dict)
+    holds: dict[str, int] = field(default_factory=dict)
+    idle_hold_seconds: float = 0.0
+    waits: int = 0
+    wait_p50_seconds: float = 0.0
+    wait_p95_seconds: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class UsageReport:
+    """GET /v1/usage: the ledger over [since, until] (seconds since the
+    epoch), one row per `by` key (largest device-time first; days and weeks
+    in order), and the total over them all."""
+
+    by: str
+    since: float
+    until: float
+    rows: tuple[UsageRow, ...]
+    total: UsageRow
+    user: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ShareView:
+    """One user's fair share (GET /v1/shares): weight, entitlement and share
+    (fractions 0..1), decayed usage (device-seconds) and the adjustment in
+    priority steps (README "Sharing fairly")."""
+
+    user: str
+    weight: float
+    entitled: float
+    share: float
+    decayed_device_seconds: float
+    adjust: int
+
+
+@dataclass(frozen=True, slots=True)
+class ShareList:
+    """GET /v1/shares: fair share's half-life (seconds; 0: off) and every user's
+    standing (those with decayed usage, a queued job or a weight set)."""
+
+    half_life_seconds: float
+    shares: tuple[ShareView, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ShareSet:
+    """POST /v1/shares/{user}: the user's fair-share weight (0 < weight <= 1000; 1
+    is everyone's default)."""
+
+    weight: float
+
+
+@dataclass(frozen=True, slots=True)
 class JobExplanation:
     """GET /v1/jobs/{id}/explain: why a queued job is not running, in words.
 
@@ -668,17 +807,23 @@ class JobExplanation:
     blockers: dict[str, str] = field(default_factory=dict)
     hosts: tuple[HostFit, ...] = ()
     reservation: ReservationView | None = None
+    priority: str = ""
+    """Every term of its effective priority in one line ("priority 0 + aging 2
+    - fair share 3 (alice: ...) = -1")."""
 
 
 @dataclass(frozen=True, slots=True)
 class StateResponse:
-    """GET /v1/state: the fleet, active jobs and the queue in scheduling order."""
+    """GET /v1/state: the fleet, active jobs and the queue in scheduling order,
+    and the idle clocks of the running holds (README "Holds: the idle rule")."""
 
     devices: tuple[DeviceView, ...]
     jobs: tuple[Job, ...]
     queued: tuple[Job, ...]
     queued_waiting_seconds: dict[str, float] = field(default_factory=dict)
     queue_positions: dict[str, int] = field(default_factory=dict)
+    holds_idle: dict[str, HoldIdle] = field(default_factory=dict)
+    """The idle rule's state of each running hold whose rule is on, by id."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -787,6 +932,10 @@ class SessionRequest:
     stdio is tty (a terminal; an empty command means the login shell of the
     worker's user) or pipe (raw stdin and stdout, stderr kept). rows and cols
     are the terminal's initial size (0: the default 24x80).
+
+    port (1..65535) makes it one connection of a port forward (`rc forward`):
+    no process; the worker connects to 127.0.0.1:port on the hold's host and
+    relays its bytes both ways (stdio pipe, no command, cwd or env).
     """
 
     stdio: Stdio
@@ -795,6 +944,7 @@ class SessionRequest:
     env: dict[str, str] = field(default_factory=dict)
     rows: int = 0
     cols: int = 0
+    port: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -814,6 +964,8 @@ class SessionStart:
     rows: int = 0
     cols: int = 0
     device_ids: tuple[str, ...] = ()
+    port: int = 0
+    """A forward's loopback port on the hold's host (0: run `command`)."""
 
     @property
     def devices(self) -> tuple[str, ...]:

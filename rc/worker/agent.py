@@ -24,13 +24,14 @@ import logging
 import os
 import random
 import threading
+import time
 import uuid
 
 from rc import __version__
 from rc.proto.client import Client
 from rc.proto.codec import decode, encode
 from rc.proto.errors import ApiError, TransportError
-from rc.proto.model import RecoveryProof
+from rc.proto.model import JobKind, JobState, RecoveryProof
 from rc.proto.wire import (
     Assignments,
     DeviceDecl,
@@ -43,13 +44,14 @@ from rc.proto.wire import (
     ScanRequest,
     ScanResult,
 )
-from rc.worker import account, cgroups, recovery, sessions, sheets, survivors
+from rc.worker import account, cgroups, health, recovery, sessions, sheets, survivors, usage
 from rc.worker.clock import SYSTEM, Clock
 from rc.worker.config import DeviceConfig, WorkerConfig
 from rc.worker.hooks import Leases
 from rc.worker.job import JobContext, JobRun, Result
 from rc.worker.labels import Prober, ProbeResult
 from rc.worker.logsink import LogSink
+from rc.worker.probe import cuda_index
 from rc.worker.reporter import Report, Reporter
 from rc.worker.spool import Spool
 
@@ -67,6 +69,9 @@ POLL_RETRY_MAX_S = 5.0
 """A failed long poll is retried within this, so work resumes soon after a
 controller restart."""
 REREGISTER_RETRY_S = 60.0
+SINCE_SLACK_S = 5.0
+"""An Xid logged this long before a job's recorded start still counts as
+hitting it (the kernel's clock and the job's start differ a little)."""
 PERMANENT_REFUSALS = frozenset({400, 403, 413})
 """Registration answers that end the worker (exit 1) instead of being retried
 (see Agent.register)."""
@@ -116,7 +121,7 @@ class Agent:
         self.stopping = False
         self.jobs: dict[int, JobRun] = {}
         self.reporting: set[int] = set()
-        self.started: set[int] = set()
+        self.started: set[tuple[int, int]] = set()  # (job id, restart count)
         self.unsettled: set[int] = set()
         """Jobs this process started (or may have) whose end the controller
         has not acknowledged: what its leave claims it may have started."""
@@ -146,6 +151,9 @@ class Agent:
         self.prober = Prober(cfg, clock=clock)
         self.prober.fixed["proctrack"] = self.tracker.mode
         self._probe_lock = threading.Lock()
+        self._health_due: health.Pass | None = None
+        self.usage = usage.Sampler({b"RC_WORKER_INSTANCE": self.instance_id.encode()})
+        """Whether each running hold was used between heartbeats (the idle rule)."""
         self.leases = Leases(cfg, clock)
         self.spool = Spool(cfg.spool_dir, cfg.spool_max_bytes)
         self._arms: dict[int, JobRun] = {}
@@ -192,6 +200,7 @@ class Agent:
 
     def _registration(self) -> RegisterRequest:
         res, host_sheet, device_sheets = self._probe(None)
+        self._health_due = res.health  # acted on once the controller knows the devices
         configs = res.devices
         self.devices = {d.name: d for d in configs}
         self.leases.configure(configs)
@@ -254,7 +263,23 @@ class Agent:
         except TransportError as e:
             log.warning("labels push failed: %s", e)
             return False
+        finally:
+            self._act_on_health(res.health)
         return True
+
+    def _act_on_health(self, checked: health.Pass | None, job_id: int | None = None) -> None:
+        """Send the faults (quarantine as `fault`) and drains a health pass
+        found (rc.worker.health), through the reporter: queued and retried,
+        and before any later job report; `job_id` names the job that ended
+        when they were found (in the event)."""
+        if checked is None:
+            return
+        for f in checked.actions:
+            device_id = f"{self.cfg.host}:{f.device}"
+            if f.action == "fault":
+                self.reporter.submit_fault(device_id, f.reason(device_id), job_id)
+            elif f.action == "drain":
+                self.reporter.submit_fault(device_id, f.reason(device_id), job_id, drain=True)
 
     def gpu_uuid(self, device_name: str) -> str:
         """The UUID of a device's GPU, as nvidia-smi last listed it ("" if never)."""
@@ -273,6 +298,8 @@ class Agent:
             return False
         self.instance = resp["instance"]
         log.info("registered %s again", self.cfg.host)
+        self._act_on_health(self._health_due)
+        self._health_due = None
         return True
 
     def register(self) -> bool:
@@ -307,6 +334,8 @@ class Agent:
                     _runs_jobs_as(req),
                 )
                 self._announce_ready()
+                self._act_on_health(self._health_due)
+                self._health_due = None
                 return True
             except ApiError as e:
                 if e.status in PERMANENT_REFUSALS:
@@ -374,14 +403,23 @@ class Agent:
         """One heartbeat naming the jobs this worker supervises; stops the
         ones the controller says have ended. None once the worker has left
         (a heartbeat would bring its devices back into the pool)."""
+        with self._lock:
+            holds = {
+                job_id: run.device_names
+                for job_id, run in self.jobs.items()
+                if run.a.kind is JobKind.HOLD and run.started_at is not None
+            }
+        use = [encode(u) for u in self.usage.sample(holds, self.clock.monotonic())]
         with self._leaving:
             if self.left:
                 return
             with self._lock:
                 named = sorted(set(self.jobs) | self.reporting)
+                runs = dict(self.jobs)  # a stop names these runs, not a later one
             try:
                 resp = self.client.post(
-                    f"/v1/workers/{self.worker_id}/heartbeat", {"running_job_ids": named}
+                    f"/v1/workers/{self.worker_id}/heartbeat",
+                    {"running_job_ids": named, "hold_use": use},
                 )
             except (ApiError, TransportError) as e:
                 err = e
@@ -394,7 +432,10 @@ class Agent:
             episode.ok()
         self._note_instance(resp.get("instance", ""))
         for job_id in resp.get("stop_job_ids", []):
-            self._cancel(job_id, "the controller ended this job")
+            # a run that started after the heartbeat went (a job the hardware
+            # requeued, run again here) is not the one the controller ended
+            if job_id in runs:
+                self._cancel(job_id, "the controller ended this job", runs[job_id])
         for key, ttl in (resp.get("hold_ttls") or {}).items():
             with self._lock:
                 run = self.jobs.get(int(key))
@@ -462,8 +503,8 @@ class Agent:
             if resp.status == 200 and not self.stop_event.is_set():
                 got = decode(Assignments, resp.json())
                 self._dispatch(got)
-                if got.assignments or got.kills:
-                    continue
+                if got.assignments or got.kills or got.sessions:
+                    continue  # work came: poll again at once (the floor is for empty answers)
             if self.clock.monotonic() - t0 < POLL_FLOOR_S:
                 self.clock.wait(self.stop_event, POLL_FLOOR_S)
 
@@ -516,9 +557,10 @@ class Agent:
             # list of runs to end) registers a start: once `closed` is set,
             # `unsettled` names every job this process may have started.
             with self._lock:
-                if self.closed or a.job_id in self.started:
+                # a job the hardware requeued comes again with a higher restart count
+                if self.closed or (a.job_id, a.restart_count) in self.started:
                     continue  # shutting down: never started, so the leave hands it back
-                self.started.add(a.job_id)
+                self.started.add((a.job_id, a.restart_count))
                 self.unsettled.add(a.job_id)
                 if a.job_id in kills:
                     self.reporting.add(a.job_id)
@@ -564,10 +606,27 @@ class Agent:
                 cg.remove()
         return found, ended
 
+    def _health_now(self, req: ScanRequest) -> dict[str, str]:
+        """The scanned GPU devices' health, read afresh (rc.worker.health
+        Monitor.check): what rc clear of a health fault needs to see clean."""
+        mine = f"{self.cfg.host}:"
+        gpus = {
+            d[len(mine) :]: int(cuda_index(d[len(mine) :]) or -1)
+            for d in req.device_ids
+            if d.startswith(mine) and cuda_index(d[len(mine) :]) is not None
+        }
+        if not gpus:
+            return {}
+        with self._probe_lock:
+            got = self.prober.health.check(gpus)
+        return {mine + n: v for n, v in got.items()}
+
     def _answer_scan(self, req: ScanRequest) -> None:
         try:
             found, ended = self.survivor_scan(req.device_ids, req.job_ids, req.kill)
-            result = ScanResult(found.survivors, ended, found.complete)
+            result = ScanResult(
+                found.survivors, ended, found.complete, health=self._health_now(req)
+            )
         except Exception as e:  # a bug must still answer
             log.exception("survivor scan %d failed", req.scan_id)
             result = ScanResult(complete=False, error=f"worker error: {e}")
@@ -576,10 +635,11 @@ class Agent:
         except (ApiError, TransportError) as e:
             log.warning("could not answer survivor scan %d: %s", req.scan_id, e)
 
-    def _cancel(self, job_id: int, reason: str) -> None:
+    def _cancel(self, job_id: int, reason: str, only: JobRun | None = None) -> None:
+        """Cancel job `job_id`'s run here (with `only`: when it is that run)."""
         with self._lock:
             run = self.jobs.get(job_id)
-        if run is not None:
+        if run is not None and (only is None or run is only):
             run.cancel(reason or "cancelled")
 
     # -- job completion -----------------------------------------------------
@@ -593,14 +653,48 @@ class Agent:
             self.reporting.add(run.job_id)
             if run.release_epochs:
                 self._arms[run.job_id] = run
+        reason = result.reason
+        note = health.JobNote()
+        if result.state is not JobState.SUCCEEDED:
+            note = self._xid_note(run)
+            reason = f"{reason}; {note.text}" if reason and note.text else reason or note.text
         self.reporter.submit(
-            Report(run.job_id, result.state.value, result.exit_code, result.reason, run.started_at)
+            Report(
+                run.job_id,
+                result.state.value,
+                result.exit_code,
+                reason,
+                run.started_at,
+                hardware_cause=note.hardware,
+                hardware_device_ids=tuple(f"{self.cfg.host}:{n}" for n in note.faulty),
+            )
         )
+
+    def _xid_note(self, run: JobRun) -> health.JobNote:
+        """Read the kernel log now: act on new Xid faults and drains (before
+        the job's report, naming the job), and say which Xids hit the job's
+        GPUs since it started (rc.worker.health.job_note; an empty JobNote
+        for none).
+        Kernel times are seconds since boot: the job's start is mapped onto
+        them through the monotonic clock, with SINCE_SLACK_S of slack."""
+        if not any(cuda_index(n) is not None for n in run.device_names):
+            return health.JobNote()
+        with self._probe_lock:
+            new = self.prober.health.poll_xids()
+            recent = list(self.prober.health.recent)
+        self._act_on_health(
+            health.Pass(actions=[f for f in new if f.action in ("fault", "drain")]), run.job_id
+        )
+        started = run.started_at if run.started_at is not None else time.time()
+        since = time.monotonic() - (time.time() - started) - SINCE_SLACK_S
+        return health.job_note(recent, self.cfg.host, run.device_names, since)
 
     def _report_done(self, job_id: int, accepted: bool) -> None:
         with self._lock:
             self.reporting.discard(job_id)
-            if accepted:  # the controller recorded its end: no longer "may have run"
+            # the controller recorded its end: no longer "may have run" (unless
+            # the hardware requeued it and its next run started here already)
+            if accepted and job_id not in self.jobs:
                 self.unsettled.discard(job_id)
             run = self._arms.pop(job_id, None)
         if run is not None:

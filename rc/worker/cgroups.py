@@ -50,6 +50,7 @@ __all__ = [
     "parse_mounts",
     "parse_pids",
     "parse_self_cgroup",
+    "place",
     "subtree_name",
 ]
 
@@ -148,6 +149,16 @@ def enter(fd: int) -> None:
         os.write(fd, b"0")
     except OSError:
         pass
+
+
+def place(cgroup: Cgroup, pid: int) -> None:
+    """From the worker: move process `pid` into `cgroup` (write it into its
+    cgroup.procs). Raises OSError when the kernel refuses."""
+    fd = cgroup.join_fd()
+    try:
+        os.write(fd, str(pid).encode())
+    finally:
+        os.close(fd)
 
 
 def _read(path: str) -> str:

@@ -31,6 +31,7 @@ Every key, its default and unit (top-level keys first, as TOML requires):
     pass_env            = []                  # names of worker variables passed to jobs
     cgroup_root         = ""                  # cgroup hierarchy to track jobs in; "": detect
     recheck_interval    = "30s"               # survivor rescan of a quarantined device
+    kernel_log          = "/dev/kmsg"         # where Xid events are read; unreadable: dmesg
 
     [[devices]]                               # one table per device, or a list of names
     name           = "gpu0"
@@ -148,6 +149,7 @@ class WorkerConfig:
     pass_env: tuple[str, ...] = ()
     cgroup_root: str = ""
     recheck_interval: float = 30.0
+    kernel_log: str = "/dev/kmsg"
 
     def __post_init__(self) -> None:
         # Defaults for configs built in code: a zero or negative timeout never
@@ -302,6 +304,7 @@ _STRINGS = {
     "sheet_dir",
     "spool_dir",
     "cgroup_root",
+    "kernel_log",
 }
 _BOOLS = {"require_manual_clear", "allow_root_jobs", "shared_account"}
 _DEVICE_KEYS = {

@@ -74,7 +74,16 @@ from rc.worker.probe import cuda_visible
 from rc.worker.reporter import Report
 from rc.worker.terminal import TTY_DRAIN_S, Terminal, end_terminal_session, login_shell
 
-__all__ = ["LOG_FLUSH_S", "LOG_FLUSH_SHUTDOWN_S", "WATCHDOG_TICK_S", "JobContext", "JobRun"]
+__all__ = [
+    "LOG_FLUSH_S",
+    "LOG_FLUSH_SHUTDOWN_S",
+    "WATCHDOG_TICK_S",
+    "JobContext",
+    "JobRun",
+    "needs_scan",
+    "open_job_log",
+    "restart_separator",
+]
 
 log = logging.getLogger("rc.worker.job")
 
@@ -84,6 +93,24 @@ LOG_FLUSH_S = 300.0
 """How long a job's log may take to reach the controller after it ended (s)."""
 LOG_FLUSH_SHUTDOWN_S = 20.0
 """The same while the worker shuts down (s)."""
+
+
+def restart_separator(restart: int, mid_line: bool = False) -> bytes:
+    """The line a requeued run's output starts with in the job's log (on a
+    line of its own: after a newline when the log ends `mid_line`)."""
+    line = f"--- restart {restart} after a hardware failure ---\n".encode()
+    return b"\n" + line if mid_line else line
+
+
+def open_job_log(ctx: JobContext, a: Assignment) -> LogSink:
+    """The LogSink for a run of assignment `a`: a rerun after a hardware
+    failure (restart_count > 0) appends after the stored log (its
+    log_offset), starting with restart_separator; the logstore's offsets
+    keep every earlier byte and never duplicate one."""
+    sink = ctx.open_log(a.job_id)
+    if a.restart_count:
+        sink.resume_at(a.log_offset, restart_separator(a.restart_count, a.log_mid_line))
+    return sink
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +151,18 @@ class JobContext:
         """The variables a process must carry to be swept as this worker's."""
         instance = self.markers.get("RC_WORKER_INSTANCE", "")
         return {b"RC_WORKER_INSTANCE": instance.encode()} if instance else {}
+
+
+def needs_scan(kind: JobKind, placed: bool, user: Account | None, left: list[int]) -> bool:
+    """Whether a job's teardown must scan /proc for processes tagged with its
+    RC_JOB_ID. Not when its cgroup answers for everything: a job (a hold's
+    sessions may run outside any cgroup) whose leader was placed in its
+    cgroup before its program ran, that ran as a user other than root (only
+    root may move a process out of the worker's subtree: a move needs write
+    access to the common ancestor's cgroup.procs) and whose cgroup kill
+    left nothing alive (`left`)."""
+    trusted = kind is JobKind.JOB and placed and user is not None and user.uid != 0
+    return not trusted or bool(left)
 
 
 class JobRun:
@@ -170,6 +209,8 @@ class JobRun:
         """The Unix user the job runs as, once resolved (its sessions too)."""
         self.cgroup: cgroups.Cgroup | None = None
         """The job's own cgroup (None in scan mode), made just before it starts."""
+        self.placed = False
+        """Whether its leader was in `cgroup` before the job's program ran."""
         self.thread = threading.Thread(target=self._run, name=f"rc-job-{a.job_id}", daemon=True)
 
     def start(self) -> None:
@@ -296,9 +337,11 @@ class JobRun:
                     log.warning("job %d: cannot kill cgroup %s: %s", self.job_id, cg.path, e)
             self.note_pids()
             floor = 0 if self._pids_wrapped else self._pid_floor
-            escaped, _complete = supervise.sweep_job(
-                str(self.a.job_id), self.ctx.sweep_scope, floor
-            )
+            escaped: list[int] = []
+            if needs_scan(self.a.kind, self.placed, self.account, in_cgroup):
+                escaped, _complete = supervise.sweep_job(
+                    str(self.a.job_id), self.ctx.sweep_scope, floor
+                )
             if escaped:
                 log.warning(
                     "job %d: %d process(es) escaped its group and survived",
@@ -324,7 +367,7 @@ class JobRun:
             self.cuda,
             self.ctx.markers,
         )
-        sink = self.ctx.open_log(a.job_id)
+        sink = open_job_log(self.ctx, a)
         try:
             cwd, note = working_dir(a.cwd, self.ctx.cfg.host, user)
         except account.CannotRunAs as e:
@@ -341,6 +384,7 @@ class JobRun:
                     argv, cwd=cwd, env=env, stdout=w, stderr=w, account=user, cgroup=self.cgroup
                 )
                 self.watch_pids(group.pid)
+                self.placed = group.joined
             except OSError as e:
                 sink.write(cannot_start_line(argv[0], e))
                 sink.close(LOG_FLUSH_S)
@@ -410,7 +454,7 @@ class JobRun:
             env.setdefault("TERM", "xterm")
             argv = list(a.command) or login_shell(user)
         else:
-            sink = ctx.open_log(a.job_id)
+            sink = open_job_log(ctx, a)
             proc = Pipes(halves, on_output, sink.write)
             argv = list(a.command)
         self.cgroup = ctx.tracker.create(f"job-{a.job_id}")

@@ -16,6 +16,12 @@ missing now but was present when this worker started. A drop-in covers the
 devices it named on its last success in this process ("all" if it gave
 host-wide facts); one that never succeeded covers nothing. An unreadable
 probe_dir fails every remembered drop-in; a missing one is simply empty.
+
+GPU health (rc.worker.health) adds `health` and `health_baseline` to each
+GPU device. A GPU device whose labels a failing nvidia-smi would keep is
+sent again with the labels this process last sent for it and `health` set
+to `unknown:nvidia-smi`: a pass that could not look never keeps a device
+"healthy" (a device this process never sent is left out, as above).
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from dataclasses import dataclass, field
 from rc.proto.model import Link
 from rc.proto.selector import valid_label_key
 from rc.proto.wire import DeviceLink
-from rc.worker import nvidia, script
+from rc.worker import health, nvidia, script
 from rc.worker.clock import SYSTEM, Clock
 from rc.worker.config import DeviceConfig, WorkerConfig
 from rc.worker.probe import cuda_index, discover, host_facts, is_cpu_device
@@ -150,12 +156,15 @@ class ProbeResult:
     labels payload ("" → host-wide; a device left out keeps its stored labels;
     None says nothing at all), the sources that failed, with why, and the
     topology of the GPU devices (`links`, every pair of them; None says
-    nothing: the stored topology is kept)."""
+    nothing: the stored topology is kept), and the GPU health pass
+    (rc.worker.health: its labels are in `labels`, its faults and drains for
+    the agent to send)."""
 
     devices: list[DeviceConfig]
     labels: dict[str, dict[str, str]] | None
     failed: dict[str, str] = field(default_factory=dict)
     links: tuple[DeviceLink, ...] | None = None
+    health: health.Pass = field(default_factory=health.Pass)
 
 
 class Prober:
@@ -183,6 +192,10 @@ class Prober:
         self.topology_failing = False
         self.fixed: dict[str, str] = {}
         """Host labels the worker itself sets (proctrack), winning over drop-ins."""
+        self.health = health.Monitor(cfg.kernel_log)
+        self.sent: dict[str, dict[str, str]] = {}
+        """device name → the labels last sent for it (for a failed nvidia-smi:
+        the same labels, with health unknown)."""
 
     def run(self, devices: list[DeviceConfig] | None = None) -> ProbeResult:
         """One pass. `devices` None: discover them from the config (and nvidia-smi)."""
@@ -217,16 +230,26 @@ class Prober:
         elif "nvidia-smi" in failed:
             omit |= self.nvidia_covered if self.nvidia_covered is not None else gpu_names
         links = self._topology(sorted(gpu_names, key=_natural), per)
+        checked = self.health.run(
+            {n: int(cuda_index(n) or -1) for n in gpu_names} if nvidia.available() else {}
+        )
+        for n, facts in checked.labels.items():
+            per[n].update(facts)
         self._dropins(set(names), host, per, omit, failed, deadline)
         self._note(failed, omit & set(names))
         if not host and not any(per.values()):
-            return ProbeResult(devices, None, failed, links)
+            return ProbeResult(devices, None, failed, links, checked)
         host.update(self.fixed)  # only with the rest: nothing read keeps what is stored
         labels = {"": _bounded(host, "host")}
         for n in names:
             if n not in omit:
                 labels[n] = _bounded(per[n], n)
-        return ProbeResult(devices, labels, failed, links)
+            elif "nvidia-smi" in failed and n in gpu_names and n in self.sent:
+                # what it had, but never "healthy" on a pass that could not look
+                labels[n] = {**self.sent[n], "health": "unknown:nvidia-smi"}
+            if n in labels:
+                self.sent[n] = labels[n]
+        return ProbeResult(devices, labels, failed, links, checked)
 
     def _topology(
         self, gpu_names: list[str], per: dict[str, dict[str, str]]

@@ -138,6 +138,17 @@ class LogSink:
         self.spilled += len(data)
         return True
 
+    def resume_at(self, offset: int, first: bytes = b"") -> None:
+        """Start the stream at byte `offset` of the stored log (a run of a job
+        the hardware requeued: its output goes after the earlier runs'),
+        beginning with `first` (the restart's separator line). Only before
+        any write; ValueError otherwise."""
+        with self._cond:
+            if self._thread is not None or self.offset:
+                raise ValueError("resume_at after output was written")
+            self.offset = max(0, offset)
+        self.write(first)
+
     def write(self, data: bytes) -> None:
         """Queue output bytes (see the module docstring for when this blocks)."""
         if not data:

@@ -42,6 +42,10 @@ class Report:
     exit_code: int | None = None
     reason: str = ""
     started_at: float | None = None
+    hardware_cause: str = ""
+    """What of the hardware ended the job (rc.worker.health.JobNote), "" if nothing."""
+    hardware_device_ids: tuple[str, ...] = ()
+    """Its faulty devices (ids)."""
     deadline: float = 0.0
     """Monotonic seconds (the reporter's clock) after which it is given up."""
 
@@ -58,6 +62,15 @@ class Report:
             "exit_code": self.exit_code,
             "reason": self.reason,
             "started_at": self.started_at,
+            # only when there is one: a controller from before them never sees them
+            **(
+                {
+                    "hardware_cause": self.hardware_cause,
+                    "hardware_device_ids": list(self.hardware_device_ids),
+                }
+                if self.hardware_cause
+                else {}
+            ),
         }
 
 
@@ -69,6 +82,8 @@ class Fault:
     reason: str
     job_id: int | None = None
     deadline: float = 0.0
+    drain: bool = False
+    """Drain the device instead (its job finishes, no new one starts)."""
 
 
 FAULT_REASON_MAX = 4000
@@ -107,9 +122,12 @@ class Reporter:
             self._pending[report.job_id] = report
             self._cond.notify_all()
 
-    def submit_fault(self, device_id: str, reason: str, job_id: int | None = None) -> None:
-        """Queue a fault; it goes out before any report queued after it."""
-        log.error("faulting %s: %s", device_id, reason)
+    def submit_fault(
+        self, device_id: str, reason: str, job_id: int | None = None, drain: bool = False
+    ) -> None:
+        """Queue a fault (with `drain`: a drain); it goes out before any
+        report queued after it."""
+        log.error("%s %s: %s", "draining" if drain else "faulting", device_id, reason)
         with self._cond:
             self._faults.append(
                 Fault(
@@ -117,6 +135,7 @@ class Reporter:
                     reason[:FAULT_REASON_MAX],
                     job_id,
                     self.clock.monotonic() + REPORT_DEADLINE_S,
+                    drain,
                 )
             )
             self._cond.notify_all()
@@ -217,7 +236,7 @@ class Reporter:
             try:
                 self.client.post(
                     f"/v1/devices/{segment(f.device_id)}/fault",
-                    {"reason": f.reason, "job_id": f.job_id},
+                    {"reason": f.reason, "job_id": f.job_id, "drain": f.drain},
                 )
             except ApiError as e:
                 if e.status >= 500 and self.clock.monotonic() < f.deadline:

@@ -1,5 +1,6 @@
-"""Sessions inside a hold: `rc shell HOLD`, `rc exec HOLD`, `rc cp --hold`
-(docs/design.md#the-relay). The agent hands them over from Assignments.sessions.
+"""Sessions inside a hold: `rc shell HOLD`, `rc exec HOLD`, `rc cp --hold`,
+and each connection of `rc forward HOLD` (rc.worker.forward: no process, a
+loopback socket) (docs/design.md#the-relay). The agent hands them over from Assignments.sessions.
 
 A session runs on the hold's devices (the hold's RC_DEVICES and
 CUDA_VISIBLE_DEVICES) with RC_JOB_ID set to the hold's id, under the hold's lease, and ends when the
@@ -25,6 +26,7 @@ from rc.proto.wire import SessionStart
 from rc.worker import supervise
 from rc.worker.account import CannotRunAs
 from rc.worker.attached import Halves, Pipes, Process
+from rc.worker.forward import run_forward
 from rc.worker.launch import READER_DRAIN_S, cannot_start, job_env, label, working_dir
 from rc.worker.terminal import TTY_DRAIN_S, Terminal, end_terminal_session, login_shell
 
@@ -126,6 +128,11 @@ def _run_session(agent, st: SessionStart) -> None:
     except Exception as e:  # a bug must still end in a report
         log.exception("session %d of hold %d: worker error", st.session_id, st.hold_id)
         _report(agent, st, "ended", None, f"worker error: {e}")
+    finally:
+        # the kept-alive connection of this thread's reports: the client
+        # keeps one per thread until closed, and a thread per session (a
+        # forward's every connection) would leak one each
+        agent.client.close()
 
 
 def _hold_run(agent, hold_id: int, timeout: float = HOLD_WAIT_S):
@@ -146,6 +153,9 @@ def _session(agent, st: SessionStart) -> None:
     hold = _hold_run(agent, st.hold_id)
     if hold is None:
         _report(agent, st, "ended", None, f"hold {st.hold_id} is not running on {agent.cfg.host}")
+        return
+    if st.port:
+        run_forward(agent, st, hold, _report)
         return
     user = hold.account  # a session runs as its hold's Unix user
     if user is None:

@@ -8,8 +8,9 @@ session and process group. Ending it:
 3. SIGKILL to the group, then up to 2 s for the last members;
 4. whoever is still alive is a survivor, reported by pid and command.
 
-Given a cgroup (rc.worker.cgroups), the child joins it before exec and the
-group's members are the cgroup's too: signals reach both, and SIGKILL is the
+Given a cgroup (rc.worker.cgroups), the child is a member before the job's
+own program runs (placed by the worker behind a gate, or joining in the
+child before exec: `spawn`), and the group's members are the cgroup's too: signals reach both, and SIGKILL is the
 cgroup's own kill, so a member that left the group (setsid, a double fork,
 `env -i`) is ended with it. Zombies are never counted as alive. After a
 job, processes that left the group but still carry the job's RC_JOB_ID are
@@ -73,11 +74,15 @@ class Group:
     where the host allows, its cgroup (`cgroup`: every process it started
     stays a member, whatever session, group or environment it moved to)."""
 
-    def __init__(self, proc: subprocess.Popen, cgroup: cgroups.Cgroup | None = None) -> None:
+    def __init__(
+        self, proc: subprocess.Popen, cgroup: cgroups.Cgroup | None = None, joined: bool = False
+    ) -> None:
         self.proc = proc
         self.pid = proc.pid
         self.pgid = proc.pid
         self.cgroup = cgroup
+        self.joined = joined
+        """Whether the leader was seen in `cgroup` (or placed there) before it ran."""
         self._pidfd: int | None = None
         try:
             self._pidfd = os.pidfd_open(proc.pid)
@@ -183,7 +188,9 @@ def spawn(
     cgroup: cgroups.Cgroup | None = None,
 ) -> Group:
     """Start `argv` as the leader of a new session, inside `cgroup` when
-    given (joined in the child right after fork: rc.worker.cgroups.enter).
+    given: with stdin /dev/null and no user switch, placed there by the
+    worker while it waits behind a gate (`_spawn_gated`), else joined in
+    the child right after fork (rc.worker.cgroups.enter).
     Raises OSError when it cannot be started (missing program, bad cwd, not
     executable, a cgroup it cannot join).
 
@@ -200,6 +207,8 @@ def spawn(
             _check_program(args[0], env, cwd)  # what the shim's exec would fail on
         args, cwd = account.wrap(args, cwd)
         extra = {**account.popen_args(), "umask": JOB_UMASK}
+    if cgroup is not None and _gateable(stdin, account):
+        return _spawn_gated(args, cwd, env, stdout, stderr, pass_fds, cgroup, extra)
     join = cgroup.join_fd() if cgroup is not None else -1
     try:
         with reaper.spawning():  # its status is ours: the orphan reaper never takes it
@@ -208,13 +217,92 @@ def spawn(
     finally:
         if join >= 0:
             os.close(join)
-    if cgroup is not None and proc.poll() is None and proc.pid not in _members(cgroup):
-        log.warning(
-            "pid %d could not join cgroup %s: tracked by its process group and RC_JOB_ID only",
-            proc.pid,
-            cgroup.path,
-        )
-    return Group(proc, cgroup)
+    joined = cgroup is not None and (proc.poll() is not None or proc.pid in _members(cgroup))
+    if cgroup is not None and not joined:
+        _not_placed(proc.pid, cgroup, "")
+    return Group(proc, cgroup, joined)
+
+
+GATE = 'read _ || exit 125; exec "$@" </dev/null'
+"""The gate a job behind `_spawn_gated` waits in: /bin/sh, its stdin the
+read end of a pipe, reads one line (the worker's word that it placed the
+process in its cgroup; end of file, the worker gave up: exit 125, nothing
+of the job ran), then execs the job's argv with stdin /dev/null."""
+GATE_NO_PWD = "unset PWD; " + GATE
+"""The same, for an environment without PWD (sh would export its own)."""
+SH = "/bin/sh"
+
+
+def _gateable(stdin, account: Account | None) -> bool:
+    """Whether a job with this stdin and account can start behind GATE:
+    its stdin is /dev/null (the gate's own stdin is the pipe) and it runs
+    as the worker (subprocess can then vfork; a user switch forks anyway)."""
+    return (
+        stdin == subprocess.DEVNULL
+        and (account is None or not account.switch)
+        and os.access(SH, os.X_OK)
+    )
+
+
+def _spawn_gated(args, cwd, env, stdout, stderr, pass_fds, cgroup, extra) -> Group:
+    """Start `args` behind GATE: no preexec_fn, so subprocess vforks (a
+    fork of the threaded worker, which a preexec_fn forces, took ~18 ms
+    more per job here); the worker writes the gate's pid into the cgroup's
+    cgroup.procs, then opens the gate, so nothing of the job runs outside
+    its cgroup (a child forked by the job is born inside). What exec
+    would refuse (a missing or non-executable program) is raised here,
+    before the gate starts, as a direct exec raises it."""
+    if cwd is None or os.path.isdir(cwd):
+        _check_startable(args[0], env, cwd)
+    script = GATE if "PWD" in env else GATE_NO_PWD
+    gate_r, gate_w = os.pipe()
+    try:
+        try:
+            with reaper.spawning():
+                proc = _popen(
+                    [SH, "-c", script, "rc-gate", *args],
+                    cwd, env, gate_r, stdout, stderr, pass_fds, -1, extra,
+                )  # fmt: skip
+                reaper.track(proc.pid)
+        finally:
+            os.close(gate_r)
+        joined = True
+        try:
+            cgroups.place(cgroup, proc.pid)
+        except OSError as e:
+            joined = False
+            _not_placed(proc.pid, cgroup, f": {e.strerror or e}")
+        os.write(gate_w, b"\n")
+    finally:
+        os.close(gate_w)  # on any error before the write: EOF, the gate exits 125
+    return Group(proc, cgroup, joined)
+
+
+def _not_placed(pid: int, cgroup: cgroups.Cgroup, why: str) -> None:
+    log.warning(
+        "pid %d could not join cgroup %s%s: tracked by its process group and RC_JOB_ID only",
+        pid,
+        cgroup.path,
+        why,
+    )
+
+
+def _check_startable(program: str, env: Mapping[str, str], cwd: str | None) -> None:
+    """Raise the OSError execvpe would for `program` (FileNotFoundError:
+    nowhere on the job's PATH, or no such path relative to `cwd`;
+    PermissionError: there but a directory or not executable)."""
+    if "/" in program:
+        candidates = [os.path.join(cwd or os.getcwd(), program)]
+    else:
+        candidates = [os.path.join(d, program) for d in os.get_exec_path(dict(env))]
+    denied = False
+    for path in candidates:
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return
+        denied = denied or os.path.exists(path)
+    if denied:
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), program)
+    raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
 
 
 def _members(cgroup: cgroups.Cgroup) -> list[int]:

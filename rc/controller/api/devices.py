@@ -10,7 +10,7 @@ from starlette.requests import Request
 from rc.controller.api import caller, ctl, free_text, json_body, query_bool, reply
 from rc.controller.errors import Refused
 from rc.controller.scans import scan_or_refuse, survivors_text
-from rc.controller.store import devices, views
+from rc.controller.store import devices, jobs, views
 from rc.proto.errors import ErrorCode
 from rc.proto.wire import ActionResult, DeviceList
 
@@ -58,11 +58,15 @@ async def state(request: Request):
     c = ctl(request)
     who = caller(request)
     st = await c.db.read(views.state, c.policy)
+    watched = await c.db.read(jobs.idle_watched)
     return reply(
         dataclasses.replace(
             st,
             jobs=tuple(views.for_caller(j, who.name, who.admin) for j in st.jobs),
             queued=tuple(views.for_caller(j, who.name, who.admin) for j in st.queued),
+            holds_idle={
+                str(w.hold_id): c.idle_state(w.hold_id, w.started_at, w.timeout) for w in watched
+            },
         )
     )
 
@@ -75,7 +79,10 @@ async def clear(request: Request):
     409 survivors_found naming each process (the device stays out); with
     `kill` the worker ends them and scans again first. 503 scan_unavailable
     when the worker is not connected, does not answer within SCAN_WAIT_S or
-    cannot scan. `force` clears without a scan; its event says forced.
+    cannot scan. A GPU health fault (rc.worker.health) is cleared only when
+    the scan's fresh health reading shows no fault (409 device_not_cleared
+    while it does, or cannot read the GPU). `force` clears without a scan;
+    its event says forced.
     404/409 device_not_cleared as store.devices.clear.
     """
     c = ctl(request)
@@ -95,6 +102,16 @@ async def clear(request: Request):
             f"out (rc clear --kill {device_id} ends them)",
         )
     proof = "a survivor scan found nothing"
+    if await c.db.read(devices.health_fault, device_id):
+        now = result.health.get(device_id, "unreadable")
+        if now.startswith(("fault:", "unreadable")):
+            raise Refused(
+                ErrorCode.DEVICE_NOT_CLEARED,
+                f"{device_id} still reads {now} (re-probed just now): the fault that "
+                "quarantined it is still there; reset the GPU or reboot the host, then "
+                "rc clear again (or rc clear --force)",
+            )
+        proof += f" and its GPU reads {now} again"
     if result.ended:
         proof = f"ended {survivors_text(result.ended)}, then {proof}"
     await c.db.write(devices.clear, device_id, who.name, proof)

@@ -77,7 +77,7 @@ class Endpoint:
     halves, which stream both ways). roles: the token roles admitted besides
     admin (None: public). summary: one line for the OpenAPI document.
     request / response: a wire record (rc.proto.wire), "bytes" (a raw body),
-    "text", "html", "sse", "json" (an untyped JSON object), or None.
+    "text", "html", "svg", "sse", "json" (an untyped JSON object), or None.
     status: the success status. errors: the codes it may refuse with beyond
     the 401 and 403 of every authenticated route and the 404 and 405 of a
     path with parameters; a code is answered with its status in

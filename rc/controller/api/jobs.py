@@ -31,7 +31,7 @@ from rc.proto import arrayspec
 from rc.proto import selector as selectors
 from rc.proto.arrayspec import ARRAY_MAX
 from rc.proto.codec import encode
-from rc.proto.duration import MAX_SECONDS
+from rc.proto.duration import MAX_SECONDS, format_duration
 from rc.proto.errors import ErrorCode
 from rc.proto.model import (
     AFTER_MAX,
@@ -81,12 +81,20 @@ def pinned_devices(req: SubmitRequest) -> tuple[str, ...]:
     return req.device_ids or ((req.device_id,) if req.device_id else ())
 
 
-def validate_submit(req: SubmitRequest, who: Caller, lim: Limits, cap: int = 0) -> jobs.NewJob:
+def validate_submit(
+    req: SubmitRequest,
+    who: Caller,
+    lim: Limits,
+    cap: int = 0,
+    max_user_priority: int = PRIORITY_MAX,
+) -> jobs.NewJob:
     """Check a submission and turn it into a NewJob. Raises Refused (400/403).
 
     `cap` is the per-user device cap (0: none): a job asking for more
     devices than that could never start, so it is refused (400
-    limit_exceeded)."""
+    limit_exceeded). `max_user_priority` is the priority policy (rc serve
+    --max-user-priority): a caller who is not an admin asking for more is
+    refused (400 priority_not_allowed); admins may ask up to PRIORITY_MAX."""
     bad = Refused
     if req.device_id and req.device_ids:
         raise bad(ErrorCode.BAD_REQUEST, "give device_id or device_ids, not both")
@@ -136,6 +144,13 @@ def validate_submit(req: SubmitRequest, who: Caller, lim: Limits, cap: int = 0) 
             ErrorCode.PRIORITY_OUT_OF_RANGE,
             f"priority {req.priority} is outside {PRIORITY_MIN}..{PRIORITY_MAX}",
         )
+    if req.priority > 0 and not who.admin and req.priority > max_user_priority:
+        raise bad(
+            ErrorCode.PRIORITY_NOT_ALLOWED,
+            f"priority {req.priority} is above this controller's limit of {max_user_priority} "
+            f"for users (rc serve --max-user-priority); admins may ask up to {PRIORITY_MAX}, "
+            "and anyone for a negative priority",
+        )
     if req.max_runtime_seconds < 0 or req.idle_timeout_seconds < 0:
         raise bad(ErrorCode.BAD_REQUEST, "durations cannot be negative")
     if max(req.max_runtime_seconds, req.idle_timeout_seconds) > MAX_SECONDS:
@@ -162,7 +177,15 @@ def validate_submit(req: SubmitRequest, who: Caller, lim: Limits, cap: int = 0) 
         if not req.reason.strip():
             raise bad(ErrorCode.BAD_REQUEST, "a hold needs a reason (say what it is for)")
         command: tuple[str, ...] = ("hold",)
+        hold_idle: int | None = _checked_hold_idle(req.hold_idle_timeout_seconds, who, lim)
     else:
+        if req.hold_idle_timeout_seconds is not None:
+            raise bad(
+                ErrorCode.BAD_REQUEST,
+                "hold_idle_timeout_seconds is for a hold; a job's idle timeout is "
+                "idle_timeout_seconds (no output for that long)",
+            )
+        hold_idle = None
         command = req.command
         if not command and req.stdio is not Stdio.TTY:
             raise bad(ErrorCode.BAD_REQUEST, "the command is empty")
@@ -214,6 +237,8 @@ def validate_submit(req: SubmitRequest, who: Caller, lim: Limits, cap: int = 0) 
         ("array", ""),
         ("array_items", []),
         ("after", []),
+        ("hold_idle_timeout_seconds", None),
+        ("requeue_on_hardware", True),
     ):
         if canon[name] == default:  # a request from before these fields digests as it did
             del canon[name]
@@ -245,7 +270,30 @@ def validate_submit(req: SubmitRequest, who: Caller, lim: Limits, cap: int = 0) 
         array_cap=cap,
         array_spec=spec_text,
         after=after,
+        hold_idle=hold_idle,
+        requeue_on_hardware=req.requeue_on_hardware,
     )
+
+
+def _checked_hold_idle(asked: int | None, who: Caller, lim: Limits) -> int:
+    """A hold's idle timeout in seconds (0: off) from what was asked (None:
+    the controller's default). Past the admin-set maximum, or off while a
+    maximum is set, a user is refused (400 limit_exceeded); an admin is not."""
+    if asked is None:
+        return lim.hold_idle_timeout
+    if asked < 0:
+        raise Refused(ErrorCode.BAD_REQUEST, "an idle timeout cannot be negative (0 turns it off)")
+    if asked > MAX_SECONDS:
+        raise Refused(ErrorCode.LIMIT_EXCEEDED, "durations are at most 100 years")
+    top = lim.hold_idle_timeout_max
+    if top and not who.admin and (asked == 0 or asked > top):
+        what = "turned off" if asked == 0 else format_duration(asked)
+        raise Refused(
+            ErrorCode.LIMIT_EXCEEDED,
+            f"a hold's idle timeout may be at most {format_duration(top)} here, not {what} "
+            "(rc serve --hold-idle-timeout-max; an admin may go past it)",
+        )
+    return asked
 
 
 def _checked_after(after: tuple[str, ...]) -> tuple[tuple[int, str], ...]:
@@ -369,7 +417,9 @@ async def submit(request: Request):
     c = ctl(request)
     who = caller(request)
     req = await json_body(request, c.cfg.limits.body_bytes)
-    new = validate_submit(req, who, c.cfg.limits, c.policy.cap)
+    new = validate_submit(req, who, c.cfg.limits, c.policy.cap, c.cfg.max_user_priority)
+    if c.policy.shares is not None:
+        c.policy.shares.note_submitter(new.submitter)
     job_id, created = await c.db.write(jobs.enqueue, new, c.match_cache)
     try:
         view = await c.job_view(job_id)
@@ -428,6 +478,10 @@ async def get_job(request: Request):
         if job.array_id is not None:
             summary = await c.db.read(jobs.array_summary, job.array_id)
             more = dataclasses.replace(more, array=summary)
+        if job.kind is JobKind.HOLD:
+            timeout = await c.db.read(jobs.hold_idle_timeout, job_id)
+            if timeout is not None:
+                more = dataclasses.replace(more, idle=c.hold_idle(job, timeout))
         return reply(dataclasses.replace(_visible(view, who), detail=more))
     seen_state = request.query_params.get("state", "")
     seen_pos = request.query_params.get("position", "")

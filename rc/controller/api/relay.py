@@ -35,7 +35,7 @@ from rc.controller.api.jobs import validate_submit
 from rc.controller.auth import Caller
 from rc.controller.errors import Refused
 from rc.controller.relay import Ended, Pipe, Relay, Session
-from rc.controller.store import jobs, rows
+from rc.controller.store import jobs, rows, usage
 from rc.proto.errors import ErrorCode
 from rc.proto.model import JobKind, JobState, Stdio
 from rc.proto.wire import SubmitRequest
@@ -210,13 +210,17 @@ async def _watch_reader(
         pipe.breaks("the process's input was closed")
 
 
-async def _pump(receive: Receive, pipe: Pipe) -> str:
+async def _pump(receive: Receive, pipe: Pipe, used=None) -> str:
+    """A POST half's body into `pipe`; `used()` is called for every chunk
+    (the idle rule's clock, see _activity)."""
     while True:
         msg = await receive()
         if msg["type"] == "http.disconnect":
             return "disconnect"
         body = msg.get("body")
         if body:
+            if used is not None:
+                used()
             await pipe.put(body)
         if not msg.get("more_body", False):
             return "complete"
@@ -234,7 +238,7 @@ async def _writer(
     """A POST half: its body into the pipe. The response's status line goes
     out at once; its one JSON line when the half ends."""
     await _start(send, "application/x-ndjson")
-    pump = asyncio.ensure_future(_pump(receive, pipe))
+    pump = asyncio.ensure_future(_pump(receive, pipe, _activity(relay, s, half)))
     which = await _first(pump, s.done.wait(), stop.wait())
     outcome = None
     if 0 in which:
@@ -260,6 +264,25 @@ async def _writer(
     await _drain(receive)
 
 
+def _activity(relay: Relay, s: Session, half: str):
+    """What resets a hold's idle clock in this half (README "Holds: the idle
+    rule"): a client's input into any session of the hold, and a forward
+    connection's bytes either way. A session's output alone does not (a
+    `watch` left running is not use). None for every other half."""
+    hold, sid = s.key
+    idle = relay.idle
+    if not sid or idle is None:
+        return None
+    if s.forward and half in ("client_in", "worker_out"):
+        what = "forward"
+    elif half == "client_in":
+        what = "input"
+    else:
+        return None
+    clock = relay.wall
+    return lambda: idle.touch(hold, clock(), what)
+
+
 async def _line(send: Send, obj: dict) -> None:
     await send(
         {"type": "http.response.body", "body": orjson.dumps(obj) + b"\n", "more_body": False}
@@ -283,7 +306,9 @@ async def _drain(receive: Receive) -> None:
 async def open_session(request: Request):
     """POST /v1/jobs/{hold}/sessions: start a tty or pipe session in a running
     hold you own (201 with its SessionView). No second lease: it runs under
-    the hold's, on the hold's device, and ends when the hold ends."""
+    the hold's, on the hold's device, and ends when the hold ends. With a
+    `port` it is one forward connection (400 bad_request for a port outside
+    1..65535 or a command with it)."""
     c = ctl(request)
     who = caller(request)
     hold_id = path_int(request)
@@ -310,7 +335,28 @@ async def open_session(request: Request):
         raise Refused(ErrorCode.BAD_REQUEST, "a session's stdio is tty or pipe")
     if not (0 <= req.rows < 65536 and 0 <= req.cols < 65536):
         raise Refused(ErrorCode.BAD_REQUEST, "rows and cols must be in 0..65535")
-    # the same checks as a job's command, cwd and environment
+    if req.port:
+        _check_forward(req)
+    else:
+        # the same checks as a job's command, cwd and environment
+        _check_command(req, row, who, c.cfg.limits)
+    s = c.relay.open_in_hold(hold_id, rows.devices_of(row), row["worker_id"], row["submitter"], req)
+    await c.db.write(usage.session_opened, hold_id)  # the ledger's idle hold hours
+    return reply(s.view(), 201)
+
+
+def _check_forward(req) -> None:
+    """A forward connection: a port in 1..65535, pipe mode, nothing to run."""
+    if not 0 < req.port < 65536:
+        raise Refused(ErrorCode.BAD_REQUEST, f"port {req.port} is not in 1..65535")
+    if req.stdio is not Stdio.PIPE or req.command or req.cwd or req.env:
+        raise Refused(
+            ErrorCode.BAD_REQUEST,
+            "a forward connection is a pipe session with no command, cwd or env",
+        )
+
+
+def _check_command(req, row, who: Caller, limits) -> None:
     validate_submit(
         SubmitRequest(
             command=req.command,
@@ -320,10 +366,8 @@ async def open_session(request: Request):
             stdio=req.stdio,
         ),
         who,
-        c.cfg.limits,
+        limits,
     )
-    s = c.relay.open_in_hold(hold_id, rows.devices_of(row), row["worker_id"], row["submitter"], req)
-    return reply(s.view(), 201)
 
 
 async def get_session(request: Request):

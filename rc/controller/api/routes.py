@@ -13,7 +13,7 @@ code's second status.
 from __future__ import annotations
 
 from rc.controller import dashboard
-from rc.controller.api import admin, devices, docs, jobs, metrics, relay, stream, workers
+from rc.controller.api import admin, devices, docs, jobs, metrics, relay, stream, usage, workers
 from rc.controller.api.endpoint import ADMIN, ANY, PUBLIC, USER, WORKER, Endpoint, Param
 from rc.proto import wire
 from rc.proto.errors import ErrorCode as E
@@ -193,7 +193,7 @@ ROUTES: tuple[Endpoint, ...] = (
         "/v1/devices/{device_id}/fault",
         workers.device_fault,
         WORKER,
-        "Quarantine a device as `fault`",
+        "Quarantine a device as `fault` (with drain: drain it; GPU health rules)",
         request=wire.FaultRequest,
         errors=(*BAD, E.WRONG_HOST, E.DEVICE_NOT_FOUND),
     ),
@@ -406,6 +406,49 @@ ROUTES: tuple[Endpoint, ...] = (
         "Put a drained device back in the pool (admin)",
         wire.ActionResult,
         errors=(E.DEVICE_NOT_FOUND,),
+    ),
+    # -- the usage ledger and fair share (rc.controller.api.usage) ----------------------
+    Endpoint(
+        "GET",
+        "/v1/usage",
+        usage.get_usage,
+        USER,
+        "The usage ledger: device-time, jobs and holds by state, waits, idle hold time",
+        wire.UsageReport,
+        params=(
+            Param("by", "string", "user (default), host, device, day or week"),
+            Param("since", "string", "the window: the last D (a duration; default 30d)"),
+            Param("user", "string", "only this user's"),
+        ),
+        errors=(E.BAD_REQUEST,),
+    ),
+    Endpoint(
+        "GET",
+        "/v1/usage/chart.svg",
+        usage.usage_chart,
+        USER,
+        "The dashboard's usage picture: device-hours per user per day, queue wait per day",
+        "svg",
+        params=(Param("days", "integer", "1..90 (default 14)"),),
+        errors=(E.BAD_REQUEST,),
+    ),
+    Endpoint(
+        "GET",
+        "/v1/shares",
+        usage.list_shares,
+        USER,
+        "Fair share: weights, entitlements, decayed usage and each user's adjustment",
+        wire.ShareList,
+    ),
+    Endpoint(
+        "POST",
+        "/v1/shares/{user}",
+        usage.set_share,
+        ADMIN,
+        "Set a user's fair-share weight (admin; 1 is the default)",
+        wire.ShareList,
+        request=wire.ShareSet,
+        errors=(*BAD,),
     ),
     # -- identity, tokens, feed (rc.controller.api.admin, .stream) ---------------------
     Endpoint(

@@ -172,6 +172,7 @@ async def register(request: Request):
     _supersede_polls(c, req.host)
     await c.db.write(workers.register, req, c.match_cache, c.thresholds)
     c.delivered.pop(req.host, None)
+    await _drain_degraded(c, req.host, req.labels, who.name)
     return reply(RegisterResponse(req.host, c.instance, c.cfg.heartbeat_interval))
 
 
@@ -192,7 +193,22 @@ async def labels(request: Request):
         known = await c.db.read(device_labels.device_names, worker_id)
         _check_links(lim, req.links, known)
     await c.db.write(device_labels.relabel, req, c.match_cache)
+    await _drain_degraded(c, worker_id, req.labels, who.name)
     return reply({"ok": True})
+
+
+async def _drain_degraded(c, host: str, labels: dict | None, actor: str) -> None:
+    """With rc serve --drain-degraded: drain the devices whose detected
+    `health` label says degraded (README "GPU health")."""
+    if not c.cfg.drain_degraded or not labels:
+        return
+    degraded = {
+        n: v["health"]
+        for n, v in labels.items()
+        if n and v.get("health", "").startswith("degraded:")
+    }
+    if degraded:
+        await c.db.write(devices.drain_degraded, host, degraded, actor)
 
 
 async def heartbeat(request: Request):
@@ -202,7 +218,12 @@ async def heartbeat(request: Request):
     worker_id = request.path_params["worker_id"]
     _bound(request, who, worker_id)
     req = await json_body(request, c.cfg.limits.heartbeat_body_bytes, empty_ok=True)
-    stop, ttls = await c.db.write(workers.beat, worker_id, req.running_job_ids, c.thresholds)
+    stop, ttls = await c.heartbeat(worker_id, req.running_job_ids)
+    if req.hold_use:
+        now, named, ended = c.clock(), set(req.running_job_ids), set(stop)
+        for u in req.hold_use:  # only its own holds, still running (hold_ttls names them)
+            if u.job_id in named and u.job_id not in ended and str(u.job_id) in ttls:
+                c.idle.report(u.job_id, now, u.busy, u.gpu_pct, u.cpu_pct)
     if c.forget_delivered(worker_id, set(req.running_job_ids)):
         c.hub.notify([f"worker:{worker_id}"])
     return reply(HeartbeatResponse(c.instance, tuple(stop), ttls))
@@ -262,14 +283,18 @@ async def _long_poll(c, worker_id: str, key: str, generation: int, deadline: flo
         if c.poll_generation.get(worker_id) != generation:
             # superseded while reading: give the jobs back for the newer poll
             # (a kill due is stamped; it is handed out again after kill_redelivery)
-            c.delivered.get(worker_id, set()).difference_update(r["id"] for r in fresh)
+            c.delivered.get(worker_id, set()).difference_update(
+                (r["id"], r["restart_count"]) for r in fresh
+            )
             c.hub.notify([key])
             return _no_content()
         starts = c.relay.starts_for(worker_id)  # sessions inside holds (rc.controller.relay)
         scans = c.scans.handout(worker_id)  # survivor scans (rc.controller.scans)
         if fresh or kills or starts or scans:
             return reply(
-                Assignments(tuple(_assignment(r) for r in fresh), tuple(kills), starts, scans)
+                Assignments(
+                    tuple(_assignment(r, c.logs) for r in fresh), tuple(kills), starts, scans
+                )
             )
         left = deadline - time.monotonic()
         if left <= 0 or c.hub.closing:
@@ -288,7 +313,8 @@ def _no_content():
 
 def _job_env(r) -> dict[str, str]:
     """A job row's environment as its worker gets it: the submitted entries,
-    then what rc says about the job (RC_JOB_NAME when it has a name;
+    then what rc says about the job (RC_RESTART_COUNT: how many times a
+    hardware failure requeued it, 0 on the first run; RC_JOB_NAME when it has a name;
     RC_ARRAY_ID, RC_ARRAY_INDEX and RC_ARRAY_ITEM, from an array file, for an
     array's element), which wins over an entry of the same name."""
     from rc.controller.store.db import loads
@@ -298,6 +324,7 @@ def _job_env(r) -> dict[str, str]:
         return env
     if r["name"]:
         env["RC_JOB_NAME"] = r["name"]
+    env["RC_RESTART_COUNT"] = str(r["restart_count"])
     if r["array_id"] is not None:
         env["RC_ARRAY_ID"] = str(r["array_id"])
         env["RC_ARRAY_INDEX"] = str(r["array_index"])
@@ -306,10 +333,16 @@ def _job_env(r) -> dict[str, str]:
     return env
 
 
-def _assignment(r) -> Assignment:
+def _assignment(r, logs) -> Assignment:
+    """A jobs row as the worker gets it; `logs` (the LogStore, None without
+    one) tells a requeued run where its output starts: after the stored log."""
     from rc.controller.store.db import loads
     from rc.controller.store.rows import devices_of
 
+    offset, mid_line = 0, False
+    if r["restart_count"] and logs is not None:
+        offset = logs.size(r["id"])
+        mid_line = offset > 0 and logs.read(r["id"], offset - 1, 1) != b"\n"
     return Assignment(
         job_id=r["id"],
         device_id=r["device_id"],
@@ -323,6 +356,9 @@ def _assignment(r) -> Assignment:
         idle_timeout_seconds=r["idle_timeout"],
         stdio=Stdio(r["stdio"]),
         unix_user=r["unix_user"],
+        restart_count=r["restart_count"],
+        log_offset=offset,
+        log_mid_line=mid_line,
     )
 
 
@@ -367,7 +403,14 @@ async def reports(request: Request):
     _bound(request, who, worker_id)
     req = await json_body(request, c.cfg.limits.body_bytes)
     limit = c.cfg.limits.text_bytes
-    batch = tuple(dataclasses.replace(r, reason=cut_text(r.reason, limit)) for r in req.reports)
+    batch = tuple(
+        dataclasses.replace(
+            r,
+            reason=cut_text(r.reason, limit),
+            hardware_cause=cut_text(r.hardware_cause, limit),
+        )
+        for r in req.reports
+    )
     applied = await c.db.write(jobs.apply_reports, worker_id, batch)
     c.metrics.observe_starts(applied.start_latencies)
     return reply(
@@ -391,7 +434,15 @@ async def status(request: Request):
     from rc.proto.wire import JobReport
 
     reason = cut_text(req.reason, c.cfg.limits.text_bytes)
-    rep = JobReport(job_id, req.state, req.exit_code, reason, req.started_at)
+    rep = JobReport(
+        job_id,
+        req.state,
+        req.exit_code,
+        reason,
+        req.started_at,
+        cut_text(req.hardware_cause, c.cfg.limits.text_bytes),
+        req.hardware_device_ids,
+    )
     applied = await c.db.write(jobs.apply_reports, req.worker_id, (rep,))
     c.metrics.observe_starts(applied.start_latencies)
     [(_, code, msg)] = applied.results
@@ -426,7 +477,8 @@ async def append_log(request: Request):
 
 
 async def device_fault(request: Request):
-    """POST /v1/devices/{device_id}/fault: quarantine a device as `fault`."""
+    """POST /v1/devices/{device_id}/fault: quarantine a device as `fault`
+    (with drain=true: drain it, as POST /v1/devices/{id}/drain does)."""
     c = ctl(request)
     who = caller(request)
     device_id = request.path_params["device_id"]
@@ -440,11 +492,9 @@ async def device_fault(request: Request):
             f"worker token {who.name!r} may not fault {device_id} "
             f"(bound to {who.host or 'no host'})",
         )
-    await c.db.write(
-        devices.fault,
-        device_id,
-        cut_text(req.reason, c.cfg.limits.text_bytes),
-        req.job_id,
-        who.name,
-    )
+    reason = cut_text(req.reason, c.cfg.limits.text_bytes)
+    if req.drain:
+        await c.db.write(devices.drain, device_id, True, reason, who.name)
+    else:
+        await c.db.write(devices.fault, device_id, reason, req.job_id, who.name)
     return reply({"ok": True})

@@ -16,6 +16,8 @@
   const RECENT_SHOW = 10;
   const EXPLAIN_MAX = 10;        // queued jobs explained in the queue list
   const EXPLAIN_EVERY_MS = 3000;
+  const USAGE_EVERY_MS = 60000;   // the usage picture is redrawn at most once a minute
+  const USAGE_DAYS = 14;
   const LOG_KEEP = 64 * 1024;    // characters of a log tail kept on screen
   const LOG_RETRY_MS = 2000;
   const SVG_NS = "http://www.w3.org/2000/svg";
@@ -42,7 +44,7 @@
 
   const S = {
     token: "", me: null, snap: null, fetchedAt: 0, recent: [],
-    events: [], lastEventId: 0, explains: new Map(), explainedAt: 0, explainTimer: null,
+    events: [], lastEventId: 0, explains: new Map(), explainedAt: 0, explainTimer: null, usageAt: 0, usageTimer: null,
     es: null, sseOpen: false, streamOpenedAt: 0,
     lastOk: 0, lastAttempt: 0, failed: false, inflight: null, again: false, refreshTimer: null,
     panel: null, back: null, panelAbort: null, timers: [],
@@ -449,6 +451,16 @@
     } else if (key === "unknown") {
       box.append(ticking("div", "", () => `silent ${dur((v.heartbeat_age_seconds || 0) + sinceFetch())}`));
     }
+    // A hold's idle clock and when the idle rule releases it (README "Holds: the idle rule").
+    const idle = v.kind === "hold" && S.snap && S.snap.holds_idle ? S.snap.holds_idle[String(v.job_id)] : null;
+    if (idle && idle.idle_seconds !== null && idle.idle_seconds !== undefined) {
+      box.append(ticking("div", "idle", () => {
+        const el = idle.idle_seconds + sinceFetch();
+        const left = idle.timeout_seconds - el;
+        const end = Date.now() + Math.max(0, left) * 1000;
+        return `idle ${dur(el)} · released at ${clock(end)} if unused`;
+      }));
+    }
     return box.childNodes.length ? box : null;
   }
 
@@ -480,9 +492,17 @@
     return ex && ex.reasons && ex.reasons.length ? ex.reasons[0] : null;
   }
 
+  // Every term of a queued job's effective priority ("priority 0 + aging 2 - fair share 3 (...) = -1"),
+  // when there is more to it than its priority.
+  function priorityTerms(id) {
+    const ex = S.explains.get(id);
+    return ex && ex.priority && /[+-] (aging|fair share)/.test(ex.priority) ? ex.priority : null;
+  }
+
   function queueItem(j) {
     const pos = S.snap.queue_positions[String(j.id)];
     const why = firstReason(j.id);
+    const terms = priorityTerms(j.id);
     const item = h("div", { class: "item", "data-job": j.id },
       h("div", { class: "item-top" },
         h("span", { class: "jid" }, jobLabel(j)),
@@ -492,7 +512,8 @@
         pos ? `${ordinal(pos)} in line` : "in line",
         j.priority ? ` · priority ${j.priority}` : "",
         j.kind === "hold" ? ` · hold: ${j.reason}` : ""),
-      why ? h("div", { class: "item-why" }, why) : null);
+      why ? h("div", { class: "item-why" }, why) : null,
+      terms ? h("div", { class: "item-why priority-terms" }, `Effective ${terms}`) : null);
     return clickable(item, () => openJob(j.id));
   }
 
@@ -641,6 +662,7 @@
         $("app").hidden = false;
         renderAll();
         explainSoon();
+        usageSoon();
         refreshPanel();
       } catch (e) {
         S.failed = true;
@@ -652,6 +674,33 @@
       }
     })();
     return S.inflight;
+  }
+
+  function usageSoon() {
+    if (S.usageTimer) return;
+    const wait = Math.max(0, S.usageAt + USAGE_EVERY_MS - Date.now());
+    S.usageTimer = setTimeout(loadUsage, wait);
+  }
+
+  // The usage picture is drawn by the controller (GET /v1/usage/chart.svg): an SVG with no
+  // script or style, parsed as XML and adopted as nodes (never as markup in an HTML context).
+  async function loadUsage() {
+    S.usageAt = Date.now();
+    try {
+      const r = await fetch(`/v1/usage/chart.svg?days=${USAGE_DAYS}`,
+        { headers: { Authorization: `Bearer ${S.token}` }, cache: "no-store" });
+      if (r.ok) {
+        const doc = new DOMParser().parseFromString(await r.text(), "image/svg+xml");
+        const svg = doc.documentElement;
+        if (svg && svg.namespaceURI === "http://www.w3.org/2000/svg") {
+          $("usage").replaceChildren(document.importNode(svg, true));
+        }
+      }
+    } catch (e) {
+      // the next refresh tries again
+    } finally {
+      S.usageTimer = null;
+    }
   }
 
   function explainSoon() {

@@ -35,6 +35,7 @@ import aiosqlite
 import orjson
 
 from rc.controller.errors import GuardFailed, StoreError
+from rc.controller.fairshare import decayed
 from rc.controller.planner import aged_priority
 from rc.proto.model import Condition, JobState
 
@@ -112,6 +113,9 @@ MIGRATIONS: list[tuple[int, str]] = [
     (2, "0002_gang.sql"),  # jobs on several devices of one host; device_links
     (3, "0003_unix_users.sql"),  # tokens, jobs and workers name Unix users
     (4, "0004_lifecycle.sql"),  # a job's name; job arrays; dependencies
+    (5, "0005_usage.sql"),  # sessions per hold; fair-share weights
+    (6, "0006_hold_idle.sql"),  # a hold's idle rule; its warning and reclaim events
+    (7, "0007_requeue.sql"),  # requeue after a hardware failure; job_requeued
 ]
 SCHEMA_VERSION = 1 + len(MIGRATIONS)
 
@@ -198,6 +202,7 @@ def dep_met(condition: str, state: str) -> bool:
 SQL_FUNCTIONS: dict[str, tuple[int, Callable[..., Any]]] = {
     "effective_priority": (4, aged_priority),
     "dep_met": (2, dep_met),
+    "decayed_seconds": (4, decayed),
 }
 """Python functions queries call by name: name → (number of arguments, function).
 

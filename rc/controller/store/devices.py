@@ -22,7 +22,9 @@ __all__ = [
     "clear",
     "clearable",
     "drain",
+    "drain_degraded",
     "fault",
+    "health_fault",
     "quarantine",
     "remove",
     "retire",
@@ -88,6 +90,21 @@ def fault(tx: Tx, device_id: str, reason: str, job_id: int | None, actor: str) -
         else EventKind.DEVICE_UNHEALTHY
     )
     events.record(tx, kind, device_id=device_id, job_id=job_id, actor=actor, text=reason)
+
+
+HEALTH_PREFIX = "health: "
+"""The start of a quarantine detail a GPU health rule gave (rc.worker.health)."""
+
+
+def health_fault(tx: Tx, device_id: str) -> bool:
+    """Whether the device is quarantined as `fault` by a GPU health rule."""
+    row = tx.one("device_state", (device_id,))
+    return bool(
+        row is not None
+        and row["state"] == "unhealthy"
+        and row["quarantine_reason"] == "fault"
+        and row["quarantine_detail"].startswith(HEALTH_PREFIX)
+    )
 
 
 def clearable(tx: Tx, device_id: str) -> tuple[int, ...]:
@@ -211,6 +228,22 @@ def drain(tx: Tx, device_id: str, on: bool, reason: str, actor: str) -> tuple[st
     if row["draining"]:
         return f"{device_id}: drain reason is now {reason!r} (was {old!r})", False
     return f"draining {device_id}", False
+
+
+def drain_degraded(tx: Tx, host: str, degraded: dict[str, str], actor: str) -> list[str]:
+    """rc serve --drain-degraded: drain each device of `host` named in
+    `degraded` (device name → its `health` label, "degraded:<why>") that is
+    not draining yet, with the label as the reason. A device it does not know
+    is skipped. Returns the ids it drained."""
+    out = []
+    for name, health in sorted(degraded.items()):
+        device_id = f"{host}:{name}"
+        row = tx.one("device_drain_state", (device_id,))
+        if row is None or row["draining"]:
+            continue
+        drain(tx, device_id, True, f"health: {health} (rc serve --drain-degraded)", actor)
+        out.append(device_id)
+    return out
 
 
 def _drained_since(tx: Tx, device_id: str, reason: str) -> str:

@@ -10,14 +10,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rc.controller import idle
 from rc.controller.errors import Refused
 from rc.controller.planner import fits_ceiling, host_slot, not_run_here, runs_jobs_of
 from rc.controller.store import events, leases, rows
-from rc.controller.store.db import Tx, dumps
+from rc.controller.store.db import Tx, dumps, loads
 from rc.controller.store.labels import MatchCache
 from rc.proto.duration import format_duration
 from rc.proto.errors import ErrorCode
-from rc.proto.model import EventKind, Job, JobKind, JobState, valid_unix_user
+from rc.proto.model import RESTARTS_MAX, EventKind, Job, JobKind, JobState, valid_unix_user
 from rc.proto.wire import KillOutcome
 
 __all__ = [
@@ -84,7 +85,10 @@ class NewJob:
     array_items: tuple[str, ...] = ()
     array_cap: int = 0
     array_spec: str = ""
+    hold_idle: int | None = None
+    """A hold's idle timeout in seconds (0: off); None for a job."""
     after: tuple[tuple[int, str], ...] = ()
+    requeue_on_hardware: bool = True
 
 
 def enqueue(tx: Tx, job: NewJob, match_cache: MatchCache) -> tuple[int, bool]:
@@ -136,6 +140,8 @@ def enqueue(tx: Tx, job: NewJob, match_cache: MatchCache) -> tuple[int, bool]:
     )
     if job.array_indices:
         _insert_elements(tx, job, job_id, max_runtime, pins, unix_user)
+    if job.hold_idle is not None:
+        tx.exec("hold_idle_insert", (job_id, job.hold_idle))
     if deps:
         ids = range(job_id, job_id + (len(job.array_indices) or 1))
         tx.many("dep_insert", [(i, a, cond) for i in ids for a, cond in deps])
@@ -215,6 +221,8 @@ def _fields(tx: Tx, job: NewJob, max_runtime: int, pins, unix_user: str, key: st
         dumps(list(pins)),
         unix_user,
         job.name,
+        int(job.requeue_on_hardware),
+        max_runtime,
     )
 
 
@@ -627,9 +635,12 @@ def apply_reports(tx: Tx, worker_id: str, reports) -> Applied:
             row = _own(tx, rep.job_id, worker_id)
             if rep.state is JobState.RUNNING:
                 began = _mark_running(tx, row, rep.started_at or 0.0)
+            elif _requeue_after_hardware(tx, row, rep):
+                began = False  # it starts again: its latency counts from then
             else:  # a job that ends straight from assigned also started
                 was_assigned = row["state"] == JobState.ASSIGNED
-                ended = _release(tx, row, rep.state, rep.exit_code, rep.reason, rep.started_at)
+                reason = _not_requeued(row, rep)
+                ended = _release(tx, row, rep.state, rep.exit_code, reason, rep.started_at)
                 began = ended and was_assigned
             if began:
                 latencies.append((rep.started_at or tx.now) - row["submitted_at"])
@@ -637,6 +648,76 @@ def apply_reports(tx: Tx, worker_id: str, reports) -> Applied:
         except Refused as e:
             out.append((rep.job_id, e.code, e.message))
     return Applied(out, latencies)
+
+
+def _requeue_after_hardware(tx: Tx, row, rep) -> bool:
+    """A terminal report that says the hardware failed the job
+    (rep.hardware_cause) puts a job that opted in (requeue_on_hardware),
+    was not killed on request, is not pinned (a pinned job cannot leave its
+    faulty device) and has been requeued fewer than RESTARTS_MAX times back
+    in the queue: its leases released and its devices freed as for an end
+    (a quarantined one stays out of the pool), the faulty devices of its
+    own (rep.hardware_device_ids) added to the ones it must never get again,
+    one restart more (its RC_RESTART_COUNT), and a job_requeued event. Its
+    log goes on: the next run appends after a separator line (README "GPU
+    health"). False, changing nothing, for any other report."""
+    if (
+        rep.state not in (JobState.FAILED, JobState.KILLED)
+        or not rep.hardware_cause
+        or row["kind"] != JobKind.JOB
+        or not row["selector"]
+        or not row["requeue_on_hardware"]
+        or row["kill_requested"]
+        or row["restart_count"] >= RESTARTS_MAX
+        or JobState(row["state"]).terminal
+    ):
+        return False
+    job_id = row["id"]
+    mine = set(rows.devices_of(row))
+    excluded = list(
+        dict.fromkeys(
+            [*loads(row["excluded_device_ids"]), *(d for d in rep.hardware_device_ids if d in mine)]
+        )
+    )
+    restart = row["restart_count"] + 1
+    cause = f"cause: hardware ({rep.hardware_cause})"
+    if tx.exec("job_requeue_after_hardware", (dumps(excluded), cause, job_id)) == 0:
+        return False
+    for d in leases.release(tx, job_id, guarded=False):
+        tx.exec("device_free", (d,))  # not a quarantined one: it stays out of the pool
+    events.record(
+        tx,
+        EventKind.JOB_REQUEUED,
+        job_id=job_id,
+        device_id=row["device_id"],
+        text=(
+            f"job {job_id} requeued after a hardware failure ({rep.hardware_cause}), "
+            f"restart {restart} of {RESTARTS_MAX}"
+        ),
+    )
+    tx.schedule = True
+    tx.notify(f"job:{job_id}", f"log:{job_id}", "jobs", "devices")
+    return True
+
+
+def _not_requeued(row, rep) -> str:
+    """The reason a job ends with: the report's, and, when the hardware
+    caused it but it is not requeued, why not."""
+    reason = rep.reason
+    if not rep.hardware_cause or rep.state not in (JobState.FAILED, JobState.KILLED):
+        return reason
+    if row["kind"] != JobKind.JOB or row["kill_requested"]:
+        return reason
+    if "cause: hardware" not in reason:
+        cause = f"cause: hardware ({rep.hardware_cause})"
+        reason = f"{reason}; {cause}" if reason else cause
+    if not row["requeue_on_hardware"]:
+        why = "submitted with --no-requeue-on-hardware"
+    elif not row["selector"]:
+        why = "pinned to the faulty device"
+    else:
+        why = f"requeued {RESTARTS_MAX} times already"
+    return f"{reason}; not requeued: {why}"
 
 
 def array_summary(tx: Tx, array_id: int):
@@ -717,3 +798,45 @@ def listing(tx: Tx, where: Filter, limit: int) -> list[Job]:
         "limit": limit,
     }
     return [rows.job(r) for r in tx.all("jobs_list", params)]
+
+
+def idle_watched(tx: Tx) -> list[idle.Watched]:
+    """Running holds with an idle rule not already asked to end, by id."""
+    return [
+        idle.Watched(
+            r["id"], r["submitter"], r["device_id"], r["started_at"] or tx.now, r["timeout"]
+        )
+        for r in tx.all("holds_idle_watched")
+    ]
+
+
+def hold_idle_timeout(tx: Tx, job_id: int) -> int | None:
+    """A hold's idle timeout in seconds (0: off); None when it has no rule."""
+    r = tx.one("hold_idle_of", (job_id,))
+    return None if r is None else r["timeout"]
+
+
+def warn_idle(tx: Tx, w: idle.Watched, text: str) -> None:
+    """The hold_idle_warning event of an idle hold (the feed and the webhook)."""
+    events.record(
+        tx, EventKind.HOLD_IDLE_WARNING, job_id=w.hold_id, device_id=w.device_id, text=text
+    )
+
+
+def reclaim_idle(tx: Tx, w: idle.Watched, reason: str) -> bool:
+    """End an idle hold: a kill request whose reason is `reason` ("idle: no
+    use for 2h", kept as the hold's end reason) and a hold_reclaimed event.
+    False (nothing done) when it is no longer running."""
+    row = tx.one("job_brief", (w.hold_id,))
+    if row is None or row["state"] != JobState.RUNNING or row["kill_requested"]:
+        return False
+    tx.change("job_request_kill", (reason, w.hold_id))
+    events.record(
+        tx,
+        EventKind.HOLD_RECLAIMED,
+        job_id=w.hold_id,
+        device_id=w.device_id,
+        text=f"hold {w.hold_id} of {w.owner} released: {reason}",
+    )
+    tx.notify(f"worker:{row['worker_id']}", f"job:{w.hold_id}", "jobs")
+    return True

@@ -111,8 +111,8 @@ WITH element AS (
     INSERT INTO jobs (id, kind, state, submitter, token_name, selector, device_id, command, cwd,
                       env, idempotency_key, request_digest, priority, max_runtime, idle_timeout,
                       reason, stdio, submitted_at, queued_at, count, device_ids, unix_user, name,
-                      array_id, array_index, array_item)
-    VALUES (?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                      requeue_on_hardware, runtime_asked, array_id, array_index, array_item)
+    VALUES (?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
     RETURNING id
 )
 SELECT setval(pg_get_serial_sequence('jobs', 'id'), id) FROM element

@@ -10,8 +10,9 @@
 -- A new queued job (submitted and queued now); returns its id.
 INSERT INTO jobs (kind, state, submitter, token_name, selector, device_id, command, cwd, env,
                   idempotency_key, request_digest, priority, max_runtime, idle_timeout, reason,
-                  stdio, submitted_at, queued_at, count, device_ids, unix_user, name)
-VALUES (?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                  stdio, submitted_at, queued_at, count, device_ids, unix_user, name,
+                  requeue_on_hardware, runtime_asked)
+VALUES (?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 RETURNING id
 
 -- name: job_insert_element
@@ -20,8 +21,8 @@ RETURNING id
 INSERT INTO jobs (id, kind, state, submitter, token_name, selector, device_id, command, cwd,
                   env, idempotency_key, request_digest, priority, max_runtime, idle_timeout,
                   reason, stdio, submitted_at, queued_at, count, device_ids, unix_user, name,
-                  array_id, array_index, array_item)
-VALUES (?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                  requeue_on_hardware, runtime_asked, array_id, array_index, array_item)
+VALUES (?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 
 -- name: job_set_array
 -- An array's first element joins its array (array id, index, item).
@@ -56,7 +57,7 @@ SELECT state FROM jobs WHERE id = ?
 -- name: job_brief
 -- What access checks and reports need of one job.
 SELECT id, state, kind, submitter, device_id, device_ids, worker_id, kill_requested, kill_reason,
-       stdio, submitted_at
+       stdio, submitted_at, selector, requeue_on_hardware, restart_count, excluded_device_ids
 FROM jobs WHERE id = ?
 
 -- name: job_by_idempotency_key
@@ -118,6 +119,17 @@ UPDATE jobs SET state = 'queued', worker_id = '', assigned_at = NULL, kill_deliv
                 device_id = CASE WHEN selector = '' THEN device_id ELSE '' END,
                 device_ids = CASE WHEN selector = '' THEN device_ids ELSE '[]' END
 WHERE id = ? AND state = 'assigned'
+
+-- name: job_requeue_after_hardware
+-- An active job the hardware failed goes back to the queue in its old place
+-- (priority, id and queued_at unchanged), one restart more, never again onto
+-- the excluded devices (a JSON array), asking its own max runtime again; the
+-- cause stays in kill_reason.
+UPDATE jobs SET state = 'queued', worker_id = '', assigned_at = NULL, started_at = NULL,
+                max_runtime = runtime_asked,
+                kill_delivered_at = 0, exit_code = NULL, device_id = '', device_ids = '[]',
+                restart_count = restart_count + 1, excluded_device_ids = ?, kill_reason = ?
+WHERE id = ? AND state IN ('assigned', 'running') AND selector != '' AND kill_requested = 0
 
 -- name: job_lose
 -- An active job → lost with a reason; no row when it was not active.
@@ -185,6 +197,7 @@ ORDER BY j.id DESC LIMIT ?2
 -- What the planner needs of every queued job (with its array's cap), in priority then id order.
 SELECT j.id, j.submitter, j.priority, j.queued_at, j.selector, j.device_id, j.max_runtime,
        j.count, j.device_ids, j.unix_user, j.array_id, coalesce(a.max_running, 0) AS array_cap,
+       j.excluded_device_ids,
        EXISTS (SELECT 1 FROM job_deps AS d JOIN jobs AS a ON a.id = d.after_id
                WHERE d.job_id = j.id AND NOT dep_met(d.condition, a.state)) AS blocked
 FROM jobs AS j LEFT JOIN arrays AS a ON a.id = j.array_id
@@ -192,14 +205,18 @@ WHERE j.state = 'queued' ORDER BY j.priority DESC, j.id
 
 -- name: queued_jobs_ordered
 -- The queue in scheduling order: effective priority (priority plus one step per
--- :aging seconds waited; :aging 0 turns aging off), then submission order.
+-- :aging seconds waited; :aging 0 turns aging off; minus the submitter's
+-- fair-share adjustment in :adjust, a JSON object user → steps, '{}' for none), then
+-- submission order.
 SELECT j.id, j.submitter, j.priority, j.queued_at, j.selector, j.device_id, j.max_runtime,
        j.count, j.device_ids, j.unix_user, j.array_id, coalesce(a.max_running, 0) AS array_cap,
+       j.excluded_device_ids,
        EXISTS (SELECT 1 FROM job_deps AS d JOIN jobs AS a ON a.id = d.after_id
                WHERE d.job_id = j.id AND NOT dep_met(d.condition, a.state)) AS blocked
 FROM jobs AS j LEFT JOIN arrays AS a ON a.id = j.array_id
+LEFT JOIN json_each(:adjust) AS f ON f.key = j.submitter
 WHERE j.state = 'queued'
-ORDER BY effective_priority(j.priority, j.queued_at, :now, :aging) DESC, j.id
+ORDER BY effective_priority(j.priority, j.queued_at, :now, :aging) - coalesce(f.value, 0) DESC, j.id
 
 -- name: arrays_active
 -- How many elements of each capped array are assigned or running now.
@@ -241,20 +258,22 @@ JOIN jobs AS a ON a.id = d.after_id WHERE d.job_id = ? ORDER BY d.after_id
 
 -- name: queue_ahead_by_ask
 -- The queued jobs ahead of job :id in scheduling order (queued_jobs_ordered's
--- order), counted by what they ask for: target (selector or pinned devices),
--- runtime and Unix user.
+-- order, :adjust as there), counted by what they ask for: target (selector or
+-- pinned devices), runtime, Unix user and the devices excluded for them.
 WITH q AS (
-    SELECT id, selector, device_ids, max_runtime, unix_user,
-           effective_priority(priority, queued_at, :now, :aging) AS eff
-    FROM jobs WHERE state = 'queued'
+    SELECT j.id, j.selector, j.device_ids, j.max_runtime, j.unix_user, j.excluded_device_ids,
+           effective_priority(j.priority, j.queued_at, :now, :aging) - coalesce(f.value, 0) AS eff
+    FROM jobs AS j LEFT JOIN json_each(:adjust) AS f ON f.key = j.submitter
+    WHERE j.state = 'queued'
 ), me AS (
-    SELECT id, effective_priority(priority, queued_at, :now, :aging) AS eff
-    FROM jobs WHERE id = :id
+    SELECT j.id,
+           effective_priority(j.priority, j.queued_at, :now, :aging) - coalesce(f.value, 0) AS eff
+    FROM jobs AS j LEFT JOIN json_each(:adjust) AS f ON f.key = j.submitter WHERE j.id = :id
 )
-SELECT q.selector, q.device_ids, q.max_runtime, q.unix_user, count(*) AS n
+SELECT q.selector, q.device_ids, q.max_runtime, q.unix_user, q.excluded_device_ids, count(*) AS n
 FROM q, me
 WHERE q.eff > me.eff OR (q.eff = me.eff AND q.id < me.id)
-GROUP BY q.selector, q.device_ids, q.max_runtime, q.unix_user
+GROUP BY q.selector, q.device_ids, q.max_runtime, q.unix_user, q.excluded_device_ids
 
 -- name: any_queued
 -- Whether any job is queued.
@@ -460,6 +479,14 @@ WHERE id = ?
 -- Stamp a heartbeat on every device of a worker.
 UPDATE devices SET last_heartbeat_at = ? WHERE worker_id = ?
 
+-- name: devices_beat_changes
+-- How many of a worker's (?1) devices its heartbeat would change: the unknown ones,
+-- and with ?2 = 1 (retention mode, jobs named) those quarantined worker_lost.
+SELECT count(*) FROM devices
+WHERE worker_id = ?1
+  AND (state = 'unknown'
+       OR (?2 = 1 AND state = 'unhealthy' AND quarantine_reason = 'worker_lost'))
+
 -- name: devices_unknown_to_busy
 -- A worker's unknown devices with a live lease → busy.
 UPDATE devices SET state = 'busy'
@@ -502,6 +529,16 @@ UPDATE devices SET draining = ?, drain_reason = ? WHERE id = ?
 -- The newest device_drained event of a device (who, when).
 SELECT actor, at FROM events WHERE kind = 'device_drained' AND device_id = ?
 ORDER BY id DESC LIMIT 1
+
+-- name: events_health_of_device
+-- A device's GPU health history, newest first, at most ?: the faults and
+-- drains of its health rules ("health: " in the text: rc.worker.health) and
+-- what returned it (clears, undrains, recoveries). A scan of the feed: for
+-- rc describe only.
+SELECT * FROM events WHERE device_id = ?
+  AND (instr(text, 'health: ') > 0
+       OR kind IN ('device_cleared', 'device_undrained', 'device_recovered'))
+ORDER BY id DESC LIMIT ?
 
 -- name: device_delete
 -- Remove a device's row.
@@ -682,3 +719,110 @@ SELECT state, count(*) AS n FROM jobs GROUP BY state
 -- name: metrics_events_by_kind
 -- Feed events per kind (/metrics).
 SELECT kind, count(*) AS n FROM events GROUP BY kind
+
+-- name: decayed_usage
+-- Each lease holder's decayed device-seconds at :now (rc.controller.fairshare.decayed,
+-- half-life :half_life), leaving out leases released before :horizon.
+SELECT holder, sum(decayed_seconds(acquired_at, released_at, :now, :half_life)) AS used
+FROM leases WHERE released_at IS NULL OR released_at > :horizon
+GROUP BY holder
+
+-- name: queued_submitters
+-- Everyone with a job in the queue.
+SELECT DISTINCT submitter FROM jobs WHERE state = 'queued'
+
+-- name: share_weights_all
+-- Every fair-share weight an admin set, by user.
+SELECT user, weight, updated_at FROM share_weights ORDER BY user
+
+-- name: share_weight_set
+-- Set user ?'s fair-share weight to ? (at ?).
+INSERT INTO share_weights (user, weight, updated_at) VALUES (?, ?, ?)
+ON CONFLICT (user) DO UPDATE SET weight = excluded.weight, updated_at = excluded.updated_at
+
+-- name: share_weight_reset
+-- User ? goes back to the default weight (1).
+DELETE FROM share_weights WHERE user = ?
+
+-- name: usage_leases
+-- Every lease that overlaps [:since, :now] (of holder :user; '' for all), clipped to
+-- it, with its job's kind, state and sessions.
+SELECT l.holder, l.device_id, l.job_id, l.kind,
+       max(l.acquired_at, :since) AS a, min(coalesce(l.released_at, :now), :now) AS r,
+       j.state, j.sessions
+FROM leases AS l JOIN jobs AS j ON j.id = l.job_id
+WHERE (l.released_at IS NULL OR l.released_at > :since) AND l.acquired_at < :now
+  AND (:user = '' OR l.holder = :user)
+
+-- name: usage_waits
+-- Jobs and holds granted devices in [:since, :now] (of submitter :user; '' for all):
+-- when, on which first device, and how long they were queued.
+SELECT submitter, device_id, assigned_at, max(0.0, assigned_at - queued_at) AS wait
+FROM jobs
+WHERE assigned_at >= :since AND assigned_at <= :now AND (:user = '' OR submitter = :user)
+
+-- name: hold_session_opened
+-- A session was opened in hold ?.
+UPDATE jobs SET sessions = sessions + 1 WHERE id = ? AND kind = 'hold'
+
+-- name: device_seconds_by_holder
+-- Each lease holder's device-seconds ever, leases still held counted up to :now.
+SELECT holder, sum(max(0.0, min(coalesce(released_at, :now), :now) - acquired_at)) AS seconds
+FROM leases GROUP BY holder ORDER BY holder
+
+-- name: usage_sums
+-- The ledger over [:since, :now] of holder :user ('' for all), per key (:by user,
+-- host or device; anything else: one row, key ''), kind and state of the job: its
+-- device-seconds, idle hold seconds (a hold with no session) and how many jobs
+-- (each once per key). A full scan of the leases, which a 30-day window mostly keeps.
+WITH l AS (
+    SELECT CASE :by WHEN 'user' THEN holder
+                    WHEN 'host' THEN substr(device_id, 1, instr(device_id, ':') - 1)
+                    WHEN 'device' THEN device_id ELSE '' END AS k,
+           job_id, kind,
+           min(coalesce(released_at, :now), :now) - max(acquired_at, :since) AS secs
+    FROM leases
+    WHERE coalesce(released_at, :now) > :since AND acquired_at < :now
+      AND (:user = '' OR holder = :user)
+)
+SELECT l.k, l.kind, j.state, sum(l.secs) AS seconds,
+       sum(CASE WHEN l.kind = 'hold' AND j.sessions = 0 THEN l.secs ELSE 0 END) AS idle,
+       count(DISTINCT l.job_id) AS n
+FROM l JOIN jobs AS j ON j.id = l.job_id
+GROUP BY l.k, l.kind, j.state
+
+-- name: usage_wait_ranks
+-- Per key (as usage_sums, by the job's submitter or first device), how many jobs
+-- and holds were granted devices in [:since, :now] and their nearest-rank 50th and
+-- 95th percentile wait: the rows ranked ceil(n / 2) and ceil(95 n / 100).
+WITH w AS (
+    SELECT CASE :by WHEN 'user' THEN submitter
+                    WHEN 'host' THEN substr(device_id, 1, instr(device_id, ':') - 1)
+                    WHEN 'device' THEN device_id ELSE '' END AS k,
+           max(0.0, assigned_at - queued_at) AS wait
+    FROM jobs
+    WHERE assigned_at >= :since AND assigned_at <= :now AND (:user = '' OR submitter = :user)
+), r AS (
+    SELECT k, wait, row_number() OVER (PARTITION BY k ORDER BY wait) AS i,
+           count(*) OVER (PARTITION BY k) AS n
+    FROM w
+)
+SELECT k, n, i, wait FROM r
+WHERE i = (n + 1) / 2 OR i = (95 * n + 99) / 100
+-- name: hold_idle_insert
+-- A hold's idle timeout (seconds, 0: off), at submit.
+INSERT INTO hold_idle (job_id, timeout) VALUES (?, ?)
+
+-- name: hold_idle_of
+-- A hold's idle timeout (seconds, 0: off); no row: it has no idle rule.
+SELECT timeout FROM hold_idle WHERE job_id = ?
+
+-- name: holds_idle_watched
+-- Running holds with an idle rule, not already asked to end: what the idle
+-- watch checks every second (Controller.idle_pass): through the partial
+-- index jobs_active (its IN term makes it usable), never the whole history.
+SELECT j.id, j.submitter, j.device_id, j.worker_id, j.started_at, h.timeout
+FROM jobs j INDEXED BY jobs_active JOIN hold_idle h ON h.job_id = j.id
+WHERE j.state IN ('assigned', 'running') AND j.state = 'running' AND j.kind = 'hold'
+  AND h.timeout > 0 AND j.kill_requested = 0
+ORDER BY j.id

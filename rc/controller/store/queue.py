@@ -11,6 +11,8 @@ import math
 import sqlite3
 from collections.abc import Callable, Iterator
 
+import orjson
+
 from rc.controller.placement import pair
 from rc.controller.planner import Policy, QueuedJob, Slot, Snapshot, host_slot, plan
 from rc.controller.store import leases
@@ -18,6 +20,8 @@ from rc.controller.store.db import Tx, loads
 from rc.proto.model import DeviceState, Link
 
 __all__ = [
+    "adjust_param",
+    "adjustments",
     "anything_to_place",
     "arrays_active",
     "in_order",
@@ -44,6 +48,7 @@ def _queued_job(r: sqlite3.Row) -> QueuedJob:
         array_id=r["array_id"] or 0,
         array_cap=r["array_cap"],
         blocked=bool(r["blocked"]),
+        excluded=tuple(loads(r["excluded_device_ids"])),
     )
 
 
@@ -52,10 +57,24 @@ def queued(tx: Tx) -> list[QueuedJob]:
     return [_queued_job(r) for r in tx.all("queued_jobs")]
 
 
-def in_order(tx: Tx, aging: float) -> Iterator[QueuedJob]:
-    """The queued jobs in scheduling order (effective priority, then id),
-    read lazily: a pass that stops early fetches only what it looked at."""
-    return map(_queued_job, tx.iter("queued_jobs_ordered", {"now": tx.now, "aging": aging}))
+def adjustments(tx: Tx, policy: Policy) -> dict[str, int]:
+    """Fair share's adjustments now (user → priority steps above 0); {}
+    when fair share is off."""
+    return policy.shares.adjustments(tx) if policy.shares is not None else {}
+
+
+def adjust_param(adjust: dict[str, int]) -> str:
+    """The adjustments as the queries' :adjust: a JSON object user → steps,
+    joined to each queued job by SQLite's json_each ('{}' for none)."""
+    return orjson.dumps(adjust, option=orjson.OPT_SORT_KEYS).decode() if adjust else "{}"
+
+
+def in_order(tx: Tx, aging: float, adjust: dict[str, int] | None = None) -> Iterator[QueuedJob]:
+    """The queued jobs in scheduling order (effective priority with the
+    fair-share `adjust`ments, then id), read lazily: a pass that stops early
+    fetches only what it looked at."""
+    params = {"now": tx.now, "aging": aging, "adjust": adjust_param(adjust or {})}
+    return map(_queued_job, tx.iter("queued_jobs_ordered", params))
 
 
 def slots(tx: Tx) -> dict[str, Slot]:
@@ -111,6 +130,7 @@ def snapshot(tx: Tx, matching: Callable[[str], frozenset[str]], policy: Policy) 
     fleet_slots = slots(tx)
     matches = {sel: matching(sel) for sel in {j.selector for j in queue if j.selector}}
     usage = leases.usage(tx)
+    adjust = adjustments(tx, policy)
     p = plan(
         queue,
         fleet_slots,
@@ -121,8 +141,9 @@ def snapshot(tx: Tx, matching: Callable[[str], frozenset[str]], policy: Policy) 
         usage=usage,
         links=links(tx),
         arrays_active=arrays_active(tx),
+        adjust=adjust,
     )
-    return Snapshot(queue, fleet_slots, usage, p, tx.now)
+    return Snapshot(queue, fleet_slots, usage, p, tx.now, adjust)
 
 
 def request_pass(tx: Tx) -> None:

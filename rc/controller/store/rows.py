@@ -63,6 +63,9 @@ def job(r: sqlite3.Row) -> Job:
         array_id=r["array_id"],
         array_index=r["array_index"],
         array_item=r["array_item"],
+        requeue_on_hardware=bool(r["requeue_on_hardware"]),
+        restart_count=r["restart_count"],
+        excluded_device_ids=tuple(loads(r["excluded_device_ids"])),
     )
 
 

@@ -13,11 +13,13 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass
 
+from rc.controller import fairshare
 from rc.controller.errors import Refused
 from rc.controller.placement import device_key, host_of
 from rc.controller.planner import (
     LazyMatches,
     Policy,
+    QueuedJob,
     Snapshot,
     candidates,
     effective_priority,
@@ -29,8 +31,8 @@ from rc.controller.planner import (
 from rc.controller.store import rows
 from rc.controller.store.db import Tx, loads
 from rc.controller.store.labels import effective as effective_labels
+from rc.controller.store.queue import adjust_param, adjustments, snapshot
 from rc.controller.store.queue import slots as queue_slots
-from rc.controller.store.queue import snapshot
 from rc.proto import selector as selectors
 from rc.proto.duration import format_duration
 from rc.proto.errors import ErrorCode
@@ -65,6 +67,8 @@ __all__ = [
 ]
 
 RECENT_JOBS = 5
+HEALTH_HISTORY = 20
+"""rc describe shows at most this many GPU health events of a device."""
 HIDDEN = "(hidden)"
 """What another user sees instead of a job's environment values."""
 
@@ -183,12 +187,32 @@ def queue_position(tx: Tx, job: Job, policy: Policy) -> int:
 
     lazy = LazyMatches(matches)
     pins = () if job.selector else (job.device_ids or (job.device_id,))
-    mine = set(candidates(job.selector, pins, job.max_runtime_seconds, slots, lazy, job.unix_user))
+    mine = set(
+        candidates(
+            job.selector,
+            pins,
+            job.max_runtime_seconds,
+            slots,
+            lazy,
+            job.unix_user,
+            job.excluded_device_ids,
+        )
+    )
     ahead = 0
     if mine:
-        for g in tx.all("queue_ahead_by_ask", {"id": job.id, "now": tx.now, "aging": policy.aging}):
+        adjust = adjust_param(adjustments(tx, policy))
+        params = {"id": job.id, "now": tx.now, "aging": policy.aging, "adjust": adjust}
+        for g in tx.all("queue_ahead_by_ask", params):
             theirs = () if g["selector"] else tuple(loads(g["device_ids"]))
-            got = candidates(g["selector"], theirs, g["max_runtime"], slots, lazy, g["unix_user"])
+            got = candidates(
+                g["selector"],
+                theirs,
+                g["max_runtime"],
+                slots,
+                lazy,
+                g["unix_user"],
+                tuple(loads(g["excluded_device_ids"])),
+            )
             if mine.intersection(got):
                 ahead += g["n"]
     return ahead + 1
@@ -260,6 +284,9 @@ def describe(tx: Tx, device_id: str) -> DescribeResponse:
     own = sheets.get(dev.name)
     chosen = own if own is not None and own["body"] else sheets.get("")
     recent = tuple(rows.job(x) for x in tx.all("jobs_recent_on_device", (device_id, RECENT_JOBS)))
+    history = tuple(
+        rows.event(x) for x in tx.all("events_health_of_device", (device_id, HEALTH_HISTORY))
+    )
     return DescribeResponse(
         view=_view(dev, lease, tx.now),
         labels=labels,
@@ -270,6 +297,7 @@ def describe(tx: Tx, device_id: str) -> DescribeResponse:
         if chosen is not None and chosen["body"]
         else None,
         recent_jobs=recent,
+        health_history=history,
     )
 
 
@@ -314,6 +342,7 @@ def explain_job(tx: Tx, job_id: int, policy: Policy) -> JobExplanation:
     snap, p = q.snap, q.snap.plan
     me = snap.job(job_id)
     assert me is not None  # queued in this same snapshot
+    terms = priority_terms(tx, me, snap, policy)
     wants = me.wants
     if job.selector:
         pool = sorted(match_devices(q.labels, job.selector), key=device_key)
@@ -485,10 +514,10 @@ def explain_job(tx: Tx, job_id: int, policy: Policy) -> JobExplanation:
         named = ", ".join(str(j) for j in rivals[:RIVALS_NAMED])
         if len(rivals) > RIVALS_NAMED:
             named += ", ..."
-        eff = effective_priority(me, snap.now, policy.aging)
+        eff = effective_priority(me, snap.now, policy.aging, snap.adjust)
         mine_prio = f"this job's priority is {me.priority}"
         if eff != me.priority:
-            mine_prio += f", {eff} with aging"
+            mine_prio += f", {eff} with aging" + (" and fair share" if snap.adjust else "")
         if policy.aging > 0:
             mine_prio += f", and it gains a step every {format_duration(policy.aging)} it waits"
         one = len(rivals) == 1
@@ -511,7 +540,27 @@ def explain_job(tx: Tx, job_id: int, policy: Policy) -> JobExplanation:
                 "A matching device is free; the next scheduling pass (within a "
                 "second) should start it."
             )
-    return JobExplanation(job_id, "queued", tuple(reasons), pos, blockers, hosts, reservation)
+    return JobExplanation(
+        job_id, "queued", tuple(reasons), pos, blockers, hosts, reservation, terms
+    )
+
+
+def priority_terms(tx: Tx, me: QueuedJob, snap: Snapshot, policy: Policy) -> str:
+    """Every term of a queued job's effective priority in one line, as the
+    plan `snap` ordered it: "priority 0 + aging 2 - fair share 3 (alice: 41%
+    of recent device-hours (half-life 7d), entitled 25%) = -1"."""
+    aged = effective_priority(me, snap.now, policy.aging)
+    line = f"priority {me.priority}"
+    if policy.aging > 0:
+        line += f" + aging {aged - me.priority}"
+    shares = policy.shares
+    if shares is not None and shares.half_life > 0:
+        adjust = snap.adjust.get(me.submitter, 0)
+        line += f" - fair share {adjust}"
+        standing = shares.standings(tx).get(me.submitter)
+        if standing is not None:
+            line += f" ({fairshare.words(standing, shares.half_life, format_duration)})"
+    return f"{line} = {effective_priority(me, snap.now, policy.aging, snap.adjust)}"
 
 
 def _met(r) -> bool:

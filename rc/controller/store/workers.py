@@ -23,12 +23,14 @@ from rc.proto.wire import RegisterRequest
 __all__ = [
     "Thresholds",
     "beat",
+    "beat_check",
     "controller_started",
     "heartbeat",
     "leave",
     "recover",
     "register",
     "sweep",
+    "touch_beats",
 ]
 
 
@@ -241,6 +243,41 @@ def beat(
     return stop, {
         str(r["id"]): r["max_runtime"] for r in tx.all("holds_runtimes", (ids, worker_id))
     }
+
+
+def beat_check(
+    tx: Tx, worker_id: str, running: tuple[int, ...], th: Thresholds
+) -> tuple[bool, list[int], dict[str, int]]:
+    """The read half of a heartbeat, for one that may be coalesced
+    (Controller.heartbeat): (whether it changes state, so that `beat` must
+    write it before the reply: a device of the worker is `unknown`, or, in
+    retention mode with jobs named, quarantined `worker_lost`; the named
+    jobs the worker should stop; the ttl of each named hold, as `beat`
+    returns them). 404 for a worker that never registered. Read-only."""
+    if tx.one("worker_get", (worker_id,)) is None:
+        raise Refused(ErrorCode.NOT_FOUND, f"worker {worker_id} is not registered; register first")
+    if tx.scalar("devices_beat_changes", (worker_id, int(th.retain and bool(running)))):
+        return True, [], {}
+    if not running:
+        return False, [], {}
+    ids = dumps(list(running))
+    stop = [r["id"] for r in tx.all("jobs_to_stop", (ids, worker_id))]
+    ttls = {str(r["id"]): r["max_runtime"] for r in tx.all("holds_runtimes", (ids, worker_id))}
+    return False, stop, ttls
+
+
+def touch_beats(tx: Tx, beats: list[tuple[str, float, tuple[int, ...]]], th: Thresholds) -> int:
+    """Write coalesced heartbeats, each (worker id, when in wall seconds,
+    the job ids it named): the worker's and its devices' last heartbeat
+    become `when`, and the named jobs' leases (those of its own active
+    jobs) last at least until `when` + lease_renewal. Heartbeats that
+    change state never come here (`beat_check`). Returns how many."""
+    for worker_id, at, running in beats:
+        tx.exec("worker_touch", (at, worker_id))
+        tx.exec("devices_touch", (at, worker_id))
+        if running:
+            tx.exec("leases_renew", (at + th.lease_renewal, dumps(list(running)), worker_id))
+    return len(beats)
 
 
 def leave(

@@ -1,0 +1,368 @@
+"""The usage ledger and fair share's inputs (README "Who used the devices" and
+"Sharing fairly").
+
+Reads the store's leases (one row per device a job or hold was granted) and
+jobs; writes only the fair-share weights (`set_weight`) and a hold's session
+count (`session_opened`). The ledger is computed here once and served to
+`rc usage`, GET /v1/usage, the dashboard's usage view and /metrics alike.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from rc.controller import fairshare
+from rc.controller.errors import Refused
+from rc.controller.store.db import Tx
+from rc.proto.errors import ErrorCode
+from rc.proto.wire import UsageReport, UsageRow
+
+__all__ = [
+    "BY",
+    "DAY_S",
+    "SHARES_REFRESH_S",
+    "WEIGHT_MAX",
+    "ShareCache",
+    "daily",
+    "device_seconds_by_user",
+    "percentile",
+    "report",
+    "session_opened",
+    "set_weight",
+    "weights",
+]
+
+BY = ("user", "host", "device", "day", "week")
+"""What a ledger row may count: one row per user, host, device, day or week."""
+DAY_S = 86400.0
+WEIGHT_MAX = 1000.0
+"""The largest fair-share weight (the smallest: anything above 0)."""
+SHARES_REFRESH_S = 60.0
+"""Fair-share standings are recomputed at most this often (and at once when a
+weight changes): a pass reads them, it does not sum the lease history."""
+
+
+def percentile(sorted_values: list[float], p: float) -> float:
+    """The nearest-rank p-th percentile (0 < p <= 1) of ascending values; 0.0 for none."""
+    if not sorted_values:
+        return 0.0
+    return sorted_values[max(0, math.ceil(p * len(sorted_values)) - 1)]
+
+
+def _day(t: float) -> str:
+    return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%d")
+
+
+def _week(t: float) -> str:
+    d = dt.datetime.fromtimestamp(t, dt.UTC).date()
+    return (d - dt.timedelta(days=d.weekday())).isoformat()
+
+
+def _pieces(a: float, r: float, by: str) -> Iterable[tuple[str, float]]:
+    """[a, r) cut at UTC day (or week) boundaries: (key, seconds) for each piece."""
+    step = DAY_S if by == "day" else 7 * DAY_S
+    # weeks start on Monday; the epoch (1970-01-01) was a Thursday
+    offset = 0.0 if by == "day" else 3 * DAY_S
+    t = a
+    while t < r:
+        edge = (math.floor((t + offset) / step) + 1) * step - offset
+        end = min(r, edge)
+        yield (_day(t) if by == "day" else _week(t)), end - t
+        t = end
+
+
+@dataclass
+class _Acc:
+    seconds: float = 0.0
+    idle: float = 0.0
+    jobs: dict[int, str] = field(default_factory=dict)
+    holds: dict[int, str] = field(default_factory=dict)
+    waits: list[float] = field(default_factory=list)
+
+    def row(self, key: str) -> UsageRow:
+        waits = sorted(self.waits)
+        return UsageRow(
+            key=key,
+            device_seconds=round(self.seconds, 3),
+            jobs=_by_state(self.jobs.values()),
+            holds=_by_state(self.holds.values()),
+            idle_hold_seconds=round(self.idle, 3),
+            waits=len(waits),
+            wait_p50_seconds=round(percentile(waits, 0.50), 3),
+            wait_p95_seconds=round(percentile(waits, 0.95), 3),
+        )
+
+
+def _by_state(states: Iterable[str]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for s in states:
+        out[s] = out.get(s, 0) + 1
+    return dict(sorted(out.items()))
+
+
+def _key(by: str, holder: str, device_id: str) -> str:
+    if by == "user":
+        return holder
+    if by == "host":
+        return device_id.partition(":")[0]
+    return device_id
+
+
+def report(tx: Tx, since: float, by: str = "user", user: str = "") -> UsageReport:
+    """The ledger over [since, tx.now] (seconds since the epoch), one row per
+    `by` key (BY), only `user`'s when given. A lease open across the window's
+    edge counts only its time inside the window; a lease still held counts
+    up to now. Raises Refused (400) for a `by` not in BY."""
+    if by not in BY:
+        raise Refused(ErrorCode.BAD_REQUEST, f"by {by!r} is not one of {', '.join(BY)}")
+    if by not in ("day", "week"):
+        return _summed(tx, since, by, user)
+    now = tx.now
+    params = {"since": since, "now": now, "user": user}
+    accs: dict[str, _Acc] = {}
+    total = _Acc()
+    split = by in ("day", "week")
+    for holder, device_id, job_id, kind, a, r, state, sessions in tx.iter("usage_leases", params):
+        if r <= a:
+            continue
+        pieces = _pieces(a, r, by) if split else ((_key(by, holder, device_id), r - a),)
+        for key, secs in pieces:
+            acc = accs.get(key)
+            if acc is None:
+                acc = accs[key] = _Acc()
+            acc.seconds += secs
+            if kind == "hold":
+                acc.holds[job_id] = state
+                if not sessions:
+                    acc.idle += secs
+            else:
+                acc.jobs[job_id] = state
+        total.seconds += r - a
+        if kind == "hold":
+            total.holds[job_id] = state
+            if not sessions:
+                total.idle += r - a
+        else:
+            total.jobs[job_id] = state
+    for submitter, device_id, assigned_at, wait in tx.iter("usage_waits", params):
+        if by == "user":
+            key = submitter
+        elif split:
+            key = _day(assigned_at) if by == "day" else _week(assigned_at)
+        else:
+            key = _key(by, submitter, device_id)
+        acc = accs.get(key)
+        if acc is None:
+            acc = accs[key] = _Acc()
+        acc.waits.append(wait)
+        total.waits.append(wait)
+    if split:
+        keys = sorted(accs)
+    else:
+        keys = sorted(accs, key=lambda k: (-accs[k].seconds, k))
+    return UsageReport(
+        by=by,
+        since=since,
+        until=now,
+        rows=tuple(accs[k].row(k) for k in keys),
+        total=total.row("total"),
+        user=user,
+    )
+
+
+def daily(
+    tx: Tx, days: int
+) -> tuple[list[str], dict[tuple[str, str], float], dict[str, tuple[float, float]]]:
+    """The last `days` UTC days (today included), oldest first; device-seconds
+    per (day, user) from the leases, cut at midnight as report(by="day")
+    cuts them; and per day the (p50, p95) wait of the grants that day (a day
+    without grants left out). What the dashboard's usage picture draws."""
+    today = math.floor(tx.now / DAY_S) * DAY_S
+    since = today - (days - 1) * DAY_S
+    names = [_day(since + i * DAY_S) for i in range(days)]
+    params = {"since": since, "now": tx.now, "user": ""}
+    seconds: dict[tuple[str, str], float] = {}
+    for holder, _d, _j, _k, a, r, _s, _n in tx.iter("usage_leases", params):
+        for key, secs in _pieces(a, r, "day") if r > a else ():
+            seconds[(key, holder)] = seconds.get((key, holder), 0.0) + secs
+    per_day: dict[str, list[float]] = {}
+    for _sub, _d, assigned_at, wait in tx.iter("usage_waits", params):
+        per_day.setdefault(_day(assigned_at), []).append(wait)
+    waits = {}
+    for d, ws in per_day.items():
+        ws.sort()
+        waits[d] = (percentile(ws, 0.5), percentile(ws, 0.95))
+    return names, seconds, waits
+
+
+def _empty() -> dict:
+    return {
+        "seconds": 0.0,
+        "idle": 0.0,
+        "jobs": {},
+        "holds": {},
+        "waits": 0,
+        "p50": 0.0,
+        "p95": 0.0,
+    }
+
+
+def _collect(tx: Tx, params: dict, leases: bool = True) -> dict[str, dict]:
+    """key → the sums and counts (unless not `leases`) and the wait ranks
+    SQLite computed for it."""
+    rows: dict[str, dict] = {}
+    for k, kind, state, seconds, idle, n in tx.all("usage_sums", params) if leases else ():
+        r = rows.setdefault(k, _empty())
+        r["seconds"] += seconds or 0.0
+        r["idle"] += idle or 0.0
+        r["holds" if kind == "hold" else "jobs"][state] = n
+    for k, n, i, wait in tx.all("usage_wait_ranks", params):
+        r = rows.setdefault(k, _empty())
+        r["waits"] = n
+        if i == (n + 1) // 2:
+            r["p50"] = wait
+        if i == (95 * n + 99) // 100:
+            r["p95"] = wait
+    return rows
+
+
+def _added(rows: Iterable[dict], waits: dict) -> dict:
+    """The total of per-user or per-host rows (a job's leases all have one
+    holder and one host, so its device-time and its count add up), with the
+    wait ranks of everyone (`waits`, a _collect row)."""
+    total = _empty()
+    for r in rows:
+        total["seconds"] += r["seconds"]
+        total["idle"] += r["idle"]
+        for what in ("jobs", "holds"):
+            for state, n in r[what].items():
+                total[what][state] = total[what].get(state, 0) + n
+    total.update(waits=waits["waits"], p50=waits["p50"], p95=waits["p95"])
+    return total
+
+
+def _record(k: str, r: dict) -> UsageRow:
+    return UsageRow(
+        key=k,
+        device_seconds=round(r["seconds"], 3),
+        jobs=dict(sorted(r["jobs"].items())),
+        holds=dict(sorted(r["holds"].items())),
+        idle_hold_seconds=round(r["idle"], 3),
+        waits=r["waits"],
+        wait_p50_seconds=round(r["p50"], 3),
+        wait_p95_seconds=round(r["p95"], 3),
+    )
+
+
+def _summed(tx: Tx, since: float, by: str, user: str) -> UsageReport:
+    """report() for user, host or device: SQLite sums, counts and ranks, no
+    row per lease in Python (README "Performance": a 30-day ledger of
+    100,000 jobs)."""
+    params = {"since": since, "now": tx.now, "user": user, "by": by}
+    rows = _collect(tx, params)
+    if by == "device":  # a job on 4 devices is in 4 rows: count the total apart
+        total = _collect(tx, {**params, "by": "total"}).get("", _empty())
+    else:
+        waits = _collect(tx, {**params, "by": "total"}, leases=False).get("", _empty())
+        total = _added(rows.values(), waits)
+    keys = sorted(rows, key=lambda k: (-rows[k]["seconds"], k))
+    return UsageReport(
+        by=by,
+        since=since,
+        until=tx.now,
+        rows=tuple(_record(k, rows[k]) for k in keys),
+        total=_record("total", total),
+        user=user,
+    )
+
+
+def device_seconds_by_user(tx: Tx) -> dict[str, float]:
+    """Every lease holder's device-seconds ever, leases still held counted up
+    to now (the counter rc_device_seconds_total of /metrics)."""
+    return {r["holder"]: r["seconds"] for r in tx.all("device_seconds_by_holder", {"now": tx.now})}
+
+
+# -- fair share ---------------------------------------------------------------
+
+
+def weights(tx: Tx) -> dict[str, float]:
+    """Every fair-share weight an admin set: user → weight (others have 1)."""
+    return {r["user"]: r["weight"] for r in tx.all("share_weights_all")}
+
+
+def set_weight(tx: Tx, user: str, weight: float) -> None:
+    """Set `user`'s fair-share weight (0 < weight <= WEIGHT_MAX; 1 removes
+    the row: the default). Raises Refused (400) outside that range."""
+    if not (0 < weight <= WEIGHT_MAX) or math.isnan(weight):
+        raise Refused(
+            ErrorCode.BAD_REQUEST,
+            f"weight {weight} is outside the allowed range: above 0, at most {WEIGHT_MAX:g}",
+        )
+    if weight == 1:
+        tx.exec("share_weight_reset", (user,))
+    else:
+        tx.exec("share_weight_set", (user, float(weight), tx.now))
+    tx.notify("shares")
+
+
+def session_opened(tx: Tx, hold_id: int) -> None:
+    """Count a session opened in hold `hold_id` (the ledger's idle hold hours)."""
+    tx.exec("hold_session_opened", (hold_id,))
+
+
+class ShareCache:
+    """Fair share's standings, computed from the store at most every
+    SHARES_REFRESH_S seconds (of the store's clock) and at once after
+    `invalidate()` (a weight changed). `half_life` in seconds; 0: fair share
+    off (no standings, no adjustments).
+
+    What the scheduler orders by is a pure function of the standings it
+    read: the same history read at the same time gives the same order."""
+
+    def __init__(self, half_life: float) -> None:
+        self.half_life = half_life
+        self._cached: tuple[float, dict[str, fairshare.Standing]] | None = None
+
+    def invalidate(self) -> None:
+        """Recompute at the next read (a weight changed)."""
+        self._cached = None
+
+    def note_submitter(self, user: str) -> None:
+        """`user` submits a job: recompute at the next read unless they are
+        in the standings already (a newcomer changes everyone's entitlement)."""
+        cached = self._cached
+        if cached is not None and user not in cached[1]:
+            self._cached = None
+
+    def standings(self, tx: Tx) -> dict[str, fairshare.Standing]:
+        """user → Standing (rc.controller.fairshare.standings); {} when off."""
+        if self.half_life <= 0:
+            return {}
+        cached = self._cached
+        if cached is not None and 0 <= tx.now - cached[0] < SHARES_REFRESH_S:
+            return cached[1]
+        got = compute_standings(tx, self.half_life)
+        self._cached = (tx.now, got)
+        return got
+
+    def adjustments(self, tx: Tx) -> dict[str, int]:
+        """user → fair-share adjustment (priority steps), only those above 0."""
+        return {u: s.adjust for u, s in self.standings(tx).items() if s.adjust}
+
+
+def compute_standings(tx: Tx, half_life: float) -> dict[str, fairshare.Standing]:
+    """The standings at tx.now, from the leases (decayed with `half_life`
+    seconds), the weights and the queue. Costs the leases of the last
+    HORIZON_HALF_LIVES half-lives."""
+    params = {
+        "now": tx.now,
+        "half_life": half_life,
+        "horizon": tx.now - fairshare.HORIZON_HALF_LIVES * half_life,
+    }
+    used = {r["holder"]: r["used"] or 0.0 for r in tx.all("decayed_usage", params)}
+    queued = [r["submitter"] for r in tx.all("queued_submitters")]
+    w = weights(tx)
+    return fairshare.standings(used, w, queued)

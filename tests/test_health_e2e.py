@@ -1,0 +1,163 @@
+"""GPU health end to end (README "GPU health"): a controller run with
+--drain-degraded, a worker from the zipapp with a fake nvidia-smi first on
+its PATH and a fake kmsg file as its kernel log. A failed row remap and an
+Xid 79 quarantine their GPU as `fault` with the evidence, a pending remap
+drains it, a narrowed PCIe link labels it degraded and drains it, `health=ok`
+selects only healthy GPUs, and rc describe shows the baseline and history.
+A job that an Xid 79 ends says `cause: hardware (...)` and its GPU is
+faulted naming it; an application's own Xid is recorded on its job only."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.fake_nvidia_smi import FakeNvidiaSmi, kmsg_xid
+from tests.harness import BARE_PY, Cli, wait_until
+from tests.test_worker_e2e_kit import Site, device, submit, wait_state
+
+pytestmark = pytest.mark.e2e
+
+HOST = "healthbox"
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory, pyz):
+    root = tmp_path_factory.mktemp("health")
+    s = Site(root, pyz, serve_flags=["--drain-degraded"])
+    s.fake = FakeNvidiaSmi(root / "fakebin", gpus=7)
+    s.kmsg = root / "kmsg"
+    s.kmsg.write_text("6,1,1000,-;Linux version 6.1 (fake)\n")
+    config = (
+        'kill_grace = "1s"\n'
+        'probe_interval = "1s"\n'
+        f'kernel_log = "{s.kmsg}"\n'
+        f'verify_dir = "{root}/no-verify"\n'
+        f'probe_dir = "{root}/no-probes"\n'
+        f'sheet_dir = "{root}/no-sheets"\n'
+    )
+    s.worker(HOST, config, devices="auto", env=s.fake.path_env(s.env))
+    yield s
+    s.close()
+
+
+def labels(site, name: str) -> dict[str, str]:
+    info = site.admin.get(f"/v1/devices/{HOST}:{name}/describe")
+    return {lb["key"]: lb["value"] for lb in info["labels"] if lb["source"] == "detected"}
+
+
+def test_healthy_gpus_carry_health_ok_and_a_baseline(site):
+    got = labels(site, "gpu0")
+    assert got["health"] == "ok"
+    assert got["health_baseline"] == "ok ecc_aggregate=0 pcie=gen4/4x16/16"
+    job = submit(site.admin, ["true"], selector="health=ok")
+    assert wait_state(site.admin, job)["state"] == "succeeded"
+
+
+def test_a_failed_row_remap_quarantines_the_gpu_with_the_evidence(site):
+    site.fake.set_gpu(1, remapped_rows__failure="Yes")
+    wait_until(lambda: device(site.admin, f"{HOST}:gpu1")["state"] == "unhealthy", 20, "fault")
+    d = device(site.admin, f"{HOST}:gpu1")
+    assert d["quarantine_reason"] == "fault"
+    assert d["quarantine_detail"].startswith(f"health: row-remap-failed on {HOST}:gpu1: ")
+    assert "remapped_rows.failure=Yes" in d["quarantine_detail"]
+    assert "GPU Memory Error Management" in d["quarantine_detail"]
+    out = Cli(site.ctl.url, site.ctl.admin_token, site.env, site.root).run(
+        "describe", f"{HOST}:gpu1"
+    )
+    assert out.returncode == 0, out.stderr
+    text = out.stdout.decode()
+    assert "HEALTH HISTORY" in text and "device_unhealthy  health: row-remap-failed" in text
+    assert "health=fault:row-remap-failed" in text
+
+
+def test_a_pending_row_remap_drains_the_gpu(site):
+    site.fake.set_gpu(2, remapped_rows__pending="Yes")
+    wait_until(lambda: device(site.admin, f"{HOST}:gpu2")["draining"], 20, "a drain")
+    d = device(site.admin, f"{HOST}:gpu2")
+    assert d["state"] == "ready" and d["drain_reason"].startswith("health: row-remap-pending")
+
+
+def test_a_narrowed_link_is_degraded_and_drained_with_drain_degraded(site):
+    site.fake.set_gpu(3, pcie__link__width__current="8")
+    wait_until(lambda: labels(site, "gpu3")["health"] == "degraded:pcie-width", 20, "degraded")
+    wait_until(lambda: device(site.admin, f"{HOST}:gpu3")["draining"], 20, "a drain")
+    reason = device(site.admin, f"{HOST}:gpu3")["drain_reason"]
+    assert reason == "health: degraded:pcie-width (rc serve --drain-degraded)"
+
+
+def test_an_xid_79_quarantines_its_gpu(site):
+    with open(site.kmsg, "a") as f:
+        f.write(kmsg_xid(50, 9_000_000, 4, 79))
+    wait_until(lambda: device(site.admin, f"{HOST}:gpu4")["state"] == "unhealthy", 20, "fault")
+    d = device(site.admin, f"{HOST}:gpu4")
+    assert d["quarantine_reason"] == "fault"
+    assert d["quarantine_detail"].startswith(f"health: xid-79 on {HOST}:gpu4: GPU has fallen off")
+    assert "Xid Catalog" in d["quarantine_detail"]
+    assert labels(site, "gpu4")["health"] == "fault:xid-79"
+    assert device(site.admin, f"{HOST}:gpu0")["state"] == "ready"  # only the GPU it names
+
+
+def crash(kmsg, gpu: int, xid: int, text: str) -> list[str]:
+    """A job that logs an Xid on fake GPU `gpu` (at the kernel's time: the
+    monotonic clock) and exits 1, as a job the GPU fails under does."""
+    line = kmsg_xid(0, 0, gpu, xid, text).replace("3,0,0,", "3,{seq},{usec},")
+    code = (
+        "import time; t = int(time.monotonic() * 1e6); "
+        f"open({str(kmsg)!r}, 'a').write({line!r}.format(seq=t, usec=t)); "
+        "raise SystemExit(1)"
+    )
+    return [BARE_PY, "-c", code]
+
+
+def test_a_job_an_xid_79_ends_is_a_hardware_failure(site):
+    dev = f"{HOST}:gpu5"
+    j = wait_state(site.admin, submit(site.admin, crash(site.kmsg, 5, 79, "fell"), device_id=dev))
+    assert j["state"] == "failed"
+    assert f"cause: hardware (Xid 79 on {dev}: GPU has fallen off the bus)" in j["kill_reason"]
+    # pinned to the GPU that failed it: it cannot go elsewhere (README "GPU health")
+    assert j["kill_reason"].endswith("; not requeued: pinned to the faulty device")
+    assert j["restart_count"] == 0
+    d = device(site.admin, dev)
+    assert d["state"] == "unhealthy" and d["quarantine_reason"] == "fault"
+    assert d["quarantine_detail"].startswith(f"health: xid-79 on {dev}: ")
+    feed = site.admin.get("/v1/events", params={"limit": "1000"})["events"]
+    assert any(e["job_id"] == j["id"] and "xid-79" in e["text"] for e in feed)
+
+
+def test_an_applications_own_xid_is_recorded_on_its_job_only(site):
+    dev = f"{HOST}:gpu6"
+    j = wait_state(site.admin, submit(site.admin, crash(site.kmsg, 6, 13, "oops"), device_id=dev))
+    assert j["state"] == "failed"
+    assert f"Xid 13 on {dev}: graphics engine exception (the application's own)" in j["kill_reason"]
+    assert "cause: hardware" not in j["kill_reason"]
+    assert device(site.admin, dev)["state"] == "ready"
+    assert labels(site, "gpu6")["health"] == "ok"
+
+
+def test_rc_clear_of_a_health_fault_reprobes_and_refuses_while_it_is_there(site):
+    dev = f"{HOST}:gpu1"  # faulted by its failed row remap above
+    assert device(site.admin, dev)["state"] == "unhealthy"
+    cli = Cli(site.ctl.url, site.ctl.admin_token, site.env, site.root)
+    out = cli.run("clear", dev)
+    assert out.returncode == 1
+    err = out.stderr.decode()
+    assert "still reads fault:row-remap-failed (re-probed just now)" in err
+    assert device(site.admin, dev)["state"] == "unhealthy"
+    site.fake.set_gpu(1, remapped_rows__failure="No")  # the card was replaced
+    out = cli.run("clear", dev)
+    assert out.returncode == 0, out.stderr
+    assert "its GPU reads ok again" in out.stdout.decode()
+    assert device(site.admin, dev)["state"] == "ready"
+
+
+def test_rc_clear_of_an_xid_fault_needs_the_gpu_to_answer_again(site):
+    dev = f"{HOST}:gpu4"  # faulted by its Xid 79 above
+    site.fake.set_gpu(4, index="[N/A]")  # off the bus: nvidia-smi no longer lists it
+    cli = Cli(site.ctl.url, site.ctl.admin_token, site.env, site.root)
+    out = cli.run("clear", dev)
+    assert out.returncode == 1 and "still reads unreadable" in out.stderr.decode()
+    site.fake.set_gpu(4, index="4")  # the reboot or reset brought it back
+    out = cli.run("clear", dev)
+    assert out.returncode == 0, out.stderr
+    assert device(site.admin, dev)["state"] == "ready"
+    wait_until(lambda: labels(site, "gpu4")["health"] == "ok", 20, "the label to return")
