@@ -11,6 +11,7 @@ import sqlite3
 import pytest
 
 from rc.controller.errors import StoreError
+from rc.controller.fairshare import decayed
 from rc.controller.planner import aged_priority
 from rc.controller.store import db, pg
 from rc.proto.model import Condition, JobState
@@ -81,6 +82,18 @@ def test_every_override_takes_the_parameters_of_its_query():
     for name in sorted(pg.PG_OVERRIDES):
         want = _placeholders(pg.translate(db.QUERIES[name])[0])
         assert _placeholders(pg.PG_QUERIES[name][0]) == want, name
+
+
+def test_no_query_names_a_reserved_word_unquoted_on_postgresql():
+    """`user` (share_weights' column) is a reserved word on PostgreSQL:
+    unquoted it prepares and reads the session's role, so the preparing gate
+    above cannot catch it (share_weights_all returned the role's name)."""
+    bad = []
+    for name, (sql, _numbered) in pg.PG_QUERIES.items():
+        body = re.sub(r"--[^\n]*|'(?:[^']|'')*'|%\(\w+\)s", "", sql)
+        if re.search(r'(?<![\w".])user\b(?!")', body):
+            bad.append(name)
+    assert bad == []
 
 
 @pytest.mark.parametrize(
@@ -212,6 +225,22 @@ def test_the_sql_functions_agree_with_their_python_definitions(conn):
         for state in JobState:
             got = conn.execute("SELECT dep_met(%s, %s)", (cond.value, state.value)).fetchone()[0]
             assert got == cond.met_by(state), (cond, state)
+    day = 86400.0
+    for acquired in (0.0, 1000.0, 5000.0):
+        for released in (None, 500.0, 1000.0, 3000.0, 9000.0):
+            for now in (900.0, 4000.0, 10000.0, 1000.0 + 1000 * day):
+                for half_life in (0.0, -1.0, 600.0, 7 * day):
+                    got = conn.execute(
+                        "SELECT decayed_seconds(%s, %s, %s, %s)",
+                        (acquired, released, now, half_life),
+                    ).fetchone()[0]
+                    want = decayed(acquired, released, now, half_life)
+                    assert got == pytest.approx(want, rel=1e-9, abs=1e-9), (
+                        acquired,
+                        released,
+                        now,
+                        half_life,
+                    )
 
 
 GLOBS = ["train*", "*-[0-9]", "a?c", "[^a]*", "[!a]*", "x.y*", "a+b", "*(1)", "[a-c]x", "^$"]

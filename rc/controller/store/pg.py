@@ -18,16 +18,18 @@ would be an `await`, every function would have to become a coroutine, and
 two engines would need two sets of transaction functions. A sync connection
 on its own thread keeps one set of functions for both engines.
 
-The SQL: rc/store.pg.sql is the schema (with effective_priority and dep_met,
-the functions SQLite gets from Python, as SQL functions). Every named query
+The SQL: rc/store.pg.sql is the schema (with effective_priority, dep_met and
+decayed_seconds, the functions SQLite gets from Python, as SQL functions). Every named query
 of queries.sql runs on PostgreSQL as it is, with its placeholders translated
 mechanically (`translate`): `?` → `%s`, `?N` → `%(pN)s` (the parameter
 sequence becomes a mapping), `:name` → `%(name)s`, `%` → `%%`. A query whose
 SQL differs between the dialects (json_each, GLOB, INSERT OR IGNORE, scalar
 max...) is written again under the same name in queries.pg.sql, with the
 same parameters in the same placeholder style: that file holds only such
-overrides. tests/test_schema_pg.py prepares every resulting query against
-the PG schema, so a query that does not port fails there, by name.
+overrides. A column named by a PostgreSQL reserved word (share_weights."user")
+is quoted there: unquoted, `user` prepares and means the session's role.
+tests/test_schema_pg.py prepares every resulting query against the PG
+schema, so a query that does not port fails there, by name.
 
 How to port (for whoever adds a query or a migration):
 
@@ -35,6 +37,12 @@ How to port (for whoever adds a query or a migration):
   `python -m pytest -q tests/test_schema_pg.py`; if
   test_every_query_prepares_on_postgresql names it, copy it into
   queries.pg.sql under the same `-- name:` and rewrite only the dialect.
+- A new function SQLite gets from Python (db.SQL_FUNCTIONS): the same in SQL
+  in rc/store.pg.sql and in the PG migration that first needs it, checked
+  against its Python definition in tests/test_schema_pg.py.
+- A changed query that has an override: change the override too
+  (test_every_override_takes_the_parameters_of_its_query catches a new
+  parameter, not a new result column).
 - A schema change: migration NNNN_x.sql for SQLite as usual, and the same
   change in PostgreSQL's dialect as migrations/pg/NNNN_x.sql appended to
   PG_MIGRATIONS (the same version number), and rc/store.pg.sql edited to
@@ -138,7 +146,11 @@ PG_OVERRIDES: the names queries.pg.sql writes again."""
 PG_SCHEMA_SQL: str = _resource("rc", "store.pg.sql")
 PG_BASELINE = 4
 """The schema version rc/store.pg.sql first had (SQLite's version 4)."""
-PG_MIGRATIONS: list[tuple[int, str]] = []
+PG_MIGRATIONS: list[tuple[int, str]] = [
+    (5, "0005_usage.sql"),  # sessions per hold; fair-share weights
+    (6, "0006_hold_idle.sql"),  # a hold's idle rule; its warning and reclaim events
+    (7, "0007_requeue.sql"),  # requeue after a hardware failure; job_requeued
+]
 """(version, file) under rc/controller/store/migrations/pg/, after PG_BASELINE;
 the same numbers as db.MIGRATIONS."""
 PG_SCHEMA_VERSION = PG_BASELINE + len(PG_MIGRATIONS)

@@ -116,3 +116,146 @@ WITH element AS (
     RETURNING id
 )
 SELECT setval(pg_get_serial_sequence('jobs', 'id'), id) FROM element
+
+-- name: queued_jobs_ordered
+-- The queue in scheduling order: effective priority (priority plus one step per
+-- :aging seconds waited; :aging 0 turns aging off; minus the submitter's
+-- fair-share adjustment in :adjust, a JSON object user → steps, '{}' for none), then
+-- submission order.
+SELECT j.id, j.submitter, j.priority, j.queued_at, j.selector, j.device_id, j.max_runtime,
+       j.count, j.device_ids, j.unix_user, j.array_id, coalesce(a.max_running, 0) AS array_cap,
+       j.excluded_device_ids,
+       EXISTS (SELECT 1 FROM job_deps AS d JOIN jobs AS a ON a.id = d.after_id
+               WHERE d.job_id = j.id AND NOT dep_met(d.condition, a.state)) AS blocked
+FROM jobs AS j LEFT JOIN arrays AS a ON a.id = j.array_id
+LEFT JOIN jsonb_each_text(:adjust::jsonb) AS f (key, value) ON f.key = j.submitter
+WHERE j.state = 'queued'
+ORDER BY effective_priority(j.priority, j.queued_at, :now, :aging) - coalesce(f.value::bigint, 0) DESC,
+         j.id
+
+-- name: queue_ahead_by_ask
+-- The queued jobs ahead of job :id in scheduling order (queued_jobs_ordered's
+-- order, :adjust as there), counted by what they ask for: target (selector or
+-- pinned devices), runtime, Unix user and the devices excluded for them.
+WITH q AS (
+    SELECT j.id, j.selector, j.device_ids, j.max_runtime, j.unix_user, j.excluded_device_ids,
+           effective_priority(j.priority, j.queued_at, :now, :aging)
+               - coalesce(f.value::bigint, 0) AS eff
+    FROM jobs AS j LEFT JOIN jsonb_each_text(:adjust::jsonb) AS f (key, value) ON f.key = j.submitter
+    WHERE j.state = 'queued'
+), me AS (
+    SELECT j.id,
+           effective_priority(j.priority, j.queued_at, :now, :aging)
+               - coalesce(f.value::bigint, 0) AS eff
+    FROM jobs AS j LEFT JOIN jsonb_each_text(:adjust::jsonb) AS f (key, value) ON f.key = j.submitter
+    WHERE j.id = :id
+)
+SELECT q.selector, q.device_ids, q.max_runtime, q.unix_user, q.excluded_device_ids, count(*) AS n
+FROM q, me
+WHERE q.eff > me.eff OR (q.eff = me.eff AND q.id < me.id)
+GROUP BY q.selector, q.device_ids, q.max_runtime, q.unix_user, q.excluded_device_ids
+
+-- name: events_health_of_device
+-- A device's GPU health history, newest first, at most ?: the faults and
+-- drains of its health rules ("health: " in the text: rc.worker.health) and
+-- what returned it (clears, undrains, recoveries). A scan of the feed: for
+-- rc describe only.
+SELECT * FROM events WHERE device_id = ?
+  AND (strpos(text, 'health: ') > 0
+       OR kind IN ('device_cleared', 'device_undrained', 'device_recovered'))
+ORDER BY id DESC LIMIT ?
+
+-- name: decayed_usage
+-- Each lease holder's decayed device-seconds at :now (rc.controller.fairshare.decayed,
+-- half-life :half_life), leaving out leases released before :horizon.
+SELECT holder,
+       sum(decayed_seconds(acquired_at, released_at, :now::double precision,
+                           :half_life::double precision)) AS used
+FROM leases WHERE released_at IS NULL OR released_at > :horizon
+GROUP BY holder
+
+-- name: share_weights_all
+-- Every fair-share weight an admin set, by user ("user" quoted: a reserved word).
+SELECT "user", weight, updated_at FROM share_weights ORDER BY "user"
+
+-- name: share_weight_set
+-- Set user ?'s fair-share weight to ? (at ?).
+INSERT INTO share_weights ("user", weight, updated_at) VALUES (?, ?, ?)
+ON CONFLICT ("user") DO UPDATE SET weight = excluded.weight, updated_at = excluded.updated_at
+
+-- name: share_weight_reset
+-- User ? goes back to the default weight (1).
+DELETE FROM share_weights WHERE "user" = ?
+
+-- name: usage_leases
+-- Every lease that overlaps [:since, :now] (of holder :user; '' for all), clipped to
+-- it, with its job's kind, state and sessions.
+SELECT l.holder, l.device_id, l.job_id, l.kind,
+       greatest(l.acquired_at, :since) AS a, least(coalesce(l.released_at, :now), :now) AS r,
+       j.state, j.sessions
+FROM leases AS l JOIN jobs AS j ON j.id = l.job_id
+WHERE (l.released_at IS NULL OR l.released_at > :since) AND l.acquired_at < :now
+  AND (:user = '' OR l.holder = :user)
+
+-- name: usage_waits
+-- Jobs and holds granted devices in [:since, :now] (of submitter :user; '' for all):
+-- when, on which first device, and how long they were queued.
+SELECT submitter, device_id, assigned_at, greatest(0.0, assigned_at - queued_at) AS wait
+FROM jobs
+WHERE assigned_at >= :since AND assigned_at <= :now AND (:user = '' OR submitter = :user)
+
+-- name: device_seconds_by_holder
+-- Each lease holder's device-seconds ever, leases still held counted up to :now.
+SELECT holder,
+       sum(greatest(0.0, least(coalesce(released_at, :now), :now) - acquired_at)) AS seconds
+FROM leases GROUP BY holder ORDER BY holder
+
+-- name: usage_sums
+-- The ledger over [:since, :now] of holder :user ('' for all), per key (:by user,
+-- host or device; anything else: one row, key ''), kind and state of the job: its
+-- device-seconds, idle hold seconds (a hold with no session) and how many jobs
+-- (each once per key). A full scan of the leases, which a 30-day window mostly keeps.
+WITH l AS (
+    SELECT CASE :by WHEN 'user' THEN holder
+                    WHEN 'host' THEN substr(device_id, 1, greatest(strpos(device_id, ':') - 1, 0))
+                    WHEN 'device' THEN device_id ELSE '' END AS k,
+           job_id, kind,
+           least(coalesce(released_at, :now), :now) - greatest(acquired_at, :since) AS secs
+    FROM leases
+    WHERE coalesce(released_at, :now) > :since AND acquired_at < :now
+      AND (:user = '' OR holder = :user)
+)
+SELECT l.k, l.kind, j.state, sum(l.secs) AS seconds,
+       sum(CASE WHEN l.kind = 'hold' AND j.sessions = 0 THEN l.secs ELSE 0 END) AS idle,
+       count(DISTINCT l.job_id) AS n
+FROM l JOIN jobs AS j ON j.id = l.job_id
+GROUP BY l.k, l.kind, j.state
+
+-- name: usage_wait_ranks
+-- Per key (as usage_sums, by the job's submitter or first device), how many jobs
+-- and holds were granted devices in [:since, :now] and their nearest-rank 50th and
+-- 95th percentile wait: the rows ranked ceil(n / 2) and ceil(95 n / 100).
+WITH w AS (
+    SELECT CASE :by WHEN 'user' THEN submitter
+                    WHEN 'host' THEN substr(device_id, 1, greatest(strpos(device_id, ':') - 1, 0))
+                    WHEN 'device' THEN device_id ELSE '' END AS k,
+           greatest(0.0, assigned_at - queued_at) AS wait
+    FROM jobs
+    WHERE assigned_at >= :since AND assigned_at <= :now AND (:user = '' OR submitter = :user)
+), r AS (
+    SELECT k, wait, row_number() OVER (PARTITION BY k ORDER BY wait) AS i,
+           count(*) OVER (PARTITION BY k) AS n
+    FROM w
+)
+SELECT k, n, i, wait FROM r
+WHERE i = (n + 1) / 2 OR i = (95 * n + 99) / 100
+
+-- name: holds_idle_watched
+-- Running holds with an idle rule, not already asked to end: what the idle
+-- watch checks every second (Controller.idle_pass). PostgreSQL has no INDEXED
+-- BY: its planner takes the partial index jobs_active for the IN term itself.
+SELECT j.id, j.submitter, j.device_id, j.worker_id, j.started_at, h.timeout
+FROM jobs j JOIN hold_idle h ON h.job_id = j.id
+WHERE j.state IN ('assigned', 'running') AND j.state = 'running' AND j.kind = 'hold'
+  AND h.timeout > 0 AND j.kill_requested = 0
+ORDER BY j.id
