@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,7 +24,8 @@ from tests.harness import (
     ensure_unix_user,
     wait_until,
 )
-from tests.inprocess import Lab
+from tests.inprocess import ENGINE, Lab
+from tests.pgcluster import PgCluster, missing_postgres
 
 # CI is deterministic: the same examples every run, no example database, so a
 # run is red only when the code is. Locally (no CI variable) hypothesis explores
@@ -200,3 +203,37 @@ def public_pyz(pyz) -> Iterator[Path]:
     copy.chmod(0o644)
     yield copy
     shutil.rmtree(where, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[PgCluster]:
+    """A throwaway PostgreSQL cluster for the session (tests/pgcluster.py),
+    in a directory of its own under /tmp (not pytest's basetemp: another
+    pytest run on the machine may prune that while the server runs).
+    Skips, with the reason, where the server binaries or psycopg are
+    missing; under CI=true that is a failure instead."""
+    why = missing_postgres()
+    if why:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI must run the PostgreSQL tests: {why}")
+        pytest.skip(why)
+    root = Path(tempfile.mkdtemp(prefix="rc-test-pg-"))
+    try:
+        cluster = PgCluster(root / "pg").start()
+        yield cluster
+        cluster.stop()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def engine(request) -> Iterator[str]:
+    """Run a test once per store engine: every Lab it makes (tests.inprocess)
+    uses the embedded SQLite file, then a fresh PostgreSQL database of the
+    session's cluster. Use it as `pytestmark = pytest.mark.usefixtures("engine")`."""
+    if request.param == "postgresql":
+        ENGINE.new_database = request.getfixturevalue("pg_cluster").rc_database
+    try:
+        yield request.param
+    finally:
+        ENGINE.new_database = None

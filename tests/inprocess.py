@@ -27,15 +27,31 @@ from rc.proto.wire import (
     SubmitRequest,
 )
 
-__all__ = ["T0", "Lab"]
+__all__ = ["ENGINE", "T0", "Lab"]
 
 T0 = 1_800_000_000.0
+
+
+class _Engine:
+    """Which store engine a Lab made without `database=` uses: SQLite unless
+    the `engine` fixture (tests/conftest.py) set `new_database`, a function
+    returning (DSN of a fresh PostgreSQL database, a function dropping it)."""
+
+    new_database = None
+    by_data: dict[str, str] = {}  # noqa: RUF012 - one registry for the session
+    """Data dir given to a Lab → its database, so that a later Lab on that
+    dir (a controller restart) finds the state the first one left."""
+
+
+ENGINE = _Engine()
 
 
 class Lab:
     """A Controller (no background loops) over a fresh data dir, fake clock `now`.
 
     `config` is passed on to ControllerConfig (thresholds, retention...);
+    without `database` the engine is ENGINE's (SQLite, or PostgreSQL under
+    the `engine` fixture's postgresql parameter).
     `now`: the clock when the controller starts (a restart on the same data
     starts later than T0).
     """
@@ -50,6 +66,14 @@ class Lab:
         **config,
     ) -> None:
         self._own = data is None
+        self._drop = None
+        if "database" not in config and ENGINE.new_database is not None:
+            if data is None:
+                config["database"], self._drop = ENGINE.new_database()
+            else:  # a Lab on the same data dir is the same controller again (a restart)
+                if str(data) not in ENGINE.by_data:
+                    ENGINE.by_data[str(data)] = ENGINE.new_database()[0]
+                config["database"] = ENGINE.by_data[str(data)]
         self.data = Path(data or tempfile.mkdtemp(prefix="rc-lab-"))
         self.now = now
         self.loop = asyncio.new_event_loop()
@@ -63,6 +87,8 @@ class Lab:
     def close(self) -> None:
         self.run(self.ctl.stop())
         self.loop.close()
+        if self._drop is not None:
+            self._drop()
         if self._own:
             shutil.rmtree(self.data, ignore_errors=True)
 

@@ -16,10 +16,18 @@ from __future__ import annotations
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
 from rc.proto.model import Condition, JobState
 from tests.inprocess import Lab
+from tests.pgcluster import engine_settings
 
 TERMINAL = {"succeeded", "failed", "killed", "lost"}
 CONDITIONS = st.sampled_from(["ok", "notok", "any"])
@@ -143,10 +151,16 @@ _ALL = {
     "limit": 100_000,
 }
 
-DependencyMachine.TestCase.settings = settings(
+DEPENDENCY_SETTINGS = settings(
     max_examples=40,
     stateful_step_count=25,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
-TestDependencies = DependencyMachine.TestCase
+
+
+def test_dependency_machine(engine):
+    """The machine on each store engine (the engine fixture, tests/conftest.py)."""
+    run_state_machine_as_test(
+        DependencyMachine, settings=engine_settings(engine, DEPENDENCY_SETTINGS)
+    )

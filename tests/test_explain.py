@@ -10,6 +10,8 @@ from rc.controller.store import devices, views, workers
 from rc.proto.model import JobKind, JobState
 from tests.inprocess import Lab
 
+pytestmark = pytest.mark.usefixtures("engine")  # each test on SQLite, then PostgreSQL
+
 
 def box(lb: Lab, ceilings=(0, 0)) -> None:
     lb.register("box", {f"g{i}": (c, {"model": "h100"}) for i, c in enumerate(ceilings)})

@@ -28,6 +28,13 @@ TOLERANCE = 0.05
 READY = DeviceState.READY
 
 
+@pytest.fixture
+def lab(engine, lab):
+    """conftest's Lab factory, each test on SQLite, then PostgreSQL (the
+    engine fixture)."""
+    return lab
+
+
 # -- the arithmetic ----------------------------------------------------------
 
 

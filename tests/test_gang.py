@@ -12,6 +12,8 @@ from rc.proto.model import JobKind, JobState, Link, device_list
 from rc.proto.wire import DeviceDecl, DeviceLink, RegisterRequest
 from tests.inprocess import Lab
 
+pytestmark = pytest.mark.usefixtures("engine")  # each test on SQLite, then PostgreSQL
+
 
 def refused(fn, *args, **kw) -> Refused:
     with pytest.raises(Refused) as e:

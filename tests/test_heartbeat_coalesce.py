@@ -15,12 +15,16 @@ from tests.inprocess import T0, Lab
 DEV = "box:gpu0"
 
 
+@pytest.fixture
+def lab(engine, lab):
+    """conftest's Lab factory, each test on SQLite, then PostgreSQL (the
+    engine fixture)."""
+    return lab
+
+
 def _beat_at(lb: Lab, table: str, key: str) -> float:
-    return lb.read(
-        lambda tx: tx.conn.execute(
-            f"SELECT last_heartbeat_at FROM {table} WHERE id = ?", (key,)
-        ).fetchone()[0]
-    )
+    query = {"workers": "worker_get", "devices": "device_get"}[table]
+    return lb.read(lambda tx: tx.one(query, (key,))["last_heartbeat_at"])
 
 
 def _state(lb: Lab) -> str:
@@ -28,11 +32,10 @@ def _state(lb: Lab) -> str:
 
 
 def _lease_until(lb: Lab, job_id: int) -> float:
-    return lb.read(
-        lambda tx: tx.conn.execute(
-            "SELECT expires_at FROM leases WHERE job_id = ? AND released_at IS NULL", (job_id,)
-        ).fetchone()[0]
-    )
+    (until,) = [
+        r["expires_at"] for r in lb.read(lambda tx: tx.all("leases_live")) if r["job_id"] == job_id
+    ]
+    return until
 
 
 def _box(lab, **kw) -> Lab:
@@ -111,6 +114,7 @@ def test_flush_zero_writes_every_heartbeat_at_once(lab):
     assert lb.ctl.beats == {}
 
 
+@pytest.mark.usefixtures("engine")
 def test_a_crash_loses_at_most_the_kept_heartbeats_and_the_grace_covers_them(tmp_path):
     """The controller dies with a heartbeat kept in memory (never flushed):
     its successor sees the older stamp, and within its startup grace

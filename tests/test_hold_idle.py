@@ -17,6 +17,14 @@ from rc.proto.model import EventKind, JobKind, JobState, Role
 from rc.proto.wire import SubmitRequest
 from rc.worker import usage
 from tests.fake_nvidia_smi import FakeNvidiaSmi
+from tests.inprocess import Lab
+
+
+@pytest.fixture
+def lab(engine, lab):
+    """conftest's Lab factory, each test on SQLite, then PostgreSQL (the
+    engine fixture)."""
+    return lab
 
 
 def _running_hold(lb, idle=None, who="alice"):
@@ -210,15 +218,21 @@ def test_a_cpu_hold_is_busy_while_its_processes_use_a_core(tmp_path):
         stop_process(other)
 
 
-def test_the_idle_watch_reads_active_jobs_only(lab):
+def test_the_idle_watch_reads_active_jobs_only(tmp_path):
     """It runs every second: through the partial index of active jobs, never
-    a scan of every job ever submitted."""
+    a scan of every job ever submitted. SQLite's plan (its INDEXED BY);
+    PostgreSQL's planner picks the index by the table's statistics."""
     from rc.controller.store.db import QUERIES
 
-    lb = lab()
-    plan = lb.read(
-        lambda tx: tx.conn.execute("EXPLAIN QUERY PLAN " + QUERIES["holds_idle_watched"]).fetchall()
-    )
+    lb = Lab(tmp_path / "data")
+    try:
+        plan = lb.read(
+            lambda tx: tx.conn.execute(
+                "EXPLAIN QUERY PLAN " + QUERIES["holds_idle_watched"]
+            ).fetchall()
+        )
+    finally:
+        lb.close()
     details = [row[3] for row in plan]
     assert any("USING INDEX jobs_active" in d for d in details), details
 

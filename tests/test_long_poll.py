@@ -7,6 +7,7 @@ import asyncio
 import time
 
 import orjson
+import pytest
 
 from rc.controller.api.jobs import validate_submit
 from rc.controller.app import build_app
@@ -15,6 +16,8 @@ from rc.controller.store import jobs
 from rc.proto.model import Role
 from rc.proto.wire import SubmitRequest
 from tests.inprocess import Lab
+
+pytestmark = pytest.mark.usefixtures("engine")  # each test on SQLite, then PostgreSQL
 
 SECRET = "worker-secret-for-the-test"
 

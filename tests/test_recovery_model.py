@@ -23,7 +23,13 @@ import uuid
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
 from rc.controller.api.jobs import validate_submit
 from rc.controller.auth import Caller
@@ -32,6 +38,7 @@ from rc.controller.store import devices, jobs, workers
 from rc.proto.model import JobKind, JobState, RecoveryProof, Role
 from rc.proto.wire import DeviceDecl, RegisterRequest, SubmitRequest
 from tests.inprocess import Lab
+from tests.pgcluster import engine_settings
 
 HOSTS = ("h0", "h1")
 DEVICES = ("cpu0", "cpu1")
@@ -381,10 +388,14 @@ class FleetMachine(RuleBasedStateMachine):
                 assert states[d] == ("unhealthy", "fault"), (d, states[d])
 
 
-FleetMachine.TestCase.settings = settings(
+FLEET_SETTINGS = settings(
     max_examples=60,
     stateful_step_count=30,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
-TestFleetMachine = FleetMachine.TestCase
+
+
+def test_fleet_machine(engine):
+    """The machine on each store engine (the engine fixture, tests/conftest.py)."""
+    run_state_machine_as_test(FleetMachine, settings=engine_settings(engine, FLEET_SETTINGS))

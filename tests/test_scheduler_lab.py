@@ -16,6 +16,8 @@ from rc.proto.model import PRIORITY_MAX, PRIORITY_MIN, JobKind, JobState, Role, 
 from rc.proto.wire import SubmitRequest
 from tests.inprocess import Lab
 
+pytestmark = pytest.mark.usefixtures("engine")  # each test on SQLite, then PostgreSQL
+
 
 def refused(fn, *args, **kw) -> Refused:
     with pytest.raises(Refused) as e:

@@ -45,6 +45,7 @@ from hypothesis.stateful import (
     invariant,
     precondition,
     rule,
+    run_state_machine_as_test,
 )
 
 from rc.controller.errors import Refused
@@ -53,6 +54,7 @@ from rc.controller.store import jobs, views
 from rc.proto.model import RESTARTS_MAX, JobKind, JobState
 from rc.proto.wire import JobReport
 from tests.inprocess import Lab
+from tests.pgcluster import engine_settings
 
 # Shrinking a failing run of this machine can take minutes; it is off unless
 # RC_HYPOTHESIS_SHRINK=1 (a failure is still replayed from hypothesis's database).
@@ -606,5 +608,7 @@ class SchedulerMachine(RuleBasedStateMachine):
                     assert sum(1 for d in free if host(d) == h) < m.count, (m, free)
 
 
-SchedulerMachine.TestCase.settings = settings.get_profile("rc-scheduler-machine")
-TestScheduler = SchedulerMachine.TestCase
+def test_scheduler_machine(engine):
+    """The machine on each store engine (the engine fixture, tests/conftest.py)."""
+    base = settings.get_profile("rc-scheduler-machine")
+    run_state_machine_as_test(SchedulerMachine, settings=engine_settings(engine, base))

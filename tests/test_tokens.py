@@ -17,7 +17,8 @@ from tests.inprocess import Lab
 
 
 @pytest.fixture
-def lab(tmp_path):
+def lab(tmp_path, engine):
+    """A Lab on each store engine (the engine fixture, tests/conftest.py)."""
     lb = Lab(tmp_path / "data")
     yield lb
     lb.close()

@@ -15,6 +15,13 @@ from tests.inprocess import T0
 FOUR = {f"cpu{i}": (0, {}) for i in range(4)}
 
 
+@pytest.fixture
+def lab(engine, lab):
+    """conftest's Lab factory, each test on SQLite, then PostgreSQL (the
+    engine fixture)."""
+    return lab
+
+
 def _history(lb):
     """alice: job A on 4 devices T0..T0+1h; hold H on 1 device T0+1h..T0+2h,
     no session. bob: job C queued at T0+10m, runs T0+1h..T0+1.5h (waited

@@ -160,6 +160,14 @@ def add_parsers(sub) -> None:
         help="data directory: rc.db, logs/, admin.token (default %(default)s)",
     )
     p.add_argument(
+        "--database",
+        default=os.environ.get("RC_DATABASE", ""),
+        metavar="URL",
+        help="keep the state in this PostgreSQL database (postgresql://USER@HOST/DB; needs "
+        "pip install 'rc[postgres]'; logs stay in --data; default: $RC_DATABASE, else the "
+        "embedded SQLite file DATA/rc.db)",
+    )
+    p.add_argument(
         "--socket",
         default=None,
         metavar="PATH",
@@ -307,9 +315,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
             f"rc serve needs the controller's packages ({e.name}); "
             "install rc with pip (the zipapp carries only worker and client)"
         ) from None
+    if args.database and not args.database.startswith(("postgresql://", "postgres://")):
+        raise RcError(
+            f"--database must be a postgresql:// URL (got {args.database.split('://')[0]!r}); "
+            "leave it out for the embedded SQLite file in --data"
+        )
     check_hold_idle(args.hold_idle_timeout, args.hold_idle_timeout_max)
     cfg = config.ControllerConfig(
         data_dir=args.data,
+        database=args.database,
         listen=args.listen,
         socket=default_socket(args.data) if args.socket is None else args.socket,
         local_users=args.local_users,

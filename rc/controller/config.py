@@ -69,6 +69,9 @@ class ControllerConfig:
     default (rc serve --help); the others are fixed."""
 
     data_dir: str
+    database: str = ""
+    """Where the state lives: "" the embedded SQLite file DATA/rc.db, or a
+    postgresql:// URL (rc.controller.store.pg); logs stay under data_dir."""
     listen: str = "127.0.0.1:8080"
     socket: str = ""
     """The local Unix socket's path ("": none; rc.controller.localsocket)."""

@@ -67,6 +67,17 @@ def own_unix_user() -> str:
     return name if valid_unix_user(name) else ""
 
 
+def open_database(config: ControllerConfig, clock: Callable[[], float]) -> Database:
+    """The store engine `config.database` names: a postgresql:// URL is
+    PostgreSQL (rc.controller.store.pg, needs the `postgres` extra), ""
+    the embedded SQLite file DATA/rc.db."""
+    if config.database:
+        from rc.controller.store import pg
+
+        return pg.PgDatabase(config.database, clock)
+    return Database(str(Path(config.data_dir) / DB_FILE), clock)
+
+
 class Controller:
     """State shared by every request of one controller process.
 
@@ -79,7 +90,7 @@ class Controller:
         self.clock = clock
         self.instance = uuid.uuid4().hex
         self.data = Path(config.data_dir)
-        self.db = Database(str(self.data / DB_FILE), clock)
+        self.db = open_database(config, clock)
         self.hub = Hub()
         self.match_cache = MatchCache()
         self.tokens = TokenCache()

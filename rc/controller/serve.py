@@ -223,8 +223,9 @@ async def _serve(cfg: ControllerConfig, ready_fd: int | None) -> None:
         json.dumps({"url": url, "pid": os.getpid(), "instance": ctl.instance, "socket": cfg.socket})
     )
     on_socket = f" and {cfg.socket}" if cfg.socket else ""
+    on_database = f", database {ctl.db.path}" if cfg.database else ""  # its password hidden
     print(
-        f"rc serve: listening on {url}{on_socket} (data {cfg.data_dir})",
+        f"rc serve: listening on {url}{on_socket} (data {cfg.data_dir}{on_database})",
         file=sys.stderr,
         flush=True,
     )

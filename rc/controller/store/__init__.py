@@ -1,7 +1,9 @@
 """The store: the one place that reads and writes the controller's database.
 
 What is here: the engine (`db`: the SQLite file, its schema and migrations,
-the one writer, the readers, `Tx`), the named queries (`queries.sql`, each
+the one writer, the readers, `Tx`; `pg`: the same contract on PostgreSQL,
+rc/store.pg.sql and queries.pg.sql, whose module docstring says how to port
+a new query or migration), the named queries (`queries.sql`, each
 with a description under its name), and one module per noun of state, whose
 functions are the only code that runs a query:
 

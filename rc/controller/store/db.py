@@ -279,13 +279,23 @@ def _statements(script: str) -> list[str]:
     return out
 
 
-def _run_batch(conn: sqlite3.Connection, ops: list[_Op], now: float, after: Callable | None):
-    """Run queued transaction functions in one transaction (on the writer thread)."""
-    conn.execute("BEGIN IMMEDIATE")
+def _run_batch(
+    conn: Any,
+    ops: list[_Op],
+    now: float,
+    after: Callable | None,
+    tx_class: type[Tx] = Tx,
+    begin: str = "BEGIN IMMEDIATE",
+):
+    """Run queued transaction functions in one transaction (on the writer
+    thread). `conn` is a sqlite3 connection, or anything with its `execute`
+    and `in_transaction` (rc.controller.store.pg); `tx_class` wraps it for
+    the functions, `begin` opens the transaction."""
+    conn.execute(begin)
     try:
         schedule = False
         for op in ops:
-            tx = Tx(conn, now)
+            tx = tx_class(conn, now)
             conn.execute("SAVEPOINT op")
             try:
                 op.result = op.fn(tx, *op.args)
@@ -298,7 +308,7 @@ def _run_batch(conn: sqlite3.Connection, ops: list[_Op], now: float, after: Call
                 op.error = e
         extra: set[str] = set()
         if schedule and after is not None:
-            tx = Tx(conn, now)
+            tx = tx_class(conn, now)
             conn.execute("SAVEPOINT after")
             try:
                 after(tx)
@@ -334,6 +344,11 @@ class Database:
     Raises StoreError when the file cannot be opened, is not an rc database or
     comes from a newer rc.
     """
+
+    TX: type[Tx] = Tx
+    """The Tx class transaction functions get (an engine's own subclass)."""
+    BEGIN = "BEGIN IMMEDIATE"
+    """The statement that opens a write batch."""
 
     def __init__(self, path: str, clock: Callable[[], float], readers: int = 2) -> None:
         self.path = path
@@ -429,7 +444,7 @@ class Database:
     async def _commit(self, ops: list[_Op]) -> None:
         try:
             extra = await self._on_thread(
-                self._writer, _run_batch, ops, self.clock(), self.after_batch
+                self._writer, _run_batch, ops, self.clock(), self.after_batch, self.TX, self.BEGIN
             )
         except Exception as e:  # noqa: BLE001 - the commit failed: nothing in the batch happened
             log.error("write batch of %d failed: %s", len(ops), e)

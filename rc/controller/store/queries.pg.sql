@@ -1,0 +1,261 @@
+-- rc/controller/store/queries.pg.sql: the named queries whose SQL differs on
+-- PostgreSQL (rc.controller.store.pg explains the rule). Every other query of
+-- queries.sql runs there as it is, its placeholders translated. Each query
+-- here has the same name, the same parameters in the same placeholder style
+-- (?, ?N or :name) and the same result columns as in queries.sql; only the
+-- dialect changes. tests/test_schema_pg.py prepares every query on
+-- PostgreSQL and checks each name here exists in queries.sql.
+--
+-- The dialect, once: SQLite's json_each(x) over an array of ids is
+-- jsonb_array_elements_text(x::jsonb) (cast its value to bigint for ids);
+-- GLOB is `~ rc_glob(pattern)` (store.pg.sql); INSERT OR IGNORE is
+-- ON CONFLICT DO NOTHING; scalar max(a, b) is greatest(a, b); json_extract(x,
+-- '$[0]') is x::jsonb ->> 0; a subquery in FROM needs an alias.
+
+-- name: jobs_queued_pinned_to
+-- Queued jobs that pin a device among others (a retire cancels them).
+SELECT id FROM jobs
+WHERE state = 'queued' AND selector = ''
+  AND EXISTS (SELECT 1 FROM jsonb_array_elements_text(jobs.device_ids::jsonb) AS d (value)
+              WHERE d.value = ?1)
+
+-- name: jobs_to_stop
+-- Of the job ids a worker names (a JSON array), those it should stop: ended, or not its own.
+SELECT id FROM jobs
+WHERE id IN (SELECT value::bigint FROM jsonb_array_elements_text(?::jsonb) AS d (value))
+  AND (state IN ('succeeded', 'failed', 'killed', 'lost') OR worker_id != ?)
+
+-- name: jobs_list
+-- Jobs newest first, filtered by a device among theirs, submitter, states (a JSON array, '[]' for any), name (a GLOB, '' for any), submitted at or after :since (0: any) and an id below :before (0: no bound; keyset paging).
+SELECT * FROM jobs
+WHERE (:device = '' OR device_id = :device
+       OR EXISTS (SELECT 1 FROM jsonb_array_elements_text(jobs.device_ids::jsonb) AS d (value)
+                  WHERE d.value = :device))
+  AND (:states = '[]' OR state IN (SELECT value FROM jsonb_array_elements_text(:states::jsonb) AS s (value)))
+  AND (:submitter = '' OR submitter = :submitter)
+  AND (:name = '' OR name ~ rc_glob(:name))
+  AND (:array = 0 OR array_id = :array)
+  AND (:since = 0 OR submitted_at >= :since)
+  AND (:before = 0 OR id < :before)
+ORDER BY id DESC
+LIMIT :limit
+
+-- name: jobs_recent_on_device
+-- The newest jobs, not queued, with device ?1 among theirs, at most ?2: those that held a lease on it, and those that named it first (a pinned job cancelled unplaced).
+SELECT j.* FROM jobs AS j
+WHERE (j.id IN (SELECT job_id FROM leases WHERE device_id = ?1 ORDER BY job_id DESC LIMIT ?2 * 4)
+       OR j.id IN (SELECT id FROM jobs WHERE device_id = ?1 ORDER BY id DESC LIMIT ?2 * 4))
+  AND j.state != 'queued'
+  AND EXISTS (SELECT 1 FROM jsonb_array_elements_text(j.device_ids::jsonb) AS d (value)
+              WHERE d.value = ?1)
+ORDER BY j.id DESC LIMIT ?2
+
+-- name: dep_insert
+-- A dependency: job ? waits for job ? to end as condition ? says.
+INSERT INTO job_deps (job_id, after_id, condition) VALUES (?, ?, ?) ON CONFLICT DO NOTHING
+
+-- name: job_assign
+-- queued → assigned to its devices (a JSON array, the first is device_id) and their worker; no row when no longer queued.
+UPDATE jobs SET state = 'assigned', device_ids = ?1, device_id = (?1::text)::jsonb ->> 0,
+                worker_id = ?2, max_runtime = ?3, assigned_at = ?4
+WHERE id = ?5 AND state = 'queued'
+
+-- name: leases_renew
+-- Extend the live leases of the named jobs (a JSON array) that are this worker's and active.
+UPDATE leases SET expires_at = greatest(expires_at, ?)
+WHERE released_at IS NULL
+  AND job_id IN (SELECT value::bigint FROM jsonb_array_elements_text(?::jsonb) AS d (value))
+  AND job_id IN (SELECT id FROM jobs WHERE worker_id = ? AND state IN ('assigned', 'running'))
+
+-- name: leases_extend
+-- A hold's live leases last at least its new ttl ?1 plus the grace ?2 from when they began.
+UPDATE leases SET expires_at = greatest(expires_at, acquired_at + ?1 + ?2)
+WHERE job_id = ?3 AND released_at IS NULL
+
+-- name: holds_runtimes
+-- Of the job ids a worker names (a JSON array), its active holds and their ttl.
+SELECT id, max_runtime FROM jobs
+WHERE id IN (SELECT value::bigint FROM jsonb_array_elements_text(?1::jsonb) AS d (value))
+  AND worker_id = ?2 AND kind = 'hold'
+  AND state IN ('assigned', 'running')
+
+-- name: devices_unknown_to_ready
+-- A worker's unknown devices with no lease and no job it still runs (?2) → ready.
+UPDATE devices SET state = 'ready'
+WHERE worker_id = ?1 AND state = 'unknown'
+  AND NOT EXISTS (SELECT 1 FROM leases WHERE device_id = devices.id AND released_at IS NULL)
+  AND id NOT IN (SELECT d.value FROM jobs, jsonb_array_elements_text(jobs.device_ids::jsonb) AS d (value)
+                 WHERE jobs.id IN (SELECT value::bigint
+                                   FROM jsonb_array_elements_text(?2::jsonb) AS r (value)))
+
+-- name: devices_worker_lost_to_busy
+-- Retention: a returning worker's worker_lost devices whose named job holds a lease → busy.
+UPDATE devices SET state = 'busy', quarantine_reason = '', quarantine_detail = '',
+                   quarantined_at = NULL
+WHERE state = 'unhealthy' AND quarantine_reason = 'worker_lost' AND worker_id = ?2
+  AND id IN (SELECT l.device_id FROM leases AS l
+             WHERE l.released_at IS NULL
+               AND l.job_id IN (SELECT value::bigint
+                                FROM jsonb_array_elements_text(?1::jsonb) AS r (value)))
+
+-- name: events_tail
+-- The newest events at or after a time, at most ?, oldest first.
+SELECT * FROM (SELECT * FROM events WHERE at >= ? ORDER BY id DESC LIMIT ?) AS newest ORDER BY id
+
+-- name: job_insert_element
+-- An array element after its first, with its id given (the first's id plus its
+-- position); the columns after the id are job_insert's, then its array's.
+-- PostgreSQL: the id is given, so the identity sequence is moved past it (a
+-- later job_insert must not draw it again).
+WITH element AS (
+    INSERT INTO jobs (id, kind, state, submitter, token_name, selector, device_id, command, cwd,
+                      env, idempotency_key, request_digest, priority, max_runtime, idle_timeout,
+                      reason, stdio, submitted_at, queued_at, count, device_ids, unix_user, name,
+                      requeue_on_hardware, runtime_asked, array_id, array_index, array_item)
+    VALUES (?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+    RETURNING id
+)
+SELECT setval(pg_get_serial_sequence('jobs', 'id'), id) FROM element
+
+-- name: queued_jobs_ordered
+-- The queue in scheduling order: effective priority (priority plus one step per
+-- :aging seconds waited; :aging 0 turns aging off; minus the submitter's
+-- fair-share adjustment in :adjust, a JSON object user → steps, '{}' for none), then
+-- submission order.
+SELECT j.id, j.submitter, j.priority, j.queued_at, j.selector, j.device_id, j.max_runtime,
+       j.count, j.device_ids, j.unix_user, j.array_id, coalesce(a.max_running, 0) AS array_cap,
+       j.excluded_device_ids,
+       EXISTS (SELECT 1 FROM job_deps AS d JOIN jobs AS a ON a.id = d.after_id
+               WHERE d.job_id = j.id AND NOT dep_met(d.condition, a.state)) AS blocked
+FROM jobs AS j LEFT JOIN arrays AS a ON a.id = j.array_id
+LEFT JOIN jsonb_each_text(:adjust::jsonb) AS f (key, value) ON f.key = j.submitter
+WHERE j.state = 'queued'
+ORDER BY effective_priority(j.priority, j.queued_at, :now, :aging) - coalesce(f.value::bigint, 0) DESC,
+         j.id
+
+-- name: queue_ahead_by_ask
+-- The queued jobs ahead of job :id in scheduling order (queued_jobs_ordered's
+-- order, :adjust as there), counted by what they ask for: target (selector or
+-- pinned devices), runtime, Unix user and the devices excluded for them.
+WITH q AS (
+    SELECT j.id, j.selector, j.device_ids, j.max_runtime, j.unix_user, j.excluded_device_ids,
+           effective_priority(j.priority, j.queued_at, :now, :aging)
+               - coalesce(f.value::bigint, 0) AS eff
+    FROM jobs AS j LEFT JOIN jsonb_each_text(:adjust::jsonb) AS f (key, value) ON f.key = j.submitter
+    WHERE j.state = 'queued'
+), me AS (
+    SELECT j.id,
+           effective_priority(j.priority, j.queued_at, :now, :aging)
+               - coalesce(f.value::bigint, 0) AS eff
+    FROM jobs AS j LEFT JOIN jsonb_each_text(:adjust::jsonb) AS f (key, value) ON f.key = j.submitter
+    WHERE j.id = :id
+)
+SELECT q.selector, q.device_ids, q.max_runtime, q.unix_user, q.excluded_device_ids, count(*) AS n
+FROM q, me
+WHERE q.eff > me.eff OR (q.eff = me.eff AND q.id < me.id)
+GROUP BY q.selector, q.device_ids, q.max_runtime, q.unix_user, q.excluded_device_ids
+
+-- name: events_health_of_device
+-- A device's GPU health history, newest first, at most ?: the faults and
+-- drains of its health rules ("health: " in the text: rc.worker.health) and
+-- what returned it (clears, undrains, recoveries). A scan of the feed: for
+-- rc describe only.
+SELECT * FROM events WHERE device_id = ?
+  AND (strpos(text, 'health: ') > 0
+       OR kind IN ('device_cleared', 'device_undrained', 'device_recovered'))
+ORDER BY id DESC LIMIT ?
+
+-- name: decayed_usage
+-- Each lease holder's decayed device-seconds at :now (rc.controller.fairshare.decayed,
+-- half-life :half_life), leaving out leases released before :horizon.
+SELECT holder,
+       sum(decayed_seconds(acquired_at, released_at, :now::double precision,
+                           :half_life::double precision)) AS used
+FROM leases WHERE released_at IS NULL OR released_at > :horizon
+GROUP BY holder
+
+-- name: share_weights_all
+-- Every fair-share weight an admin set, by user ("user" quoted: a reserved word).
+SELECT "user", weight, updated_at FROM share_weights ORDER BY "user"
+
+-- name: share_weight_set
+-- Set user ?'s fair-share weight to ? (at ?).
+INSERT INTO share_weights ("user", weight, updated_at) VALUES (?, ?, ?)
+ON CONFLICT ("user") DO UPDATE SET weight = excluded.weight, updated_at = excluded.updated_at
+
+-- name: share_weight_reset
+-- User ? goes back to the default weight (1).
+DELETE FROM share_weights WHERE "user" = ?
+
+-- name: usage_leases
+-- Every lease that overlaps [:since, :now] (of holder :user; '' for all), clipped to
+-- it, with its job's kind, state and sessions.
+SELECT l.holder, l.device_id, l.job_id, l.kind,
+       greatest(l.acquired_at, :since) AS a, least(coalesce(l.released_at, :now), :now) AS r,
+       j.state, j.sessions
+FROM leases AS l JOIN jobs AS j ON j.id = l.job_id
+WHERE (l.released_at IS NULL OR l.released_at > :since) AND l.acquired_at < :now
+  AND (:user = '' OR l.holder = :user)
+
+-- name: usage_waits
+-- Jobs and holds granted devices in [:since, :now] (of submitter :user; '' for all):
+-- when, on which first device, and how long they were queued.
+SELECT submitter, device_id, assigned_at, greatest(0.0, assigned_at - queued_at) AS wait
+FROM jobs
+WHERE assigned_at >= :since AND assigned_at <= :now AND (:user = '' OR submitter = :user)
+
+-- name: device_seconds_by_holder
+-- Each lease holder's device-seconds ever, leases still held counted up to :now.
+SELECT holder,
+       sum(greatest(0.0, least(coalesce(released_at, :now), :now) - acquired_at)) AS seconds
+FROM leases GROUP BY holder ORDER BY holder
+
+-- name: usage_sums
+-- The ledger over [:since, :now] of holder :user ('' for all), per key (:by user,
+-- host or device; anything else: one row, key ''), kind and state of the job: its
+-- device-seconds, idle hold seconds (a hold with no session) and how many jobs
+-- (each once per key). A full scan of the leases, which a 30-day window mostly keeps.
+WITH l AS (
+    SELECT CASE :by WHEN 'user' THEN holder
+                    WHEN 'host' THEN substr(device_id, 1, greatest(strpos(device_id, ':') - 1, 0))
+                    WHEN 'device' THEN device_id ELSE '' END AS k,
+           job_id, kind,
+           least(coalesce(released_at, :now), :now) - greatest(acquired_at, :since) AS secs
+    FROM leases
+    WHERE coalesce(released_at, :now) > :since AND acquired_at < :now
+      AND (:user = '' OR holder = :user)
+)
+SELECT l.k, l.kind, j.state, sum(l.secs) AS seconds,
+       sum(CASE WHEN l.kind = 'hold' AND j.sessions = 0 THEN l.secs ELSE 0 END) AS idle,
+       count(DISTINCT l.job_id) AS n
+FROM l JOIN jobs AS j ON j.id = l.job_id
+GROUP BY l.k, l.kind, j.state
+
+-- name: usage_wait_ranks
+-- Per key (as usage_sums, by the job's submitter or first device), how many jobs
+-- and holds were granted devices in [:since, :now] and their nearest-rank 50th and
+-- 95th percentile wait: the rows ranked ceil(n / 2) and ceil(95 n / 100).
+WITH w AS (
+    SELECT CASE :by WHEN 'user' THEN submitter
+                    WHEN 'host' THEN substr(device_id, 1, greatest(strpos(device_id, ':') - 1, 0))
+                    WHEN 'device' THEN device_id ELSE '' END AS k,
+           greatest(0.0, assigned_at - queued_at) AS wait
+    FROM jobs
+    WHERE assigned_at >= :since AND assigned_at <= :now AND (:user = '' OR submitter = :user)
+), r AS (
+    SELECT k, wait, row_number() OVER (PARTITION BY k ORDER BY wait) AS i,
+           count(*) OVER (PARTITION BY k) AS n
+    FROM w
+)
+SELECT k, n, i, wait FROM r
+WHERE i = (n + 1) / 2 OR i = (95 * n + 99) / 100
+
+-- name: holds_idle_watched
+-- Running holds with an idle rule, not already asked to end: what the idle
+-- watch checks every second (Controller.idle_pass). PostgreSQL has no INDEXED
+-- BY: its planner takes the partial index jobs_active for the IN term itself.
+SELECT j.id, j.submitter, j.device_id, j.worker_id, j.started_at, h.timeout
+FROM jobs j JOIN hold_idle h ON h.job_id = j.id
+WHERE j.state IN ('assigned', 'running') AND j.state = 'running' AND j.kind = 'hold'
+  AND h.timeout > 0 AND j.kill_requested = 0
+ORDER BY j.id
