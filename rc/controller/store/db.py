@@ -399,8 +399,13 @@ class Database:
             self._task = None
         for c in [self._writer, *self._readers]:
             if c is not None:
-                await c.close()
+                await self._close_connection(c)
         self._writer, self._readers = None, []
+
+    @staticmethod
+    async def _close_connection(conn) -> None:
+        """Close one of this database's connections (an engine's own way)."""
+        await conn.close()
 
     @staticmethod
     async def _on_thread(conn: aiosqlite.Connection, fn: Callable, *args: Any) -> Any:

@@ -380,16 +380,10 @@ class PgDatabase(db.Database):
         self._task = asyncio.create_task(self._write_loop(), name="rc-db-writer")
         return self
 
-    async def close(self) -> None:
-        """Finish queued writes, then close every connection."""
-        if self._task is not None:
-            await self._queue.put(None)  # type: ignore[arg-type]
-            await self._task
-            self._task = None
-        for c in [self._writer, *self._readers]:
-            if c is not None:
-                await asyncio.get_running_loop().run_in_executor(None, c.close)
-        self._writer, self._readers = None, []
+    @staticmethod
+    async def _close_connection(conn) -> None:
+        """Close a connection on a thread (psycopg's close blocks)."""
+        await asyncio.get_running_loop().run_in_executor(None, conn.close)
 
     @staticmethod
     async def _on_thread(conn: _Conn, fn: Callable, *args: Any) -> Any:  # type: ignore[override]
