@@ -222,6 +222,34 @@ def test_rc_clear_while_nvidia_smi_fails_says_the_gpu_cannot_be_read(site):
     assert device(site.admin, dev)["state"] == "ready"
 
 
+def test_rc_undrain_of_a_health_drain_needs_the_fact_to_read_clean(site):
+    dev = f"{HOST}:gpu2"  # drained by its pending row remap above
+    cli = admin_cli(site)
+    out = cli.run("undrain", dev)
+    err = out.stderr.decode()
+    assert out.returncode == 1, err
+    assert "device_not_cleared" in err and "still reads drain:row-remap-pending" in err
+    assert f"rc undrain --force {dev}" in err
+    assert device(site.admin, dev)["draining"]
+    site.fake.set_gpu(2, remapped_rows__pending="No")  # the GPU was reset
+    out = cli.run("undrain", dev)
+    assert out.returncode == 0, out.stderr
+    assert "its GPU reads ok again" in out.stdout.decode()
+    assert not device(site.admin, dev)["draining"]
+
+
+def test_rc_undrain_force_undrains_a_health_drain_on_the_admins_word(site):
+    dev = f"{HOST}:gpu8"
+    site.fake.set_gpu(8, remapped_rows__pending="Yes")
+    wait_until(lambda: device(site.admin, dev)["draining"], 20, "a drain")
+    out = admin_cli(site).run("undrain", "--force", dev)
+    assert out.returncode == 0, out.stderr
+    assert "forced" in out.stdout.decode()
+    assert not device(site.admin, dev)["draining"]
+    feed = site.admin.get("/v1/events", params={"kind": "device_undrained"})["events"]
+    assert any(e["device_id"] == dev and "forced" in e["text"] for e in feed), feed
+
+
 def test_a_health_clear_answers_by_its_reading_and_sets_the_label(site):
     # a worker of our own, answering the clear's scan as we choose
     w = Client(site.ctl.url, site.ctl.token("w-xidbox", "worker"))

@@ -191,9 +191,44 @@ async def drain(request: Request):
 
 async def undrain(request: Request):
     """POST /v1/devices/{id}/undrain (admin): schedulable again; 200 with
-    already=true for a device that is not draining."""
+    already=true for a device that is not draining. A device a GPU health
+    rule drained (its reason says `health: RULE ...`) is undrained only when
+    its worker's fresh reading (the survivor scan's re-probe, as rc clear's)
+    shows the rule clean (health_unclean): 409 device_not_cleared naming the
+    rule while it is not, 503 scan_unavailable when the worker cannot be
+    asked. `force` undrains without the re-probe; its event says forced.
+    """
     c = ctl(request)
     who = caller(request)
     device_id = request.path_params["device_id"]
-    message, already = await c.db.write(devices.drain, device_id, False, "", who.name)
+    req = await json_body(request, c.cfg.limits.body_bytes, empty_ok=True)
+    rule = await c.db.read(devices.health_drain, device_id)
+    note = ""
+    if rule and req.force:
+        note = "forced, without a health re-probe"
+    elif rule:
+        host = device_id.rpartition(":")[0]
+        result = await scan_answer(c, host, (device_id,), (), False, device_id, UNDRAIN_HINT)
+        if result.error:
+            raise Refused(
+                ErrorCode.SCAN_UNAVAILABLE,
+                f"the worker of {host} could not re-probe {device_id}: {result.error}"
+                + UNDRAIN_HINT,
+            )
+        now = result.health.get(device_id, "unreadable")
+        why = health_unclean(rule, now)
+        if why:
+            raise Refused(
+                ErrorCode.DEVICE_NOT_CLEARED,
+                f"{device_id} still reads {now} (re-probed just now): {why}; it stays "
+                f"drained: reset the GPU, then rc undrain again (or rc undrain --force "
+                f"{device_id})",
+            )
+        note = f"its GPU reads {now} again (re-probed just now)"
+    message, already = await c.db.write(devices.drain, device_id, False, note, who.name)
+    if note and not already:
+        message += f" ({note})"
     return reply(ActionResult(True, message, already))
+
+
+UNDRAIN_HINT = " (rc undrain --force undrains a device without the health re-probe)"
