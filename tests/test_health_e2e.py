@@ -5,12 +5,19 @@ Xid 79 quarantine their GPU as `fault` with the evidence, a pending remap
 drains it, a narrowed PCIe link labels it degraded and drains it, `health=ok`
 selects only healthy GPUs, and rc describe shows the baseline and history.
 A job that an Xid 79 ends says `cause: hardware (...)` and its GPU is
-faulted naming it; an application's own Xid is recorded on its job only."""
+faulted naming it; an application's own Xid is recorded on its job only.
+rc clear and rc undrain of a health rule's doing need the rule's fact to
+read clean (an unreadable one never is), and a GPU cleared while its fault
+is there is quarantined again."""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 
+from rc.proto.client import Client
+from rc.proto.errors import ApiError
 from tests.fake_nvidia_smi import FakeNvidiaSmi, kmsg_xid
 from tests.harness import BARE_PY, Cli, wait_until
 from tests.test_worker_e2e_kit import Site, device, submit, wait_state
@@ -24,7 +31,7 @@ HOST = "healthbox"
 def site(tmp_path_factory, pyz):
     root = tmp_path_factory.mktemp("health")
     s = Site(root, pyz, serve_flags=["--drain-degraded"])
-    s.fake = FakeNvidiaSmi(root / "fakebin", gpus=7)
+    s.fake = FakeNvidiaSmi(root / "fakebin", gpus=9)
     s.kmsg = root / "kmsg"
     s.kmsg.write_text("6,1,1000,-;Linux version 6.1 (fake)\n")
     config = (
@@ -161,3 +168,131 @@ def test_rc_clear_of_an_xid_fault_needs_the_gpu_to_answer_again(site):
     assert out.returncode == 0, out.stderr
     assert device(site.admin, dev)["state"] == "ready"
     wait_until(lambda: labels(site, "gpu4")["health"] == "ok", 20, "the label to return")
+
+
+def admin_cli(site) -> Cli:
+    return Cli(site.ctl.url, site.ctl.admin_token, site.env, site.root)
+
+
+def test_rc_clear_refuses_a_fault_whose_fact_cannot_be_read(site):
+    dev = f"{HOST}:gpu7"
+    site.fake.set_gpu(7, remapped_rows__failure="Yes")
+    wait_until(lambda: device(site.admin, dev)["state"] == "unhealthy", 20, "fault")
+    site.fake.set_gpu(7, remapped_rows__failure="[Unknown Error]")
+    out = admin_cli(site).run("clear", dev)
+    err = out.stderr.decode()
+    assert out.returncode == 1, err
+    assert "device_not_cleared" in err and "still reads unknown:row-remap-failed" in err
+    assert "could not be read for row-remap-failed" in err
+    assert device(site.admin, dev)["state"] == "unhealthy"
+
+
+def test_a_gpu_cleared_while_its_fault_is_there_is_quarantined_again(site):
+    dev = f"{HOST}:gpu7"  # faulted by its failed row remap above
+    site.fake.set_gpu(7, remapped_rows__failure="Yes")
+    out = admin_cli(site).run("clear", "--force", dev)
+    assert out.returncode == 0, out.stderr
+    wait_until(lambda: device(site.admin, dev)["state"] == "unhealthy", 20, "a new fault")
+    assert device(site.admin, dev)["quarantine_detail"].startswith(
+        f"health: row-remap-failed on {dev}: "
+    )
+    site.fake.set_gpu(7, remapped_rows__failure="No")
+    out = admin_cli(site).run("clear", dev)
+    assert out.returncode == 0, out.stderr
+    assert device(site.admin, dev)["state"] == "ready"
+
+
+def test_rc_clear_while_nvidia_smi_fails_says_the_gpu_cannot_be_read(site):
+    dev = f"{HOST}:gpu5"  # faulted by the Xid 79 that ended its job above
+    assert device(site.admin, dev)["state"] == "unhealthy"
+    site.fake.mode("broken")
+    try:
+        # an Xid fault stays on the label: a fault ranks before unknown
+        wait_until(lambda: labels(site, "gpu0")["health"] == "unknown:nvidia-smi", 20, "unknown")
+        assert labels(site, "gpu5")["health"] == "fault:xid-79"
+        out = admin_cli(site).run("clear", dev)
+        err = out.stderr.decode()
+        assert out.returncode == 1, err
+        assert "device_not_cleared" in err and "nvidia-smi cannot read the GPU at all" in err
+        assert "scan_unavailable" not in err
+    finally:
+        site.fake.mode("healthy")
+    out = admin_cli(site).run("clear", dev)
+    assert out.returncode == 0, out.stderr
+    assert device(site.admin, dev)["state"] == "ready"
+
+
+def test_rc_undrain_of_a_health_drain_needs_the_fact_to_read_clean(site):
+    dev = f"{HOST}:gpu2"  # drained by its pending row remap above
+    cli = admin_cli(site)
+    out = cli.run("undrain", dev)
+    err = out.stderr.decode()
+    assert out.returncode == 1, err
+    assert "device_not_cleared" in err and "still reads drain:row-remap-pending" in err
+    assert f"rc undrain --force {dev}" in err
+    assert device(site.admin, dev)["draining"]
+    site.fake.set_gpu(2, remapped_rows__pending="No")  # the GPU was reset
+    out = cli.run("undrain", dev)
+    assert out.returncode == 0, out.stderr
+    assert "its GPU reads ok again" in out.stdout.decode()
+    assert not device(site.admin, dev)["draining"]
+
+
+def test_rc_undrain_force_undrains_a_health_drain_on_the_admins_word(site):
+    dev = f"{HOST}:gpu8"
+    site.fake.set_gpu(8, remapped_rows__pending="Yes")
+    wait_until(lambda: device(site.admin, dev)["draining"], 20, "a drain")
+    out = admin_cli(site).run("undrain", "--force", dev)
+    assert out.returncode == 0, out.stderr
+    assert "forced" in out.stdout.decode()
+    assert not device(site.admin, dev)["draining"]
+    feed = site.admin.get("/v1/events", params={"kind": "device_undrained"})["events"]
+    assert any(e["device_id"] == dev and "forced" in e["text"] for e in feed), feed
+
+
+def test_a_health_clear_answers_by_its_reading_and_sets_the_label(site):
+    # a worker of our own, answering the clear's scan as we choose
+    w = Client(site.ctl.url, site.ctl.token("w-xidbox", "worker"))
+    w.post("/v1/workers/register", {"host": "xidbox", "devices": [{"name": "gpu0"}]})
+    w.post(
+        "/v1/workers/xidbox/labels",
+        {"host": "xidbox", "labels": {"gpu0": {"health": "fault:xid-48"}}},
+    )
+    dev = "xidbox:gpu0"
+    reason = f"health: xid-48 on {dev}: double-bit ECC error (kernel: NVRM: Xid 48; source: x)"
+    w.post(f"/v1/devices/{dev}/fault", {"reason": reason})
+    w.post(f"/v1/devices/{dev}/fault", {"reason": reason})  # standing: sent again
+    feed = site.admin.get("/v1/events", params={"kind": "device_unhealthy"})["events"]
+    assert len([e for e in feed if e["device_id"] == dev]) == 1  # once in its history
+
+    def clear_answered(health: dict, complete: bool = True):
+        w.get("/v1/workers/xidbox/assignments", params={"wait": "0s"})  # connected
+        admin = Client(site.ctl.url, site.ctl.admin_token)
+        with ThreadPoolExecutor(1) as pool:
+            asked = pool.submit(admin.post, f"/v1/devices/{dev}/clear", {})
+            scans = []
+            for _ in range(20):
+                got = w.get("/v1/workers/xidbox/assignments", params={"wait": "1s"})
+                scans = (got or {}).get("scans", [])
+                if scans:
+                    break
+            assert scans, "the clear's scan never came"
+            w.post(
+                f"/v1/workers/xidbox/scans/{scans[0]['scan_id']}",
+                {"complete": complete, "health": health},
+            )
+            return asked.result(timeout=30)
+
+    with pytest.raises(ApiError) as e:
+        clear_answered({dev: "unreadable"}, complete=False)  # nvidia-smi fails: no process list
+    assert (e.value.status, e.value.code) == (409, "device_not_cleared")
+    assert "nvidia-smi cannot read the GPU at all" in str(e.value)
+    with pytest.raises(ApiError) as e:
+        clear_answered({dev: "fault:row-remap-failed"})
+    assert e.value.code == "device_not_cleared" and "it has a fault" in str(e.value)
+    got = clear_answered({dev: "ok"})
+    assert "its GPU reads ok again" in got["message"]
+    info = site.admin.get(f"/v1/devices/{dev}/describe")
+    assert info["view"]["device"]["state"] == "ready"
+    health = [lb for lb in info["labels"] if lb["key"] == "health"]
+    assert [(lb["value"], lb["source"]) for lb in health] == [("ok", "detected")]

@@ -259,6 +259,37 @@ def test_a_fact_is_acted_on_once_per_episode(fake, kmsg):
     assert [f.rule for f in m.run(GPUS).actions] == ["row-remap-failed"]  # a new episode
 
 
+def test_a_fault_still_there_is_sent_again_each_pass_a_drain_once(fake, kmsg):
+    # a device cleared while its fault is there must be quarantined again:
+    # the worker cannot know it was cleared, so it says the fault each pass
+    m = monitor(kmsg)
+    fake.set_gpu(0, remapped_rows__failure="Yes", remapped_rows__pending="Yes")
+    p = m.run(GPUS)
+    assert sorted(f.rule for f in p.actions) == ["row-remap-failed", "row-remap-pending"]
+    assert p.standing == []
+    p = m.run(GPUS)
+    assert p.actions == []
+    assert [(f.device, f.rule, f.action) for f in p.standing] == [
+        ("gpu0", "row-remap-failed", "fault")
+    ]  # the drain is not: an undrain (forced) holds
+    fake.set_gpu(0, remapped_rows__failure="No")
+    assert m.run(GPUS).standing == []
+
+
+def test_check_reads_every_kind_so_an_unknown_fact_is_never_hidden(fake, kmsg):
+    m = monitor(kmsg)
+    fake.set_gpu(0, remapped_rows__pending="Yes", remapped_rows__failure="[Unknown Error]")
+    fake.set_gpu(1, pcie__link__width__current="8")
+    got = m.check(GPUS)
+    assert got == {
+        "gpu0": "drain:row-remap-pending unknown:row-remap-failed",
+        "gpu1": "degraded:pcie-width",
+    }
+    assert m.run(GPUS).labels["gpu0"]["health"] == "drain:row-remap-pending"  # the label: the first
+    fake.mode("broken")
+    assert m.check(GPUS) == {"gpu0": "unreadable", "gpu1": "unreadable"}
+
+
 def test_the_worst_finding_names_the_label(fake, kmsg):
     fake.set_gpu(0, pcie__link__width__current="4", remapped_rows__pending="Yes")
     assert monitor(kmsg).run(GPUS).labels["gpu0"]["health"] == "drain:row-remap-pending"
@@ -294,6 +325,24 @@ def test_the_prober_labels_gpu_devices_with_their_health(tmp_path, fake, kmsg):
     res = p.run()
     assert res.labels["gpu0"]["health"] == "unknown:nvidia-smi"
     assert res.labels["gpu0"]["model"] == "NVIDIA A100-SXM4-80GB"
+
+
+def test_an_xid_fault_stays_on_the_label_while_nvidia_smi_fails(tmp_path, fake, kmsg):
+    cfg = WorkerConfig(
+        host="box",
+        devices=(DeviceConfig("gpu0"), DeviceConfig("gpu1")),
+        probe_dir=str(tmp_path / "probe.d"),
+        kernel_log=str(kmsg),
+    )
+    p = Prober(cfg)
+    p.run()
+    with open(kmsg, "a") as f:
+        f.write(kmsg_xid(3, 2_000_000, 1, 48))
+    assert p.run().labels["gpu1"]["health"] == "fault:xid-48"
+    fake.mode("broken")  # a fault ranks before unknown (README "GPU health")
+    res = p.run()
+    assert res.labels["gpu1"]["health"] == "fault:xid-48"
+    assert res.labels["gpu0"]["health"] == "unknown:nvidia-smi"
 
 
 # -- the jobs an Xid hits ------------------------------------------------------------------

@@ -151,11 +151,18 @@ def add_parsers(sub) -> None:
     p = sub.add_parser(
         "undrain",
         help="put a drained device back in the pool (admin)",
-        description="Undrain device DEVICE: new jobs may start on it again (admin only).",
+        description="Undrain device DEVICE: new jobs may start on it again (admin only). "
+        "A GPU a health rule drained is re-probed first and stays drained while "
+        'the rule still applies or cannot be read (README "GPU health").',
     )
     attach(
         p.add_argument("device", type=device_arg, metavar="DEVICE", help="a device id, host:name"),
         devices,
+    )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="undrain a GPU a health rule drained without re-probing it",
     )
     add_client_flags(p)
     p.set_defaults(handler="admin:cmd_undrain")
@@ -276,7 +283,8 @@ def cmd_drain(args: argparse.Namespace) -> int:
 
 
 def cmd_undrain(args: argparse.Namespace) -> int:
-    print_line(client(args).post(f"/v1/devices/{segment(args.device)}/undrain")["message"])
+    body = {"force": args.force}
+    print_line(client(args).post(f"/v1/devices/{segment(args.device)}/undrain", body)["message"])
     return 0
 
 

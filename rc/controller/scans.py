@@ -27,6 +27,8 @@ __all__ = [
     "SCAN_WAIT_S",
     "SURVIVORS_NAMED",
     "Scans",
+    "refuse_incomplete",
+    "scan_answer",
     "scan_or_refuse",
     "survivors_text",
 ]
@@ -154,11 +156,12 @@ def survivors_text(found) -> str:
 FORCE_HINT = " (rc clear --force clears a device without a survivor scan)"
 
 
-async def scan_or_refuse(
+async def scan_answer(
     c, host: str, device_ids, job_ids, kill: bool, what: str, hint: str = FORCE_HINT
-):
-    """A fresh survivor scan by `host`'s worker; 503 scan_unavailable when it
-    is not connected, does not answer in time, or cannot scan."""
+) -> ScanResult:
+    """A fresh survivor scan by `host`'s worker, complete or not (its health
+    reading may decide first: rc clear of a GPU health fault); 503
+    scan_unavailable when it is not connected or does not answer in time."""
     if not c.scans.connected(host):
         raise Refused(
             ErrorCode.SCAN_UNAVAILABLE,
@@ -170,10 +173,24 @@ async def scan_or_refuse(
             ErrorCode.SCAN_UNAVAILABLE,
             f"the worker of {host} did not answer a survivor scan of {what} in time{hint}",
         )
+    return result
+
+
+async def scan_or_refuse(
+    c, host: str, device_ids, job_ids, kill: bool, what: str, hint: str = FORCE_HINT
+) -> ScanResult:
+    """A fresh survivor scan by `host`'s worker; 503 scan_unavailable when it
+    is not connected, does not answer in time, or cannot scan."""
+    result = await scan_answer(c, host, device_ids, job_ids, kill, what, hint)
+    refuse_incomplete(result, host, what)
+    return result
+
+
+def refuse_incomplete(result: ScanResult, host: str, what: str) -> None:
+    """503 scan_unavailable for a scan that could not look everywhere."""
     if result.error or not result.complete:
         raise Refused(
             ErrorCode.SCAN_UNAVAILABLE,
             f"the survivor scan of {what} on {host} proves nothing: "
             f"{result.error or 'it could not read every process'}",
         )
-    return result

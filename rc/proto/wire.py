@@ -85,6 +85,7 @@ __all__ = [
     "TokenCreated",
     "TokenList",
     "TokenRevoked",
+    "UndrainRequest",
     "UsageReport",
     "UsageRow",
     "WhoAmI",
@@ -500,8 +501,10 @@ class ScanResult:
     ended: ended by the kill; complete: the scan could read every process
     (False: "none found" proves nothing); error: why it could not run.
     health: each scanned GPU device's health read afresh (device id →
-    rc.worker.health status: "ok", "fault:row-remap-failed", "unreadable"
-    when nvidia-smi could not read it); devices that are no GPU are absent.
+    rc.worker.health.proof_status: "ok", "fault:row-remap-failed",
+    "drain:row-remap-pending unknown:ecc-uncorrected" (every kind that
+    applies, space-separated), "unreadable" when nvidia-smi could not read
+    it); devices that are no GPU are absent.
     """
 
     survivors: tuple[Survivor, ...] = ()
@@ -893,6 +896,14 @@ class DrainRequest:
     """POST /v1/devices/{id}/drain."""
 
     reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class UndrainRequest:
+    """POST /v1/devices/{id}/undrain: `force` undrains a device a GPU health
+    rule drained without re-probing it (README "GPU health")."""
+
+    force: bool = False
 
 
 @dataclass(frozen=True, slots=True)

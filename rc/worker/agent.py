@@ -269,7 +269,8 @@ class Agent:
 
     def _act_on_health(self, checked: health.Pass | None, job_id: int | None = None) -> None:
         """Send the faults (quarantine as `fault`) and drains a health pass
-        found (rc.worker.health), through the reporter: queued and retried,
+        found (rc.worker.health), and the faults still standing (quietly),
+        through the reporter: queued and retried,
         and before any later job report; `job_id` names the job that ended
         when they were found (in the event)."""
         if checked is None:
@@ -280,6 +281,9 @@ class Agent:
                 self.reporter.submit_fault(device_id, f.reason(device_id), job_id)
             elif f.action == "drain":
                 self.reporter.submit_fault(device_id, f.reason(device_id), job_id, drain=True)
+        for f in checked.standing:  # a fault still there: again, for a device cleared meanwhile
+            device_id = f"{self.cfg.host}:{f.device}"
+            self.reporter.submit_fault(device_id, f.reason(device_id), job_id, quiet=True)
 
     def gpu_uuid(self, device_name: str) -> str:
         """The UUID of a device's GPU, as nvidia-smi last listed it ("" if never)."""

@@ -20,7 +20,14 @@ unknown, never healthy: the label says `health=unknown:<names>`. The label is
 `ok`, the first that applies. Xid events logged before the worker's first
 pass are its baseline, shown and not acted on (the state facts are read
 afresh, so a card still broken is caught by them); an Xid fault stays on the
-label for the life of the worker process.
+label for the life of the worker process (until rc clear's re-probe finds
+the GPU readable and without a fault).
+
+A drain is sent once per episode (when its fact appears, and again only if
+it went away and came back); a fault of a state fact is sent on every pass
+while the fact is there (`Pass.standing`; the controller ignores the one it
+holds already), so a device cleared while its fault fact is present is
+quarantined again by the next pass.
 
 Parsers are pure functions over the text nvidia-smi and the kernel print;
 `Monitor` keeps what one worker process needs between passes.
@@ -59,6 +66,7 @@ __all__ = [
     "normal_pci",
     "parse_kernel_log",
     "parse_readings",
+    "proof_status",
 ]
 
 log = logging.getLogger("rc.worker.health")
@@ -453,11 +461,15 @@ def xid_finding(rules: Rules, device: str, event: XidEvent) -> Finding:
 class Pass:
     """One health pass: `labels` (device → {"health": ..., maybe
     "health_baseline": ...}), `actions` (fault and drain findings new in this
-    pass: each is sent once per episode), `xids` (every new Xid finding,
-    for the jobs they hit), `read` (whether nvidia-smi answered)."""
+    pass: each is sent once per episode), `standing` (fault findings of state
+    facts still there from an earlier pass: sent again, quietly, so a device
+    cleared while its fault is there is quarantined again), `xids` (every
+    new Xid finding, for the jobs they hit), `read` (whether nvidia-smi
+    answered)."""
 
     labels: dict[str, dict[str, str]] = field(default_factory=dict)
     actions: list[Finding] = field(default_factory=list)
+    standing: list[Finding] = field(default_factory=list)
     xids: list[Finding] = field(default_factory=list)
     read: bool = False
 
@@ -470,6 +482,22 @@ def _status(findings: list[Finding], unknown: list[str]) -> str:
     if unknown:
         return "unknown:" + "+".join(sorted(set(unknown)))
     return "ok"
+
+
+def proof_status(findings: list[Finding], unknown: list[str]) -> str:
+    """Every kind of finding a GPU has, not only the first: "fault:<names>",
+    "drain:<names>", "degraded:<names>", "unknown:<names>" in this order,
+    those that apply joined by a space, else "ok" (what rc clear and rc
+    undrain need: the rule that took the device out must be in none of them;
+    its first part is the `health` label)."""
+    parts = []
+    for action in ("fault", "drain", "degraded"):
+        names = sorted({f.rule for f in findings if f.action == action})
+        if names:
+            parts.append(f"{action}:" + "+".join(names))
+    if unknown:
+        parts.append("unknown:" + "+".join(sorted(set(unknown))))
+    return " ".join(parts) or "ok"
 
 
 class Monitor:
@@ -528,11 +556,12 @@ class Monitor:
         return None
 
     def check(self, gpus: dict[str, int]) -> dict[str, str]:
-        """Read `gpus` afresh (rc clear's proof): device name → status from
-        the state facts alone ("unreadable" when nvidia-smi could not read
-        the GPU). Episodes and streaks are left as they are; a GPU whose
-        facts hold no fault sheds the Xid faults this process saw on it (the
-        reset or reboot they needed is done: its label returns with them)."""
+        """Read `gpus` afresh (rc clear's and rc undrain's proof): device
+        name → proof_status of the state facts alone ("unreadable" when
+        nvidia-smi could not read the GPU). Episodes and streaks are left as
+        they are; a GPU whose facts hold no fault sheds the Xid faults this
+        process saw on it (the reset or reboot they needed is done: its
+        label returns with them)."""
         readings = self._query()
         out = {}
         for name, index in gpus.items():
@@ -541,7 +570,7 @@ class Monitor:
                 out[name] = "unreadable"
                 continue
             findings, unknown = evaluate(self.rules, name, r, dict(self.streaks.get(name, {})))
-            out[name] = _status(findings, unknown)
+            out[name] = proof_status(findings, unknown)
             if not out[name].startswith("fault:"):
                 self.xid_faults.pop(name, None)
         return out
@@ -569,6 +598,8 @@ class Monitor:
             for f in findings:
                 if f.action in ("fault", "drain") and f.rule not in self.open.get(name, set()):
                     out.actions.append(f)
+                elif f.action == "fault":
+                    out.standing.append(f)
             self.open[name] = now_open
             status = _status(findings + self.xid_faults.get(name, []), unknown)
             labels = {"health": status}

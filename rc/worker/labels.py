@@ -20,7 +20,8 @@ probe_dir fails every remembered drop-in; a missing one is simply empty.
 GPU health (rc.worker.health) adds `health` and `health_baseline` to each
 GPU device. A GPU device whose labels a failing nvidia-smi would keep is
 sent again with the labels this process last sent for it and `health` set
-to `unknown:nvidia-smi`: a pass that could not look never keeps a device
+to `unknown:nvidia-smi` (`fault:xid-N` for a GPU an Xid faulted: a fault
+ranks before unknown): a pass that could not look never keeps a device
 "healthy" (a device this process never sent is left out, as above).
 """
 
@@ -245,8 +246,13 @@ class Prober:
             if n not in omit:
                 labels[n] = _bounded(per[n], n)
             elif "nvidia-smi" in failed and n in gpu_names and n in self.sent:
-                # what it had, but never "healthy" on a pass that could not look
-                labels[n] = {**self.sent[n], "health": "unknown:nvidia-smi"}
+                # what it had, but never "healthy" on a pass that could not look;
+                # an Xid fault stays (a fault ranks before unknown)
+                now = checked.labels.get(n, {}).get("health", "")
+                labels[n] = {
+                    **self.sent[n],
+                    "health": now if now.startswith("fault:") else "unknown:nvidia-smi",
+                }
             if n in labels:
                 self.sent[n] = labels[n]
         return ProbeResult(devices, labels, failed, links, checked)

@@ -123,11 +123,18 @@ class Reporter:
             self._cond.notify_all()
 
     def submit_fault(
-        self, device_id: str, reason: str, job_id: int | None = None, drain: bool = False
+        self,
+        device_id: str,
+        reason: str,
+        job_id: int | None = None,
+        drain: bool = False,
+        quiet: bool = False,
     ) -> None:
         """Queue a fault (with `drain`: a drain); it goes out before any
-        report queued after it."""
-        log.error("%s %s: %s", "draining" if drain else "faulting", device_id, reason)
+        report queued after it. `quiet`: a fault sent before, again (logged
+        at debug level only)."""
+        level = logging.DEBUG if quiet else logging.ERROR
+        log.log(level, "%s %s: %s", "draining" if drain else "faulting", device_id, reason)
         with self._cond:
             self._faults.append(
                 Fault(

@@ -9,7 +9,7 @@ from starlette.requests import Request
 
 from rc.controller.api import caller, ctl, free_text, json_body, query_bool, reply
 from rc.controller.errors import Refused
-from rc.controller.scans import scan_or_refuse, survivors_text
+from rc.controller.scans import refuse_incomplete, scan_answer, survivors_text
 from rc.controller.store import devices, jobs, views
 from rc.proto.errors import ErrorCode
 from rc.proto.wire import ActionResult, DeviceList
@@ -19,6 +19,7 @@ __all__ = [
     "describe",
     "drain",
     "explain",
+    "health_unclean",
     "list_devices",
     "retire",
     "state",
@@ -80,9 +81,12 @@ async def clear(request: Request):
     `kill` the worker ends them and scans again first. 503 scan_unavailable
     when the worker is not connected, does not answer within SCAN_WAIT_S or
     cannot scan. A GPU health fault (rc.worker.health) is cleared only when
-    the scan's fresh health reading shows no fault (409 device_not_cleared
-    while it does, or cannot read the GPU). `force` clears without a scan;
-    its event says forced.
+    the scan's fresh health reading shows the rule that faulted it clean
+    (health_unclean); its answer comes before the survivors': 409
+    device_not_cleared while the GPU has a fault, cannot read that rule's
+    fact, or cannot be read at all (nvidia-smi failing). A cleared health
+    fault sets the `health` label to the fresh reading. `force` clears
+    without a scan; its event says forced.
     404/409 device_not_cleared as store.devices.clear.
     """
     c = ctl(request)
@@ -94,7 +98,19 @@ async def clear(request: Request):
         await c.db.write(devices.clear, device_id, who.name, "forced, without a survivor scan")
         return reply(ActionResult(True, f"cleared {device_id} (forced, without a survivor scan)"))
     host = device_id.rpartition(":")[0]
-    result = await scan_or_refuse(c, host, (device_id,), job_ids, req.kill, device_id)
+    result = await scan_answer(c, host, (device_id,), job_ids, req.kill, device_id)
+    rule = await c.db.read(devices.health_fault, device_id)
+    now = ""
+    if rule and not result.error:
+        now = result.health.get(device_id, "unreadable")
+        why = health_unclean(rule, now)
+        if why:
+            raise Refused(
+                ErrorCode.DEVICE_NOT_CLEARED,
+                f"{device_id} still reads {now} (re-probed just now): {why}; reset the GPU "
+                "or reboot the host, then rc clear again (or rc clear --force)",
+            )
+    refuse_incomplete(result, host, device_id)
     if result.survivors:
         raise Refused(
             ErrorCode.SURVIVORS_FOUND,
@@ -102,20 +118,42 @@ async def clear(request: Request):
             f"out (rc clear --kill {device_id} ends them)",
         )
     proof = "a survivor scan found nothing"
-    if await c.db.read(devices.health_fault, device_id):
-        now = result.health.get(device_id, "unreadable")
-        if now.startswith(("fault:", "unreadable")):
-            raise Refused(
-                ErrorCode.DEVICE_NOT_CLEARED,
-                f"{device_id} still reads {now} (re-probed just now): the fault that "
-                "quarantined it is still there; reset the GPU or reboot the host, then "
-                "rc clear again (or rc clear --force)",
-            )
+    if now:
         proof += f" and its GPU reads {now} again"
     if result.ended:
         proof = f"ended {survivors_text(result.ended)}, then {proof}"
-    await c.db.write(devices.clear, device_id, who.name, proof)
+    await c.db.write(devices.clear, device_id, who.name, proof, now.split(" ")[0], c.match_cache)
     return reply(ActionResult(True, f"cleared {device_id}: {proof}"))
+
+
+def health_unclean(rule: str, now: str) -> str:
+    """Why a GPU's fresh reading `now` (rc.worker.health.proof_status:
+    "fault:a+b unknown:c", "ok", or "unreadable") does not prove `rule` (the
+    health rule, or rules joined by "+", that took the device out) clean, in
+    words; "" when it does. Never clean: a GPU nvidia-smi cannot read, one
+    with any fault, one whose reading has the rule in any part (an unknown
+    fact is not a clean one)."""
+    if now == "unreadable":
+        return (
+            "nvidia-smi cannot read the GPU at all, so nothing shows that "
+            f"{rule}, which took it out, is gone"
+        )
+    parts = dict(p.partition(":")[::2] for p in now.split(" ") if p)
+    names = {k: set(v.split("+")) for k, v in parts.items()}
+    rules = set(rule.split("+"))
+    if rules & names.get("fault", set()):
+        return f"the fault that took it out ({rule}) is still there"
+    if "fault" in names:
+        return f"it has a fault ({parts['fault']})"
+    if rules & names.get("unknown", set()):
+        return (
+            f"the GPU could not be read for {rule}, the rule that took it out: "
+            "a fact that cannot be read is never clean"
+        )
+    for kind in ("drain", "degraded"):
+        if rules & names.get(kind, set()):
+            return f"{rule}, which took it out, is still there"
+    return ""
 
 
 async def retire(request: Request):
@@ -153,9 +191,44 @@ async def drain(request: Request):
 
 async def undrain(request: Request):
     """POST /v1/devices/{id}/undrain (admin): schedulable again; 200 with
-    already=true for a device that is not draining."""
+    already=true for a device that is not draining. A device a GPU health
+    rule drained (its reason says `health: RULE ...`) is undrained only when
+    its worker's fresh reading (the survivor scan's re-probe, as rc clear's)
+    shows the rule clean (health_unclean): 409 device_not_cleared naming the
+    rule while it is not, 503 scan_unavailable when the worker cannot be
+    asked. `force` undrains without the re-probe; its event says forced.
+    """
     c = ctl(request)
     who = caller(request)
     device_id = request.path_params["device_id"]
-    message, already = await c.db.write(devices.drain, device_id, False, "", who.name)
+    req = await json_body(request, c.cfg.limits.body_bytes, empty_ok=True)
+    rule = await c.db.read(devices.health_drain, device_id)
+    note = ""
+    if rule and req.force:
+        note = "forced, without a health re-probe"
+    elif rule:
+        host = device_id.rpartition(":")[0]
+        result = await scan_answer(c, host, (device_id,), (), False, device_id, UNDRAIN_HINT)
+        if result.error:
+            raise Refused(
+                ErrorCode.SCAN_UNAVAILABLE,
+                f"the worker of {host} could not re-probe {device_id}: {result.error}"
+                + UNDRAIN_HINT,
+            )
+        now = result.health.get(device_id, "unreadable")
+        why = health_unclean(rule, now)
+        if why:
+            raise Refused(
+                ErrorCode.DEVICE_NOT_CLEARED,
+                f"{device_id} still reads {now} (re-probed just now): {why}; it stays "
+                f"drained: reset the GPU, then rc undrain again (or rc undrain --force "
+                f"{device_id})",
+            )
+        note = f"its GPU reads {now} again (re-probed just now)"
+    message, already = await c.db.write(devices.drain, device_id, False, note, who.name)
+    if note and not already:
+        message += f" ({note})"
     return reply(ActionResult(True, message, already))
+
+
+UNDRAIN_HINT = " (rc undrain --force undrains a device without the health re-probe)"

@@ -403,9 +403,11 @@ ROUTES: tuple[Endpoint, ...] = (
         "/v1/devices/{device_id}/undrain",
         devices.undrain,
         ADMIN,
-        "Put a drained device back in the pool (admin)",
+        "Put a drained device back in the pool (admin); one a GPU health rule "
+        "drained once its fresh reading shows the rule clean",
         wire.ActionResult,
-        errors=(E.DEVICE_NOT_FOUND,),
+        request=wire.UndrainRequest,
+        errors=(*BAD, E.DEVICE_NOT_FOUND, E.DEVICE_NOT_CLEARED, E.SCAN_UNAVAILABLE),
     ),
     # -- the usage ledger and fair share (rc.controller.api.usage) ----------------------
     Endpoint(

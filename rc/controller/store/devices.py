@@ -9,7 +9,7 @@ admin (`clear`).
 from __future__ import annotations
 
 from rc.controller.errors import Refused
-from rc.controller.store import events
+from rc.controller.store import events, labels
 from rc.controller.store.db import Tx
 from rc.controller.store.labels import MatchCache
 from rc.proto.duration import format_duration
@@ -24,7 +24,9 @@ __all__ = [
     "drain",
     "drain_degraded",
     "fault",
+    "health_drain",
     "health_fault",
+    "health_rule",
     "quarantine",
     "remove",
     "retire",
@@ -79,10 +81,21 @@ def fault(tx: Tx, device_id: str, reason: str, job_id: int | None, actor: str) -
     """A worker (or admin) reports a device unfit: quarantine it as `fault`.
 
     404 device_not_found for an unknown device. The event is verify_failed
-    when the reason starts with "verify failed: ", else device_unhealthy.
+    when the reason starts with "verify failed: ", else device_unhealthy. A
+    GPU health fault the device is quarantined for already, word for word
+    (the worker sends a standing fault on every pass: rc.worker.health),
+    changes nothing and records no event.
     """
-    if tx.one("device_state", (device_id,)) is None:
+    row = tx.one("device_state", (device_id,))
+    if row is None:
         raise Refused(ErrorCode.DEVICE_NOT_FOUND, f"no device {device_id!r}")
+    if (
+        reason.startswith(HEALTH_PREFIX)
+        and row["state"] == "unhealthy"
+        and row["quarantine_reason"] == "fault"
+        and row["quarantine_detail"] == reason
+    ):
+        return
     quarantine(tx, device_id, QuarantineReason.FAULT, reason)
     kind = (
         EventKind.VERIFY_FAILED
@@ -96,15 +109,35 @@ HEALTH_PREFIX = "health: "
 """The start of a quarantine detail a GPU health rule gave (rc.worker.health)."""
 
 
-def health_fault(tx: Tx, device_id: str) -> bool:
-    """Whether the device is quarantined as `fault` by a GPU health rule."""
+def health_rule(detail: str) -> str:
+    """The GPU health rule a quarantine detail or drain reason names
+    ("row-remap-failed" of "health: row-remap-failed on HOST:gpu1: ...",
+    "pcie-width" of "health: degraded:pcie-width (rc serve
+    --drain-degraded)"); "" when no health rule gave it."""
+    if not detail.startswith(HEALTH_PREFIX):
+        return ""
+    rest = detail[len(HEALTH_PREFIX) :]
+    if rest.startswith("degraded:"):
+        return rest[len("degraded:") :].split(" ", 1)[0]
+    return rest.split(" on ", 1)[0]
+
+
+def health_fault(tx: Tx, device_id: str) -> str:
+    """The GPU health rule the device is quarantined as `fault` for
+    ("row-remap-failed", "xid-79"); "" when it is not."""
     row = tx.one("device_state", (device_id,))
-    return bool(
-        row is not None
-        and row["state"] == "unhealthy"
-        and row["quarantine_reason"] == "fault"
-        and row["quarantine_detail"].startswith(HEALTH_PREFIX)
-    )
+    if row is None or row["state"] != "unhealthy" or row["quarantine_reason"] != "fault":
+        return ""
+    return health_rule(row["quarantine_detail"])
+
+
+def health_drain(tx: Tx, device_id: str) -> str:
+    """The GPU health rule(s) the device is drained for ("row-remap-pending",
+    "pcie-width+thermal"); "" when it is not drained by one."""
+    row = tx.one("device_drain_state", (device_id,))
+    if row is None or not row["draining"]:
+        return ""
+    return health_rule(row["drain_reason"])
 
 
 def clearable(tx: Tx, device_id: str) -> tuple[int, ...]:
@@ -131,10 +164,18 @@ def _clear_checks(tx: Tx, device_id: str):
     return row
 
 
-def clear(tx: Tx, device_id: str, actor: str, proof: str = "") -> None:
+def clear(
+    tx: Tx,
+    device_id: str,
+    actor: str,
+    proof: str = "",
+    health: str = "",
+    match_cache: MatchCache | None = None,
+) -> None:
     """An admin returns a quarantined device to the pool; `proof` says on
     what ("a survivor scan found nothing", "forced: no survivor scan"),
-    in the event.
+    in the event. `health` (with `match_cache`): the GPU's `health` label
+    as its re-probe just read it, set now (labels.set_health).
 
     409 device_not_cleared while a lease is live on it or when it is not
     quarantined (a no-op is never reported as success); 404 for no device.
@@ -150,6 +191,8 @@ def clear(tx: Tx, device_id: str, actor: str, proof: str = "") -> None:
         actor=actor,
         text=f"cleared by {actor} ({on}was quarantined for {was})",
     )
+    if health and match_cache is not None:
+        labels.set_health(tx, device_id, health, match_cache)
     tx.schedule = True
     tx.notify("devices")
 
@@ -196,8 +239,9 @@ def drain(tx: Tx, device_id: str, on: bool, reason: str, actor: str) -> tuple[st
     and how long ago ("already drained: cable swap, by admin, 5m ago"); an
     undrain of a device that is not draining says so. The one change a
     second drain makes is a new, different, non-empty reason, which replaces
-    the old one (a `device_drained` event names both). 404 for an unknown
-    device.
+    the old one (a `device_drained` event names both). An undrain's
+    `reason` is a note for its event (what proved the GPU clean, or that it
+    was forced). 404 for an unknown device.
     """
     row = tx.one("device_drain_state", (device_id,))
     if row is None:
@@ -219,7 +263,7 @@ def drain(tx: Tx, device_id: str, on: bool, reason: str, actor: str) -> tuple[st
             EventKind.DEVICE_UNDRAINED,
             device_id=device_id,
             actor=actor,
-            text=f"undrained by {actor}",
+            text=f"undrained by {actor}" + (f" ({reason})" if reason else ""),
         )
         tx.schedule = True
     tx.notify("devices")

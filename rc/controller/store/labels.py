@@ -22,6 +22,7 @@ __all__ = [
     "device_names",
     "effective",
     "relabel",
+    "set_health",
     "set_labels",
     "set_links",
 ]
@@ -128,6 +129,15 @@ def _replace_labels(tx: Tx, device_id: str, source: LabelSource, values: dict[st
         return
     tx.exec("labels_delete", (device_id, source.value))  # every old one, maybe none
     tx.many("label_insert", [(device_id, k, v, source.value, tx.now) for k, v in values.items()])
+
+
+def set_health(tx: Tx, device_id: str, value: str, match_cache: MatchCache) -> None:
+    """Set the detected `health` label a device has to `value` (rc clear's
+    fresh reading: the label need not wait for the next probe pass); a
+    device without one is left as it is."""
+    if tx.exec("label_set_detected", (value, tx.now, device_id, "health")):  # 0 or 1
+        match_cache.invalidate()
+        tx.notify("devices")
 
 
 def set_links(tx: Tx, host: str, links: tuple[DeviceLink, ...]) -> None:

@@ -626,6 +626,11 @@ DELETE FROM device_labels WHERE device_id = ?
 -- One label of a device.
 INSERT INTO device_labels (device_id, key, value, source, updated_at) VALUES (?, ?, ?, ?, ?)
 
+-- name: label_set_detected
+-- A new value for one detected label a device has (none: no change).
+UPDATE device_labels SET value = ?, updated_at = ?
+WHERE device_id = ? AND key = ? AND source = 'detected'
+
 -- name: sheet_upsert
 -- Store a usage sheet (device_name '' for the host's).
 INSERT INTO sheets (host, device_name, body, updated_at) VALUES (?, ?, ?, ?)
