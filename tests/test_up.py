@@ -604,3 +604,15 @@ def test_up_passes_every_scheduling_option_to_its_controller(user, env):
     assert again.returncode == 1 and b"--aging 1m (its controller runs with --aging 5m)" in (
         again.stderr
     ), again.stderr
+    # found by a new user: the next rc up given one option forgot every other one
+    user.run("down", check=True, timeout=120)
+    again = user.run("up", "-d", "--aging", "1m", timeout=120)
+    assert again.returncode == 0, again.stderr
+    assert _state(env)["scheduling"] == {
+        "aging": "1m",
+        "max_devices_per_user": "1",
+        "max_user_priority": "3",
+        "fair_share": "7d",
+    }
+    res = user.run("run", "--detach", "--priority", "4", "--", "true")
+    assert res.returncode == 1 and b"limit of 3" in res.stderr, res.stderr

@@ -383,7 +383,8 @@ def cmd_up(args: argparse.Namespace) -> int:
             )
     devices = args.devices or st.get("devices") or "auto"
     # given now, else what the last rc up in this data dir was given
-    scheduling = _scheduling(args) or dict(st.get("scheduling") or {})
+    # the last rc up's options, each given one replacing its own (never the others)
+    scheduling = {**dict(st.get("scheduling") or {}), **_scheduling(args)}
     host = args.host or st.get("host") or ""
     sock_path = args.socket if args.socket is not None else st.get("socket")
     if serve_pid and worker_pid:
