@@ -245,6 +245,15 @@ BAD_INVOCATIONS = [
     # found by a new user: -5m was taken for an unknown option ("D is required")
     (["extend", "3", "-5m"], "rc extend", "must be positive"),
     (["extend", "3", "0s"], "rc extend", "D must be positive"),
+    # found by a new user: an empty user crashed on the controller's redirect
+    (["share", "set", "", "3"], "rc share set", "is not a user name"),
+    # found by a new user: Arabic-Indic and full-width digits were read as numbers
+    (["share", "set", "alice", "\u0663"], "rc share set", "is not a number"),
+    (["share", "set", "alice", "1e-300"], "rc share set", "is not a number"),
+    (["share", "set", "alice", "0.001"], "rc share set", "out of range: 0.01 to 1000"),
+    # found by a new user: a bad window was the controller's 400 (exit 1)
+    (["usage", "--since", "yesterday"], "rc usage", "bad duration"),
+    (["usage", "--since", "4000d"], "rc usage", "out of range: 1s to 3660d"),
 ]
 
 

@@ -66,3 +66,35 @@ def test_a_refused_token_says_where_it_came_from(controller, env, tmp_path):
     )
     res = cli.run("devices", "--token", "rc_flag")
     assert res.stderr.endswith(b"(the token came from --token)\n"), res.stderr
+
+
+def test_a_redirect_is_an_api_error_not_a_crash():
+    """Found by a new user: `rc share set '' 3` posted to /v1/shares/, the
+    controller redirected (307) and the client died with a TypeError."""
+    import http.server
+    import threading
+
+    from rc.proto.client import Client
+    from rc.proto.errors import ApiError
+
+    class Redirect(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.send_response(307)
+            self.send_header("Location", "/v1/shares")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Redirect)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        c = Client(f"http://127.0.0.1:{server.server_port}", "t", timeout=10)
+        with pytest.raises(ApiError, match="redirect to /v1/shares") as e:
+            c.post("/v1/shares/", {"weight": 3})
+        assert e.value.status == 307
+        c.close_all()
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -36,7 +36,7 @@ def test_the_priority_policy_names_its_limit(box):
 
 
 def test_rc_usage_and_rc_share(box):
-    _, alice, admin = box
+    ctl, alice, admin = box
     res = alice.run("run", "-n", "2", "--", "sleep", "1")
     assert res.returncode == 0, res.stderr
     rep = json.loads(alice.run("usage", "-o", "json", check=True).stdout)
@@ -50,8 +50,12 @@ def test_rc_usage_and_rc_share(box):
     assert [r["user"] for r in rows] == ["alice", "total"] and rows[0]["jobs_succeeded"] == "1"
     text = alice.run("usage", "--by", "device", check=True).stdout.decode()
     assert "box:cpu0" in text and "box:cpu1" in text
-    res = alice.run("usage", "--since", "0")
-    assert res.returncode == 1 and b"since" in res.stderr and b"Traceback" not in res.stderr
+    res = alice.run("usage", "--since", "0")  # refused by rc itself: a usage error
+    assert res.returncode == 2 and b"--since" in res.stderr and b"Traceback" not in res.stderr
+    from rc.proto.errors import ApiError
+
+    with pytest.raises(ApiError, match="outside 1s..3660d"):  # and by the controller
+        ctl.client().get("/v1/usage", params={"since": "0"})
     res = alice.run("usage", "--by", "month")
     assert res.returncode == 2
     # weights: admin only; rc share lists standings

@@ -6,7 +6,7 @@ import argparse
 import csv
 import sys
 
-from rc.cli.context import UsageError, add_client_flags, client
+from rc.cli.context import UsageError, add_client_flags, client, whole_seconds_arg
 from rc.cli.output import print_json, print_line, table
 from rc.proto.client import segment
 
@@ -25,7 +25,9 @@ def add_parsers(sub) -> None:
         'device-hours of holds in which no session was opened (README "Who used the devices").',
     )
     p.add_argument("--by", choices=BY, default="user", help="one row per (default user)")
-    p.add_argument("--since", default="30d", metavar="D", help="the window (default 30d)")
+    p.add_argument(
+        "--since", default="30d", type=_window, metavar="D", help="the window (default 30d)"
+    )
     p.add_argument("--user", default="", metavar="U", help="only this user's")
     p.add_argument(
         "-o",
@@ -48,10 +50,10 @@ def add_parsers(sub) -> None:
     s = ssub.add_parser(
         "set",
         help="set a user's weight (admin)",
-        description="Set USER's fair-share weight: above 0, at most 1000 (everyone's default: 1).",
+        description="Set USER's fair-share weight: 0.01 to 1000 (everyone's default: 1).",
     )
-    s.add_argument("user", metavar="USER", help="the user (a token name) to weigh")
-    s.add_argument("weight", metavar="W", type=_weight, help="the weight: above 0, at most 1000")
+    s.add_argument("user", metavar="USER", type=_user, help="the user (a token name) to weigh")
+    s.add_argument("weight", metavar="W", type=_weight, help="the weight: 0.01 to 1000")
     add_client_flags(s)
     s.add_argument(
         "-o", "--output", choices=("text", "json"), default="text", help="text (default) or json"
@@ -65,13 +67,41 @@ def add_parsers(sub) -> None:
 
 
 def _weight(text: str) -> float:
-    try:
-        w = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 < w <= 1000:
-        raise argparse.ArgumentTypeError(f"{text!r} is out of range: above 0, at most 1000")
+    """argparse type: a weight in ASCII digits ("2", "0.5"), model.SHARE_WEIGHT_MIN
+    to SHARE_WEIGHT_MAX."""
+    import re
+
+    from rc.proto.model import SHARE_WEIGHT_MAX, SHARE_WEIGHT_MIN
+
+    if not re.fullmatch(r"[0-9]+(\.[0-9]+)?", text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number (digits 0-9, e.g. 2 or 0.5)")
+    w = float(text)
+    if not SHARE_WEIGHT_MIN <= w <= SHARE_WEIGHT_MAX:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is out of range: {SHARE_WEIGHT_MIN:g} to {SHARE_WEIGHT_MAX:g}"
+        )
     return w
+
+
+def _window(text: str) -> str:
+    """argparse type: the ledger's window, a duration of 1s to 3660d, kept as
+    given (the controller reads it again)."""
+    seconds = whole_seconds_arg(text)
+    if not 1 <= seconds <= 3660 * 86400:
+        raise argparse.ArgumentTypeError(f"{text!r} is out of range: 1s to 3660d")
+    return text
+
+
+def _user(text: str) -> str:
+    """argparse type: a user, as a token names one (rc.proto.model.TOKEN_NAME_RE)."""
+    from rc.proto.model import TOKEN_NAME_RE
+
+    if not TOKEN_NAME_RE.fullmatch(text):
+        raise argparse.ArgumentTypeError(
+            f"{text[:40]!r} is not a user name (letters, digits and . _ @ -, "
+            "starting with a letter or digit; at most 64)"
+        )
+    return text
 
 
 def _hours(seconds: float) -> str:

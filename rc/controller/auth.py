@@ -16,20 +16,17 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import re
 import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from rc.controller.errors import Refused
 from rc.proto.errors import ErrorCode
-from rc.proto.model import Role
+from rc.proto.model import TOKEN_NAME_RE, Role
 
 __all__ = ["TOKEN_NAME_RE", "Caller", "TokenCache", "hash_secret", "new_secret"]
 
 SECRET_PREFIX = "rc_"
-TOKEN_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,63}")
-"""A token's name, which is also the submitter name of its jobs (and of --as)."""
 
 
 def new_secret() -> str:

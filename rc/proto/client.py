@@ -270,13 +270,21 @@ class Client:
 
     def check_response(self, status: int, headers: dict[str, str], payload: bytes) -> Response:
         """Note contact and the controller instance from a response; return it as a
-        Response for 2xx, raise ApiError for an error status."""
+        Response for 2xx, raise ApiError for an error status or a redirect."""
         self.last_response = time.monotonic()
         inst = headers.get(INSTANCE_HEADER.lower(), "")
         if inst:
             self.instance = inst
         if status >= 400:
             raise _api_error(status, payload)
+        if 300 <= status < 400:  # rc's API never redirects: this is not an rc route
+            where = headers.get("location", "")
+            raise ApiError(
+                status,
+                "http_" + str(status),
+                f"the controller answered {status}, a redirect{f' to {where}' if where else ''}: "
+                "no rc route is at that path",
+            )
         return Response(status, headers, payload)
 
     def get(self, path: str, **kw: Any) -> Any:

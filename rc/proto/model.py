@@ -22,6 +22,9 @@ __all__ = [
     "PRIORITY_MIN",
     "RESTARTS_MAX",
     "ROOT",
+    "SHARE_WEIGHT_MAX",
+    "SHARE_WEIGHT_MIN",
+    "TOKEN_NAME_RE",
     "UNIX_USER_RE",
     "Condition",
     "Device",
@@ -106,6 +109,13 @@ def device_list(ids: tuple[str, ...] | list[str]) -> str:
     return ", ".join(out)
 
 
+SHARE_WEIGHT_MIN = 0.01
+"""The smallest fair-share weight: a smaller one rounds its entitlement, and
+the adjustment with it, to nothing (README "Sharing fairly")."""
+SHARE_WEIGHT_MAX = 1000.0
+"""The largest fair-share weight."""
+TOKEN_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,63}")
+"""A token's name, which is also the submitter name of its jobs (and of --as)."""
 ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 """An environment variable name a job may set: letters, digits and '_', not
 starting with a digit (what a shell can name)."""

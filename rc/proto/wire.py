@@ -787,7 +787,7 @@ class ShareList:
 
 @dataclass(frozen=True, slots=True)
 class ShareSet:
-    """POST /v1/shares/{user}: the user's fair-share weight (0 < weight <= 1000; 1
+    """POST /v1/shares/{user}: the user's fair-share weight (0.01 <= weight <= 1000; 1
     is everyone's default)."""
 
     weight: float

@@ -18,6 +18,7 @@ from rc.controller import fairshare
 from rc.controller.errors import Refused
 from rc.controller.store.db import Tx
 from rc.proto.errors import ErrorCode
+from rc.proto.model import SHARE_WEIGHT_MAX, SHARE_WEIGHT_MIN
 from rc.proto.wire import UsageReport, UsageRow
 
 __all__ = [
@@ -38,8 +39,8 @@ __all__ = [
 BY = ("user", "host", "device", "day", "week")
 """What a ledger row may count: one row per user, host, device, day or week."""
 DAY_S = 86400.0
-WEIGHT_MAX = 1000.0
-"""The largest fair-share weight (the smallest: anything above 0)."""
+WEIGHT_MIN, WEIGHT_MAX = SHARE_WEIGHT_MIN, SHARE_WEIGHT_MAX
+"""The fair-share weights allowed (rc.proto.model)."""
 SHARES_REFRESH_S = 60.0
 """Fair-share standings are recomputed at most this often (and at once when a
 weight changes): a pass reads them, it does not sum the lease history."""
@@ -294,12 +295,12 @@ def weights(tx: Tx) -> dict[str, float]:
 
 
 def set_weight(tx: Tx, user: str, weight: float) -> None:
-    """Set `user`'s fair-share weight (0 < weight <= WEIGHT_MAX; 1 removes
-    the row: the default). Raises Refused (400) outside that range."""
-    if not (0 < weight <= WEIGHT_MAX) or math.isnan(weight):
+    """Set `user`'s fair-share weight (WEIGHT_MIN <= weight <= WEIGHT_MAX; 1
+    removes the row: the default). Raises Refused (400) outside that range."""
+    if not (WEIGHT_MIN <= weight <= WEIGHT_MAX) or math.isnan(weight):
         raise Refused(
             ErrorCode.BAD_REQUEST,
-            f"weight {weight} is outside the allowed range: above 0, at most {WEIGHT_MAX:g}",
+            f"weight {weight} is outside the allowed range: {WEIGHT_MIN:g} to {WEIGHT_MAX:g}",
         )
     if weight == 1:
         tx.exec("share_weight_reset", (user,))
