@@ -27,11 +27,12 @@ pytestmark = pytest.mark.e2e
 HOST = "healthbox"
 
 
-@pytest.fixture(scope="module")
-def site(tmp_path_factory, pyz):
-    root = tmp_path_factory.mktemp("health")
-    s = Site(root, pyz, serve_flags=["--drain-degraded"])
-    s.fake = FakeNvidiaSmi(root / "fakebin", gpus=9)
+def gpu_site(root, pyz, host: str, gpus: int, serve_flags: tuple[str, ...] = ()) -> Site:
+    """A controller and a worker from the zipapp on `host` with a fake
+    nvidia-smi of `gpus` GPUs (`site.fake`) and a fake kmsg file as its
+    kernel log (`site.kmsg`), probing every second."""
+    s = Site(root, pyz, serve_flags=list(serve_flags))
+    s.fake = FakeNvidiaSmi(root / "fakebin", gpus=gpus)
     s.kmsg = root / "kmsg"
     s.kmsg.write_text("6,1,1000,-;Linux version 6.1 (fake)\n")
     config = (
@@ -42,7 +43,13 @@ def site(tmp_path_factory, pyz):
         f'probe_dir = "{root}/no-probes"\n'
         f'sheet_dir = "{root}/no-sheets"\n'
     )
-    s.worker(HOST, config, devices="auto", env=s.fake.path_env(s.env))
+    s.worker(host, config, devices="auto", env=s.fake.path_env(s.env))
+    return s
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory, pyz):
+    s = gpu_site(tmp_path_factory.mktemp("health"), pyz, HOST, 9, ("--drain-degraded",))
     yield s
     s.close()
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.fake_nvidia_smi import FakeNvidiaSmi
 from tests.harness import BARE_PY, Cli
-from tests.test_worker_e2e_kit import Site, device, logs, submit, wait_state
+from tests.test_health_e2e import gpu_site
+from tests.test_worker_e2e_kit import device, logs, submit, wait_state
 
 pytestmark = pytest.mark.e2e
 
@@ -21,20 +21,7 @@ RUN_S = 90.0  # four runs, each a hand-out, a crash, a kernel-log read and a rep
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory, pyz):
-    root = tmp_path_factory.mktemp("requeue")
-    s = Site(root, pyz)
-    s.fake = FakeNvidiaSmi(root / "fakebin", gpus=8)
-    s.kmsg = root / "kmsg"
-    s.kmsg.write_text("6,1,1000,-;Linux version 6.1 (fake)\n")
-    config = (
-        'kill_grace = "1s"\n'
-        'probe_interval = "1s"\n'
-        f'kernel_log = "{s.kmsg}"\n'
-        f'verify_dir = "{root}/no-verify"\n'
-        f'probe_dir = "{root}/no-probes"\n'
-        f'sheet_dir = "{root}/no-sheets"\n'
-    )
-    s.worker(HOST, config, devices="auto", env=s.fake.path_env(s.env))
+    s = gpu_site(tmp_path_factory.mktemp("requeue"), pyz, HOST, 8)
     yield s
     s.close()
 
