@@ -60,6 +60,8 @@ def test_an_unused_hold_is_warned_then_released_idle(lab):
     assert "no input" in warning.text and "no forward" in warning.text
     assert lb.run(lb.ctl.idle_pass()) == ([], [])  # warned once
     lb.now += 600
+    assert lb.run(lb.ctl.idle_pass()) == ([], [])  # no use report since the warning yet
+    lb.ctl.idle.report(hold_id, lb.now, False, gpu_pct=None, cpu_pct=0)
     assert lb.run(lb.ctl.idle_pass()) == ([], [hold_id])
     j = lb.job(hold_id)
     assert j.state is JobState.RUNNING  # until its worker has ended it
@@ -92,8 +94,37 @@ def test_use_resets_the_clock_and_rearms_the_warning_extend_does_not(lab):
     lb.now += 40
     assert lb.run(lb.ctl.idle_pass()) == ([hold_id], [])
     lb.now += 50
+    lb.ctl.idle.report(hold_id, lb.now, False, gpu_pct=0, cpu_pct=None)
     assert lb.run(lb.ctl.idle_pass()) == ([], [hold_id])
     assert lb.job(hold_id).kill_reason == "idle: no use for 1m40s"
+
+
+def test_a_hold_is_released_only_after_a_use_report_since_its_warning(lab):
+    """Use of a hold's GPU or CPU is read only at its worker's heartbeats (10 s
+    apart by default): a hold whose idle timeout is shorter is not released
+    before a report that arrived after its warning says it is unused. A
+    report from before the warning, or one that read nothing (a CPU hold's
+    first sample), says nothing; a busy one starts the clock again."""
+    lb = lab()
+    hold_id = _running_hold(lb, idle=4)
+    lb.ctl.idle.report(hold_id, lb.now, False, gpu_pct=None, cpu_pct=0)  # before the warning
+    lb.now += 2
+    assert lb.run(lb.ctl.idle_pass()) == ([hold_id], [])
+    lb.now += 3  # idle past its limit, no report since the warning: wait for one
+    assert lb.run(lb.ctl.idle_pass()) == ([], [])
+    lb.now += 5
+    lb.ctl.idle.report(hold_id, lb.now, False, gpu_pct=None, cpu_pct=None)  # read nothing
+    assert lb.run(lb.ctl.idle_pass()) == ([], [])
+    assert lb.job(hold_id).kill_reason == ""
+    lb.ctl.idle.report(hold_id, lb.now, True, gpu_pct=None, cpu_pct=100)  # a core spinning
+    assert lb.ctl.hold_idle(lb.job(hold_id), 4).state == "idle 0s: no input, CPU 100 %, no forward"
+    lb.now += 2
+    assert lb.run(lb.ctl.idle_pass()) == ([hold_id], [])  # a new idle spell, warned again
+    lb.now += 3
+    assert lb.run(lb.ctl.idle_pass()) == ([], [])  # the report at 100 % came before this warning
+    lb.ctl.idle.report(hold_id, lb.now, False, gpu_pct=None, cpu_pct=0)
+    assert lb.run(lb.ctl.idle_pass()) == ([], [hold_id])
+    assert lb.job(hold_id).kill_reason == "idle: no use for 4s"
 
 
 def test_the_default_the_maximum_and_off(lab):

@@ -19,7 +19,10 @@ __all__ = ["pty_cli"]  # the fixture, shared with the relay tests
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory, pyz) -> Iterator[Fleet]:
-    with running_fleet(tmp_path_factory.mktemp("idle"), pyz) as f:
+    # a hold is released only after a use report since its warning: heartbeats
+    # (and so use reports) every second, so one comes before each limit here
+    extra = ["--heartbeat-interval", "1s"]
+    with running_fleet(tmp_path_factory.mktemp("idle"), pyz, extra=extra) as f:
         yield f
 
 

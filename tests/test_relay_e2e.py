@@ -41,13 +41,16 @@ class Fleet:
 
 
 @contextlib.contextmanager
-def running_fleet(tmp: Path, pyz: Path, listen: str = "127.0.0.1:0") -> Iterator[Fleet]:
-    """A controller (on `listen`) and one worker (host "box", devices cpu0 and
-    cpu1, a 1 s kill grace) from the zipapp, with users alice and bob."""
+def running_fleet(
+    tmp: Path, pyz: Path, listen: str = "127.0.0.1:0", extra: list[str] | None = None
+) -> Iterator[Fleet]:
+    """A controller (on `listen`; `extra`: more serve flags) and one worker
+    (host "box", devices cpu0 and cpu1, a 1 s kill grace) from the zipapp,
+    with users alice and bob."""
     home = tmp / "home"
     home.mkdir()
     env = base_env(home)
-    ctl = Controller(tmp / "data", env, listen=listen).start()
+    ctl = Controller(tmp / "data", env, extra=extra, listen=listen).start()
     try:
         cfg = tmp / "worker.toml"
         cfg.write_text('kill_grace = "1s"\n')

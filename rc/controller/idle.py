@@ -11,7 +11,12 @@ its clock (`touch`, `report`).
 
 `due(rows, now)` is the pure rule: a hold idle for D - lead (lead =
 `warn_lead(D)`: 10 minutes, or half of D when D is shorter than 20 minutes)
-is warned once; one idle for D, and warned on an earlier pass, is reclaimed.
+is warned once; one idle for D, warned on an earlier pass, and reported
+unused by its worker since that warning, is reclaimed. Use is read only at
+heartbeats, so without such a report (a timeout shorter than the heartbeat
+interval, a report still to come) the hold waits for the next one; a
+report that read nothing (nvidia-smi failing, a CPU hold's first sample)
+says nothing. A worker that stopped reporting is the sweeper's business.
 Activity after a warning re-arms it. Nothing here touches the database: the
 clock is memory only, so a controller restart starts every clock again at
 its start (an idle hold is then released late, never early).
@@ -65,11 +70,13 @@ class Watched:
 class HoldClock:
     """One hold's idle clock: `last` is the wall time of its last activity
     (or of when watching began); `warned` once the warning went out since;
-    the last use each source saw (wall time, None: never) and the last
-    utilisation its worker reported (percent; None: not reported)."""
+    `reported` once its worker has reported it unused (with a reading) since
+    that warning; the last use each source saw (wall time, None: never) and
+    the last utilisation its worker reported (percent; None: not reported)."""
 
     last: float
     warned: bool = False
+    reported: bool = False
     input_at: float | None = None
     forward_at: float | None = None
     busy_at: float | None = None
@@ -132,29 +139,36 @@ class IdleWatch:
     def report(
         self, hold_id: int, now: float, busy: bool, gpu_pct: int | None, cpu_pct: int | None
     ) -> None:
-        """What a heartbeat says of a hold's use since the previous one."""
+        """What a heartbeat says of a hold's use since the previous one
+        (percentages: None, not read). Not busy, with a reading, after the
+        warning: the hold may be released once its idle time is over."""
         c = self.clocks.get(hold_id)
         if c is None:
             c = self.clocks[hold_id] = HoldClock(now)
         c.gpu_pct, c.cpu_pct = gpu_pct, cpu_pct
         if busy:
             c.last = max(c.last, now)
-            c.warned = False
+            c.warned = c.reported = False
             c.busy_at = now
+        elif c.warned and (gpu_pct is not None or cpu_pct is not None):
+            c.reported = True
 
     def due(self, watched: Iterable[Watched], now: float) -> tuple[list[Watched], list[Watched]]:
         """(to warn, to reclaim) at `now`; forgets holds no longer watched.
-        Marks the warned ones: each warning goes out once per idle spell."""
+        Marks the warned ones: each warning goes out once per idle spell. A
+        hold is reclaimed only once its worker reported it unused after the
+        warning (`report`); until then it waits, however long it is idle."""
         warn, reclaim = [], []
         alive = set()
         for w in watched:
             alive.add(w.hold_id)
             c = self.clock(w.hold_id, w.started_at)
             idle = now - c.last
-            if c.warned and idle >= w.timeout:
-                reclaim.append(w)
-            elif not c.warned and idle >= w.timeout - warn_lead(w.timeout):
-                c.warned = True
+            if c.warned:
+                if c.reported and idle >= w.timeout:
+                    reclaim.append(w)
+            elif idle >= w.timeout - warn_lead(w.timeout):
+                c.warned, c.reported = True, False
                 warn.append(w)
         for gone in set(self.clocks) - alive:
             del self.clocks[gone]
