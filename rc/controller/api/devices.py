@@ -102,14 +102,12 @@ async def clear(request: Request):
     rule = await c.db.read(devices.health_fault, device_id)
     now = ""
     if rule and not result.error:
-        now = result.health.get(device_id, "unreadable")
-        why = health_unclean(rule, now)
-        if why:
-            raise Refused(
-                ErrorCode.DEVICE_NOT_CLEARED,
-                f"{device_id} still reads {now} (re-probed just now): {why}; reset the GPU "
-                "or reboot the host, then rc clear again (or rc clear --force)",
-            )
+        now = _reading_clean(
+            device_id,
+            rule,
+            result,
+            "reset the GPU or reboot the host, then rc clear again (or rc clear --force)",
+        )
     refuse_incomplete(result, host, device_id)
     if result.survivors:
         raise Refused(
@@ -215,15 +213,13 @@ async def undrain(request: Request):
                 f"the worker of {host} could not re-probe {device_id}: {result.error}"
                 + UNDRAIN_HINT,
             )
-        now = result.health.get(device_id, "unreadable")
-        why = health_unclean(rule, now)
-        if why:
-            raise Refused(
-                ErrorCode.DEVICE_NOT_CLEARED,
-                f"{device_id} still reads {now} (re-probed just now): {why}; it stays "
-                f"drained: reset the GPU, then rc undrain again (or rc undrain --force "
-                f"{device_id})",
-            )
+        now = _reading_clean(
+            device_id,
+            rule,
+            result,
+            "it stays drained: reset the GPU, then rc undrain again (or rc undrain --force "
+            f"{device_id})",
+        )
         note = f"its GPU reads {now} again (re-probed just now)"
     message, already = await c.db.write(devices.drain, device_id, False, note, who.name)
     if note and not already:
@@ -232,3 +228,18 @@ async def undrain(request: Request):
 
 
 UNDRAIN_HINT = " (rc undrain --force undrains a device without the health re-probe)"
+
+
+def _reading_clean(device_id: str, rule: str, result, then: str) -> str:
+    """The device's fresh health reading from a re-probe (`result`, a
+    ScanResult; "unreadable" when it has none). Raises Refused 409
+    device_not_cleared, ending with `then` (what to do), while the health
+    rule `rule` that took the device out does not read clean in it."""
+    now = result.health.get(device_id, "unreadable")
+    why = health_unclean(rule, now)
+    if why:
+        raise Refused(
+            ErrorCode.DEVICE_NOT_CLEARED,
+            f"{device_id} still reads {now} (re-probed just now): {why}; {then}",
+        )
+    return now
