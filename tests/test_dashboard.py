@@ -146,9 +146,18 @@ def signed_in(driver, url: str, token: str) -> None:
         current = js(driver, "return sessionStorage.getItem('rc_token')")
     except WebDriverException:  # no page of ours loaded yet
         current = None
-    if current == token:
-        return
+    if current and not driver.current_url.startswith(url + "/"):
+        current = None  # another controller's page: sign in on this one's
     if current:
+        # a fresh page: nothing an earlier test left open (a dialog) is in the way
+        driver.refresh()
+        wait_until(
+            lambda: js(driver, "return !document.getElementById('app').hidden"),
+            15,
+            "the dashboard to load again",
+        )
+        if current == token:
+            return
         click(driver, "#signout")
     sign_in(driver, url, token)
 
