@@ -8,6 +8,7 @@ shown twice and no job run twice."""
 from __future__ import annotations
 
 import socket
+import subprocess
 import time
 
 import pytest
@@ -98,4 +99,41 @@ def test_a_controller_moving_to_another_port_is_followed_without_gaps(tmp_path, 
         assert (res.returncode, res.stdout) == (0, b"after\n"), res.stderr
     finally:
         w.stop()
+        ctl.stop()
+
+
+def test_an_exec_cut_by_the_controller_going_away_says_why(tmp_path, env, pyz):
+    """The relay is the controller: when it dies mid-session, rc exec ends
+    with one line saying so and that the hold lives on (no traceback)."""
+    ctl = Controller(tmp_path / "data", env, FLAGS).start()
+    w = Worker(ctl.url, ctl.token("w", "worker"), tmp_path / "w", env, host="cut", pyz=pyz)
+    started = tmp_path / "started"
+    try:
+        w.start()
+        wait_until(lambda: registrations(w, "cut"), 30, "the worker to register")
+        cli = Cli(ctl.url, ctl.token("alice"), env, tmp_path)
+        res = cli.run(
+            "hold", "-d", "cut:cpu0", "--ttl", "10m", "--reason", "t", "--detach", check=True
+        )
+        held = int(res.stdout)
+        proc = cli.popen(
+            "exec",
+            str(held),
+            "--",
+            "sh",
+            "-c",
+            f"touch {started}; sleep 300",
+            stdin=subprocess.DEVNULL,
+        )
+        wait_until(started.exists, 30, "the session to start")
+        ctl.kill9()
+        _out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 1
+        assert err.decode().endswith(
+            f"rc: the controller went away (connection lost): session 1 of hold {held} "
+            f"ended; the hold keeps running (rc exec {held} -- ... starts another)\n"
+        ), err
+        assert b"Traceback" not in err
+    finally:
+        w.kill9()  # its reports could only wait for the dead controller
         ctl.stop()
