@@ -194,3 +194,22 @@ def test_an_abandoned_list_client_gives_up_after_one_round(fakes):
     with pytest.raises(TransportError):
         c.get("/v1/x")
     assert time.monotonic() - t0 < 1.0
+
+
+def test_the_worker_config_takes_a_list_and_names_a_bad_item(tmp_path):
+    from rc.worker import config as worker_config
+
+    path = tmp_path / "worker.toml"
+    path.write_text('controller_url = "http://a:1,http://b:2"\n')
+    assert worker_config.load(str(path), {}).controller_url == "http://a:1,http://b:2"
+    path.write_text('controller_url = "http://a:1,,http://b:2"\n')
+    with pytest.raises(worker_config.ConfigError) as e:
+        worker_config.load(str(path), {})
+    assert str(e.value) == (
+        f"{path}: controller_url: controller URL list 'http://a:1,,http://b:2': item 2 is empty"
+    )
+    with pytest.raises(worker_config.ConfigError) as e:
+        worker_config.load(None, {"controller_url": "http://a:1,ftp://b"})
+    assert str(e.value) == (
+        "command line: controller_url: controller URL 'ftp://b': scheme must be http or https"
+    )
