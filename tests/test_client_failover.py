@@ -1,7 +1,8 @@
 """A client of a list of controller URLs (README "Clients and workers: a list
 of controllers"): the list is parsed with errors naming the bad item, and a
-request moves on from a controller that cannot be reached or answers 503 `standby` (to the active
-one it names when that is on the list), until the request's deadline.
+request moves on from a controller that cannot be reached or answers 503
+`standby` (to the active one it names when that is on the list), until the
+request's deadline.
 
 The controllers here are small HTTP servers inside the test, on loopback:
 the real standby controller is built on another branch (the controller
