@@ -57,6 +57,20 @@ def test_an_unused_hold_is_warned_then_ends_idle(fleet):
     assert b"idle: no use for 3s" in show and b"3s without use" in show
 
 
+def test_a_foreground_hold_says_its_idle_warning(fleet):
+    """Found by a new user: a foreground `rc hold` was released idle without a
+    word before it (only terminal sessions, the feed and webhooks were told)."""
+    res = fleet.alice.run(
+        "hold", "-d", "box:cpu1", "--ttl", "10m", "--reason", "r", "--idle-timeout", "4s",
+        timeout=60,
+    )  # fmt: skip
+    err = res.stderr.decode()
+    warned = re.search(r"hold (\d+) is idle and will be released at ", err)
+    assert warned, err
+    ended = err.index(f"hold {warned[1]} ended: idle: no use for 4s")
+    assert warned.start() < ended, err
+
+
 def test_show_says_when_the_ttl_ends_before_the_idle_release(fleet):
     """Found by a new user: `rc show` of a 1-minute hold with a 1-hour idle
     timeout said it would be released idle in an hour, after its ttl."""

@@ -26,6 +26,7 @@ import os
 import re
 import stat
 import sys
+import threading
 import time
 import uuid
 
@@ -61,7 +62,7 @@ from rc.cli.follow import (
     wait_running,
     wait_terminal,
 )
-from rc.cli.output import end_reason, on_devices, print_line, when
+from rc.cli.output import end_reason, escape_controls, on_devices, print_line, when
 from rc.cli.relay import cmd_run_tty
 from rc.proto.client import Client
 from rc.proto.duration import format_duration
@@ -501,12 +502,38 @@ def cmd_hold(args: argparse.Namespace) -> int:
             flush=True,
         )
         stderr(f"end it with rc release {hold_id}, or Ctrl-C here")
+        threading.Thread(
+            target=_say_idle_warnings, args=(c, hold_id), name="rc-idle-warnings", daemon=True
+        ).start()
         job = wait_terminal(c, hold_id, give_up_after=None)
     except KeyboardInterrupt as e:
         _release_on_interrupt(c, hold_id, interrupt_cause(e))
         return 130
     stderr(f"hold {hold_id} ended: {_hold_end(job)}")
     return 1 if job["state"] in ("lost", "failed") else 0
+
+
+def _say_idle_warnings(c: Client, hold_id: int) -> None:
+    """Say each idle warning of hold `hold_id` on stderr as the feed gets it
+    (a long poll of GET /v1/events), as its terminal sessions are told
+    (README "Holds: the idle rule"). Runs until the process ends; a failed
+    poll is retried every 2 s from the last event seen."""
+    after = None
+    while True:
+        try:
+            if after is None:
+                newest = c.get("/v1/events", params={"limit": 1})["events"]
+                after = newest[-1]["id"] if newest else 0
+            got = c.get(
+                "/v1/events", params={"after": after, "wait": "50s", "limit": 1000}, timeout=70
+            )["events"]
+        except RcError:
+            time.sleep(2)
+            continue
+        for e in got:
+            after = max(after, e["id"])
+            if e.get("kind") == "hold_idle_warning" and e.get("job_id") == hold_id:
+                stderr(escape_controls(e.get("text") or f"hold {hold_id} is idle"))
 
 
 def _hold_end(job: dict) -> str:
