@@ -187,24 +187,36 @@ async def _serve(cfg: ControllerConfig, ready_fd: int | None) -> None:
         os.close(lock_fd)
         raise
     ctl = Controller(cfg)
+    url = _url(sock, tls)
+    leadership = None
     try:
-        await ctl.start()
+        if cfg.database:
+            from rc.controller.store.leader import Leadership
+
+            leadership = await Leadership(
+                cfg.database, ctl.instance, cfg.advertise_url or url, cfg.leader_ttl
+            ).open()
+        else:
+            await ctl.start()
     except BaseException:
         sock.close()
         os.close(lock_fd)
         raise
-    url = _url(sock, tls)
     local = None
     if cfg.socket:
         local = LocalSocket(cfg.socket, users, ctl.tokens, ctl.clock, lambda: url)
         try:
             await local.start()
         except BaseException:
-            await ctl.stop()
+            if leadership is None:
+                await ctl.stop()
+            else:
+                await leadership.close()
             sock.close()
             os.close(lock_fd)
             raise
-    app = build_app(ctl)
+    gate = None if leadership is None else _Gate(leadership)
+    app = build_app(ctl, gate)
     hc = HypercornConfig()
     hc.bind = [f"fd://{sock.fileno()}"]
     hc.accesslog = None
@@ -229,11 +241,13 @@ async def _serve(cfg: ControllerConfig, ready_fd: int | None) -> None:
         file=sys.stderr,
         flush=True,
     )
-    if ctl.created_admin_token:
-        print(
-            f"rc serve: admin token written to {Path(cfg.data_dir) / ADMIN_TOKEN_FILE}",
-            file=sys.stderr,
-            flush=True,
+    if leadership is None:
+        _said_admin_token(ctl, cfg)
+    outcome: dict[str, str] = {}
+    leading = None
+    if leadership is not None:
+        leading = asyncio.create_task(
+            _lead(ctl, leadership, gate, stop, outcome), name="rc-leadership"
         )
     if ready_fd is not None:
         os.write(ready_fd, (url + "\n").encode())
@@ -247,9 +261,20 @@ async def _serve(cfg: ControllerConfig, ready_fd: int | None) -> None:
         await hypercorn_serve(app, hc, shutdown_trigger=shutdown_trigger)
     finally:
         try:
+            if leading is not None:
+                leading.cancel()
+                try:
+                    await leading
+                except asyncio.CancelledError:
+                    pass
             if local is not None:
                 await local.stop()
-            await ctl.stop()
+            if leadership is None or gate.started:
+                await ctl.stop()
+            if leadership is not None:
+                if "lost" not in outcome:
+                    await leadership.release()  # a standby takes over at its next try
+                await leadership.close()
             try:
                 if json.loads(state.read_text()).get("pid") == os.getpid():
                     state.unlink()
@@ -258,6 +283,109 @@ async def _serve(cfg: ControllerConfig, ready_fd: int | None) -> None:
         finally:
             os.close(lock_fd)  # the database is closed: the data dir is free
         log.info("rc serve stopped")
+    if "lost" in outcome:
+        raise SteppedDown(outcome["lost"])
+    if "failed" in outcome:
+        raise StartupError(outcome["failed"])
+
+
+class SteppedDown(ControllerError):
+    """This controller lost the leadership lease and stopped (exit 3)."""
+
+
+class _Gate:
+    """app.Gate of a controller on PostgreSQL: closed while it is a standby
+    (and after it stepped down), open while it is the active one and started."""
+
+    def __init__(self, leadership) -> None:
+        self.leadership = leadership
+        self.open = False
+        self.started = False
+
+    def active_url(self) -> str | None:
+        return self.leadership.active_url()
+
+
+def _said_admin_token(ctl: Controller, cfg: ControllerConfig) -> None:
+    if ctl.created_admin_token:
+        print(
+            f"rc serve: admin token written to {Path(cfg.data_dir) / ADMIN_TOKEN_FILE}",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+async def _lead(ctl: Controller, leadership, gate: _Gate, stop: asyncio.Event, outcome) -> None:
+    """A controller on PostgreSQL: a standby until it takes the leadership
+    lease, then the active one (started as a restarted controller is) until
+    it loses the lease (its renewal failed until the expiry, or a write was
+    fenced); then it stops (exit 3): a clean in-process return to standby
+    is not built, so it is restarted to rejoin as a standby."""
+    from rc.controller.store.leader import TAKE_EVERY_S
+
+    seen = None
+    while not await leadership.take():
+        active = await leadership.peek()
+        now_active = active.url if active is not None and active.live else None
+        if (now_active, active.epoch if active else 0) != seen:
+            seen = (now_active, active.epoch if active else 0)
+            if now_active:
+                log.info("standby: the active controller is %s (epoch %d)", *seen)
+            else:
+                log.info("standby: no controller is active; trying to take over")
+        await asyncio.sleep(TAKE_EVERY_S)
+    lease = leadership.lease
+    log.info(
+        "took the leadership lease (epoch %d): this controller is now the active one (%s)",
+        lease.epoch,
+        leadership.url,
+    )
+    fenced = asyncio.Event()
+    ctl.db.fence_by(lease)
+    ctl.db.on_fenced = lambda e: fenced.set()
+    try:
+        await ctl.start()
+    except Exception as e:  # noqa: BLE001 - reported as a start failure
+        log.error("could not start as the active controller: %s", e)
+        outcome["failed"] = f"could not start as the active controller: {e}"
+        gate.started = True  # what was opened is closed by ctl.stop
+        stop.set()
+        return
+    gate.started = True
+    gate.open = True
+    _said_admin_token(ctl, ctl.cfg)
+    holding = asyncio.create_task(leadership.hold(), name="rc-lease-renewal")
+    fence_wait = asyncio.create_task(fenced.wait(), name="rc-fence-watch")
+    try:
+        await asyncio.wait({holding, fence_wait}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for t in (holding, fence_wait):
+            t.cancel()
+    why = (
+        holding.result()
+        if holding.done() and not holding.cancelled()
+        else ("a write was fenced: another controller holds the lease now")
+    )
+    gate.open = False
+    await leadership.peek()
+    other = leadership.active_url()
+    where = (
+        f"the active controller is {other}"
+        if other and other != leadership.url
+        else ("a standby takes over")
+    )
+    ctl.relay.shutdown(f"controller lost leadership; {where}")
+    log.error(
+        "lost the leadership lease (epoch %d): %s; stopping: restart rc serve to rejoin "
+        "as a standby",
+        lease.epoch,
+        why,
+    )
+    outcome["lost"] = (
+        f"lost the leadership lease (epoch {lease.epoch}): {why}; {where}. "
+        "Stopped: restart rc serve to rejoin as a standby"
+    )
+    stop.set()
 
 
 def _loop_factory():
@@ -271,7 +399,9 @@ def _loop_factory():
 
 
 def run(cfg: ControllerConfig, ready_fd: int | None = None) -> int:
-    """Serve until SIGINT/SIGTERM. Returns 0, or 1 with a one-line error on stderr.
+    """Serve until SIGINT/SIGTERM. Returns 0, or 1 with a one-line error on
+    stderr; 3 when, on PostgreSQL, this controller lost the leadership lease
+    and stopped (restart it to rejoin as a standby).
 
     `ready_fd`, when given, receives the URL and a newline once listening.
     """
@@ -283,6 +413,9 @@ def run(cfg: ControllerConfig, ready_fd: int | None = None) -> int:
     try:
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:
             runner.run(_serve(cfg, ready_fd))
+    except SteppedDown as e:
+        print(f"rc serve: {e}", file=sys.stderr)
+        return 3
     except ControllerError as e:
         print(f"rc serve: {e}", file=sys.stderr)
         return 1

@@ -1,0 +1,188 @@
+"""The leadership lease of standby controllers at the store level
+(rc.controller.store.leader): two controllers' Leadership and PgDatabase
+objects on one throwaway PostgreSQL database, short ttls, the database's
+clock. Takeover only after expiry, epoch + 1, and fencing: a write batch of
+a controller whose lease has passed on commits nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from rc.controller.errors import NotLeader
+from rc.controller.store import leader, pg, tokens
+from rc.proto.model import Role
+from tests.test_schema_pg import _prepare_text
+
+psycopg = pytest.importorskip("psycopg")
+
+TTL = 1.0
+
+
+@pytest.fixture
+def dsn(pg_cluster):
+    dsn, drop = pg_cluster.rc_database()
+    yield dsn
+    drop()
+
+
+async def _until(coro_fn, timeout: float = 10.0, what: str = "condition"):
+    """Await coro_fn() until it returns something truthy (deadline: timeout s)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = await coro_fn()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+def test_every_leader_query_prepares_on_postgresql(dsn):
+    assert set(leader.LEADER_QUERIES) == {
+        "leader_take",
+        "leader_renew",
+        "leader_peek",
+        "leader_fence",
+        "leader_release",
+    }
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for name, sql in leader.LEADER_QUERIES.items():
+            conn.execute(f"PREPARE q AS {_prepare_text(sql)}")
+            conn.execute("DEALLOCATE q")
+            assert name
+
+
+def test_a_standby_takes_the_lease_only_once_it_has_expired(dsn):
+    async def go() -> None:
+        a = await leader.Leadership(dsn, "ctl-a", "http://a:1", TTL).open()
+        b = await leader.Leadership(dsn, "ctl-b", "http://b:2", TTL).open()
+        try:
+            assert await a.take()
+            assert a.lease == leader.Lease("ctl-a", 1)
+            assert a.deadline > time.monotonic()  # it acts until before the expiry
+            assert not await b.take()  # a live lease is never taken
+            seen = await b.peek()
+            assert seen == leader.Active("ctl-a", "http://a:1", 1, True)
+            assert b.active_url() == "http://a:1"
+            assert await a.renew()  # renewed: still a's
+            assert not await b.take()
+            # a stops renewing: b takes over after the expiry, epoch + 1
+            await _until(b.take, what="b's takeover")
+            assert b.lease == leader.Lease("ctl-b", 2)
+            assert (await a.peek()) == leader.Active("ctl-b", "http://b:2", 2, True)
+            assert not await a.renew()  # lost for good, never taken back by a renewal
+        finally:
+            await a.close()
+            await b.close()
+
+    asyncio.run(asyncio.wait_for(go(), 30))
+
+
+def test_the_active_steps_down_by_its_deadline_when_renewals_cannot_reach_the_database(dsn):
+    async def go() -> None:
+        a = await leader.Leadership(dsn, "ctl-a", "http://a:1", TTL).open()
+        try:
+            assert await a.take()
+            # every renewal fails (a closed connection): hold returns at the
+            # deadline, before the lease's expiry by the database's clock
+            a._conn.raw.close()
+            started = time.monotonic()
+            why = await asyncio.wait_for(a.hold(), 5 * TTL)
+            assert "could not be renewed before it expired" in why
+            assert time.monotonic() - started <= TTL
+            assert time.monotonic() >= a.deadline
+        finally:
+            await a.close()
+        b = await leader.Leadership(dsn, "ctl-b", "http://b:2", TTL).open()
+        try:
+            assert (await b.peek()).holder == "ctl-a"
+            await _until(b.take, what="b's takeover")
+        finally:
+            await b.close()
+
+    asyncio.run(asyncio.wait_for(go(), 30))
+
+
+def test_a_write_after_the_lease_passed_on_is_fenced_and_nothing_of_it_commits(dsn):
+    async def go() -> None:
+        la = await leader.Leadership(dsn, "ctl-a", "http://a:1", TTL).open()
+        lb = await leader.Leadership(dsn, "ctl-b", "http://b:2", TTL).open()
+        assert await la.take()
+        a = await pg.PgDatabase(dsn, clock=time.time, lease=la.lease).open()
+        fenced: list[NotLeader] = []
+        a.on_fenced = fenced.append
+        b = None
+        try:
+            await a.write(tokens.create, "before", Role.USER, "h1", "", None, "")
+            await _until(lb.take, what="b's takeover")  # a's lease expired, b holds it
+            b = await pg.PgDatabase(dsn, clock=time.time, lease=lb.lease).open()
+            # a's next batch fails whole, each of its functions gets NotLeader
+            results = await asyncio.gather(
+                a.write(tokens.create, "after-1", Role.USER, "h2", "", None, ""),
+                a.write(tokens.create, "after-2", Role.USER, "h3", "", None, ""),
+                return_exceptions=True,
+            )
+            assert all(isinstance(r, NotLeader) for r in results), results
+            assert fenced and isinstance(fenced[0], NotLeader)
+            await b.write(tokens.create, "by-b", Role.USER, "h4", "", None, "")
+            names = sorted(r["name"] for r in await b.read(tokens.live))
+            assert names == ["before", "by-b"]  # nothing a wrote after losing the lease
+        finally:
+            await a.close()
+            if b is not None:
+                await b.close()
+            await la.close()
+            await lb.close()
+
+    asyncio.run(asyncio.wait_for(go(), 30))
+
+
+def test_a_clean_stop_gives_the_lease_up_at_once(dsn):
+    async def go() -> None:
+        a = await leader.Leadership(dsn, "ctl-a", "http://a:1", 60.0).open()
+        b = await leader.Leadership(dsn, "ctl-b", "http://b:2", 60.0).open()
+        try:
+            assert await a.take()
+            assert not await b.take()
+            await a.release()
+            assert await b.take()  # no 60 s wait
+            assert b.lease.epoch == 2
+        finally:
+            await a.close()
+            await b.close()
+
+    asyncio.run(asyncio.wait_for(go(), 30))
+
+
+def test_the_fence_sets_the_idle_timeout_for_its_transaction_only(dsn):
+    """A controller paused inside a write batch holds the lease row's share
+    lock: the server ends that session after pg.WRITER_IDLE_TIMEOUT_MS, set
+    by the fence for the transaction alone (nothing stays on the session, as
+    a pooler in transaction mode needs)."""
+
+    async def go() -> leader.Lease:
+        la = await leader.Leadership(dsn, "ctl-a", "http://a:1", 30.0).open()
+        try:
+            assert await la.take()
+            return la.lease
+        finally:
+            await la.close()
+
+    lease = asyncio.run(go())
+    with psycopg.connect(dsn, autocommit=True) as raw:
+        conn = pg._Conn(raw)
+        try:
+            conn.execute("BEGIN")
+            pg.fence(conn, lease)
+            assert conn.execute("SHOW idle_in_transaction_session_timeout").fetchone()[0] == "5s"
+            conn.execute("COMMIT")
+            assert conn.execute("SHOW idle_in_transaction_session_timeout").fetchone()[0] == "0"
+            conn.execute("BEGIN")
+            with pytest.raises(NotLeader):
+                pg.fence(conn, leader.Lease("ctl-a", lease.epoch + 1))  # not its epoch
+            conn.execute("ROLLBACK")
+        finally:
+            conn.executor.shutdown()
