@@ -95,6 +95,7 @@ def test_a_standby_answers_every_route_503_standby_naming_the_active(
         lambda: "standby: the active controller" in b.log() and b.log(), 10, "b's standby line"
     )
     assert _leader_row(dsn) == (_instance(a), a.url, 1)
+    assert ", active)" in a.log() and ", standby)" in b.log()  # the start lines say which
     register = json.dumps({"host": "h", "devices": []}).encode()
     for method, path, body in [
         ("GET", "/v1/jobs", None),  # the API

@@ -216,6 +216,20 @@ async def _serve(cfg: ControllerConfig, ready_fd: int | None) -> None:
             os.close(lock_fd)
             raise
     gate = None if leadership is None else _Gate(leadership)
+    first = None
+    if leadership is not None and await leadership.take():
+        # the lease was free: active before the ready line, as a lone controller is
+        got = await _activate(ctl, leadership, gate)
+        if isinstance(got, str):
+            if local is not None:
+                await local.stop()
+            await ctl.stop()
+            await leadership.release()
+            await leadership.close()
+            sock.close()
+            os.close(lock_fd)
+            raise StartupError(got)
+        first = got
     app = build_app(ctl, gate)
     hc = HypercornConfig()
     hc.bind = [f"fd://{sock.fileno()}"]
@@ -236,18 +250,19 @@ async def _serve(cfg: ControllerConfig, ready_fd: int | None) -> None:
     )
     on_socket = f" and {cfg.socket}" if cfg.socket else ""
     on_database = f", database {ctl.db.path}" if cfg.database else ""  # its password hidden
+    if gate is not None:
+        on_database += ", active" if gate.open else ", standby"
     print(
         f"rc serve: listening on {url}{on_socket} (data {cfg.data_dir}{on_database})",
         file=sys.stderr,
         flush=True,
     )
-    if leadership is None:
-        _said_admin_token(ctl, cfg)
+    _said_admin_token(ctl, cfg)
     outcome: dict[str, str] = {}
     leading = None
     if leadership is not None:
         leading = asyncio.create_task(
-            _lead(ctl, leadership, gate, stop, outcome), name="rc-leadership"
+            _lead(ctl, leadership, gate, stop, outcome, first), name="rc-leadership"
         )
     if ready_fd is not None:
         os.write(ready_fd, (url + "\n").encode())
@@ -315,16 +330,65 @@ def _said_admin_token(ctl: Controller, cfg: ControllerConfig) -> None:
         )
 
 
-async def _lead(ctl: Controller, leadership, gate: _Gate, stop: asyncio.Event, outcome) -> None:
+async def _activate(ctl: Controller, leadership, gate: _Gate) -> asyncio.Event | str:
+    """Start as the active controller (as a restarted controller starts),
+    fenced by the lease just taken: returns the event set when a write is
+    fenced, or the message of a start failure."""
+    lease = leadership.lease
+    log.info(
+        "took the leadership lease (epoch %d): this controller is now the active one (%s)",
+        lease.epoch,
+        leadership.url,
+    )
+    fenced = asyncio.Event()
+    ctl.db.fence_by(lease)
+    ctl.db.on_fenced = lambda e: fenced.set()
+    gate.started = True  # from here on ctl.stop closes what ctl.start opened
+    try:
+        await ctl.start()
+    except Exception as e:  # noqa: BLE001 - reported as a start failure
+        log.error("could not start as the active controller: %s", e)
+        return f"could not start as the active controller: {e}"
+    gate.open = True
+    return fenced
+
+
+async def _lead(
+    ctl: Controller,
+    leadership,
+    gate: _Gate,
+    stop: asyncio.Event,
+    outcome: dict[str, str],
+    fenced: asyncio.Event | None,
+) -> None:
     """A controller on PostgreSQL: a standby until it takes the leadership
-    lease, then the active one (started as a restarted controller is) until
-    it loses the lease (its renewal failed until the expiry, or a write was
-    fenced); then it stops (exit 3): a clean in-process return to standby
-    is not built, so it is restarted to rejoin as a standby."""
+    lease (`fenced` None), then the active one (started as a restarted
+    controller is) until it loses the lease (its renewal failed until the
+    expiry, or a write was fenced); then it stops (exit 3): a clean
+    in-process return to standby is not built, so it is restarted to rejoin
+    as a standby. Whatever ends it sets `stop`, with the reason in `outcome`."""
+    try:
+        await _lead_on(ctl, leadership, gate, outcome, fenced)
+    except Exception as e:
+        log.exception("the leadership task failed")
+        outcome["failed"] = f"the leadership task failed: {e}"
+    finally:
+        stop.set()
+
+
+async def _lead_on(ctl, leadership, gate, outcome, fenced) -> None:
     from rc.controller.store.leader import TAKE_EVERY_S
 
     seen = None
-    while not await leadership.take():
+    while fenced is None:
+        if await leadership.take():
+            got = await _activate(ctl, leadership, gate)
+            if isinstance(got, str):
+                outcome["failed"] = got
+                return
+            _said_admin_token(ctl, ctl.cfg)
+            fenced = got
+            break
         active = await leadership.peek()
         now_active = active.url if active is not None and active.live else None
         if (now_active, active.epoch if active else 0) != seen:
@@ -335,25 +399,6 @@ async def _lead(ctl: Controller, leadership, gate: _Gate, stop: asyncio.Event, o
                 log.info("standby: no controller is active; trying to take over")
         await asyncio.sleep(TAKE_EVERY_S)
     lease = leadership.lease
-    log.info(
-        "took the leadership lease (epoch %d): this controller is now the active one (%s)",
-        lease.epoch,
-        leadership.url,
-    )
-    fenced = asyncio.Event()
-    ctl.db.fence_by(lease)
-    ctl.db.on_fenced = lambda e: fenced.set()
-    try:
-        await ctl.start()
-    except Exception as e:  # noqa: BLE001 - reported as a start failure
-        log.error("could not start as the active controller: %s", e)
-        outcome["failed"] = f"could not start as the active controller: {e}"
-        gate.started = True  # what was opened is closed by ctl.stop
-        stop.set()
-        return
-    gate.started = True
-    gate.open = True
-    _said_admin_token(ctl, ctl.cfg)
     holding = asyncio.create_task(leadership.hold(), name="rc-lease-renewal")
     fence_wait = asyncio.create_task(fenced.wait(), name="rc-fence-watch")
     try:
@@ -385,7 +430,6 @@ async def _lead(ctl: Controller, leadership, gate: _Gate, stop: asyncio.Event, o
         f"lost the leadership lease (epoch {lease.epoch}): {why}; {where}. "
         "Stopped: restart rc serve to rejoin as a standby"
     )
-    stop.set()
 
 
 def _loop_factory():
