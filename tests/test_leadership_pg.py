@@ -42,6 +42,7 @@ async def _until(coro_fn, timeout: float = 10.0, what: str = "condition"):
 
 def test_every_leader_query_prepares_on_postgresql(dsn):
     assert set(leader.LEADER_QUERIES) == {
+        "leader_seed",
         "leader_take",
         "leader_renew",
         "leader_peek",
@@ -186,3 +187,41 @@ def test_the_fence_sets_the_idle_timeout_for_its_transaction_only(dsn):
             conn.execute("ROLLBACK")
         finally:
             conn.executor.shutdown()
+
+
+def test_a_takeover_waits_for_a_fenced_transaction_and_renewals_do_not(dsn):
+    """The fence's lock: while a write transaction of the active holds it, the
+    active's renewal goes through at once (a long batch, 1,000 heartbeats,
+    cost the lease before), and a standby's takeover waits for the
+    transaction to end even once the lease has expired (its try times out)."""
+
+    async def go() -> None:
+        la = await leader.Leadership(dsn, "ctl-a", "http://a:1", TTL).open()
+        lb = await leader.Leadership(dsn, "ctl-b", "http://b:2", TTL).open()
+        raw = psycopg.connect(dsn, autocommit=True)
+        conn = pg._Conn(raw)
+        try:
+            assert await la.take()
+            conn.execute("BEGIN")
+            pg.fence(conn, la.lease)  # a write batch in progress
+            started = time.monotonic()
+            assert await asyncio.wait_for(la.renew(), 5)
+            assert time.monotonic() - started < 0.5
+            # a stops renewing; its lease expires while the batch is still open
+            await _until(lambda: _expired(lb), what="a's lease to expire")
+            assert not await lb.take()  # waited for the lock, gave up (statement timeout)
+            conn.execute("COMMIT")
+            assert await lb.take()
+            assert lb.lease.epoch == 2
+        finally:
+            raw.close()
+            conn.executor.shutdown()
+            await la.close()
+            await lb.close()
+
+    asyncio.run(asyncio.wait_for(go(), 30))
+
+
+async def _expired(lb: leader.Leadership) -> bool:
+    seen = await lb.peek()
+    return seen is not None and not seen.live

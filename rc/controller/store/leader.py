@@ -18,8 +18,10 @@ a controller's: the controllers' clocks need not agree.
   standby can take over, even when renewals fail because the database is
   unreachable.
 - Fencing: every write batch of the store checks, inside its transaction,
-  that this epoch still holds a live lease (`leader_fence`, FOR SHARE: a
-  takeover waits until that transaction ends), see rc.controller.store.pg.
+  that this epoch still holds a live lease (`leader_fence`, FOR KEY SHARE:
+  a takeover, which locks the row FOR UPDATE, waits until that transaction
+  ends; a renewal, an UPDATE of no key column, does not), see
+  rc.controller.store.pg.
   A controller paused past its expiry (SIGSTOP, a VM pause) writes nothing
   when it wakes: its first batch fails whole with NotLeader.
 
@@ -152,15 +154,21 @@ class Leadership:
     async def _query(self, name: str, params: dict) -> Any:
         return await self._on_thread(_one, LEADER_QUERIES[name], params)
 
+    async def _take(self) -> Any:
+        def run(conn: Any) -> Any:
+            conn.execute(LEADER_QUERIES["leader_seed"])
+            params = {"holder": self.holder, "url": self.url, "ttl": self.ttl}
+            return conn.execute(LEADER_QUERIES["leader_take"], params).fetchone()
+
+        return await self._on_thread(run)
+
     async def take(self) -> bool:
         """One try: take the lease if it has expired (or was never taken).
         True: this controller is now the active one (self.lease, deadline set).
         A database error counts as not taken (logged)."""
         sent = time.monotonic()
         try:
-            row = await self._query(
-                "leader_take", {"holder": self.holder, "url": self.url, "ttl": self.ttl}
-            )
+            row = await self._take()
         except Exception as e:  # noqa: BLE001 - the next try retries
             log.warning("could not try the leadership lease: %s", _first_line(e))
             return False
@@ -180,7 +188,10 @@ class Leadership:
             log.warning("could not read the leadership lease: %s", _first_line(e))
             self.active = None
             return None
-        self.active = None if row is None else Active(row[0], row[1], int(row[2]), bool(row[3]))
+        if row is None or int(row[2]) == 0:  # never taken (the seed row)
+            self.active = None
+        else:
+            self.active = Active(row[0], row[1], int(row[2]), bool(row[3]))
         return self.active
 
     def active_url(self) -> str | None:

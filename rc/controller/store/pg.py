@@ -320,8 +320,9 @@ lock, which would keep a takeover waiting for as long as it is paused."""
 def fence(conn: _Conn, lease: Any) -> None:
     """Inside a write transaction on `conn`: raise NotLeader unless `lease`
     (rc.controller.store.leader.Lease: holder, epoch) still holds a live
-    leadership lease; the row stays share-locked until the transaction ends,
-    so a takeover waits for it."""
+    leadership lease; the row stays locked FOR KEY SHARE until the
+    transaction ends, so a takeover (FOR UPDATE) waits for it and a renewal
+    does not."""
     params = {"holder": lease.holder, "epoch": lease.epoch, "idle_ms": str(WRITER_IDLE_TIMEOUT_MS)}
     row = conn.execute(LEADER_QUERIES["leader_fence"], params).fetchone()
     if row is None:

@@ -7,6 +7,6 @@ CREATE TABLE leadership (
     id         INTEGER PRIMARY KEY CHECK (id = 1),  -- one row
     holder     TEXT NOT NULL,                       -- the controller instance id
     url        TEXT NOT NULL,                       -- its advertised URL
-    epoch      INTEGER NOT NULL CHECK (epoch >= 1), -- +1 at every takeover
+    epoch      INTEGER NOT NULL CHECK (epoch >= 0), -- +1 at every takeover
     expires_at REAL NOT NULL                        -- by the database's clock
 ) STRICT;

@@ -7,6 +7,6 @@ CREATE TABLE leadership (
     id         bigint PRIMARY KEY CHECK (id = 1),
     holder     text NOT NULL,
     url        text NOT NULL,
-    epoch      bigint NOT NULL CHECK (epoch >= 1),
+    epoch      bigint NOT NULL CHECK (epoch >= 0),
     expires_at timestamptz NOT NULL
 );
