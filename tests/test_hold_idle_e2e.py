@@ -57,6 +57,22 @@ def test_an_unused_hold_is_warned_then_ends_idle(fleet):
     assert b"idle: no use for 3s" in show and b"3s without use" in show
 
 
+def test_show_says_when_the_ttl_ends_before_the_idle_release(fleet):
+    """Found by a new user: `rc show` of a 1-minute hold with a 1-hour idle
+    timeout said it would be released idle in an hour, after its ttl."""
+    res = fleet.alice.run(
+        "hold", "-d", "box:cpu1", "--ttl", "1m", "--reason", "r", "--idle-timeout", "1h",
+        "--detach", check=True,
+    )  # fmt: skip
+    held = int(res.stdout)
+    c = fleet.ctl.client()
+    wait_until(lambda: job(c, held)["state"] == "running", 30, f"hold {held} to start")
+    show = fleet.alice.run("show", str(held), check=True).stdout.decode()
+    assert re.search(r"idle: +idle \S+.*; its ttl ends first, at ", show), show
+    assert "released at" not in show, show
+    fleet.alice.run("release", str(held), check=True)
+
+
 def test_typing_into_its_session_resets_the_clock(fleet, pty_cli):
     held = _hold(fleet, "box:cpu1", "8s")  # warned at 4 s idle: time to attach
     c = fleet.ctl.client()

@@ -604,6 +604,9 @@ def test_up_passes_every_scheduling_option_to_its_controller(user, env):
     assert again.returncode == 1 and b"--aging 1m (its controller runs with --aging 5m)" in (
         again.stderr
     ), again.stderr
+    # one value, another spelling: "already up", not "other settings"
+    again = user.run("up", "-d", "--aging", "300s", "--fair-share", "168h", timeout=120)
+    assert again.returncode == 0 and b"already up" in again.stderr, again.stderr
     # found by a new user: the next rc up given one option forgot every other one
     user.run("down", check=True, timeout=120)
     again = user.run("up", "-d", "--aging", "1m", timeout=120)

@@ -1,6 +1,7 @@
 """Where the client finds its controller and token (README "Configuration").
 
-Controller URL: RC_CONTROLLER, else `controller` in the config file (""
+Controller URL (or a comma-separated list of them, rc.proto.client):
+RC_CONTROLLER, else `controller` in the config file (""
 when neither names one: rc.cli.context then uses the default local socket
 when it exists, else http://127.0.0.1:8080). Token: RC_TOKEN, else `token`
 in the config file.

@@ -53,6 +53,8 @@ def _socket_of(args: argparse.Namespace, cfg: client_config.ClientConfig) -> str
     is unix:///PATH, else the default socket when nothing names a
     controller and it exists. Raises RcError for a malformed unix:// one."""
     named = getattr(args, "controller", None) or cfg.controller
+    if named and "," in named:
+        return None  # a list of URLs (Client rejects a unix:// one in it)
     if named:
         return localsocket.socket_path(named)
     default = localsocket.default_socket()
@@ -131,7 +133,8 @@ def add_client_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--controller",
         metavar="URL",
-        help="controller URL (default: RC_CONTROLLER or the config file)",
+        help="controller URL, or a comma-separated list of them (an active controller "
+        "and its standbys, in order of preference; default: RC_CONTROLLER or the config file)",
     )
     g.add_argument(
         "--token",

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from rc.cli import config as client_config
 from rc.cli.context import stderr
-from rc.proto.client import Client, segment
+from rc.proto.client import Client, parse_controller_url, parse_controller_urls, segment
 from rc.proto.errors import ApiError, RcError
 
 __all__ = ["ensure_client_config", "ensure_token", "worker_token_host", "write_secret"]
@@ -116,23 +116,38 @@ def worker_token_host(url: str, token_file: Path) -> str | None:
     return (me.get("host") or "") if me.get("role") == "worker" else None
 
 
+def names_controller(text: str, url: str) -> bool:
+    """Whether `text` (a controller URL or a comma-separated list of them, as in
+    RC_CONTROLLER or the config file) names the controller at `url`: it is
+    `url` or one of the list (compared parsed, so "http://h:80/" is
+    "http://h"). False for empty or malformed text."""
+    if not text:
+        return False
+    try:
+        return parse_controller_url(url) in parse_controller_urls(text)
+    except RcError:
+        return text.strip() == url
+
+
 def ensure_client_config(admin, url: str) -> bool:
     """Make the client config file (~/.config/rc/config.toml) point at `url`
     with a token that works there, unless it points at another controller
     that rc up did not start (then only a note). Written when missing,
     unreadable or corrupt (a corrupt one is kept as config.toml.broken), or
     when it names this controller with a token it does not know. Returns
-    whether a plain `rc` command here talks to `url`."""
+    whether a plain `rc` command here talks to `url`. A config file or
+    RC_CONTROLLER naming a list of controllers that holds `url` names this
+    controller (the list is kept); a list without it is another controller's."""
     cfg_path = client_config.config_path()
     named = os.environ.get("RC_CONTROLLER", "").strip()
-    points_here = named in ("", url)
+    points_here = not named or names_controller(named, url)
     problem = client_config.file_problem(cfg_path)
     existing = client_config.read_file(cfg_path) if problem is None else {}
 
-    def write(what: str) -> None:
+    def write(what: str, controller: str = url) -> None:
         user_token, words = _user_token(admin, _token_name(getpass.getuser()), _login_name())
-        client_config.write_config(cfg_path, url, user_token, existing.get("cacert", ""))
-        stderr(f"{what} (controller {url}, {words})")
+        client_config.write_config(cfg_path, controller, user_token, existing.get("cacert", ""))
+        stderr(f"{what} (controller {controller}, {words})")
 
     if problem == "missing":
         write(f"wrote {cfg_path}")
@@ -146,14 +161,19 @@ def ensure_client_config(admin, url: str) -> bool:
         write(f"rewrote {cfg_path}, which could not be read ({problem}; kept as {broken})")
     elif not existing.get("controller") and not existing.get("token"):
         write(f"rewrote {cfg_path}, which named neither controller nor token")
-    elif existing.get("controller") == url:
+    elif names_controller(existing.get("controller", ""), url):
         if not _token_works(url, existing.get("token", "")):
-            write(f"rewrote {cfg_path}: its token is not one of this controller's")
-    elif _token_works(url, existing.get("token", "")):
+            write(
+                f"rewrote {cfg_path}: its token is not one of this controller's",
+                existing["controller"],
+            )
+    elif "," not in existing.get("controller", "") and _token_works(url, existing.get("token", "")):
         # the config holds a token of this very controller: it just moved
         client_config.write_config(cfg_path, url, existing["token"], existing.get("cacert", ""))
         stderr(f"updated {cfg_path}: the controller is now at {url}")
-    elif named == url:  # RC_CONTROLLER names this one: the file's controller is not used
+    elif names_controller(
+        named, url
+    ):  # RC_CONTROLLER names this one: the file's controller is not used
         if not os.environ.get("RC_TOKEN", "").strip():
             stderr(
                 f"note: RC_CONTROLLER names this controller, but the token in {cfg_path} "

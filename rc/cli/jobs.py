@@ -405,9 +405,14 @@ def show_lines(view: dict) -> list[tuple[str, str]]:
         out.append(("idle timeout", f"{duration(t)} without use" if t else "off"))
         if t and idle.get("state"):
             warned = " (warned)" if idle.get("warned") else ""
-            out.append(
-                ("idle", f"{idle['state']}; released at {when(idle.get('reclaim_at'))}{warned}")
-            )
+            reclaim = idle.get("reclaim_at")
+            bound = runtime or ceiling
+            ends = j["started_at"] + bound if bound and j.get("started_at") else None
+            if reclaim and ends is not None and ends <= reclaim:  # the ttl comes first
+                said = f"its ttl ends first, at {when(ends)}"
+            else:
+                said = f"released at {when(reclaim)}{warned}"
+            out.append(("idle", f"{idle['state']}; {said}"))
     out.append(("submitted", when(j.get("submitted_at"))))
     out.append(("queued", when(j.get("queued_at"))))
     out.append(("started", when(j.get("started_at"))))

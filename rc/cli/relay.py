@@ -344,8 +344,8 @@ def _final_job(c: Client, job_id: int, clean: bool) -> dict:
         return wait_terminal(c, job_id, give_up_after=None if clean else 5.0)
     except TransportError:
         raise RcError(
-            f"lost the connection to the controller; job {job_id} may still be "
-            f"running (rc ps, rc kill {job_id})"
+            "the controller went away (connection lost): the terminal session ended; "
+            f"job {job_id} may still be running (rc ps, rc logs -f {job_id}, rc kill {job_id})"
         ) from None
 
 
@@ -443,7 +443,8 @@ def _final_session(c: Client, hold: int, sid: int, clean: bool) -> dict:
         return wait_session(c, hold, sid, give_up_after=300.0 if clean else 5.0)
     except TransportError:
         raise RcError(
-            f"lost the connection to the controller during session {sid} of hold {hold}"
+            f"the controller went away (connection lost): session {sid} of hold {hold} "
+            f"ended; the hold keeps running (rc exec {hold} -- ... starts another)"
         ) from None
 
 

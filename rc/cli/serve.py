@@ -18,7 +18,13 @@ from rc.proto import localsocket
 from rc.proto.errors import RcError
 from rc.proto.model import PRIORITY_MAX, PRIORITY_MIN
 
-__all__ = ["SCHEDULING_OPTIONS", "add_parsers", "add_scheduling_options", "default_socket"]
+__all__ = [
+    "SCHEDULING_OPTIONS",
+    "add_parsers",
+    "add_scheduling_options",
+    "default_socket",
+    "scheduling_value",
+]
 
 
 def _in_range(parse, lo: float, hi: float, allowed: str, zero_ok: bool = False):
@@ -74,67 +80,80 @@ def _as_given(check):
     return keep
 
 
+_SCHEDULING_SPECS = (
+    (
+        "--aging",
+        _in_range(_D, 1, 30 * _DAY, "0 (off) or 1s to 30d", True),
+        600.0,
+        "D",
+        "a queued job gains one priority step per D waited (0: off; default 10m)",
+    ),
+    (
+        "--max-devices-per-user",
+        _in_range(_integer, 1, 1_000_000, "0 (no cap) or 1 to 1000000", True),
+        0,
+        "N",
+        "most devices one user may hold at once (0: no cap)",
+    ),
+    (
+        "--max-user-priority",
+        _in_range(_integer, PRIORITY_MIN, PRIORITY_MAX, f"{PRIORITY_MIN} to {PRIORITY_MAX}"),
+        0,
+        "P",
+        (
+            f"highest --priority a user may ask for (admins: up to {PRIORITY_MAX}; a "
+            "negative one is always allowed; default 0)"
+        ),
+    ),
+    (
+        "--fair-share",
+        _in_range(_D, 60, 365 * _DAY, "0 (off) or 1m to 365d", True),
+        0.0,
+        "HALF_LIFE",
+        (
+            "order the queue by fair share too: each user's device-time decays with this "
+            'half-life, e.g. 7d (0: off, the default; README "Sharing fairly")'
+        ),
+    ),
+    (
+        "--hold-idle-timeout",
+        _in_range(whole_seconds_arg, 1, 365 * _DAY, "0 (off) or 1s to 365d", True),
+        7200,
+        "D",
+        (
+            "a hold unused for D is released, unless rc hold --idle-timeout says "
+            'otherwise (0: off; default 2h; README "Holds: the idle rule")'
+        ),
+    ),
+    (
+        "--hold-idle-timeout-max",
+        _in_range(whole_seconds_arg, 1, 365 * _DAY, "0 (none) or 1s to 365d", True),
+        0,
+        "D",
+        (
+            "the longest idle timeout a user may give rc hold; when set, users may "
+            "not turn the rule off (admins may; default 0: no maximum)"
+        ),
+    ),
+)
+"""(flag, check, rc serve's default, metavar, help) of each of SCHEDULING_OPTIONS."""
+
+
+def scheduling_value(dest: str, text: str):
+    """The value of scheduling option `dest` (one of SCHEDULING_OPTIONS) given
+    as `text` ("5m" and "300s" are one value). Raises
+    argparse.ArgumentTypeError when `text` is not a valid value for it."""
+    for flag, check, *_ in _SCHEDULING_SPECS:
+        if flag == "--" + dest.replace("_", "-"):
+            return check(text)
+    raise KeyError(dest)
+
+
 def add_scheduling_options(p, passed_on: bool = False) -> None:
     """Add the scheduling options (SCHEDULING_OPTIONS) to parser `p`: with
     their defaults and parsed values for rc serve; for rc up (`passed_on`),
     default None and the checked text, handed to its rc serve as given."""
-    specs = [
-        (
-            "--aging",
-            _in_range(_D, 1, 30 * _DAY, "0 (off) or 1s to 30d", True),
-            600.0,
-            "D",
-            "a queued job gains one priority step per D waited (0: off; default 10m)",
-        ),
-        (
-            "--max-devices-per-user",
-            _in_range(_integer, 1, 1_000_000, "0 (no cap) or 1 to 1000000", True),
-            0,
-            "N",
-            "most devices one user may hold at once (0: no cap)",
-        ),
-        (
-            "--max-user-priority",
-            _in_range(_integer, PRIORITY_MIN, PRIORITY_MAX, f"{PRIORITY_MIN} to {PRIORITY_MAX}"),
-            0,
-            "P",
-            (
-                f"highest --priority a user may ask for (admins: up to {PRIORITY_MAX}; a "
-                "negative one is always allowed; default 0)"
-            ),
-        ),
-        (
-            "--fair-share",
-            _in_range(_D, 60, 365 * _DAY, "0 (off) or 1m to 365d", True),
-            0.0,
-            "HALF_LIFE",
-            (
-                "order the queue by fair share too: each user's device-time decays with this "
-                'half-life, e.g. 7d (0: off, the default; README "Sharing fairly")'
-            ),
-        ),
-        (
-            "--hold-idle-timeout",
-            _in_range(whole_seconds_arg, 1, 365 * _DAY, "0 (off) or 1s to 365d", True),
-            7200,
-            "D",
-            (
-                "a hold unused for D is released, unless rc hold --idle-timeout says "
-                'otherwise (0: off; default 2h; README "Holds: the idle rule")'
-            ),
-        ),
-        (
-            "--hold-idle-timeout-max",
-            _in_range(whole_seconds_arg, 1, 365 * _DAY, "0 (none) or 1s to 365d", True),
-            0,
-            "D",
-            (
-                "the longest idle timeout a user may give rc hold; when set, users may "
-                "not turn the rule off (admins may; default 0: no maximum)"
-            ),
-        ),
-    ]
-    for flag, check, default, metavar, text in specs:
+    for flag, check, default, metavar, text in _SCHEDULING_SPECS:
         if passed_on:
             p.add_argument(flag, type=_as_given(check), default=None, metavar=metavar, help=text)
         else:

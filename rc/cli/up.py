@@ -40,6 +40,7 @@ from rc.cli.serve import (
     add_scheduling_options,
     check_hold_idle,
     have_controller,
+    scheduling_value,
 )
 from rc.proto import pidlock
 from rc.proto.client import Client
@@ -300,6 +301,8 @@ def _differences(
     if serve_runs:
         running = st.get("scheduling") or {}
         for dest, text in _scheduling(args).items():
+            if dest in running and _same_value(dest, running[dest], text):
+                continue
             if running.get(dest) != text:
                 flag = "--" + dest.replace("_", "-")
                 now = f"{flag} {running[dest]}" if dest in running else "its default"
@@ -310,6 +313,15 @@ def _differences(
         if args.host is not None and args.host != st.get("host", args.host):
             out.append(f"--host {args.host} (its worker is host {st['host']})")
     return out
+
+
+def _same_value(dest: str, a: str, b: str) -> bool:
+    """Whether two texts of scheduling option `dest` give one value ("5m" is
+    "300s"); a text the option does not take (an older up.json) is no match."""
+    try:
+        return scheduling_value(dest, a) == scheduling_value(dest, b)
+    except argparse.ArgumentTypeError:
+        return False
 
 
 def _scheduling(args: argparse.Namespace) -> dict[str, str]:

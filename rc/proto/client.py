@@ -7,6 +7,16 @@ applies a connect timeout and a separate read timeout, and remembers the
 controller instance id of the last response (docs/design.md#the-wire).
 
 Connections are kept alive, one per thread.
+
+A client may be given a comma-separated list of controller URLs (one active
+controller and its standbys, in order of preference). It talks to one of
+them at a time; when that one cannot be reached (TransportError) or answers
+503 `standby`, it moves to the active controller the answer names if that is
+one of the list, else to the next URL, and sends the request again, cycling
+with a backoff of 0.2 s doubling to 2 s until the request's own deadline
+(its read timeout, plus the connect timeout). Every rc route is safe to
+retry (idempotency keys, offsets). A client of a single URL never retries
+on another and behaves as one always did.
 """
 
 from __future__ import annotations
@@ -25,7 +35,16 @@ from typing import Any
 from rc.proto import INSTANCE_HEADER
 from rc.proto.errors import ApiError, RcError, TransportError
 
-__all__ = ["Client", "ControllerURL", "Response", "parse_controller_url", "segment", "tls_context"]
+__all__ = [
+    "STANDBY",
+    "Client",
+    "ControllerURL",
+    "Response",
+    "parse_controller_url",
+    "parse_controller_urls",
+    "segment",
+    "tls_context",
+]
 
 
 def segment(text: str) -> str:
@@ -37,6 +56,11 @@ def segment(text: str) -> str:
 
 CONNECT_TIMEOUT_S = 5.0
 READ_TIMEOUT_S = 120.0
+FAILOVER_BACKOFF_MIN_S = 0.2
+FAILOVER_BACKOFF_MAX_S = 2.0
+MAX_CONTROLLER_URLS = 16
+STANDBY = "standby"
+"""The error code of a controller that is not the active one (HTTP 503)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +101,37 @@ def parse_controller_url(text: str) -> ControllerURL:
     return ControllerURL(u.scheme, u.hostname, port, u.path.rstrip("/"))
 
 
+def parse_controller_urls(text: str) -> list[ControllerURL]:
+    """Parse one controller URL or a comma-separated list of them (order =
+    preference), at most MAX_CONTROLLER_URLS, each as parse_controller_url.
+
+    Raises RcError naming the bad item: an empty item, a malformed URL, one
+    listed twice, a list mixing http and https, or too many."""
+    items = [item.strip() for item in text.split(",")]
+    if len(items) == 1:
+        return [parse_controller_url(text)]
+    if len(items) > MAX_CONTROLLER_URLS:
+        raise RcError(
+            f"controller URL list {text!r} has {len(items)} URLs; at most {MAX_CONTROLLER_URLS}"
+        )
+    urls: list[ControllerURL] = []
+    for n, item in enumerate(items, 1):
+        if not item:
+            raise RcError(f"controller URL list {text!r}: item {n} is empty")
+        if item.startswith("unix://"):
+            raise RcError(
+                f"controller URL list {text!r}: item {n} ({item}) is a local socket; "
+                "a unix:// address is given alone, not in a list"
+            )
+        url = parse_controller_url(item)
+        if url in urls:
+            raise RcError(f"controller URL list {text!r}: {url} is listed twice")
+        urls.append(url)
+    if len({u.scheme for u in urls}) > 1:
+        raise RcError(f"controller URL list {text!r} mixes http and https; use one scheme")
+    return urls
+
+
 @dataclass(slots=True)
 class Response:
     """A complete response: status, lower-cased headers, raw body."""
@@ -115,24 +170,34 @@ class _TLSConnection(http.client.HTTPSConnection):
 
 
 class Client:
-    """Talks to one controller with one token.
+    """Talks to one controller (of a list: see the module docstring) with one token.
 
-    `timeout` is the read timeout in seconds for ordinary requests (long polls
-    and streams pass their own); `connect_timeout` bounds the TCP and TLS
-    handshake. `cacert` is a PEM file to verify an https controller with
-    (default: the system store).
+    `url` is a URL, a comma-separated list of them (parse_controller_urls),
+    a ControllerURL or a list of ControllerURL. `timeout` is the read
+    timeout in seconds for ordinary requests (long polls and streams pass
+    their own); `connect_timeout` bounds the TCP and TLS handshake. `cacert`
+    is a PEM file to verify an https controller with (default: the system
+    store). `url` is the controller talked to now; `urls` the whole list.
     """
 
     def __init__(
         self,
-        url: str | ControllerURL,
+        url: str | ControllerURL | list[ControllerURL],
         token: str = "",
         *,
         timeout: float = READ_TIMEOUT_S,
         connect_timeout: float = CONNECT_TIMEOUT_S,
         cacert: str | None = None,
     ) -> None:
-        self.url = url if isinstance(url, ControllerURL) else parse_controller_url(url)
+        if isinstance(url, ControllerURL):
+            self.urls = [url]
+        elif isinstance(url, list):
+            if not url:
+                raise RcError("no controller URL given")
+            self.urls = list(url)
+        else:
+            self.urls = parse_controller_urls(url)
+        self._current = 0
         self.token = token
         self.timeout = timeout
         self.connect_timeout = connect_timeout
@@ -146,26 +211,122 @@ class Client:
         self.instance: str = ""
         self.last_response: float = 0.0
         """time.monotonic() of the last response of any status (contact)."""
+        self.abandon: threading.Event | None = None
+        """Once set (a worker shutting down), a request tries each URL of the
+        list once more at most, without backoff, instead of cycling on."""
+
+    @property
+    def url(self) -> ControllerURL:
+        """The controller this client talks to now (one of `urls`)."""
+        return self.urls[self._current]
+
+    @url.setter
+    def url(self, url: ControllerURL) -> None:
+        """Talk to `url` alone from now on (a list of one)."""
+        self.urls = [url]
+        self._current = 0
+
+    def _move(self, failed: ControllerURL, active: str | None) -> None:
+        """After `failed` did not serve a request: talk to `active` (a URL a
+        standby named) when it is one of the list, else to the URL after
+        `failed`. Another thread that moved already is not undone."""
+        with self._lock:
+            if self.urls[self._current] != failed:
+                return
+            named = None
+            if active:
+                try:
+                    named = parse_controller_url(active)
+                except RcError:
+                    named = None
+            if named is not None and named in self.urls and named != failed:
+                self._current = self.urls.index(named)
+            else:
+                self._current = (self._current + 1) % len(self.urls)
+
+    def failover(self, attempt, deadline: float):
+        """Run `attempt(url)` against the current controller and return what it
+        returns; when the client has a list of URLs and it raises
+        TransportError or ApiError `standby`, move (see `_move`) and run it
+        again, with backoff after each round of the list, until time.monotonic()
+        passes `deadline`. Then the last error is raised (a TransportError
+        naming every URL's last failure when none could be reached)."""
+        if len(self.urls) == 1:
+            return attempt(self.url)
+        backoff = FAILOVER_BACKOFF_MIN_S
+        tried = 0
+        failures: dict[ControllerURL, str] = {}
+        while True:
+            url = self.url
+            try:
+                return attempt(url)
+            except TransportError as e:
+                failures[url] = str(e)
+                last: RcError = e
+                active = None
+            except ApiError as e:
+                if e.code != STANDBY:
+                    raise
+                failures[url] = f"{url}: a standby"
+                last = e
+                active = getattr(e, "active", None)
+            self._move(url, active)
+            tried += 1
+            now = time.monotonic()
+            abandon = self.abandon
+            if now >= deadline or (
+                tried >= len(self.urls) and abandon is not None and abandon.is_set()
+            ):
+                if isinstance(last, TransportError) and len(failures) > 1:
+                    raise TransportError(
+                        "no controller of the list answered ("
+                        + "; ".join(failures[u] for u in self.urls if u in failures)
+                        + ")"
+                    ) from None
+                raise last
+            if tried >= len(self.urls):
+                tried = 0
+                pause = min(backoff, max(0.0, deadline - now))
+                if abandon is not None:
+                    abandon.wait(pause)
+                else:
+                    time.sleep(pause)
+                backoff = min(backoff * 2, FAILOVER_BACKOFF_MAX_S)
+
+    def deadline(self, read_timeout: float | None) -> float:
+        """The time.monotonic() until which a request of this read timeout
+        (seconds; None: the client's) goes on trying the list's controllers."""
+        t = self.timeout if read_timeout is None else read_timeout
+        return time.monotonic() + t + self.connect_timeout
 
     # -- connections -----------------------------------------------------
 
-    def new_connection(self, read_timeout: float) -> http.client.HTTPConnection:
+    def new_connection(
+        self, read_timeout: float, url: ControllerURL | None = None
+    ) -> http.client.HTTPConnection:
         """A fresh, unpooled connection to the controller (for streamed bodies, which
-        need a connection of their own); `read_timeout` in seconds, None for none."""
+        need a connection of their own); `read_timeout` in seconds, None for none;
+        `url` one of `urls` (default: the current one)."""
+        url = url or self.url
         if self._ssl is not None:
-            return _TLSConnection(
-                self.url.host, self.url.port, self.connect_timeout, read_timeout, self._ssl
-            )
-        return _Connection(self.url.host, self.url.port, self.connect_timeout, read_timeout)
+            return _TLSConnection(url.host, url.port, self.connect_timeout, read_timeout, self._ssl)
+        conn = _Connection(url.host, url.port, self.connect_timeout, read_timeout)
+        return conn
 
-    def _pooled(self, read_timeout: float) -> tuple[http.client.HTTPConnection, bool]:
+    def _pooled(
+        self, read_timeout: float, url: ControllerURL
+    ) -> tuple[http.client.HTTPConnection, bool]:
         conn = getattr(self._local, "conn", None)
+        if conn is not None and getattr(conn, "rc_url", url) != url:
+            self.close()  # kept alive to the controller this client moved away from
+            conn = None
         if conn is not None:
             conn.read_timeout = read_timeout
             if conn.sock is not None:
                 conn.sock.settimeout(read_timeout)
             return conn, True
-        conn = self.new_connection(read_timeout)
+        conn = self.new_connection(read_timeout, url)
+        conn.rc_url = url
         self._local.conn = conn
         with self._lock:
             self._open.append(conn)
@@ -203,9 +364,12 @@ class Client:
             h.update(extra)
         return h
 
-    def path(self, path: str, params: dict[str, Any] | None = None) -> str:
-        """The request target for an API path with optional query parameters."""
-        target = self.url.prefix + path
+    def path(
+        self, path: str, params: dict[str, Any] | None = None, url: ControllerURL | None = None
+    ) -> str:
+        """The request target for an API path with optional query parameters
+        (on `url`, default: the current controller)."""
+        target = (url or self.url).prefix + path
         if params:
             q = {k: v for k, v in params.items() if v is not None}
             if q:
@@ -231,7 +395,8 @@ class Client:
         for 2xx; raises ApiError for an error status and TransportError when no
         response arrives. A kept-alive connection the server closed in the
         meantime is retried once on a fresh one (every rc route is safe to
-        retry: writes carry idempotency keys or offsets).
+        retry: writes carry idempotency keys or offsets). With a list of URLs
+        the request follows the controllers (see `failover`).
         """
         h = self.auth_headers(headers)
         data = raw
@@ -240,10 +405,26 @@ class Client:
             h["Content-Type"] = "application/json"
         elif raw is not None:
             h.setdefault("Content-Type", "application/octet-stream")
-        target = self.path(path, params)
         read_timeout = self.timeout if timeout is None else timeout
+
+        def attempt(url: ControllerURL) -> Response:
+            return self._request_once(
+                url, method, self.path(path, params, url), data, h, read_timeout
+            )
+
+        return self.failover(attempt, self.deadline(read_timeout))
+
+    def _request_once(
+        self,
+        url: ControllerURL,
+        method: str,
+        target: str,
+        data: bytes | None,
+        h: dict[str, str],
+        read_timeout: float,
+    ) -> Response:
         for attempt in (0, 1):
-            conn, reused = self._pooled(read_timeout)
+            conn, reused = self._pooled(read_timeout, url)
             try:
                 conn.request(method, target, body=data, headers=h)
                 resp = conn.getresponse()
@@ -252,10 +433,10 @@ class Client:
                 self.close()
                 if reused and attempt == 0:
                     continue
-                raise TransportError(f"{self.url}: connection lost: {e}") from None
+                raise TransportError(f"{url}: connection lost: {e}") from None
             except (OSError, http.client.HTTPException) as e:
                 self.close()
-                raise TransportError(f"{self.url}: {_describe(e, self.cacert)}") from None
+                raise TransportError(f"{url}: {_describe(e, self.cacert)}") from None
             except BaseException:
                 # e.g. Ctrl-C mid-request: the connection is mid-exchange and
                 # must not be reused (the next request would fail "Request-sent")
@@ -313,28 +494,44 @@ class Client:
 
         Raises ApiError / TransportError like `request`. The read timeout
         applies to each chunk; closing the generator closes the connection.
+        Opening the stream follows a list of controllers (see `failover`); a
+        stream that breaks later raises TransportError (the caller resumes
+        by offset, on whichever controller then answers).
         """
         h = self.auth_headers(headers)
         if body is not None and not isinstance(body, (bytes, bytearray)):
             body = json.dumps(body).encode()
             h["Content-Type"] = "application/json"
-        conn = self.new_connection(self.timeout if timeout is None else timeout)
-        try:
+        read_timeout = self.timeout if timeout is None else timeout
+        opened: list[tuple[http.client.HTTPConnection, ControllerURL]] = []
+
+        def attempt(url: ControllerURL):
+            conn = self.new_connection(read_timeout, url)
             try:
-                conn.request(method, self.path(path, params), body=body, headers=h)
-                resp = conn.getresponse()
-            except (OSError, http.client.HTTPException) as e:
-                raise TransportError(f"{self.url}: {_describe(e, self.cacert)}") from None
-            hdrs = {k.lower(): v for k, v in resp.getheaders()}
-            if resp.status >= 400:
-                self.check_response(resp.status, hdrs, resp.read())
-            self.check_response(resp.status, hdrs, b"")
+                try:
+                    conn.request(method, self.path(path, params, url), body=body, headers=h)
+                    resp = conn.getresponse()
+                except (OSError, http.client.HTTPException) as e:
+                    raise TransportError(f"{url}: {_describe(e, self.cacert)}") from None
+                hdrs = {k.lower(): v for k, v in resp.getheaders()}
+                if resp.status >= 400:
+                    self.check_response(resp.status, hdrs, resp.read())
+                self.check_response(resp.status, hdrs, b"")
+            except BaseException:
+                conn.close()
+                raise
+            opened.append((conn, url))
+            return resp
+
+        resp = self.failover(attempt, self.deadline(read_timeout))
+        conn, url = opened[-1]
+        try:
             while True:
                 try:
                     chunk = resp.read1(65536)
                 except (OSError, http.client.HTTPException) as e:
                     raise TransportError(
-                        f"{self.url}: stream broke: {_describe(e, self.cacert)}"
+                        f"{url}: stream broke: {_describe(e, self.cacert)}"
                     ) from None
                 if not chunk:
                     return
@@ -382,10 +579,16 @@ def _describe(e: BaseException, cacert: str | None = None) -> str:
 
 
 def _api_error(status: int, payload: bytes) -> ApiError:
+    """The ApiError of an error envelope; a `standby` one carries the URL of
+    the active controller it names as `.active` (None when it names none)."""
     try:
         obj = json.loads(payload)
         if isinstance(obj, dict) and isinstance(obj.get("error"), str):
-            return ApiError(status, obj["error"], str(obj.get("message", "")))
+            err = ApiError(status, obj["error"], str(obj.get("message", "")))
+            if err.code == STANDBY:
+                active = obj.get("active")
+                err.active = active if isinstance(active, str) and active else None
+            return err
     except ValueError:
         pass
     text = payload[:200].decode("utf-8", "replace").strip()

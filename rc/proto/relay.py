@@ -182,9 +182,16 @@ def _open(client: Client, method: str, path: str, headers: dict[str, str]):
     controller cannot be reached or does not answer within the client's
     timeout. After the answer the socket has no timeout (keepalive instead).
     """
-    conn = client.new_connection(client.timeout)
+    return client.failover(
+        lambda url: _open_at(client, url, method, path, headers), client.deadline(None)
+    )
+
+
+def _open_at(client: Client, url, method: str, path: str, headers: dict[str, str]):
+    """`_open` on the controller at `url` (one of client.urls)."""
+    conn = client.new_connection(client.timeout, url)
     try:
-        conn.putrequest(method, client.path(path), skip_accept_encoding=True)
+        conn.putrequest(method, client.path(path, url=url), skip_accept_encoding=True)
         for k, v in client.auth_headers(headers).items():
             conn.putheader(k, v)
         conn.endheaders()
@@ -194,7 +201,7 @@ def _open(client: Client, method: str, path: str, headers: dict[str, str]):
         sock.settimeout(None)
     except (OSError, http.client.HTTPException) as e:
         conn.close()
-        raise TransportError(f"{client.url}: {_describe(e)}") from None
+        raise TransportError(f"{url}: {_describe(e)}") from None
     if resp.status >= 400:
         try:
             payload = resp.read()

@@ -2,7 +2,8 @@
 
 Every key, its default and unit (top-level keys first, as TOML requires):
 
-    controller_url      = "http://ctl:8080"   # required (or --controller)
+    controller_url      = "http://ctl:8080"   # required (or --controller); a comma list
+                                              # "http://a:8080,http://b:8080" follows failovers
     token               = "..."               # else token_file, else $RC_TOKEN
     token_file          = "/etc/rc/worker.token"
     cacert              = ""                  # PEM bundle for an https controller
@@ -74,7 +75,7 @@ import tomllib
 from dataclasses import dataclass, field
 from typing import Any
 
-from rc.proto.client import parse_controller_url
+from rc.proto.client import parse_controller_urls
 from rc.proto.duration import DurationError, format_duration, parse_duration
 from rc.proto.errors import RcError
 from rc.proto.model import DEVICES_PER_WORKER_MAX
@@ -379,7 +380,7 @@ def _parse(where: str, data: dict[str, Any]) -> dict[str, Any]:
                 )
             if key == "controller_url" and kw[key]:
                 try:
-                    parse_controller_url(kw[key])
+                    parse_controller_urls(kw[key])
                 except RcError as e:
                     raise ConfigError(f"{where}: controller_url: {e}") from None
         elif key in _BOOLS:

@@ -8,7 +8,7 @@ import os
 import signal
 import sys
 
-from rc.proto.client import Client, parse_controller_url
+from rc.proto.client import Client, parse_controller_urls
 from rc.proto.errors import RcError
 from rc.worker import config as worker_config
 from rc.worker import reaper
@@ -31,7 +31,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PATH",
         help="worker config (TOML; default /etc/rc/worker.toml when it exists)",
     )
-    p.add_argument("--controller", default=None, metavar="URL", help="controller URL")
+    p.add_argument(
+        "--controller",
+        default=None,
+        metavar="URL",
+        help="controller URL, or a comma-separated list of them (followed on a failover)",
+    )
     p.add_argument(
         "--token-file",
         default=None,
@@ -143,7 +148,7 @@ def run(args: argparse.Namespace) -> int:
         problems = startup_problems(cfg)
         if problems:
             raise worker_config.ConfigError(problems[0])
-        url = parse_controller_url(cfg.controller_url)
+        url = parse_controller_urls(cfg.controller_url)
         client = Client(url, cfg.token, cacert=cfg.cacert or None)  # reads the CA file
     except RcError as e:
         print(f"rc worker: {e}", file=sys.stderr)
@@ -174,6 +179,7 @@ def run(args: argparse.Namespace) -> int:
     orphans = reaper.Reaper().start()
     unignore_inherited_signals()
     agent = Agent(cfg, client)
+    client.abandon = agent.stop_event  # a stopping worker does not cycle the list on
     agent.ready_fd = args.ready_fd  # `rc up` learns of the first registration there
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, frame: agent.stop())
