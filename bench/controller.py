@@ -142,6 +142,9 @@ def start_controller(data: Path, *extra: str):
             str(data),
             "--ready-fd",
             str(w),
+            # no local socket: as root it would be /run/rc/rc.sock, which another run may hold
+            "--socket",
+            "",
             *ENGINE.current,
             *extra,
         ],
@@ -492,8 +495,7 @@ def ledger_and_fair_share(jobs: int, queued: int, runs: int = 7) -> list[str]:
     ENGINE.current = ENGINE.fresh()
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp) / "data"
-        # no local socket: as root it would be /run/rc/rc.sock, which another run may hold
-        proc, url, admin = start_controller(data, "--socket", "")
+        proc, url, admin = start_controller(data)
         try:
             for h in range(125):
                 tok = admin.post("/v1/tokens", {"name": f"w{h}", "role": "worker"})["secret"]
@@ -508,7 +510,7 @@ def ledger_and_fair_share(jobs: int, queued: int, runs: int = 7) -> list[str]:
         finally:
             stop(proc)
         _history(data / "rc.db", jobs, queued)
-        proc, url, admin = start_controller(data, "--socket", "", "--fair-share", "7d")
+        proc, url, admin = start_controller(data, "--fair-share", "7d")
         try:
             env = {k: v for k, v in os.environ.items() if not k.startswith("RC_")}
             env.update(RC_CONTROLLER=url, RC_TOKEN=admin.token, PYTHONPATH=str(ROOT))

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from rc.controller.errors import NotLeader
+from rc.controller.errors import NotLeader, StoreError
 from rc.controller.store import leader, pg, tokens
 from rc.proto.model import Role
 from tests.test_schema_pg import _prepare_text
@@ -87,8 +87,10 @@ def test_the_active_steps_down_by_its_deadline_when_renewals_cannot_reach_the_da
         a = await leader.Leadership(dsn, "ctl-a", "http://a:1", TTL).open()
         try:
             assert await a.take()
-            # every renewal fails (a closed connection): hold returns at the
-            # deadline, before the lease's expiry by the database's clock
+            # every renewal fails (its connection is gone and the database
+            # cannot be reached again): hold returns at the deadline, before
+            # the lease's expiry by the database's clock
+            a.dsn = "postgresql://rc@/nowhere?host=/nonexistent&connect_timeout=1"
             a._conn.raw.close()
             started = time.monotonic()
             why = await asyncio.wait_for(a.hold(), 5 * TTL)
@@ -225,3 +227,57 @@ def test_a_takeover_waits_for_a_fenced_transaction_and_renewals_do_not(dsn):
 async def _expired(lb: leader.Leadership) -> bool:
     seen = await lb.peek()
     return seen is not None and not seen.live
+
+
+def test_the_lease_connection_is_made_again_after_it_broke(dsn):
+    """The server ended the lease's connection (a restart, a dropped network):
+    the next try connects again, so a standby is not stuck trying forever and
+    an active one renews if the database is back before its deadline."""
+
+    async def go() -> None:
+        a = await leader.Leadership(dsn, "ctl-a", "http://a:1", 30.0).open()
+        try:
+            assert await a.take()
+            pid = a._conn.raw.info.backend_pid
+            with psycopg.connect(dsn, autocommit=True) as admin:
+                admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+            ok = None
+            for _ in range(3):  # the first try may find the connection broken
+                try:
+                    ok = await a.renew()
+                    break
+                except psycopg.Error:
+                    continue
+            assert ok is True
+            assert a._conn.raw.info.backend_pid != pid
+        finally:
+            await a.close()
+
+    asyncio.run(asyncio.wait_for(go(), 30))
+
+
+def test_an_active_whose_database_connection_broke_stops_acting(dsn):
+    """After a database restart or failover the store's connections are gone
+    for good (nothing reconnects them): the active must step down (on_fenced)
+    so that a standby, with connections of its own, takes over, instead of
+    renewing its lease while every write fails."""
+
+    async def go() -> None:
+        la = await leader.Leadership(dsn, "ctl-a", "http://a:1", 30.0).open()
+        assert await la.take()
+        a = await pg.PgDatabase(dsn, clock=time.time, lease=la.lease).open()
+        told: list[Exception] = []
+        a.on_fenced = told.append
+        try:
+            await a.write(tokens.create, "before", Role.USER, "h1", "", None, "")
+            assert told == []
+            with psycopg.connect(dsn, autocommit=True) as admin:
+                admin.execute("SELECT pg_terminate_backend(%s)", (a._writer.raw.info.backend_pid,))
+            with pytest.raises(StoreError, match="database write failed"):
+                await a.write(tokens.create, "after", Role.USER, "h2", "", None, "")
+            assert len(told) == 1 and "connection to the database broke" in str(told[0])
+        finally:
+            await a.close()
+            await la.close()
+
+    asyncio.run(asyncio.wait_for(go(), 30))

@@ -342,7 +342,13 @@ async def _activate(ctl: Controller, leadership, gate: _Gate) -> asyncio.Event |
     )
     fenced = asyncio.Event()
     ctl.db.fence_by(lease)
-    ctl.db.on_fenced = lambda e: fenced.set()
+
+    def on_fenced(e: Exception) -> None:
+        if not fenced.is_set():
+            fenced.why = str(e)  # type: ignore[attr-defined]
+            fenced.set()
+
+    ctl.db.on_fenced = on_fenced
     gate.started = True  # from here on ctl.stop closes what ctl.start opened
     try:
         await ctl.start()
@@ -409,7 +415,7 @@ async def _lead_on(ctl, leadership, gate, outcome, fenced) -> None:
     why = (
         holding.result()
         if holding.done() and not holding.cancelled()
-        else ("a write was fenced: another controller holds the lease now")
+        else getattr(fenced, "why", "a write was fenced")
     )
     gate.open = False
     await leadership.peek()

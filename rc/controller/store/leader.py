@@ -147,9 +147,30 @@ class Leadership:
             await asyncio.get_running_loop().run_in_executor(None, conn.close)
 
     async def _on_thread(self, fn: Callable, *args: Any) -> Any:
+        if self._conn is None or self._conn.raw.closed:
+            await self._reconnect()
         return await asyncio.get_running_loop().run_in_executor(
             self._conn.executor, fn, self._conn, *args
         )
+
+    async def _reconnect(self) -> None:
+        """A new lease connection after the last one broke (the server
+        restarted, the network dropped it): a standby keeps trying, an
+        active one renews again if it is back before its deadline. Raises
+        psycopg's error when the database cannot be reached (the caller's
+        try fails; the next one reconnects again)."""
+        from rc.controller.store import pg
+
+        loop = asyncio.get_running_loop()
+        if self._conn is not None:
+            old, self._conn = self._conn, None
+            await loop.run_in_executor(None, old.close)
+        conn = await loop.run_in_executor(None, pg.PgDatabase(self.dsn, time.time)._connect)
+        await loop.run_in_executor(
+            conn.executor, _set, conn, f"SET statement_timeout = {STATEMENT_TIMEOUT_MS}"
+        )
+        self._conn = conn
+        log.info("reconnected the leadership lease's connection")
 
     async def _query(self, name: str, params: dict) -> Any:
         return await self._on_thread(_one, LEADER_QUERIES[name], params)

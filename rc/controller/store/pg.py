@@ -365,6 +365,7 @@ class PgDatabase(db.Database):
         super().__init__(redact(dsn), clock, readers)
         self.dsn = dsn
         self.lease = None
+        self._broken_told = False
         if lease is not None:
             self.fence_by(lease)
 
@@ -418,4 +419,23 @@ class PgDatabase(db.Database):
         """Run `fn(tx, *args)` in a read transaction (a consistent snapshot)."""
         conn = self._readers[self._next_reader % len(self._readers)]
         self._next_reader += 1
-        return await self._on_thread(conn, _run_read, fn, args, self.clock())
+        try:
+            return await self._on_thread(conn, _run_read, fn, args, self.clock())
+        finally:
+            self._check_connections()
+
+    async def _commit(self, ops: list) -> None:
+        await super()._commit(ops)
+        self._check_connections()
+
+    def _check_connections(self) -> None:
+        """A fenced database (an active controller's) whose connection broke
+        (the server restarted, a database failover, the network): nothing
+        reconnects it, so the controller must stop acting (on_fenced) for a
+        standby, with connections of its own, to take over. Unfenced: the
+        errors are the callers' (StoreError)."""
+        if self.lease is None or self._broken_told:
+            return
+        if any(c is not None and c.raw.closed for c in [self._writer, *self._readers]):
+            self._broken_told = True
+            self.on_fenced(NotLeader("a connection to the database broke"))
