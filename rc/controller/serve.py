@@ -9,6 +9,16 @@ also listens on that Unix socket (rc.controller.localsocket). Once listening, th
 ({url, pid, instance, socket}) for `rc up`, `rc down` and tests, and prints the URL.
 SIGINT/SIGTERM stop it gracefully: HTTP first (5 s for in-flight requests),
 then the loops, then the database.
+
+On PostgreSQL (--database) several rc serve share one database: each takes
+the leadership lease if it is free (rc.controller.store.leader), else is a
+standby behind a closed gate (app.Gate: every request 503 standby) that tries
+to take it every 0.5 s; the one holding it starts its Controller as a
+restarted controller does. Losing the lease (renewals failing until its
+deadline, a fenced write, a broken database connection) closes the gate,
+ends relay sessions and stops the process with exit status 3 (SteppedDown):
+a supervisor restarts it, and it rejoins as a standby. A clean stop gives
+the lease up at once.
 """
 
 from __future__ import annotations
