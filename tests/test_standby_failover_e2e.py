@@ -1,10 +1,10 @@
-"""The failover of issue 22, end to end: two `rc serve` on one throwaway
-PostgreSQL database, one worker and the clients given both URLs; kill -9
-of the active in the middle of 200 jobs. Every job runs exactly once (each
-appends its RC_JOB_ID to a file), none is lost, `rc logs -f` of a job
-running across the failover ends with its exit code; the failover time
-(kill -9 → the first job dispatched by the new active) is measured and
-printed, and must be within the 10 s bound of README "More than one box"."""
+"""A failover end to end: two `rc serve` on one throwaway PostgreSQL
+database, one worker and the clients given both URLs; kill -9 of the active
+in the middle of 200 jobs. Every job runs exactly once (each appends its
+RC_JOB_ID to a file), none is lost, `rc logs -f` of a job running across
+the failover ends with its exit code; the failover time (kill -9 → the
+first job dispatched by the new active) is measured and printed, and must
+be within the 10 s bound of README "More than one box"."""
 
 from __future__ import annotations
 
