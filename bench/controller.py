@@ -14,7 +14,15 @@ Prints, each against its target:
    scheduling pass with fair share on, 10,000 queued (target ≤ 20 ms).
 
 Loopback only; fake workers are plain HTTP clients of the worker routes.
-Usage: python bench/controller.py [--quick]
+Usage: python bench/controller.py [--quick] [--database postgresql://...|pg]
+
+With --database each figure is measured on the embedded SQLite file and on
+PostgreSQL, printed side by side ("sqlite: ... | postgresql: ..."): a
+postgresql:// URL names a server (each figure empties the database it is
+given: use a database of its own), `pg` starts a throwaway cluster
+(tests/pgcluster.py, Debian's server binaries) with a fresh database per
+figure. The controller's RSS is its own process's (the PostgreSQL server's
+memory is not in it).
 """
 
 from __future__ import annotations
@@ -35,6 +43,89 @@ from fleet import ROOT, _wait_line, fleet
 from rc.proto.client import Client
 
 
+class Engine:
+    """Where a figure's controller keeps its state: `name` "sqlite" or
+    "postgresql"; `fresh()` gives the rc serve flags of an empty store for
+    one figure; `direct(data)` a connection to write a history into it
+    straight (sqlite3's API: execute, executemany with `?`, commit, close)."""
+
+    def __init__(self, name: str, url: str = "") -> None:
+        self.name = name
+        self.url = url
+        self.cluster = None
+        self.dsn = ""
+        self.current: tuple[str, ...] = ()
+
+    def fresh(self) -> tuple[str, ...]:
+        if self.name == "sqlite":
+            return ()
+        if self.url == "pg":
+            if self.cluster is None:
+                sys.path.insert(0, str(ROOT))
+                from tests.pgcluster import PgCluster
+
+                self.cluster = PgCluster(Path(tempfile.mkdtemp(prefix="rc-bench-pg-")) / "pg")
+                self.cluster.start()
+            self.dsn = self.cluster.create_database()
+        else:
+            self.dsn = self.url
+            _empty(self.dsn)
+        return ("--database", self.dsn)
+
+    def direct(self, data: Path):
+        if self.name == "sqlite":
+            import sqlite3
+
+            return sqlite3.connect(data / "rc.db")
+        return _PgDirect(self.dsn)
+
+    def close(self) -> None:
+        if self.cluster is not None:
+            self.cluster.stop()
+
+
+def _empty(dsn: str) -> None:
+    """Drop rc's tables from a PostgreSQL database (a figure starts empty)."""
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as c:
+        c.execute("DROP SCHEMA public CASCADE")
+        c.execute("CREATE SCHEMA public")
+
+
+class _PgDirect:
+    """sqlite3's execute/executemany/commit/close on psycopg (`?` → `%s`);
+    executemany also moves the id sequences past the ids written straight."""
+
+    def __init__(self, dsn: str) -> None:
+        import psycopg
+
+        self.conn = psycopg.connect(dsn)
+
+    def execute(self, sql: str, params=()):
+        return self.conn.execute(sql.replace("?", "%s"), params)
+
+    def executemany(self, sql: str, rows) -> None:
+        with self.conn.cursor() as cur:
+            cur.executemany(sql.replace("?", "%s"), list(rows))
+        for table in ("jobs", "leases"):  # past the ids written straight
+            self.conn.execute(
+                f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), "
+                f"coalesce((SELECT max(id) FROM {table}), 0) + 1, false)"
+            )
+
+    def commit(self) -> None:
+        self.conn.commit()
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+ENGINE = Engine("sqlite")
+"""The engine the figure being measured runs on (main sets it); its
+`current` is the rc serve flags of the figure's store."""
+
+
 def start_controller(data: Path, *extra: str):
     r, w = os.pipe()
     env = {k: v for k, v in os.environ.items() if not k.startswith("RC_")}
@@ -51,17 +142,22 @@ def start_controller(data: Path, *extra: str):
             str(data),
             "--ready-fd",
             str(w),
+            # no local socket: as root it would be /run/rc/rc.sock, which another run may hold
+            "--socket",
+            "",
+            *ENGINE.current,
             *extra,
         ],
         pass_fds=(w,),
         env=env,
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stderr=open(data.parent / "serve.log", "ab"),  # noqa: SIM115 - the child keeps it
         cwd=ROOT,
     )
     os.close(w)
     url = _wait_line(r, proc, 30)
     os.close(r)
+    proc.log_path = data.parent / "serve.log"
     return proc, url, Client(url, (data / "admin.token").read_text().strip())
 
 
@@ -80,6 +176,9 @@ def rss_mb(pid: int) -> float:
 
 
 def stop(proc) -> None:
+    if proc.poll() is not None and proc.returncode != 0:
+        tail = proc.log_path.read_text(errors="replace")[-3000:]
+        print(f"rc serve exited {proc.returncode} during the figure:\n{tail}", file=sys.stderr)
     proc.terminate()
     try:
         proc.wait(30)
@@ -109,6 +208,7 @@ def _submitter(url: str, token: str, n: int, out) -> None:
 
 
 def submissions(total: int) -> str:
+    ENGINE.current = ENGINE.fresh()
     with tempfile.TemporaryDirectory() as tmp:
         proc, url, admin = start_controller(Path(tmp) / "data")
         try:
@@ -144,6 +244,7 @@ def submissions(total: int) -> str:
 
 
 def heartbeats(hosts: int, per_host: int, seconds: float) -> str:
+    ENGINE.current = ENGINE.fresh()
     with tempfile.TemporaryDirectory() as tmp:
         proc, url, admin = start_controller(Path(tmp) / "data")
         try:
@@ -207,6 +308,7 @@ def _appender(url: str, token: str, job_id: int, mib: int, out) -> None:
 
 
 def ingestion(mib_each: int) -> str:
+    ENGINE.current = ENGINE.fresh()
     with tempfile.TemporaryDirectory() as tmp:
         proc, url, admin = start_controller(Path(tmp) / "data", "--log-cap", str(1 << 30))
         try:
@@ -218,6 +320,7 @@ def ingestion(mib_each: int) -> str:
                     "host": "io",
                     "devices": [{"name": f"cpu{i}"} for i in range(4)],
                     "labels": {f"cpu{i}": {"kind": "cpu"} for i in range(4)},
+                    "allow_root_jobs": True,  # the admin's jobs run as root when run as root
                 },
             )
             jobs = [
@@ -254,6 +357,7 @@ def cli_wall_time(url: str, token: str, n: int = 20) -> float:
 
 def memory_and_cli(jobs: int) -> list[str]:
     out = []
+    ENGINE.current = ENGINE.fresh()
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp) / "data"
         proc, url, admin = start_controller(data)
@@ -275,9 +379,7 @@ def memory_and_cli(jobs: int) -> list[str]:
             stop(proc)
         # the job history goes straight into the database (a 100,000-job history is
         # what the controller must carry, not a submission benchmark)
-        import sqlite3
-
-        db = sqlite3.connect(data / "rc.db")
+        db = ENGINE.direct(data)
         now = time.time()
         db.executemany(
             "INSERT INTO jobs (kind, state, submitter, selector, device_id, worker_id, command, "
@@ -321,7 +423,7 @@ def memory_and_cli(jobs: int) -> list[str]:
             )
         finally:
             stop(proc)
-    with fleet(8) as (url, admin, token, tmp, _serve, worker):
+    with fleet(8, ENGINE.fresh()) as (url, admin, token, tmp, _serve, worker):
         out.append(
             f"rc devices wall time with 8 devices: {cli_wall_time(url, token) * 1000:.0f}"
             " ms median   (target <= 150 ms)"
@@ -343,10 +445,9 @@ def _history(db_path: Path, jobs: int, queued: int) -> None:
     lease per device) and `queued` queued jobs of 20 users, straight into
     the database: a history to read, not a submission benchmark."""
     import random
-    import sqlite3
 
     rnd = random.Random(7)
-    db = sqlite3.connect(db_path)
+    db = ENGINE.direct(db_path.parent)
     now = time.time()
     span = 30 * 86400
     rows, leases = [], []
@@ -391,10 +492,10 @@ def ledger_and_fair_share(jobs: int, queued: int, runs: int = 7) -> list[str]:
     from rc.controller.store.usage import ShareCache, compute_standings
 
     out = []
+    ENGINE.current = ENGINE.fresh()
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp) / "data"
-        # no local socket: as root it would be /run/rc/rc.sock, which another run may hold
-        proc, url, admin = start_controller(data, "--socket", "")
+        proc, url, admin = start_controller(data)
         try:
             for h in range(125):
                 tok = admin.post("/v1/tokens", {"name": f"w{h}", "role": "worker"})["secret"]
@@ -409,7 +510,7 @@ def ledger_and_fair_share(jobs: int, queued: int, runs: int = 7) -> list[str]:
         finally:
             stop(proc)
         _history(data / "rc.db", jobs, queued)
-        proc, url, admin = start_controller(data, "--socket", "", "--fair-share", "7d")
+        proc, url, admin = start_controller(data, "--fair-share", "7d")
         try:
             env = {k: v for k, v in os.environ.items() if not k.startswith("RC_")}
             env.update(RC_CONTROLLER=url, RC_TOKEN=admin.token, PYTHONPATH=str(ROOT))
@@ -435,7 +536,12 @@ def ledger_and_fair_share(jobs: int, queued: int, runs: int = 7) -> list[str]:
             stop(proc)
 
         async def passes() -> tuple[list[float], list[float]]:
-            db = await Database(str(data / "rc.db"), time.time).open()
+            if ENGINE.name == "sqlite":
+                db = await Database(str(data / "rc.db"), time.time).open()
+            else:
+                from rc.controller.store.pg import PgDatabase
+
+                db = await PgDatabase(ENGINE.dsn, time.time).open()
             shares = ShareCache(7 * 86400.0)
             policy = Policy(aging=600.0, shares=shares)
             cache = MatchCache()
@@ -464,9 +570,7 @@ def ledger_and_fair_share(jobs: int, queued: int, runs: int = 7) -> list[str]:
                 await db.close()
             return timed, standings
 
-        import sqlite3
-
-        conn = sqlite3.connect(data / "rc.db")  # the controller stopped: make 8 devices free
+        conn = ENGINE.direct(data)  # the controller stopped: make 8 devices free
         conn.execute("UPDATE devices SET state = 'ready', last_heartbeat_at = ?", (time.time(),))
         conn.execute(
             "UPDATE devices SET state = 'busy' WHERE id NOT IN (SELECT id FROM devices LIMIT 8)"
@@ -483,23 +587,55 @@ def ledger_and_fair_share(jobs: int, queued: int, runs: int = 7) -> list[str]:
     return out
 
 
+def _on_engines(engines: list[Engine], figure) -> None:
+    """Print figure()'s lines: as they are on one engine, side by side
+    ("sqlite: ... | postgresql: ...") on two."""
+    global ENGINE
+    got = []
+    for e in engines:
+        ENGINE = e
+        lines = figure()
+        got.append([lines] if isinstance(lines, str) else lines)
+    for row in zip(*got, strict=True):
+        if len(engines) == 1:
+            print(row[0], flush=True)
+        else:
+            print(" | ".join(f"{e.name}: {line}" for e, line in zip(engines, row)), flush=True)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="smaller runs")
     p.add_argument("--only-usage", action="store_true", help="only figure 7")
+    p.add_argument(
+        "--database",
+        default="",
+        metavar="URL",
+        help="also measure on PostgreSQL: a postgresql:// URL, or pg for a throwaway cluster",
+    )
     args = p.parse_args()
-    if args.only_usage:
-        for line in ledger_and_fair_share(100_000, 10_000):
-            print(line, flush=True)
-        return
-    print(submissions(800 if args.quick else 2000), flush=True)
-    print(heartbeats(125, 8, 20 if args.quick else 40), flush=True)
-    print(heartbeats(1000, 1, 20 if args.quick else 40), flush=True)
-    print(ingestion(64 if args.quick else 256), flush=True)
-    for line in memory_and_cli(20_000 if args.quick else 100_000):
-        print(line, flush=True)
-    for line in ledger_and_fair_share(20_000 if args.quick else 100_000, 10_000):
-        print(line, flush=True)
+    if (
+        args.database
+        and args.database != "pg"
+        and not args.database.startswith(("postgresql://", "postgres://"))
+    ):
+        p.error("--database must be a postgresql:// URL or pg")
+    engines = [Engine("sqlite")]
+    if args.database:
+        engines.append(Engine("postgresql", args.database))
+    quick = args.quick
+    try:
+        if not args.only_usage:
+            _on_engines(engines, lambda: submissions(800 if quick else 2000))
+            _on_engines(engines, lambda: heartbeats(125, 8, 20 if quick else 40))
+            _on_engines(engines, lambda: heartbeats(1000, 1, 20 if quick else 40))
+            _on_engines(engines, lambda: ingestion(64 if quick else 256))
+            _on_engines(engines, lambda: memory_and_cli(20_000 if quick else 100_000))
+        jobs = 20_000 if quick and not args.only_usage else 100_000
+        _on_engines(engines, lambda: ledger_and_fair_share(jobs, 10_000))
+    finally:
+        for e in engines:
+            e.close()
 
 
 if __name__ == "__main__":

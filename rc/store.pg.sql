@@ -246,6 +246,16 @@ CREATE TABLE share_weights (
     updated_at double precision NOT NULL
 );
 
+-- The leadership lease of standby controllers (rc.controller.store.leader):
+-- expires_at by the database's clock only.
+CREATE TABLE leadership (
+    id         bigint PRIMARY KEY CHECK (id = 1),
+    holder     text NOT NULL,
+    url        text NOT NULL,
+    epoch      bigint NOT NULL CHECK (epoch >= 0),
+    expires_at timestamptz NOT NULL
+);
+
 -- The functions SQLite gets from Python (rc.controller.store.db.SQL_FUNCTIONS),
 -- written again in SQL: rc.controller.planner.aged_priority,
 -- rc.proto.model.Condition.met_by and rc.controller.fairshare.decayed

@@ -258,3 +258,13 @@ CREATE TABLE share_weights (
     weight     REAL NOT NULL CHECK (weight > 0 AND weight <= 1000),
     updated_at REAL NOT NULL
 ) STRICT, WITHOUT ROWID;
+
+-- The leadership lease of standby controllers: used on PostgreSQL only
+-- (rc.controller.store.leader); here so both engines have the same tables.
+CREATE TABLE leadership (
+    id         INTEGER PRIMARY KEY CHECK (id = 1),  -- one row
+    holder     TEXT NOT NULL,                       -- the controller instance id
+    url        TEXT NOT NULL,                       -- its advertised URL
+    epoch      INTEGER NOT NULL CHECK (epoch >= 0), -- +1 at every takeover
+    expires_at REAL NOT NULL                        -- by the database's clock
+) STRICT;

@@ -323,21 +323,3 @@ def test_an_unreachable_pg_database_is_a_clear_error_without_its_password(tmp_pa
     with pytest.raises(StoreError, match="cannot open database") as e:
         asyncio.run(pg.PgDatabase(dsn, clock=lambda: 0.0).open())
     assert "hunter2" not in str(e.value)
-
-
-def test_a_second_controller_on_one_database_is_refused(pg_cluster):
-    dsn, drop = pg_cluster.rc_database()
-
-    async def two() -> None:
-        first = await pg.PgDatabase(dsn, clock=lambda: 0.0).open()
-        try:
-            with pytest.raises(StoreError, match="in use by another rc serve"):
-                await pg.PgDatabase(dsn, clock=lambda: 0.0).open()
-        finally:
-            await first.close()
-        await (await pg.PgDatabase(dsn, clock=lambda: 0.0).open()).close()  # free again
-
-    try:
-        asyncio.run(two())
-    finally:
-        drop()

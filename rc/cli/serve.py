@@ -183,8 +183,34 @@ def add_parsers(sub) -> None:
         default=os.environ.get("RC_DATABASE", ""),
         metavar="URL",
         help="keep the state in this PostgreSQL database (postgresql://USER@HOST/DB; needs "
-        "pip install 'rc[postgres]'; logs stay in --data; default: $RC_DATABASE, else the "
-        "embedded SQLite file DATA/rc.db)",
+        "pip install 'rc[postgres]'; logs stay files, see --log-dir; default: $RC_DATABASE, "
+        "else the embedded SQLite file DATA/rc.db). Several rc serve may share one "
+        "database: one is active, the others are standbys that take over when it stops "
+        '(README "More than one box")',
+    )
+    p.add_argument(
+        "--advertise-url",
+        type=advertise_url,
+        default="",
+        metavar="URL",
+        help="with --database: the URL standbys name for this controller while it is the "
+        "active one (http(s)://HOST:PORT; default: the URL of --listen, 127.0.0.1 for "
+        "all interfaces)",
+    )
+    p.add_argument(
+        "--leader-ttl",
+        type=_in_range(_D, 1, 600, "1s to 10m"),
+        default=5.0,
+        metavar="D",
+        help="with --database: the leadership lease's length; the active renews it every "
+        "0.4 of it, a standby takes over once it has expired (default 5s)",
+    )
+    p.add_argument(
+        "--log-dir",
+        default="",
+        metavar="DIR",
+        help="where job logs live (default DATA/logs); controllers sharing one database "
+        "must share this directory",
     )
     p.add_argument(
         "--socket",
@@ -343,6 +369,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     cfg = config.ControllerConfig(
         data_dir=args.data,
         database=args.database,
+        log_dir=args.log_dir,
+        advertise_url=args.advertise_url,
+        leader_ttl=args.leader_ttl,
         listen=args.listen,
         socket=default_socket(args.data) if args.socket is None else args.socket,
         local_users=args.local_users,
@@ -373,6 +402,30 @@ def cmd_serve(args: argparse.Namespace) -> int:
         ),
     )
     return serve.run(cfg, args.ready_fd)
+
+
+def advertise_url(text: str) -> str:
+    """argparse type of --advertise-url: http(s)://HOST[:PORT] with no path,
+    query or credentials (a trailing / is dropped; "" is the default: the
+    listen address's URL); anything else is a usage error naming the problem."""
+    import urllib.parse
+
+    t = text.strip().rstrip("/")
+    if not t:
+        return ""
+    try:
+        u = urllib.parse.urlsplit(t)
+        port = u.port
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a URL ({e})") from None
+    if u.scheme not in ("http", "https") or not u.hostname:
+        raise argparse.ArgumentTypeError(f"{text!r} must look like http://HOST:PORT")
+    if u.path or u.query or u.fragment or u.username or u.password or not t.isascii():
+        raise argparse.ArgumentTypeError(
+            f"{text!r} must be only http(s)://HOST:PORT (no path, query or user)"
+        )
+    del port
+    return t
 
 
 def check_hold_idle(default: int, top: int) -> None:

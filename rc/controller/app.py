@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Protocol
 
 import orjson
 from starlette.applications import Starlette
@@ -20,11 +21,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from rc.controller.api import stream
 from rc.controller.api.routes import ROUTES
 from rc.controller.core import Controller
-from rc.controller.errors import Refused
+from rc.controller.errors import NotLeader, Refused
 from rc.proto.errors import STATUS, ErrorCode
 from rc.proto.wire import INSTANCE_HEADER
 
-__all__ = ["build_app", "error_response"]
+__all__ = ["Gate", "build_app", "error_response", "standby_response"]
 
 log = logging.getLogger("rc.http")
 
@@ -49,6 +50,40 @@ def error_response(status: int, code: str, message: str) -> Response:
         status_code=status,
         media_type="application/json",
         headers={"Cache-Control": "no-store"},
+    )
+
+
+class Gate(Protocol):
+    """Whether this controller is the active one (rc.controller.serve): while
+    `open` is False every request is answered standby_response."""
+
+    open: bool
+
+    def active_url(self) -> str | None:
+        """The active controller's advertised URL, or None when none is active."""
+        ...
+
+
+STANDBY_RETRY_AFTER_S = 1
+"""Retry-After of a standby's answers, seconds."""
+
+
+def standby_response(active: str | None) -> Response:
+    """503 standby, naming the active controller's URL (`active`, null when
+    no controller is active right now, e.g. during a takeover), with
+    Retry-After: the standby contract (README "More than one box")."""
+    where = f"the active controller is {active}" if active else "no controller is active right now"
+    return Response(
+        orjson.dumps(
+            {
+                "error": ErrorCode.STANDBY,
+                "message": f"this controller is a standby; {where}",
+                "active": active,
+            }
+        ),
+        status_code=503,
+        media_type="application/json",
+        headers={"Cache-Control": "no-store", "Retry-After": str(STANDBY_RETRY_AFTER_S)},
     )
 
 
@@ -78,10 +113,18 @@ class _Envelope:
     (the dashboard's live log tail)."""
 
     def __init__(
-        self, app: ASGIApp, instance: str, count: Callable[[str], None] | None = None
+        self,
+        app: ASGIApp,
+        instance: str,
+        count: Callable[[str], None] | None = None,
+        gate: Gate | None = None,
     ) -> None:
         self.app = app
         self.count = count
+        self.gate = gate
+        """While gate.open is False, every request (HTTP or websocket) is
+        answered 503 standby, without the instance header: a standby is no
+        controller instance a worker registers with."""
         """Called with each HTTP request's path (Metrics.count_request)."""
         self.headers = [
             (INSTANCE_HEADER.lower().encode(), instance.encode()),
@@ -89,6 +132,9 @@ class _Envelope:
         ]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.gate is not None and not self.gate.open and scope["type"] in ("http", "websocket"):
+            await _answer_standby(scope, receive, send, self.gate.active_url())
+            return
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -114,18 +160,45 @@ class _Envelope:
                 await resp(scope, receive, send_with_header)
 
 
+async def _answer_standby(scope: Scope, receive: Receive, send: Send, active: str | None) -> None:
+    resp = standby_response(active)
+    if scope["type"] == "http":
+        await resp(scope, receive, send)
+        return
+    # a websocket upgrade (the relay): the same 503 where the server can send
+    # an HTTP answer to an upgrade (Hypercorn can), else the upgrade is refused
+    if "websocket.http.response" in scope.get("extensions", {}):
+        await send(
+            {
+                "type": "websocket.http.response.start",
+                "status": resp.status_code,
+                "headers": resp.raw_headers,
+            }
+        )
+        await send({"type": "websocket.http.response.body", "body": resp.body})
+    else:
+        await send({"type": "websocket.close", "code": 1013})
+
+
+async def _not_leader(request: Request, exc: Exception) -> Response:
+    # a write fenced: this controller has just lost its lease and steps down
+    return standby_response(None)
+
+
 async def _internal(request: Request, exc: Exception) -> Response:
     return error_response(
         500, ErrorCode.INTERNAL, "internal error (the controller log has the details)"
     )
 
 
-def build_app(ctl: Controller) -> ASGIApp:
-    """The ASGI application serving `ctl`."""
+def build_app(ctl: Controller, gate: Gate | None = None) -> ASGIApp:
+    """The ASGI application serving `ctl`; with a `gate` (standby
+    controllers on PostgreSQL) it answers 503 standby while the gate is closed."""
     app = Starlette(
         routes=[endpoint.route() for endpoint in ROUTES],
         exception_handlers={
             Refused: _refused,
+            NotLeader: _not_leader,
             HTTPException: _http_exception,
             Exception: _internal,
         },
@@ -133,4 +206,4 @@ def build_app(ctl: Controller) -> ASGIApp:
     app.state.ctl = ctl
     app.state.routes = ROUTES
     app.state.stream = stream.Broadcaster(ctl)
-    return _Envelope(app, ctl.instance, ctl.metrics.count_request)
+    return _Envelope(app, ctl.instance, ctl.metrics.count_request, gate)

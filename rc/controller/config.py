@@ -71,7 +71,15 @@ class ControllerConfig:
     data_dir: str
     database: str = ""
     """Where the state lives: "" the embedded SQLite file DATA/rc.db, or a
-    postgresql:// URL (rc.controller.store.pg); logs stay under data_dir."""
+    postgresql:// URL (rc.controller.store.pg); logs stay files (log_dir)."""
+    log_dir: str = ""
+    """Where job logs live: "" DATA/logs. Standby controllers on one
+    PostgreSQL database give each the same directory (README "More than one box")."""
+    advertise_url: str = ""
+    """The URL a standby names for this controller while it is active (""
+    the URL of the listen address; PostgreSQL only)."""
+    leader_ttl: float = 5.0
+    """The leadership lease's length, seconds (rc.controller.store.leader)."""
     listen: str = "127.0.0.1:8080"
     socket: str = ""
     """The local Unix socket's path ("": none; rc.controller.localsocket)."""

@@ -52,7 +52,7 @@ IDLE_TICK_S = 1.0
 and released within this of its time)."""
 DB_FILE = "rc.db"
 LOG_DIR = "logs"
-"""Job logs live in DATA/logs (rc.controller.logstore)."""
+"""Job logs live in DATA/logs (rc.controller.logstore) unless rc serve --log-dir."""
 
 
 def own_unix_user() -> str:
@@ -127,7 +127,9 @@ class Controller:
         self._plan_version = 0
         self._plan: tuple | None = None
         self._plan_pending: tuple | None = None
-        self.metrics = Metrics(self.db, self.data / LOG_DIR)
+        self.log_dir = Path(config.log_dir) if config.log_dir else self.data / LOG_DIR
+        """Where job logs live (DATA/logs unless rc serve --log-dir)."""
+        self.metrics = Metrics(self.db, self.log_dir)
         """Prometheus registry and hooks (`metrics.relay_sessions`, `metrics.webhook_dropped`)."""
         self.relay = Relay(
             config.relay_alone_timeout,
@@ -155,7 +157,7 @@ class Controller:
         except OSError as e:
             raise StartupError(f"data dir {self.data} is not writable: {e.strerror or e}") from None
         self.logs = LogStore(
-            self.data / LOG_DIR,
+            self.log_dir,
             self.cfg.limits.log_cap_bytes,
             lambda j: self.hub.notify([f"log:{j}"]),
         )

@@ -11,7 +11,14 @@ from __future__ import annotations
 
 from rc.proto.errors import ErrorCode, RcError, statuses
 
-__all__ = ["ControllerError", "GuardFailed", "Refused", "StartupError", "StoreError"]
+__all__ = [
+    "ControllerError",
+    "GuardFailed",
+    "NotLeader",
+    "Refused",
+    "StartupError",
+    "StoreError",
+]
 
 
 class ControllerError(RcError):
@@ -31,6 +38,13 @@ class GuardFailed(StoreError):
     function's savepoint is rolled back (nothing it wrote stays) and a
     request answers 500 internal. The message names the query.
     """
+
+
+class NotLeader(StoreError):
+    """A write batch was fenced: this controller's leadership lease has passed
+    to another controller, or expired (rc.controller.store.leader). Nothing of
+    the batch committed; a request answers 503 standby and the controller
+    steps down."""
 
 
 class StartupError(ControllerError):

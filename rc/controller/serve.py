@@ -9,6 +9,16 @@ also listens on that Unix socket (rc.controller.localsocket). Once listening, th
 ({url, pid, instance, socket}) for `rc up`, `rc down` and tests, and prints the URL.
 SIGINT/SIGTERM stop it gracefully: HTTP first (5 s for in-flight requests),
 then the loops, then the database.
+
+On PostgreSQL (--database) several rc serve share one database: each takes
+the leadership lease if it is free (rc.controller.store.leader), else is a
+standby behind a closed gate (app.Gate: every request 503 standby) that tries
+to take it every 0.5 s; the one holding it starts its Controller as a
+restarted controller does. Losing the lease (renewals failing until its
+deadline, a fenced write, a broken database connection) closes the gate,
+ends relay sessions and stops the process with exit status 3 (SteppedDown):
+a supervisor restarts it, and it rejoins as a standby. A clean stop gives
+the lease up at once.
 """
 
 from __future__ import annotations
@@ -187,24 +197,50 @@ async def _serve(cfg: ControllerConfig, ready_fd: int | None) -> None:
         os.close(lock_fd)
         raise
     ctl = Controller(cfg)
+    url = _url(sock, tls)
+    leadership = None
     try:
-        await ctl.start()
+        if cfg.database:
+            from rc.controller.store.leader import Leadership
+
+            leadership = await Leadership(
+                cfg.database, ctl.instance, cfg.advertise_url or url, cfg.leader_ttl
+            ).open()
+        else:
+            await ctl.start()
     except BaseException:
         sock.close()
         os.close(lock_fd)
         raise
-    url = _url(sock, tls)
     local = None
     if cfg.socket:
         local = LocalSocket(cfg.socket, users, ctl.tokens, ctl.clock, lambda: url)
         try:
             await local.start()
         except BaseException:
-            await ctl.stop()
+            if leadership is None:
+                await ctl.stop()
+            else:
+                await leadership.close()
             sock.close()
             os.close(lock_fd)
             raise
-    app = build_app(ctl)
+    gate = None if leadership is None else _Gate(leadership)
+    first = None
+    if leadership is not None and await leadership.take():
+        # the lease was free: active before the ready line, as a lone controller is
+        got = await _activate(ctl, leadership, gate)
+        if isinstance(got, str):
+            if local is not None:
+                await local.stop()
+            await ctl.stop()
+            await leadership.release()
+            await leadership.close()
+            sock.close()
+            os.close(lock_fd)
+            raise StartupError(got)
+        first = got
+    app = build_app(ctl, gate)
     hc = HypercornConfig()
     hc.bind = [f"fd://{sock.fileno()}"]
     hc.accesslog = None
@@ -224,16 +260,19 @@ async def _serve(cfg: ControllerConfig, ready_fd: int | None) -> None:
     )
     on_socket = f" and {cfg.socket}" if cfg.socket else ""
     on_database = f", database {ctl.db.path}" if cfg.database else ""  # its password hidden
+    if gate is not None:
+        on_database += ", active" if gate.open else ", standby"
     print(
         f"rc serve: listening on {url}{on_socket} (data {cfg.data_dir}{on_database})",
         file=sys.stderr,
         flush=True,
     )
-    if ctl.created_admin_token:
-        print(
-            f"rc serve: admin token written to {Path(cfg.data_dir) / ADMIN_TOKEN_FILE}",
-            file=sys.stderr,
-            flush=True,
+    _said_admin_token(ctl, cfg)
+    outcome: dict[str, str] = {}
+    leading = None
+    if leadership is not None:
+        leading = asyncio.create_task(
+            _lead(ctl, leadership, gate, stop, outcome, first), name="rc-leadership"
         )
     if ready_fd is not None:
         os.write(ready_fd, (url + "\n").encode())
@@ -247,9 +286,20 @@ async def _serve(cfg: ControllerConfig, ready_fd: int | None) -> None:
         await hypercorn_serve(app, hc, shutdown_trigger=shutdown_trigger)
     finally:
         try:
+            if leading is not None:
+                leading.cancel()
+                try:
+                    await leading
+                except asyncio.CancelledError:
+                    pass
             if local is not None:
                 await local.stop()
-            await ctl.stop()
+            if leadership is None or gate.started:
+                await ctl.stop()
+            if leadership is not None:
+                if "lost" not in outcome:
+                    await leadership.release()  # a standby takes over at its next try
+                await leadership.close()
             try:
                 if json.loads(state.read_text()).get("pid") == os.getpid():
                     state.unlink()
@@ -258,6 +308,144 @@ async def _serve(cfg: ControllerConfig, ready_fd: int | None) -> None:
         finally:
             os.close(lock_fd)  # the database is closed: the data dir is free
         log.info("rc serve stopped")
+    if "lost" in outcome:
+        raise SteppedDown(outcome["lost"])
+    if "failed" in outcome:
+        raise StartupError(outcome["failed"])
+
+
+class SteppedDown(ControllerError):
+    """This controller lost the leadership lease and stopped (exit 3)."""
+
+
+class _Gate:
+    """app.Gate of a controller on PostgreSQL: closed while it is a standby
+    (and after it stepped down), open while it is the active one and started."""
+
+    def __init__(self, leadership) -> None:
+        self.leadership = leadership
+        self.open = False
+        self.started = False
+
+    def active_url(self) -> str | None:
+        return self.leadership.active_url()
+
+
+def _said_admin_token(ctl: Controller, cfg: ControllerConfig) -> None:
+    if ctl.created_admin_token:
+        print(
+            f"rc serve: admin token written to {Path(cfg.data_dir) / ADMIN_TOKEN_FILE}",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+async def _activate(ctl: Controller, leadership, gate: _Gate) -> asyncio.Event | str:
+    """Start as the active controller (as a restarted controller starts),
+    fenced by the lease just taken: returns the event set when a write is
+    fenced, or the message of a start failure."""
+    lease = leadership.lease
+    log.info(
+        "took the leadership lease (epoch %d): this controller is now the active one (%s)",
+        lease.epoch,
+        leadership.url,
+    )
+    fenced = asyncio.Event()
+    ctl.db.fence_by(lease)
+
+    def on_fenced(e: Exception) -> None:
+        if not fenced.is_set():
+            fenced.why = str(e)  # type: ignore[attr-defined]
+            fenced.set()
+
+    ctl.db.on_fenced = on_fenced
+    gate.started = True  # from here on ctl.stop closes what ctl.start opened
+    try:
+        await ctl.start()
+    except Exception as e:  # noqa: BLE001 - reported as a start failure
+        log.error("could not start as the active controller: %s", e)
+        return f"could not start as the active controller: {e}"
+    gate.open = True
+    return fenced
+
+
+async def _lead(
+    ctl: Controller,
+    leadership,
+    gate: _Gate,
+    stop: asyncio.Event,
+    outcome: dict[str, str],
+    fenced: asyncio.Event | None,
+) -> None:
+    """A controller on PostgreSQL: a standby until it takes the leadership
+    lease (`fenced` None), then the active one (started as a restarted
+    controller is) until it loses the lease (its renewal failed until the
+    expiry, or a write was fenced); then it stops (exit 3): a clean
+    in-process return to standby is not built, so it is restarted to rejoin
+    as a standby. Whatever ends it sets `stop`, with the reason in `outcome`."""
+    try:
+        await _lead_on(ctl, leadership, gate, outcome, fenced)
+    except Exception as e:
+        log.exception("the leadership task failed")
+        outcome["failed"] = f"the leadership task failed: {e}"
+    finally:
+        stop.set()
+
+
+async def _lead_on(ctl, leadership, gate, outcome, fenced) -> None:
+    from rc.controller.store.leader import TAKE_EVERY_S
+
+    seen = None
+    while fenced is None:
+        if await leadership.take():
+            got = await _activate(ctl, leadership, gate)
+            if isinstance(got, str):
+                outcome["failed"] = got
+                return
+            _said_admin_token(ctl, ctl.cfg)
+            fenced = got
+            break
+        active = await leadership.peek()
+        now_active = active.url if active is not None and active.live else None
+        if (now_active, active.epoch if active else 0) != seen:
+            seen = (now_active, active.epoch if active else 0)
+            if now_active:
+                log.info("standby: the active controller is %s (epoch %d)", *seen)
+            else:
+                log.info("standby: no controller is active; trying to take over")
+        await asyncio.sleep(TAKE_EVERY_S)
+    lease = leadership.lease
+    holding = asyncio.create_task(leadership.hold(), name="rc-lease-renewal")
+    fence_wait = asyncio.create_task(fenced.wait(), name="rc-fence-watch")
+    try:
+        await asyncio.wait({holding, fence_wait}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for t in (holding, fence_wait):
+            t.cancel()
+    why = (
+        holding.result()
+        if holding.done() and not holding.cancelled()
+        else getattr(fenced, "why", "a write was fenced")
+    )
+    gate.open = False
+    await leadership.peek()
+    other = leadership.active_url()
+    where = (
+        f"the active controller is {other}"
+        if other and other != leadership.url
+        else ("a standby takes over")
+    )
+    ctl.relay.shutdown(f"controller lost leadership; {where}")
+    log.error(
+        "lost the leadership lease (epoch %d): %s; stopping: restart rc serve to rejoin "
+        "as a standby",
+        lease.epoch,
+        why,
+    )
+    outcome["lost"] = (
+        f"lost the leadership lease (epoch {lease.epoch}): {why}; {where}. "
+        "Stopped: restart rc serve to rejoin as a standby"
+    )
 
 
 def _loop_factory():
@@ -271,7 +459,9 @@ def _loop_factory():
 
 
 def run(cfg: ControllerConfig, ready_fd: int | None = None) -> int:
-    """Serve until SIGINT/SIGTERM. Returns 0, or 1 with a one-line error on stderr.
+    """Serve until SIGINT/SIGTERM. Returns 0, or 1 with a one-line error on
+    stderr; 3 when, on PostgreSQL, this controller lost the leadership lease
+    and stopped (restart it to rejoin as a standby).
 
     `ready_fd`, when given, receives the URL and a newline once listening.
     """
@@ -283,6 +473,9 @@ def run(cfg: ControllerConfig, ready_fd: int | None = None) -> int:
     try:
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:
             runner.run(_serve(cfg, ready_fd))
+    except SteppedDown as e:
+        print(f"rc serve: {e}", file=sys.stderr)
+        return 3
     except ControllerError as e:
         print(f"rc serve: {e}", file=sys.stderr)
         return 1

@@ -78,6 +78,7 @@ class ErrorCode(enum.StrEnum):
     LAST_ADMIN_TOKEN = "last_admin_token"
     STORE_ERROR = "store_error"
     UNAVAILABLE = "unavailable"
+    STANDBY = "standby"
     INTERNAL = "internal"
     # the relay and sessions inside holds (rc shell, rc exec, rc cp --hold)
     NOT_ATTACHED = "not_attached"
@@ -122,6 +123,7 @@ STATUS: Mapping[ErrorCode, int] = MappingProxyType(
         ErrorCode.LAST_ADMIN_TOKEN: 409,
         ErrorCode.STORE_ERROR: 500,
         ErrorCode.UNAVAILABLE: 503,
+        ErrorCode.STANDBY: 503,
         ErrorCode.INTERNAL: 500,
         ErrorCode.NOT_ATTACHED: 409,
         ErrorCode.SESSION_ENDED: 409,

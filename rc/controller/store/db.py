@@ -34,7 +34,7 @@ from typing import Any
 import aiosqlite
 import orjson
 
-from rc.controller.errors import GuardFailed, StoreError
+from rc.controller.errors import GuardFailed, NotLeader, StoreError
 from rc.controller.fairshare import decayed
 from rc.controller.planner import aged_priority
 from rc.proto.model import Condition, JobState
@@ -116,6 +116,7 @@ MIGRATIONS: list[tuple[int, str]] = [
     (5, "0005_usage.sql"),  # sessions per hold; fair-share weights
     (6, "0006_hold_idle.sql"),  # a hold's idle rule; its warning and reclaim events
     (7, "0007_requeue.sql"),  # requeue after a hardware failure; job_requeued
+    (8, "0008_leadership.sql"),  # the leadership lease of standby controllers (PG only)
 ]
 SCHEMA_VERSION = 1 + len(MIGRATIONS)
 
@@ -286,13 +287,18 @@ def _run_batch(
     after: Callable | None,
     tx_class: type[Tx] = Tx,
     begin: str = "BEGIN IMMEDIATE",
+    check: Callable[[Any], None] | None = None,
 ):
     """Run queued transaction functions in one transaction (on the writer
     thread). `conn` is a sqlite3 connection, or anything with its `execute`
     and `in_transaction` (rc.controller.store.pg); `tx_class` wraps it for
-    the functions, `begin` opens the transaction."""
+    the functions, `begin` opens the transaction. `check(conn)`, when given,
+    runs first inside it: when it raises, the whole batch is rolled back and
+    the error raised (the leadership fence, rc.controller.store.leader)."""
     conn.execute(begin)
     try:
+        if check is not None:
+            check(conn)
         schedule = False
         for op in ops:
             tx = tx_class(conn, now)
@@ -365,6 +371,10 @@ class Database:
         self._next_reader = 0
         self._queue: asyncio.Queue[_Op] | None = None
         self._task: asyncio.Task | None = None
+        self.check: Callable[[Any], None] | None = None
+        """Run first inside every write batch (see _run_batch); None on SQLite."""
+        self.on_fenced: Callable[[NotLeader], None] = lambda e: None
+        """Called (on the event loop) when a batch failed with NotLeader."""
 
     async def open(self) -> Database:
         Path(self.path).parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -449,8 +459,23 @@ class Database:
     async def _commit(self, ops: list[_Op]) -> None:
         try:
             extra = await self._on_thread(
-                self._writer, _run_batch, ops, self.clock(), self.after_batch, self.TX, self.BEGIN
+                self._writer,
+                _run_batch,
+                ops,
+                self.clock(),
+                self.after_batch,
+                self.TX,
+                self.BEGIN,
+                self.check,
             )
+        except NotLeader as e:  # fenced: nothing in the batch happened
+            log.error("write batch of %d fenced: %s", len(ops), e)
+            self.on_rollback()
+            for op in ops:
+                if not op.future.done():
+                    op.future.set_exception(e)
+            self.on_fenced(e)
+            return
         except Exception as e:  # noqa: BLE001 - the commit failed: nothing in the batch happened
             log.error("write batch of %d failed: %s", len(ops), e)
             self.on_rollback()

@@ -62,10 +62,11 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar
 
-from rc.controller.errors import GuardFailed, StoreError
+from rc.controller.errors import GuardFailed, NotLeader, StoreError
 from rc.controller.store import db
 
 __all__ = [
+    "LEADER_QUERIES",
     "PG_BASELINE",
     "PG_MIGRATIONS",
     "PG_OVERRIDES",
@@ -74,6 +75,7 @@ __all__ = [
     "PgDatabase",
     "PgTx",
     "Row",
+    "fence",
     "is_postgres_url",
     "translate",
 ]
@@ -150,6 +152,7 @@ PG_MIGRATIONS: list[tuple[int, str]] = [
     (5, "0005_usage.sql"),  # sessions per hold; fair-share weights
     (6, "0006_hold_idle.sql"),  # a hold's idle rule; its warning and reclaim events
     (7, "0007_requeue.sql"),  # requeue after a hardware failure; job_requeued
+    (8, "0008_leadership.sql"),  # the leadership lease (rc.controller.store.leader)
 ]
 """(version, file) under rc/controller/store/migrations/pg/, after PG_BASELINE;
 the same numbers as db.MIGRATIONS."""
@@ -303,15 +306,27 @@ def migrate(conn: _Conn, where: str) -> None:
         raise
 
 
-WRITER_LOCK = 0x7263_0001
-"""The session advisory lock the writer connection holds while it is open:
-a second controller on the same database is refused at start. Only a
-guard, never leadership: it needs a session of its own (not a pooler in
-transaction mode) and is freed when that session ends."""
+LEADER_QUERIES: dict[str, str] = db.load_queries(_resource("rc.controller.store", "leader.pg.sql"))
+"""name → statement (psycopg placeholders) of leader.pg.sql: the leadership
+lease of standby controllers (rc.controller.store.leader)."""
+WRITER_IDLE_TIMEOUT_MS = 5000
+"""A fenced write transaction's session is ended by the server when it sits
+idle inside the transaction this long (idle_in_transaction_session_timeout,
+set by the fence for that transaction only):
+a controller paused in the middle of a write batch holds the lease row's share
+lock, which would keep a takeover waiting for as long as it is paused."""
 
 
-def _take_writer_lock(conn: _Conn) -> bool:
-    return conn.execute("SELECT pg_try_advisory_lock(%s)", (WRITER_LOCK,)).fetchone()[0]
+def fence(conn: _Conn, lease: Any) -> None:
+    """Inside a write transaction on `conn`: raise NotLeader unless `lease`
+    (rc.controller.store.leader.Lease: holder, epoch) still holds a live
+    leadership lease; the row stays locked FOR KEY SHARE until the
+    transaction ends, so a takeover (FOR UPDATE) waits for it and a renewal
+    does not."""
+    params = {"holder": lease.holder, "epoch": lease.epoch, "idle_ms": str(WRITER_IDLE_TIMEOUT_MS)}
+    row = conn.execute(LEADER_QUERIES["leader_fence"], params).fetchone()
+    if row is None:
+        raise NotLeader(f"this controller's lease (epoch {lease.epoch}) has passed on")
 
 
 def _run_read(conn: _Conn, fn: Callable, args: tuple, now: float) -> Any:
@@ -334,14 +349,30 @@ class PgDatabase(db.Database):
     Unix socket directory). Raises StoreError when it cannot connect (the
     message names the database without its password), when the database is
     not an rc database, or when it comes from a newer rc.
+
+    `lease` (rc.controller.store.leader.Lease): the leadership lease this
+    controller holds; every write batch is then fenced by it (NotLeader when
+    it has passed on: nothing of the batch commits). None (tests, the bench):
+    no fence, so nothing keeps a second writer out.
     """
 
     TX = PgTx
     BEGIN = "BEGIN"
 
-    def __init__(self, dsn: str, clock: Callable[[], float], readers: int = 2) -> None:
+    def __init__(
+        self, dsn: str, clock: Callable[[], float], readers: int = 2, lease: Any = None
+    ) -> None:
         super().__init__(redact(dsn), clock, readers)
         self.dsn = dsn
+        self.lease = None
+        self._broken_told = False
+        if lease is not None:
+            self.fence_by(lease)
+
+    def fence_by(self, lease: Any) -> None:
+        """Fence every write batch from now on by `lease` (before open)."""
+        self.lease = lease
+        self.check = lambda conn: fence(conn, lease)
 
     def _connect(self) -> _Conn:
         import psycopg
@@ -362,11 +393,6 @@ class PgDatabase(db.Database):
         try:
             self._writer = await loop.run_in_executor(None, self._connect)
             await self._on_thread(self._writer, migrate, self.path)
-            if not await self._on_thread(self._writer, _take_writer_lock):
-                raise StoreError(
-                    f"database {self.path} is in use by another rc serve (one controller "
-                    "per database: standby controllers are not there yet)"
-                )
             for _ in range(self.n_readers):
                 self._readers.append(await loop.run_in_executor(None, self._connect))
         except psycopg.Error as e:
@@ -393,4 +419,23 @@ class PgDatabase(db.Database):
         """Run `fn(tx, *args)` in a read transaction (a consistent snapshot)."""
         conn = self._readers[self._next_reader % len(self._readers)]
         self._next_reader += 1
-        return await self._on_thread(conn, _run_read, fn, args, self.clock())
+        try:
+            return await self._on_thread(conn, _run_read, fn, args, self.clock())
+        finally:
+            self._check_connections()
+
+    async def _commit(self, ops: list) -> None:
+        await super()._commit(ops)
+        self._check_connections()
+
+    def _check_connections(self) -> None:
+        """A fenced database (an active controller's) whose connection broke
+        (the server restarted, a database failover, the network): nothing
+        reconnects it, so the controller must stop acting (on_fenced) for a
+        standby, with connections of its own, to take over. Unfenced: the
+        errors are the callers' (StoreError)."""
+        if self.lease is None or self._broken_told:
+            return
+        if any(c is not None and c.raw.closed for c in [self._writer, *self._readers]):
+            self._broken_told = True
+            self.on_fenced(NotLeader("a connection to the database broke"))
