@@ -1,13 +1,17 @@
 """Worker protocol 2: the reply to a reports request carries the worker's new
-assignments (POST /v1/workers/{id}/reports?assignments=1). Driven through the real ASGI
+assignments (POST /v1/workers/{id}/reports?assignments=1), and a job's long
+poll answers a move in the queue once settled. Driven through the real ASGI
 app in-process (tests.test_long_poll.call), on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
+import asyncio
+import time
+
 import orjson
 import pytest
 
-from rc.controller.api.jobs import validate_submit
+from rc.controller.api.jobs import POSITION_SETTLE_S, validate_submit
 from rc.controller.app import build_app
 from rc.controller.auth import Caller, hash_secret
 from rc.controller.store import jobs
@@ -171,6 +175,45 @@ def test_a_registration_in_a_worker_protocol_this_controller_does_not_speak_is_r
     assert f"speaks 1 to {WORKER_PROTOCOL}" in err["message"]
     old = {k: v for k, v in REG.items() if k != "protocol"}  # a worker from before the field
     assert lab.run(call(app, "POST", "/v1/workers/register", old))[0] == 200
+
+
+def test_a_queued_jobs_long_poll_answers_a_move_once_settled_and_a_state_change_at_once(lab):
+    app = build_app(lab.ctl)
+
+    async def get(job_id: int, query: str):
+        return await call(app, "GET", f"/v1/jobs/{job_id}", query=query)
+
+    async def go():
+        assert (await call(app, "POST", "/v1/workers/register", REG))[0] == 200
+        # from here on the test's token is an admin's, who may watch any job
+        lab.ctl.tokens.put_session(hash_secret(SECRET), Caller(0, "root", Role.ADMIN))
+        a = await submit(lab)  # runs
+        b = await submit(lab)  # queued, position 1
+        c = await submit(lab)  # queued, position 2
+        await lab.ctl.kick()
+        t0 = time.monotonic()
+        watch = asyncio.create_task(get(c, "wait=10&state=queued&position=2"))
+        await asyncio.sleep(0.05)  # parked
+        await finish(lab, a)  # b takes the device: c moves to position 1
+        status, body = await asyncio.wait_for(watch, 10)
+        took = time.monotonic() - t0
+        assert status == 200 and orjson.loads(body)["queue_position"] == 1
+        assert took >= POSITION_SETTLE_S, f"answered a move after {took:.3f} s"
+        # a position that differs when the poll begins: at once
+        t0 = time.monotonic()
+        status, body = await get(c, "wait=10&state=queued&position=2")
+        assert orjson.loads(body)["queue_position"] == 1
+        assert time.monotonic() - t0 < POSITION_SETTLE_S
+        # a state change while it waits: at once
+        watch = asyncio.create_task(get(b, "wait=10&state=assigned&position=0"))
+        await asyncio.sleep(0.05)
+        t0 = time.monotonic()
+        await finish(lab, b)
+        status, body = await asyncio.wait_for(watch, 10)
+        assert orjson.loads(body)["job"]["state"] == "succeeded"
+        assert time.monotonic() - t0 < POSITION_SETTLE_S
+
+    lab.run(go())
 
 
 def test_a_worker_refused_by_a_controller_from_before_the_protocol_says_so():
