@@ -43,8 +43,9 @@ REPORT_DEADLINE_S = 1800.0
 RETRY_MIN_S = 0.2
 RETRY_MAX_S = 5.0
 RUNNING_LINGER_S = 0.05
-"""The most a batch of running reports alone waits before it goes (real
-seconds: a short tick, not a timer of the worker's clock)."""
+"""While a running report is pending, the most the oldest pending report
+waits for the jobs' ends before the batch goes (real seconds: a short tick,
+not a timer of the worker's clock)."""
 
 
 @dataclass(slots=True)
