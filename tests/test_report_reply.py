@@ -227,3 +227,34 @@ def test_a_worker_refused_by_a_controller_from_before_the_protocol_says_so():
     assert f"worker protocol {WORKER_PROTOCOL}" in _explain_refusal(old)
     other = ApiError(400, "limit_exceeded", "2000 devices; a worker may declare 1024")
     assert _explain_refusal(other) == str(other)
+
+
+def test_an_assignment_a_reply_carries_after_its_kill_came_is_reported_killed_not_run():
+    """The long poll hands out a job with a kill requested together with its
+    kill; a report reply read before the kill may carry the job after the
+    kill reached the worker. The worker remembers the kill of a job it does
+    not run and reports the job killed instead of starting it, once."""
+    import threading
+
+    from rc.proto.model import JobKind
+    from rc.proto.wire import Assignment, Assignments
+    from rc.worker.agent import Agent
+
+    reported = []
+
+    class Reports:  # the agent's reporter: only what it is handed matters here
+        def submit(self, report):
+            reported.append(report)
+
+    agent = Agent.__new__(Agent)  # no controller, no threads: its dispatch alone
+    agent._lock = threading.Lock()
+    agent.closed = False
+    agent.jobs, agent.reporting, agent.unsettled = {}, set(), set()
+    agent.started, agent._killed_unstarted, agent._scans_seen = set(), set(), set()
+    agent.reporter = Reports()
+    job = Assignment(7, "h:cpu0", JobKind.JOB, ("true",), "/", {}, "alice")
+    agent._dispatch(Assignments(kills=(7,)))
+    agent._dispatch(Assignments(assignments=(job,)))
+    agent._dispatch(Assignments(assignments=(job,)))  # the retry's reply carries it again
+    assert [(r.job_id, r.state) for r in reported] == [(7, "killed")]
+    assert agent.jobs == {} and agent.unsettled == {7}
