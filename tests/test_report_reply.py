@@ -258,3 +258,12 @@ def test_an_assignment_a_reply_carries_after_its_kill_came_is_reported_killed_no
     agent._dispatch(Assignments(assignments=(job,)))  # the retry's reply carries it again
     assert [(r.job_id, r.state) for r in reported] == [(7, "killed")]
     assert agent.jobs == {} and agent.unsettled == {7}
+
+
+def test_a_bad_assignments_parameter_is_refused_before_any_report_is_applied(lab):
+    app = build_app(lab.ctl)
+    a, _ = first_job(lab, app)
+    status, body = lab.run(call(app, "POST", REPORTS, {"reports": [ended(a)]}, "assignments=maybe"))
+    assert status == 400
+    assert orjson.loads(body)["message"] == "query parameter assignments must be true or false"
+    assert lab.job(a).state is JobState.ASSIGNED

@@ -23,6 +23,7 @@ from rc.controller.api import (
     cut_text,
     json_body,
     path_int,
+    query_bool,
     query_float,
     read_body,
     reply,
@@ -420,6 +421,7 @@ async def reports(request: Request):
     worker_id = request.path_params["worker_id"]
     _bound(request, who, worker_id)
     req = await json_body(request, c.cfg.limits.body_bytes)
+    carry = query_bool(request, "assignments", False)
     limit = c.cfg.limits.text_bytes
     batch = tuple(
         dataclasses.replace(
@@ -432,7 +434,7 @@ async def reports(request: Request):
     applied = await c.db.write(jobs.apply_reports, worker_id, batch)
     c.metrics.observe_starts(applied.start_latencies)
     carried: tuple[Assignment, ...] = ()
-    if request.query_params.get("assignments") == "1":
+    if carry:
         carried = tuple(_assignment(r, c.logs) for r in await c.handout_assigned(worker_id))
     return reply(
         ReportResults(
