@@ -244,8 +244,10 @@ def main() -> None:
         per = {side: (after[side] - before.get(side, 0.0)) / args.jobs for side in after}
         print(
             f"requests per job over those jobs: {sum(per.values()):.2f} (worker "
-            f"{per.get('worker', 0):.2f}, client {per.get('client', 0):.2f}: the submit and "
-            "the bench's watching)   (target <= 1.2)"
+            f"{per.get('worker', 0):.2f}: the worker's /v1/workers/ routes; client "
+            f"{per.get('client', 0):.2f}: every other route, i.e. the submit (1.00 a job), the "
+            "bench's long poll watching the last job, and the worker's log uploads and "
+            "faults)   (target <= 1.2)"
         )
         kills = kill_latency(url, token, tmp, 20)
         print(

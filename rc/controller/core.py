@@ -429,6 +429,21 @@ class Controller:
             kills = await self.db.write(jobs.deliver_kills, worker_id, self.cfg.kill_redelivery)
         return fresh, kills
 
+    async def handout_assigned(self, worker_id: str):
+        """Every job assigned to this worker and not yet running (rows, id
+        order), for the reply to its reports (rc.controller.api.workers.reports).
+
+        All of them, not only those never handed out: a worker whose reply
+        was lost gets them in the reply to its retry (it never starts a job
+        id and restart count twice). They count as handed out, so the long
+        poll does not answer for them again.
+        """
+        assigned = await self.db.read(jobs.assigned_to, worker_id)
+        self.delivered.setdefault(worker_id, set()).update(
+            (r["id"], r["restart_count"]) for r in assigned
+        )
+        return assigned
+
     def forget_delivered(self, worker_id: str, keep: set[int]) -> bool:
         """After a heartbeat: assigned jobs the worker does not name are handed
         out again at its next poll. Returns whether anything was forgotten."""

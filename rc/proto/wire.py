@@ -23,9 +23,18 @@ from rc.proto.model import (
     Token,
 )
 
+WORKER_PROTOCOL = 2
+"""The worker protocol this rc speaks, sent in RegisterRequest.protocol.
+1: the protocol of workers from before the field (they omit it): work comes
+only from the long poll. 2: a reports request may ask for the new
+assignments in its reply (POST /v1/workers/{id}/reports?assignments=1). A
+controller takes 1 and 2; a worker it does not know the protocol of is
+refused (400 bad_request naming both numbers)."""
+
 __all__ = [
     "API",
     "INSTANCE_HEADER",
+    "WORKER_PROTOCOL",
     "ActionResult",
     "ArraySummary",
     "Assignment",
@@ -345,6 +354,8 @@ class RegisterRequest:
     run_as: str = ""
     shared_account: bool = False
     allow_root_jobs: bool = False
+    protocol: int = 1
+    """The worker protocol it speaks (WORKER_PROTOCOL); omitted: 1."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -606,9 +617,16 @@ class ReportResult:
 
 @dataclass(frozen=True, slots=True)
 class ReportResults:
-    """The answer to Reports, in the same order."""
+    """The answer to Reports, in the same order. `assignments`, only when
+    the request asked for them (?assignments=1, worker protocol 2): every
+    job assigned to the worker and not yet running, read after the reports'
+    commit and the scheduling pass it ran (so the devices the reports freed
+    carry their next jobs); the same as a long poll would hand out, and again
+    in every such reply until the job runs, so a lost reply loses nothing
+    (the worker never starts a job id and restart count twice)."""
 
     results: tuple[ReportResult, ...]
+    assignments: tuple[Assignment, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,6 +33,7 @@ from rc.proto.codec import decode, encode
 from rc.proto.errors import ApiError, TransportError
 from rc.proto.model import JobKind, JobState, RecoveryProof
 from rc.proto.wire import (
+    WORKER_PROTOCOL,
     Assignments,
     DeviceDecl,
     LabelsRequest,
@@ -105,6 +106,18 @@ def _runs_jobs_as(req: RegisterRequest) -> str:
     return f"runs each job as its own Unix user ({root})"
 
 
+def _explain_refusal(e: ApiError) -> str:
+    """A registration refusal in words; a controller from before the worker
+    protocol (it refuses the field) is named as such."""
+    text = str(e)
+    if e.status == 400 and "protocol" in text and "not a known field" in text:
+        return (
+            f"{text} (the controller is older than this worker, rc {__version__}, and does "
+            f"not speak worker protocol {WORKER_PROTOCOL}: run the same rc version on both)"
+        )
+    return text
+
+
 class Agent:
     """One worker process: `run()` returns the exit code.
 
@@ -140,7 +153,13 @@ class Agent:
         self.ready_fd: int | None = None
         self.refused = False
         self._reregistering = threading.Lock()
-        self.reporter = Reporter(client, self.worker_id, self._report_done, clock)
+        self.reporter = Reporter(
+            client, self.worker_id, self._report_done, clock, self._carried_assignments
+        )
+        self._killed_unstarted: set[int] = set()
+        """Jobs a kill named before this process ran them: an assignment a
+        report reply carried may arrive after its kill (the long poll hands
+        out a job with a kill requested together with the kill)."""
         # Every job carries these, so sweeps and survivor scans only ever see
         # this host's jobs (and post-job sweeps only this worker process's).
         self.instance_id = uuid.uuid4().hex
@@ -237,6 +256,7 @@ class Agent:
             run_as=run_as,
             shared_account=shared,
             allow_root_jobs=allow_root,
+            protocol=WORKER_PROTOCOL,
         )
 
     def push_labels(self) -> bool:
@@ -348,7 +368,7 @@ class Agent:
                         self.client.url,
                         self.cfg.host,
                         e.status,
-                        e,
+                        _explain_refusal(e),
                     )
                     self.refused = True
                     return False
@@ -550,6 +570,11 @@ class Agent:
         kills = set(got.kills)
         for job_id in kills:
             self._cancel(job_id, "")
+        if kills:
+            with self._lock:
+                if len(self._killed_unstarted) >= 1024:
+                    self._killed_unstarted.clear()
+                self._killed_unstarted.update(k for k in kills if k not in self.jobs)
         if got.sessions and not self.closed:  # sessions inside holds (rc shell / exec / cp)
             sessions.dispatch_sessions(self, got.sessions, instance)
         for req in got.scans:  # survivor scans (rc clear, rc kill of a lost job)
@@ -570,7 +595,7 @@ class Agent:
                     continue  # shutting down: never started, so the leave hands it back
                 self.started.add((a.job_id, a.restart_count))
                 self.unsettled.add(a.job_id)
-                if a.job_id in kills:
+                if a.job_id in kills or a.job_id in self._killed_unstarted:
                     self.reporting.add(a.job_id)
                     run = None
                 else:
@@ -586,6 +611,14 @@ class Agent:
                 )
             else:
                 run.start()
+
+    def _carried_assignments(self, items: list) -> None:
+        """Start the assignments a report reply carried (rc.worker.reporter),
+        as a long poll's: a job id and restart count already started here is
+        skipped."""
+        got = decode(Assignments, {"assignments": items})
+        if got.assignments and not self.stop_event.is_set():
+            self._dispatch(got)
 
     def survivor_scan(
         self, device_ids=(), job_ids=(), kill: bool = False

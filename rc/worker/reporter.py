@@ -11,12 +11,23 @@ refuses (4xx) is logged and dropped. `on_done(job_id, accepted)` is called
 once a terminal report is settled either way, so the job stops being named in
 heartbeats; `accepted` says whether the controller took it (so it has
 recorded the job's end).
+
+Fewer requests per job (worker protocol 2): each reports request asks for
+the worker's new assignments in its reply (?assignments=1), which the
+controller reads after the reports' commit: the devices a terminal report
+freed come back with their next jobs, handed to `on_assignments` (after the
+batch is settled). While a running report is pending, the batch waits for
+the jobs' ends until its oldest report has waited RUNNING_LINGER_S (a
+fault ends the wait at once), so short jobs' starts and ends travel in one
+request (the running report carries started_at, so the recorded start is
+exact either way).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -31,6 +42,10 @@ log = logging.getLogger("rc.worker.reports")
 REPORT_DEADLINE_S = 1800.0
 RETRY_MIN_S = 0.2
 RETRY_MAX_S = 5.0
+RUNNING_LINGER_S = 0.05
+"""While a running report is pending, the most the oldest pending report
+waits for the jobs' ends before the batch goes (real seconds: a short tick,
+not a timer of the worker's clock)."""
 
 
 @dataclass(slots=True)
@@ -48,6 +63,9 @@ class Report:
     """Its faulty devices (ids)."""
     deadline: float = 0.0
     """Monotonic seconds (the reporter's clock) after which it is given up."""
+    since: float = 0.0
+    """When it (or the running report it replaced) was queued: real
+    monotonic seconds, for RUNNING_LINGER_S."""
 
     @property
     def terminal(self) -> bool:
@@ -100,8 +118,13 @@ class Reporter:
         worker_id: str,
         on_done: Callable[[int, bool], None],
         clock: Clock = SYSTEM,
+        on_assignments: Callable[[list], None] | None = None,
     ) -> None:
+        """`on_assignments(items)`: the assignments a reply carried (JSON
+        objects of rc.proto.wire.Assignment), called on the reporter's
+        thread; None: never ask for them."""
         self.client = client
+        self.on_assignments = on_assignments
         self.clock = clock
         self.worker_id = worker_id
         self.on_done = on_done
@@ -115,10 +138,13 @@ class Reporter:
     def submit(self, report: Report) -> None:
         """Queue a report (a terminal one supersedes a running one)."""
         report.deadline = self.clock.monotonic() + REPORT_DEADLINE_S
+        report.since = time.monotonic()
         with self._cond:
             old = self._pending.get(report.job_id)
             if old is not None and old.terminal and not report.terminal:
                 return
+            if old is not None:
+                report.since = old.since
             self._pending[report.job_id] = report
             self._cond.notify_all()
 
@@ -178,6 +204,7 @@ class Reporter:
                     self._cond.wait()
                 if self._stopping and not self._pending and not self._faults:
                     return
+                self._linger()
                 batch = list(self._pending.values())
             if not self._send_faults():
                 if not self._pause(delay):
@@ -189,7 +216,9 @@ class Reporter:
                 continue
             try:
                 resp = self.client.post(
-                    f"/v1/workers/{self.worker_id}/reports", {"reports": [r.wire() for r in batch]}
+                    f"/v1/workers/{self.worker_id}/reports",
+                    {"reports": [r.wire() for r in batch]},
+                    params={"assignments": "1"} if self.on_assignments else None,
                 )
             except (TransportError, ApiError) as e:
                 if isinstance(e, ApiError) and e.status < 500:
@@ -223,6 +252,25 @@ class Reporter:
                         res.get("message"),
                     )
             self._settle(batch, accepted)
+            carried = resp.get("assignments") if self.on_assignments else None
+            if carried:
+                try:
+                    self.on_assignments(carried)
+                except Exception:  # a bug must not end the reporter
+                    log.exception("starting the assignments a report reply carried failed")
+
+    def _linger(self) -> None:
+        """With the lock held: while a running report is pending (its job
+        may end soon) and no fault is, wait for the jobs' ends, until the
+        oldest pending report has waited RUNNING_LINGER_S."""
+        while self._pending and not self._faults and not self._stopping:
+            if all(r.terminal for r in self._pending.values()):
+                return
+            left = min(r.since for r in self._pending.values()) + RUNNING_LINGER_S
+            left -= time.monotonic()
+            if left <= 0:
+                return
+            self._cond.wait(left)
 
     def _pause(self, delay: float) -> bool:
         """Wait `delay` s before a retry (a new submission wakes it); False

@@ -456,12 +456,21 @@ def _no_device(req: SubmitRequest):
     raise Refused(ErrorCode.NO_DEVICE_AVAILABLE, f"{target}: {what} (no-wait); nothing was queued")
 
 
+POSITION_SETTLE_S = 0.5
+"""The soonest a job's long poll answers a move in the queue that happened
+while it waited (seconds since it began); see get_job."""
+
+
 async def get_job(request: Request):
     """GET /v1/jobs/{id}[?wait=S&state=X&position=N&detail=1]: the job and its
     queue position.
 
     With `wait`, a long poll: answers as soon as the state differs from `state`
     or the queue position from `position`, or after `wait` seconds (max 60).
+    A position that differs when the poll begins is answered at once; one
+    that moves while it waits, no sooner than POSITION_SETTLE_S after it
+    began (a state change at once): a queue moving by many jobs a second is
+    counted once per settle per watcher, not after every commit.
     With `detail=1` (not with `wait`), what `rc show` adds (wire.JobDetail).
     """
     c = ctl(request)
@@ -485,18 +494,24 @@ async def get_job(request: Request):
         return reply(dataclasses.replace(_visible(view, who), detail=more))
     seen_state = request.query_params.get("state", "")
     seen_pos = request.query_params.get("position", "")
-    deadline = time.monotonic() + wait
+    began = time.monotonic()
+    deadline = began + wait
     while True:
         ev_job = c.hub.waiter(f"job:{job_id}")
         ev_jobs = c.hub.waiter("jobs")
         view = await c.job_view(job_id)
         changed = view.job.state.value != seen_state or str(view.queue_position) != seen_pos
-        left = deadline - time.monotonic()
+        now = time.monotonic()
+        left = deadline - now
         if not wait or changed or left <= 0 or c.hub.closing:
             return reply(_visible(view, who))
         waiters = [asyncio.ensure_future(ev_job.wait())]
         if view.job.state is JobState.QUEUED:
-            waiters.append(asyncio.ensure_future(ev_jobs.wait()))
+            settle = began + POSITION_SETTLE_S - now
+            if settle > 0:  # a move in the queue is looked at once settled
+                left = min(left, settle)
+            else:
+                waiters.append(asyncio.ensure_future(ev_jobs.wait()))
         _done, pending = await asyncio.wait(
             waiters, timeout=left, return_when=asyncio.FIRST_COMPLETED
         )

@@ -159,6 +159,13 @@ ROUTES: tuple[Endpoint, ...] = (
         "Running and terminal reports, batched",
         wire.ReportResults,
         request=wire.Reports,
+        params=(
+            Param(
+                "assignments",
+                "boolean",
+                "worker protocol 2: the reply carries the jobs assigned and not yet running",
+            ),
+        ),
         errors=(*BAD, E.WRONG_HOST),
     ),
     Endpoint(

@@ -15,6 +15,7 @@ import time
 
 from starlette.requests import Request
 
+from rc import __version__
 from rc.controller.api import (
     Role,
     caller,
@@ -22,6 +23,7 @@ from rc.controller.api import (
     cut_text,
     json_body,
     path_int,
+    query_bool,
     query_float,
     read_body,
     reply,
@@ -35,6 +37,7 @@ from rc.proto.errors import ErrorCode
 from rc.proto.model import NAME_RE, JobKind, JobState, Stdio
 from rc.proto.selector import valid_label_key
 from rc.proto.wire import (
+    WORKER_PROTOCOL,
     Assignment,
     Assignments,
     HeartbeatResponse,
@@ -45,6 +48,9 @@ from rc.proto.wire import (
     ReportResult,
     ReportResults,
 )
+
+PROTOCOLS = (1, WORKER_PROTOCOL)
+"""The worker protocols a registration may name (rc.proto.wire.WORKER_PROTOCOL)."""
 
 __all__ = [
     "append_log",
@@ -142,6 +148,13 @@ async def register(request: Request):
     lim = c.cfg.limits
     req = await json_body(request, lim.register_body_bytes)
     _check_name("host", req.host)
+    if req.protocol not in PROTOCOLS:
+        raise Refused(
+            ErrorCode.BAD_REQUEST,
+            f"worker {req.host!r} speaks worker protocol {req.protocol}; this controller "
+            f"(rc {__version__}) speaks {PROTOCOLS[0]} to {PROTOCOLS[-1]}: run the same rc "
+            "version on the worker and the controller",
+        )
     if len(req.devices) > lim.devices_per_worker:
         raise Refused(
             ErrorCode.LIMIT_EXCEEDED,
@@ -396,12 +409,19 @@ async def scan_result(request: Request):
 
 
 async def reports(request: Request):
-    """POST /v1/workers/{worker_id}/reports: running and terminal reports, batched."""
+    """POST /v1/workers/{worker_id}/reports: running and terminal reports, batched.
+
+    With ?assignments=1 (worker protocol 2) the reply also carries every job
+    assigned to the worker and not yet running (ReportResults.assignments),
+    read after the reports' commit, whose scheduling pass gave the devices
+    they freed their next jobs: a busy worker needs no long poll answer to
+    get its next job. A long poll does not hand those out again."""
     c = ctl(request)
     who = caller(request)
     worker_id = request.path_params["worker_id"]
     _bound(request, who, worker_id)
     req = await json_body(request, c.cfg.limits.body_bytes)
+    carry = query_bool(request, "assignments", False)
     limit = c.cfg.limits.text_bytes
     batch = tuple(
         dataclasses.replace(
@@ -413,9 +433,13 @@ async def reports(request: Request):
     )
     applied = await c.db.write(jobs.apply_reports, worker_id, batch)
     c.metrics.observe_starts(applied.start_latencies)
+    carried: tuple[Assignment, ...] = ()
+    if carry:
+        carried = tuple(_assignment(r, c.logs) for r in await c.handout_assigned(worker_id))
     return reply(
         ReportResults(
-            tuple(ReportResult(j, not code, code, msg) for j, code, msg in applied.results)
+            tuple(ReportResult(j, not code, code, msg) for j, code, msg in applied.results),
+            carried,
         )
     )
 

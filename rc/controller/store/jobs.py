@@ -28,6 +28,7 @@ __all__ = [
     "NewJob",
     "apply_reports",
     "array_summary",
+    "assigned_to",
     "brief",
     "cancel_queued",
     "deliver_kills",
@@ -524,6 +525,14 @@ def pending_for(tx: Tx, worker_id: str, redelivery: float):
     assigned = tx.all("jobs_assigned_to", (worker_id,))
     due = tx.scalar("count_kills_due", (worker_id, tx.now - redelivery))
     return assigned, due
+
+
+def assigned_to(tx: Tx, worker_id: str) -> list:
+    """The jobs assigned to a worker and not yet running, with no kill
+    requested (rows, id order): what a reply to its reports carries (read
+    without writing). A job with a kill requested is left to the long poll,
+    which hands it out with its kill."""
+    return [r for r in tx.all("jobs_assigned_to", (worker_id,)) if not r["kill_requested"]]
 
 
 def deliver_kills(tx: Tx, worker_id: str, redelivery: float) -> list[int]:
