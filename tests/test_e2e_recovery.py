@@ -186,3 +186,27 @@ def test_a_restarted_worker_gets_work_its_dead_predecessor_was_polling_for(
     j = c.post("/v1/jobs", {"command": ["touch", str(marker)], "selector": "*"})["job"]
     wait_until(marker.exists, 30, "the new worker to run the job (a stale poll took it?)")
     wait_until(lambda: job(c, j["id"])["state"] == "succeeded", 30, "the job to succeed")
+
+
+def test_after_a_controller_restart_the_worker_is_heard_before_its_next_heartbeat(
+    tmp_path, env, make_worker
+):
+    """Found measuring failover: a restarted (or newly active) controller keeps
+    a worker's devices `unknown` until it hears a heartbeat, and the worker's
+    long poll parked there unanswered, so the first job waited for the next
+    heartbeat (up to the interval: 10 s by default). Now the poll of a worker
+    this controller process has not heard answers at once, and a response
+    from a new instance makes the worker heartbeat at once. With a 1-hour
+    interval, a job submitted after the restart still runs."""
+    flags = ["--heartbeat-interval", "1h"]
+    ctl = Controller(tmp_path / "data", env, flags).start()
+    try:
+        port = ctl.url.rsplit(":", 1)[1]
+        make_worker(ctl, host="slowbeat", devices="cpu:1")
+        ctl.kill9()
+        ctl = Controller(tmp_path / "data", env, flags, listen=f"127.0.0.1:{port}").start()
+        c = ctl.client(ctl.token("alice"))
+        j = c.post("/v1/jobs", {"command": ["true"], "selector": "*"})["job"]
+        wait_until(lambda: job(c, j["id"])["state"] == "succeeded", 30, "the job to run")
+    finally:
+        ctl.stop()

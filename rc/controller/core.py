@@ -115,6 +115,11 @@ class Controller:
         self.delivered: dict[str, set[tuple[int, int]]] = {}
         self.poll_generation: dict[str, int] = {}
         """worker id → the number of its newest long poll (only it hands out work)."""
+        self.heard: set[str] = set()
+        """Workers that registered or heartbeated with this controller process:
+        a long poll of any other answers at once (api.workers.assignments), so
+        that after a restart or a failover the worker sees the new instance and
+        heartbeats, which brings its devices back from `unknown`."""
         self.beats: dict[str, tuple[float, tuple[int, ...]]] = {}
         """worker id → its newest heartbeat not yet written (wall seconds, the
         job ids it named): `heartbeat` keeps it, `flush_beats` writes it."""
@@ -382,6 +387,7 @@ class Controller:
         a `worker_lost` one in retention mode) is written before the reply.
         heartbeat_flush = 0 writes every one at once. Raises Refused (404)
         for a worker that never registered."""
+        self.heard.add(worker_id)
         if self.cfg.heartbeat_flush > 0:
             changes, stop, ttls = await self.db.read(
                 workers.beat_check, worker_id, running, self.thresholds

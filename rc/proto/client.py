@@ -28,7 +28,7 @@ import ssl
 import threading
 import time
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -211,6 +211,10 @@ class Client:
         self.instance: str = ""
         self.last_response: float = 0.0
         """time.monotonic() of the last response of any status (contact)."""
+        self.on_new_instance: Callable[[str], None] | None = None
+        """Called with the new id when a response comes from another controller
+        instance than the one before (a restart, a failover), on the thread
+        that got it; it must be quick and must not raise."""
         self.abandon: threading.Event | None = None
         """Once set (a worker shutting down), a request tries each URL of the
         list once more at most, without backoff, instead of cycling on."""
@@ -455,7 +459,9 @@ class Client:
         self.last_response = time.monotonic()
         inst = headers.get(INSTANCE_HEADER.lower(), "")
         if inst:
-            self.instance = inst
+            before, self.instance = self.instance, inst
+            if before and inst != before and self.on_new_instance is not None:
+                self.on_new_instance(inst)
         if status >= 400:
             raise _api_error(status, payload)
         if 300 <= status < 400:  # rc's API never redirects: this is not an rc route

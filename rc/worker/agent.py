@@ -131,6 +131,8 @@ class Agent:
         self.clock = clock
         self.worker_id = cfg.host
         self.stop_event = threading.Event()
+        self._beat_now = threading.Event()
+        """Set to send a heartbeat at once (a new controller instance; a stop)."""
         self.stopping = False
         self.jobs: dict[int, JobRun] = {}
         self.reporting: set[int] = set()
@@ -417,10 +419,19 @@ class Agent:
         """Ask the worker to shut down (signal handlers call this)."""
         self.stopping = True
         self.stop_event.set()
+        self._beat_now.set()  # the heartbeat loop waits on this, not on stop_event
 
     def _heartbeat_loop(self) -> None:
+        """A heartbeat every heartbeat_interval, and at once when a response
+        came from a new controller instance (a restart or a failover: the new
+        one keeps this worker's devices `unknown` until it hears one)."""
         episode = _Episode("heartbeat failed")
-        while not self.clock.wait(self.stop_event, self.heartbeat_interval):
+        self.client.on_new_instance = lambda _instance: self._beat_now.set()
+        while True:
+            self.clock.wait(self._beat_now, self.heartbeat_interval)
+            if self.stop_event.is_set():
+                return
+            self._beat_now.clear()
             self.heartbeat_once(episode)
 
     def heartbeat_once(self, episode: _Episode | None = None) -> None:

@@ -184,6 +184,7 @@ async def register(request: Request):
     # is noticed gone, and must not take work meant for the new one.
     _supersede_polls(c, req.host)
     await c.db.write(workers.register, req, c.match_cache, c.thresholds)
+    c.heard.add(req.host)
     c.delivered.pop(req.host, None)
     await _drain_degraded(c, req.host, req.labels, who.name)
     return reply(RegisterResponse(req.host, c.instance, c.cfg.heartbeat_interval))
@@ -262,7 +263,9 @@ async def assignments(request: Request):
     after `wait` (default 30 s, at most 60 s). A worker has one poll at a
     time: a new poll, or a registration, supersedes older ones, which answer
     204 at once and hand out nothing (the poll of a worker killed with -9
-    stays parked here, and must not take work meant for its successor).
+    stays parked here, and must not take work meant for its successor). The
+    poll of a worker that has neither registered nor heartbeated with this
+    controller process (Controller.heard) answers 204 at once.
     """
     c = ctl(request)
     who = caller(request)
@@ -271,6 +274,11 @@ async def assignments(request: Request):
     wait = query_float(request, "wait", c.cfg.poll_wait_default, 0.0, c.cfg.poll_wait_max)
     deadline = time.monotonic() + wait
     key = f"worker:{worker_id}"
+    if worker_id not in c.heard:
+        # a worker this controller process has not heard from (it restarted,
+        # or took over as the active one): answer at once, so the worker sees
+        # the new instance and heartbeats (its devices are `unknown` until then)
+        return _no_content()
     generation = _supersede_polls(c, worker_id)
     c.scans.poll_started(worker_id)
     try:
