@@ -226,6 +226,15 @@ def pg_cluster() -> Iterator[PgCluster]:
         shutil.rmtree(root, ignore_errors=True)
 
 
+@pytest.fixture
+def pg_dsn(pg_cluster) -> Iterator[str]:
+    """The libpq URL of an empty rc database (rc's schema, no rows) in the
+    session's throwaway cluster, emptied again after the test."""
+    dsn, drop = pg_cluster.rc_database()
+    yield dsn
+    drop()
+
+
 @pytest.fixture(params=["sqlite", "postgresql"])
 def engine(request) -> Iterator[str]:
     """Run a test once per store engine: every Lab it makes (tests.inprocess)

@@ -21,13 +21,6 @@ psycopg = pytest.importorskip("psycopg")
 TTL = 1.0
 
 
-@pytest.fixture
-def dsn(pg_cluster):
-    dsn, drop = pg_cluster.rc_database()
-    yield dsn
-    drop()
-
-
 async def _until(coro_fn, timeout: float = 10.0, what: str = "condition"):
     """Await coro_fn() until it returns something truthy (deadline: timeout s)."""
     deadline = time.monotonic() + timeout
@@ -40,7 +33,7 @@ async def _until(coro_fn, timeout: float = 10.0, what: str = "condition"):
         await asyncio.sleep(0.05)
 
 
-def test_every_leader_query_prepares_on_postgresql(dsn):
+def test_every_leader_query_prepares_on_postgresql(pg_dsn):
     assert set(leader.LEADER_QUERIES) == {
         "leader_seed",
         "leader_take",
@@ -49,17 +42,17 @@ def test_every_leader_query_prepares_on_postgresql(dsn):
         "leader_fence",
         "leader_release",
     }
-    with psycopg.connect(dsn, autocommit=True) as conn:
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
         for name, sql in leader.LEADER_QUERIES.items():
             conn.execute(f"PREPARE q AS {_prepare_text(sql)}")
             conn.execute("DEALLOCATE q")
             assert name
 
 
-def test_a_standby_takes_the_lease_only_once_it_has_expired(dsn):
+def test_a_standby_takes_the_lease_only_once_it_has_expired(pg_dsn):
     async def go() -> None:
-        a = await leader.Leadership(dsn, "ctl-a", "http://a:1", TTL).open()
-        b = await leader.Leadership(dsn, "ctl-b", "http://b:2", TTL).open()
+        a = await leader.Leadership(pg_dsn, "ctl-a", "http://a:1", TTL).open()
+        b = await leader.Leadership(pg_dsn, "ctl-b", "http://b:2", TTL).open()
         try:
             assert await a.take()
             assert a.lease == leader.Lease("ctl-a", 1)
@@ -82,9 +75,9 @@ def test_a_standby_takes_the_lease_only_once_it_has_expired(dsn):
     asyncio.run(asyncio.wait_for(go(), 30))
 
 
-def test_the_active_steps_down_by_its_deadline_when_renewals_cannot_reach_the_database(dsn):
+def test_the_active_steps_down_by_its_deadline_when_renewals_cannot_reach_the_database(pg_dsn):
     async def go() -> None:
-        a = await leader.Leadership(dsn, "ctl-a", "http://a:1", TTL).open()
+        a = await leader.Leadership(pg_dsn, "ctl-a", "http://a:1", TTL).open()
         try:
             assert await a.take()
             # every renewal fails (its connection is gone and the database
@@ -99,7 +92,7 @@ def test_the_active_steps_down_by_its_deadline_when_renewals_cannot_reach_the_da
             assert time.monotonic() >= a.deadline
         finally:
             await a.close()
-        b = await leader.Leadership(dsn, "ctl-b", "http://b:2", TTL).open()
+        b = await leader.Leadership(pg_dsn, "ctl-b", "http://b:2", TTL).open()
         try:
             assert (await b.peek()).holder == "ctl-a"
             await _until(b.take, what="b's takeover")
@@ -109,19 +102,19 @@ def test_the_active_steps_down_by_its_deadline_when_renewals_cannot_reach_the_da
     asyncio.run(asyncio.wait_for(go(), 30))
 
 
-def test_a_write_after_the_lease_passed_on_is_fenced_and_nothing_of_it_commits(dsn):
+def test_a_write_after_the_lease_passed_on_is_fenced_and_nothing_of_it_commits(pg_dsn):
     async def go() -> None:
-        la = await leader.Leadership(dsn, "ctl-a", "http://a:1", TTL).open()
-        lb = await leader.Leadership(dsn, "ctl-b", "http://b:2", TTL).open()
+        la = await leader.Leadership(pg_dsn, "ctl-a", "http://a:1", TTL).open()
+        lb = await leader.Leadership(pg_dsn, "ctl-b", "http://b:2", TTL).open()
         assert await la.take()
-        a = await pg.PgDatabase(dsn, clock=time.time, lease=la.lease).open()
+        a = await pg.PgDatabase(pg_dsn, clock=time.time, lease=la.lease).open()
         fenced: list[NotLeader] = []
         a.on_fenced = fenced.append
         b = None
         try:
             await a.write(tokens.create, "before", Role.USER, "h1", "", None, "")
             await _until(lb.take, what="b's takeover")  # a's lease expired, b holds it
-            b = await pg.PgDatabase(dsn, clock=time.time, lease=lb.lease).open()
+            b = await pg.PgDatabase(pg_dsn, clock=time.time, lease=lb.lease).open()
             # a's next batch fails whole, each of its functions gets NotLeader
             results = await asyncio.gather(
                 a.write(tokens.create, "after-1", Role.USER, "h2", "", None, ""),
@@ -143,10 +136,10 @@ def test_a_write_after_the_lease_passed_on_is_fenced_and_nothing_of_it_commits(d
     asyncio.run(asyncio.wait_for(go(), 30))
 
 
-def test_a_clean_stop_gives_the_lease_up_at_once(dsn):
+def test_a_clean_stop_gives_the_lease_up_at_once(pg_dsn):
     async def go() -> None:
-        a = await leader.Leadership(dsn, "ctl-a", "http://a:1", 60.0).open()
-        b = await leader.Leadership(dsn, "ctl-b", "http://b:2", 60.0).open()
+        a = await leader.Leadership(pg_dsn, "ctl-a", "http://a:1", 60.0).open()
+        b = await leader.Leadership(pg_dsn, "ctl-b", "http://b:2", 60.0).open()
         try:
             assert await a.take()
             assert not await b.take()
@@ -160,14 +153,14 @@ def test_a_clean_stop_gives_the_lease_up_at_once(dsn):
     asyncio.run(asyncio.wait_for(go(), 30))
 
 
-def test_the_fence_sets_the_idle_timeout_for_its_transaction_only(dsn):
+def test_the_fence_sets_the_idle_timeout_for_its_transaction_only(pg_dsn):
     """A controller paused inside a write batch holds the lease row's share
     lock: the server ends that session after pg.WRITER_IDLE_TIMEOUT_MS, set
     by the fence for the transaction alone (nothing stays on the session, as
     a pooler in transaction mode needs)."""
 
     async def go() -> leader.Lease:
-        la = await leader.Leadership(dsn, "ctl-a", "http://a:1", 30.0).open()
+        la = await leader.Leadership(pg_dsn, "ctl-a", "http://a:1", 30.0).open()
         try:
             assert await la.take()
             return la.lease
@@ -175,7 +168,7 @@ def test_the_fence_sets_the_idle_timeout_for_its_transaction_only(dsn):
             await la.close()
 
     lease = asyncio.run(go())
-    with psycopg.connect(dsn, autocommit=True) as raw:
+    with psycopg.connect(pg_dsn, autocommit=True) as raw:
         conn = pg._Conn(raw)
         try:
             conn.execute("BEGIN")
@@ -191,16 +184,16 @@ def test_the_fence_sets_the_idle_timeout_for_its_transaction_only(dsn):
             conn.executor.shutdown()
 
 
-def test_a_takeover_waits_for_a_fenced_transaction_and_renewals_do_not(dsn):
+def test_a_takeover_waits_for_a_fenced_transaction_and_renewals_do_not(pg_dsn):
     """The fence's lock: while a write transaction of the active holds it, the
     active's renewal goes through at once (a long batch, 1,000 heartbeats,
     cost the lease before), and a standby's takeover waits for the
     transaction to end even once the lease has expired (its try times out)."""
 
     async def go() -> None:
-        la = await leader.Leadership(dsn, "ctl-a", "http://a:1", TTL).open()
-        lb = await leader.Leadership(dsn, "ctl-b", "http://b:2", TTL).open()
-        raw = psycopg.connect(dsn, autocommit=True)
+        la = await leader.Leadership(pg_dsn, "ctl-a", "http://a:1", TTL).open()
+        lb = await leader.Leadership(pg_dsn, "ctl-b", "http://b:2", TTL).open()
+        raw = psycopg.connect(pg_dsn, autocommit=True)
         conn = pg._Conn(raw)
         try:
             assert await la.take()
@@ -229,17 +222,17 @@ async def _expired(lb: leader.Leadership) -> bool:
     return seen is not None and not seen.live
 
 
-def test_the_lease_connection_is_made_again_after_it_broke(dsn):
+def test_the_lease_connection_is_made_again_after_it_broke(pg_dsn):
     """The server ended the lease's connection (a restart, a dropped network):
     the next try connects again, so a standby is not stuck trying forever and
     an active one renews if the database is back before its deadline."""
 
     async def go() -> None:
-        a = await leader.Leadership(dsn, "ctl-a", "http://a:1", 30.0).open()
+        a = await leader.Leadership(pg_dsn, "ctl-a", "http://a:1", 30.0).open()
         try:
             assert await a.take()
             pid = a._conn.raw.info.backend_pid
-            with psycopg.connect(dsn, autocommit=True) as admin:
+            with psycopg.connect(pg_dsn, autocommit=True) as admin:
                 admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
             ok = None
             for _ in range(3):  # the first try may find the connection broken
@@ -256,22 +249,22 @@ def test_the_lease_connection_is_made_again_after_it_broke(dsn):
     asyncio.run(asyncio.wait_for(go(), 30))
 
 
-def test_an_active_whose_database_connection_broke_stops_acting(dsn):
+def test_an_active_whose_database_connection_broke_stops_acting(pg_dsn):
     """After a database restart or failover the store's connections are gone
     for good (nothing reconnects them): the active must step down (on_fenced)
     so that a standby, with connections of its own, takes over, instead of
     renewing its lease while every write fails."""
 
     async def go() -> None:
-        la = await leader.Leadership(dsn, "ctl-a", "http://a:1", 30.0).open()
+        la = await leader.Leadership(pg_dsn, "ctl-a", "http://a:1", 30.0).open()
         assert await la.take()
-        a = await pg.PgDatabase(dsn, clock=time.time, lease=la.lease).open()
+        a = await pg.PgDatabase(pg_dsn, clock=time.time, lease=la.lease).open()
         told: list[Exception] = []
         a.on_fenced = told.append
         try:
             await a.write(tokens.create, "before", Role.USER, "h1", "", None, "")
             assert told == []
-            with psycopg.connect(dsn, autocommit=True) as admin:
+            with psycopg.connect(pg_dsn, autocommit=True) as admin:
                 admin.execute("SELECT pg_terminate_backend(%s)", (a._writer.raw.info.backend_pid,))
             with pytest.raises(StoreError, match="database write failed"):
                 await a.write(tokens.create, "after", Role.USER, "h2", "", None, "")

@@ -22,13 +22,6 @@ pytestmark = pytest.mark.e2e
 psycopg = pytest.importorskip("psycopg")
 
 
-@pytest.fixture
-def dsn(pg_cluster):
-    dsn, drop = pg_cluster.rc_database()
-    yield dsn
-    drop()
-
-
 def _raw(url: str, method: str, path: str, token: str = "", body: bytes | None = None):
     """(status, headers with lower-case names, body) of one request."""
     u = urllib.parse.urlsplit(url)
@@ -86,13 +79,13 @@ def _assert_standby(status, headers, body, active: str | None) -> None:
 
 
 def test_a_standby_answers_every_route_503_standby_naming_the_active(
-    dsn, make_controller, tmp_path
+    pg_dsn, make_controller, tmp_path
 ):
-    a, b, token = _pair(make_controller, dsn, tmp_path)
+    a, b, token = _pair(make_controller, pg_dsn, tmp_path)
     assert "standby: the active controller is " + a.url in wait_until(
         lambda: "standby: the active controller" in b.log() and b.log(), 10, "b's standby line"
     )
-    assert _leader_row(dsn) == (_instance(a), a.url, 1)
+    assert _leader_row(pg_dsn) == (_instance(a), a.url, 1)
     assert ", active)" in a.log() and ", standby)" in b.log()  # the start lines say which
     register = json.dumps({"host": "h", "devices": []}).encode()
     for method, path, body in [
@@ -116,15 +109,15 @@ def test_a_standby_answers_every_route_503_standby_naming_the_active(
 
 
 def test_kill_9_of_the_active_the_standby_takes_over_within_the_bound_and_schedules(
-    dsn, make_controller, make_worker, env, tmp_path
+    pg_dsn, make_controller, make_worker, env, tmp_path
 ):
-    a, b, token = _pair(make_controller, dsn, tmp_path)
+    a, b, token = _pair(make_controller, pg_dsn, tmp_path)
     wait_until(lambda: "standby: the active controller" in b.log(), 10, "b standby")
     a.kill9()
     wait_until(lambda: _is_active(b, token), 15, "b to take over")
     # b took the lease once it ran out (test_leadership_pg: never before);
     # how long that takes is bench/failover.py's figure, not asserted here
-    assert _leader_row(dsn) == (_instance(b), b.url, 2)
+    assert _leader_row(pg_dsn) == (_instance(b), b.url, 2)
     assert "took the leadership lease (epoch 2)" in b.log()
     # b schedules: a worker registers with it and a job runs
     make_worker(b, host="box", devices="cpu:1")
@@ -135,13 +128,13 @@ def test_kill_9_of_the_active_the_standby_takes_over_within_the_bound_and_schedu
     assert any((tmp_path / "shared-logs").rglob("*"))  # the log in the shared dir
 
 
-def test_a_paused_active_is_fenced_when_it_wakes_and_stops(dsn, make_controller, tmp_path):
-    a, b, token = _pair(make_controller, dsn, tmp_path, "--leader-ttl", "1s")
+def test_a_paused_active_is_fenced_when_it_wakes_and_stops(pg_dsn, make_controller, tmp_path):
+    a, b, token = _pair(make_controller, pg_dsn, tmp_path, "--leader-ttl", "1s")
     wait_until(lambda: "standby: the active controller" in b.log(), 10, "b standby")
     a.proc.send_signal(signal.SIGSTOP)
     try:
         wait_until(lambda: _is_active(b, token), 15, "b to take over from the paused a")
-        assert _leader_row(dsn) == (_instance(b), b.url, 2)
+        assert _leader_row(pg_dsn) == (_instance(b), b.url, 2)
     finally:
         a.proc.send_signal(signal.SIGCONT)
     # a wakes: its next renewal finds the lease gone (or its next write batch
@@ -150,27 +143,27 @@ def test_a_paused_active_is_fenced_when_it_wakes_and_stops(dsn, make_controller,
     log = a.log()
     assert "lost the leadership lease (epoch 1)" in log
     assert "restart rc serve to rejoin as a standby" in log
-    assert _leader_row(dsn) == (_instance(b), b.url, 2)  # a took nothing back
+    assert _leader_row(pg_dsn) == (_instance(b), b.url, 2)  # a took nothing back
     assert _is_active(b, token)
 
 
-def test_a_clean_stop_of_the_active_hands_over_at_once(dsn, make_controller, tmp_path):
-    a, b, token = _pair(make_controller, dsn, tmp_path, "--leader-ttl", "60s")
+def test_a_clean_stop_of_the_active_hands_over_at_once(pg_dsn, make_controller, tmp_path):
+    a, b, token = _pair(make_controller, pg_dsn, tmp_path, "--leader-ttl", "60s")
     wait_until(lambda: "standby: the active controller" in b.log(), 10, "b standby")
     assert a.stop() == 0
     wait_until(lambda: _is_active(b, token), 10, "b to take over without the 60 s ttl")
-    assert _leader_row(dsn)[2] == 2
+    assert _leader_row(pg_dsn)[2] == 2
 
 
-def test_advertise_url_is_checked_and_named_by_the_standby(dsn, make_controller, tmp_path):
+def test_advertise_url_is_checked_and_named_by_the_standby(pg_dsn, make_controller, tmp_path):
     with pytest.raises(AssertionError, match="--advertise-url.*must be only"):
-        make_controller("--database", dsn, "--advertise-url", "http://x:1/path")
+        make_controller("--database", pg_dsn, "--advertise-url", "http://x:1/path")
     logs = str(tmp_path / "logs")
     a = make_controller(
-        "--database", dsn, "--log-dir", logs, "--advertise-url", "http://ctl-a.lab:8080/"
+        "--database", pg_dsn, "--log-dir", logs, "--advertise-url", "http://ctl-a.lab:8080/"
     )
     wait_until(lambda: (a.data / "admin.token").exists(), 20, "a to become active")
-    b = make_controller("--database", dsn, "--log-dir", logs)
+    b = make_controller("--database", pg_dsn, "--log-dir", logs)
     status, headers, body = wait_until(
         lambda: (r := _raw(b.url, "GET", "/v1/jobs")) and json.loads(r[2]).get("active") and r,
         10,

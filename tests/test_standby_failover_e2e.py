@@ -24,13 +24,6 @@ psycopg = pytest.importorskip("psycopg")
 JOBS = 200
 
 
-@pytest.fixture
-def dsn(pg_cluster):
-    dsn, drop = pg_cluster.rc_database()
-    yield dsn
-    drop()
-
-
 def _done(c: Client) -> int:
     return sum(
         1 for j in c.get("/v1/jobs", params={"limit": 1000})["jobs"] if j["state"] == "succeeded"
@@ -38,9 +31,9 @@ def _done(c: Client) -> int:
 
 
 def test_kill_9_of_the_active_in_the_middle_of_200_jobs_loses_none_and_runs_none_twice(
-    dsn, make_controller, env, pyz, tmp_path
+    pg_dsn, make_controller, env, pyz, tmp_path
 ):
-    a, b, token = _pair(make_controller, dsn, tmp_path)
+    a, b, token = _pair(make_controller, pg_dsn, tmp_path)
     wait_until(lambda: "standby: the active controller" in b.log(), 10, "b standby")
     urls = f"{a.url},{b.url}"
     admin = Client(urls, token, timeout=60)
@@ -96,9 +89,9 @@ def test_kill_9_of_the_active_in_the_middle_of_200_jobs_loses_none_and_runs_none
         }
         assert all(states[i] == "succeeded" for i in ids), collections.Counter(states.values())
         assert states[long_id] == "failed"  # exit 5
-        assert _leader_row(dsn)[:2] == (_instance(b), b.url)
+        assert _leader_row(pg_dsn)[:2] == (_instance(b), b.url)
         # the failover time: kill -9 → the first job the new active dispatched
-        with psycopg.connect(dsn, autocommit=True) as c:
+        with psycopg.connect(pg_dsn, autocommit=True) as c:
             first = c.execute(
                 "SELECT min(assigned_at) FROM jobs WHERE assigned_at > %s", (killed_at,)
             ).fetchone()[0]
