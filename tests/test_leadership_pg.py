@@ -7,6 +7,8 @@ a controller whose lease has passed on commits nothing."""
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import time
 
 import pytest
@@ -272,5 +274,36 @@ def test_an_active_whose_database_connection_broke_stops_acting(pg_dsn):
         finally:
             await a.close()
             await la.close()
+
+    asyncio.run(asyncio.wait_for(go(), 30))
+
+
+def test_a_take_answered_after_the_lease_length_is_renewed_not_dropped(pg_dsn):
+    """Found by a new user: PostgreSQL frozen for longer than the ttl while a
+    standby's take was on its way: the take succeeded when the database woke,
+    but its deadline, measured from the send, had passed, so the new active
+    dropped the lease at once and exited, and no controller was left. Now a
+    late take is renewed at once and acts on that renewal's deadline."""
+
+    async def go() -> None:
+        b = await leader.Leadership(pg_dsn, "ctl-b", "http://b:2", TTL).open()
+        try:
+            pid = b._conn.raw.info.backend_pid
+            os.kill(pid, signal.SIGSTOP)  # the database is frozen for b
+            try:
+                trying = asyncio.create_task(b.take())
+                thawed_at = time.monotonic() + TTL * 1.5
+
+                async def later() -> bool:
+                    return time.monotonic() > thawed_at
+
+                await _until(later, what="a freeze longer than the ttl")
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            assert await asyncio.wait_for(trying, 10)
+            assert b.deadline > time.monotonic()  # acts on the renewal's deadline
+            assert b.lease.epoch == 1
+        finally:
+            await b.close()
 
     asyncio.run(asyncio.wait_for(go(), 30))

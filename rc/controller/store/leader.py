@@ -117,6 +117,8 @@ class Leadership:
         self.active: Active | None = None
         """The lease's holder as last read (peek, take)."""
         self._conn: Any = None
+        self._failing: str | None = None
+        """What failed first in the current spell of database failures (None: none)."""
 
     async def open(self) -> Leadership:
         try:
@@ -191,14 +193,36 @@ class Leadership:
         try:
             row = await self._take()
         except Exception as e:  # noqa: BLE001 - the next try retries
-            log.warning("could not try the leadership lease: %s", _first_line(e))
+            self._failed("could not try the leadership lease", e)
             return False
+        self._answered()
         if row is None:
             return False
         self.lease = Lease(self.holder, int(row[0]))
         self.deadline = sent + float(row[1]) - self.margin
+        if self.deadline <= time.monotonic():
+            # the answer took longer than the lease (a frozen database, a
+            # paused process): taken, but its deadline has passed by this
+            # process's measure; a renewal now sets one from a fresh send
+            try:
+                if not await self.renew() or self.deadline <= time.monotonic():
+                    return False
+            except Exception as e:  # noqa: BLE001 - it expires; a later try takes it
+                self._failed("could not renew the leadership lease just taken", e)
+                return False
         self.active = Active(self.holder, self.url, self.lease.epoch, True)
         return True
+
+    def _failed(self, what: str, e: BaseException) -> None:
+        """Log a failure to reach the database once per spell, not every try."""
+        if self._failing is None:
+            log.warning("%s: %s (said once until the database answers)", what, _first_line(e))
+            self._failing = what
+
+    def _answered(self) -> None:
+        if self._failing is not None:
+            log.info("the database answers the leadership queries again")
+            self._failing = None
 
     async def peek(self) -> Active | None:
         """Who holds the lease now (None: nobody ever did, or the database
@@ -206,9 +230,10 @@ class Leadership:
         try:
             row = await self._query("leader_peek", {})
         except Exception as e:  # noqa: BLE001 - a standby keeps answering
-            log.warning("could not read the leadership lease: %s", _first_line(e))
+            self._failed("could not read the leadership lease", e)
             self.active = None
             return None
+        self._answered()
         if row is None or int(row[2]) == 0:  # never taken (the seed row)
             self.active = None
         else:
