@@ -456,6 +456,12 @@ class Database:
                 ops.append(op)
             await self._commit(ops)
 
+    def _failure(self, e: Exception) -> Exception:
+        """What a failed write batch's callers get instead of `e` when it is a
+        StoreError (the PostgreSQL engine's NotLeader after a broken
+        connection); anything else becomes StoreError. Here: `e`."""
+        return e
+
     async def _commit(self, ops: list[_Op]) -> None:
         try:
             extra = await self._on_thread(
@@ -479,7 +485,9 @@ class Database:
         except Exception as e:  # noqa: BLE001 - the commit failed: nothing in the batch happened
             log.error("write batch of %d failed: %s", len(ops), e)
             self.on_rollback()
-            err = StoreError(f"database write failed: {e}")
+            err = self._failure(e)
+            if not isinstance(err, StoreError):
+                err = StoreError(f"database write failed: {e}")
             for op in ops:
                 if not op.future.done():
                     op.future.set_exception(err)

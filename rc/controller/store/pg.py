@@ -421,8 +421,29 @@ class PgDatabase(db.Database):
         self._next_reader += 1
         try:
             return await self._on_thread(conn, _run_read, fn, args, self.clock())
+        except Exception as e:
+            err = self._failure(e)
+            if err is e:
+                raise
+            raise err from None
         finally:
             self._check_connections()
+
+    def _failure(self, e: Exception) -> Exception:
+        """What a failed read or write batch raises: NotLeader (answered 503
+        `standby`, so clients retry on their list) when this is an active
+        controller's database and one of its connections broke (it steps
+        down for the standby); else `e` itself for a read, StoreError for
+        a write batch (db.Database._failure)."""
+        conns = [self._writer, *self._readers]
+        if (
+            self.lease is not None
+            and not isinstance(e, NotLeader | GuardFailed)
+            and any(c is not None and c.raw.closed for c in conns)
+        ):
+            first = (str(e).strip() or type(e).__name__).splitlines()[0]
+            return NotLeader(f"a connection to the database broke ({first})")
+        return e
 
     async def _commit(self, ops: list) -> None:
         await super()._commit(ops)
