@@ -102,16 +102,23 @@ def test_a_controller_moving_to_another_port_is_followed_without_gaps(tmp_path, 
         ctl.stop()
 
 
-def test_an_exec_cut_by_the_controller_going_away_says_why(tmp_path, env, pyz):
+@pytest.mark.parametrize("moved", [False, True], ids=["gone", "moved"])
+def test_an_exec_cut_by_the_controller_going_away_says_why(tmp_path, env, pyz, moved):
     """The relay is the controller: when it dies mid-session, rc exec ends
-    with one line saying so and that the hold lives on (no traceback)."""
-    ctl = Controller(tmp_path / "data", env, FLAGS).start()
+    with one line saying so and that the hold lives on (no traceback). Found
+    by a new user: with a list of URLs, the client moved on to the other
+    controller, which knows no session of the old one, and rc exec said
+    "not_found: no session 1 in hold 12" instead."""
+    data = tmp_path / "data"
+    ctl = Controller(data, env, FLAGS).start()
+    spare = closed_port()
+    urls = f"{ctl.url},http://127.0.0.1:{spare}" if moved else ctl.url
     w = Worker(ctl.url, ctl.token("w", "worker"), tmp_path / "w", env, host="cut", pyz=pyz)
     started = tmp_path / "started"
     try:
         w.start()
         wait_until(lambda: registrations(w, "cut"), 30, "the worker to register")
-        cli = Cli(ctl.url, ctl.token("alice"), env, tmp_path)
+        cli = Cli(urls, ctl.token("alice"), env, tmp_path)
         res = cli.run(
             "hold", "-d", "cut:cpu0", "--ttl", "10m", "--reason", "t", "--detach", check=True
         )
@@ -127,10 +134,13 @@ def test_an_exec_cut_by_the_controller_going_away_says_why(tmp_path, env, pyz):
         )
         wait_until(started.exists, 30, "the session to start")
         ctl.kill9()
+        if moved:  # another controller answers at the list's second URL
+            ctl = Controller(data, env, FLAGS, listen=f"127.0.0.1:{spare}").start()
         _out, err = proc.communicate(timeout=60)
         assert proc.returncode == 1
+        why = "another one answers now: a restart or a failover" if moved else "connection lost"
         assert err.decode().endswith(
-            f"rc: the controller went away (connection lost): session 1 of hold {held} "
+            f"rc: the controller went away ({why}): session 1 of hold {held} "
             f"ended; the hold keeps running (rc exec {held} -- ... starts another)\n"
         ), err
         assert b"Traceback" not in err

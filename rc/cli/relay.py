@@ -432,20 +432,32 @@ def cmd_shell(args: argparse.Namespace) -> int:
                 "cols": cols,
             },
         )
-        sid = view["session_id"]
+        sid, opened_by = view["session_id"], c.instance
         up, down = open_halves(c, f"/v1/jobs/{args.hold}/sessions/{sid}")
         clean = splice(up, down, term, _session_over(c, args.hold, sid))
-    return _session_code(c, _final_session(c, args.hold, sid, clean))
+    return _session_code(c, _final_session(c, args.hold, sid, clean, opened_by))
 
 
-def _final_session(c: Client, hold: int, sid: int, clean: bool) -> dict:
+def _final_session(c: Client, hold: int, sid: int, clean: bool, instance: str) -> dict:
+    """The session's end as the controller recorded it. `instance` is the
+    controller instance that opened it: a controller that went away, or
+    another one answering since (a restart, a failover to a standby, which
+    knows no session of the old one), ends it with an RcError saying so."""
+    gone = (
+        f"session {sid} of hold {hold} ended; the hold keeps running "
+        f"(rc exec {hold} -- ... starts another)"
+    )
     try:
         return wait_session(c, hold, sid, give_up_after=300.0 if clean else 5.0)
     except TransportError:
-        raise RcError(
-            f"the controller went away (connection lost): session {sid} of hold {hold} "
-            f"ended; the hold keeps running (rc exec {hold} -- ... starts another)"
-        ) from None
+        raise RcError(f"the controller went away (connection lost): {gone}") from None
+    except ApiError as e:
+        if e.status == 404 and instance and c.instance != instance:
+            raise RcError(
+                f"the controller went away (another one answers now: a restart or a "
+                f"failover): {gone}"
+            ) from None
+        raise
 
 
 def cmd_exec(args: argparse.Namespace) -> int:
@@ -463,13 +475,13 @@ def cmd_exec(args: argparse.Namespace) -> int:
             "env": _env(args, False),
         },
     )
-    sid = view["session_id"]
+    sid, opened_by = view["session_id"], c.instance
     up, down = open_halves(c, f"/v1/jobs/{args.hold}/sessions/{sid}")
     try:
         clean = splice(up, down, None, _session_over(c, args.hold, sid))
     except KeyboardInterrupt:
         return 130  # closing the halves ended the session: the command is hung up
-    final = _final_session(c, args.hold, sid, clean)
+    final = _final_session(c, args.hold, sid, clean, opened_by)
     if final.get("stderr"):
         if final.get("stderr_dropped"):
             sys.stderr.write(
