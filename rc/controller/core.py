@@ -26,7 +26,7 @@ from pathlib import Path
 from rc.controller import idle, planner, scheduler
 from rc.controller.auth import TokenCache, hash_secret, new_secret
 from rc.controller.config import ControllerConfig
-from rc.controller.errors import StartupError
+from rc.controller.errors import NotLeader, StartupError
 from rc.controller.hub import Hub
 from rc.controller.logstore import LogStore
 from rc.controller.metrics import Metrics
@@ -76,6 +76,13 @@ def open_database(config: ControllerConfig, clock: Callable[[], float]) -> Datab
 
         return pg.PgDatabase(config.database, clock)
     return Database(str(Path(config.data_dir) / DB_FILE), clock)
+
+
+def _fenced(what: str, e: NotLeader) -> None:
+    """A background loop's write was fenced (the lease passed on; the store
+    already logged it and this controller is stopping): one line, no
+    traceback."""
+    log.info("%s: %s (this controller is stopping)", what, e)
 
 
 class Controller:
@@ -212,6 +219,8 @@ class Controller:
         self._loops = []
         try:
             await self.flush_beats()
+        except NotLeader as e:
+            _fenced("could not write the last heartbeats", e)
         except Exception:
             log.exception("could not write the last heartbeats")
         await self.db.close()
@@ -301,6 +310,8 @@ class Controller:
             await asyncio.sleep(self.cfg.schedule_interval)
             try:
                 await self.kick()
+            except NotLeader as e:
+                _fenced("scheduling tick failed", e)
             except Exception:
                 log.exception("scheduling tick failed")
 
@@ -309,6 +320,8 @@ class Controller:
             await asyncio.sleep(self.cfg.sweep_interval)
             try:
                 await self.sweep()
+            except NotLeader as e:
+                _fenced("sweep failed", e)
             except Exception:
                 log.exception("sweep failed")
 
@@ -317,6 +330,8 @@ class Controller:
             await asyncio.sleep(IDLE_TICK_S)
             try:
                 await self.idle_pass()
+            except NotLeader as e:
+                _fenced("idle pass failed", e)
             except Exception:
                 log.exception("idle pass failed")
 
@@ -411,6 +426,8 @@ class Controller:
             await asyncio.sleep(self.cfg.heartbeat_flush)
             try:
                 await self.flush_beats()
+            except NotLeader as e:
+                _fenced("writing heartbeats failed", e)
             except Exception:
                 log.exception("writing heartbeats failed")
 
