@@ -153,6 +153,7 @@ def test_a_clean_stop_of_the_active_hands_over_at_once(pg_dsn, make_controller, 
     a, b, token = _pair(make_controller, pg_dsn, tmp_path, "--leader-ttl", "60s")
     wait_until(lambda: "standby: the active controller" in b.log(), 10, "b standby")
     assert a.stop() == 0
+    assert "gave up the leadership lease (epoch 1)" in a.log()  # a new user missed a word
     wait_until(lambda: _is_active(b, token), 10, "b to take over without the 60 s ttl")
     assert _leader_row(pg_dsn)[2] == 2
 

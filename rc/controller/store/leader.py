@@ -291,6 +291,10 @@ class Leadership:
             await self._query("leader_release", {"holder": self.holder, "epoch": self.lease.epoch})
         except Exception as e:  # noqa: BLE001 - it expires by itself
             log.warning("could not give up the leadership lease: %s", _first_line(e))
+        else:
+            log.info(
+                "gave up the leadership lease (epoch %d): a standby takes over", self.lease.epoch
+            )
 
 
 def _one(conn: Any, sql: str, params: dict) -> Any:
