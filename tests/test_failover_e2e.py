@@ -43,6 +43,7 @@ def test_a_dead_first_url_is_passed_over_by_the_cli_and_the_worker(tmp_path, env
         cli = Cli(urls, ctl.token("alice"), env, tmp_path)
         res = cli.run("run", "--", "sh", "-c", "echo hello; exit 4", timeout=30)
         assert (res.returncode, res.stdout) == (4, b"hello\n"), res.stderr
+        assert b"answers yet" not in res.stderr  # a round that found one says nothing
         assert time.monotonic() - t0 < 15
     finally:
         w.stop()

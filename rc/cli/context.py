@@ -93,7 +93,12 @@ def client(args: argparse.Namespace, *, timeout: float = 60.0) -> Client:
             "the token (RC_TOKEN or the config file) is not valid: a token is printable "
             "ASCII without spaces, like rc_..."
         )
-    return Client(url, token, timeout=timeout, cacert=cacert)
+    c = Client(url, token, timeout=timeout, cacert=cacert)
+    if len(c.urls) > 1:  # a list: say why a request waits, once, instead of staying silent
+        c.on_waiting = lambda why: stderr(
+            f"no controller of the list answers yet ({why}); still trying"
+        )
+    return c
 
 
 def _token(args: argparse.Namespace, cfg: client_config.ClientConfig, path: str | None) -> str:

@@ -215,6 +215,10 @@ class Client:
         """Called with the new id when a response comes from another controller
         instance than the one before (a restart, a failover), on the thread
         that got it; it must be quick and must not raise."""
+        self.on_waiting: Callable[[str], None] | None = None
+        """Called once per request, with what each URL answered, when a whole
+        round of the list failed and the request goes on trying (the CLI says
+        so on stderr instead of staying silent until the deadline)."""
         self.abandon: threading.Event | None = None
         """Once set (a worker shutting down), a request tries each URL of the
         list once more at most, without backoff, instead of cycling on."""
@@ -258,7 +262,7 @@ class Client:
         if len(self.urls) == 1:
             return attempt(self.url)
         backoff = FAILOVER_BACKOFF_MIN_S
-        tried = 0
+        tried = rounds = 0
         failures: dict[ControllerURL, str] = {}
         while True:
             url = self.url
@@ -289,6 +293,9 @@ class Client:
                     ) from None
                 raise last
             if tried >= len(self.urls):
+                if rounds == 0 and self.on_waiting is not None:
+                    self.on_waiting("; ".join(failures[u] for u in self.urls if u in failures))
+                rounds += 1
                 tried = 0
                 pause = min(backoff, max(0.0, deadline - now))
                 if abandon is not None:
