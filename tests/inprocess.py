@@ -136,6 +136,10 @@ class Lab:
     def submit(self, who: str = "alice", **fields) -> tuple[int, bool]:
         """validate_submit + enqueue, as POST /v1/jobs does. Returns (id, created);
         raises Refused. A job gets command ("true",) unless given one."""
+        return self.run(self.submit_async(who, **fields))
+
+    async def submit_async(self, who: str = "alice", **fields) -> tuple[int, bool]:
+        """`submit` for a coroutine already running on the lab's loop."""
         if fields.get("kind", JobKind.JOB) is JobKind.JOB:
             fields.setdefault("command", ("true",))
         if not fields.get("device_id") and not fields.get("device_ids"):
@@ -149,7 +153,7 @@ class Lab:
         )
         if self.ctl.policy.shares is not None:
             self.ctl.policy.shares.note_submitter(new.submitter)
-        return self.write(jobs.enqueue, new, self.ctl.match_cache)
+        return await self.ctl.db.write(jobs.enqueue, new, self.ctl.match_cache)
 
     def job(self, job_id: int) -> Job:
         return self.read(lambda tx: rows.job(tx.one("job_get", (job_id,))))

@@ -9,12 +9,9 @@ import time
 import orjson
 import pytest
 
-from rc.controller.api.jobs import validate_submit
 from rc.controller.app import build_app
 from rc.controller.auth import Caller, hash_secret
-from rc.controller.store import jobs
 from rc.proto.model import Role
-from rc.proto.wire import SubmitRequest
 from tests.inprocess import Lab
 
 pytestmark = pytest.mark.usefixtures("engine")  # each test on SQLite, then PostgreSQL
@@ -86,13 +83,7 @@ def test_a_poll_parked_before_its_worker_registers_again_hands_out_nothing():
                 assert time.monotonic() < deadline, "the first poll never began"
                 await asyncio.sleep(0.005)
             assert (await call(app, "POST", "/v1/workers/register", reg))[0] == 200
-            new = validate_submit(
-                SubmitRequest(command=("true",), selector="*"),
-                Caller(0, "alice", Role.USER),
-                lab.ctl.cfg.limits,
-                lab.ctl.policy.cap,
-            )
-            job_id, _ = await lab.ctl.db.write(jobs.enqueue, new, lab.ctl.match_cache)
+            job_id, _ = await lab.submit_async()
             await lab.ctl.kick()
             status, _ = await asyncio.wait_for(stale, 10)
             assert status == 204, "the superseded poll handed out the job"

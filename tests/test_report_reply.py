@@ -11,12 +11,12 @@ import time
 import orjson
 import pytest
 
-from rc.controller.api.jobs import POSITION_SETTLE_S, validate_submit
+from rc.controller.api.jobs import POSITION_SETTLE_S
 from rc.controller.app import build_app
 from rc.controller.auth import Caller, hash_secret
 from rc.controller.store import jobs
 from rc.proto.model import JobState, Role
-from rc.proto.wire import WORKER_PROTOCOL, SubmitRequest
+from rc.proto.wire import WORKER_PROTOCOL
 from tests.inprocess import Lab
 from tests.test_long_poll import SECRET, call
 
@@ -42,14 +42,7 @@ def lab():
 
 async def submit(lab: Lab) -> int:
     """A `true` job for any device, as POST /v1/jobs queues it; its id."""
-    new = validate_submit(
-        SubmitRequest(command=("true",), selector="*"),
-        Caller(0, "alice", Role.USER),
-        lab.ctl.cfg.limits,
-        lab.ctl.policy.cap,
-    )
-    job_id, _ = await lab.ctl.db.write(jobs.enqueue, new, lab.ctl.match_cache)
-    return job_id
+    return (await lab.submit_async())[0]
 
 
 async def finish(lab: Lab, job_id: int) -> None:
