@@ -24,6 +24,7 @@ import pytest
 from rc.cli.credentials import names_controller
 from rc.proto.client import Client, parse_controller_url, parse_controller_urls
 from rc.proto.errors import ApiError, RcError, TransportError
+from tests.harness import wait_until
 
 
 def closed_port() -> int:
@@ -181,10 +182,7 @@ def test_all_standbys_are_cycled_until_one_becomes_active(fakes):
     done: list = []
     t = threading.Thread(target=lambda: done.append(c.get("/v1/x")), daemon=True)
     t.start()
-    deadline = time.monotonic() + 10
-    while one.hits + two.hits < 4 and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert one.hits + two.hits >= 4  # cycled more than one round
+    wait_until(lambda: one.hits + two.hits >= 4, 10, "more than one round of the list")
     two.status, two.body = 200, {"ok": "two"}
     t.join(10)
     assert done == [{"ok": "two"}]

@@ -45,6 +45,14 @@ async def submit(lab: Lab) -> int:
     return (await lab.submit_async())[0]
 
 
+async def parked(lab: Lab, job_id: int) -> None:
+    """Until a long poll on job `job_id` waits in the controller's hub."""
+    deadline = time.monotonic() + 10
+    while f"job:{job_id}" not in lab.ctl.hub._events:
+        assert time.monotonic() < deadline, f"no long poll on job {job_id} began"
+        await asyncio.sleep(0.005)
+
+
 async def finish(lab: Lab, job_id: int) -> None:
     """Its worker reports the job succeeded; the pass after it runs."""
     await lab.ctl.db.write(jobs.release, job_id, "again", JobState.SUCCEEDED, 0, "", None)
@@ -186,7 +194,7 @@ def test_a_queued_jobs_long_poll_answers_a_move_once_settled_and_a_state_change_
         await lab.ctl.kick()
         t0 = time.monotonic()
         watch = asyncio.create_task(get(c, "wait=10&state=queued&position=2"))
-        await asyncio.sleep(0.05)  # parked
+        await parked(lab, c)
         await finish(lab, a)  # b takes the device: c moves to position 1
         status, body = await asyncio.wait_for(watch, 10)
         took = time.monotonic() - t0
@@ -199,7 +207,7 @@ def test_a_queued_jobs_long_poll_answers_a_move_once_settled_and_a_state_change_
         assert time.monotonic() - t0 < POSITION_SETTLE_S
         # a state change while it waits: at once
         watch = asyncio.create_task(get(b, "wait=10&state=assigned&position=0"))
-        await asyncio.sleep(0.05)
+        await parked(lab, b)
         t0 = time.monotonic()
         await finish(lab, b)
         status, body = await asyncio.wait_for(watch, 10)
