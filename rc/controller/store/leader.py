@@ -127,16 +127,14 @@ class Leadership:
             raise StoreError(
                 "PostgreSQL needs psycopg: pip install 'rc[postgres]' (or -e '.[postgres]')"
             ) from None
-        loop = asyncio.get_running_loop()
-        probe = pg.PgDatabase(self.dsn, time.time)
+        where = pg.redact(self.dsn)
         try:
-            self._conn = await loop.run_in_executor(None, probe._connect)
-            await self._on_thread(pg.migrate, probe.path)
-            await self._on_thread(_set, f"SET statement_timeout = {STATEMENT_TIMEOUT_MS}")
+            self._conn = await self._connect()
+            await self._on_thread(pg.migrate, where)
         except psycopg.Error as e:
             await self.close()
             msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise StoreError(f"cannot open database {probe.path}: {msg}") from None
+            raise StoreError(f"cannot open database {where}: {msg}") from None
         except StoreError:
             await self.close()
             raise
@@ -161,18 +159,19 @@ class Leadership:
         active one renews again if it is back before its deadline. Raises
         psycopg's error when the database cannot be reached (the caller's
         try fails; the next one reconnects again)."""
-        from rc.controller.store import pg
-
-        loop = asyncio.get_running_loop()
         if self._conn is not None:
             old, self._conn = self._conn, None
-            await loop.run_in_executor(None, old.close)
-        conn = await loop.run_in_executor(None, pg.PgDatabase(self.dsn, time.time)._connect)
-        await loop.run_in_executor(
-            conn.executor, _set, conn, f"SET statement_timeout = {STATEMENT_TIMEOUT_MS}"
-        )
-        self._conn = conn
+            await asyncio.get_running_loop().run_in_executor(None, old.close)
+        self._conn = await self._connect()
         log.info("reconnected the leadership lease's connection")
+
+    async def _connect(self) -> Any:
+        """A new lease connection (pg._Conn) with the lease's statement timeout."""
+        loop = asyncio.get_running_loop()
+        conn = await loop.run_in_executor(None, pg.PgDatabase(self.dsn, time.time)._connect)
+        sql = f"SET statement_timeout = {STATEMENT_TIMEOUT_MS}"
+        await loop.run_in_executor(conn.executor, _set, conn, sql)
+        return conn
 
     async def _query(self, name: str, params: dict) -> Any:
         return await self._on_thread(_one, LEADER_QUERIES[name], params)
