@@ -135,25 +135,18 @@ ORDER BY effective_priority(j.priority, j.queued_at, :now, :aging) - coalesce(f.
 
 -- name: queue_ahead_by_ask
 -- The queued jobs ahead of job :id in scheduling order (queued_jobs_ordered's
--- order, :adjust as there), counted by what they ask for: target (selector or
--- pinned devices), runtime, Unix user and the devices excluded for them.
-WITH q AS (
-    SELECT j.id, j.selector, j.device_ids, j.max_runtime, j.unix_user, j.excluded_device_ids,
-           effective_priority(j.priority, j.queued_at, :now, :aging)
-               - coalesce(f.value::bigint, 0) AS eff
-    FROM jobs AS j LEFT JOIN jsonb_each_text(:adjust::jsonb) AS f (key, value) ON f.key = j.submitter
-    WHERE j.state = 'queued'
-), me AS (
-    SELECT j.id,
-           effective_priority(j.priority, j.queued_at, :now, :aging)
-               - coalesce(f.value::bigint, 0) AS eff
-    FROM jobs AS j LEFT JOIN jsonb_each_text(:adjust::jsonb) AS f (key, value) ON f.key = j.submitter
-    WHERE j.id = :id
-)
-SELECT q.selector, q.device_ids, q.max_runtime, q.unix_user, q.excluded_device_ids, count(*) AS n
-FROM q, me
-WHERE q.eff > me.eff OR (q.eff = me.eff AND q.id < me.id)
-GROUP BY q.selector, q.device_ids, q.max_runtime, q.unix_user, q.excluded_device_ids
+-- order, :adjust as there; :eff is job :id's effective priority), counted by
+-- what they ask for: target (selector or pinned devices), runtime, Unix user
+-- and the devices excluded for them.
+SELECT j.selector, j.device_ids, j.max_runtime, j.unix_user, j.excluded_device_ids,
+       count(*) AS n
+FROM jobs AS j LEFT JOIN jsonb_each_text(:adjust::jsonb) AS f (key, value) ON f.key = j.submitter
+WHERE j.state = 'queued' AND (
+    effective_priority(j.priority, j.queued_at, :now, :aging) - coalesce(f.value::bigint, 0)
+        > :eff
+    OR (effective_priority(j.priority, j.queued_at, :now, :aging) - coalesce(f.value::bigint, 0)
+        = :eff AND j.id < :id))
+GROUP BY j.selector, j.device_ids, j.max_runtime, j.unix_user, j.excluded_device_ids
 
 -- name: events_health_of_device
 -- A device's GPU health history, newest first, at most ?: the faults and

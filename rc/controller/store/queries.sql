@@ -259,21 +259,22 @@ JOIN jobs AS a ON a.id = d.after_id WHERE d.job_id = ? ORDER BY d.after_id
 -- name: queue_ahead_by_ask
 -- The queued jobs ahead of job :id in scheduling order (queued_jobs_ordered's
 -- order, :adjust as there), counted by what they ask for: target (selector or
--- pinned devices), runtime, Unix user and the devices excluded for them.
-WITH q AS (
-    SELECT j.id, j.selector, j.device_ids, j.max_runtime, j.unix_user, j.excluded_device_ids,
-           effective_priority(j.priority, j.queued_at, :now, :aging) - coalesce(f.value, 0) AS eff
-    FROM jobs AS j LEFT JOIN json_each(:adjust) AS f ON f.key = j.submitter
-    WHERE j.state = 'queued'
-), me AS (
-    SELECT j.id,
-           effective_priority(j.priority, j.queued_at, :now, :aging) - coalesce(f.value, 0) AS eff
-    FROM jobs AS j LEFT JOIN json_each(:adjust) AS f ON f.key = j.submitter WHERE j.id = :id
-)
-SELECT q.selector, q.device_ids, q.max_runtime, q.unix_user, q.excluded_device_ids, count(*) AS n
-FROM q, me
-WHERE q.eff > me.eff OR (q.eff = me.eff AND q.id < me.id)
-GROUP BY q.selector, q.device_ids, q.max_runtime, q.unix_user, q.excluded_device_ids
+-- pinned devices), runtime, Unix user and the devices excluded for them. :eff
+-- is job :id's effective priority (rc.controller.planner.effective_priority).
+-- The aging rule is written inline here, not called as effective_priority():
+-- a call into Python per queued job was most of the count's time (the rule's
+-- one definition is rc.controller.planner.aged_priority; tests/test_queue_position.py
+-- holds the two equal). jobs_queue_ask covers the scan and its grouping.
+SELECT j.selector, j.device_ids, j.max_runtime, j.unix_user, j.excluded_device_ids,
+       count(*) AS n
+FROM jobs AS j LEFT JOIN json_each(:adjust) AS f ON f.key = j.submitter
+WHERE j.state = 'queued' AND (
+    j.priority - coalesce(f.value, 0) + CASE WHEN :aging > 0
+        THEN CAST(max(0.0, :now - j.queued_at) / :aging AS INTEGER) ELSE 0 END > :eff
+    OR (j.priority - coalesce(f.value, 0) + CASE WHEN :aging > 0
+        THEN CAST(max(0.0, :now - j.queued_at) / :aging AS INTEGER) ELSE 0 END = :eff
+        AND j.id < :id))
+GROUP BY j.selector, j.device_ids, j.max_runtime, j.unix_user, j.excluded_device_ids
 
 -- name: any_queued
 -- Whether any job is queued.

@@ -21,6 +21,7 @@ from rc.controller.planner import (
     Policy,
     QueuedJob,
     Snapshot,
+    aged_priority,
     candidates,
     effective_priority,
     fits_ceiling,
@@ -200,8 +201,15 @@ def queue_position(tx: Tx, job: Job, policy: Policy) -> int:
     )
     ahead = 0
     if mine:
-        adjust = adjust_param(adjustments(tx, policy))
-        params = {"id": job.id, "now": tx.now, "aging": policy.aging, "adjust": adjust}
+        adjust = adjustments(tx, policy)
+        eff = aged_priority(job.priority, job.queued_at, tx.now, policy.aging)
+        params = {
+            "id": job.id,
+            "eff": eff - adjust.get(job.submitter, 0),
+            "now": tx.now,
+            "aging": policy.aging,
+            "adjust": adjust_param(adjust),
+        }
         for g in tx.all("queue_ahead_by_ask", params):
             theirs = () if g["selector"] else tuple(loads(g["device_ids"]))
             got = candidates(
