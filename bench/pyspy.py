@@ -7,7 +7,8 @@ from outside, every thread, while N `true` jobs go through; this prints, per
 process, the functions with the most samples on CPU: `self` (the function
 itself) and `total` (it and what it called), as the top of a profile.
 Usage: python bench/pyspy.py [--jobs 1000] [--top 25] [--out DIR]
-(writes DIR/controller-TAG.txt and DIR/worker-TAG.txt when --out is given).
+(writes DIR/controller-TAG.txt and DIR/worker-TAG.txt when --out is given,
+and beside them the collapsed stacks, DIR/*-TAG.raw, for a flame graph).
 """
 
 from __future__ import annotations
@@ -106,6 +107,7 @@ def main() -> None:
             if args.out:
                 args.out.mkdir(parents=True, exist_ok=True)
                 (args.out / f"{name}-{args.tag}.txt").write_text(text)
+                shutil.copy(raw, args.out / f"{name}-{args.tag}.raw")
 
 
 if __name__ == "__main__":

@@ -109,11 +109,13 @@ CREATE TABLE jobs (
 ) STRICT;
 
 CREATE INDEX jobs_queue ON jobs (priority DESC, id) WHERE state = 'queued';
--- schema 9: the queue by ask, for the position count (views.queue_position)
+-- schema 9: the queue by ask, for the position count (views.queue_position),
+-- and by submitter, for the per-user queued limit
 CREATE INDEX jobs_queue_ask ON jobs (
     selector, device_ids, max_runtime, unix_user, excluded_device_ids,
     priority, queued_at, submitter
 ) WHERE state = 'queued';
+CREATE INDEX jobs_queued_by_submitter ON jobs (submitter) WHERE state = 'queued';
 CREATE INDEX jobs_active ON jobs (worker_id) WHERE state IN ('assigned', 'running');
 CREATE INDEX jobs_by_device ON jobs (device_id, id DESC);
 CREATE INDEX jobs_by_submitter ON jobs (submitter, id DESC);

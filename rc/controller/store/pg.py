@@ -153,7 +153,7 @@ PG_MIGRATIONS: list[tuple[int, str]] = [
     (6, "0006_hold_idle.sql"),  # a hold's idle rule; its warning and reclaim events
     (7, "0007_requeue.sql"),  # requeue after a hardware failure; job_requeued
     (8, "0008_leadership.sql"),  # the leadership lease (rc.controller.store.leader)
-    (9, "0009_queue_ask.sql"),  # the queue indexed by ask, for positions
+    (9, "0009_queue_ask.sql"),  # the queue indexed by ask (positions) and by submitter
 ]
 """(version, file) under rc/controller/store/migrations/pg/, after PG_BASELINE;
 the same numbers as db.MIGRATIONS."""

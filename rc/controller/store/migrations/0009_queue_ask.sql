@@ -1,4 +1,4 @@
--- Schema 9: an index of the queue by what each job asks for.
+-- Schema 9: the queue indexed by what each job asks for, and by submitter.
 --
 -- A queued job's position (rc.controller.store.views.queue_position) counts
 -- the jobs ahead of it grouped by their ask: target, runtime, Unix user and
@@ -12,3 +12,7 @@ CREATE INDEX jobs_queue_ask ON jobs (
     selector, device_ids, max_runtime, unix_user, excluded_device_ids,
     priority, queued_at, submitter
 ) WHERE state = 'queued';
+
+-- The per-user queued limit counts a submitter's queued jobs at every submit:
+-- through jobs_by_submitter that read every job the user ever had.
+CREATE INDEX jobs_queued_by_submitter ON jobs (submitter) WHERE state = 'queued';
