@@ -101,7 +101,9 @@ def fleet(devices: int = 4, serve_args: tuple[str, ...] = (), worker_config: str
         args += ["--config", str(tmp / "worker.toml")]
         worker = subprocess.Popen(
             args,
-            env=env,
+            # its host lock (and so its cgroup subtree) in its own TMPDIR: two
+            # benches at once each have their worker `bench`
+            env={**env, "TMPDIR": str(tmp)},
             stdout=open(tmp / "worker.log", "wb"),  # noqa: SIM115
             stderr=subprocess.STDOUT,
             cwd=tmp,
