@@ -219,7 +219,7 @@ queue only when a device is free (queue.anything_to_place).
 One query writes the rule inline instead: `queue_ahead_by_ask`, the position
 count every queued job's view makes (each submit's reply among them). There
 the calls were most of the count's time, and the count most of the
-controller's CPU under a stream of submissions (issue 18's profile); inline,
+controller's CPU under a stream of submissions (bench/pyspy.py); inline,
 with the jobs_queue_ask index, a count over 1,000 queued jobs takes 1.4 ms
 instead of 5.9. tests/test_queue_position.py holds it equal to the plan.
 """
