@@ -113,7 +113,7 @@ CREATE INDEX jobs_queue ON jobs (priority DESC, id) WHERE state = 'queued';
 -- and by submitter, for the per-user queued limit
 CREATE INDEX jobs_queue_ask ON jobs (
     selector, device_ids, max_runtime, unix_user, excluded_device_ids,
-    priority, queued_at, submitter
+    priority, queued_at, submitter, state
 ) WHERE state = 'queued';
 CREATE INDEX jobs_queued_by_submitter ON jobs (submitter) WHERE state = 'queued';
 CREATE INDEX jobs_active ON jobs (worker_id) WHERE state IN ('assigned', 'running');

@@ -81,3 +81,33 @@ class _Fixed:
 
     def adjustments(self, tx) -> dict[str, int]:
         return dict(self.adjust)
+
+
+def _plan(lab: Lab, name: str, params) -> list[str]:
+    from rc.controller.store.db import QUERIES
+
+    rows = lab.read(
+        lambda tx: tx.conn.execute("EXPLAIN QUERY PLAN " + QUERIES[name], params).fetchall()
+    )
+    return [r[3] for r in rows]
+
+
+def test_the_counts_every_submit_makes_read_only_the_queue(tmp_path):
+    """Every submit's reply counts the jobs ahead of it, and the per-user
+    queued limit counts the submitter's queued jobs: both through partial
+    indexes of queued jobs (schema 9), never the whole jobs table. The count
+    of the limit went through jobs_by_submitter, every job the user ever
+    had. SQLite's plans; PostgreSQL's planner picks by the table's statistics."""
+    lab = Lab(tmp_path / "data", database="")
+    try:
+        ahead = _plan(
+            lab,
+            "queue_ahead_by_ask",
+            {"id": 1, "eff": 0, "now": T0, "aging": AGING, "adjust": "{}"},
+        )
+        assert any("USING COVERING INDEX jobs_queue_ask" in d for d in ahead), ahead
+        assert not any("TEMP B-TREE" in d for d in ahead), ahead
+        mine = _plan(lab, "count_queued_by", ("alice",))
+        assert any("jobs_queued_by_submitter" in d for d in mine), mine
+    finally:
+        lab.close()

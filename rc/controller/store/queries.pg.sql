@@ -243,6 +243,11 @@ WITH w AS (
 SELECT k, n, i, wait FROM r
 WHERE i = (n + 1) / 2 OR i = (95 * n + 99) / 100
 
+-- name: count_queued_by
+-- How many jobs a submitter has queued (the per-user queued limit). PostgreSQL
+-- has no INDEXED BY: its planner takes jobs_queued_by_submitter by itself.
+SELECT count(*) FROM jobs WHERE state = 'queued' AND submitter = ?
+
 -- name: holds_idle_watched
 -- Running holds with an idle rule, not already asked to end: what the idle
 -- watch checks every second (Controller.idle_pass). PostgreSQL has no INDEXED

@@ -65,8 +65,11 @@ FROM jobs WHERE id = ?
 SELECT id, request_digest FROM jobs WHERE idempotency_key = ?
 
 -- name: count_queued_by
--- How many jobs a submitter has queued (the per-user queued limit).
-SELECT count(*) FROM jobs WHERE state = 'queued' AND submitter = ?
+-- How many jobs a submitter has queued (the per-user queued limit), counted in
+-- the partial index of queued jobs (without INDEXED BY, SQLite reads
+-- jobs_by_submitter: every job the user ever had).
+SELECT count(*) FROM jobs INDEXED BY jobs_queued_by_submitter
+WHERE state = 'queued' AND submitter = ?
 
 -- name: job_cancel_queued
 -- queued → killed with a reason (a cancel); no row when it was no longer queued.

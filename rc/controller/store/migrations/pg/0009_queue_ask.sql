@@ -4,7 +4,7 @@
 
 CREATE INDEX jobs_queue_ask ON jobs (
     selector, device_ids, max_runtime, unix_user, excluded_device_ids,
-    priority, queued_at, submitter, id
+    priority, queued_at, submitter, id, state
 ) WHERE state = 'queued';
 
 CREATE INDEX jobs_queued_by_submitter ON jobs (submitter) WHERE state = 'queued';
