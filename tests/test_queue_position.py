@@ -111,3 +111,30 @@ def test_the_counts_every_submit_makes_read_only_the_queue(tmp_path):
         assert any("jobs_queued_by_submitter" in d for d in mine), mine
     finally:
         lab.close()
+
+
+@pytest.mark.parametrize(
+    "held",
+    [
+        {"array": "0-3%1"},  # elements of a capped array: one runs at a time
+        {"after": ("1:ok",)},  # a job waiting on the first's end
+    ],
+)
+def test_a_held_job_makes_the_views_plan_the_queue(tmp_path, held):
+    """Where a capped array's element or a job with a dependency is queued,
+    only a plan knows which jobs are held back (any_held_queued), and every
+    job's view counts as the plan does: behind nothing that cannot start."""
+    lab = Lab(tmp_path / "data", database="", aging=AGING)
+    try:
+        lab.register("h", {"cpu0": (0, {}), "cpu1": (0, {})})
+        first, _ = lab.submit(command=("sleep", "1000"))
+        lab.submit(command=("sleep", "1000"))
+        lab.kick()
+        assert first == 1
+        lab.submit(who="bob", **held)
+        lab.submit(who="carol")
+        planned, counted = positions(lab, {})
+        assert counted == planned
+        assert len(counted) == (5 if "array" in held else 2)
+    finally:
+        lab.close()

@@ -229,13 +229,16 @@ GROUP BY j.array_id
 
 -- name: any_held_queued
 -- Whether an element of a capped array, or a job with dependencies, is queued
--- (queue positions then come from a plan).
+-- (queue positions then come from a plan). Every job's view asks, each submit's
+-- among them: the capped arrays are looked up from the arrays table (each
+-- through jobs_by_array), and the queue is read for dependencies only when a
+-- job ever had one.
 SELECT EXISTS (
-    SELECT 1 FROM jobs AS j JOIN arrays AS a ON a.id = j.array_id
-    WHERE j.state = 'queued' AND a.max_running > 0
-) OR EXISTS (
+    SELECT 1 FROM arrays AS a WHERE a.max_running > 0 AND EXISTS (
+        SELECT 1 FROM jobs AS j WHERE j.array_id = a.id AND j.state = 'queued')
+) OR (EXISTS (SELECT 1 FROM job_deps) AND EXISTS (
     SELECT 1 FROM job_deps AS d JOIN jobs AS j ON j.id = d.job_id WHERE j.state = 'queued'
-)
+))
 
 -- name: dep_insert
 -- A dependency: job ? waits for job ? to end as condition ? says.
