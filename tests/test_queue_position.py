@@ -107,6 +107,13 @@ def test_the_counts_every_submit_makes_read_only_the_queue(tmp_path):
         )
         assert any("USING COVERING INDEX jobs_queue_ask" in d for d in ahead), ahead
         assert not any("TEMP B-TREE" in d for d in ahead), ahead
+        adjusted = _plan(
+            lab,
+            "queue_ahead_by_ask_adjusted",
+            {"id": 1, "eff": 0, "now": T0, "aging": AGING, "adjust": '{"bob": 1}'},
+        )
+        assert any("USING COVERING INDEX jobs_queue_ask" in d for d in adjusted), adjusted
+        assert not any("TEMP B-TREE" in d for d in adjusted), adjusted
         mine = _plan(lab, "count_queued_by", ("alice",))
         assert any("jobs_queued_by_submitter" in d for d in mine), mine
     finally:

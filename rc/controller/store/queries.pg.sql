@@ -134,10 +134,21 @@ ORDER BY effective_priority(j.priority, j.queued_at, :now, :aging) - coalesce(f.
          j.id
 
 -- name: queue_ahead_by_ask
--- The queued jobs ahead of job :id in scheduling order (queued_jobs_ordered's
--- order, :adjust as there; :eff is job :id's effective priority), counted by
--- what they ask for: target (selector or pinned devices), runtime, Unix user
--- and the devices excluded for them.
+-- The queued jobs ahead of job :id in scheduling order (no fair-share
+-- adjustment; :eff is job :id's effective priority), counted by what they ask
+-- for. A job of a higher priority, or of the same one and a lower id, is ahead
+-- whatever it waited (aging only adds steps).
+SELECT j.selector, j.device_ids, j.max_runtime, j.unix_user, j.excluded_device_ids,
+       count(*) AS n
+FROM jobs AS j
+WHERE j.state = 'queued' AND (
+    j.priority > :eff OR (j.priority = :eff AND j.id < :id)
+    OR effective_priority(j.priority, j.queued_at, :now, :aging) > :eff
+    OR (effective_priority(j.priority, j.queued_at, :now, :aging) = :eff AND j.id < :id))
+GROUP BY j.selector, j.device_ids, j.max_runtime, j.unix_user, j.excluded_device_ids
+
+-- name: queue_ahead_by_ask_adjusted
+-- queue_ahead_by_ask under fair share (:adjust as in queued_jobs_ordered).
 SELECT j.selector, j.device_ids, j.max_runtime, j.unix_user, j.excluded_device_ids,
        count(*) AS n
 FROM jobs AS j LEFT JOIN jsonb_each_text(:adjust::jsonb) AS f (key, value) ON f.key = j.submitter

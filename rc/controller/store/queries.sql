@@ -264,13 +264,30 @@ JOIN jobs AS a ON a.id = d.after_id WHERE d.job_id = ? ORDER BY d.after_id
 
 -- name: queue_ahead_by_ask
 -- The queued jobs ahead of job :id in scheduling order (queued_jobs_ordered's
--- order, :adjust as there), counted by what they ask for: target (selector or
--- pinned devices), runtime, Unix user and the devices excluded for them. :eff
--- is job :id's effective priority (rc.controller.planner.effective_priority).
--- The aging rule is written inline here, not called as effective_priority():
--- a call into Python per queued job was most of the count's time (the rule's
--- one definition is rc.controller.planner.aged_priority; tests/test_queue_position.py
--- holds the two equal). jobs_queue_ask covers the scan and its grouping.
+-- order, no fair-share adjustment), counted by what they ask for: target
+-- (selector or pinned devices), runtime, Unix user and the devices excluded
+-- for them. :eff is job :id's effective priority
+-- (rc.controller.planner.effective_priority). Aging only ever adds steps, so
+-- a job of a higher priority, or of the same one and a lower id, is ahead
+-- whatever it waited: the rule is worked out only for the rest. It is written
+-- inline here, not called as effective_priority(): a call into Python per
+-- queued job was most of the count's time (the rule's one definition is
+-- rc.controller.planner.aged_priority; tests/test_queue_position.py holds the
+-- two equal). jobs_queue_ask covers the scan and its grouping.
+SELECT j.selector, j.device_ids, j.max_runtime, j.unix_user, j.excluded_device_ids,
+       count(*) AS n
+FROM jobs AS j
+WHERE j.state = 'queued' AND (
+    j.priority > :eff OR (j.priority = :eff AND j.id < :id)
+    OR (:aging > 0 AND (
+        j.priority + CAST(max(0.0, :now - j.queued_at) / :aging AS INTEGER) > :eff
+        OR (j.priority + CAST(max(0.0, :now - j.queued_at) / :aging AS INTEGER) = :eff
+            AND j.id < :id))))
+GROUP BY j.selector, j.device_ids, j.max_runtime, j.unix_user, j.excluded_device_ids
+
+-- name: queue_ahead_by_ask_adjusted
+-- queue_ahead_by_ask under fair share: each job's effective priority less its
+-- submitter's adjustment (:adjust as in queued_jobs_ordered).
 SELECT j.selector, j.device_ids, j.max_runtime, j.unix_user, j.excluded_device_ids,
        count(*) AS n
 FROM jobs AS j LEFT JOIN json_each(:adjust) AS f ON f.key = j.submitter

@@ -210,7 +210,8 @@ def queue_position(tx: Tx, job: Job, policy: Policy) -> int:
             "aging": policy.aging,
             "adjust": adjust_param(adjust),
         }
-        for g in tx.all("queue_ahead_by_ask", params):
+        query = "queue_ahead_by_ask_adjusted" if adjust else "queue_ahead_by_ask"
+        for g in tx.all(query, params):
             theirs = () if g["selector"] else tuple(loads(g["device_ids"]))
             got = candidates(
                 g["selector"],
