@@ -230,6 +230,22 @@ def test_a_short_jobs_start_end_and_output_go_in_one_request_with_no_upload(tmp_
     assert done == [(JOB, True)] and sink.offset == 2
 
 
+def test_a_running_report_carries_the_first_output_and_the_job_keeps_its_sink(tmp_path):
+    ctl = _Controller(LogStore(tmp_path / "logs", cap=1 << 20, on_append=lambda j: None))
+    rep, _ = _reporter(ctl)
+    sink = LogSink(ctl, JOB, clock=FakeClock(), tail_limit=lambda: rep.tail_bytes)
+    sink.write(b"started\n")
+    rep.submit(Report(JOB, "running", started_at=1.0, log=sink))
+    assert rep.drain(10)
+    [body] = ctl.bodies
+    assert body["reports"][0]["log_tail"] == b64(b"started\n")
+    assert sink.offset == 8 and sink.tail(100) is None  # acknowledged: gone from memory
+    sink.write(b"more\n")  # the job goes on; its sink is its own
+    assert sink.close(10) and ctl.uploads == [(8, b"more\n")]
+    rep.stop()
+    assert ctl.store.read(JOB, 0, 100) == b"started\nmore\n"
+
+
 def test_a_retried_report_whose_reply_was_lost_neither_loses_nor_doubles_its_tail(tmp_path):
     ctl = _Controller(LogStore(tmp_path / "logs", cap=1 << 20, on_append=lambda j: None))
     ctl.lose = 1
