@@ -115,6 +115,32 @@ def test_the_uploader_and_a_tail_acknowledged_in_between_keep_every_byte_once_in
         assert sink.lost == 0 and sink.offset == 15
 
 
+def test_no_tail_is_taken_while_the_spool_holds_the_front(tmp_path):
+    """Output that went to the disk spool (the controller was away) is the
+    front of the stream: a report takes no tail then, the uploader sends
+    it all, in order."""
+    from rc.worker.spool import Spool
+
+    clock, up = FakeClock(), _Uploads()
+    spool = Spool(str(tmp_path / "spool"), max_bytes=1 << 20)
+    sink = LogSink(up, JOB, spool=spool, clock=clock, max_buffer=4, tail_limit=lambda: 100)
+    up.gate.clear()
+    sink.write(b"abcd")
+    sink._set_failing(True)  # as after a failed upload: the uploader retries at once
+    wait_until(lambda: sink.first_at is not None and sink._chunk is not None, 10)
+    sink.write(b"efgh")  # memory is full and uploads fail: both go to the spool
+    assert sink.spilled == 8 and sink.tail(100) is None
+    closed = []
+    closer = threading.Thread(target=lambda: closed.append(sink.close(30, hand_off=True)))
+    closer.start()  # no hand-off with the spool in use: close flushes, as before
+    wait_until(lambda: sink.closing, 10, "close to flush")
+    assert not sink.handed and closed == []
+    up.gate.set()
+    closer.join(30)
+    assert closed == [True] and up.bytes() == b"abcdefgh" and sink.lost == 0
+    spool.close()
+
+
 def test_tails_race_the_uploader_without_losing_doubling_or_reordering(tmp_path):
     """A writer, the uploader (batches of 64 bytes) and a reporter taking
     and acknowledging tails all at once: the store ends with the stream."""
