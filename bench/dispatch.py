@@ -8,6 +8,9 @@ Starts a controller and a worker with 4 CPU devices on loopback, then prints:
 2. 1,000 `true` jobs end to end (8 submitting threads; from the first submit
    to the last job's terminal state): jobs/s, and the controller's HTTP
    requests per job over them (rc_http_requests_total);
+   then the same for N `echo x` jobs (each prints one line), with the log
+   uploads per job (rc_log_uploads_total, when the controller has it), beside
+   the `true` figure: what a job's output costs in requests;
 3. kill → process gone: median over 20 kills of a running `sleep`;
 4. the wait of a 4-device job submitted amid a stream of 1-device jobs
    (half with a --max-runtime, half without) that keeps every device busy,
@@ -74,14 +77,16 @@ def latency(url: str, token: str, tmp: Path, n: int) -> list[float]:
     return out
 
 
-def throughput(url: str, token: str, total: int, threads: int = 8) -> tuple[float, float]:
+def throughput(
+    url: str, token: str, total: int, threads: int = 8, command: tuple[str, ...] = ("true",)
+) -> tuple[float, float]:
     local = threading.local()
 
     def submit(_) -> int:
         c = getattr(local, "c", None)
         if c is None:
             c = local.c = Client(url, token)
-        return c.post("/v1/jobs", {"command": ["true"], "selector": "*"})["job"]["id"]
+        return c.post("/v1/jobs", {"command": list(command), "selector": "*"})["job"]["id"]
 
     watcher = Client(url, token)
     t0 = time.monotonic()
@@ -119,6 +124,16 @@ def requests_served(url: str, token: str) -> dict[str, float]:
             side = line.split('side="', 1)[1].split('"', 1)[0]
             out[side] = float(line.rsplit(" ", 1)[1])
     return out
+
+
+def log_uploads(url: str, token: str) -> float | None:
+    """The controller's rc_log_uploads_total (None: a controller without it)."""
+    req = urllib.request.Request(url + "/metrics", headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith("rc_log_uploads_total "):
+                return float(line.rsplit(" ", 1)[1])
+    return None
 
 
 def kill_latency(url: str, token: str, tmp: Path, n: int) -> list[float]:
@@ -248,6 +263,21 @@ def main() -> None:
             f"{per.get('client', 0):.2f}: every other route, i.e. the submit (1.00 a job), the "
             "bench's long poll watching the last job, and the worker's log uploads and "
             "faults)   (target <= 1.2)"
+        )
+        before, uploads = requests_served(url, token), log_uploads(url, token)
+        rate, _ = throughput(url, token, args.jobs, command=("echo", "x"))
+        after, uploads_after = requests_served(url, token), log_uploads(url, token)
+        per = {side: (after[side] - before.get(side, 0.0)) / args.jobs for side in after}
+        logs = (
+            f"{(uploads_after - uploads) / args.jobs:.2f}"
+            if uploads is not None and uploads_after is not None
+            else "n/a (no rc_log_uploads_total)"
+        )
+        print(
+            f"{args.jobs} `echo x` jobs end to end: {rate:.0f} jobs/s; requests per job "
+            f"{sum(per.values()):.2f} (worker {per.get('worker', 0):.2f}, client "
+            f"{per.get('client', 0):.2f}, of which log uploads {logs})   (beside the "
+            "`true` jobs above: a line of output should cost no request)"
         )
         kills = kill_latency(url, token, tmp, 20)
         print(

@@ -197,7 +197,7 @@ class _Sink:
     def write(self, data: bytes) -> None:
         _Sink.data += data
 
-    def close(self, timeout: float) -> bool:
+    def close(self, timeout: float, hand_off: bool = False) -> bool:
         return True
 
 

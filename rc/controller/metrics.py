@@ -135,6 +135,10 @@ class Metrics:
         """HTTP requests served since this process started, by side:
         "worker" (the /v1/workers/ routes) or "client" (every other);
         counted by `count_request`."""
+        self.log_uploads = 0
+        """POST /v1/jobs/{id}/logs uploads stored since this process started."""
+        self.log_tails = 0
+        """Log tails stored from reports (JobReport.log_tail) since then."""
         self.collector = StoreCollector()
         self.registry.register(self.collector)
         self._render_lock = threading.Lock()
@@ -192,6 +196,7 @@ class Metrics:
         extra = self.hook_values()
         for side, n in self.requests.items():
             extra[f"requests_{side}"] = float(n)
+        extra["log_uploads"], extra["log_tails"] = float(self.log_uploads), float(self.log_tails)
         extra["log_bytes"], extra["log_files"] = await asyncio.to_thread(self.log_usage)
         return await self.db.read(self._render, extra)
 
@@ -326,6 +331,17 @@ def _extras(extra: dict[str, float]) -> Iterator[Metric]:
             "(worker: the /v1/workers/ routes; client: every other)",
             "side",
             counts,
+        )
+    if "log_uploads" in extra:
+        yield CounterMetricFamily(
+            "rc_log_uploads",
+            "Log uploads (POST /v1/jobs/{id}/logs) stored since this controller process started",
+            value=extra["log_uploads"],
+        )
+        yield CounterMetricFamily(
+            "rc_log_tails",
+            "Log tails carried by job reports and stored since this controller process started",
+            value=extra["log_tails"],
         )
     if "log_bytes" in extra:
         yield GaugeMetricFamily(

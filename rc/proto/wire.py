@@ -31,9 +31,18 @@ assignments in its reply (POST /v1/workers/{id}/reports?assignments=1). A
 controller takes 1 and 2; a worker it does not know the protocol of is
 refused (400 bad_request naming both numbers)."""
 
+LOG_TAIL_BYTES = 64 << 10
+"""The most output bytes one JobReport carries as its log tail (before
+base64); a controller that takes tails says so in RegisterResponse.log_tail_bytes."""
+LOG_TAILS_PER_REQUEST = 256 << 10
+"""The most log-tail bytes (before base64) a worker puts in one reports
+request: about 342 KiB of base64, well under the controller's body limit."""
+
 __all__ = [
     "API",
     "INSTANCE_HEADER",
+    "LOG_TAILS_PER_REQUEST",
+    "LOG_TAIL_BYTES",
     "WORKER_PROTOCOL",
     "ActionResult",
     "ArraySummary",
@@ -361,11 +370,16 @@ class RegisterRequest:
 @dataclass(frozen=True, slots=True)
 class RegisterResponse:
     """The worker's id (its host name), the controller's instance id and the
-    heartbeat interval the controller expects, in seconds."""
+    heartbeat interval the controller expects, in seconds. `log_tail_bytes`:
+    the most log-tail bytes per job this controller takes in a report
+    (JobReport.log_tail, LOG_TAIL_BYTES); 0, or missing in the reply of a
+    controller from before tails: none, so the worker sends none (that
+    controller would refuse the field)."""
 
     worker_id: str
     instance: str
     heartbeat_seconds: float
+    log_tail_bytes: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -587,7 +601,15 @@ class StatusReport:
 
 @dataclass(frozen=True, slots=True)
 class JobReport:
-    """One job's status inside a batch of reports (fields as StatusReport)."""
+    """One job's status inside a batch of reports (fields as StatusReport).
+
+    `log_offset` and `log_tail`: the job's output the worker holds and the
+    controller has not acknowledged yet, `log_tail` base64 (RFC 4648, with
+    padding) of at most LOG_TAIL_BYTES bytes starting at stream offset
+    `log_offset`. The controller stores it as POST /v1/jobs/{id}/logs?offset=N
+    would (what it has is skipped, a gap is refused), before it applies the
+    report; ReportResult.log_size says how far the log then reaches. Only
+    sent to a controller whose RegisterResponse.log_tail_bytes is not 0."""
 
     job_id: int
     state: JobState
@@ -596,6 +618,8 @@ class JobReport:
     started_at: float | None = None
     hardware_cause: str = ""
     hardware_device_ids: tuple[str, ...] = ()
+    log_offset: int | None = None
+    log_tail: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -607,12 +631,21 @@ class Reports:
 
 @dataclass(frozen=True, slots=True)
 class ReportResult:
-    """The outcome of one report: ok, or the error code and message."""
+    """The outcome of one report: ok, or the error code and message.
+
+    For a report that carried a log tail: `log_size`, the offset the job's
+    stored log reaches after it (the next append starts there; the worker
+    may forget the bytes before it), or None and `log_error`, the error code
+    of the refused tail (logs_not_stored for a tty job, offset_gap,
+    limit_exceeded past LOG_TAIL_BYTES, bad_request for bad base64,
+    not_found, not_worker_job); the report itself is applied either way."""
 
     job_id: int
     ok: bool
     error: str = ""
     message: str = ""
+    log_size: int | None = None
+    log_error: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -118,6 +118,14 @@ def _explain_refusal(e: ApiError) -> str:
     return text
 
 
+def _tail_bytes(resp: dict) -> int:
+    """The log-tail bytes per report a registration reply says its
+    controller takes (RegisterResponse.log_tail_bytes; 0 when it says
+    nothing: a controller from before tails)."""
+    n = resp.get("log_tail_bytes")
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 0
+
+
 class Agent:
     """One worker process: `run()` returns the exit code.
 
@@ -313,7 +321,13 @@ class Agent:
 
     def _open_log(self, job_id: int) -> LogSink:
         """Where job `job_id`'s output goes: the controller, through the spool."""
-        return LogSink(self.client, job_id, spool=self.spool, clock=self.clock)
+        return LogSink(
+            self.client,
+            job_id,
+            spool=self.spool,
+            clock=self.clock,
+            tail_limit=lambda: self.reporter.tail_bytes,
+        )
 
     def _register_once(self) -> bool:
         """One registration attempt; True when the controller took it."""
@@ -323,6 +337,7 @@ class Agent:
             log.warning("re-registration failed: %s", e)
             return False
         self.instance = resp["instance"]
+        self.reporter.tail_bytes = _tail_bytes(resp)
         log.info("registered %s again", self.cfg.host)
         self._act_on_health(self._health_due)
         self._health_due = None
@@ -348,6 +363,7 @@ class Agent:
                 req = self._registration()
                 resp = self.client.post("/v1/workers/register", encode(req))
                 self.instance = resp["instance"]
+                self.reporter.tail_bytes = _tail_bytes(resp)
                 self.heartbeat_interval = float(
                     resp.get("heartbeat_seconds") or self.cfg.heartbeat_interval
                 )
@@ -719,6 +735,7 @@ class Agent:
                 run.started_at,
                 hardware_cause=note.hardware,
                 hardware_device_ids=tuple(f"{self.cfg.host}:{n}" for n in note.faulty),
+                log=run.sink,
             )
         )
 

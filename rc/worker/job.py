@@ -211,6 +211,9 @@ class JobRun:
         """The job's own cgroup (None in scan mode), made just before it starts."""
         self.placed = False
         """Whether its leader was in `cgroup` before the job's program ran."""
+        self.sink: LogSink | None = None
+        """Its log sink, once open (a job with stdio logs); the terminal
+        report may carry its tail."""
         self.thread = threading.Thread(target=self._run, name=f"rc-job-{a.job_id}", daemon=True)
 
     def start(self) -> None:
@@ -367,7 +370,7 @@ class JobRun:
             self.cuda,
             self.ctx.markers,
         )
-        sink = open_job_log(self.ctx, a)
+        sink = self.sink = open_job_log(self.ctx, a)
         try:
             cwd, note = working_dir(a.cwd, self.ctx.cfg.host, user)
         except account.CannotRunAs as e:
@@ -391,7 +394,7 @@ class JobRun:
                 return cannot_start(e)
         finally:
             os.close(w)
-        self.ctx.report(Report(a.job_id, "running", started_at=self.started_at))
+        self.ctx.report(Report(a.job_id, "running", started_at=self.started_at, log=sink))
         reader = threading.Thread(
             target=self._read, args=(r, sink), daemon=True, name=f"rc-job-{a.job_id}-out"
         )
@@ -410,7 +413,10 @@ class JobRun:
             self._reader_stop = True
             reader.join(1.0)
         os.close(r)
-        if not sink.close(LOG_FLUSH_SHUTDOWN_S if self.ctx.stopping() else LOG_FLUSH_S):
+        # a short rest of the output goes with the terminal report (its log
+        # tail), unless the worker is stopping (rc.worker.reporter)
+        stopping = self.ctx.stopping()
+        if not sink.close(LOG_FLUSH_SHUTDOWN_S if stopping else LOG_FLUSH_S, not stopping):
             log.error("job %d: %d log bytes could not be delivered", a.job_id, sink.lost)
         result = label(outcome, why, stragglers, hold)
         result.survivors = [p.pid for p in survivors]

@@ -18,12 +18,24 @@ while the controller is still away, output is dropped until the controller
 answers again, and one marker line in the log says how many bytes were lost
 there (lost_marker). Without a spool (spool_max_bytes = 0,
 or an unusable directory) writes block until the controller is back.
+
+Log tails (README "Operating a worker"): the job's reports may carry the front of what
+the sink holds in memory (`tail`), the controller stores it before it applies
+the report, and the reporter hands the acknowledged end back (`tail_stored`):
+only then do those bytes leave the sink. The uploader and the reporter may
+send the same bytes; both name their stream offset, so the controller skips
+the overlap, and every acknowledgement is an offset (`_acked_to`), so neither
+can drop bytes the other still holds or reorder them. At the job's end,
+`close(hand_off=True)` with a small tail in memory leaves it to the terminal
+report instead of uploading it; `release()` (the report settled) sends what
+is still unacknowledged through the uploader, as close would have.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 
 from rc.proto.client import Client
 from rc.proto.errors import ApiError, TransportError
@@ -35,6 +47,7 @@ __all__ = [
     "BATCH_SECONDS",
     "CHUNK_MAX",
     "MEMORY_BYTES",
+    "RELEASE_FLUSH_S",
     "SPILL_AFTER_S",
     "LogSink",
     "lost_marker",
@@ -54,6 +67,8 @@ RETRY_MIN_S = 0.2
 RETRY_MAX_S = 5.0
 BLOCKED_TICK_S = 0.1
 """How often a blocked write looks again (real seconds: a tick, not a timer)."""
+RELEASE_FLUSH_S = 300.0
+"""How long a released hand-off's remaining bytes are tried (as the job's close)."""
 
 
 def lost_marker(n: int) -> bytes:
@@ -81,8 +96,12 @@ class LogSink:
         batch_bytes: int = BATCH_BYTES,
         batch_seconds: float = BATCH_SECONDS,
         clock: Clock = SYSTEM,
+        tail_limit: Callable[[], int] | None = None,
     ) -> None:
+        """`tail_limit()`: how many bytes the controller takes as a report's
+        log tail now (0 or None: no tails, so close never hands off)."""
         self.client = client
+        self.tail_limit = tail_limit
         self.clock = clock
         self.job_id = job_id
         self.spool = spool
@@ -99,6 +118,7 @@ class LogSink:
         self.spilled = 0  # bytes that went through the spool
         self.closing = False
         self.abandon = False
+        self.handed = False  # closed, its rest left to the terminal report
         self._chunk: bytearray | None = None  # every upload is copied here: no churn
         self._cond = threading.Condition()
         self._abandoned = threading.Event()
@@ -203,11 +223,26 @@ class LogSink:
             if was_empty or self._pending() >= self.batch_bytes:
                 self._cond.notify_all()  # an idle uploader starts the batch_seconds timer
 
-    def close(self, timeout: float) -> bool:
+    def close(self, timeout: float, hand_off: bool = False) -> bool:
         """Flush everything; True when every byte was acknowledged within
         `timeout` seconds (real ones: a bounded join of the uploader; else the
-        rest is abandoned and counted lost)."""
+        rest is abandoned and counted lost).
+
+        With `hand_off`, when what is left is in memory only, at most
+        tail_limit() bytes, and the controller answers: return True at once
+        and leave it to the job's terminal report (a log tail); the reporter
+        then calls `release()`. No write may follow a close."""
         with self._cond:
+            limit = self.tail_limit() if hand_off and self.tail_limit else 0
+            if (
+                self.mem
+                and len(self.mem) <= limit
+                and self.file is None
+                and not (self.dropped or self.failing or self.lost or self.abandon)
+            ):
+                self.handed = True
+                return True
+            self.handed = False
             if self.dropped:
                 log.warning(
                     "job %d: %d bytes of output lost: the log spool is full",
@@ -241,6 +276,46 @@ class LogSink:
             self.mem = bytearray()
         return self.lost == 0
 
+    def release(self) -> None:
+        """The terminal report of a handed-off sink settled (either way):
+        what it left unacknowledged goes through the uploader now, as close
+        would have sent it (on a thread of its own, RELEASE_FLUSH_S at most).
+        A no-op when the sink was not handed off."""
+        with self._cond:
+            if not self.handed:
+                return
+            self.handed = False
+            if not self._pending():
+                self.closing = True
+                self._cond.notify_all()
+                return
+        threading.Thread(
+            target=self._flush_released, name=f"rc-logs-{self.job_id}-rest", daemon=True
+        ).start()
+
+    def _flush_released(self) -> None:
+        if not self.close(RELEASE_FLUSH_S):
+            log.error("job %d: %d log bytes could not be delivered", self.job_id, self.lost)
+
+    # -- the reporter's side (log tails) ---------------------------------------
+
+    def tail(self, limit: int) -> tuple[int, bytes] | None:
+        """A copy of at most `limit` unacknowledged bytes from the front, with
+        their stream offset, when they are in memory (none waits in the
+        spool); None when there are none. They stay in the sink until
+        `tail_stored` (or the uploader) acknowledges them."""
+        with self._cond:
+            if limit <= 0 or self.abandon or not self.mem:
+                return None
+            if self.file is not None and self.file.pending:
+                return None
+            return self.offset, bytes(self.mem[:limit])
+
+    def tail_stored(self, end: int) -> None:
+        """The controller stored the stream up to offset `end` (a report's
+        ReportResult.log_size): forget the bytes before it."""
+        self._acked_to(end)
+
     # -- the uploader's side -------------------------------------------------
 
     def _next_chunk(self) -> tuple[int, memoryview] | None:
@@ -272,17 +347,24 @@ class LogSink:
                     return None
                 self._cond.wait()
 
-    def _acked(self, n: int) -> None:
+    def _acked_to(self, end: int) -> int:
+        """The controller holds the stream up to offset `end`: forget the
+        bytes before it (none if the sink is past it already: a report's tail
+        or the uploader was first); how many were forgotten."""
         with self._cond:
-            # the chunk came from the front: the spool if it holds anything
-            # (memory moved there keeps its place), else memory
-            if self.file is not None and self.file.pending:
-                self.file.consume(n)
-            else:
-                del self.mem[:n]
+            n = min(end - self.offset, self._pending())
+            if n <= 0:
+                return 0
+            # the front is the spool if it holds anything (memory moved there
+            # keeps its place), then memory
+            k = min(n, self.file.pending) if self.file is not None else 0
+            if k:
+                self.file.consume(k)
+            del self.mem[: n - k]
             self.offset += n
             self.first_at = self.clock.monotonic() if self._pending() else None
             self._cond.notify_all()
+            return n
 
     def _set_failing(self, value: bool) -> None:
         with self._cond:
@@ -311,8 +393,7 @@ class LogSink:
                         len(chunk),
                     )
                     with self._cond:
-                        self.lost += len(chunk)
-                    self._acked(len(chunk))
+                        self.lost += self._acked_to(offset + len(chunk))
                     continue
                 self._set_failing(True)
             except TransportError as e:
@@ -321,7 +402,7 @@ class LogSink:
             else:
                 self._set_failing(False)
                 delay = RETRY_MIN_S
-                self._acked(len(chunk))
+                self._acked_to(offset + len(chunk))
                 continue
             if self.clock.wait(self._abandoned, delay):
                 return

@@ -21,10 +21,25 @@ the jobs' ends until its oldest report has waited RUNNING_LINGER_S (a
 fault ends the wait at once), so short jobs' starts and ends travel in one
 request (the running report carries started_at, so the recorded start is
 exact either way).
+
+Log tails (README "Operating a worker"): with a controller that takes them
+(`tail_bytes` > 0, from its registration reply), each report carries its
+job's unacknowledged output held in memory (LogSink.tail: at most
+`tail_bytes` per job, LOG_TAILS_PER_REQUEST per request, base64), so a job's
+start travels with its first output and a short job's end with its last;
+the bytes leave the sink once the reply says the log reaches past them
+(LogSink.tail_stored). A terminal report whose job's sink was handed off
+(LogSink.close(hand_off=True)) goes only with all of that output, so the
+log is stored when the end is recorded; once settled, the sink is released
+(LogSink.release: whatever was not acknowledged, on a refused tail or a
+given-up report, goes through the uploader). A controller that refuses the
+fields (an older one after a failover) makes the reporter stop sending them
+and send the batch again without.
 """
 
 from __future__ import annotations
 
+import base64
 import logging
 import threading
 import time
@@ -33,7 +48,9 @@ from dataclasses import dataclass
 
 from rc.proto.client import Client, segment
 from rc.proto.errors import ApiError, TransportError
+from rc.proto.wire import LOG_TAILS_PER_REQUEST
 from rc.worker.clock import SYSTEM, Clock
+from rc.worker.logsink import LogSink
 
 __all__ = ["REPORT_DEADLINE_S", "Fault", "Report", "Reporter"]
 
@@ -66,6 +83,8 @@ class Report:
     since: float = 0.0
     """When it (or the running report it replaced) was queued: real
     monotonic seconds, for RUNNING_LINGER_S."""
+    log: LogSink | None = None
+    """The job's log sink, whose tail the report may carry (None: no log)."""
 
     @property
     def terminal(self) -> bool:
@@ -129,6 +148,8 @@ class Reporter:
         self.worker_id = worker_id
         self.on_done = on_done
         self._pending: dict[int, Report] = {}
+        self.tail_bytes = 0
+        """Log-tail bytes per job the controller takes (RegisterResponse.log_tail_bytes; 0: none)."""
         self._faults: list[Fault] = []
         self._cond = threading.Condition()
         self._stopping = False
@@ -214,13 +235,20 @@ class Reporter:
             if not batch:
                 delay = RETRY_MIN_S
                 continue
+            batch, wires, tails = self._with_tails(batch)
             try:
                 resp = self.client.post(
                     f"/v1/workers/{self.worker_id}/reports",
-                    {"reports": [r.wire() for r in batch]},
+                    {"reports": wires},
                     params={"assignments": "1"} if self.on_assignments else None,
                 )
             except (TransportError, ApiError) as e:
+                if isinstance(e, ApiError) and e.status == 400 and tails and "log_" in str(e):
+                    log.warning(
+                        "the controller takes no log tails in reports (%s); sending none", e
+                    )
+                    self.tail_bytes = 0
+                    continue
                 if isinstance(e, ApiError) and e.status < 500:
                     log.error("reports refused: %s; dropping %d", e, len(batch))
                     self._settle(batch, set())
@@ -242,6 +270,16 @@ class Reporter:
             delay = RETRY_MIN_S
             accepted = set()
             for res in resp.get("results", []):
+                r = tails.get(res.get("job_id"))
+                if r is not None and r.log is not None:
+                    if isinstance(res.get("log_size"), int):
+                        r.log.tail_stored(res["log_size"])
+                    else:
+                        log.info(
+                            "job %s: log tail refused (%s); the uploader sends it",
+                            res.get("job_id"),
+                            res.get("log_error") or "no answer",
+                        )
                 if res.get("ok"):
                     accepted.add(res.get("job_id"))
                 else:
@@ -258,6 +296,34 @@ class Reporter:
                     self.on_assignments(carried)
                 except Exception:  # a bug must not end the reporter
                     log.exception("starting the assignments a report reply carried failed")
+
+    def _with_tails(self, batch: list[Report]) -> tuple[list[Report], list[dict], dict]:
+        """The reports to send now, their JSON, and the reports among them
+        that carry a log tail (by job id). A terminal report of a handed-off
+        sink whose whole tail does not fit the request's budget waits for
+        the next request (the first report always fits)."""
+        limit = self.tail_bytes
+        if not limit:
+            return batch, [r.wire() for r in batch], {}
+        budget = LOG_TAILS_PER_REQUEST
+        sent, wires, tails = [], [], {}
+        for r in batch:
+            w = r.wire()
+            cap = min(limit, budget)
+            got = r.log.tail(limit) if r.log is not None else None
+            if got is not None and len(got[1]) > cap:
+                if r.terminal and r.log.handed and sent:
+                    continue  # its whole output does not fit: with the next request
+                got = (got[0], got[1][:cap]) if cap > 0 else None
+            if got is not None:
+                offset, data = got
+                w["log_offset"] = offset
+                w["log_tail"] = base64.b64encode(data).decode("ascii")
+                budget -= len(data)
+                tails[r.job_id] = r
+            sent.append(r)
+            wires.append(w)
+        return sent, wires, tails
 
     def _linger(self) -> None:
         """With the lock held: while a running report is pending (its job
@@ -313,4 +379,6 @@ class Reporter:
             self._cond.notify_all()
         for r in batch:
             if r.terminal:
+                if r.log is not None:
+                    r.log.release()
                 self.on_done(r.job_id, r.job_id in accepted)

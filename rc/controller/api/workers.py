@@ -37,6 +37,7 @@ from rc.proto.errors import ErrorCode
 from rc.proto.model import NAME_RE, JobKind, JobState, Stdio
 from rc.proto.selector import valid_label_key
 from rc.proto.wire import (
+    LOG_TAIL_BYTES,
     WORKER_PROTOCOL,
     Assignment,
     Assignments,
@@ -187,7 +188,7 @@ async def register(request: Request):
     c.heard.add(req.host)
     c.delivered.pop(req.host, None)
     await _drain_degraded(c, req.host, req.labels, who.name)
-    return reply(RegisterResponse(req.host, c.instance, c.cfg.heartbeat_interval))
+    return reply(RegisterResponse(req.host, c.instance, c.cfg.heartbeat_interval, LOG_TAIL_BYTES))
 
 
 async def labels(request: Request):
@@ -423,7 +424,13 @@ async def reports(request: Request):
     assigned to the worker and not yet running (ReportResults.assignments),
     read after the reports' commit, whose scheduling pass gave the devices
     they freed their next jobs: a busy worker needs no long poll answer to
-    get its next job. A long poll does not hand those out again."""
+    get its next job. A long poll does not hand those out again.
+
+    A report may carry its job's log tail (JobReport.log_offset/log_tail):
+    each is stored through the log store as POST /v1/jobs/{id}/logs stores
+    an upload, before the reports are applied, so a job's output is stored
+    when its end is recorded; a refused tail (ReportResult.log_error) does
+    not refuse its report."""
     c = ctl(request)
     who = caller(request)
     worker_id = request.path_params["worker_id"]
@@ -439,6 +446,9 @@ async def reports(request: Request):
         )
         for r in req.reports
     )
+    tails = {
+        r.job_id: await _store_tail(c, worker_id, r) for r in batch if r.log_offset is not None
+    }
     applied = await c.db.write(jobs.apply_reports, worker_id, batch)
     c.metrics.observe_starts(applied.start_latencies)
     carried: tuple[Assignment, ...] = ()
@@ -446,10 +456,41 @@ async def reports(request: Request):
         carried = tuple(_assignment(r, c.logs) for r in await c.handout_assigned(worker_id))
     return reply(
         ReportResults(
-            tuple(ReportResult(j, not code, code, msg) for j, code, msg in applied.results),
+            tuple(
+                ReportResult(j, not code, code, msg, *tails.get(j, (None, "")))
+                for j, code, msg in applied.results
+            ),
             carried,
         )
     )
+
+
+async def _store_tail(c, worker_id: str, r) -> tuple[int | None, str]:
+    """Store the log tail report `r` carries (JobReport.log_tail) as an
+    upload at its offset; (the log's end after it, "") or (None, the error
+    code of the refusal)."""
+    import base64
+    import binascii
+
+    try:
+        data = base64.b64decode(r.log_tail, validate=True)
+    except (binascii.Error, ValueError):
+        return None, ErrorCode.BAD_REQUEST
+    if len(data) > LOG_TAIL_BYTES or r.log_offset < 0:
+        return None, ErrorCode.LIMIT_EXCEEDED if r.log_offset >= 0 else ErrorCode.BAD_REQUEST
+    row = await c.db.read(jobs.brief, r.job_id)
+    if row is None:
+        return None, ErrorCode.NOT_FOUND
+    if row["worker_id"] != worker_id:
+        return None, ErrorCode.NOT_WORKER_JOB
+    if row["stdio"] == Stdio.TTY:
+        return None, ErrorCode.LOGS_NOT_STORED
+    try:
+        end = await c.logs.append(r.job_id, r.log_offset, data)
+    except Refused as e:
+        return None, e.code
+    c.metrics.log_tails += 1
+    return end, ""
 
 
 async def status(request: Request):
@@ -505,6 +546,7 @@ async def append_log(request: Request):
         )
     data = await read_body(request, c.cfg.limits.log_chunk_bytes, ErrorCode.CHUNK_TOO_LARGE)
     end = await c.logs.append(job_id, int(raw_offset), data)
+    c.metrics.log_uploads += 1
     return reply(LogAppended(end))
 
 
