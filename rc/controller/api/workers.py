@@ -10,6 +10,8 @@ otherwise). Admin tokens pass.
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import dataclasses
 import time
 
@@ -446,9 +448,10 @@ async def reports(request: Request):
         )
         for r in req.reports
     )
-    tails = {
-        r.job_id: await _store_tail(c, worker_id, r) for r in batch if r.log_offset is not None
-    }
+    carrying = [r for r in batch if r.log_offset is not None]
+    # each to its own log file: their writes (each fdatasync'd) go side by side
+    stored = await asyncio.gather(*(_store_tail(c, worker_id, r) for r in carrying))
+    tails = {r.job_id: got for r, got in zip(carrying, stored, strict=True)}
     applied = await c.db.write(jobs.apply_reports, worker_id, batch)
     c.metrics.observe_starts(applied.start_latencies)
     carried: tuple[Assignment, ...] = ()
@@ -469,9 +472,6 @@ async def _store_tail(c, worker_id: str, r) -> tuple[int | None, str]:
     """Store the log tail report `r` carries (JobReport.log_tail) as an
     upload at its offset; (the log's end after it, "") or (None, the error
     code of the refusal)."""
-    import base64
-    import binascii
-
     try:
         data = base64.b64decode(r.log_tail, validate=True)
     except (binascii.Error, ValueError):
