@@ -210,8 +210,12 @@ def queue_position(tx: Tx, job: Job, policy: Policy) -> int:
             "aging": policy.aging,
             "adjust": adjust_param(adjust),
         }
-        query = "queue_ahead_by_ask_adjusted" if adjust else "queue_ahead_by_ask"
-        for g in tx.all(query, params):
+        groups = (
+            tx.all("queue_ahead_by_ask_adjusted", params)
+            if adjust
+            else tx.all("queue_ahead_by_ask", params)
+        )
+        for g in groups:
             theirs = () if g["selector"] else tuple(loads(g["device_ids"]))
             got = candidates(
                 g["selector"],
