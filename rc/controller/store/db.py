@@ -192,6 +192,10 @@ class _Op:
     result: Any = None
     error: BaseException | None = None
     notes: set[str] = field(default_factory=set)
+    soft: bool = False
+    changed: bool = True
+    """Whether fn may have changed rows (False only when the engine counts
+    changes, sqlite3's total_changes, and it changed none)."""
 
 
 def dep_met(condition: str, state: str) -> bool:
@@ -294,7 +298,16 @@ def _run_batch(
     and `in_transaction` (rc.controller.store.pg); `tx_class` wraps it for
     the functions, `begin` opens the transaction. `check(conn)`, when given,
     runs first inside it: when it raises, the whole batch is rolled back and
-    the error raised (the leadership fence, rc.controller.store.leader)."""
+    the error raised (the leadership fence, rc.controller.store.leader).
+
+    Returns (the scheduling pass's notes, whether the pass changed rows) and
+    sets each op's `changed` (always True where the engine does not count
+    rows changed: PostgreSQL)."""
+    counted = isinstance(conn, sqlite3.Connection)  # total_changes: rows changed so far
+
+    def changes() -> int:
+        return conn.total_changes if counted else 0
+
     conn.execute(begin)
     try:
         if check is not None:
@@ -303,8 +316,10 @@ def _run_batch(
         for op in ops:
             tx = tx_class(conn, now)
             conn.execute("SAVEPOINT op")
+            before = changes()
             try:
                 op.result = op.fn(tx, *op.args)
+                op.changed = not counted or changes() != before
                 conn.execute("RELEASE op")
                 op.notes = tx.notes
                 schedule = schedule or tx.schedule
@@ -313,11 +328,14 @@ def _run_batch(
                 conn.execute("RELEASE op")
                 op.error = e
         extra: set[str] = set()
+        pass_changed = False
         if schedule and after is not None:
             tx = tx_class(conn, now)
             conn.execute("SAVEPOINT after")
+            before = changes()
             try:
                 after(tx)
+                pass_changed = not counted or changes() != before
                 conn.execute("RELEASE after")
                 extra = tx.notes
             except Exception:  # a failed pass must not undo the batch's writes
@@ -329,7 +347,7 @@ def _run_batch(
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         raise
-    return extra
+    return extra, pass_changed
 
 
 def _run_read(conn: sqlite3.Connection, fn: Callable, args: tuple, now: float):
@@ -375,6 +393,16 @@ class Database:
         """Run first inside every write batch (see _run_batch); None on SQLite."""
         self.on_fenced: Callable[[NotLeader], None] = lambda e: None
         """Called (on the event loop) when a batch failed with NotLeader."""
+        self.generation = 0
+        """Write generation: goes up by one (on the event loop, before any
+        caller of the batch resumes) when a write batch has ended that may
+        have changed rows other than by functions queued with `write_soft`,
+        or that failed. A batch that changed no rows (SQLite counts them; on
+        PostgreSQL every batch counts as changing) leaves it alone, as does
+        one of soft functions only. So an answer read while it was g, and
+        found again while it is still g, is still what the database holds
+        (every change goes through this Database: one controller owns the
+        store)."""
 
     async def open(self) -> Database:
         Path(self.path).parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -434,6 +462,17 @@ class Database:
         self._queue.put_nowait(_Op(fn, args, fut))
         return await fut
 
+    async def write_soft(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """`write`, for a function that changes soft state only (heartbeat
+        timestamps and lease renewals: store.workers.touch_beats): a batch
+        of such functions alone leaves `generation` as it was, so answers
+        cached against it (Controller.heartbeat) stay valid. Durable as `write`."""
+        if self._queue is None:
+            raise StoreError("the database is closed")
+        fut = asyncio.get_running_loop().create_future()
+        self._queue.put_nowait(_Op(fn, args, fut, soft=True))
+        return await fut
+
     async def read(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Run `fn(tx, *args)` in a read transaction (a consistent snapshot)."""
         conn = self._readers[self._next_reader % len(self._readers)]
@@ -463,8 +502,19 @@ class Database:
         return e
 
     async def _commit(self, ops: list[_Op]) -> None:
+        changed = True  # unless the batch ran and says otherwise
         try:
-            extra = await self._on_thread(
+            changed = await self._commit_ops(ops)
+        finally:
+            # before any caller resumes: the futures' callbacks run after this
+            if changed:
+                self.generation += 1
+
+    async def _commit_ops(self, ops: list[_Op]) -> bool:
+        """Run and commit one batch, answer its callers; whether it may have
+        changed anything but soft state (see `generation`)."""
+        try:
+            extra, pass_changed = await self._on_thread(
                 self._writer,
                 _run_batch,
                 ops,
@@ -481,7 +531,7 @@ class Database:
                 if not op.future.done():
                     op.future.set_exception(e)
             self.on_fenced(e)
-            return
+            return True
         except Exception as e:  # noqa: BLE001 - the commit failed: nothing in the batch happened
             log.error("write batch of %d failed: %s", len(ops), e)
             self.on_rollback()
@@ -491,7 +541,7 @@ class Database:
             for op in ops:
                 if not op.future.done():
                     op.future.set_exception(err)
-            return
+            return True
         notes: set[str] = set(extra)
         for op in ops:
             if op.error is None:
@@ -510,6 +560,7 @@ class Database:
                 op.future.set_exception(op.error)
             else:
                 op.future.set_result(op.result)
+        return pass_changed or any(op.changed and not op.soft for op in ops)
 
 
 def dumps(obj: Any) -> str:
