@@ -180,7 +180,7 @@ def test_a_write_that_changes_nothing_keeps_the_quiet_answer_on_sqlite(lab):
     lb.heartbeat("box")
     lb.kick()  # the scheduling tick: nothing queued, no row changes
     lb.heartbeat("box")
-    # SQLite counts the rows a batch changed; on PostgreSQL every batch counts as a change
+    # on SQLite a batch knows whether it changed rows (Tx.wrote); on PostgreSQL every batch counts
     expected = 2 if isinstance(lb.ctl.db, PgDatabase) else 1
     assert reads == ["beat_check"] * expected
 
@@ -208,3 +208,34 @@ def test_a_heartbeat_naming_jobs_is_never_answered_from_memory(lab):
     lb.heartbeat("box", (job_id,))
     assert reads == ["beat_check", "beat_check"]
     assert "box" not in lb.ctl.quiet
+
+
+def test_the_write_generation_moves_only_for_a_batch_that_changed_rows(lab):
+    lb = _box(lab)
+    db = lb.ctl.db
+    on_sqlite = not isinstance(db, PgDatabase)
+
+    def after(fn) -> int:
+        before = db.generation
+        lb.write(fn)
+        return db.generation - before
+
+    assert after(lambda tx: tx.all("workers_all")) == (0 if on_sqlite else 1)
+    assert after(lambda tx: tx.exec("worker_touch", (T0, "nobody"))) == (0 if on_sqlite else 1)
+    assert after(lambda tx: tx.exec("worker_touch", (T0 + 1, "box"))) == 1
+    # an INSERT ... RETURNING read with one(): sqlite3 has not counted its row yet
+    assert (
+        after(lambda tx: tx.scalar("event_insert", (T0, "device_drained", DEV, None, "t", "x")))
+        == 1
+    )
+    before = db.generation
+    lb.run(db.write_soft(lambda tx: tx.exec("worker_touch", (T0 + 2, "box"))))
+    assert db.generation == before  # soft state only
+
+    def fails(tx):
+        tx.exec("worker_touch", (T0 + 3, "box"))
+        raise RuntimeError("rolled back")
+
+    with pytest.raises(RuntimeError):
+        lb.write(fails)
+    assert db.generation == before + 1  # conservative: a function that raised counts

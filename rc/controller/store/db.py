@@ -103,6 +103,11 @@ QUERIES: dict[str, str] = {name: sql for name, (_doc, sql) in _PARSED.items()}
 """Every named query of queries.sql: name → statement."""
 DESCRIPTIONS: dict[str, str] = {name: doc for name, (doc, _sql) in _PARSED.items()}
 """Every named query's description: name → text (one line, or a few joined)."""
+WRITES: frozenset[str] = frozenset(
+    name for name, sql in QUERIES.items() if sql.split(None, 1)[0].upper() != "SELECT"
+)
+"""The named queries that are not a plain SELECT (INSERT, UPDATE, DELETE, and WITH,
+which could be either): any of them run counts as a write (Tx.wrote)."""
 SCHEMA_SQL: str = _resource("rc", "store.sql")
 
 # Ordered migrations: (version, file) under rc/controller/store/migrations/. Version 1
@@ -127,15 +132,20 @@ class Tx:
     `now` is the batch's clock reading (seconds since the epoch): a function
     reads the clock once, through it. `notify(key)` records a change to
     announce once the transaction has committed (worker pokes, job watchers).
+    `wrote` becomes True when a statement may have changed rows: one of
+    exec, change or many that reports rows changed (or cannot say), or a
+    query that is not a SELECT run by one, all, scalar or iter (an INSERT
+    ... RETURNING: sqlite3 counts its rows only once it is stepped to its end).
     """
 
-    __slots__ = ("conn", "notes", "now", "schedule")
+    __slots__ = ("conn", "notes", "now", "schedule", "wrote")
 
     def __init__(self, conn: sqlite3.Connection, now: float) -> None:
         self.conn = conn
         self.now = now
         self.notes: set[str] = set()
         self.schedule = False
+        self.wrote = False
 
     def notify(self, *keys: str) -> None:
         """Announce these keys after commit (see rc.controller.hub)."""
@@ -143,19 +153,23 @@ class Tx:
 
     def one(self, name: str, params: Any = ()) -> sqlite3.Row | None:
         """First row of a named query, or None."""
+        self.wrote = self.wrote or name in WRITES
         return self.conn.execute(QUERIES[name], params).fetchone()
 
     def all(self, name: str, params: Any = ()) -> list[sqlite3.Row]:
         """All rows of a named query."""
+        self.wrote = self.wrote or name in WRITES
         return self.conn.execute(QUERIES[name], params).fetchall()
 
     def scalar(self, name: str, params: Any = ()) -> Any:
         """First column of the first row, or None."""
+        self.wrote = self.wrote or name in WRITES
         row = self.conn.execute(QUERIES[name], params).fetchone()
         return None if row is None else row[0]
 
     def iter(self, name: str, params: Any = ()) -> sqlite3.Cursor:
         """A cursor over a named query's rows, fetched as they are iterated."""
+        self.wrote = self.wrote or name in WRITES
         return self.conn.execute(QUERIES[name], params)
 
     def exec(self, name: str, params: Any = ()) -> int:
@@ -165,7 +179,9 @@ class Tx:
         or that changes any number of rows by design; a write that must
         change exactly one row is a `change`.
         """
-        return self.conn.execute(QUERIES[name], params).rowcount
+        n = self.conn.execute(QUERIES[name], params).rowcount
+        self.wrote = self.wrote or n != 0
+        return n
 
     def change(self, name: str, params: Any = ()) -> None:
         """Run a named statement that must change exactly one row: a guarded
@@ -176,12 +192,15 @@ class Tx:
         than one (the transaction function's savepoint is then rolled back).
         """
         n = self.conn.execute(QUERIES[name], params).rowcount
+        self.wrote = self.wrote or n != 0
         if n != 1:
             raise GuardFailed(f"query {name} changed {n} rows; it must change exactly one")
 
     def many(self, name: str, rows: Iterable[Any]) -> int:
         """Run a named statement once per parameter set; returns rows changed."""
-        return self.conn.executemany(QUERIES[name], rows).rowcount
+        n = self.conn.executemany(QUERIES[name], rows).rowcount
+        self.wrote = self.wrote or n != 0
+        return n
 
 
 @dataclass(slots=True)
@@ -194,8 +213,8 @@ class _Op:
     notes: set[str] = field(default_factory=set)
     soft: bool = False
     changed: bool = True
-    """Whether fn may have changed rows (False only when the engine counts
-    changes, sqlite3's total_changes, and it changed none)."""
+    """Whether fn may have changed rows (False only when its Tx kept
+    `wrote` and it stayed False)."""
 
 
 def dep_met(condition: str, state: str) -> bool:
@@ -300,14 +319,10 @@ def _run_batch(
     runs first inside it: when it raises, the whole batch is rolled back and
     the error raised (the leadership fence, rc.controller.store.leader).
 
-    Returns (the scheduling pass's notes, whether the pass changed rows) and
-    sets each op's `changed` (always True where the engine does not count
-    rows changed: PostgreSQL)."""
-    counted = isinstance(conn, sqlite3.Connection)  # total_changes: rows changed so far
-
-    def changes() -> int:
-        return conn.total_changes if counted else 0
-
+    Returns (the scheduling pass's notes, whether the pass may have changed
+    rows) and sets each op's `changed` (Tx.wrote; always True with an
+    engine's own Tx class, PostgreSQL's, which does not keep it)."""
+    counted = tx_class is Tx  # an engine's own Tx (PostgreSQL's) does not keep `wrote`
     conn.execute(begin)
     try:
         if check is not None:
@@ -316,10 +331,9 @@ def _run_batch(
         for op in ops:
             tx = tx_class(conn, now)
             conn.execute("SAVEPOINT op")
-            before = changes()
             try:
                 op.result = op.fn(tx, *op.args)
-                op.changed = not counted or changes() != before
+                op.changed = not counted or tx.wrote
                 conn.execute("RELEASE op")
                 op.notes = tx.notes
                 schedule = schedule or tx.schedule
@@ -332,10 +346,9 @@ def _run_batch(
         if schedule and after is not None:
             tx = tx_class(conn, now)
             conn.execute("SAVEPOINT after")
-            before = changes()
             try:
                 after(tx)
-                pass_changed = not counted or changes() != before
+                pass_changed = not counted or tx.wrote
                 conn.execute("RELEASE after")
                 extra = tx.notes
             except Exception:  # a failed pass must not undo the batch's writes
@@ -397,9 +410,9 @@ class Database:
         """Write generation: goes up by one (on the event loop, before any
         caller of the batch resumes) when a write batch has ended that may
         have changed rows other than by functions queued with `write_soft`,
-        or that failed. A batch that changed no rows (SQLite counts them; on
-        PostgreSQL every batch counts as changing) leaves it alone, as does
-        one of soft functions only. So an answer read while it was g, and
+        or that failed. A batch that changed no rows (Tx.wrote stayed False
+        for each function and for the pass; on PostgreSQL every batch counts
+        as changing) leaves it alone, as does one of soft functions only. So an answer read while it was g, and
         found again while it is still g, is still what the database holds
         (every change goes through this Database: one controller owns the
         store)."""
