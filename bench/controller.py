@@ -14,7 +14,10 @@ Prints, each against its target:
    scheduling pass with fair share on, 10,000 queued (target ≤ 20 ms).
 
 Loopback only; fake workers are plain HTTP clients of the worker routes.
-Usage: python bench/controller.py [--quick] [--database postgresql://...|pg]
+Usage: python bench/controller.py [--quick] [--only submits|heartbeats]
+       [--database postgresql://...|pg]
+(--only submits: figure 1 alone; --only heartbeats: the 1,000 hosts x 1
+heartbeat figure alone; each measured exactly as in the full run.)
 
 With --database each figure is measured on the embedded SQLite file and on
 PostgreSQL, printed side by side ("sqlite: ... | postgresql: ..."): a
@@ -186,6 +189,47 @@ def stop(proc) -> None:
         proc.kill()
 
 
+PROFILE: Path | None = None
+"""With --profile DIR: where py-spy's summary of the controller during a
+--only figure's measured part goes (DIR/TAG.txt; bench/pyspy.py summarises)."""
+
+
+class _Profiled:
+    """py-spy on the controller `proc` while the block runs, when --profile is given."""
+
+    def __init__(self, proc, name: str) -> None:
+        self.proc, self.name, self.spy = proc, name, None
+
+    def __enter__(self):
+        if PROFILE is None:
+            return self
+        import shutil
+
+        spy = shutil.which("py-spy")
+        if spy is None:
+            sys.exit("py-spy is not installed (pip install py-spy)")
+        PROFILE.mkdir(parents=True, exist_ok=True)
+        self.raw = PROFILE / f"{self.name}.raw"
+        self.spy = subprocess.Popen(
+            [spy, "record", "--pid", str(self.proc.pid), "--format", "raw", "-o",
+             str(self.raw), "--rate", "250", "--nonblocking"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        time.sleep(1.0)  # py-spy attaches
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.spy is None:
+            return
+        self.spy.send_signal(2)
+        self.spy.wait(30)
+        from pyspy import summarise
+
+        text = f"# controller, {self.name}\n" + summarise(self.raw, 25)
+        (PROFILE / f"{self.name}.txt").write_text(text)  # the raw profile stays beside it
+
+
 def run_all(procs: list) -> float:
     """Start every process, wait for all of them; the seconds that took."""
     t0 = time.monotonic()
@@ -231,7 +275,8 @@ def submissions(total: int) -> str:
             procs = [
                 mp.Process(target=_submitter, args=(url, utok, total // 8, q)) for _ in range(8)
             ]
-            elapsed = run_all(procs)
+            with _Profiled(proc, "submit"):
+                elapsed = run_all(procs)
             return (
                 f"durable submissions, 8 client processes: {total / elapsed:.0f}/s "
                 f"({total} jobs, queue growing to {total})   (target >= 2,000/s)"
@@ -278,10 +323,11 @@ def heartbeats(hosts: int, per_host: int, seconds: float) -> str:
                     time.sleep(max(0.0, nxt - time.monotonic()))
 
             threads = [threading.Thread(target=beat, args=(clients[i::4],)) for i in range(4)]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
+            with _Profiled(proc, "heartbeat"):
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join()
             used = cpu_seconds(proc.pid) - start_cpu
             wall = time.monotonic() - t0
             return (
@@ -608,6 +654,17 @@ def main() -> None:
     p.add_argument("--quick", action="store_true", help="smaller runs")
     p.add_argument("--only-usage", action="store_true", help="only figure 7")
     p.add_argument(
+        "--only",
+        choices=("submits", "heartbeats"),
+        help="only figure 1 (submits) or only the 1,000 hosts x 1 heartbeat figure",
+    )
+    p.add_argument(
+        "--profile",
+        type=Path,
+        metavar="DIR",
+        help="with --only: py-spy on the controller during the figure, summary in DIR",
+    )
+    p.add_argument(
         "--database",
         default="",
         metavar="URL",
@@ -624,7 +681,15 @@ def main() -> None:
     if args.database:
         engines.append(Engine("postgresql", args.database))
     quick = args.quick
+    global PROFILE
+    PROFILE = args.profile
     try:
+        if args.only == "submits":
+            _on_engines(engines, lambda: submissions(800 if quick else 2000))
+            return
+        if args.only == "heartbeats":
+            _on_engines(engines, lambda: heartbeats(1000, 1, 20 if quick else 40))
+            return
         if not args.only_usage:
             _on_engines(engines, lambda: submissions(800 if quick else 2000))
             _on_engines(engines, lambda: heartbeats(125, 8, 20 if quick else 40))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from rc.controller.errors import Refused
+from rc.controller.store.pg import PgDatabase
 from tests.inprocess import T0, Lab
 
 DEV = "box:gpu0"
@@ -139,3 +140,102 @@ def test_a_crash_loses_at_most_the_kept_heartbeats_and_the_grace_covers_them(tmp
         assert _state(second) != "unhealthy"
     finally:
         second.close()
+
+
+def _counting_reads(lb: Lab) -> list[str]:
+    """Record every heartbeat check (store.workers.beat_check) the controller reads."""
+    seen: list[str] = []
+    read = lb.ctl.db.read
+
+    async def counted(fn, *args):
+        if fn.__name__ == "beat_check":
+            seen.append(fn.__name__)
+        return await read(fn, *args)
+
+    lb.ctl.db.read = counted
+    return seen
+
+
+def test_a_quiet_heartbeat_is_answered_from_memory_until_a_write(lab):
+    lb = _box(lab)
+    reads = _counting_reads(lb)
+    lb.heartbeat("box")
+    assert reads == ["beat_check"]
+    lb.now = T0 + 10
+    assert lb.heartbeat("box") == ([], {})
+    assert reads == ["beat_check"]  # no read: nothing was written since the check
+    assert lb.ctl.beats == {"box": (T0 + 10, ())}  # still kept, written by the flush
+    lb.run(lb.ctl.flush_beats())  # soft state only: the answer stays valid
+    lb.heartbeat("box")
+    assert reads == ["beat_check"]
+    assert _beat_at(lb, "workers", "box") == T0 + 10
+    lb.submit()  # a write that changes rows: the next heartbeat checks again
+    lb.heartbeat("box")
+    assert reads == ["beat_check", "beat_check"]
+
+
+def test_a_write_that_changes_nothing_keeps_the_quiet_answer_on_sqlite(lab):
+    lb = _box(lab)
+    reads = _counting_reads(lb)
+    lb.heartbeat("box")
+    lb.kick()  # the scheduling tick: nothing queued, no row changes
+    lb.heartbeat("box")
+    # on SQLite a batch knows whether it changed rows (Tx.wrote); on PostgreSQL every batch counts
+    expected = 2 if isinstance(lb.ctl.db, PgDatabase) else 1
+    assert reads == ["beat_check"] * expected
+
+
+def test_a_sweep_to_unknown_ends_the_quiet_answer_and_the_change_is_written_before_the_reply(lab):
+    lb = _box(lab, startup_grace=0.0)
+    lb.heartbeat("box")
+    lb.heartbeat("box")  # answered from memory now
+    lb.run(lb.ctl.flush_beats())
+    lb.now = T0 + 31  # silence past unknown_after (30 s)
+    lb.run(lb.ctl.sweep())
+    assert _state(lb) == "unknown"
+    lb.heartbeat("box")
+    assert _state(lb) == "ready"  # written before the reply, no flush needed
+    assert _beat_at(lb, "workers", "box") == T0 + 31
+    assert lb.ctl.beats == {}
+
+
+def test_a_heartbeat_naming_jobs_is_never_answered_from_memory(lab):
+    lb = _box(lab)
+    job_id, _ = lb.submit()
+    lb.kick()
+    reads = _counting_reads(lb)
+    lb.heartbeat("box", (job_id,))
+    lb.heartbeat("box", (job_id,))
+    assert reads == ["beat_check", "beat_check"]
+    assert "box" not in lb.ctl.quiet
+
+
+def test_the_write_generation_moves_only_for_a_batch_that_changed_rows(lab):
+    lb = _box(lab)
+    db = lb.ctl.db
+    on_sqlite = not isinstance(db, PgDatabase)
+
+    def after(fn) -> int:
+        before = db.generation
+        lb.write(fn)
+        return db.generation - before
+
+    assert after(lambda tx: tx.all("workers_all")) == (0 if on_sqlite else 1)
+    assert after(lambda tx: tx.exec("worker_touch", (T0, "nobody"))) == (0 if on_sqlite else 1)
+    assert after(lambda tx: tx.exec("worker_touch", (T0 + 1, "box"))) == 1
+    # an INSERT ... RETURNING read with one(): sqlite3 has not counted its row yet
+    assert (
+        after(lambda tx: tx.scalar("event_insert", (T0, "device_drained", DEV, None, "t", "x")))
+        == 1
+    )
+    before = db.generation
+    lb.run(db.write_soft(lambda tx: tx.exec("worker_touch", (T0 + 2, "box"))))
+    assert db.generation == before  # soft state only
+
+    def fails(tx):
+        tx.exec("worker_touch", (T0 + 3, "box"))
+        raise RuntimeError("rolled back")
+
+    with pytest.raises(RuntimeError):
+        lb.write(fails)
+    assert db.generation == before + 1  # conservative: a function that raised counts

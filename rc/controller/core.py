@@ -26,7 +26,7 @@ from pathlib import Path
 from rc.controller import idle, planner, scheduler
 from rc.controller.auth import TokenCache, hash_secret, new_secret
 from rc.controller.config import ControllerConfig
-from rc.controller.errors import NotLeader, StartupError
+from rc.controller.errors import NotLeader, Refused, StartupError
 from rc.controller.hub import Hub
 from rc.controller.logstore import LogStore
 from rc.controller.metrics import Metrics
@@ -130,6 +130,12 @@ class Controller:
         self.beats: dict[str, tuple[float, tuple[int, ...]]] = {}
         """worker id → its newest heartbeat not yet written (wall seconds, the
         job ids it named): `heartbeat` keeps it, `flush_beats` writes it."""
+        self.quiet: dict[str, int] = {}
+        """worker id → the database's write generation (Database.generation)
+        at which store.workers.beat_check last found that a heartbeat of it
+        naming no jobs changes nothing: until the next write that is not a
+        heartbeat flush, such a heartbeat is answered from here, with no
+        read. At most one entry per registered worker."""
         self.scans = Scans()
         """Survivor scans asked of workers (rc clear, rc kill of a lost job)."""
         self.started_at = 0.0
@@ -401,13 +407,29 @@ class Controller:
         what was lost. One that changes state (a device back from `unknown`,
         a `worker_lost` one in retention mode) is written before the reply.
         heartbeat_flush = 0 writes every one at once. Raises Refused (404)
-        for a worker that never registered."""
+        for a worker that never registered.
+
+        A coalesced heartbeat naming no jobs whose check found nothing to
+        change is answered without a read until the next write that is not
+        a heartbeat flush (`quiet`): what beat_check reads (the worker's
+        row, its devices' states) changes only in such writes, and none
+        has committed since the check."""
         self.heard.add(worker_id)
         if self.cfg.heartbeat_flush > 0:
-            changes, stop, ttls = await self.db.read(
-                workers.beat_check, worker_id, running, self.thresholds
-            )
+            generation = self.db.generation
+            if not running and self.quiet.get(worker_id) == generation:
+                self.beats[worker_id] = (self.clock(), running)
+                return [], {}
+            try:
+                changes, stop, ttls = await self.db.read(
+                    workers.beat_check, worker_id, running, self.thresholds
+                )
+            except Refused:
+                self.quiet.pop(worker_id, None)  # no longer registered
+                raise
             if not changes:
+                if not running:
+                    self.quiet[worker_id] = generation
                 self.beats[worker_id] = (self.clock(), running)
                 return stop, ttls
         self.beats.pop(worker_id, None)  # older than the one written now
@@ -419,7 +441,7 @@ class Controller:
             return 0
         beats, self.beats = self.beats, {}
         rows_ = [(w, at, running) for w, (at, running) in beats.items()]
-        return await self.db.write(workers.touch_beats, rows_, self.thresholds)
+        return await self.db.write_soft(workers.touch_beats, rows_, self.thresholds)
 
     async def _beat_loop(self) -> None:
         while True:

@@ -103,6 +103,11 @@ QUERIES: dict[str, str] = {name: sql for name, (_doc, sql) in _PARSED.items()}
 """Every named query of queries.sql: name → statement."""
 DESCRIPTIONS: dict[str, str] = {name: doc for name, (doc, _sql) in _PARSED.items()}
 """Every named query's description: name → text (one line, or a few joined)."""
+WRITES: frozenset[str] = frozenset(
+    name for name, sql in QUERIES.items() if sql.split(None, 1)[0].upper() != "SELECT"
+)
+"""The named queries that are not a plain SELECT (INSERT, UPDATE, DELETE, and WITH,
+which could be either): any of them run counts as a write (Tx.wrote)."""
 SCHEMA_SQL: str = _resource("rc", "store.sql")
 
 # Ordered migrations: (version, file) under rc/controller/store/migrations/. Version 1
@@ -128,15 +133,20 @@ class Tx:
     `now` is the batch's clock reading (seconds since the epoch): a function
     reads the clock once, through it. `notify(key)` records a change to
     announce once the transaction has committed (worker pokes, job watchers).
+    `wrote` becomes True when a statement may have changed rows: one of
+    exec, change or many that reports rows changed (or cannot say), or a
+    query that is not a SELECT run by one, all, scalar or iter (an INSERT
+    ... RETURNING: sqlite3 counts its rows only once it is stepped to its end).
     """
 
-    __slots__ = ("conn", "notes", "now", "schedule")
+    __slots__ = ("conn", "notes", "now", "schedule", "wrote")
 
     def __init__(self, conn: sqlite3.Connection, now: float) -> None:
         self.conn = conn
         self.now = now
         self.notes: set[str] = set()
         self.schedule = False
+        self.wrote = False
 
     def notify(self, *keys: str) -> None:
         """Announce these keys after commit (see rc.controller.hub)."""
@@ -144,19 +154,23 @@ class Tx:
 
     def one(self, name: str, params: Any = ()) -> sqlite3.Row | None:
         """First row of a named query, or None."""
+        self.wrote = self.wrote or name in WRITES
         return self.conn.execute(QUERIES[name], params).fetchone()
 
     def all(self, name: str, params: Any = ()) -> list[sqlite3.Row]:
         """All rows of a named query."""
+        self.wrote = self.wrote or name in WRITES
         return self.conn.execute(QUERIES[name], params).fetchall()
 
     def scalar(self, name: str, params: Any = ()) -> Any:
         """First column of the first row, or None."""
+        self.wrote = self.wrote or name in WRITES
         row = self.conn.execute(QUERIES[name], params).fetchone()
         return None if row is None else row[0]
 
     def iter(self, name: str, params: Any = ()) -> sqlite3.Cursor:
         """A cursor over a named query's rows, fetched as they are iterated."""
+        self.wrote = self.wrote or name in WRITES
         return self.conn.execute(QUERIES[name], params)
 
     def exec(self, name: str, params: Any = ()) -> int:
@@ -166,7 +180,9 @@ class Tx:
         or that changes any number of rows by design; a write that must
         change exactly one row is a `change`.
         """
-        return self.conn.execute(QUERIES[name], params).rowcount
+        n = self.conn.execute(QUERIES[name], params).rowcount
+        self.wrote = self.wrote or n != 0
+        return n
 
     def change(self, name: str, params: Any = ()) -> None:
         """Run a named statement that must change exactly one row: a guarded
@@ -177,12 +193,15 @@ class Tx:
         than one (the transaction function's savepoint is then rolled back).
         """
         n = self.conn.execute(QUERIES[name], params).rowcount
+        self.wrote = self.wrote or n != 0
         if n != 1:
             raise GuardFailed(f"query {name} changed {n} rows; it must change exactly one")
 
     def many(self, name: str, rows: Iterable[Any]) -> int:
         """Run a named statement once per parameter set; returns rows changed."""
-        return self.conn.executemany(QUERIES[name], rows).rowcount
+        n = self.conn.executemany(QUERIES[name], rows).rowcount
+        self.wrote = self.wrote or n != 0
+        return n
 
 
 @dataclass(slots=True)
@@ -193,6 +212,10 @@ class _Op:
     result: Any = None
     error: BaseException | None = None
     notes: set[str] = field(default_factory=set)
+    soft: bool = False
+    changed: bool = True
+    """Whether fn may have changed rows (False only when its Tx kept
+    `wrote` and it stayed False)."""
 
 
 def dep_met(condition: str, state: str) -> bool:
@@ -304,7 +327,12 @@ def _run_batch(
     and `in_transaction` (rc.controller.store.pg); `tx_class` wraps it for
     the functions, `begin` opens the transaction. `check(conn)`, when given,
     runs first inside it: when it raises, the whole batch is rolled back and
-    the error raised (the leadership fence, rc.controller.store.leader)."""
+    the error raised (the leadership fence, rc.controller.store.leader).
+
+    Returns (the scheduling pass's notes, whether the pass may have changed
+    rows) and sets each op's `changed` (Tx.wrote; always True with an
+    engine's own Tx class, PostgreSQL's, which does not keep it)."""
+    counted = tx_class is Tx  # an engine's own Tx (PostgreSQL's) does not keep `wrote`
     conn.execute(begin)
     try:
         if check is not None:
@@ -315,6 +343,7 @@ def _run_batch(
             conn.execute("SAVEPOINT op")
             try:
                 op.result = op.fn(tx, *op.args)
+                op.changed = not counted or tx.wrote
                 conn.execute("RELEASE op")
                 op.notes = tx.notes
                 schedule = schedule or tx.schedule
@@ -323,11 +352,13 @@ def _run_batch(
                 conn.execute("RELEASE op")
                 op.error = e
         extra: set[str] = set()
+        pass_changed = False
         if schedule and after is not None:
             tx = tx_class(conn, now)
             conn.execute("SAVEPOINT after")
             try:
                 after(tx)
+                pass_changed = not counted or tx.wrote
                 conn.execute("RELEASE after")
                 extra = tx.notes
             except Exception:  # a failed pass must not undo the batch's writes
@@ -339,7 +370,7 @@ def _run_batch(
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         raise
-    return extra
+    return extra, pass_changed
 
 
 def _run_read(conn: sqlite3.Connection, fn: Callable, args: tuple, now: float):
@@ -385,6 +416,16 @@ class Database:
         """Run first inside every write batch (see _run_batch); None on SQLite."""
         self.on_fenced: Callable[[NotLeader], None] = lambda e: None
         """Called (on the event loop) when a batch failed with NotLeader."""
+        self.generation = 0
+        """Write generation: goes up by one (on the event loop, before any
+        caller of the batch resumes) when a write batch has ended that may
+        have changed rows other than by functions queued with `write_soft`,
+        or that failed. A batch that changed no rows (Tx.wrote stayed False
+        for each function and for the pass; on PostgreSQL every batch counts
+        as changing) leaves it alone, as does one of soft functions only. So an answer read while it was g, and
+        found again while it is still g, is still what the database holds
+        (every change goes through this Database: one controller owns the
+        store)."""
 
     async def open(self) -> Database:
         Path(self.path).parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -444,6 +485,17 @@ class Database:
         self._queue.put_nowait(_Op(fn, args, fut))
         return await fut
 
+    async def write_soft(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """`write`, for a function that changes soft state only (heartbeat
+        timestamps and lease renewals: store.workers.touch_beats): a batch
+        of such functions alone leaves `generation` as it was, so answers
+        cached against it (Controller.heartbeat) stay valid. Durable as `write`."""
+        if self._queue is None:
+            raise StoreError("the database is closed")
+        fut = asyncio.get_running_loop().create_future()
+        self._queue.put_nowait(_Op(fn, args, fut, soft=True))
+        return await fut
+
     async def read(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Run `fn(tx, *args)` in a read transaction (a consistent snapshot)."""
         conn = self._readers[self._next_reader % len(self._readers)]
@@ -473,8 +525,19 @@ class Database:
         return e
 
     async def _commit(self, ops: list[_Op]) -> None:
+        changed = True  # unless the batch ran and says otherwise
         try:
-            extra = await self._on_thread(
+            changed = await self._commit_ops(ops)
+        finally:
+            # before any caller resumes: the futures' callbacks run after this
+            if changed:
+                self.generation += 1
+
+    async def _commit_ops(self, ops: list[_Op]) -> bool:
+        """Run and commit one batch, answer its callers; whether it may have
+        changed anything but soft state (see `generation`)."""
+        try:
+            extra, pass_changed = await self._on_thread(
                 self._writer,
                 _run_batch,
                 ops,
@@ -491,7 +554,7 @@ class Database:
                 if not op.future.done():
                     op.future.set_exception(e)
             self.on_fenced(e)
-            return
+            return True
         except Exception as e:  # noqa: BLE001 - the commit failed: nothing in the batch happened
             log.error("write batch of %d failed: %s", len(ops), e)
             self.on_rollback()
@@ -501,7 +564,7 @@ class Database:
             for op in ops:
                 if not op.future.done():
                     op.future.set_exception(err)
-            return
+            return True
         notes: set[str] = set(extra)
         for op in ops:
             if op.error is None:
@@ -520,6 +583,7 @@ class Database:
                 op.future.set_exception(op.error)
             else:
                 op.future.set_result(op.result)
+        return pass_changed or any(op.changed and not op.soft for op in ops)
 
 
 def dumps(obj: Any) -> str:
