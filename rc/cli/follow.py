@@ -230,9 +230,11 @@ def submit(c: Client, body: dict) -> dict:
 def wait_started(c: Client, job: dict, position: int, label: str) -> dict | None:
     """Wait while the job is queued, printing its position when it changes.
 
-    Returns the job once it is assigned or running; None after Ctrl-C (the
-    queued job is then cancelled). Raises RcError when it ended without
-    starting (cancelled by someone, no-wait).
+    Returns the job once it is assigned or running, or once it ended after
+    it started (its start came and went unseen: the client lost sight of it
+    during an outage, say); None after Ctrl-C (the queued job is then
+    cancelled). Raises RcError when it ended without starting (cancelled by
+    someone, no-wait).
     """
     shown = None
     failures = 0
@@ -265,7 +267,7 @@ def wait_started(c: Client, job: dict, position: int, label: str) -> dict | None
     except KeyboardInterrupt as e:
         _cancel_queued(c, job, interrupt_cause(e))
         return None
-    if job["state"] in ("assigned", "running"):
+    if job["state"] in ("assigned", "running") or job.get("started_at") is not None:
         return job
     raise RcError(one_line(f"job {job['id']} ended without starting ({job_state(job, None)})"))
 

@@ -488,8 +488,10 @@ def cmd_hold(args: argparse.Namespace) -> int:
         if job is None:
             return 130
         if job["state"] != "running":
+            # granted and ended unseen (an outage), or never granted
+            when_ = "ended" if job.get("started_at") is not None else "ended before it was granted"
             raise RcError(
-                f"hold {hold_id} ended before it was granted ({job['state']}: "
+                f"hold {hold_id} {when_} ({job['state']}: "
                 f"{job.get('kill_reason') or 'no reason given'})"
             )
         if args.detach:
