@@ -16,10 +16,9 @@ import orjson
 import pytest
 
 from rc.controller.app import build_app
-from rc.controller.auth import Caller, hash_secret
 from rc.controller.logstore import LogStore
 from rc.proto.errors import ApiError, TransportError
-from rc.proto.model import JobState, Role, Stdio
+from rc.proto.model import JobState, Stdio
 from rc.proto.wire import LOG_TAIL_BYTES, WORKER_PROTOCOL
 from rc.worker.agent import _tail_bytes
 from rc.worker.logsink import LogSink
@@ -27,7 +26,8 @@ from rc.worker.reporter import Report, Reporter
 from tests.fakeclock import FakeClock
 from tests.harness import wait_until
 from tests.inprocess import Lab
-from tests.test_long_poll import SECRET, call
+from tests.test_long_poll import call
+from tests.test_report_reply import REG, REPORTS, lab  # noqa: F401 (a fixture)
 from tests.test_worker_spool import _Uploads
 
 JOB = 7
@@ -342,17 +342,6 @@ def test_without_tails_announced_a_report_carries_none():
 
 
 # -- the controller's side -----------------------------------------------------
-
-REG = {"host": "again", "devices": [{"name": "cpu0"}], "allow_root_jobs": True}
-REPORTS = "/v1/workers/again/reports"
-
-
-@pytest.fixture
-def lab():
-    lab = Lab()
-    lab.ctl.tokens.put_session(hash_secret(SECRET), Caller(0, "w-again", Role.WORKER, "again"))
-    yield lab
-    lab.close()
 
 
 def _running_job(lab: Lab, app, **fields) -> int:

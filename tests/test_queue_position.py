@@ -100,20 +100,14 @@ def test_the_counts_every_submit_makes_read_only_the_queue(tmp_path):
     had. SQLite's plans; PostgreSQL's planner picks by the table's statistics."""
     lab = Lab(tmp_path / "data", database="")
     try:
-        ahead = _plan(
-            lab,
-            "queue_ahead_by_ask",
-            {"id": 1, "eff": 0, "now": T0, "aging": AGING, "adjust": "{}"},
-        )
-        assert any("USING COVERING INDEX jobs_queue_ask" in d for d in ahead), ahead
-        assert not any("TEMP B-TREE" in d for d in ahead), ahead
-        adjusted = _plan(
-            lab,
-            "queue_ahead_by_ask_adjusted",
-            {"id": 1, "eff": 0, "now": T0, "aging": AGING, "adjust": '{"bob": 1}'},
-        )
-        assert any("USING COVERING INDEX jobs_queue_ask" in d for d in adjusted), adjusted
-        assert not any("TEMP B-TREE" in d for d in adjusted), adjusted
+        for query, adjust in (
+            ("queue_ahead_by_ask", "{}"),
+            ("queue_ahead_by_ask_adjusted", '{"bob": 1}'),
+        ):
+            params = {"id": 1, "eff": 0, "now": T0, "aging": AGING, "adjust": adjust}
+            ahead = _plan(lab, query, params)
+            assert any("USING COVERING INDEX jobs_queue_ask" in d for d in ahead), (query, ahead)
+            assert not any("TEMP B-TREE" in d for d in ahead), (query, ahead)
         mine = _plan(lab, "count_queued_by", ("alice",))
         assert any("jobs_queued_by_submitter" in d for d in mine), mine
     finally:
