@@ -487,7 +487,9 @@ def test_a_hold_shows_its_idle_clock_and_when_it_is_released(site, browser):
         device = job(alice, hold["job"]["id"])["device_id"]
         wait_until(
             lambda: re.search(
-                r"idle \d+s · released at \d\d?:\d\d(:\d\d)?( [AP]M)? if unused",
+                # a time on another day comes with its date ("Wed, Dec 2 00:41 AM"):
+                # from 23:00 on, an hour's timeout ends tomorrow
+                r"idle \d+s · released at (\S+ \S+ \d\d? )?\d\d?:\d\d(:\d\d)?( [AP]M)? if unused",
                 text_of(browser, row(device)),
             ),
             20,
