@@ -478,14 +478,8 @@ async def _store_tail(c, worker_id: str, r) -> tuple[int | None, str]:
         return None, ErrorCode.BAD_REQUEST
     if len(data) > LOG_TAIL_BYTES or r.log_offset < 0:
         return None, ErrorCode.LIMIT_EXCEEDED if r.log_offset >= 0 else ErrorCode.BAD_REQUEST
-    row = await c.db.read(jobs.brief, r.job_id)
-    if row is None:
-        return None, ErrorCode.NOT_FOUND
-    if row["worker_id"] != worker_id:
-        return None, ErrorCode.NOT_WORKER_JOB
-    if row["stdio"] == Stdio.TTY:
-        return None, ErrorCode.LOGS_NOT_STORED
     try:
+        await _check_log_target(c, r.job_id, worker_id)
         end = await c.logs.append(r.job_id, r.log_offset, data)
     except Refused as e:
         return None, e.code
@@ -524,6 +518,24 @@ async def status(request: Request):
     return reply({"ok": True})
 
 
+async def _check_log_target(c, job_id: int, worker_id: str | None) -> None:
+    """Whether output may be stored for job `job_id`, from worker `worker_id`
+    (None: an admin's upload, from anywhere). Raises Refused: not_found,
+    not_worker_job (it runs elsewhere), logs_not_stored (a terminal job)."""
+    row = await c.db.read(jobs.brief, job_id)
+    if row is None:
+        raise Refused(ErrorCode.NOT_FOUND, f"no job {job_id}")
+    if worker_id is not None and row["worker_id"] != worker_id:
+        raise Refused(
+            ErrorCode.NOT_WORKER_JOB, f"job {job_id} does not run on {worker_id or 'this worker'}"
+        )
+    if row["stdio"] == Stdio.TTY:
+        raise Refused(
+            ErrorCode.LOGS_NOT_STORED,
+            f"job {job_id} is a terminal session; its output is not stored",
+        )
+
+
 async def append_log(request: Request):
     """POST /v1/jobs/{job_id}/logs?offset=N: append output starting at byte N."""
     c = ctl(request)
@@ -532,18 +544,7 @@ async def append_log(request: Request):
     raw_offset = request.query_params.get("offset", "")
     if not (raw_offset.isascii() and raw_offset.isdigit()):
         raise Refused(ErrorCode.BAD_REQUEST, "offset must be a non-negative integer")
-    row = await c.db.read(jobs.brief, job_id)
-    if row is None:
-        raise Refused(ErrorCode.NOT_FOUND, f"no job {job_id}")
-    if who.role is Role.WORKER and row["worker_id"] != who.host:
-        raise Refused(
-            ErrorCode.NOT_WORKER_JOB, f"job {job_id} does not run on {who.host or 'this worker'}"
-        )
-    if row["stdio"] == Stdio.TTY:
-        raise Refused(
-            ErrorCode.LOGS_NOT_STORED,
-            f"job {job_id} is a terminal session; its output is not stored",
-        )
+    await _check_log_target(c, job_id, who.host if who.role is Role.WORKER else None)
     data = await read_body(request, c.cfg.limits.log_chunk_bytes, ErrorCode.CHUNK_TOO_LARGE)
     end = await c.logs.append(job_id, int(raw_offset), data)
     c.metrics.log_uploads += 1
