@@ -88,7 +88,13 @@ class FakeClock(Clock):
         if timeout is None:
             return cond.wait()
         deadline = self._peek() + timeout
+        seen = _notified(cond)
         while not cond.wait(SLICE_S):
+            # A notify that lands as a slice times out is reported as a
+            # timeout by Condition.wait: with time standing still the wait
+            # would then never end. The count of notifies says it came.
+            if _notified(cond) != seen:
+                return True
             if self._peek() >= deadline:
                 return False
         return True
@@ -127,3 +133,22 @@ class FakeClock(Clock):
         """Block until monotonic() has been read `n` more times: a loop that
         reads it once per turn has then finished a turn at this time."""
         self.wait_for_reads(self.reads + n, timeout)
+
+
+def _notified(cond: threading.Condition) -> int:
+    """How many times `cond` was notified since FakeClock first waited on it
+    (its notify and notify_all are wrapped then, on that instance only)."""
+    if not hasattr(cond, "_fake_notified"):
+        cond._fake_notified = 0
+        plain_one, plain_all = cond.notify, cond.notify_all
+
+        def notify(n: int = 1) -> None:
+            cond._fake_notified += 1
+            plain_one(n)
+
+        def notify_all() -> None:
+            cond._fake_notified += 1
+            plain_all()
+
+        cond.notify, cond.notify_all = notify, notify_all
+    return cond._fake_notified
