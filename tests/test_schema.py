@@ -87,12 +87,21 @@ def test_the_schema_enforces_its_invariants(tmp_path):
     for i in (1, 2):
         conn.execute(
             "INSERT INTO jobs (kind, state, submitter, device_id, command, "
-            "submitted_at, queued_at) VALUES ('job', 'queued', 'u', 'h:d', '[]', 0, 0)"
+            "submitted_at, queued_at, owner) "
+            "VALUES ('job', 'queued', 'u', 'h:d', '[]', 0, 0, 'uid:1000')"
         )
     conn.execute(
         "INSERT INTO leases (device_id, job_id, holder, kind, acquired_at, expires_at) "
         "VALUES ('h:d', 1, 'u', 'job', 0, 10)"
     )
+    for bad in ("", "u", "alice", "token:", "token:0", "token:1x", "uid:", "uid:-1", "name:"):
+        with pytest.raises(sqlite3.IntegrityError):  # an owner is a principal
+            conn.execute(
+                "INSERT INTO jobs (kind, state, submitter, device_id, command, "
+                "submitted_at, queued_at, owner) VALUES ('job', 'queued', 'u', 'h:d', '[]', "
+                "0, 0, ?)",
+                (bad,),
+            )
     with pytest.raises(sqlite3.IntegrityError):  # one live lease per device
         conn.execute(
             "INSERT INTO leases (device_id, job_id, holder, kind, acquired_at, "
@@ -127,18 +136,20 @@ def test_the_schema_enforces_its_invariants(tmp_path):
         conn.execute("UPDATE jobs SET state = 'running' WHERE id = 1")
     with pytest.raises(sqlite3.IntegrityError):  # finished_at exactly when terminal
         conn.execute("UPDATE jobs SET state = 'failed', finished_at = NULL WHERE id = 2")
-    with pytest.raises(sqlite3.IntegrityError):  # idempotency keys are unique
-        for _ in (1, 2):
-            conn.execute(
-                "INSERT INTO jobs (kind, state, submitter, device_id, command, "
-                "idempotency_key, submitted_at, queued_at) "
-                "VALUES ('job', 'queued', 'u', 'h:d', '[]', 'k', 0, 0)"
-            )
+    key = (
+        "INSERT INTO jobs (kind, state, submitter, device_id, command, "
+        "idempotency_key, submitted_at, queued_at, owner) "
+        "VALUES ('job', 'queued', 'u', 'h:d', '[]', 'k', 0, 0, ?)"
+    )
+    conn.execute(key, ("token:7",))
+    conn.execute(key, ("uid:7",))  # another owner's key is its own
+    with pytest.raises(sqlite3.IntegrityError):  # idempotency keys are unique per owner
+        conn.execute(key, ("token:7",))
     with pytest.raises(sqlite3.IntegrityError):  # a hold carries no command environment
         conn.execute(
             "INSERT INTO jobs (kind, state, submitter, device_id, command, env, "
-            "submitted_at, queued_at) "
-            "VALUES ('hold', 'queued', 'u', 'h:d', '[]', '{\"A\":\"1\"}', 0, 0)"
+            "submitted_at, queued_at, owner) "
+            "VALUES ('hold', 'queued', 'u', 'h:d', '[]', '{\"A\":\"1\"}', 0, 0, 'uid:0')"
         )
     conn.close()
 

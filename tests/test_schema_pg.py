@@ -172,8 +172,17 @@ def test_the_pg_schema_enforces_its_invariants(conn):
     for _ in (1, 2):
         ex(
             "INSERT INTO jobs (kind, state, submitter, device_id, command, "
-            "submitted_at, queued_at) VALUES ('job', 'queued', 'u', 'h:d', '[]', 0, 0)"
+            "submitted_at, queued_at, owner) "
+            "VALUES ('job', 'queued', 'u', 'h:d', '[]', 0, 0, 'uid:1000')"
         )
+    for bad in ("", "u", "alice", "token:", "token:0", "token:1x", "uid:", "uid:-1", "name:"):
+        with pytest.raises(psycopg.errors.CheckViolation):  # an owner is a principal
+            ex(
+                "INSERT INTO jobs (kind, state, submitter, device_id, command, "
+                "submitted_at, queued_at, owner) VALUES ('job', 'queued', 'u', 'h:d', '[]', "
+                "0, 0, %s)",
+                (bad,),
+            )
     lease = (
         "INSERT INTO leases (device_id, job_id, holder, kind, acquired_at, expires_at) "
         "VALUES (%s, %s, 'u', 'job', 0, 10)"
@@ -199,16 +208,17 @@ def test_the_pg_schema_enforces_its_invariants(conn):
         ex("UPDATE jobs SET state = 'failed', finished_at = NULL WHERE id = 2")
     keyed = (
         "INSERT INTO jobs (kind, state, submitter, device_id, command, idempotency_key, "
-        "submitted_at, queued_at) VALUES ('job', 'queued', 'u', 'h:d', '[]', 'k', 0, 0)"
+        "submitted_at, queued_at, owner) VALUES ('job', 'queued', 'u', 'h:d', '[]', 'k', 0, 0, %s)"
     )
-    ex(keyed)
-    with pytest.raises(psycopg.errors.UniqueViolation):  # idempotency keys are unique
-        ex(keyed)
+    ex(keyed, ("token:7",))
+    ex(keyed, ("uid:7",))  # another owner's key is its own
+    with pytest.raises(psycopg.errors.UniqueViolation):  # idempotency keys are unique per owner
+        ex(keyed, ("token:7",))
     with pytest.raises(psycopg.errors.CheckViolation):  # a hold carries no command environment
         ex(
             "INSERT INTO jobs (kind, state, submitter, device_id, command, env, "
-            "submitted_at, queued_at) "
-            "VALUES ('hold', 'queued', 'u', 'h:d', '[]', '{\"A\":\"1\"}', 0, 0)"
+            "submitted_at, queued_at, owner) "
+            "VALUES ('hold', 'queued', 'u', 'h:d', '[]', '{\"A\":\"1\"}', 0, 0, 'uid:0')"
         )
 
 

@@ -237,8 +237,9 @@ ROUTES: tuple[Endpoint, ...] = (
         params=(
             Param("limit", "integer", "1..1000 (default 20)"),
             Param("device", "string", "only jobs with this device among theirs"),
-            Param("submitter", "string", "only this submitter"),
-            Param("mine", "boolean", "only the caller's own jobs"),
+            Param("user", "string", "only jobs run as this Unix user (the person)"),
+            Param("submitter", "string", "the older name of user"),
+            Param("mine", "boolean", "only the jobs the caller owns (its principal)"),
             Param("state", "string", "only these states (a comma list)"),
             Param("name", "string", "only names matching this GLOB (* ? [..])"),
             Param("since", "number", "only jobs submitted at or after (seconds since the epoch)"),

@@ -66,6 +66,7 @@ def job(r: sqlite3.Row) -> Job:
         requeue_on_hardware=bool(r["requeue_on_hardware"]),
         restart_count=r["restart_count"],
         excluded_device_ids=tuple(loads(r["excluded_device_ids"])),
+        owner=r["owner"],
     )
 
 
