@@ -590,6 +590,8 @@ class Token:
     `host` is the host a worker token is bound to ("" until its first
     registration, and always "" for other roles). `unix_user` is the Unix
     user the jobs of a user or admin token run as ("" for a worker token).
+    `id` is its tokens.id: the token is the principal `token:<id>`, which
+    owns its jobs (a token made again under the same name has another id).
     """
 
     name: str
@@ -600,3 +602,4 @@ class Token:
     revoked_at: float | None = None
     host: str = ""
     unix_user: str = ""
+    id: int = 0

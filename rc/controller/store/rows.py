@@ -117,4 +117,5 @@ def token(r: sqlite3.Row) -> Token:
         revoked_at=r["revoked_at"],
         host=r["host"],
         unix_user=r["unix_user"],
+        id=r["id"],
     )
