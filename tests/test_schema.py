@@ -359,3 +359,68 @@ def test_foreign_database_is_refused(tmp_path):
 def test_query_file_has_no_duplicate_names():
     with pytest.raises(ValueError, match="defined twice"):
         db.load_queries("-- name: a\nSELECT 1\n-- name: a\nSELECT 2\n")
+
+
+V9_ROWS = REPO / "tests" / "data" / "store_v9_rows.sql"
+"""Rows of a schema-9 database, of every kind schema 10 must give an owner."""
+
+
+def _v10_owners() -> dict[int, tuple[str, str]]:
+    """What schema 10 makes of V9_ROWS' jobs: id → (owner, label)."""
+    import pwd
+
+    def uid_or_name(name: str) -> str:
+        try:
+            return f"uid:{pwd.getpwnam(name).pw_uid}"
+        except KeyError:
+            return f"name:{name}"
+
+    return {
+        1: ("token:1", "root (token admin)"),
+        2: ("token:2", "alice (token alice)"),
+        3: (uid_or_name("alice"), "alice"),  # the token was revoked then
+        4: ("token:3", "alice (token alice)"),  # the alice made again: another principal
+        5: ("token:4", "svc (token ci)"),  # --as ci: the target token's
+        6: (uid_or_name("nobody"), "nobody"),  # --as a Unix user
+        7: (uid_or_name("nobody"), "nobody"),
+        8: ("name:rc-no-such-user-29", "rc-no-such-user-29"),  # nobody's: admins only
+    }
+
+
+def test_schema_10_gives_every_old_job_its_owner(tmp_path):
+    """Issue 29: owners were names; a schema-9 database's jobs get the
+    principal that submitted them (the token live at the time, else the
+    local user of that name by uid, else name:<n>), their labels, and
+    their leases the Unix user as holder; ids are never drawn again."""
+    path = tmp_path / "rc.db"
+    conn = _old_database(path)
+    for target, name in db.MIGRATIONS:
+        if target > 9:
+            break
+        for stmt in db._statements(db._resource("rc.controller.store.migrations", name)):
+            conn.execute(stmt)
+        conn.execute(f"PRAGMA user_version = {target}")
+    conn.execute("PRAGMA foreign_keys = ON")
+    for stmt in db._statements(V9_ROWS.read_text()):
+        conn.execute(stmt)
+    conn.close()
+    conn = _schema_db(path)
+    got = {r[0]: (r[1], r[2]) for r in conn.execute("SELECT id, owner, submitter FROM jobs")}
+    assert got == _v10_owners()
+    assert conn.execute("SELECT owner, submitter FROM arrays").fetchall() == [
+        ("token:2", "alice (token alice)")
+    ]
+    assert conn.execute("SELECT holder FROM leases").fetchall() == [("root",)]
+    assert conn.execute("SELECT job_id, after_id FROM job_deps").fetchall() == [(4, 1)]
+    assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
+    # keys are per owner now; the old key stays its owner's
+    insert = (
+        "INSERT INTO jobs (kind, state, submitter, selector, command, idempotency_key, "
+        "submitted_at, queued_at, owner) VALUES ('job', 'queued', 'x', '*', '[]', 'k', 0, 0, ?) "
+        "RETURNING id"
+    )
+    assert conn.execute(insert, ("uid:4242",)).fetchone() == (10,)  # 9 was drawn once
+    with pytest.raises(sqlite3.IntegrityError):
+        conn.execute(insert, ("token:1",))
+    assert _shape(conn) == _shape(_schema_db(tmp_path / "fresh.db"))
+    conn.close()

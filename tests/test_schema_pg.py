@@ -333,3 +333,43 @@ def test_an_unreachable_pg_database_is_a_clear_error_without_its_password(tmp_pa
     with pytest.raises(StoreError, match="cannot open database") as e:
         asyncio.run(pg.PgDatabase(dsn, clock=lambda: 0.0).open())
     assert "hunter2" not in str(e.value)
+
+
+def test_schema_10_gives_every_old_pg_job_its_owner(pg_cluster, conn):
+    """test_schema.py's test of schema 10 on PostgreSQL: the same rows of a
+    schema-9 database, the same owners, labels and lease holders."""
+    from tests.test_schema import V9_ROWS, _v10_owners
+
+    dsn = pg_cluster.create_database()
+    try:
+        with psycopg.connect(dsn, autocommit=True) as old:
+            for stmt in pg.pg_statements(OLD_PG_SCHEMA.read_text()):
+                old.execute(stmt)
+            for target, name in pg.PG_MIGRATIONS:
+                if target > 9:
+                    break
+                for stmt in pg.pg_statements(
+                    pg._resource("rc.controller.store.migrations.pg", name)
+                ):
+                    old.execute(stmt)
+            old.execute("INSERT INTO rc_schema VALUES (9)")
+            for stmt in pg.pg_statements(V9_ROWS.read_text()):
+                old.execute(stmt)
+            pg.migrate(pg._Conn(old), "old")
+            got = {r[0]: (r[1], r[2]) for r in old.execute("SELECT id, owner, submitter FROM jobs")}
+            assert got == _v10_owners()
+            assert old.execute("SELECT owner, submitter FROM arrays").fetchall() == [
+                ("token:2", "alice (token alice)")
+            ]
+            assert old.execute("SELECT holder FROM leases").fetchall() == [("root",)]
+            keyed = (
+                "INSERT INTO jobs (id, kind, state, submitter, selector, command, "
+                "idempotency_key, submitted_at, queued_at, owner) "
+                "VALUES (%s, 'job', 'queued', 'x', '*', '[]', 'k', 0, 0, %s)"
+            )
+            old.execute(keyed, (20, "uid:4242"))  # keys are per owner now
+            with pytest.raises(psycopg.errors.UniqueViolation):
+                old.execute(keyed, (21, "token:1"))
+            assert _shape(old) == _shape(conn)
+    finally:
+        pg_cluster.drop_database(dsn)
