@@ -4,7 +4,7 @@ another user, another token of the user's own Unix user, worker of this
 host, worker of another host, admin} → the status the table's declaration
 promises: 401 without a valid token, 403 for a role the route does not
 admit, 403 for another user, and for another principal of the same Unix
-user (ownership is the principal, issue 29), where the route refuses
+user (ownership is the principal), where the route refuses
 not_job_owner, and for another host's worker where it refuses
 wrong_host or not_worker_job, else the route's answer. Here each route has
 only a way to call it (and its answer when that is not a 2xx); a route

@@ -97,7 +97,7 @@ def test_json_times_are_rfc3339_utc_and_other_numbers_stay():
         ),
         ("killed", "killed by ann: released", 1.0, "killed: released (by ann)"),
         ("killed", "killed by bob (admin): disk full", 1.0, "killed: disk full (by bob, an admin)"),
-        # a token's label (issue 29): its Unix user and its name
+        # a token's label: its Unix user and its name
         (
             "killed",
             "killed by svc (token ci) (admin): disk full",

@@ -1,4 +1,4 @@
-"""People are principals, not names (issue 29; docs/design.md#identity-and-ownership).
+"""People are principals, not names (a lab trial; docs/design.md#identity-and-ownership).
 
 A one-box started as root (`rc up -d`), and real Unix users on its socket
 whose names equal those of its API tokens: `admin` (Debian cloud images ship

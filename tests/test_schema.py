@@ -388,7 +388,7 @@ def _v10_owners() -> dict[int, tuple[str, str]]:
 
 
 def test_schema_10_gives_every_old_job_its_owner(tmp_path):
-    """Issue 29: owners were names; a schema-9 database's jobs get the
+    """Found in a lab trial: owners were names; a schema-9 database's jobs get the
     principal that submitted them (the token live at the time, else the
     local user of that name by uid, else name:<n>), their labels, and
     their leases the Unix user as holder; ids are never drawn again."""

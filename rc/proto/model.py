@@ -166,7 +166,6 @@ PRINCIPAL_RE = re.compile(r"token:[1-9][0-9]{0,18}|uid:(?:0|[1-9][0-9]{0,9})|nam
 `uid:<uid>`, or `name:<name>` (see Principal.NAME)."""
 
 
-@dataclass(frozen=True, slots=True)
 class Principal:
     """Who a caller is, and who owns a job, as a stable id
     (docs/design.md#identity-and-ownership). Ownership is equality of
@@ -180,19 +179,20 @@ class Principal:
     token then nor is a user the controller's host knows; no caller is
     ever one, so such a job is its admins' alone.
 
-    str() is the stored form; parse() reads it back (ValueError for
-    anything else)."""
+    Stored and sent as text, str() (never as a record of its own); parse()
+    reads it back. Raises ValueError for anything but those three shapes."""
 
-    kind: str
-    value: str
+    __slots__ = ("kind", "value")
 
     TOKEN: ClassVar[str] = "token"
     UID: ClassVar[str] = "uid"
     NAME: ClassVar[str] = "name"
 
-    def __post_init__(self) -> None:
-        if not PRINCIPAL_RE.fullmatch(f"{self.kind}:{self.value}"):
-            raise ValueError(f"{self.kind}:{self.value!s:.40} is not a principal")
+    def __init__(self, kind: str, value: str) -> None:
+        if not PRINCIPAL_RE.fullmatch(f"{kind}:{value}"):
+            raise ValueError(f"{kind}:{value!s:.40} is not a principal")
+        self.kind = kind
+        self.value = value
 
     @classmethod
     def of_token(cls, token_id: int) -> Principal:
@@ -214,6 +214,15 @@ class Principal:
 
     def __str__(self) -> str:
         return f"{self.kind}:{self.value}"
+
+    def __repr__(self) -> str:
+        return f"Principal({str(self)!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Principal) and str(self) == str(other)
+
+    def __hash__(self) -> int:
+        return hash(str(self))
 
 
 def token_label(name: str, unix_user: str) -> str:
