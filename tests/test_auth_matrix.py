@@ -268,6 +268,11 @@ CALLS = [
     ),
     Call("GET", "/v1/tokens", lambda w: ("/v1/tokens", None)),
     Call(
+        "POST",
+        "/v1/tokens/{name}/rotate",
+        lambda w: (f"/v1/tokens/{_victim(w)}/rotate", None),
+    ),
+    Call(
         "DELETE",
         "/v1/tokens/{name}",
         lambda w: (f"/v1/tokens/{_victim(w)}", None),
@@ -477,6 +482,7 @@ def test_the_table_opens_nothing_by_accident():
         ("POST", "/v1/tokens"),
         ("GET", "/v1/tokens"),
         ("DELETE", "/v1/tokens/{name}"),
+        ("POST", "/v1/tokens/{name}/rotate"),
         ("POST", "/v1/shares/{user}"),
         ("POST", "/v1/devices/{device_id}/clear"),
         ("DELETE", "/v1/devices/{device_id}"),

@@ -77,6 +77,25 @@ def test_revoke_cancels_the_queued_jobs_the_token_owns_and_no_others(lab):
     assert lab.job(socket_alice).state is JobState.QUEUED
 
 
+def test_a_rotated_token_is_the_same_principal_with_a_new_secret(lab):
+    """Found with principals: `rc up` rewriting a lost client config revoked
+    the user's token and made one of the same name, a new principal, so
+    `rc logs` of the user's own job said not_job_owner. A rotation keeps the
+    token's id (its principal), so its jobs stay its own; only the secret
+    changes, and the old one is refused."""
+    lab.register("box", {"g0": (0, {})})
+    alice = lab.token("alice")
+    mine, _ = lab.submit(alice)
+    old = lab.run(lab.ctl.db.read(lambda tx: tx.one("token_live_by_name", ("alice",))))
+    old_hash, row = lab.write(tokens.rotate, "alice", hash_secret(new_secret()), "admin")
+    assert old_hash == old["secret_hash"] != row["secret_hash"]
+    assert row["id"] == old["id"] and row["unix_user"] == "alice"
+    assert lab.job(mine).owner == f"token:{row['id']}"
+    with pytest.raises(Refused) as e:
+        lab.write(tokens.rotate, "nobody-here", hash_secret(new_secret()), "admin")
+    assert e.value.status == 404
+
+
 def test_the_token_map_follows_each_change_in_place():
     """Found reading the code: each token create rebuilt the whole map (O(n))."""
     cache = TokenCache()

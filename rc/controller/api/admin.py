@@ -30,7 +30,15 @@ from rc.proto.wire import (
     WhoAmI,
 )
 
-__all__ = ["create_token", "events", "list_tokens", "revoke_token", "token_unix_user", "whoami"]
+__all__ = [
+    "create_token",
+    "events",
+    "list_tokens",
+    "revoke_token",
+    "rotate_token",
+    "token_unix_user",
+    "whoami",
+]
 
 
 async def whoami(request: Request):
@@ -101,6 +109,22 @@ async def list_tokens(request: Request):
     c = ctl(request)
     found = await c.db.read(tokens.listing)
     return reply(TokenList(tuple(found)))
+
+
+async def rotate_token(request: Request):
+    """POST /v1/tokens/{name}/rotate (admin): a new secret for a live token,
+    the only response carrying it; the old secret stops working at once and
+    the token stays the same principal, its jobs its own (rc up re-keys the
+    client config's token so)."""
+    c = ctl(request)
+    who = caller(request)
+    secret = new_secret()
+    old_hash, row = await c.db.write(
+        tokens.rotate, request.path_params["name"], hash_secret(secret), who.label
+    )
+    c.tokens.drop(old_hash)
+    c.tokens.put(row)
+    return reply(TokenCreated(rows.token(row), secret))
 
 
 async def revoke_token(request: Request):

@@ -484,6 +484,16 @@ ROUTES: tuple[Endpoint, ...] = (
         wire.TokenList,
     ),
     Endpoint(
+        "POST",
+        "/v1/tokens/{name}/rotate",
+        admin.rotate_token,
+        ADMIN,
+        "A new secret for a token (admin): the old one stops working, the token keeps its "
+        "jobs (the same principal); the only response carrying the new secret",
+        wire.TokenCreated,
+        errors=(E.NOT_FOUND,),
+    ),
+    Endpoint(
         "DELETE",
         "/v1/tokens/{name}",
         admin.revoke_token,

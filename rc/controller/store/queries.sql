@@ -719,6 +719,11 @@ VALUES (?, ?, ?, ?, ?, ?, ?)
 -- Revoke the live token with this name; no row when there is none.
 UPDATE tokens SET revoked_at = ? WHERE name = ? AND revoked_at IS NULL
 
+-- name: token_rotate
+-- A new secret for the live token with this name (same id: the same
+-- principal); no row when there is none.
+UPDATE tokens SET secret_hash = ? WHERE name = ? AND revoked_at IS NULL
+
 -- name: token_bind_host
 -- Bind a worker token to its host at its first registration; no row when bound already.
 UPDATE tokens SET host = ? WHERE id = ? AND host = '' AND role = 'worker'

@@ -20,6 +20,7 @@ __all__ = [
     "listing",
     "live",
     "revoke",
+    "rotate",
 ]
 
 REVOKED_REASON = "token revoked"
@@ -98,6 +99,26 @@ def revoke(tx: Tx, name: str, actor: str, keep_jobs: bool = False) -> tuple[str,
     if cancelled:
         tx.schedule = True  # jobs that waited behind them may start
     return target[0]["secret_hash"], cancelled
+
+
+def rotate(tx: Tx, name: str, secret_hash: str, actor: str) -> tuple[str, object]:
+    """Give the live token `name` a new secret (`secret_hash`): the old
+    secret stops working at once, and the token keeps its id, so it stays
+    the same principal (token:<id>) and keeps its jobs, unlike a revoke and
+    a new token of that name, which would be a new principal owning none of
+    them. Returns (the old secret's hash, the token's row). 404 when there
+    is no live token of that name."""
+    old = tx.one("token_live_by_name", (name,))
+    if old is None or tx.exec("token_rotate", (secret_hash, name)) == 0:
+        raise Refused(ErrorCode.NOT_FOUND, f"no live token named {name!r}")
+    events.record(
+        tx,
+        EventKind.TOKEN_CREATED,
+        actor=actor,
+        text=f"{actor} gave {old['role']} token {name!r} a new secret (the old one stops working)",
+    )
+    tx.notify("tokens")
+    return old["secret_hash"], tx.one("token_live_by_name", (name,))
 
 
 def bind_host(tx: Tx, token_id: int, host: str):
