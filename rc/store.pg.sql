@@ -66,7 +66,7 @@ CREATE TABLE jobs (
     command           text NOT NULL,              -- JSON array of strings
     cwd               text NOT NULL DEFAULT '',
     env               text NOT NULL DEFAULT '{}', -- JSON object of strings
-    idempotency_key   text UNIQUE,
+    idempotency_key   text,                       -- unique per owner (jobs_owner_key)
     request_digest    text NOT NULL DEFAULT '',
     priority          bigint NOT NULL DEFAULT 0 CHECK (priority BETWEEN -10 AND 10),
     max_runtime       bigint NOT NULL DEFAULT 0 CHECK (max_runtime >= 0),
@@ -100,22 +100,27 @@ CREATE TABLE jobs (
     -- the max runtime it asked for (max_runtime becomes its devices' bound
     -- when assigned; a requeued job asks again)
     runtime_asked     bigint NOT NULL DEFAULT 0 CHECK (runtime_asked >= 0),
+    -- schema 10: the principal that owns it (rc.proto.model.Principal)
+    owner             text NOT NULL CHECK (owner ~ '^(token:[1-9][0-9]*|uid:[0-9]+|name:.+)$'),
     CHECK (selector != '' OR device_id != ''),
     CHECK (kind = 'job' OR (cwd = '' AND env = '{}' AND idle_timeout = 0 AND stdio = '')),
     CHECK ((state IN ('succeeded', 'failed', 'killed', 'lost')) = (finished_at IS NOT NULL))
 );
 
 CREATE INDEX jobs_queue ON jobs (priority DESC, id) WHERE state = 'queued';
--- schema 9: the queue by ask, for the position count (views.queue_position),
--- and by submitter, for the per-user queued limit
+-- schema 9: the queue by ask, for the position count (views.queue_position);
+-- schema 10: by Unix user (the account), for the per-user queued limit and
+-- `rc jobs -u USER`, and by owner, for --mine, a revoke and idempotency keys
 CREATE INDEX jobs_queue_ask ON jobs (
     selector, device_ids, max_runtime, unix_user, excluded_device_ids,
-    priority, queued_at, submitter, id, state
+    priority, queued_at, id, state
 ) WHERE state = 'queued';
-CREATE INDEX jobs_queued_by_submitter ON jobs (submitter) WHERE state = 'queued';
+CREATE INDEX jobs_queued_by_user ON jobs (unix_user) WHERE state = 'queued';
 CREATE INDEX jobs_active ON jobs (worker_id) WHERE state IN ('assigned', 'running');
 CREATE INDEX jobs_by_device ON jobs (device_id, id DESC);
-CREATE INDEX jobs_by_submitter ON jobs (submitter, id DESC);
+CREATE INDEX jobs_by_user ON jobs (unix_user, id DESC);
+CREATE INDEX jobs_by_owner ON jobs (owner, id DESC);
+CREATE UNIQUE INDEX jobs_owner_key ON jobs (owner, idempotency_key) WHERE idempotency_key IS NOT NULL;
 CREATE INDEX jobs_kill_pending ON jobs (worker_id) WHERE kill_requested = 1;
 CREATE INDEX jobs_by_name ON jobs (name, id DESC) WHERE name != '';
 CREATE INDEX jobs_by_submitted ON jobs (submitted_at);
@@ -127,7 +132,9 @@ CREATE TABLE arrays (
     size         bigint NOT NULL CHECK (size BETWEEN 1 AND 10000),
     max_running  bigint NOT NULL DEFAULT 0 CHECK (max_running BETWEEN 0 AND 10000),
     spec         text NOT NULL,
-    submitted_at double precision NOT NULL
+    submitted_at double precision NOT NULL,
+    -- schema 10: its elements' owner (jobs.owner); submitter is a label
+    owner        text NOT NULL CHECK (owner ~ '^(token:[1-9][0-9]*|uid:[0-9]+|name:.+)$')
 );
 
 CREATE TABLE job_deps (

@@ -9,7 +9,8 @@
 --     with the Python enums of rc.proto.model);
 --   * at most one live lease per device (a partial unique index); a job
 --     holds one lease per device it was granted;
---   * idempotency keys are unique;
+--   * idempotency keys are unique per owner;
+--   * every job (and array) is owned by a principal of a known shape;
 --   * a job in a terminal state never changes state again (trigger).
 -- Times are REAL seconds since the Unix epoch; durations INTEGER seconds.
 
@@ -64,7 +65,7 @@ CREATE TABLE jobs (
     command           TEXT NOT NULL,              -- JSON array of strings
     cwd               TEXT NOT NULL DEFAULT '',
     env               TEXT NOT NULL DEFAULT '{}', -- JSON object of strings
-    idempotency_key   TEXT UNIQUE,
+    idempotency_key   TEXT,                       -- unique per owner (jobs_owner_key)
     request_digest    TEXT NOT NULL DEFAULT '',   -- sha256 of the request, for idempotency conflicts
     priority          INTEGER NOT NULL DEFAULT 0 CHECK (priority BETWEEN -10 AND 10),
     max_runtime       INTEGER NOT NULL DEFAULT 0 CHECK (max_runtime >= 0),
@@ -103,22 +104,33 @@ CREATE TABLE jobs (
     -- the max runtime it asked for (max_runtime becomes its devices' bound
     -- when assigned; a requeued job asks again)
     runtime_asked     INTEGER NOT NULL DEFAULT 0 CHECK (runtime_asked >= 0),
+    -- schema 10: the principal that owns it (rc.proto.model.Principal):
+    -- token:<tokens.id>, uid:<uid> (a user of the local socket), or
+    -- name:<name> (a job from before principals nobody can be: admins' only);
+    -- submitter is its display label, unix_user the account it is counted to
+    owner             TEXT NOT NULL CHECK (
+        (owner GLOB 'token:[1-9]*' AND NOT substr(owner, 7) GLOB '*[^0-9]*')
+        OR (owner GLOB 'uid:[0-9]*' AND NOT substr(owner, 5) GLOB '*[^0-9]*')
+        OR owner GLOB 'name:?*'),
     CHECK (selector != '' OR device_id != ''),
     CHECK (kind = 'job' OR (cwd = '' AND env = '{}' AND idle_timeout = 0 AND stdio = '')),
     CHECK ((state IN ('succeeded', 'failed', 'killed', 'lost')) = (finished_at IS NOT NULL))
 ) STRICT;
 
 CREATE INDEX jobs_queue ON jobs (priority DESC, id) WHERE state = 'queued';
--- schema 9: the queue by ask, for the position count (views.queue_position),
--- and by submitter, for the per-user queued limit
+-- schema 9: the queue by ask, for the position count (views.queue_position);
+-- schema 10: by Unix user (the account), for the per-user queued limit and
+-- `rc jobs -u USER`, and by owner, for --mine, a revoke and idempotency keys
 CREATE INDEX jobs_queue_ask ON jobs (
     selector, device_ids, max_runtime, unix_user, excluded_device_ids,
-    priority, queued_at, submitter, state
+    priority, queued_at, state
 ) WHERE state = 'queued';
-CREATE INDEX jobs_queued_by_submitter ON jobs (submitter) WHERE state = 'queued';
+CREATE INDEX jobs_queued_by_user ON jobs (unix_user) WHERE state = 'queued';
 CREATE INDEX jobs_active ON jobs (worker_id) WHERE state IN ('assigned', 'running');
 CREATE INDEX jobs_by_device ON jobs (device_id, id DESC);
-CREATE INDEX jobs_by_submitter ON jobs (submitter, id DESC);
+CREATE INDEX jobs_by_user ON jobs (unix_user, id DESC);
+CREATE INDEX jobs_by_owner ON jobs (owner, id DESC);
+CREATE UNIQUE INDEX jobs_owner_key ON jobs (owner, idempotency_key) WHERE idempotency_key IS NOT NULL;
 CREATE INDEX jobs_kill_pending ON jobs (worker_id) WHERE kill_requested = 1;
 CREATE INDEX jobs_by_name ON jobs (name, id DESC) WHERE name != '';
 CREATE INDEX jobs_by_submitted ON jobs (submitted_at);
@@ -131,7 +143,12 @@ CREATE TABLE arrays (
     size         INTEGER NOT NULL CHECK (size BETWEEN 1 AND 10000),
     max_running  INTEGER NOT NULL DEFAULT 0 CHECK (max_running BETWEEN 0 AND 10000),
     spec         TEXT NOT NULL,                   -- rc.proto.arrayspec normal form
-    submitted_at REAL NOT NULL
+    submitted_at REAL NOT NULL,
+    -- schema 10: its elements' owner (jobs.owner); submitter is a label
+    owner        TEXT NOT NULL CHECK (
+        (owner GLOB 'token:[1-9]*' AND NOT substr(owner, 7) GLOB '*[^0-9]*')
+        OR (owner GLOB 'uid:[0-9]*' AND NOT substr(owner, 5) GLOB '*[^0-9]*')
+        OR owner GLOB 'name:?*')
 ) STRICT;
 
 -- Dependencies: job_id waits for after_id to end as `condition` says (ok:
@@ -158,7 +175,7 @@ CREATE TABLE leases (
     id          INTEGER PRIMARY KEY AUTOINCREMENT,
     device_id   TEXT NOT NULL,                    -- no foreign key: history outlives devices
     job_id      INTEGER NOT NULL REFERENCES jobs (id),
-    holder      TEXT NOT NULL,
+    holder      TEXT NOT NULL,                    -- its job's Unix user (schema 10): the account
     kind        TEXT NOT NULL CHECK (kind IN ('job', 'hold')),
     reason      TEXT NOT NULL DEFAULT '',
     acquired_at REAL NOT NULL,
@@ -259,7 +276,8 @@ CREATE TABLE tokens (
 -- A name is unique among tokens that are not revoked.
 CREATE UNIQUE INDEX tokens_live_name ON tokens (name) WHERE revoked_at IS NULL;
 
--- Fair-share weights (schema 5): a user with no row has weight 1.
+-- Fair-share weights (schema 5): by Unix user (schema 10: the account jobs
+-- are counted to); a user with no row has weight 1.
 CREATE TABLE share_weights (
     user       TEXT PRIMARY KEY CHECK (user != ''),
     weight     REAL NOT NULL CHECK (weight > 0 AND weight <= 1000),

@@ -11,13 +11,14 @@ from __future__ import annotations
 import asyncio
 import shutil
 import tempfile
+import zlib
 from pathlib import Path
 
 from rc.controller.api.jobs import validate_submit
-from rc.controller.auth import Caller
+from rc.controller.auth import Caller, hash_secret, new_secret
 from rc.controller.config import ControllerConfig
 from rc.controller.core import Controller
-from rc.controller.store import jobs, rows, views, workers
+from rc.controller.store import jobs, rows, tokens, views, workers
 from rc.proto.model import Job, JobKind, JobState, Role
 from rc.proto.wire import (
     DeviceDecl,
@@ -27,9 +28,16 @@ from rc.proto.wire import (
     SubmitRequest,
 )
 
-__all__ = ["ENGINE", "T0", "Lab"]
+__all__ = ["ENGINE", "T0", "Lab", "local_user"]
 
 T0 = 1_800_000_000.0
+
+
+def local_user(name: str, role: Role = Role.USER) -> Caller:
+    """A caller as the local socket makes one for Unix user `name`: the
+    principal uid:<n> (a made-up uid, the same for the same name in every
+    Lab: a restart keeps who owns what), its jobs run as `name`."""
+    return Caller(0, name, role, unix_user=name, uid=60_000 + zlib.crc32(name.encode()) % 10**6)
 
 
 class _Engine:
@@ -133,12 +141,24 @@ class Lab:
 
     # -- jobs ------------------------------------------------------------------
 
-    def submit(self, who: str = "alice", **fields) -> tuple[int, bool]:
-        """validate_submit + enqueue, as POST /v1/jobs does. Returns (id, created);
-        raises Refused. A job gets command ("true",) unless given one."""
+    def token(self, name: str, role: Role = Role.USER, unix_user: str | None = None) -> Caller:
+        """A new live API token `name` whose jobs run as `unix_user` (its
+        name unless given; none for a worker token), as the caller its
+        secret authenticates (principal token:<id>)."""
+        if unix_user is None:
+            unix_user = "" if role is Role.WORKER else name
+        row = self.write(
+            tokens.create, name, role, hash_secret(new_secret()), "admin", None, unix_user
+        )
+        return Caller(row["id"], name, role, row["host"], None, row["unix_user"])
+
+    def submit(self, who: str | Caller = "alice", **fields) -> tuple[int, bool]:
+        """validate_submit + enqueue, as POST /v1/jobs does, for `who` (a
+        name: that local user, local_user; or a Caller). Returns (id,
+        created); raises Refused. A job gets command ("true",) unless given one."""
         return self.run(self.submit_async(who, **fields))
 
-    async def submit_async(self, who: str = "alice", **fields) -> tuple[int, bool]:
+    async def submit_async(self, who: str | Caller = "alice", **fields) -> tuple[int, bool]:
         """`submit` for a coroutine already running on the lab's loop."""
         if fields.get("kind", JobKind.JOB) is JobKind.JOB:
             fields.setdefault("command", ("true",))
@@ -146,13 +166,13 @@ class Lab:
             fields.setdefault("selector", "*")
         new = validate_submit(
             SubmitRequest(**fields),
-            Caller(0, who, Role.USER),
+            local_user(who) if isinstance(who, str) else who,
             self.ctl.cfg.limits,
             self.ctl.policy.cap,
             self.ctl.cfg.max_user_priority,
         )
         if self.ctl.policy.shares is not None:
-            self.ctl.policy.shares.note_submitter(new.submitter)
+            self.ctl.policy.shares.note_submitter(new.unix_user or "")
         return await self.ctl.db.write(jobs.enqueue, new, self.ctl.match_cache)
 
     def job(self, job_id: int) -> Job:
@@ -163,8 +183,8 @@ class Lab:
         j = self.job(job_id)
         self.write(jobs.release, job_id, j.worker_id, state, 0, "", None)
 
-    def kill(self, job_id: int, who: str = "alice") -> str:
-        return self.write(jobs.kill, job_id, who, False, "")
+    def kill(self, job_id: int, who: str | Caller = "alice") -> str:
+        return self.write(jobs.kill, job_id, local_user(who) if isinstance(who, str) else who, "")
 
     def kick(self) -> None:
         self.run(self.ctl.kick())

@@ -1,9 +1,11 @@
 """The auth matrix (docs/design.md#identity-and-ownership): every route of the route table
 (rc.controller.api.routes) × {no token, unknown, revoked, expired, user,
-another user, worker of this host, worker of another host, admin} → the
-status the table's declaration promises: 401 without a valid token, 403 for
-a role the route does not admit, 403 for another user where the route
-refuses not_job_owner and for another host's worker where it refuses
+another user, another token of the user's own Unix user, worker of this
+host, worker of another host, admin} → the status the table's declaration
+promises: 401 without a valid token, 403 for a role the route does not
+admit, 403 for another user, and for another principal of the same Unix
+user (ownership is the principal), where the route refuses
+not_job_owner, and for another host's worker where it refuses
 wrong_host or not_worker_job, else the route's answer. Here each route has
 only a way to call it (and its answer when that is not a 2xx); a route
 without one fails the test.
@@ -40,6 +42,7 @@ CALLERS = (
     "expired",
     "user",
     "other_user",
+    "same_user",
     "worker_this",
     "worker_other",
     "admin",
@@ -79,6 +82,7 @@ class World:
 ROLE_OF = {
     "user": Role.USER,
     "other_user": Role.USER,
+    "same_user": Role.USER,
     "worker_this": Role.WORKER,
     "worker_other": Role.WORKER,
     "admin": Role.ADMIN,
@@ -98,6 +102,7 @@ def expected(e: Endpoint, answer: object) -> dict[str, object]:
     codes = {code for _, code in e.refusals()}
     if ErrorCode.NOT_JOB_OWNER in codes:
         out["other_user"] = 403  # alice's job, bob's token
+        out["same_user"] = 403  # the token alice's job, another token of Unix user alice
     if codes & {ErrorCode.WRONG_HOST, ErrorCode.NOT_WORKER_JOB}:
         out["worker_other"] = 403  # host mh's worker, a token bound to oh
     return out
@@ -263,6 +268,11 @@ CALLS = [
     ),
     Call("GET", "/v1/tokens", lambda w: ("/v1/tokens", None)),
     Call(
+        "POST",
+        "/v1/tokens/{name}/rotate",
+        lambda w: (f"/v1/tokens/{_victim(w)}/rotate", None),
+    ),
+    Call(
         "DELETE",
         "/v1/tokens/{name}",
         lambda w: (f"/v1/tokens/{_victim(w)}", None),
@@ -374,6 +384,7 @@ def world(tmp_path_factory):
         "admin": ctl.admin_token,
         "user": token("alice", "user"),
         "other_user": token("bob", "user"),
+        "same_user": token("alice-laptop", "user", unix_user="alice"),
         "worker_this": token("w-mh", "worker"),
         "worker_other": token("w-oh", "worker"),
         "revoked": token("gone", "user"),
@@ -448,6 +459,7 @@ def test_the_expectation_follows_the_declaration():
         **dict.fromkeys(ANON, 401),
         "user": OK,
         "other_user": 403,
+        "same_user": 403,
         "admin": OK,
         "worker_this": 403,
         "worker_other": 403,
@@ -470,6 +482,7 @@ def test_the_table_opens_nothing_by_accident():
         ("POST", "/v1/tokens"),
         ("GET", "/v1/tokens"),
         ("DELETE", "/v1/tokens/{name}"),
+        ("POST", "/v1/tokens/{name}/rotate"),
         ("POST", "/v1/shares/{user}"),
         ("POST", "/v1/devices/{device_id}/clear"),
         ("DELETE", "/v1/devices/{device_id}"),

@@ -97,6 +97,19 @@ def test_json_times_are_rfc3339_utc_and_other_numbers_stay():
         ),
         ("killed", "killed by ann: released", 1.0, "killed: released (by ann)"),
         ("killed", "killed by bob (admin): disk full", 1.0, "killed: disk full (by bob, an admin)"),
+        # a token's label: its Unix user and its name
+        (
+            "killed",
+            "killed by svc (token ci) (admin): disk full",
+            1.0,
+            "killed: disk full (by svc (token ci), an admin)",
+        ),
+        (
+            "killed",
+            "killed by ann (token lap): released",
+            1.0,
+            "killed: released (by ann (token lap))",
+        ),
         ("killed", "idle: no output for 5m", 1.0, "killed: no output for 5m (idle timeout)"),
         ("killed", "max_runtime exceeded (2h)", 1.0, "killed: ran past its max runtime of 2h"),
         ("killed", "signal: SIGSEGV", 1.0, "killed: signal SIGSEGV"),

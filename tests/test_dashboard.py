@@ -264,7 +264,8 @@ def test_a_running_job_shows_with_its_log_and_ends_without_a_reload(site, browse
 def test_a_device_lists_its_running_job_by_what_it_runs_and_kills_in_words(site, browser, tmp_path):
     """Report 7: a running job among a device's "Recent jobs here" read
     "20788d 8h ago" (aged from the finished_at it does not have yet). Report
-    15: a copy was listed by its sh -c script, a cancel as "killed by admin"."""
+    15: a copy was listed by its sh -c script, a cancel as "killed by admin".
+    The admin token's label names its Unix user (root) and the token."""
     signed_in(browser, site.ctl.url, site.alice)
     alice = site.ctl.client(site.alice)
     flag = tmp_path / "finish"
@@ -287,7 +288,10 @@ def test_a_device_lists_its_running_job_by_what_it_runs_and_kills_in_words(site,
     )
     wait_until(lambda: title in text_of(browser, "#running"), 10, "the copy among running jobs")
     wait_until(
-        lambda: "cancelled while queued (by admin)" in text_of(browser, "#recent"),
+        lambda: (
+            "cancelled while queued (by root (token admin), an admin)"
+            in text_of(browser, "#recent")
+        ),
         10,
         "the cancel among recent jobs, in words",
     )
@@ -298,7 +302,8 @@ def test_a_device_lists_its_running_job_by_what_it_runs_and_kills_in_words(site,
     assert "running" in text and title in text, text
     assert re.search(r"\bfor \d+s\b", text) and "ago" not in text, text
     cancelled = text_of(browser, f'#drawer-body [data-job="{queued["id"]}"]')
-    assert "cancelled while queued (by admin)" in cancelled and "killed by" not in cancelled
+    assert "cancelled while queued (by root (token admin), an admin)" in cancelled
+    assert "killed by" not in cancelled
     flag.touch()
     wait_until(lambda: "Free" in text_of(browser, row("box:cpu0")), 20, "the device to be free")
     click(browser, "#drawer-close")
@@ -413,10 +418,13 @@ def test_an_admin_acting_for_a_user_is_in_the_feed_in_words(site, browser):
     had none (rc.controller.wording is now the one table)."""
     signed_in(browser, site.ctl.url, site.ctl.admin_token)
     job_id = site.ctl.client().post(
-        "/v1/jobs", {"command": ["true"], "device_id": "box:cpu0", "as_user": "alice"}
+        "/v1/jobs", {"command": ["true"], "device_id": "box:cpu0", "as_user": "token:alice"}
     )["job"]["id"]
     wait_until(
-        lambda: f"admin submitted job {job_id} as alice" in text_of(browser, "#feed"),
+        lambda: (
+            f"root (token admin) submitted job {job_id} as alice (token alice)"
+            in text_of(browser, "#feed")
+        ),
         15,
         "the submitted_as event in the feed",
     )
@@ -438,6 +446,8 @@ END_REASONS = [
     ("killed by ann: released (Ctrl-C)", 5.0),
     ("killed by ann (admin): token revoked", 0.0),
     ("killed by bob: killed by rc run (SIGTERM)", 5.0),
+    ("killed by alice (token laptop): released", 5.0),  # a token's label
+    ("killed by root (token admin) (admin): disk full", 5.0),
     ("idle: no output for 5m", 5.0),
     ("max_runtime exceeded (2h)", 5.0),
     ("signal: SIGKILL", 5.0),

@@ -142,7 +142,8 @@ class DependencyMachine(RuleBasedStateMachine):
 
 _ALL = {
     "device": "",
-    "submitter": "",
+    "user": "",
+    "owner": "",
     "states": "[]",
     "name": "",
     "since": 0,

@@ -10,6 +10,7 @@ import uuid
 
 import pytest
 
+from rc.proto.client import Client
 from rc.proto.errors import ApiError
 from tests.harness import Cli, job, pid_alive, wait_until
 
@@ -130,9 +131,13 @@ def test_user_cannot_kill_another_users_job(fleet, controller, env, tmp_path):
     wait_until(lambda: job(c, job_id)["state"] == "killed", 30, "alice's kill")
 
 
-def test_submitter_is_the_token_name(fleet, cli, controller):
+def test_submitter_is_the_tokens_label_and_the_owner_its_principal(fleet, cli, controller):
     job_id = int(cli.run("run", "--detach", "--", "true").stdout)
-    assert job(controller.client(), job_id)["submitter"] == "alice"
+    got = job(controller.client(), job_id)
+    assert got["submitter"] == "alice (token alice)"  # its Unix user and its name
+    me = Client(controller.url, cli.env["RC_TOKEN"]).get("/v1/whoami")
+    assert got["owner"] == me["principal"] and me["principal"].startswith("token:")
+    assert me["label"] == "alice (token alice)"
 
 
 def test_bad_input_is_one_line_and_nonzero(fleet, cli):

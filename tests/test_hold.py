@@ -178,10 +178,11 @@ def test_hold_is_granted_shown_and_released(alice, bob, admin, fleet):
         # rc devices shows the holder and the reason
         rows = bob.run("devices", check=True).stdout.decode()
         line = next(ln for ln in rows.splitlines() if ln.startswith("box:cpu0"))
-        assert "alice (poking at nccl)" in line and "hold" in line
+        # (the holder by its label: the token alice, whose jobs run as alice)
+        assert "alice (token alice) (poking at nccl)" in line and "hold" in line
         views = {v["device"]["id"]: v for v in bob.json("devices")}
         assert (views["box:cpu0"]["holder"], views["box:cpu0"]["reason"]) == (
-            "alice",
+            "alice (token alice)",
             "poking at nccl",
         )
         # it blocks until released from elsewhere
@@ -191,7 +192,7 @@ def test_hold_is_granted_shown_and_released(alice, bob, admin, fleet):
         _, err = proc.communicate(timeout=30)
         assert proc.returncode == 0
         # in the listings' words (found by a new user: "ended: killed by alice: released")
-        assert f"hold {hold_id} ended: released (by alice)\n".encode() in err
+        assert f"hold {hold_id} ended: released (by alice (token alice))\n".encode() in err
         wait_until(lambda: not sleeper_of(hold_id, worker_pid), 10, "the sleeper to be gone")
     finally:
         stop_process(proc)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import pytest
 
-from rc.controller.auth import Caller
 from rc.controller.config import Limits
 from rc.controller.errors import Refused
 from rc.controller.idle import warn_lead
@@ -17,7 +16,7 @@ from rc.proto.model import EventKind, JobKind, JobState, Role
 from rc.proto.wire import SubmitRequest
 from rc.worker import usage
 from tests.fake_nvidia_smi import FakeNvidiaSmi
-from tests.inprocess import Lab
+from tests.inprocess import Lab, local_user
 
 
 @pytest.fixture
@@ -81,7 +80,7 @@ def test_use_resets_the_clock_and_rearms_the_warning_extend_does_not(lab):
     lb.now += 99
     assert lb.run(lb.ctl.idle_pass()) == ([hold_id], [])  # warned again at 50 s, not released
     assert lb.ctl.hold_idle(lb.job(hold_id), 100).idle_seconds == 99
-    lb.write(jobs.extend, hold_id, "alice", False, 3600, 600.0, lb.ctl.match_cache)
+    lb.write(jobs.extend, hold_id, local_user("alice"), 3600, 600.0, lb.ctl.match_cache)
     assert lb.ctl.hold_idle(lb.job(hold_id), 100).idle_seconds == 99  # ttl only
     lb.ctl.idle.report(hold_id, lb.now, True, gpu_pct=87, cpu_pct=None)  # its GPU busy
     lb.now += 60
@@ -131,8 +130,8 @@ def test_the_default_the_maximum_and_off(lab):
     lb = lab(limits=Limits(hold_idle_timeout=7200, hold_idle_timeout_max=14400))
     default = _running_hold(lb)
     assert lb.read(jobs.hold_idle_timeout, default) == 7200
-    alice = Caller(0, "alice", Role.USER)
-    admin = Caller(0, "admin", Role.ADMIN)
+    alice = local_user("alice")
+    admin = local_user("root", Role.ADMIN)
     from rc.controller.api.jobs import validate_submit
 
     def ask(who, seconds):

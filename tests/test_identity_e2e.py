@@ -366,13 +366,14 @@ def test_a_forged_identity_is_ignored_over_tcp_and_over_the_socket(onebox):
     }
     body = {"command": ["id", "-un"], "device_id": f"{HOST}:cpu0", "cwd": "/"}
     made = forger.request("POST", "/v1/jobs", body, headers=headers).json()["job"]
-    assert (made["submitter"], made["unix_user"]) == (name, BOB)
+    assert (made["submitter"], made["unix_user"]) == (f"{BOB} (token {name})", BOB)
+    assert made["owner"] == f"token:{secret['token']['id']}"  # its principal, not a name
     wait_until(lambda: job(admin, made["id"])["state"] == "succeeded", 30, "the forger's job")
     assert forger.request("GET", f"/v1/jobs/{made['id']}/logs", params={"follow": 0}).body == (
         f"{BOB}\n".encode()
     )
     assert forger.get("/v1/whoami", headers=headers)["name"] == name
-    for field in ("unix_user", "submitter", "token_name"):  # not fields a client gives
+    for field in ("unix_user", "submitter", "token_name", "owner"):  # not fields a client gives
         with pytest.raises(ApiError) as e:
             forger.post("/v1/jobs", {**body, field: "root"})
         assert e.value.status == 400 and field in e.value.message

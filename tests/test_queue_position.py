@@ -94,10 +94,10 @@ def _plan(lab: Lab, name: str, params) -> list[str]:
 
 def test_the_counts_every_submit_makes_read_only_the_queue(tmp_path):
     """Every submit's reply counts the jobs ahead of it, and the per-user
-    queued limit counts the submitter's queued jobs: both through partial
-    indexes of queued jobs (schema 9), never the whole jobs table. The count
-    of the limit went through jobs_by_submitter, every job the user ever
-    had. SQLite's plans; PostgreSQL's planner picks by the table's statistics."""
+    queued limit counts the Unix user's queued jobs: both through partial
+    indexes of queued jobs (schema 9; by Unix user since schema 10), never
+    the whole jobs table. The count of the limit went through
+    jobs_by_submitter, every job the user ever had. SQLite's plans; PostgreSQL's planner picks by the table's statistics."""
     lab = Lab(tmp_path / "data", database="")
     try:
         for query, adjust in (
@@ -109,7 +109,7 @@ def test_the_counts_every_submit_makes_read_only_the_queue(tmp_path):
             assert any("USING COVERING INDEX jobs_queue_ask" in d for d in ahead), (query, ahead)
             assert not any("TEMP B-TREE" in d for d in ahead), (query, ahead)
         mine = _plan(lab, "count_queued_by", ("alice",))
-        assert any("jobs_queued_by_submitter" in d for d in mine), mine
+        assert any("jobs_queued_by_user" in d for d in mine), mine
     finally:
         lab.close()
 

@@ -49,7 +49,8 @@ PROOFS = {
     "survivors": RecoveryProof(survivors_checked=True, survivors_found=True),
     "isolated": RecoveryProof(isolated=True),
 }
-USER = Caller(1, "alice", Role.USER)
+USER = Caller(1, "alice", Role.USER, unix_user="alice")
+ADMIN = Caller(2, "admin", Role.ADMIN, unix_user="root")
 
 
 class FleetMachine(RuleBasedStateMachine):
@@ -196,7 +197,7 @@ class FleetMachine(RuleBasedStateMachine):
         if not active:
             return
         r = data.draw(st.sampled_from(active))
-        self.guarded(lambda d, reason: False, self.write, jobs.kill, r["id"], "admin", True, "")
+        self.guarded(lambda d, reason: False, self.write, jobs.kill, r["id"], ADMIN, "")
 
     @rule(seconds=st.sampled_from([1.0, 20.0, 40.0, 200.0, 400.0, 1000.0]))
     def tick(self, seconds):
@@ -349,7 +350,8 @@ class FleetMachine(RuleBasedStateMachine):
                     "jobs_list",
                     {
                         "device": "",
-                        "submitter": "",
+                        "user": "",
+                        "owner": "",
                         "states": "[]",
                         "name": "",
                         "since": 0,

@@ -58,7 +58,9 @@ class Fleet(Lab):
 
     def submit(self):
         req = SubmitRequest(command=("sleep", "1"), device_id="h:cpu0")
-        new = validate_submit(req, Caller(1, "alice", Role.USER), self.ctl.cfg.limits)
+        new = validate_submit(
+            req, Caller(1, "alice", Role.USER, unix_user="alice"), self.ctl.cfg.limits
+        )
         job_id, _ = self.w(jobs.enqueue, new, self.ctl.match_cache)
         return job_id
 
@@ -342,7 +344,7 @@ def test_retention_kill_of_a_silent_workers_job_finalizes_now(tmp_path):
         fl.t += 31
         fl.sweep()
         assert fl.device() == ("unknown", "")
-        fl.w(jobs.kill, job_id, "alice", False, "", True)
+        fl.w(jobs.kill, job_id, Caller(1, "alice", Role.USER, unix_user="alice"), "", True)
         assert fl.job(job_id)["state"] == "killed"
         # the worker comes back still running it: told to stop, device not freed yet
         assert fl.heartbeat([job_id]) == [job_id]

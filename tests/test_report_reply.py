@@ -17,7 +17,7 @@ from rc.controller.auth import Caller, hash_secret
 from rc.controller.store import jobs
 from rc.proto.model import JobState, Role
 from rc.proto.wire import WORKER_PROTOCOL
-from tests.inprocess import Lab
+from tests.inprocess import Lab, local_user
 from tests.test_long_poll import SECRET, call
 
 pytestmark = pytest.mark.usefixtures("engine")  # each test on SQLite, then PostgreSQL
@@ -153,7 +153,7 @@ def test_a_job_with_a_kill_requested_is_left_to_the_long_poll_with_its_kill(lab)
     async def go():
         status, body = await call(app, "POST", REPORTS, {"reports": [ended(a)]}, "assignments=1")
         assert [x["job_id"] for x in orjson.loads(body)["assignments"]] == [b]
-        await lab.ctl.db.write(jobs.kill, b, "alice", False, "")
+        await lab.ctl.db.write(jobs.kill, b, local_user("alice"), "")
         status, body = await call(app, "POST", REPORTS, {"reports": []}, "assignments=1")
         assert orjson.loads(body)["assignments"] == []
         status, body = await call(app, "GET", POLL, query="wait=5s")
@@ -187,7 +187,9 @@ def test_a_queued_jobs_long_poll_answers_a_move_once_settled_and_a_state_change_
     async def go():
         assert (await call(app, "POST", "/v1/workers/register", REG))[0] == 200
         # from here on the test's token is an admin's, who may watch any job
-        lab.ctl.tokens.put_session(hash_secret(SECRET), Caller(0, "root", Role.ADMIN))
+        lab.ctl.tokens.put_session(
+            hash_secret(SECRET), Caller(0, "root", Role.ADMIN, unix_user="root", uid=0)
+        )
         a = await submit(lab)  # runs
         b = await submit(lab)  # queued, position 1
         c = await submit(lab)  # queued, position 2

@@ -123,9 +123,18 @@ def test_sqlite_orders_the_queue_like_effective_priority(tmp_path_factory, jobs,
             continue  # the order does not depend on the target
         conn.execute(
             "INSERT INTO jobs (id, kind, state, submitter, selector, device_id, command, "
-            "priority, submitted_at, queued_at) VALUES (?, 'job', 'queued', ?, ?, ?, "
-            "'[]', ?, ?, ?)",
-            (j.id, j.submitter, j.selector, j.device_id, j.priority, j.queued_at, j.queued_at),
+            "priority, submitted_at, queued_at, unix_user, owner) VALUES (?, 'job', 'queued', "
+            "?, ?, ?, '[]', ?, ?, ?, ?, 'uid:1')",
+            (
+                j.id,
+                j.submitter,
+                j.selector,
+                j.device_id,
+                j.priority,
+                j.queued_at,
+                j.queued_at,
+                j.account,  # fair share's key: the Unix user
+            ),
         )
     now = 20_000.0
     got = [

@@ -166,7 +166,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         super().__init__()
         self.lab: Lab | None = None
         self.jobs: dict[int, MJob] = {}
-        self.keys: dict[str, tuple[tuple, int]] = {}
+        self.keys: dict[tuple[str, str], tuple[tuple, int]] = {}  # (who, key) → (sig, id)
         self.reservations: dict[int, tuple[tuple[str, ...], float]] = {}
         self.final: dict[int, JobState] = {}
         self.boots = 1
@@ -291,8 +291,8 @@ class SchedulerMachine(RuleBasedStateMachine):
             return 400, "priority_out_of_range"
         if kind is JobKind.HOLD and ask == 0:
             return 400, "bad_request"
-        if key is not None and key in self.keys:
-            return None if self.keys[key][0] == sig else (409, "idempotency_conflict")
+        if key is not None and (who, key) in self.keys:  # keys are per owner
+            return None if self.keys[(who, key)][0] == sig else (409, "idempotency_conflict")
         if pins:
             for d in pins:
                 if d not in CEILING:
@@ -350,8 +350,8 @@ class SchedulerMachine(RuleBasedStateMachine):
             assert (e.status, e.code) == want, e.message
             return
         assert want is None, f"accepted, expected {want}"
-        if key is not None and key in self.keys:
-            assert (job_id, created) == (self.keys[key][1], False)
+        if key is not None and (who, key) in self.keys:
+            assert (job_id, created) == (self.keys[(who, key)][1], False)
             return
         assert created and job_id not in self.jobs
         pins = (target[1],) if target[0] == "dev" else target[1] if target[0] == "pins" else ()
@@ -368,7 +368,7 @@ class SchedulerMachine(RuleBasedStateMachine):
             kind=kind,
         )
         if key is not None:
-            self.keys[key] = (sig, job_id)
+            self.keys[(who, key)] = (sig, job_id)
         self.model_pass()
 
     @rule(
@@ -519,7 +519,8 @@ class SchedulerMachine(RuleBasedStateMachine):
                         "jobs_list",
                         {
                             "device": "",
-                            "submitter": "",
+                            "user": "",
+                            "owner": "",
                             "states": "[]",
                             "name": "",
                             "since": 0,

@@ -87,12 +87,21 @@ def test_the_schema_enforces_its_invariants(tmp_path):
     for i in (1, 2):
         conn.execute(
             "INSERT INTO jobs (kind, state, submitter, device_id, command, "
-            "submitted_at, queued_at) VALUES ('job', 'queued', 'u', 'h:d', '[]', 0, 0)"
+            "submitted_at, queued_at, owner) "
+            "VALUES ('job', 'queued', 'u', 'h:d', '[]', 0, 0, 'uid:1000')"
         )
     conn.execute(
         "INSERT INTO leases (device_id, job_id, holder, kind, acquired_at, expires_at) "
         "VALUES ('h:d', 1, 'u', 'job', 0, 10)"
     )
+    for bad in ("", "u", "alice", "token:", "token:0", "token:1x", "uid:", "uid:-1", "name:"):
+        with pytest.raises(sqlite3.IntegrityError):  # an owner is a principal
+            conn.execute(
+                "INSERT INTO jobs (kind, state, submitter, device_id, command, "
+                "submitted_at, queued_at, owner) VALUES ('job', 'queued', 'u', 'h:d', '[]', "
+                "0, 0, ?)",
+                (bad,),
+            )
     with pytest.raises(sqlite3.IntegrityError):  # one live lease per device
         conn.execute(
             "INSERT INTO leases (device_id, job_id, holder, kind, acquired_at, "
@@ -127,18 +136,20 @@ def test_the_schema_enforces_its_invariants(tmp_path):
         conn.execute("UPDATE jobs SET state = 'running' WHERE id = 1")
     with pytest.raises(sqlite3.IntegrityError):  # finished_at exactly when terminal
         conn.execute("UPDATE jobs SET state = 'failed', finished_at = NULL WHERE id = 2")
-    with pytest.raises(sqlite3.IntegrityError):  # idempotency keys are unique
-        for _ in (1, 2):
-            conn.execute(
-                "INSERT INTO jobs (kind, state, submitter, device_id, command, "
-                "idempotency_key, submitted_at, queued_at) "
-                "VALUES ('job', 'queued', 'u', 'h:d', '[]', 'k', 0, 0)"
-            )
+    key = (
+        "INSERT INTO jobs (kind, state, submitter, device_id, command, "
+        "idempotency_key, submitted_at, queued_at, owner) "
+        "VALUES ('job', 'queued', 'u', 'h:d', '[]', 'k', 0, 0, ?)"
+    )
+    conn.execute(key, ("token:7",))
+    conn.execute(key, ("uid:7",))  # another owner's key is its own
+    with pytest.raises(sqlite3.IntegrityError):  # idempotency keys are unique per owner
+        conn.execute(key, ("token:7",))
     with pytest.raises(sqlite3.IntegrityError):  # a hold carries no command environment
         conn.execute(
             "INSERT INTO jobs (kind, state, submitter, device_id, command, env, "
-            "submitted_at, queued_at) "
-            "VALUES ('hold', 'queued', 'u', 'h:d', '[]', '{\"A\":\"1\"}', 0, 0)"
+            "submitted_at, queued_at, owner) "
+            "VALUES ('hold', 'queued', 'u', 'h:d', '[]', '{\"A\":\"1\"}', 0, 0, 'uid:0')"
         )
     conn.close()
 
@@ -348,3 +359,68 @@ def test_foreign_database_is_refused(tmp_path):
 def test_query_file_has_no_duplicate_names():
     with pytest.raises(ValueError, match="defined twice"):
         db.load_queries("-- name: a\nSELECT 1\n-- name: a\nSELECT 2\n")
+
+
+V9_ROWS = REPO / "tests" / "data" / "store_v9_rows.sql"
+"""Rows of a schema-9 database, of every kind schema 10 must give an owner."""
+
+
+def _v10_owners() -> dict[int, tuple[str, str]]:
+    """What schema 10 makes of V9_ROWS' jobs: id → (owner, label)."""
+    import pwd
+
+    def uid_or_name(name: str) -> str:
+        try:
+            return f"uid:{pwd.getpwnam(name).pw_uid}"
+        except KeyError:
+            return f"name:{name}"
+
+    return {
+        1: ("token:1", "root (token admin)"),
+        2: ("token:2", "alice (token alice)"),
+        3: (uid_or_name("alice"), "alice"),  # the token was revoked then
+        4: ("token:3", "alice (token alice)"),  # the alice made again: another principal
+        5: ("token:4", "svc (token ci)"),  # --as ci: the target token's
+        6: (uid_or_name("nobody"), "nobody"),  # --as a Unix user
+        7: (uid_or_name("nobody"), "nobody"),
+        8: ("name:rc-no-such-user-29", "rc-no-such-user-29"),  # nobody's: admins only
+    }
+
+
+def test_schema_10_gives_every_old_job_its_owner(tmp_path):
+    """Found in a lab trial: owners were names; a schema-9 database's jobs get the
+    principal that submitted them (the token live at the time, else the
+    local user of that name by uid, else name:<n>), their labels, and
+    their leases the Unix user as holder; ids are never drawn again."""
+    path = tmp_path / "rc.db"
+    conn = _old_database(path)
+    for target, name in db.MIGRATIONS:
+        if target > 9:
+            break
+        for stmt in db._statements(db._resource("rc.controller.store.migrations", name)):
+            conn.execute(stmt)
+        conn.execute(f"PRAGMA user_version = {target}")
+    conn.execute("PRAGMA foreign_keys = ON")
+    for stmt in db._statements(V9_ROWS.read_text()):
+        conn.execute(stmt)
+    conn.close()
+    conn = _schema_db(path)
+    got = {r[0]: (r[1], r[2]) for r in conn.execute("SELECT id, owner, submitter FROM jobs")}
+    assert got == _v10_owners()
+    assert conn.execute("SELECT owner, submitter FROM arrays").fetchall() == [
+        ("token:2", "alice (token alice)")
+    ]
+    assert conn.execute("SELECT holder FROM leases").fetchall() == [("root",)]
+    assert conn.execute("SELECT job_id, after_id FROM job_deps").fetchall() == [(4, 1)]
+    assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
+    # keys are per owner now; the old key stays its owner's
+    insert = (
+        "INSERT INTO jobs (kind, state, submitter, selector, command, idempotency_key, "
+        "submitted_at, queued_at, owner) VALUES ('job', 'queued', 'x', '*', '[]', 'k', 0, 0, ?) "
+        "RETURNING id"
+    )
+    assert conn.execute(insert, ("uid:4242",)).fetchone() == (10,)  # 9 was drawn once
+    with pytest.raises(sqlite3.IntegrityError):
+        conn.execute(insert, ("token:1",))
+    assert _shape(conn) == _shape(_schema_db(tmp_path / "fresh.db"))
+    conn.close()

@@ -172,8 +172,17 @@ def test_the_pg_schema_enforces_its_invariants(conn):
     for _ in (1, 2):
         ex(
             "INSERT INTO jobs (kind, state, submitter, device_id, command, "
-            "submitted_at, queued_at) VALUES ('job', 'queued', 'u', 'h:d', '[]', 0, 0)"
+            "submitted_at, queued_at, owner) "
+            "VALUES ('job', 'queued', 'u', 'h:d', '[]', 0, 0, 'uid:1000')"
         )
+    for bad in ("", "u", "alice", "token:", "token:0", "token:1x", "uid:", "uid:-1", "name:"):
+        with pytest.raises(psycopg.errors.CheckViolation):  # an owner is a principal
+            ex(
+                "INSERT INTO jobs (kind, state, submitter, device_id, command, "
+                "submitted_at, queued_at, owner) VALUES ('job', 'queued', 'u', 'h:d', '[]', "
+                "0, 0, %s)",
+                (bad,),
+            )
     lease = (
         "INSERT INTO leases (device_id, job_id, holder, kind, acquired_at, expires_at) "
         "VALUES (%s, %s, 'u', 'job', 0, 10)"
@@ -199,16 +208,17 @@ def test_the_pg_schema_enforces_its_invariants(conn):
         ex("UPDATE jobs SET state = 'failed', finished_at = NULL WHERE id = 2")
     keyed = (
         "INSERT INTO jobs (kind, state, submitter, device_id, command, idempotency_key, "
-        "submitted_at, queued_at) VALUES ('job', 'queued', 'u', 'h:d', '[]', 'k', 0, 0)"
+        "submitted_at, queued_at, owner) VALUES ('job', 'queued', 'u', 'h:d', '[]', 'k', 0, 0, %s)"
     )
-    ex(keyed)
-    with pytest.raises(psycopg.errors.UniqueViolation):  # idempotency keys are unique
-        ex(keyed)
+    ex(keyed, ("token:7",))
+    ex(keyed, ("uid:7",))  # another owner's key is its own
+    with pytest.raises(psycopg.errors.UniqueViolation):  # idempotency keys are unique per owner
+        ex(keyed, ("token:7",))
     with pytest.raises(psycopg.errors.CheckViolation):  # a hold carries no command environment
         ex(
             "INSERT INTO jobs (kind, state, submitter, device_id, command, env, "
-            "submitted_at, queued_at) "
-            "VALUES ('hold', 'queued', 'u', 'h:d', '[]', '{\"A\":\"1\"}', 0, 0)"
+            "submitted_at, queued_at, owner) "
+            "VALUES ('hold', 'queued', 'u', 'h:d', '[]', '{\"A\":\"1\"}', 0, 0, 'uid:0')"
         )
 
 
@@ -323,3 +333,43 @@ def test_an_unreachable_pg_database_is_a_clear_error_without_its_password(tmp_pa
     with pytest.raises(StoreError, match="cannot open database") as e:
         asyncio.run(pg.PgDatabase(dsn, clock=lambda: 0.0).open())
     assert "hunter2" not in str(e.value)
+
+
+def test_schema_10_gives_every_old_pg_job_its_owner(pg_cluster, conn):
+    """test_schema.py's test of schema 10 on PostgreSQL: the same rows of a
+    schema-9 database, the same owners, labels and lease holders."""
+    from tests.test_schema import V9_ROWS, _v10_owners
+
+    dsn = pg_cluster.create_database()
+    try:
+        with psycopg.connect(dsn, autocommit=True) as old:
+            for stmt in pg.pg_statements(OLD_PG_SCHEMA.read_text()):
+                old.execute(stmt)
+            for target, name in pg.PG_MIGRATIONS:
+                if target > 9:
+                    break
+                for stmt in pg.pg_statements(
+                    pg._resource("rc.controller.store.migrations.pg", name)
+                ):
+                    old.execute(stmt)
+            old.execute("INSERT INTO rc_schema VALUES (9)")
+            for stmt in pg.pg_statements(V9_ROWS.read_text()):
+                old.execute(stmt)
+            pg.migrate(pg._Conn(old), "old")
+            got = {r[0]: (r[1], r[2]) for r in old.execute("SELECT id, owner, submitter FROM jobs")}
+            assert got == _v10_owners()
+            assert old.execute("SELECT owner, submitter FROM arrays").fetchall() == [
+                ("token:2", "alice (token alice)")
+            ]
+            assert old.execute("SELECT holder FROM leases").fetchall() == [("root",)]
+            keyed = (
+                "INSERT INTO jobs (id, kind, state, submitter, selector, command, "
+                "idempotency_key, submitted_at, queued_at, owner) "
+                "VALUES (%s, 'job', 'queued', 'x', '*', '[]', 'k', 0, 0, %s)"
+            )
+            old.execute(keyed, (20, "uid:4242"))  # keys are per owner now
+            with pytest.raises(psycopg.errors.UniqueViolation):
+                old.execute(keyed, (21, "token:1"))
+            assert _shape(old) == _shape(conn)
+    finally:
+        pg_cluster.drop_database(dsn)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import stat
 
 import pytest
@@ -107,12 +108,26 @@ def test_acting_as_someone_is_for_admins_and_leaves_both_names(
     res = alice.run("run", "--as", "carol", "--detach", "--", "true")
     assert res.returncode == 1 and b"forbidden" in res.stderr
     admin = Cli(controller.url, controller.admin_token, env, tmp_path)
-    job_id = int(admin.run("run", "--as", "carol", "--detach", "--", "true").stdout)
+    # a Unix user of the controller's host: theirs (their uid), run as them
+    job_id = int(admin.run("run", "--as", "nobody", "--detach", "--", "true").stdout)
     c = controller.client()
-    assert c.get(f"/v1/jobs/{job_id}")["job"]["submitter"] == "carol"
+    got = c.get(f"/v1/jobs/{job_id}")["job"]
+    nobody = pwd.getpwnam("nobody").pw_uid
+    assert (got["submitter"], got["unix_user"], got["owner"]) == (
+        "nobody",
+        "nobody",
+        f"uid:{nobody}",
+    )
+    # a token: token:NAME
+    as_token = int(admin.run("run", "--as", "token:alice2", "--detach", "--", "true").stdout)
+    assert c.get(f"/v1/jobs/{as_token}")["job"]["submitter"] == "alice2 (token alice2)"
+    res = admin.run("run", "--as", "carol", "--detach", "--", "true")  # nobody of that name
+    assert res.returncode == 1 and b"give token:carol" in res.stderr, res.stderr
     events = c.get("/v1/events", params={"limit": 1000})["events"]
-    [ev] = [e for e in events if e["kind"] == "submitted_as"]
-    assert ev["actor"] == "admin" and ev["job_id"] == job_id and "as carol" in ev["text"]
+    [ev, ev2] = [e for e in events if e["kind"] == "submitted_as"]
+    assert (ev["actor"], ev["job_id"]) == ("root (token admin)", job_id)
+    assert f"as nobody (uid:{nobody})" in ev["text"]
+    assert "as alice2 (token alice2) (token:" in ev2["text"]
 
 
 def test_another_user_never_sees_a_jobs_environment_values(controller, make_worker, env, tmp_path):

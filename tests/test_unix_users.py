@@ -7,6 +7,8 @@ user at submit (its own, or under --as the target's), and the name rule.
 
 from __future__ import annotations
 
+import pwd
+
 import pytest
 
 from rc.controller.api.admin import token_unix_user
@@ -36,15 +38,35 @@ def lab(tmp_path):
         ("build$", True),
         ("a" * 32, True),
         ("a" * 33, False),
-        ("Alice", False),
-        ("ann.b", False),
-        ("9lives", False),
+        # what Debian's useradd takes (shadow 4.13), as LDAP/AD names are:
+        # refused before, so these people could not use a shared box at all
+        ("Alice", True),
+        ("Erin", True),
+        ("john.doe", True),
+        ("ann.b", True),
+        ("9lives", True),
+        ("ci@lab", True),
+        ("é" * 16, True),  # 32 bytes
+        ("é" * 17, False),  # 34 bytes: useradd's limit is bytes
+        # and what it refuses, or rc does
         ("-x", False),
-        ("ci@lab", False),
+        ("+x", False),
+        ("~x", False),
+        ("a:b", False),
+        ("a,b", False),
+        ("a b", False),
+        ("a\tb", False),
+        ("a\x01b", False),
+        ("a\x7fb", False),
+        ("a/b", False),
+        ("1234", False),  # digits only: it reads as a uid
+        (".", False),
+        ("..", False),
+        ("alice (token laptop)", False),  # a token's label is never a user's name
         ("", False),
     ],
 )
-def test_a_unix_user_name_is_a_portable_one(name, ok):
+def test_a_unix_user_name_is_what_useradd_takes(name, ok):
     assert valid_unix_user(name) is ok
 
 
@@ -59,7 +81,8 @@ def test_a_token_runs_its_jobs_as_its_name_unless_told_otherwise():
     "name,role,unix_user,says",
     [
         # a token mapped to a name that is not a Unix user name
-        ("Ann.B", Role.USER, "", "token name 'Ann.B' is not a Unix user name"),
+        ("1234", Role.USER, "", "token name '1234' is not a Unix user name"),
+        ("a" * 40, Role.USER, "", "is not a Unix user name"),
         ("ann", Role.USER, "Ann B", "unix_user 'Ann B' is not a Unix user name"),
         ("ann", Role.USER, "a" * 33, "is not a Unix user name"),
         # root only when an admin says so
@@ -94,24 +117,57 @@ def _submit(lab: Lab, who: Caller, **fields) -> int:
 def test_every_job_records_the_unix_user_it_runs_as(lab):
     ci = _token(lab, "ci-bot", "alice")
     admin = _token(lab, "ops", "root", Role.ADMIN)
-    _token(lab, "bob", "bob")
     assert lab.job(_submit(lab, ci)).unix_user == "alice"
     assert lab.job(_submit(lab, admin)).unix_user == "root"
-    # --as: the target's Unix user (its token's), never the admin's own
-    as_bob = lab.job(_submit(lab, admin, as_user="bob"))
-    assert (as_bob.submitter, as_bob.unix_user) == ("bob", "bob")
-    as_ci = lab.job(_submit(lab, admin, as_user="ci-bot"))
-    assert (as_ci.submitter, as_ci.unix_user) == ("ci-bot", "alice")
-    # a name with no token runs as the Unix user of that name
-    assert lab.job(_submit(lab, admin, as_user="carol")).unix_user == "carol"
+    # --as token:NAME: the target token's principal, label and Unix user,
+    # never the admin's own
+    bob = _token(lab, "bob", "bob")
+    as_bob = lab.job(_submit(lab, admin, as_user="token:bob"))
+    assert (as_bob.submitter, as_bob.unix_user) == ("bob (token bob)", "bob")
+    assert as_bob.owner == bob.principal
+    as_ci = lab.job(_submit(lab, admin, as_user="token:ci-bot"))
+    assert (as_ci.submitter, as_ci.unix_user, as_ci.owner) == (
+        "alice (token ci-bot)",
+        "alice",
+        ci.principal,
+    )
+    # --as NAME: the Unix user of that name on the controller's host, owned by its uid
+    nobody = pwd.getpwnam("nobody")
+    as_nobody = lab.job(_submit(lab, admin, as_user="nobody"))
+    assert (as_nobody.submitter, as_nobody.unix_user, as_nobody.owner) == (
+        "nobody",
+        "nobody",
+        f"uid:{nobody.pw_uid}",
+    )
+    # the feed names the acting admin and the target
+    said = lab.read(lambda tx: tx.all("events_since", (0, 0.0, 100)))
+    texts = [r["text"] for r in said if r["kind"] == "submitted_as"]
+    assert f"root (token ops) submitted job {as_nobody.id} as nobody (uid:{nobody.pw_uid})" in texts
 
 
-def test_as_a_name_that_is_no_unix_user_and_has_no_token_is_refused(lab):
+def test_as_someone_this_host_does_not_know_is_refused_naming_them(lab):
     admin = _token(lab, "ops", "root", Role.ADMIN)
-    with pytest.raises(Refused) as e:
-        _submit(lab, admin, as_user="Carol.X")
+    _token(lab, "carol", "carol")
+    with pytest.raises(Refused) as e:  # a token's name is not a Unix user's
+        _submit(lab, admin, as_user="carol")
     assert e.value.status == 400
-    assert "has no token and is not a Unix user name" in e.value.message
+    assert e.value.message == (
+        "as_user 'carol': there is no Unix user 'carol' on the controller's host; "
+        "to submit as the API token of that name, give token:carol"
+    )
+    with pytest.raises(Refused) as e:
+        _submit(lab, admin, as_user="token:nope")
+    assert (e.value.status, e.value.message) == (
+        400,
+        "as_user token:nope: there is no live token named 'nope'",
+    )
+    with pytest.raises(Refused) as e:
+        _submit(lab, admin, as_user="a b")
+    assert e.value.status == 400 and "is not a Unix user name" in e.value.message
+    user = _token(lab, "dave", "dave")
+    with pytest.raises(Refused) as e:  # only an admin acts --as someone
+        _submit(lab, user, as_user="token:carol")
+    assert e.value.status == 403
 
 
 # -- single-user workers: the planner's filter, the refusal, rc explain -------------------
@@ -197,7 +253,7 @@ def test_explain_says_which_worker_runs_jobs_as_someone_else(tmp_path):
         assert lb.job(waiting).state.value == "queued"  # box-a is free, but not for bob
         got = lb.explain(waiting)
         assert got.blockers["box-a:g0"].startswith("box-a runs jobs as alice only (")
-        assert got.blockers["box-b:g0"].startswith(f"alice runs job {busy} on it")
+        assert got.blockers["box-b:g0"].startswith(f"alice (token alice) runs job {busy} on it")
         # the only worker that ran bob's jobs now runs one user's only
         lb.register("box-b", {"g0": (0, {})}, run_as="carol")
         got = lb.explain(waiting)
@@ -215,3 +271,5 @@ def test_listings_name_the_unix_user_where_it_differs_from_the_submitter():
     assert job_who({"submitter": "alice", "unix_user": "alice"}) == "alice"
     assert job_who({"submitter": "alice", "unix_user": "ml-svc"}) == "alice (as ml-svc)"
     assert job_who({"submitter": "alice"}) == "alice"  # a controller from before Unix users
+    # a token's label names its Unix user already
+    assert job_who({"submitter": "svc (token ci)", "unix_user": "svc"}) == "svc (token ci)"

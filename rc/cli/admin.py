@@ -69,6 +69,16 @@ def add_parsers(sub) -> None:
     add_output_flag(ls)
     add_client_flags(ls)
     ls.set_defaults(handler="admin:cmd_token_list")
+    ro = tsub.add_parser(
+        "rotate",
+        help="a new secret for a token, which keeps its jobs",
+        description="Give token NAME a new secret and print it once; the old secret stops "
+        "working at once. The token stays the same principal, so its jobs stay its own "
+        "(a revoke and a new token of the same name would own none of them).",
+    )
+    ro.add_argument("name", metavar="NAME", help="the token's name (rc token list)")
+    add_client_flags(ro)
+    ro.set_defaults(handler="admin:cmd_token_rotate")
     rv = tsub.add_parser(
         "revoke",
         help="revoke a token by name",
@@ -234,6 +244,11 @@ def cmd_token_list(args: argparse.Namespace) -> int:
             )
         )
     table(("NAME", "ROLE", "UNIX USER", "STATUS", "HOST", "CREATED", "EXPIRES", "BY"), rows)
+    return 0
+
+
+def cmd_token_rotate(args: argparse.Namespace) -> int:
+    print(client(args).post(f"/v1/tokens/{segment(args.name)}/rotate", {})["secret"])
     return 0
 
 

@@ -180,7 +180,8 @@ def _choose(c: Client, device: str, hold: int | None) -> _Place:
         raise RcError(f"no device {device!r} (rc devices lists them)")
     holder = view.get("holder") or ""
     if holder:
-        me = c.get("/v1/whoami")["name"]
+        who = c.get("/v1/whoami")
+        me = who.get("label") or who["name"]  # the holder is a label too
         what = "held" if view.get("kind") == "hold" else f"busy with job {view.get('job_id')}"
         if holder == me and view.get("kind") == "hold":
             stderr(f"copying inside your hold {view['job_id']} on {device}")

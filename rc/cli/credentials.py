@@ -40,27 +40,25 @@ def ensure_token(admin, name: str, role: str) -> str:
 
 
 def _user_token(admin, name: str, unix_user: str) -> tuple[str, str]:
-    """A fresh user token named `name` for the client config, whose jobs run
-    as `unix_user` (the user running rc up; "": the name), and words for the
-    message. The name is the identity: an existing live user token of
-    that name (the one a lost or broken config held) is replaced, revoked
-    with keep_jobs and made again, so its jobs stay the user's own and no
-    token piles up. A token of that name with another role (an admin token
-    named after the user) is left alone and the first free name like it is
-    used, which the words say. Raises RcError when there is none."""
+    """A user token named `name` for the client config, whose jobs run as
+    `unix_user` (the user running rc up; "": the name), and words for the
+    message. An existing live user token of that name (the one a lost or
+    broken config held) gets a new secret (POST /v1/tokens/NAME/rotate): it
+    stays the same principal, so its jobs stay the user's own and no token
+    piles up. A token of that name with another role (an admin token named
+    after the user) is left alone and the first free name like it is used,
+    which the words say. Raises RcError when there is none."""
     held = {t["name"]: t["role"] for t in admin.get("/v1/tokens")["tokens"] if not t["revoked_at"]}
     body = {"role": "user", "unix_user": unix_user} if unix_user else {"role": "user"}
     if held.get(name, "user") == "user":
-        replaced = name in held
-        if replaced:
-            admin.delete(f"/v1/tokens/{segment(name)}", params={"keep_jobs": "true"})
-        secret = admin.post("/v1/tokens", {"name": name, **body})["secret"]
-        if replaced:
+        if name in held:
+            secret = admin.post(f"/v1/tokens/{segment(name)}/rotate", {})["secret"]
             return secret, (
-                f"a new token for {name}, which replaces the old one of that name; "
-                f"{name}'s jobs stay {name}'s"
+                f"a new secret for token {name}, which keeps its jobs; the old one stops working"
             )
-        return secret, f"a user token for {name}"
+        return admin.post("/v1/tokens", {"name": name, **body})[
+            "secret"
+        ], f"a user token for {name}"
     for n in range(1, 100):
         candidate = f"{name}-{n}"
         if candidate not in held:

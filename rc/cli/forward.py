@@ -91,7 +91,10 @@ def _check_hold(c: Client, hold: int) -> dict:
     if job["state"] not in ("assigned", "running"):
         raise RcError(f"hold {hold} is {job_state(job, None)}; rc forward needs a running hold")
     me = c.get("/v1/whoami")
-    if me["role"] != "admin" and me["name"] != job["submitter"]:
+    # ownership is the principal (a controller from before principals sends
+    # neither field: the controller's own check on the session still holds)
+    owner, principal = job.get("owner", ""), me.get("principal", "")
+    if me["role"] != "admin" and owner and principal != owner:
         raise RcError(
             f"hold {hold} belongs to {job['submitter']}; only its owner or an admin "
             "may forward into it"

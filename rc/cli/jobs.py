@@ -88,14 +88,14 @@ def since_arg(text: str) -> float:
 
 def add_filter_flags(p: argparse.ArgumentParser) -> None:
     """--mine, --user, --state, --name, --since: which jobs (rc jobs, rc kill)."""
-    p.add_argument("--mine", action="store_true", help="only your own jobs")
+    p.add_argument("--mine", action="store_true", help="only your own jobs (you own them)")
     p.add_argument(
         "--user",
         "--submitter",
         dest="submitter",
         default="",
         metavar="USER",
-        help="only this submitter's jobs",
+        help="only the jobs that run as Unix user USER (theirs, by any token or the socket)",
     )
     p.add_argument(
         "--state",
@@ -130,7 +130,7 @@ def filter_params(args: argparse.Namespace) -> dict:
     """The listing's query parameters for the filter flags (None: not given)."""
     return {
         "mine": "1" if args.mine else None,
-        "submitter": args.submitter or None,
+        "user": args.submitter or None,
         "state": args.state or None,
         "name": args.name or None,
         "since": f"{args.since:.3f}" if args.since is not None else None,
@@ -370,6 +370,8 @@ def show_lines(view: dict) -> list[tuple[str, str]]:
     if j["state"] == "queued" and d.get("explain"):
         out.append(("waiting", d["explain"]))
     out.append(("submitter", j["submitter"]))
+    if j.get("owner"):  # the principal that owns it (who may act on it)
+        out.append(("owner", j["owner"]))
     # The Unix user the job runs as, when the controller records it
     # (jobs.unix_user); a controller that does not says nothing here.
     if j.get("unix_user"):

@@ -217,7 +217,8 @@ STATE_REASON_SHOWN = 40
 """Characters of a job's end reason shown in a table (-o json has it all)."""
 
 _KILLED_BY = re.compile(
-    r"killed by (?P<who>[^\s:]+)(?P<admin> \(admin\))?(?:: (?P<why>.*))?\Z", re.DOTALL
+    r"killed by (?P<who>[^\s:]+(?: \(token [^\s:()]+\))?)(?P<admin> \(admin\))?(?:: (?P<why>.*))?\Z",
+    re.DOTALL,
 )
 _REWORDED = (
     # the worker's and controller's fixed reasons, as a listing says them
@@ -279,11 +280,15 @@ def on_devices(job: Mapping[str, Any]) -> str:
 
 
 def job_who(job: Mapping[str, Any]) -> str:
-    """A listing's SUBMITTER column: the submitter, with the Unix user its
-    job runs as where that differs ("alice (as ml-svc)")."""
+    """A listing's SUBMITTER column: the submitter's label ("alice", "svc
+    (token ci)": it names the Unix user), with the Unix user its job runs
+    as where the label does not ("ci (as svc)", from a controller from
+    before labels)."""
     who = job.get("submitter", "")
     unix = job.get("unix_user") or ""
-    return f"{who} (as {unix})" if unix and unix != who else who
+    if not unix or unix == who or who.startswith(f"{unix} (token "):
+        return who
+    return f"{who} (as {unix})"
 
 
 def job_target(job: Mapping[str, Any]) -> str:

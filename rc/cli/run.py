@@ -231,8 +231,9 @@ def add_parsers(sub) -> None:
         "--as",
         dest="as_user",
         default="",
-        metavar="NAME",
-        help="submit on someone's behalf (admin tokens only)",
+        metavar="USER|token:NAME",
+        help="submit on someone's behalf (admins only): USER, a Unix user of the controller's "
+        "host (the job is theirs and runs as them), or token:NAME, the API token NAME's",
     )
     p.add_argument(
         "command", nargs=argparse.REMAINDER, metavar="-- CMD", help="the command and its arguments"

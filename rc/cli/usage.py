@@ -93,13 +93,15 @@ def _window(text: str) -> str:
 
 
 def _user(text: str) -> str:
-    """argparse type: a user, as a token names one (rc.proto.model.TOKEN_NAME_RE)."""
-    from rc.proto.model import TOKEN_NAME_RE
+    """argparse type: a user, the Unix user jobs run as (valid_unix_user),
+    or a token's name (TOKEN_NAME_RE: a weight set before accounts were
+    Unix users)."""
+    from rc.proto.model import TOKEN_NAME_RE, valid_unix_user
 
-    if not TOKEN_NAME_RE.fullmatch(text):
+    if not (valid_unix_user(text) or TOKEN_NAME_RE.fullmatch(text)):
         raise argparse.ArgumentTypeError(
-            f"{text[:40]!r} is not a user name (letters, digits and . _ @ -, "
-            "starting with a letter or digit; at most 64)"
+            f"{text[:40]!r} is not a user name (a Unix user's login name: no whitespace, "
+            "'/', ':' or ','; at most 32 bytes)"
         )
     return text
 

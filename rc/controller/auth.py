@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from rc.controller.errors import Refused
 from rc.proto.errors import ErrorCode
-from rc.proto.model import TOKEN_NAME_RE, Role
+from rc.proto.model import TOKEN_NAME_RE, Principal, Role, token_label
 
 __all__ = ["TOKEN_NAME_RE", "Caller", "TokenCache", "hash_secret", "new_secret"]
 
@@ -42,8 +42,13 @@ def hash_secret(secret: str) -> str:
 @dataclass(frozen=True, slots=True)
 class Caller:
     """An authenticated caller: token id (0 for a token of the local
-    socket), name, role, bound host (workers), expiry, and the Unix user
-    its jobs run as ("" in code that builds one by hand: its name)."""
+    socket), name (the token's, or the socket user's login name), role,
+    bound host (workers), expiry, the Unix user its jobs run as, and for a
+    socket user its uid.
+
+    Who it is, is `principal` (rc.proto.model.Principal, in its stored
+    form): `uid:<uid>` for a socket user, else `token:<token_id>`. Nothing
+    decides ownership by `name` (`owns`); `label` is how people see it."""
 
     token_id: int
     name: str
@@ -51,10 +56,31 @@ class Caller:
     host: str = ""
     expires_at: float | None = None
     unix_user: str = ""
+    uid: int | None = None
 
     @property
     def admin(self) -> bool:
         return self.role is Role.ADMIN
+
+    @property
+    def principal(self) -> str:
+        """`uid:<uid>` (a socket user) or `token:<token_id>`; "" for a
+        caller that is neither (token id 0 and no uid: one built by hand),
+        which owns nothing and may submit nothing."""
+        if self.uid is not None:
+            return str(Principal.of_uid(self.uid))
+        return str(Principal.of_token(self.token_id)) if self.token_id > 0 else ""
+
+    @property
+    def label(self) -> str:
+        """Its display label: a socket user's login name ("alice"), a
+        token's Unix user and name ("alice (token laptop)": token_label)."""
+        return self.name if self.uid is not None else token_label(self.name, self.unix_user)
+
+    def owns(self, owner: str) -> bool:
+        """Whether this caller may act on what `owner` (a principal's stored
+        form) owns: an admin, or that very principal. Nothing else."""
+        return self.admin or (bool(owner) and self.principal == owner)
 
 
 class TokenCache:

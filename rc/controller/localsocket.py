@@ -7,7 +7,10 @@ controller reads the peer's uid with SO_PEERCRED, looks it up in the
 password database, applies `--local-users`, and answers one JSON line, a
 wire.LocalSession: a fresh bearer token for that Unix user (name and
 unix_user its login name, role user; admin for uid 0) valid for
-SESSION_S, and the HTTP URL to use it with. Then it closes. Nothing the
+SESSION_S, and the HTTP URL to use it with. The caller behind that token
+is the principal `uid:<uid>` (rc.proto.model.Principal): its jobs are
+owned by the uid, never by the name, so a local user named like an API
+token (`admin`, `worker-HOST`, `ci`) gets nothing of that token's. Then it closes. Nothing the
 client sends is read, so nothing it says can claim an identity.
 
 Why a token rather than a second API on the socket: the HTTP path, its
@@ -36,7 +39,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from rc.controller.auth import TOKEN_NAME_RE, Caller, TokenCache, hash_secret, new_secret
+from rc.controller.auth import Caller, TokenCache, hash_secret, new_secret
 from rc.controller.errors import StartupError
 from rc.proto.errors import ErrorCode
 from rc.proto.localsocket import SESSION_S
@@ -193,8 +196,12 @@ class LocalSocket:
         except KeyError:
             return _refusal(f"uid {uid} has no entry in this host's password database")
         name = entry.pw_name
-        if not (valid_unix_user(name) and TOKEN_NAME_RE.fullmatch(name)):
-            return _refusal(f"Unix user {name!r} has a name rc cannot use as an identity")
+        if not valid_unix_user(name):
+            return _refusal(
+                f"Unix user {name!r} has a name rc cannot take (control characters, '/', "
+                "whitespace, ':' or ',', a leading '-', '+' or '~', digits only, or over "
+                "32 bytes); ask an admin for a token"
+            )
         if not self.users.admits(uid, entry):
             return _refusal(
                 f"{name} is not in group {self.users.group}, the local users of this "
@@ -206,7 +213,7 @@ class LocalSocket:
         expires = now + SESSION_S
         role = Role.ADMIN if uid == 0 else Role.USER
         self._remember(uid, digest, expires, now)
-        self.tokens.put_session(digest, Caller(0, name, role, "", expires, name))
+        self.tokens.put_session(digest, Caller(0, name, role, "", expires, name, uid))
         return LocalSession(secret, name, role, name, expires, self.url())
 
     def _remember(self, uid: int, digest: str, expires: float, now: float) -> None:

@@ -14,8 +14,9 @@ same code decides assignments, queue positions and `rc explain`:
   at all. It takes the best set among the hosts with `count` available
   candidates (rc.controller.placement: best topology, then the host with the
   fewest available candidates, then the set that breaks the fewest intact
-  groups, then the lowest ids) unless its submitter would pass the per-user
-  device cap (a job held back by the cap reserves nothing);
+  groups, then the lowest ids) unless its account (its Unix user: the
+  person, QueuedJob.account) would pass the per-user device cap (a job
+  held back by the cap reserves nothing);
 - reservation and conservative backfill: a job on several devices that
   cannot be placed reserves, on the host where `count` of its candidates
   are expected free soonest, those devices, with the time T they are expected free at the
@@ -109,6 +110,13 @@ class QueuedJob:
     array_cap: int = 0
     blocked: bool = False
     excluded: tuple[str, ...] = ()
+
+    @property
+    def account(self) -> str:
+        """Whom it is counted to: the per-user cap, fair share (its Unix
+        user, the person; `submitter`, its display label, only for a job
+        built without one, as tests do)."""
+        return self.unix_user or self.submitter
 
     @property
     def pins(self) -> tuple[str, ...]:
@@ -212,10 +220,10 @@ def effective_priority(
     job: QueuedJob, now: float, aging: float, adjust: Mapping[str, int] | None = None
 ) -> int:
     """A queued job's priority with aging (aged_priority), minus its
-    submitter's fair-share adjustment in `adjust` (user → steps, 0..10;
+    account's fair-share adjustment in `adjust` (user → steps, 0..10;
     rc.controller.fairshare; None or a user left out: 0)."""
     aged = aged_priority(job.priority, job.queued_at, now, aging)
-    return aged - adjust.get(job.submitter, 0) if adjust else aged
+    return aged - adjust.get(job.account, 0) if adjust else aged
 
 
 def fits_ceiling(ask: int, ceiling: int) -> bool:
@@ -312,11 +320,12 @@ def plan(
     """Decide assignments and reservations for one pass.
 
     `matches` maps each selector (normalised text) to the device ids it
-    matches; `usage` maps a submitter to the devices they hold now; `links`
+    matches; `usage` maps an account (QueuedJob.account: a Unix user) to
+    the devices it holds now; `links`
     maps a host to its reported pair ranks (placement.pair(a, b) → rank;
     a host left out has no topology); `arrays_active` maps a capped array's
-    id to its elements assigned or running now; `adjust` maps a submitter
-    to their fair-share adjustment (effective_priority). `now` is seconds
+    id to its elements assigned or running now; `adjust` maps an account
+    to its fair-share adjustment (effective_priority). `now` is seconds
     since the epoch.
     Pure: reads nothing else, changes nothing.
 
@@ -379,7 +388,7 @@ class _Pass:
             if job.array_cap and self.array_used.get(job.array_id, 0) >= job.array_cap:
                 out.held.add(job.id)
                 continue
-            if self.cap > 0 and self.used.get(job.submitter, 0) + job.wants > self.cap:
+            if self.cap > 0 and self.used.get(job.account, 0) + job.wants > self.cap:
                 out.capped.add(job.id)
                 continue
             chosen = self.place(job, cands, index)
@@ -389,7 +398,7 @@ class _Pass:
             out.assignments.append((job.id, chosen))
             if any(d in out.reserved for d in chosen):
                 out.backfilled.add(job.id)
-            self.used[job.submitter] = self.used.get(job.submitter, 0) + len(chosen)
+            self.used[job.account] = self.used.get(job.account, 0) + len(chosen)
             if job.array_cap:
                 self.array_used[job.array_id] = self.array_used.get(job.array_id, 0) + 1
             runtime = runtime_on(job.max_runtime, (self.slots[d].max_runtime for d in chosen))
@@ -587,9 +596,9 @@ class Policy:
 class Snapshot:
     """The queue and the fleet as one transaction saw them, and their plan.
 
-    queue: queued jobs in id order; slots: device id → Slot; usage: submitter
+    queue: queued jobs in id order; slots: device id → Slot; usage: account
     → devices they hold (live leases); plan: what a pass would do now;
-    adjust: submitter → fair-share adjustment the plan ordered by.
+    adjust: account → fair-share adjustment the plan ordered by.
     """
 
     queue: list[QueuedJob]
@@ -603,8 +612,8 @@ class Snapshot:
         """The queued job with this id, or None."""
         return next((j for j in self.queue if j.id == job_id), None)
 
-    def _submitters(self) -> dict[int, str]:
-        return {j.id: j.submitter for j in self.queue}
+    def _accounts(self) -> dict[int, str]:
+        return {j.id: j.account for j in self.queue}
 
     def _arrays(self) -> dict[int, int]:
         return {j.id: j.array_id for j in self.queue if j.array_id}
@@ -612,11 +621,11 @@ class Snapshot:
     def rivals(self, job_id: int) -> list[int]:
         """Queued jobs ahead of this one in scheduling order that want a device
         it could use: the jobs that get such a device before it does. A job
-        held back by the per-user cap is a rival only of its submitter's later
+        held back by the per-user cap is a rival only of its account's later
         jobs (they wait behind it; other users' jobs do not); one held back by
         its array's cap only of its array's later elements."""
         p = self.plan
-        owner = self._submitters()
+        owner = self._accounts()
         arrays = self._arrays()
         mine = set(p.candidates.get(job_id, ()))
         out = []
@@ -653,9 +662,9 @@ class Snapshot:
         sets = [frozenset(g) for g in groups]
         overlaps = [[h for h, other in enumerate(sets) if s & other] for s in sets]
         seen = [0] * len(sets)
-        capped_seen: dict[tuple[str, int], int] = {}  # (submitter, group) → capped jobs
+        capped_seen: dict[tuple[str, int], int] = {}  # (account, group) → capped jobs
         held_seen: dict[tuple[int, int], int] = {}  # (array, group) → held elements
-        owner = self._submitters()
+        owner = self._accounts()
         arrays = self._arrays()
         out = {}
         for job_id in p.order:

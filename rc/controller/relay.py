@@ -175,7 +175,9 @@ class Session:
     """One terminal or pipe session.
 
     key is (job id, session id); session id 0 is a job's own stdio, any other
-    a session inside the hold `key[0]`. `start` is set for sessions inside a
+    a session inside the hold `key[0]`. `owner` is its job's owner (a
+    principal's stored form: who may attach, and whom the per-user caps
+    count it to), `label` that owner's display label. `start` is set for sessions inside a
     hold (what the worker is told to run), with their lifecycle in `state`
     (starting, running, ended), `exit_code`, `reason` and `stderr`.
     """
@@ -185,6 +187,7 @@ class Session:
     worker: str
     stdio: Stdio
     created: float
+    label: str = ""
     out: Pipe = field(default_factory=Pipe)
     inp: Pipe = field(default_factory=Pipe)
     attached: set[str] = field(default_factory=set)
@@ -236,8 +239,9 @@ class Relay:
     """Every session of this controller process.
 
     `alone_timeout` (seconds) ends a session only one side attends;
-    `per_user` caps the sessions a user has open, forward connections aside,
-    and `forwards_per_user` those (429 limit_exceeded; 0: no cap);
+    `per_user` caps the sessions an owner (a principal) has open, forward
+    connections aside, and `forwards_per_user` those (429 limit_exceeded;
+    0: no cap);
     `notify(keys)` announces session changes ("session:<job>.<sid>" and
     "worker:<id>" for a new start) to long polls; `clock` is monotonic seconds.
     """
@@ -266,7 +270,13 @@ class Relay:
     # -- sessions ----------------------------------------------------------
 
     def _new(
-        self, key: tuple[int, int], owner: str, worker: str, stdio: Stdio, port: int = 0
+        self,
+        key: tuple[int, int],
+        owner: str,
+        worker: str,
+        stdio: Stdio,
+        port: int = 0,
+        label: str = "",
     ) -> Session:
         forward = bool(port)
         live = sum(
@@ -282,17 +292,19 @@ class Relay:
         if cap and live >= cap:
             raise Refused(
                 ErrorCode.LIMIT_EXCEEDED,
-                f"{owner} already has {live} {what} open (the limit is {cap})",
+                f"{label or owner} already has {live} {what} open (the limit is {cap})",
                 status=429,
             )
-        s = Session(key, owner, worker, stdio, self.clock())
+        s = Session(key, owner, worker, stdio, self.clock(), label)
         s.alone_since = s.created
         self.sessions[key] = s
         if self._watch is None or self._watch.done():
             self._watch = asyncio.create_task(self._watch_loop(), name="rc-relay-watch")
         return s
 
-    def for_job(self, job_id: int, owner: str, worker: str, stdio: Stdio) -> Session:
+    def for_job(
+        self, job_id: int, owner: str, worker: str, stdio: Stdio, label: str = ""
+    ) -> Session:
         """The session of a tty or pipe job, created at its first connection.
 
         Raises Refused 409 session_ended when it already ended, 429 past the
@@ -300,7 +312,7 @@ class Relay:
         """
         s = self.sessions.get((job_id, 0))
         if s is None:
-            return self._new((job_id, 0), owner, worker, stdio)
+            return self._new((job_id, 0), owner, worker, stdio, label=label)
         if s.ended:
             raise Refused(ErrorCode.SESSION_ENDED, f"{s.name} has ended ({s.end_reason})")
         return s
@@ -318,11 +330,13 @@ class Relay:
         worker: str,
         owner: str,
         req: SessionRequest,
+        label: str = "",
     ) -> Session:
         """Record a session to start inside a running hold (on all of its
-        devices, in its order) and wake its worker."""
+        devices, in its order) for its owner (principal `owner`, shown as
+        `label`) and wake its worker."""
         sid = next(self._ids)
-        s = self._new((hold_id, sid), owner, worker, req.stdio, req.port)
+        s = self._new((hold_id, sid), owner, worker, req.stdio, req.port, label)
         s.start = SessionStart(
             session_id=sid,
             hold_id=hold_id,
@@ -332,7 +346,7 @@ class Relay:
             command=req.command,
             cwd=req.cwd,
             env=dict(req.env),
-            submitter=owner,
+            submitter=label or owner,
             rows=req.rows,
             cols=req.cols,
             port=req.port,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 import re
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 __all__ = [
     "AFTER_MAX",
@@ -18,6 +19,7 @@ __all__ = [
     "JOB_NAME_MAX",
     "JOB_NAME_RE",
     "NAME_RE",
+    "PRINCIPAL_RE",
     "PRIORITY_MAX",
     "PRIORITY_MIN",
     "RESTARTS_MAX",
@@ -38,6 +40,7 @@ __all__ = [
     "LabelSource",
     "Lease",
     "Link",
+    "Principal",
     "QuarantineReason",
     "RecoveryProof",
     "Role",
@@ -46,6 +49,7 @@ __all__ = [
     "Worker",
     "device_list",
     "parse_after",
+    "token_label",
     "valid_device_id",
     "valid_env_name",
     "valid_job_name",
@@ -115,7 +119,8 @@ the adjustment with it, to nothing (README "Sharing fairly")."""
 SHARE_WEIGHT_MAX = 1000.0
 """The largest fair-share weight."""
 TOKEN_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,63}")
-"""A token's name, which is also the submitter name of its jobs (and of --as)."""
+"""A token's name: what `rc token create NAME` takes, and part of its jobs'
+display label (token_label). Never an identity: a token is its id."""
 ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 """An environment variable name a job may set: letters, digits and '_', not
 starting with a digit (what a shell can name)."""
@@ -126,18 +131,107 @@ def valid_env_name(name: str) -> bool:
     return bool(ENV_NAME_RE.fullmatch(name))
 
 
-UNIX_USER_RE = re.compile(r"[a-z_][a-z0-9_-]{0,30}[a-z0-9_$-]?")
-"""A portable Unix user name (what useradd takes by default): a lower-case
-letter or '_', then lower-case letters, digits, '_' and '-', a final '$'
-allowed; at most 32 characters."""
+UNIX_USER_MAX_BYTES = 32
+"""The longest Unix user name, in bytes of UTF-8 (useradd's limit on Debian)."""
+UNIX_USER_RE = re.compile(r"[^\s:,/+~-][^\s:,/]*")
+"""The shape of a Unix user name (valid_unix_user has the whole rule): not
+starting with '-', '+' or '~', and no whitespace, ':', ',' or '/'."""
 
 ROOT = "root"
 """The Unix user a token maps to only when an admin says so (--unix-user root)."""
 
 
 def valid_unix_user(name: str) -> bool:
-    """Whether `name` is a portable Unix user name (UNIX_USER_RE)."""
-    return bool(UNIX_USER_RE.fullmatch(name))
+    """Whether `name` is a Unix user name rc takes (a socket identity,
+    `--unix-user`, `--as`, what a job runs as).
+
+    The rule is what Debian's useradd accepts without --badname (shadow
+    4.13: not starting with '-', '+' or '~'; no ':', ',' or whitespace;
+    capitals, dots, digits, '_', '$', '@' are fine: `john.doe`, `Erin`),
+    at most UNIX_USER_MAX_BYTES bytes, less what rc refuses as well: control
+    characters, '/', a name of digits only (it reads as a uid), and '.' and
+    '..'. No such name holds a space, so none can equal a token's display
+    label (token_label)."""
+    return (
+        bool(UNIX_USER_RE.fullmatch(name))
+        and name.isprintable()
+        and len(name.encode()) <= UNIX_USER_MAX_BYTES
+        and not name.isdigit()
+        and name not in (".", "..")
+    )
+
+
+PRINCIPAL_RE = re.compile(r"token:[1-9][0-9]{0,18}|uid:(?:0|[1-9][0-9]{0,9})|name:\S{1,64}")
+"""A principal's stored form (Principal): `token:<tokens.id>`,
+`uid:<uid>`, or `name:<name>` (see Principal.NAME)."""
+
+
+class Principal:
+    """Who a caller is, and who owns a job, as a stable id
+    (docs/design.md#identity-and-ownership). Ownership is equality of
+    principals; a name never decides it.
+
+    `token:<id>`: an API token by its tokens.id (AUTOINCREMENT, never
+    reused: a token revoked and created again under the same name is
+    another principal). `uid:<n>`: a local Unix user the controller's
+    socket identified by SO_PEERCRED. `name:<n>` (NAME): only in rows from
+    before principals (schema 10's migration) whose submitter neither had a
+    token then nor is a user the controller's host knows; no caller is
+    ever one, so such a job is its admins' alone.
+
+    Stored and sent as text, str() (never as a record of its own); parse()
+    reads it back. Raises ValueError for anything but those three shapes."""
+
+    __slots__ = ("kind", "value")
+
+    TOKEN: ClassVar[str] = "token"
+    UID: ClassVar[str] = "uid"
+    NAME: ClassVar[str] = "name"
+
+    def __init__(self, kind: str, value: str) -> None:
+        if not PRINCIPAL_RE.fullmatch(f"{kind}:{value}"):
+            raise ValueError(f"{kind}:{value!s:.40} is not a principal")
+        self.kind = kind
+        self.value = value
+
+    @classmethod
+    def of_token(cls, token_id: int) -> Principal:
+        """The principal of API token `token_id` (its tokens.id, >= 1)."""
+        return cls(cls.TOKEN, str(token_id))
+
+    @classmethod
+    def of_uid(cls, uid: int) -> Principal:
+        """The principal of the local Unix user with this uid."""
+        return cls(cls.UID, str(uid))
+
+    @classmethod
+    def parse(cls, text: str) -> Principal:
+        """The principal stored as `text`. Raises ValueError naming it."""
+        kind, sep, value = text.partition(":")
+        if not sep:
+            raise ValueError(f"{text[:40]!r} is not a principal (token:ID, uid:N or name:NAME)")
+        return cls(kind, value)
+
+    def __str__(self) -> str:
+        return f"{self.kind}:{self.value}"
+
+    def __repr__(self) -> str:
+        return f"Principal({str(self)!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Principal) and str(self) == str(other)
+
+    def __hash__(self) -> int:
+        return hash(str(self))
+
+
+def token_label(name: str, unix_user: str) -> str:
+    """How listings name a token and its jobs: its Unix user and its name,
+    "alice (token laptop)", "svc (token ci)" ("token NAME" for one that
+    names no Unix user: a worker token). A local user of the socket is its
+    login name alone; a label with a space is never a Unix user name
+    (valid_unix_user), so the two kinds cannot be mistaken for each other."""
+    return f"{unix_user} (token {name})" if unix_user else f"token {name}"
 
 
 JOB_NAME_MAX = 128
@@ -378,8 +472,11 @@ class Job:
     devices it got, in the order chosen (the job's RC_DEVICES), and
     `device_id` is the first of them (RC_DEVICE). Durations are whole
     seconds, 0 meaning "none" (or, for max_runtime, the devices' ceiling).
-    `unix_user` is the Unix user it runs as (its submitter's token's, or
-    under --as the target's), recorded at submit. `requeue_on_hardware`:
+    `submitter` is its display label (who submitted it, for people:
+    "alice", "alice (token laptop)"), `owner` the Principal that owns it
+    (str form: who may read its logs, kill it, attach to it), and
+    `unix_user` the Unix user it runs as (its owner's, recorded at submit:
+    the account fair share and the per-user limits count it against). `requeue_on_hardware`:
     whether a hardware failure puts it back in the queue (README "GPU
     health"); `restart_count` how many times it was (0..RESTARTS_MAX, its
     RC_RESTART_COUNT); `excluded_device_ids` the devices it must not be
@@ -418,6 +515,7 @@ class Job:
     requeue_on_hardware: bool = True
     restart_count: int = 0
     excluded_device_ids: tuple[str, ...] = ()
+    owner: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -501,6 +599,8 @@ class Token:
     `host` is the host a worker token is bound to ("" until its first
     registration, and always "" for other roles). `unix_user` is the Unix
     user the jobs of a user or admin token run as ("" for a worker token).
+    `id` is its tokens.id: the token is the principal `token:<id>`, which
+    owns its jobs (a token made again under the same name has another id).
     """
 
     name: str
@@ -511,3 +611,4 @@ class Token:
     revoked_at: float | None = None
     host: str = ""
     unix_user: str = ""
+    id: int = 0

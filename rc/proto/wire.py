@@ -883,12 +883,17 @@ class StateResponse:
 @dataclass(frozen=True, slots=True)
 class WhoAmI:
     """GET /v1/whoami: the caller's token name and role (never the secret),
-    a worker token's bound host, and the Unix user its jobs run as."""
+    a worker token's bound host, and the Unix user its jobs run as; who it
+    is, `principal` (rc.proto.model.Principal: `token:<id>` or `uid:<uid>`,
+    what a job's `owner` is compared with), and its display `label`
+    ("alice", "alice (token laptop)")."""
 
     name: str
     role: Role
     host: str = ""
     unix_user: str = ""
+    principal: str = ""
+    label: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,13 +30,22 @@ from rc.proto.wire import (
     WhoAmI,
 )
 
-__all__ = ["create_token", "events", "list_tokens", "revoke_token", "token_unix_user", "whoami"]
+__all__ = [
+    "create_token",
+    "events",
+    "list_tokens",
+    "revoke_token",
+    "rotate_token",
+    "token_unix_user",
+    "whoami",
+]
 
 
 async def whoami(request: Request):
-    """GET /v1/whoami: the caller's token name and role."""
+    """GET /v1/whoami: the caller's token name and role, and who it is: its
+    principal and display label."""
     who = caller(request)
-    return reply(WhoAmI(who.name, who.role, who.host, who.unix_user))
+    return reply(WhoAmI(who.name, who.role, who.host, who.unix_user, who.principal, who.label))
 
 
 async def create_token(request: Request):
@@ -56,7 +65,7 @@ async def create_token(request: Request):
     secret = new_secret()
     expires = c.clock() + req.expires_in_seconds if req.expires_in_seconds else None
     row = await c.db.write(
-        tokens.create, req.name, req.role, hash_secret(secret), who.name, expires, unix_user
+        tokens.create, req.name, req.role, hash_secret(secret), who.label, expires, unix_user
     )
     c.tokens.put(row)
     return reply(TokenCreated(rows.token(row), secret), 201)
@@ -65,7 +74,7 @@ async def create_token(request: Request):
 def token_unix_user(name: str, role: Role, unix_user: str) -> str:
     """Whom a new token's jobs run as: `unix_user` when given, else the
     token's own name; "" for a worker token. 400 bad_request when that is
-    not a portable Unix user name, when a worker token is given one, and
+    not a Unix user name (valid_unix_user), when a worker token is given one, and
     for root unless it was given explicitly (`--unix-user root`)."""
     if role is Role.WORKER:
         if unix_user:
@@ -78,8 +87,8 @@ def token_unix_user(name: str, role: Role, unix_user: str) -> str:
         said = f"unix_user {chosen[:40]!r}" if unix_user else f"token name {chosen!r}"
         raise Refused(
             ErrorCode.BAD_REQUEST,
-            f"{said} is not a Unix user name (a lower-case letter or '_', then lower-case "
-            "letters, digits, '_' or '-'; at most 32): "
+            f"{said} is not a Unix user name (no whitespace, control characters, '/', ':' "
+            "or ','; not starting with '-', '+' or '~'; not digits only; at most 32 bytes): "
             + (
                 "give the user's login name"
                 if unix_user
@@ -102,15 +111,32 @@ async def list_tokens(request: Request):
     return reply(TokenList(tuple(found)))
 
 
+async def rotate_token(request: Request):
+    """POST /v1/tokens/{name}/rotate (admin): a new secret for a live token,
+    the only response carrying it; the old secret stops working at once and
+    the token stays the same principal, its jobs its own (rc up re-keys the
+    client config's token so)."""
+    c = ctl(request)
+    who = caller(request)
+    secret = new_secret()
+    old_hash, row = await c.db.write(
+        tokens.rotate, request.path_params["name"], hash_secret(secret), who.label
+    )
+    c.tokens.drop(old_hash)
+    c.tokens.put(row)
+    return reply(TokenCreated(rows.token(row), secret))
+
+
 async def revoke_token(request: Request):
     """DELETE /v1/tokens/{name}?keep_jobs=BOOL (admin): the token stops
-    working at once; its name's queued jobs and holds are cancelled ("token
-    revoked") unless keep_jobs=true. Running ones go on."""
+    working at once; the queued jobs and holds it owns (its principal, never
+    a name's) are cancelled ("token revoked") unless keep_jobs=true.
+    Running ones go on."""
     c = ctl(request)
     who = caller(request)
     name = request.path_params["name"]
     keep = query_bool(request, "keep_jobs", False)
-    secret_hash, cancelled = await c.db.write(tokens.revoke, name, who.name, keep)
+    secret_hash, cancelled = await c.db.write(tokens.revoke, name, who.label, keep)
     c.tokens.drop(secret_hash)
     message = f"revoked token {name!r}"
     if cancelled:

@@ -41,7 +41,7 @@ async def describe(request: Request):
     c = ctl(request)
     who = caller(request)
     info = await c.db.read(views.describe, request.path_params["device_id"])
-    recent = tuple(views.for_caller(j, who.name, who.admin) for j in info.recent_jobs)
+    recent = tuple(views.for_caller(j, who) for j in info.recent_jobs)
     return reply(dataclasses.replace(info, recent_jobs=recent))
 
 
@@ -63,8 +63,8 @@ async def state(request: Request):
     return reply(
         dataclasses.replace(
             st,
-            jobs=tuple(views.for_caller(j, who.name, who.admin) for j in st.jobs),
-            queued=tuple(views.for_caller(j, who.name, who.admin) for j in st.queued),
+            jobs=tuple(views.for_caller(j, who) for j in st.jobs),
+            queued=tuple(views.for_caller(j, who) for j in st.queued),
             holds_idle={
                 str(w.hold_id): c.idle_state(w.hold_id, w.started_at, w.timeout) for w in watched
             },

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import hashlib
+import pwd
 import time
 
 import orjson
@@ -41,10 +42,12 @@ from rc.proto.model import (
     PRIORITY_MIN,
     JobKind,
     JobState,
+    Principal,
     Stdio,
     parse_after,
     valid_env_name,
     valid_job_name,
+    valid_unix_user,
 )
 from rc.proto.wire import (
     KILL_MANY_MAX,
@@ -94,7 +97,11 @@ def validate_submit(
     devices than that could never start, so it is refused (400
     limit_exceeded). `max_user_priority` is the priority policy (rc serve
     --max-user-priority): a caller who is not an admin asking for more is
-    refused (400 priority_not_allowed); admins may ask up to PRIORITY_MAX."""
+    refused (400 priority_not_allowed); admins may ask up to PRIORITY_MAX.
+
+    The job is owned by the caller's principal and runs as its Unix user;
+    under `as_user` (admins only, 403 otherwise) by the target's
+    (_as_target), the admin's label kept as its `actor`."""
     bad = Refused
     if req.device_id and req.device_ids:
         raise bad(ErrorCode.BAD_REQUEST, "give device_id or device_ids, not both")
@@ -105,19 +112,15 @@ def validate_submit(
             "give exactly one of a selector and pinned devices (device_id or device_ids)",
         )
     count = _checked_count(req.count, pins, cap)
-    submitter = who.name
-    unix_user: str | None = who.unix_user or who.name
+    owner, submitter, unix_user = who.principal, who.label, who.unix_user
+    actor = as_token = ""
     if req.as_user:
         if not who.admin:
             raise Refused(ErrorCode.FORBIDDEN, "only an admin may submit as someone else")
-        if not TOKEN_NAME_RE.fullmatch(req.as_user):
-            raise bad(
-                ErrorCode.BAD_REQUEST,
-                f"as_user {req.as_user[:40]!r} is not a valid name "
-                "(letters, digits, '.', '_', '@', '-'; at most 64)",
-            )
-        submitter = req.as_user
-        unix_user = None  # the target's: jobs.enqueue looks it up
+        owner, submitter, unix_user, as_token = _as_target(req.as_user)
+        actor = who.label
+    if not owner and not as_token:
+        raise Refused(ErrorCode.FORBIDDEN, f"{who.name!r} is no principal that can own a job")
     for what, text in (
         ("cwd", req.cwd),
         ("reason", req.reason),
@@ -242,12 +245,16 @@ def validate_submit(
     ):
         if canon[name] == default:  # a request from before these fields digests as it did
             del canon[name]
-    canon["submitter"] = submitter  # another user's key is a conflict, never their job
+    # a key is looked up among its owner's own jobs only (jobs.enqueue): the
+    # same key from another principal is another submission
     digest = hashlib.sha256(orjson.dumps(canon, option=orjson.OPT_SORT_KEYS)).hexdigest()
     return jobs.NewJob(
         kind=req.kind,
         submitter=submitter,
         token_name=who.name,
+        owner=owner,
+        actor=actor,
+        as_token=as_token,
         command=command,
         selector=sel,
         device_id=pins[0] if pins else "",
@@ -273,6 +280,40 @@ def validate_submit(
         hold_idle=hold_idle,
         requeue_on_hardware=req.requeue_on_hardware,
     )
+
+
+def _as_target(text: str) -> tuple[str, str, str, str]:
+    """Whom an admin submits `--as`: (owner, label, Unix user, token name).
+
+    `token:NAME`: the live token NAME (its principal, label and Unix user,
+    which jobs.enqueue looks up: the first three are then ""). Anything
+    else is a Unix user of the controller's host: it owns the job as
+    `uid:<uid>` (as if it had used the local socket) and the job runs as it.
+    400 bad_request for a name that is neither, naming it."""
+    kind, sep, name = text.partition(":")
+    if sep and kind == Principal.TOKEN:
+        if not TOKEN_NAME_RE.fullmatch(name):
+            raise Refused(
+                ErrorCode.BAD_REQUEST,
+                f"as_user {text[:50]!r}: {name[:40]!r} is not a token name "
+                "(letters, digits, '.', '_', '@', '-'; at most 64)",
+            )
+        return "", "", "", name
+    if not valid_unix_user(text):
+        raise Refused(
+            ErrorCode.BAD_REQUEST,
+            f"as_user {text[:40]!r} is not a Unix user name; to submit as an API token, "
+            "give token:NAME",
+        )
+    try:
+        entry = pwd.getpwnam(text)
+    except KeyError:
+        raise Refused(
+            ErrorCode.BAD_REQUEST,
+            f"as_user {text!r}: there is no Unix user {text!r} on the controller's host; "
+            f"to submit as the API token of that name, give token:{text}",
+        ) from None
+    return str(Principal.of_uid(entry.pw_uid)), entry.pw_name, entry.pw_name, ""
 
 
 def _checked_hold_idle(asked: int | None, who: Caller, lim: Limits) -> int:
@@ -419,7 +460,7 @@ async def submit(request: Request):
     req = await json_body(request, c.cfg.limits.body_bytes)
     new = validate_submit(req, who, c.cfg.limits, c.policy.cap, c.cfg.max_user_priority)
     if c.policy.shares is not None:
-        c.policy.shares.note_submitter(new.submitter)
+        c.policy.shares.note_submitter(new.unix_user or "")
     job_id, created = await c.db.write(jobs.enqueue, new, c.match_cache)
     try:
         view = await c.job_view(job_id)
@@ -442,7 +483,7 @@ async def submit(request: Request):
 
 def _visible(view, who):
     """A JobView as the caller may see it (views.for_caller)."""
-    return dataclasses.replace(view, job=views.for_caller(view.job, who.name, who.admin))
+    return dataclasses.replace(view, job=views.for_caller(view.job, who))
 
 
 def _no_device(req: SubmitRequest):
@@ -525,17 +566,19 @@ LIST_MAX = 1000
 
 def job_filter(request: Request, who: Caller) -> jobs.Filter:
     """The filters of GET /v1/jobs (and of a kill by filter) from the query:
-    device, submitter, mine (the caller's own; not with another submitter),
-    array (an array's id),
+    device, user (the Unix user the jobs run as: the person; `submitter`
+    is its older name), mine (the caller's own: owned by its principal; not
+    with user), array (an array's id),
     state (comma list), name (a GLOB: * ? [..], at most JOB_NAME_MAX
     characters), since (seconds since the epoch), before (an id). 400
     bad_request naming a bad one."""
     q = request.query_params
-    submitter = q.get("submitter", "")
+    user = q.get("user", "") or q.get("submitter", "")
+    owner = ""
     if query_bool(request, "mine", False):
-        if submitter and submitter != who.name:
-            raise Refused(ErrorCode.BAD_REQUEST, "give mine or another submitter, not both")
-        submitter = who.name
+        if user:
+            raise Refused(ErrorCode.BAD_REQUEST, "give mine or a user, not both")
+        owner = who.principal or "-"  # "-": a caller that owns nothing matches nothing
     states = tuple(s for s in q.get("state", "").split(",") if s)
     known = {s.value for s in JobState}
     for s in states:
@@ -563,7 +606,8 @@ def job_filter(request: Request, who: Caller) -> jobs.Filter:
             )
     return jobs.Filter(
         device=q.get("device", ""),
-        submitter=submitter,
+        user=user,
+        owner=owner,
         states=states,
         name=name,
         since=since,
@@ -573,7 +617,7 @@ def job_filter(request: Request, who: Caller) -> jobs.Filter:
 
 
 async def list_jobs(request: Request):
-    """GET /v1/jobs?limit=&device=&submitter=&mine=&state=&name=&since=&before=:
+    """GET /v1/jobs?limit=&device=&user=&mine=&state=&name=&since=&before=:
     newest first, keyset-paged by `before` (JobList.next_before)."""
     c = ctl(request)
     who = caller(request)
@@ -582,7 +626,7 @@ async def list_jobs(request: Request):
     # nothing after it names no next page)
     found = await c.db.read(jobs.listing, job_filter(request, who), limit + 1)
     found, more = found[:limit], found[limit - 1].id if len(found) > limit else 0
-    return reply(JobList(tuple(views.for_caller(j, who.name, who.admin) for j in found), more))
+    return reply(JobList(tuple(views.for_caller(j, who) for j in found), more))
 
 
 async def kill(request: Request):
@@ -592,17 +636,12 @@ async def kill(request: Request):
     job_id = path_int(request)
     req = await json_body(request, c.cfg.limits.body_bytes, empty_ok=True)
     row = await c.db.read(jobs.brief, job_id)
-    if (
-        row is not None
-        and row["state"] == JobState.LOST
-        and (who.admin or row["submitter"] == who.name)
-    ):
+    if row is not None and row["state"] == JobState.LOST and who.owns(row["owner"]):
         return reply({"ok": True, "message": await _end_remains(c, job_id, row["device_id"])})
     what = await c.db.write(
         jobs.kill,
         job_id,
-        who.name,
-        who.admin,
+        who,
         free_text("the kill reason", req.reason, c.cfg.limits.text_bytes),
         c.thresholds.retain,
     )
@@ -626,18 +665,13 @@ async def kill_many(request: Request):
     reason = free_text("the kill reason", req.reason, c.cfg.limits.text_bytes)
     ids = tuple(dict.fromkeys(req.ids))
     rows = await c.db.read(jobs.briefs, ids)
-    lost = {
-        i
-        for i, r in rows.items()
-        if r["state"] == JobState.LOST and (who.admin or r["submitter"] == who.name)
-    }
+    lost = {i for i, r in rows.items() if r["state"] == JobState.LOST and who.owns(r["owner"])}
     done = {
         o.job_id: o
         for o in await c.db.write(
             jobs.kill_many,
             tuple(i for i in ids if i not in lost),
-            who.name,
-            who.admin,
+            who,
             reason,
             c.thresholds.retain,
         )
@@ -671,7 +705,7 @@ async def extend(request: Request):
     if not 1 <= req.seconds <= MAX_SECONDS:
         raise Refused(ErrorCode.BAD_REQUEST, "seconds must be from 1 to 100 years")
     ttl = await c.db.write(
-        jobs.extend, job_id, who.name, who.admin, req.seconds, c.policy.lease_grace, c.match_cache
+        jobs.extend, job_id, who, req.seconds, c.policy.lease_grace, c.match_cache
     )
     return reply(ExtendResult(job_id, ttl))
 
@@ -715,7 +749,7 @@ async def read_logs(request: Request):
     row = await c.db.read(jobs.brief, job_id)
     if row is None:
         raise Refused(ErrorCode.NOT_FOUND, f"no job {job_id}")
-    if not who.admin and row["submitter"] != who.name:
+    if not who.owns(row["owner"]):
         raise Refused(
             ErrorCode.NOT_JOB_OWNER,
             f"job {job_id} belongs to {row['submitter']}; only its owner "

@@ -48,11 +48,13 @@ dropped while the sender notices (so the server never stalls on it)."""
 SESSION_STATES = ("running", "ended")
 
 
-def _owner_check(who: Caller, owner: str, what: str) -> None:
-    if not who.admin and who.name != owner:
+def _owner_check(who: Caller, owner: str, label: str, what: str) -> None:
+    """403 not_job_owner unless `who` owns (Caller.owns) what the principal
+    `owner` owns; `label` names that owner in the refusal."""
+    if not who.owns(owner):
         raise Refused(
             ErrorCode.NOT_JOB_OWNER,
-            f"{what} belongs to {owner}; only its owner or an admin may attach to it",
+            f"{what} belongs to {label}; only its owner or an admin may attach to it",
         )
 
 
@@ -71,7 +73,7 @@ async def _job_session(request: Request, who: Caller, side: str) -> Session:
         raise Refused(ErrorCode.NOT_FOUND, f"no job {job_id}")
     what = f"job {job_id}"
     if side == "client":
-        _owner_check(who, row["submitter"], what)
+        _owner_check(who, row["owner"], row["submitter"], what)
     else:
         _worker_check(who, row["worker_id"], what)
     stdio = Stdio(row["stdio"])
@@ -88,7 +90,7 @@ async def _job_session(request: Request, who: Caller, side: str) -> Session:
         if side == "client" and live is not None:
             return live
         raise Refused(ErrorCode.SESSION_ENDED, f"{what} has ended ({row['state']})")
-    return c.relay.for_job(job_id, row["submitter"], row["worker_id"], stdio)
+    return c.relay.for_job(job_id, row["owner"], row["worker_id"], stdio, row["submitter"])
 
 
 def _hold_session(request: Request) -> Session:
@@ -122,7 +124,7 @@ class Half:
             s = _hold_session(request)
             what = f"session {s.key[1]} of hold {s.key[0]}"
             if self.side == "client":
-                _owner_check(who, s.owner, what)
+                _owner_check(who, s.owner, s.label, what)
             else:
                 _worker_check(who, s.worker, what)
         else:
@@ -317,7 +319,7 @@ async def open_session(request: Request):
     if row is None:
         raise Refused(ErrorCode.NOT_FOUND, f"no job {hold_id}")
     is_hold = row["kind"] == JobKind.HOLD
-    _owner_check(who, row["submitter"], f"{'hold' if is_hold else 'job'} {hold_id}")
+    _owner_check(who, row["owner"], row["submitter"], f"{'hold' if is_hold else 'job'} {hold_id}")
     if not is_hold:
         raise Refused(
             ErrorCode.NOT_A_HOLD,
@@ -340,7 +342,9 @@ async def open_session(request: Request):
     else:
         # the same checks as a job's command, cwd and environment
         _check_command(req, row, who, c.cfg.limits)
-    s = c.relay.open_in_hold(hold_id, rows.devices_of(row), row["worker_id"], row["submitter"], req)
+    s = c.relay.open_in_hold(
+        hold_id, rows.devices_of(row), row["worker_id"], row["owner"], req, row["submitter"]
+    )
     await c.db.write(usage.session_opened, hold_id)  # the ledger's idle hold hours
     return reply(s.view(), 201)
 
@@ -376,7 +380,7 @@ async def get_session(request: Request):
     c = ctl(request)
     who = caller(request)
     s = _hold_session(request)
-    _owner_check(who, s.owner, f"session {s.key[1]} of hold {s.key[0]}")
+    _owner_check(who, s.owner, s.label, f"session {s.key[1]} of hold {s.key[0]}")
     wait = query_float(request, "wait", 0.0, 0.0, 60.0)
     seen = request.query_params.get("state", "")
     deadline = time.monotonic() + wait

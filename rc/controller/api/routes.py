@@ -237,8 +237,9 @@ ROUTES: tuple[Endpoint, ...] = (
         params=(
             Param("limit", "integer", "1..1000 (default 20)"),
             Param("device", "string", "only jobs with this device among theirs"),
-            Param("submitter", "string", "only this submitter"),
-            Param("mine", "boolean", "only the caller's own jobs"),
+            Param("user", "string", "only jobs run as this Unix user (the person)"),
+            Param("submitter", "string", "the older name of user"),
+            Param("mine", "boolean", "only the jobs the caller owns (its principal)"),
             Param("state", "string", "only these states (a comma list)"),
             Param("name", "string", "only names matching this GLOB (* ? [..])"),
             Param("since", "number", "only jobs submitted at or after (seconds since the epoch)"),
@@ -481,6 +482,16 @@ ROUTES: tuple[Endpoint, ...] = (
         ADMIN,
         "Tokens without their secrets (admin)",
         wire.TokenList,
+    ),
+    Endpoint(
+        "POST",
+        "/v1/tokens/{name}/rotate",
+        admin.rotate_token,
+        ADMIN,
+        "A new secret for a token (admin): the old one stops working, the token keeps its "
+        "jobs (the same principal); the only response carrying the new secret",
+        wire.TokenCreated,
+        errors=(E.NOT_FOUND,),
     ),
     Endpoint(
         "DELETE",

@@ -13,6 +13,7 @@ from rc.controller.errors import Refused
 from rc.controller.store import usage
 from rc.proto.duration import DurationError, parse_duration
 from rc.proto.errors import ErrorCode
+from rc.proto.model import valid_unix_user
 from rc.proto.wire import ShareList, ShareView
 
 __all__ = [
@@ -49,9 +50,16 @@ def since_of(text: str | None) -> float:
     return seconds
 
 
+def _account(name: str) -> bool:
+    """Whether `name` may name an account of the ledger and fair share: a
+    Unix user name (what jobs are counted to), or a token's name (weights
+    set before schema 10 were set by submitter name)."""
+    return valid_unix_user(name) or bool(TOKEN_NAME_RE.fullmatch(name))
+
+
 def _user_param(request: Request) -> str:
     name = request.query_params.get("user", "")
-    if name and not TOKEN_NAME_RE.fullmatch(name):
+    if name and not _account(name):
         raise Refused(ErrorCode.BAD_REQUEST, f"user {name[:40]!r} is not a valid name")
     return name
 
@@ -103,7 +111,7 @@ async def set_share(request: Request):
     c = ctl(request)
     caller(request)
     user = request.path_params["user"]
-    if not TOKEN_NAME_RE.fullmatch(user):
+    if not _account(user):
         raise Refused(ErrorCode.BAD_REQUEST, f"user {user[:40]!r} is not a valid name")
     req = await json_body(request, c.cfg.limits.body_bytes)
     await c.db.write(usage.set_weight, user, req.weight)

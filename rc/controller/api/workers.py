@@ -180,7 +180,7 @@ async def register(request: Request):
         if row is None:  # revoked meanwhile
             raise Refused(ErrorCode.UNAUTHORIZED, "unknown or revoked token")
         c.tokens.put(row)
-        who = Caller(who.token_id, who.name, who.role, row["host"], who.expires_at)
+        who = dataclasses.replace(who, host=row["host"])
     _bound(request, who, req.host)
     # A (re)registering worker supersedes every poll parked before it: the
     # poll of a predecessor killed with -9 stays parked until its connection

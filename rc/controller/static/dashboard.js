@@ -190,7 +190,7 @@
   // "killed by NAME[ (admin)][: WHY]" reads "WHY (by NAME)", the worker's
   // fixed reasons are reworded, anything else is shown as it is. A browser
   // test (tests/test_dashboard.py) holds the two to the same words.
-  const KILLED_BY = /^killed by ([^\s:]+)( \(admin\))?(?:: ([\s\S]*))?$/;
+  const KILLED_BY = /^killed by ([^\s:]+(?: \(token [^\s:()]+\))?)( \(admin\))?(?:: ([\s\S]*))?$/;
   const REWORDED = [
     [/^idle: no output for (\S+)$/, (m) => `no output for ${m[1]} (idle timeout)`],
     [/^max_runtime exceeded \(([^)]*)\)$/, (m) => `ran past its max runtime of ${m[1]}`],
@@ -281,12 +281,23 @@
     return out;
   }
 
-  function isMine(name) { return S.me && name && name === S.me.name; }
+  // A label ("alice", "alice (token laptop)") is for people; whether a job
+  // is the viewer's is its owner, a principal (token:ID, uid:N), compared
+  // with the viewer's (a controller from before principals: by label).
+  function isMine(name) { return S.me && name && name === (S.me.label || S.me.name); }
+  function ownsJob(j) {
+    if (!S.me) return false;
+    return j.owner && S.me.principal ? j.owner === S.me.principal : isMine(j.submitter);
+  }
 
   function youBadge(name) { return isMine(name) ? h("span", { class: "you" }, "you") : null; }
+  function youJob(j) { return ownsJob(j) ? h("span", { class: "you" }, "you") : null; }
 
-  // The Unix user a job runs as, where it differs from its submitter.
-  function asUser(j) { return j.unix_user && j.unix_user !== j.submitter ? ` (as ${j.unix_user})` : ""; }
+  // The Unix user a job runs as, where its submitter's label does not say it.
+  function asUser(j) {
+    const u = j.unix_user;
+    return u && u !== j.submitter && !j.submitter.startsWith(`${u} (token `) ? ` (as ${u})` : "";
+  }
 
   function allDevices() { return S.snap ? S.snap.devices : []; }
 
@@ -506,7 +517,7 @@
     const item = h("div", { class: "item", "data-job": j.id },
       h("div", { class: "item-top" },
         h("span", { class: "jid" }, jobLabel(j)),
-        h("span", { class: "grow" }, h("b", null, j.submitter), asUser(j), youBadge(j.submitter), ` · ${jobTarget(j)}`),
+        h("span", { class: "grow" }, h("b", null, j.submitter), asUser(j), youJob(j), ` · ${jobTarget(j)}`),
         ticking("span", "num", () => `waiting ${dur(waitedOf(j))}`)),
       h("div", { class: "item-sub" },
         pos ? `${ordinal(pos)} in line` : "in line",
@@ -532,7 +543,7 @@
     const item = h("div", { class: "item", "data-job": j.id },
       h("div", { class: "item-top" },
         h("span", { class: "jid" }, jobLabel(j)),
-        h("span", { class: "grow" }, h("b", null, j.submitter), asUser(j), youBadge(j.submitter), ` on ${devs(j)}`),
+        h("span", { class: "grow" }, h("b", null, j.submitter), asUser(j), youJob(j), ` on ${devs(j)}`),
         v && v.elapsed_seconds !== null ? ticking("span", "num", () => dur(v.elapsed_seconds + sinceFetch())) : h("span", { class: `js js-${j.state}` }, JOB_WORDS[j.state])),
       h("div", { class: "item-sub" }, j.kind === "hold" ? jobWhat(j) : h("span", { class: "mono" }, jobWhat(j))));
     return clickable(item, () => openJob(j.id));
@@ -566,7 +577,7 @@
       h("div", { class: "item-top" },
         h("span", { class: "jid" }, jobLabel(j)),
         h("span", { class: `js js-${j.state}` }, JOB_WORDS[j.state]),
-        h("span", { class: "grow" }, h("b", null, j.submitter), asUser(j), youBadge(j.submitter), j.device_id ? ` · ${devs(j)}` : ""),
+        h("span", { class: "grow" }, h("b", null, j.submitter), asUser(j), youJob(j), j.device_id ? ` · ${devs(j)}` : ""),
         ticking("span", "num", () => recentWhen(j))),
       h("div", { class: "item-sub" }, outcome(j), took ? ` · ran ${took}` : ""));
     return clickable(item, () => openJob(j.id));
@@ -579,7 +590,7 @@
 
   function renderMine() {
     if (!S.me) return;
-    const mine = (j) => j.submitter === S.me.name;
+    const mine = ownsJob;
     const items = [];
     for (const j of S.snap.jobs.filter(mine)) {
       const v = allDevices().find((x) => x.job_id === j.id);
@@ -952,7 +963,7 @@
     out.push(box);
     const waited = j.started_at ? j.started_at - j.submitted_at : null;
     out.push(kv([
-      ["Submitter", h("span", null, j.submitter, asUser(j), youBadge(j.submitter))],
+      ["Submitter", h("span", null, j.submitter, asUser(j), youJob(j))],
       ["Kind", j.kind === "hold" ? `hold${j.reason ? `: ${j.reason}` : ""}` : (j.stdio ? `job (${j.stdio})` : "job")],
       j.device_id ? [(j.device_ids || []).length > 1 ? "Devices" : "Device",
         h("span", null, ...((j.device_ids && j.device_ids.length) ? j.device_ids : [j.device_id])
@@ -972,7 +983,7 @@
       j.cwd ? ["Directory", h("span", { class: "mono" }, j.cwd)] : null,
     ]));
     if (j.kind === "job") out.push(h("h3", null, "Command"), h("pre", { class: "cmdline" }, commandText(j.command)));
-    const mayKill = S.me && (S.me.role === "admin" || S.me.name === j.submitter);
+    const mayKill = S.me && (S.me.role === "admin" || ownsJob(j));
     if (mayKill && !TERMINAL.has(j.state)) {
       const verb = j.state === "queued" ? "Cancel" : (j.kind === "hold" ? "Release" : "Kill");
       out.push(h("div", { class: "actions" }, h("button", { class: "action warn", type: "button", "data-action": "kill", onclick: () => confirmAction({

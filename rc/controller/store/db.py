@@ -37,6 +37,7 @@ import orjson
 from rc.controller.errors import GuardFailed, NotLeader, StoreError
 from rc.controller.fairshare import decayed
 from rc.controller.planner import aged_priority
+from rc.controller.store.principals import owners_by_uid
 from rc.proto.model import Condition, JobState
 
 __all__ = [
@@ -123,8 +124,12 @@ MIGRATIONS: list[tuple[int, str]] = [
     (7, "0007_requeue.sql"),  # requeue after a hardware failure; job_requeued
     (8, "0008_leadership.sql"),  # the leadership lease of standby controllers (PG only)
     (9, "0009_queue_ask.sql"),  # the queue indexed by ask (positions) and by submitter
+    (10, "0010_principals.sql"),  # owners are principals; keys unique per owner
 ]
 SCHEMA_VERSION = 1 + len(MIGRATIONS)
+MIGRATION_STEPS: dict[int, Callable[..., Any]] = {10: owners_by_uid}
+"""Python run after a migration's SQL, in its transaction (version →
+fn(execute, mark)): what SQL cannot do (schema 10 asks the password database)."""
 
 
 class Tx:
@@ -285,15 +290,31 @@ def _migrate(conn: sqlite3.Connection, path: str) -> None:
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         conn.execute("COMMIT")
         return
-    for target, name in MIGRATIONS:
-        if target <= version:
-            continue
-        conn.execute("BEGIN IMMEDIATE")
-        for stmt in _statements(_resource("rc.controller.store.migrations", name)):
-            conn.execute(stmt)
-        conn.execute(f"PRAGMA user_version = {target}")
-        conn.execute("COMMIT")
-        log.info("migrated %s to schema version %d", path, target)
+    # foreign keys off around migrations (SQLite's recipe for making a table
+    # again: schema 10), checked before each commits
+    conn.execute("PRAGMA foreign_keys = OFF")
+    try:
+        for target, name in MIGRATIONS:
+            if target <= version:
+                continue
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                for stmt in _statements(_resource("rc.controller.store.migrations", name)):
+                    conn.execute(stmt)
+                step = MIGRATION_STEPS.get(target)
+                if step is not None:
+                    step(conn.execute, "?")
+                if (bad := conn.execute("PRAGMA foreign_key_check").fetchone()) is not None:
+                    raise StoreError(f"{path}: schema {target} broke a reference: {tuple(bad)}")
+                conn.execute(f"PRAGMA user_version = {target}")
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            log.info("migrated %s to schema version %d", path, target)
+    finally:
+        conn.execute("PRAGMA foreign_keys = ON")
 
 
 def _statements(script: str) -> list[str]:

@@ -8,9 +8,10 @@ code (rc.proto.errors).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from rc.controller import idle
+from rc.controller.auth import Caller
 from rc.controller.errors import Refused
 from rc.controller.planner import fits_ceiling, host_slot, not_run_here, runs_jobs_of
 from rc.controller.store import events, leases, rows
@@ -18,7 +19,15 @@ from rc.controller.store.db import Tx, dumps, loads
 from rc.controller.store.labels import MatchCache
 from rc.proto.duration import format_duration
 from rc.proto.errors import ErrorCode
-from rc.proto.model import RESTARTS_MAX, EventKind, Job, JobKind, JobState, valid_unix_user
+from rc.proto.model import (
+    RESTARTS_MAX,
+    EventKind,
+    Job,
+    JobKind,
+    JobState,
+    Principal,
+    token_label,
+)
 from rc.proto.wire import KillOutcome
 
 __all__ = [
@@ -57,9 +66,16 @@ class NewJob:
     list (one host, no duplicates; device_id its first) and count its length,
     or () and the number of devices a selector job asks for; digest is the
     sha256 of the canonical request, compared when an idempotency key is
-    reused. unix_user is whom it runs as; None (a submission --as someone)
-    means the target's: the Unix user of the live token of that name, else
-    the name itself.
+    reused (an owner's own keys only).
+
+    Who: `owner` is the principal that will own it (its stored form),
+    `submitter` its display label and `unix_user` the Unix user it runs as
+    (docs/design.md#identity-and-ownership); `token_name` is the name of
+    the caller that sent it. Under --as, `actor` is the acting admin's
+    label (a submitted_as event names both), and `as_token` the name of the
+    live token it is submitted as (`as_user: "token:NAME"`): owner, label
+    and Unix user are then that token's, looked up by enqueue (the three
+    fields given are ignored).
     """
 
     kind: JobKind
@@ -90,6 +106,9 @@ class NewJob:
     """A hold's idle timeout in seconds (0: off); None for a job."""
     after: tuple[tuple[int, str], ...] = ()
     requeue_on_hardware: bool = True
+    owner: str = ""
+    actor: str = ""
+    as_token: str = ""
 
 
 def enqueue(tx: Tx, job: NewJob, match_cache: MatchCache) -> tuple[int, bool]:
@@ -99,16 +118,20 @@ def enqueue(tx: Tx, job: NewJob, match_cache: MatchCache) -> tuple[int, bool]:
     in this transaction: the returned id is its first element's, which is
     the array's id.
 
-    Returns (job id, created). The same idempotency key with the same request
-    returns the existing job (created False); with a different request it is
-    409 idempotency_conflict. Refuses (400) an unknown pinned device, a
+    Returns (job id, created). The same idempotency key from the same owner
+    with the same request returns the existing job (created False); with a
+    different request it is 409 idempotency_conflict; another owner's key
+    is another owner's, never looked at. Refuses (400) --as a token that is
+    not live, a job that would run as nobody, an unknown pinned device, a
     selector matching no device now, or fewer than `count` devices on any one
     host (no_matching_device, naming the most one host has), a runtime above
     the ceiling of a pinned device or of too many candidates (never clamped:
-    runtime_above_ceiling); 429 queue_full past the per-user queued limit.
+    runtime_above_ceiling); 429 queue_full past the per-user queued limit
+    (counted by Unix user).
     """
+    job = _identity(tx, job)
     if job.idempotency_key is not None:
-        row = tx.one("job_by_idempotency_key", (job.idempotency_key,))
+        row = tx.one("job_by_idempotency_key", (job.owner, job.idempotency_key))
         if row is not None:
             if row["request_digest"] != job.digest:
                 raise Refused(
@@ -118,15 +141,15 @@ def enqueue(tx: Tx, job: NewJob, match_cache: MatchCache) -> tuple[int, bool]:
                 )
             return row["id"], False
     n = len(job.array_indices) or 1
-    if job.queued_limit and tx.scalar("count_queued_by", (job.submitter,)) + n > job.queued_limit:
+    unix_user = job.unix_user or ""
+    if job.queued_limit and tx.scalar("count_queued_by", (unix_user,)) + n > job.queued_limit:
         raise Refused(
             ErrorCode.QUEUE_FULL,
-            f"{job.submitter} already has {job.queued_limit} queued jobs (the per-user limit)"
+            f"{unix_user} already has {job.queued_limit} queued jobs (the per-user limit)"
             if n == 1
-            else f"{n} more queued jobs would pass {job.submitter}'s limit of "
+            else f"{n} more queued jobs would pass {unix_user}'s limit of "
             f"{job.queued_limit}; nothing was queued",
         )
-    unix_user = _unix_user(tx, job)
     deps = _resolve_deps(tx, job.after)
     max_runtime = job.max_runtime  # 0: inherit the ceiling where it lands (leases.assign)
     pins = job.device_ids or ((job.device_id,) if job.device_id else ())
@@ -146,13 +169,13 @@ def enqueue(tx: Tx, job: NewJob, match_cache: MatchCache) -> tuple[int, bool]:
     if deps:
         ids = range(job_id, job_id + (len(job.array_indices) or 1))
         tx.many("dep_insert", [(i, a, cond) for i in ids for a, cond in deps])
-    if job.token_name != job.submitter:  # an admin acting for someone: both names on record
+    if job.actor:  # an admin acting for someone: both on record
         events.record(
             tx,
             EventKind.SUBMITTED_AS,
             job_id=job_id,
-            actor=job.token_name,
-            text=f"{job.token_name} submitted job {job_id} as {job.submitter}",
+            actor=job.actor,
+            text=f"{job.actor} submitted job {job_id} as {job.submitter} ({job.owner})",
         )
     tx.schedule = True
     tx.notify("jobs", f"job:{job_id}")
@@ -224,6 +247,7 @@ def _fields(tx: Tx, job: NewJob, max_runtime: int, pins, unix_user: str, key: st
         job.name,
         int(job.requeue_on_hardware),
         max_runtime,
+        job.owner,
     )
 
 
@@ -244,7 +268,7 @@ def _insert_elements(
     )
     tx.exec(
         "array_insert",
-        (first, job.submitter, len(indices), job.array_cap, job.array_spec, tx.now),
+        (first, job.submitter, len(indices), job.array_cap, job.array_spec, tx.now, job.owner),
     )
 
 
@@ -311,30 +335,31 @@ def _per_host(device_ids) -> dict[str, list[str]]:
     return out
 
 
-def _unix_user(tx: Tx, job: NewJob) -> str:
-    """Whom a new job runs as (NewJob.unix_user). 400 bad_request when it
-    names nobody: a submission --as a name with no live token that is not
-    a Unix user name either, or a token that maps to no Unix user."""
-    if job.unix_user is not None:
-        found = job.unix_user
-    else:
-        row = tx.one("token_live_by_name", (job.submitter,))
-        found = row["unix_user"] if row is not None else None
-        if found is None:
-            if not valid_unix_user(job.submitter):
-                raise Refused(
-                    ErrorCode.BAD_REQUEST,
-                    f"{job.submitter!r} has no token and is not a Unix user name, so its "
-                    "jobs would run as nobody (create its token with --unix-user NAME)",
-                )
-            found = job.submitter
-    if not found:
+def _identity(tx: Tx, job: NewJob) -> NewJob:
+    """`job` with its owner, label and Unix user settled: under --as a
+    token (`as_token`) that live token's. 400 bad_request for --as a token
+    that is not live, or a job that would run as nobody (a token that maps
+    to no Unix user: a worker token)."""
+    if job.as_token:
+        row = tx.one("token_live_by_name", (job.as_token,))
+        if row is None:
+            raise Refused(
+                ErrorCode.BAD_REQUEST,
+                f"as_user token:{job.as_token}: there is no live token named {job.as_token!r}",
+            )
+        job = replace(
+            job,
+            owner=str(Principal.of_token(row["id"])),
+            submitter=token_label(row["name"], row["unix_user"]),
+            unix_user=row["unix_user"],
+        )
+    if not job.unix_user:
         raise Refused(
             ErrorCode.BAD_REQUEST,
-            f"token {job.submitter!r} names no Unix user to run its jobs as "
-            "(an admin creates it again with --unix-user NAME)",
+            f"{job.submitter} names no Unix user to run its jobs as "
+            "(an admin creates its token again with --unix-user NAME)",
         )
-    return found
+    return job
 
 
 def _someone_runs_it(tx: Tx, pool: tuple[str, ...], unix_user: str, target: str) -> None:
@@ -373,7 +398,7 @@ def withdraw_queued(tx: Tx, job_id: int) -> bool:
 
 
 def kill_many(
-    tx: Tx, ids: tuple[int, ...], caller: str, admin: bool, reason: str, retain: bool
+    tx: Tx, ids: tuple[int, ...], who: Caller, reason: str, retain: bool
 ) -> list[KillOutcome]:
     """kill() of each job of `ids`, in order, in this one transaction (rc kill
     of an array or a filter); a refusal of one is its outcome, not the
@@ -381,7 +406,7 @@ def kill_many(
     out = []
     for job_id in ids:
         try:
-            what = kill(tx, job_id, caller, admin, reason, retain)
+            what = kill(tx, job_id, who, reason, retain)
         except Refused as e:
             out.append(KillOutcome(job_id, False, e.message, e.code))
             continue
@@ -389,12 +414,10 @@ def kill_many(
     return out
 
 
-def kill(
-    tx: Tx, job_id: int, caller: str, admin: bool, reason: str = "", retain: bool = False
-) -> str:
-    """Kill or cancel a job for `caller`; returns what happened, in words.
+def kill(tx: Tx, job_id: int, who: Caller, reason: str = "", retain: bool = False) -> str:
+    """Kill or cancel a job for `who`; returns what happened, in words.
 
-    Only the submitter or an admin (403 not_job_owner otherwise). A queued job
+    Only its owner or an admin (Caller.owns; 403 not_job_owner otherwise). A queued job
     is cancelled now; an active one gets a kill request the worker picks up
     from its long poll. A terminal job: 409 not_cancellable. An admin killing
     someone else's job leaves a job_killed event naming both.
@@ -409,25 +432,23 @@ def kill(
     row = tx.one("job_brief", (job_id,))
     if row is None:
         raise Refused(ErrorCode.NOT_FOUND, f"no job {job_id}")
-    owner = row["submitter"]
-    if not admin and owner != caller:
+    owner = row["submitter"]  # its label, for words
+    if not who.owns(row["owner"]):
         raise Refused(
             ErrorCode.NOT_JOB_OWNER,
             f"hold {job_id} belongs to {owner}; only its owner or an admin may release it"
             if row["kind"] == "hold"
             else f"job {job_id} belongs to {owner}; only its owner or an admin may kill it",
         )
-    why = (
-        f"killed by {caller}"
-        if owner == caller or caller == "admin"
-        else f"killed by {caller} (admin)"
-    )
+    own = who.principal == row["owner"]
+    caller = who.label
+    why = f"killed by {caller}" if own else f"killed by {caller} (admin)"
     if reason:
         why += f": {reason}"
     state = JobState(row["state"])
     if state.terminal:
         raise Refused(ErrorCode.NOT_CANCELLABLE, f"job {job_id} already ended ({state.value})")
-    if owner != caller:
+    if not own:
         events.record(
             tx,
             EventKind.JOB_KILLED,
@@ -455,12 +476,10 @@ def kill(
     return "kill requested"
 
 
-def extend(
-    tx: Tx, job_id: int, caller: str, admin: bool, add: int, lease_grace: float, match_cache
-) -> int:
+def extend(tx: Tx, job_id: int, who: Caller, add: int, lease_grace: float, match_cache) -> int:
     """Add `add` seconds to a hold's ttl; returns the new ttl (seconds).
 
-    Only its submitter or an admin (403 not_job_owner); a job is 409
+    Only its owner or an admin (Caller.owns; 403 not_job_owner); a job is 409
     not_a_hold, an ended hold 409 not_cancellable. The new ttl must fit the
     lowest runtime ceiling of its devices (of the devices its selector
     matches, while queued unplaced): 400 runtime_above_ceiling naming it.
@@ -474,7 +493,7 @@ def extend(
         raise Refused(
             ErrorCode.NOT_A_HOLD, f"job {job_id} is not a hold; only a hold's ttl can be extended"
         )
-    if not admin and row["submitter"] != caller:
+    if not who.owns(row["owner"]):
         raise Refused(
             ErrorCode.NOT_JOB_OWNER,
             f"hold {job_id} belongs to {row['submitter']}; only its owner or an admin may "
@@ -766,9 +785,9 @@ def briefs(tx: Tx, ids: tuple[int, ...]) -> dict[int, object]:
 
 
 def brief(tx: Tx, job_id: int):
-    """A job's row with what access checks need (id, state, kind, submitter,
-    device_id, device_ids, worker_id, kill_requested, kill_reason, stdio,
-    submitted_at), or None."""
+    """A job's row with what access checks need (id, state, kind, submitter
+    (its label), owner (its principal), unix_user, device_id, device_ids,
+    worker_id, kill_requested, kill_reason, stdio, submitted_at), or None."""
     return tx.one("job_brief", (job_id,))
 
 
@@ -780,13 +799,15 @@ def state_of(tx: Tx, job_id: int) -> str | None:
 @dataclass(frozen=True, slots=True)
 class Filter:
     """Which jobs a listing (or a kill by filter) takes, each field empty
-    for "any": on `device` (among its devices), by `submitter`, in one of
+    for "any": on `device` (among its devices), run as Unix user `user`,
+    owned by the principal `owner`, in one of
     `states` (JobState values), with a name matching the GLOB `name`,
     submitted at or after `since` (seconds since the epoch), with an id below
     `before` (keyset paging), in the array `array` (its id)."""
 
     device: str = ""
-    submitter: str = ""
+    user: str = ""
+    owner: str = ""
     states: tuple[str, ...] = ()
     name: str = ""
     since: float = 0.0
@@ -798,7 +819,8 @@ def listing(tx: Tx, where: Filter, limit: int) -> list[Job]:
     """Jobs newest first, at most `limit`, those `where` takes."""
     params = {
         "device": where.device,
-        "submitter": where.submitter,
+        "user": where.user,
+        "owner": where.owner,
         "states": dumps(list(where.states)),
         "name": where.name,
         "since": where.since,

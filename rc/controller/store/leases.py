@@ -20,7 +20,8 @@ __all__ = ["assign", "release", "usage"]
 def assign(tx: Tx, job_id: int, device_ids: tuple[str, ...], policy: Policy) -> bool:
     """Give a queued job its devices (one host's, ready), all at once: job
     assigned to them (in this order: its RC_DEVICES), each device busy, one
-    lease per device.
+    lease per device, held by its Unix user (the account that the per-user
+    cap, fair share and the usage ledger count).
 
     A job with no runtime of its own inherits the lowest ceiling among its
     devices (README "Runtime ceilings"); its leases last that runtime plus
@@ -47,7 +48,7 @@ def assign(tx: Tx, job_id: int, device_ids: tuple[str, ...], policy: Policy) -> 
     for d in device_ids:
         tx.change(
             "lease_insert",
-            (d, job_id, job["submitter"], job["kind"], job["reason"], tx.now, tx.now + ttl),
+            (d, job_id, job["unix_user"], job["kind"], job["reason"], tx.now, tx.now + ttl),
         )
     tx.notify(f"worker:{worker}", f"job:{job_id}", "jobs", "devices")
     return True
@@ -67,5 +68,5 @@ def release(tx: Tx, job_id: int, *, guarded: bool = True) -> list[str]:
 
 
 def usage(tx: Tx) -> dict[str, int]:
-    """holder (a submitter) → how many devices they hold now (live leases)."""
+    """holder (a Unix user: the account) → how many devices it holds now (live leases)."""
     return {r["holder"]: r["n"] for r in tx.all("live_leases_per_holder")}

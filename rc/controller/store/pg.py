@@ -45,7 +45,8 @@ How to port (for whoever adds a query or a migration):
   parameter, not a new result column).
 - A schema change: migration NNNN_x.sql for SQLite as usual, and the same
   change in PostgreSQL's dialect as migrations/pg/NNNN_x.sql appended to
-  PG_MIGRATIONS (the same version number), and rc/store.pg.sql edited to
+  PG_MIGRATIONS (the same version number; a Python step in
+  db.MIGRATION_STEPS runs on both), and rc/store.pg.sql edited to
   match; tests/test_schema_pg.py checks fresh = oldest PG schema +
   migrations and that both schema files have the same tables, columns and
   CHECK lists. The PG line starts at version PG_BASELINE (the first
@@ -154,6 +155,7 @@ PG_MIGRATIONS: list[tuple[int, str]] = [
     (7, "0007_requeue.sql"),  # requeue after a hardware failure; job_requeued
     (8, "0008_leadership.sql"),  # the leadership lease (rc.controller.store.leader)
     (9, "0009_queue_ask.sql"),  # the queue indexed by ask (positions) and by submitter
+    (10, "0010_principals.sql"),  # owners are principals; keys unique per owner
 ]
 """(version, file) under rc/controller/store/migrations/pg/, after PG_BASELINE;
 the same numbers as db.MIGRATIONS."""
@@ -298,6 +300,9 @@ def migrate(conn: _Conn, where: str) -> None:
                 continue
             for stmt in pg_statements(_resource("rc.controller.store.migrations.pg", name)):
                 conn.execute(stmt)
+            step = db.MIGRATION_STEPS.get(target)
+            if step is not None:
+                step(conn.execute, "%s")
             conn.execute("UPDATE rc_schema SET version = %s", (target,))
             log.info("migrated %s to schema version %d", where, target)
         conn.execute("COMMIT")

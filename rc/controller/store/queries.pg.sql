@@ -26,13 +26,14 @@ WHERE id IN (SELECT value::bigint FROM jsonb_array_elements_text(?::jsonb) AS d 
   AND (state IN ('succeeded', 'failed', 'killed', 'lost') OR worker_id != ?)
 
 -- name: jobs_list
--- Jobs newest first, filtered by a device among theirs, submitter, states (a JSON array, '[]' for any), name (a GLOB, '' for any), submitted at or after :since (0: any) and an id below :before (0: no bound; keyset paging).
+-- Jobs newest first, filtered by a device among theirs, Unix user, owner (a principal), states (a JSON array, '[]' for any), name (a GLOB, '' for any), submitted at or after :since (0: any) and an id below :before (0: no bound; keyset paging).
 SELECT * FROM jobs
 WHERE (:device = '' OR device_id = :device
        OR EXISTS (SELECT 1 FROM jsonb_array_elements_text(jobs.device_ids::jsonb) AS d (value)
                   WHERE d.value = :device))
   AND (:states = '[]' OR state IN (SELECT value FROM jsonb_array_elements_text(:states::jsonb) AS s (value)))
-  AND (:submitter = '' OR submitter = :submitter)
+  AND (:user = '' OR unix_user = :user)
+  AND (:owner = '' OR owner = :owner)
   AND (:name = '' OR name ~ rc_glob(:name))
   AND (:array = 0 OR array_id = :array)
   AND (:since = 0 OR submitted_at >= :since)
@@ -111,15 +112,16 @@ WITH element AS (
     INSERT INTO jobs (id, kind, state, submitter, token_name, selector, device_id, command, cwd,
                       env, idempotency_key, request_digest, priority, max_runtime, idle_timeout,
                       reason, stdio, submitted_at, queued_at, count, device_ids, unix_user, name,
-                      requeue_on_hardware, runtime_asked, array_id, array_index, array_item)
-    VALUES (?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                      requeue_on_hardware, runtime_asked, owner, array_id, array_index,
+                      array_item)
+    VALUES (?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
     RETURNING id
 )
 SELECT setval(pg_get_serial_sequence('jobs', 'id'), id) FROM element
 
 -- name: queued_jobs_ordered
 -- The queue in scheduling order: effective priority (priority plus one step per
--- :aging seconds waited; :aging 0 turns aging off; minus the submitter's
+-- :aging seconds waited; :aging 0 turns aging off; minus its Unix user's
 -- fair-share adjustment in :adjust, a JSON object user → steps, '{}' for none), then
 -- submission order.
 SELECT j.id, j.submitter, j.priority, j.queued_at, j.selector, j.device_id, j.max_runtime,
@@ -128,7 +130,7 @@ SELECT j.id, j.submitter, j.priority, j.queued_at, j.selector, j.device_id, j.ma
        EXISTS (SELECT 1 FROM job_deps AS d JOIN jobs AS a ON a.id = d.after_id
                WHERE d.job_id = j.id AND NOT dep_met(d.condition, a.state)) AS blocked
 FROM jobs AS j LEFT JOIN arrays AS a ON a.id = j.array_id
-LEFT JOIN jsonb_each_text(:adjust::jsonb) AS f (key, value) ON f.key = j.submitter
+LEFT JOIN jsonb_each_text(:adjust::jsonb) AS f (key, value) ON f.key = j.unix_user
 WHERE j.state = 'queued'
 ORDER BY effective_priority(j.priority, j.queued_at, :now, :aging) - coalesce(f.value::bigint, 0) DESC,
          j.id
@@ -151,7 +153,7 @@ GROUP BY j.selector, j.device_ids, j.max_runtime, j.unix_user, j.excluded_device
 -- queue_ahead_by_ask under fair share (:adjust as in queued_jobs_ordered).
 SELECT j.selector, j.device_ids, j.max_runtime, j.unix_user, j.excluded_device_ids,
        count(*) AS n
-FROM jobs AS j LEFT JOIN jsonb_each_text(:adjust::jsonb) AS f (key, value) ON f.key = j.submitter
+FROM jobs AS j LEFT JOIN jsonb_each_text(:adjust::jsonb) AS f (key, value) ON f.key = j.unix_user
 WHERE j.state = 'queued' AND (
     effective_priority(j.priority, j.queued_at, :now, :aging) - coalesce(f.value::bigint, 0)
         > :eff
@@ -202,11 +204,11 @@ WHERE (l.released_at IS NULL OR l.released_at > :since) AND l.acquired_at < :now
   AND (:user = '' OR l.holder = :user)
 
 -- name: usage_waits
--- Jobs and holds granted devices in [:since, :now] (of submitter :user; '' for all):
--- when, on which first device, and how long they were queued.
-SELECT submitter, device_id, assigned_at, greatest(0.0, assigned_at - queued_at) AS wait
+-- Jobs and holds granted devices in [:since, :now] (run as Unix user :user; '' for
+-- all): whose, when, on which first device, and how long they were queued.
+SELECT unix_user, device_id, assigned_at, greatest(0.0, assigned_at - queued_at) AS wait
 FROM jobs
-WHERE assigned_at >= :since AND assigned_at <= :now AND (:user = '' OR submitter = :user)
+WHERE assigned_at >= :since AND assigned_at <= :now AND (:user = '' OR unix_user = :user)
 
 -- name: device_seconds_by_holder
 -- Each lease holder's device-seconds ever, leases still held counted up to :now.
@@ -236,16 +238,16 @@ FROM l JOIN jobs AS j ON j.id = l.job_id
 GROUP BY l.k, l.kind, j.state
 
 -- name: usage_wait_ranks
--- Per key (as usage_sums, by the job's submitter or first device), how many jobs
+-- Per key (as usage_sums, by the job's Unix user or first device), how many jobs
 -- and holds were granted devices in [:since, :now] and their nearest-rank 50th and
 -- 95th percentile wait: the rows ranked ceil(n / 2) and ceil(95 n / 100).
 WITH w AS (
-    SELECT CASE :by WHEN 'user' THEN submitter
+    SELECT CASE :by WHEN 'user' THEN unix_user
                     WHEN 'host' THEN substr(device_id, 1, greatest(strpos(device_id, ':') - 1, 0))
                     WHEN 'device' THEN device_id ELSE '' END AS k,
            greatest(0.0, assigned_at - queued_at) AS wait
     FROM jobs
-    WHERE assigned_at >= :since AND assigned_at <= :now AND (:user = '' OR submitter = :user)
+    WHERE assigned_at >= :since AND assigned_at <= :now AND (:user = '' OR unix_user = :user)
 ), r AS (
     SELECT k, wait, row_number() OVER (PARTITION BY k ORDER BY wait) AS i,
            count(*) OVER (PARTITION BY k) AS n
@@ -255,9 +257,9 @@ SELECT k, n, i, wait FROM r
 WHERE i = (n + 1) / 2 OR i = (95 * n + 99) / 100
 
 -- name: count_queued_by
--- How many jobs a submitter has queued (the per-user queued limit). PostgreSQL
--- has no INDEXED BY: its planner takes jobs_queued_by_submitter by itself.
-SELECT count(*) FROM jobs WHERE state = 'queued' AND submitter = ?
+-- How many jobs run as a Unix user are queued (the per-user queued limit).
+-- PostgreSQL has no INDEXED BY: its planner takes jobs_queued_by_user by itself.
+SELECT count(*) FROM jobs WHERE state = 'queued' AND unix_user = ?
 
 -- name: holds_idle_watched
 -- Running holds with an idle rule, not already asked to end: what the idle

@@ -11,8 +11,8 @@
 INSERT INTO jobs (kind, state, submitter, token_name, selector, device_id, command, cwd, env,
                   idempotency_key, request_digest, priority, max_runtime, idle_timeout, reason,
                   stdio, submitted_at, queued_at, count, device_ids, unix_user, name,
-                  requeue_on_hardware, runtime_asked)
-VALUES (?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                  requeue_on_hardware, runtime_asked, owner)
+VALUES (?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 RETURNING id
 
 -- name: job_insert_element
@@ -21,16 +21,17 @@ RETURNING id
 INSERT INTO jobs (id, kind, state, submitter, token_name, selector, device_id, command, cwd,
                   env, idempotency_key, request_digest, priority, max_runtime, idle_timeout,
                   reason, stdio, submitted_at, queued_at, count, device_ids, unix_user, name,
-                  requeue_on_hardware, runtime_asked, array_id, array_index, array_item)
-VALUES (?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                  requeue_on_hardware, runtime_asked, owner, array_id, array_index, array_item)
+VALUES (?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 
 -- name: job_set_array
 -- An array's first element joins its array (array id, index, item).
 UPDATE jobs SET array_id = ?, array_index = ?, array_item = ? WHERE id = ?
 
 -- name: array_insert
--- A new array: id (its first element's), submitter, size, cap, spec, submitted at.
-INSERT INTO arrays (id, submitter, size, max_running, spec, submitted_at) VALUES (?, ?, ?, ?, ?, ?)
+-- A new array: id (its first element's), submitter, size, cap, spec, submitted at, owner.
+INSERT INTO arrays (id, submitter, size, max_running, spec, submitted_at, owner)
+VALUES (?, ?, ?, ?, ?, ?, ?)
 
 -- name: array_get
 -- One array's row.
@@ -56,20 +57,21 @@ SELECT state FROM jobs WHERE id = ?
 
 -- name: job_brief
 -- What access checks and reports need of one job.
-SELECT id, state, kind, submitter, device_id, device_ids, worker_id, kill_requested, kill_reason,
-       stdio, submitted_at, selector, requeue_on_hardware, restart_count, excluded_device_ids
+SELECT id, state, kind, submitter, owner, unix_user, device_id, device_ids, worker_id,
+       kill_requested, kill_reason, stdio, submitted_at, selector, requeue_on_hardware,
+       restart_count, excluded_device_ids
 FROM jobs WHERE id = ?
 
 -- name: job_by_idempotency_key
--- The job an idempotency key was used for, with its request digest.
-SELECT id, request_digest FROM jobs WHERE idempotency_key = ?
+-- The job an owner (a principal) used an idempotency key for, with its request digest.
+SELECT id, request_digest FROM jobs WHERE owner = ? AND idempotency_key = ?
 
 -- name: count_queued_by
--- How many jobs a submitter has queued (the per-user queued limit), counted in
--- the partial index of queued jobs (without INDEXED BY, SQLite reads
--- jobs_by_submitter: every job the user ever had).
-SELECT count(*) FROM jobs INDEXED BY jobs_queued_by_submitter
-WHERE state = 'queued' AND submitter = ?
+-- How many jobs run as a Unix user are queued (the per-user queued limit),
+-- counted in the partial index of queued jobs (without INDEXED BY, SQLite
+-- reads jobs_by_user: every job the user ever had).
+SELECT count(*) FROM jobs INDEXED BY jobs_queued_by_user
+WHERE state = 'queued' AND unix_user = ?
 
 -- name: job_cancel_queued
 -- queued → killed with a reason (a cancel); no row when it was no longer queued.
@@ -144,9 +146,9 @@ WHERE id = ? AND state IN ('assigned', 'running')
 SELECT id, device_id, device_ids, kind, state FROM jobs
 WHERE worker_id = ? AND state IN ('assigned', 'running')
 
--- name: jobs_queued_of_name
--- Queued jobs submitted by a token name or as it (a revoke cancels them).
-SELECT id FROM jobs WHERE state = 'queued' AND (submitter = ? OR token_name = ?) ORDER BY id
+-- name: jobs_queued_of_owner
+-- Queued jobs a principal owns (a revoke of its token cancels them).
+SELECT id FROM jobs WHERE owner = ? AND state = 'queued' ORDER BY id
 
 -- name: jobs_queued_pinned_to
 -- Queued jobs that pin a device among others (a retire cancels them).
@@ -161,13 +163,15 @@ WHERE id IN (SELECT value FROM json_each(?))
   AND (state IN ('succeeded', 'failed', 'killed', 'lost') OR worker_id != ?)
 
 -- name: jobs_list
--- Jobs newest first, filtered by a device among theirs, submitter, states (a JSON
--- array, '[]' for any), name (a GLOB, '' for any), submitted at or after :since
--- (0: any) and an id below :before (0: no bound; keyset paging).
+-- Jobs newest first, filtered by a device among theirs, Unix user, owner (a
+-- principal), states (a JSON array, '[]' for any), name (a GLOB, '' for any),
+-- submitted at or after :since (0: any) and an id below :before (0: no bound;
+-- keyset paging).
 SELECT * FROM jobs
 WHERE (:device = '' OR device_id = :device
        OR EXISTS (SELECT 1 FROM json_each(jobs.device_ids) WHERE value = :device))
-  AND (:submitter = '' OR submitter = :submitter)
+  AND (:user = '' OR unix_user = :user)
+  AND (:owner = '' OR owner = :owner)
   AND (:states = '[]' OR state IN (SELECT value FROM json_each(:states)))
   AND (:name = '' OR name GLOB :name)
   AND (:array = 0 OR array_id = :array)
@@ -208,7 +212,7 @@ WHERE j.state = 'queued' ORDER BY j.priority DESC, j.id
 
 -- name: queued_jobs_ordered
 -- The queue in scheduling order: effective priority (priority plus one step per
--- :aging seconds waited; :aging 0 turns aging off; minus the submitter's
+-- :aging seconds waited; :aging 0 turns aging off; minus its Unix user's
 -- fair-share adjustment in :adjust, a JSON object user → steps, '{}' for none), then
 -- submission order.
 SELECT j.id, j.submitter, j.priority, j.queued_at, j.selector, j.device_id, j.max_runtime,
@@ -217,7 +221,7 @@ SELECT j.id, j.submitter, j.priority, j.queued_at, j.selector, j.device_id, j.ma
        EXISTS (SELECT 1 FROM job_deps AS d JOIN jobs AS a ON a.id = d.after_id
                WHERE d.job_id = j.id AND NOT dep_met(d.condition, a.state)) AS blocked
 FROM jobs AS j LEFT JOIN arrays AS a ON a.id = j.array_id
-LEFT JOIN json_each(:adjust) AS f ON f.key = j.submitter
+LEFT JOIN json_each(:adjust) AS f ON f.key = j.unix_user
 WHERE j.state = 'queued'
 ORDER BY effective_priority(j.priority, j.queued_at, :now, :aging) - coalesce(f.value, 0) DESC, j.id
 
@@ -287,10 +291,10 @@ GROUP BY j.selector, j.device_ids, j.max_runtime, j.unix_user, j.excluded_device
 
 -- name: queue_ahead_by_ask_adjusted
 -- queue_ahead_by_ask under fair share: each job's effective priority less its
--- submitter's adjustment (:adjust as in queued_jobs_ordered).
+-- Unix user's adjustment (:adjust as in queued_jobs_ordered).
 SELECT j.selector, j.device_ids, j.max_runtime, j.unix_user, j.excluded_device_ids,
        count(*) AS n
-FROM jobs AS j LEFT JOIN json_each(:adjust) AS f ON f.key = j.submitter
+FROM jobs AS j LEFT JOIN json_each(:adjust) AS f ON f.key = j.unix_user
 WHERE j.state = 'queued' AND (
     j.priority - coalesce(f.value, 0) + CASE WHEN :aging > 0
         THEN CAST(max(0.0, :now - j.queued_at) / :aging AS INTEGER) ELSE 0 END > :eff
@@ -350,7 +354,7 @@ DELETE FROM device_links WHERE host = ?1 AND (a = ?2 OR b = ?2)
 INSERT INTO device_links (host, a, b, link) VALUES (?, ?, ?, ?)
 
 -- name: live_leases_per_holder
--- Devices held now, per holder (the per-user cap).
+-- Devices held now, per holder (a Unix user: the per-user cap).
 SELECT holder, count(*) AS n FROM leases WHERE released_at IS NULL GROUP BY holder
 
 -- name: device_for_assign
@@ -359,7 +363,7 @@ SELECT id, state, draining, worker_id, max_runtime FROM devices WHERE id = ?
 
 -- name: job_for_assign
 -- What an assignment checks and copies of a job.
-SELECT id, state, kind, submitter, max_runtime, reason FROM jobs WHERE id = ?
+SELECT id, state, kind, unix_user, max_runtime, reason FROM jobs WHERE id = ?
 
 -- name: device_set_busy
 -- ready → busy; no row when it was no longer ready.
@@ -375,7 +379,8 @@ WHERE id = ?5 AND state = 'queued'
 -- ---------------------------------------------------------------- leases
 
 -- name: lease_insert
--- A live lease of a device for a job (the schema allows one per device).
+-- A live lease of a device for a job, held by its Unix user (the schema allows
+-- one per device).
 INSERT INTO leases (device_id, job_id, holder, kind, reason, acquired_at, expires_at)
 VALUES (?, ?, ?, ?, ?, ?, ?)
 
@@ -414,8 +419,8 @@ WHERE released_at IS NULL AND expires_at <= ?
 ORDER BY job_id
 
 -- name: leases_live
--- Every live lease, with its job's command and runtime.
-SELECT l.*, j.command AS command, j.max_runtime AS job_max_runtime
+-- Every live lease, with its job's command, runtime and display label.
+SELECT l.*, j.command AS command, j.max_runtime AS job_max_runtime, j.submitter AS label
 FROM leases AS l JOIN jobs AS j ON j.id = l.job_id
 WHERE l.released_at IS NULL
 
@@ -714,6 +719,11 @@ VALUES (?, ?, ?, ?, ?, ?, ?)
 -- Revoke the live token with this name; no row when there is none.
 UPDATE tokens SET revoked_at = ? WHERE name = ? AND revoked_at IS NULL
 
+-- name: token_rotate
+-- A new secret for the live token with this name (same id: the same
+-- principal); no row when there is none.
+UPDATE tokens SET secret_hash = ? WHERE name = ? AND revoked_at IS NULL
+
 -- name: token_bind_host
 -- Bind a worker token to its host at its first registration; no row when bound already.
 UPDATE tokens SET host = ? WHERE id = ? AND host = '' AND role = 'worker'
@@ -756,9 +766,9 @@ SELECT holder, sum(decayed_seconds(acquired_at, released_at, :now, :half_life)) 
 FROM leases WHERE released_at IS NULL OR released_at > :horizon
 GROUP BY holder
 
--- name: queued_submitters
--- Everyone with a job in the queue.
-SELECT DISTINCT submitter FROM jobs WHERE state = 'queued'
+-- name: queued_users
+-- Every Unix user with a job in the queue.
+SELECT DISTINCT unix_user FROM jobs WHERE state = 'queued'
 
 -- name: share_weights_all
 -- Every fair-share weight an admin set, by user.
@@ -784,11 +794,11 @@ WHERE (l.released_at IS NULL OR l.released_at > :since) AND l.acquired_at < :now
   AND (:user = '' OR l.holder = :user)
 
 -- name: usage_waits
--- Jobs and holds granted devices in [:since, :now] (of submitter :user; '' for all):
--- when, on which first device, and how long they were queued.
-SELECT submitter, device_id, assigned_at, max(0.0, assigned_at - queued_at) AS wait
+-- Jobs and holds granted devices in [:since, :now] (run as Unix user :user; '' for
+-- all): whose, when, on which first device, and how long they were queued.
+SELECT unix_user, device_id, assigned_at, max(0.0, assigned_at - queued_at) AS wait
 FROM jobs
-WHERE assigned_at >= :since AND assigned_at <= :now AND (:user = '' OR submitter = :user)
+WHERE assigned_at >= :since AND assigned_at <= :now AND (:user = '' OR unix_user = :user)
 
 -- name: hold_session_opened
 -- A session was opened in hold ?.
@@ -821,16 +831,16 @@ FROM l JOIN jobs AS j ON j.id = l.job_id
 GROUP BY l.k, l.kind, j.state
 
 -- name: usage_wait_ranks
--- Per key (as usage_sums, by the job's submitter or first device), how many jobs
+-- Per key (as usage_sums, by the job's Unix user or first device), how many jobs
 -- and holds were granted devices in [:since, :now] and their nearest-rank 50th and
 -- 95th percentile wait: the rows ranked ceil(n / 2) and ceil(95 n / 100).
 WITH w AS (
-    SELECT CASE :by WHEN 'user' THEN submitter
+    SELECT CASE :by WHEN 'user' THEN unix_user
                     WHEN 'host' THEN substr(device_id, 1, instr(device_id, ':') - 1)
                     WHEN 'device' THEN device_id ELSE '' END AS k,
            max(0.0, assigned_at - queued_at) AS wait
     FROM jobs
-    WHERE assigned_at >= :since AND assigned_at <= :now AND (:user = '' OR submitter = :user)
+    WHERE assigned_at >= :since AND assigned_at <= :now AND (:user = '' OR unix_user = :user)
 ), r AS (
     SELECT k, wait, row_number() OVER (PARTITION BY k ORDER BY wait) AS i,
            count(*) OVER (PARTITION BY k) AS n

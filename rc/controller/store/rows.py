@@ -66,6 +66,7 @@ def job(r: sqlite3.Row) -> Job:
         requeue_on_hardware=bool(r["requeue_on_hardware"]),
         restart_count=r["restart_count"],
         excluded_device_ids=tuple(loads(r["excluded_device_ids"])),
+        owner=r["owner"],
     )
 
 
@@ -116,4 +117,5 @@ def token(r: sqlite3.Row) -> Token:
         revoked_at=r["revoked_at"],
         host=r["host"],
         unix_user=r["unix_user"],
+        id=r["id"],
     )

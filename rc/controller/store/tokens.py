@@ -10,7 +10,7 @@ from rc.controller.errors import Refused
 from rc.controller.store import events, jobs, rows
 from rc.controller.store.db import Tx
 from rc.proto.errors import ErrorCode
-from rc.proto.model import EventKind, Role, Token
+from rc.proto.model import EventKind, Principal, Role, Token
 
 __all__ = [
     "REVOKED_REASON",
@@ -20,6 +20,7 @@ __all__ = [
     "listing",
     "live",
     "revoke",
+    "rotate",
 ]
 
 REVOKED_REASON = "token revoked"
@@ -55,9 +56,11 @@ def create(
 
 def revoke(tx: Tx, name: str, actor: str, keep_jobs: bool = False) -> tuple[str, list[int]]:
     """Revoke the live token with this name and, unless `keep_jobs`, cancel
-    the queued jobs and holds of that name: those it submitted and those an
-    admin submitted as it (--as), with kill reason REVOKED_REASON. Running
-    ones go on. Returns (the token's secret hash, the cancelled job ids).
+    the queued jobs and holds it owns (its principal, token:<id>: those it
+    submitted and those an admin submitted as it, `--as token:NAME`), with
+    kill reason REVOKED_REASON; never another principal's, whatever its
+    name (a local user called like the token keeps its jobs). Running ones
+    go on. Returns (the token's secret hash, the cancelled job ids).
     404 when there is no such token; 409 last_admin_token when it is the last
     live (unrevoked, unexpired) admin token, which would leave nobody able to
     administer the controller."""
@@ -84,7 +87,8 @@ def revoke(tx: Tx, name: str, actor: str, keep_jobs: bool = False) -> tuple[str,
         raise Refused(ErrorCode.NOT_FOUND, f"no live token named {name!r}")
     cancelled = []
     if not keep_jobs:
-        for row in tx.all("jobs_queued_of_name", (name, name)):
+        owner = str(Principal.of_token(target[0]["id"]))
+        for row in tx.all("jobs_queued_of_owner", (owner,)):
             if jobs.cancel_queued(tx, row["id"], REVOKED_REASON):
                 cancelled.append(row["id"])
     text = f"{actor} revoked token {name!r}"
@@ -95,6 +99,26 @@ def revoke(tx: Tx, name: str, actor: str, keep_jobs: bool = False) -> tuple[str,
     if cancelled:
         tx.schedule = True  # jobs that waited behind them may start
     return target[0]["secret_hash"], cancelled
+
+
+def rotate(tx: Tx, name: str, secret_hash: str, actor: str) -> tuple[str, object]:
+    """Give the live token `name` a new secret (`secret_hash`): the old
+    secret stops working at once, and the token keeps its id, so it stays
+    the same principal (token:<id>) and keeps its jobs, unlike a revoke and
+    a new token of that name, which would be a new principal owning none of
+    them. Returns (the old secret's hash, the token's row). 404 when there
+    is no live token of that name."""
+    old = tx.one("token_live_by_name", (name,))
+    if old is None or tx.exec("token_rotate", (secret_hash, name)) == 0:
+        raise Refused(ErrorCode.NOT_FOUND, f"no live token named {name!r}")
+    events.record(
+        tx,
+        EventKind.TOKEN_CREATED,
+        actor=actor,
+        text=f"{actor} gave {old['role']} token {name!r} a new secret (the old one stops working)",
+    )
+    tx.notify("tokens")
+    return old["secret_hash"], tx.one("token_live_by_name", (name,))
 
 
 def bind_host(tx: Tx, token_id: int, host: str):

@@ -5,6 +5,10 @@ Reads the store's leases (one row per device a job or hold was granted) and
 jobs; writes only the fair-share weights (`set_weight`) and a hold's session
 count (`session_opened`). The ledger is computed here once and served to
 `rc usage`, GET /v1/usage, the dashboard's usage view and /metrics alike.
+
+A "user" here is an account: the Unix user a job runs as (a lease's holder,
+jobs.unix_user), the person, whether they submitted through the local
+socket or a token mapped to them; never a job's display label or owner.
 """
 
 from __future__ import annotations
@@ -148,13 +152,13 @@ def report(tx: Tx, since: float, by: str = "user", user: str = "") -> UsageRepor
                 total.idle += r - a
         else:
             total.jobs[job_id] = state
-    for submitter, device_id, assigned_at, wait in tx.iter("usage_waits", params):
+    for account, device_id, assigned_at, wait in tx.iter("usage_waits", params):
         if by == "user":
-            key = submitter
+            key = account
         elif split:
             key = _day(assigned_at) if by == "day" else _week(assigned_at)
         else:
-            key = _key(by, submitter, device_id)
+            key = _key(by, account, device_id)
         acc = accs.get(key)
         if acc is None:
             acc = accs[key] = _Acc()
@@ -332,8 +336,9 @@ class ShareCache:
         self._cached = None
 
     def note_submitter(self, user: str) -> None:
-        """`user` submits a job: recompute at the next read unless they are
-        in the standings already (a newcomer changes everyone's entitlement)."""
+        """Unix user `user` submits a job ("": not known yet): recompute at
+        the next read unless they are in the standings already (a newcomer
+        changes everyone's entitlement)."""
         cached = self._cached
         if cached is not None and user not in cached[1]:
             self._cached = None
@@ -364,6 +369,6 @@ def compute_standings(tx: Tx, half_life: float) -> dict[str, fairshare.Standing]
         "horizon": tx.now - fairshare.HORIZON_HALF_LIVES * half_life,
     }
     used = {r["holder"]: r["used"] or 0.0 for r in tx.all("decayed_usage", params)}
-    queued = [r["submitter"] for r in tx.all("queued_submitters")]
+    queued = [r["unix_user"] for r in tx.all("queued_users")]
     w = weights(tx)
     return fairshare.standings(used, w, queued)

@@ -14,6 +14,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from rc.controller import fairshare
+from rc.controller.auth import Caller
 from rc.controller.errors import Refused
 from rc.controller.placement import device_key, host_of
 from rc.controller.planner import (
@@ -74,11 +75,11 @@ HIDDEN = "(hidden)"
 """What another user sees instead of a job's environment values."""
 
 
-def for_caller(job: Job, name: str, admin: bool) -> Job:
-    """The job as `name` may see it: its owner and admins see everything;
-    anyone else sees the names of its environment variables, not their values
-    (environments are where people put secrets)."""
-    if admin or job.submitter == name or not job.env:
+def for_caller(job: Job, who: Caller) -> Job:
+    """The job as `who` may see it: its owner (by principal) and admins see
+    everything; anyone else sees the names of its environment variables,
+    not their values (environments are where people put secrets)."""
+    if not job.env or who.owns(job.owner):
         return job
     return dataclasses.replace(job, env={k: HIDDEN for k in job.env})
 
@@ -205,7 +206,7 @@ def queue_position(tx: Tx, job: Job, policy: Policy) -> int:
         eff = aged_priority(job.priority, job.queued_at, tx.now, policy.aging)
         params = {
             "id": job.id,
-            "eff": eff - adjust.get(job.submitter, 0),
+            "eff": eff - adjust.get(job.unix_user, 0),
             "now": tx.now,
             "aging": policy.aging,
             "adjust": adjust_param(adjust),
@@ -255,7 +256,7 @@ def _view(dev, lease, now: float) -> DeviceView:
         return DeviceView(device=dev, heartbeat_age_seconds=age)
     return DeviceView(
         device=dev,
-        holder=lease["holder"],
+        holder=lease["label"],
         job_id=lease["job_id"],
         kind=lease["kind"],
         reason=lease["reason"],
@@ -479,14 +480,14 @@ def explain_job(tx: Tx, job_id: int, policy: Policy) -> JobExplanation:
             f"running, its cap (%{cap}); it starts once one of them ends."
         )
     if job_id in p.capped:
-        n = snap.usage.get(me.submitter, 0)
+        n = snap.usage.get(me.account, 0)
         reasons.append(
-            f"{me.submitter} already holds {_count(n, 'device')}; with the "
+            f"{me.account} already holds {_count(n, 'device')}; with the "
             f"{_count(wants, 'device')} this job needs that passes the per-user cap "
             f"(rc serve --max-devices-per-user {policy.cap}); it starts once enough of "
             "them are released."
             if wants > 1
-            else f"{me.submitter} already holds {_count(n, 'device')}, the per-user cap "
+            else f"{me.account} already holds {_count(n, 'device')}, the per-user cap "
             f"(rc serve --max-devices-per-user {policy.cap}); it starts once one of them "
             "is released."
         )
@@ -568,9 +569,9 @@ def priority_terms(tx: Tx, me: QueuedJob, snap: Snapshot, policy: Policy) -> str
         line += f" + aging {aged - me.priority}"
     shares = policy.shares
     if shares is not None and shares.half_life > 0:
-        adjust = snap.adjust.get(me.submitter, 0)
+        adjust = snap.adjust.get(me.account, 0)
         line += f" - fair share {adjust}"
-        standing = shares.standings(tx).get(me.submitter)
+        standing = shares.standings(tx).get(me.account)
         if standing is not None:
             line += f" ({fairshare.words(standing, shares.half_life, format_duration)})"
     return f"{line} = {effective_priority(me, snap.now, policy.aging, snap.adjust)}"
@@ -601,7 +602,7 @@ def _host_fit(host: str, ds: list[str], wants: int, snap: Snapshot, leases) -> H
             DeviceHolder(
                 device_id=d,
                 job_id=lease["job_id"],
-                holder=lease["holder"],
+                holder=lease["label"],
                 kind=lease["kind"],
                 reason=lease["reason"],
                 until=None if math.isinf(until) else until,
@@ -693,9 +694,9 @@ def _not_waiting(job: Job) -> str:
 def _holding(lease, now: float) -> str:
     """Who holds a device under `lease` and for how long at most, in words."""
     if lease["kind"] == "hold":
-        what = f"{lease['holder']} holds it" + (f" ({lease['reason']})" if lease["reason"] else "")
+        what = f"{lease['label']} holds it" + (f" ({lease['reason']})" if lease["reason"] else "")
     else:
-        what = f"{lease['holder']} runs job {lease['job_id']} on it"
+        what = f"{lease['label']} runs job {lease['job_id']} on it"
     runtime = lease["job_max_runtime"]
     if not runtime:
         return what + ", with no time limit"
