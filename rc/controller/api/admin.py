@@ -111,7 +111,9 @@ async def revoke_token(request: Request):
     name = request.path_params["name"]
     keep = query_bool(request, "keep_jobs", False)
     secret_hash, cancelled = await c.db.write(tokens.revoke, name, who.name, keep)
-    c.tokens.drop(secret_hash)
+    gone = c.tokens.drop(secret_hash)
+    if gone is not None:
+        c.signin.end_token(gone.token_id)  # its dashboard sessions end with it
     message = f"revoked token {name!r}"
     if cancelled:
         ids = ", ".join(str(j) for j in cancelled)
