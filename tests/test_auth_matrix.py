@@ -291,6 +291,13 @@ CALLS = [
     Call("GET", "/metrics", lambda w: ("/metrics", None)),
     Call("GET", "/openapi.json", lambda w: ("/openapi.json", None)),
     Call("GET", "/", lambda w: ("/", None)),
+    Call("POST", "/v1/dashboard/code", lambda w: ("/v1/dashboard/code", {})),
+    # public: a fresh code of `user` each time, so every caller spends one
+    Call(
+        "POST",
+        "/v1/dashboard/session",
+        lambda w: ("/v1/dashboard/session", {"code": w.user.post("/v1/dashboard/code")["code"]}),
+    ),
     # -- the relay ------------------------------------------------------------
     Call(
         "GET",
@@ -476,7 +483,8 @@ def test_the_table_opens_nothing_by_accident():
     here: the only public routes, and the admin verbs of the README's role
     table (tokens, clear, retire, drain, undrain) admit no other role."""
     public = {k for k, e in ENDPOINTS.items() if e.public}
-    assert public == {("GET", "/"), ("GET", "/openapi.json")}
+    # the dashboard's sign-in takes a one-time code instead of a token
+    assert public == {("GET", "/"), ("GET", "/openapi.json"), ("POST", "/v1/dashboard/session")}
     admin_only = {k for k, e in ENDPOINTS.items() if e.roles == (Role.ADMIN,)}
     assert admin_only == {
         ("POST", "/v1/tokens"),

@@ -10,9 +10,15 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import html
+import pwd
 import re
+import shutil
+import stat
 import struct
+import tempfile
 import time
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +29,17 @@ from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 
-from tests.harness import Controller, Worker, base_env, device_state, job, wait_until
+from rc.proto.client import Client
+from tests.harness import (
+    TEST_USERS,
+    Controller,
+    UserCli,
+    Worker,
+    base_env,
+    device_state,
+    job,
+    wait_until,
+)
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
@@ -65,7 +81,8 @@ def site(tmp_path_factory, pyz):
     home = root / "home"
     home.mkdir()
     env = base_env(home)
-    ctl = Controller(root / "data", env).start()
+    # its local socket, for the sign-in of a socket user (rc dashboard)
+    ctl = Controller(root / "data", env, socket=env["RC_SOCKET"]).start()
     worker = None
     try:
         conf = root / "worker.toml"
@@ -507,6 +524,91 @@ def test_a_hold_shows_its_idle_clock_and_when_it_is_released(site, browser):
         )
     finally:
         alice.post(f"/v1/jobs/{hold['job']['id']}/kill")
+
+
+def _signed_in_as(driver, name: str) -> None:
+    wait_until(
+        lambda: (
+            js(driver, "return !document.getElementById('app').hidden")
+            and name in text_of(driver, "#who")
+        ),
+        15,
+        f"the dashboard signed in as {name}",
+    )
+
+
+def test_a_link_from_rc_dashboard_signs_a_socket_user_in_once(
+    site, browser, unix_users, public_pyz
+):
+    """A user of the local socket has no token to paste: `rc dashboard`
+    prints a link whose one-time code signs the tab in as that Unix user;
+    the code leaves the address bar, and the same link fails a second time."""
+    user = TEST_USERS[0]
+    cli = UserCli(user, public_pyz, {"RC_SOCKET": site.ctl.socket})
+    res = cli.run("dashboard")
+    assert res.returncode == 0, res.stderr
+    link = res.stdout.decode().strip()
+    assert link.startswith(site.ctl.url + "/#code=rcc_"), link
+    assert (
+        res.stderr == b"rc: open this link within 120 s: it signs one browser tab in as you, once\n"
+    )
+    first = browser.current_window_handle
+    browser.switch_to.new_window("tab")
+    try:
+        browser.get(link)
+        _signed_in_as(browser, user)
+        assert "code" not in browser.current_url
+        assert js(browser, "return location.hash") == ""
+        token = js(browser, "return sessionStorage.getItem('rc_token')")
+        assert token and token != site.alice and "rcc_" not in token
+        assert Client(site.ctl.url, token).get("/v1/whoami")["name"] == user
+        browser.switch_to.new_window("tab")  # a tab of its own: nothing signed in
+        browser.get(link)
+        wait_until(lambda: "did not work" in text_of(browser, "#login-error"), 15, "the refusal")
+        assert "already used" in text_of(browser, "#login-error")
+        assert js(browser, "return document.getElementById('app').hidden")
+        assert "code" not in browser.current_url
+    finally:
+        for handle in browser.window_handles:
+            if handle != first:
+                browser.switch_to.window(handle)
+                browser.close()
+        browser.switch_to.window(first)
+
+
+def test_rc_dashboard_open_hands_the_browser_a_private_file_not_the_code(
+    site, browser, unix_users, public_pyz, tmp_path
+):
+    """`rc dashboard --open` starts $BROWSER on a 0600 page of the user's
+    that forwards to the link: no command line carries the code."""
+    user = TEST_USERS[0]
+    where = Path(tempfile.mkdtemp(prefix="rc-browser-", dir="/tmp"))
+    try:
+        where.chmod(0o777)
+        record = where / "browser"
+        record.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > {where}/argv\n')
+        record.chmod(0o755)
+        env = {"RC_SOCKET": site.ctl.socket, "BROWSER": f"{record} %s"}
+        res = UserCli(user, public_pyz, env).run("dashboard", "--open")
+        assert res.returncode == 0, res.stderr
+        link = res.stdout.decode().strip()
+        argv = (where / "argv").read_text()
+        assert "rcc_" not in argv and argv.startswith("file:///"), argv
+        page = Path(urllib.parse.unquote(urllib.parse.urlsplit(argv.strip()).path))
+        st = page.stat()
+        assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (pwd.getpwnam(user).pw_uid, 0o600)
+        assert html.escape(link) in page.read_text()
+        first = browser.current_window_handle
+        browser.switch_to.new_window("tab")
+        try:
+            browser.get(argv.strip())  # what the browser was started on
+            _signed_in_as(browser, user)
+            assert "code" not in browser.current_url
+        finally:
+            browser.close()
+            browser.switch_to.window(first)
+    finally:
+        shutil.rmtree(where, ignore_errors=True)
 
 
 def test_the_page_says_stale_when_the_controller_goes_away(site, browser):

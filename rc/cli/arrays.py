@@ -11,9 +11,9 @@ import uuid
 
 from rc.cli.complete import attach, recent_jobs
 from rc.cli.context import UsageError, add_client_flags, client, number_in, stderr
-from rc.cli.follow import submit
+from rc.cli.follow import Outage, submit
 from rc.proto.client import Client
-from rc.proto.errors import RcError
+from rc.proto.errors import ApiError, RcError, TransportError
 
 __all__ = ["add_parsers", "array_items", "array_spec_arg", "follow_array", "rerun_body"]
 
@@ -76,12 +76,30 @@ ARRAY_POLL_S = 1.0
 def follow_array(c: Client, array_id: int) -> int:
     """`rc run --array` without --detach: a live one-line progress on stderr
     until every element ended; 0 when every one succeeded, else 1. Ctrl-C
-    stops watching (130); the elements go on."""
+    stops watching (130); the elements go on. A controller that cannot be
+    reached (or answers 5xx) is waited for as `rc run` waits for it
+    (follow.Outage: up to RECONNECT_MAX_S in a row), so a restart does not
+    end the watch."""
     shown = ""
     tty = sys.stderr.isatty()
+    out = getattr(sys.stderr, "unescaped", sys.stderr)  # rc's own erase-line, not escaped
+    outage = Outage()
     try:
         while True:
-            a = c.get(f"/v1/arrays/{array_id}")
+            try:
+                a = c.get(f"/v1/arrays/{array_id}")
+                outage.over()
+            except (TransportError, ApiError) as e:
+                if isinstance(e, ApiError) and e.status < 500:
+                    raise
+                if not outage.wait():
+                    if tty and shown:
+                        out.write("\n")
+                    raise RcError(
+                        f"lost track of array {array_id} ({e}); its elements go on "
+                        f"(rc jobs --array {array_id})"
+                    ) from None
+                continue
             n = a["counts"]
             done = sum(n.get(s, 0) for s in ("succeeded", "failed", "killed", "lost"))
             bad = done - n.get("succeeded", 0)
@@ -91,14 +109,14 @@ def follow_array(c: Client, array_id: int) -> int:
             )
             if line != shown:
                 if tty:
-                    sys.stderr.write("\r" + line + "\x1b[K")
-                    sys.stderr.flush()
+                    out.write("\r" + line + "\x1b[K")
+                    out.flush()
                 else:
                     stderr(line)
                 shown = line
             if a["done"]:
                 if tty:
-                    sys.stderr.write("\n")
+                    out.write("\n")
                 if bad:
                     failed = ",".join(str(i) for i in a["failed_indices"][:20])
                     more = ", ..." if len(a["failed_indices"]) > 20 else ""
@@ -110,7 +128,7 @@ def follow_array(c: Client, array_id: int) -> int:
             time.sleep(ARRAY_POLL_S)
     except KeyboardInterrupt:
         if tty:
-            sys.stderr.write("\n")
+            out.write("\n")
         stderr(f"stopped watching; array {array_id} goes on (rc kill --array {array_id} ends it)")
         return 130
 

@@ -77,7 +77,12 @@ def client(args: argparse.Namespace, *, timeout: float = 60.0) -> Client:
 
         got = session(path)
         if not token:
-            return LocalClient(path, got, timeout=timeout, cacert=cacert)
+            local = LocalClient(path, got, timeout=timeout, cacert=cacert)
+            local.on_waiting = lambda why: stderr(
+                f"the controller no longer knows this user's token and its socket does not "
+                f"answer yet ({why}): it is restarting; still trying"
+            )
+            return local
         url = got.url
     else:
         url = (

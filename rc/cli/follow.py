@@ -24,7 +24,9 @@ from rc.proto.selector import ANY
 
 __all__ = [
     "CANCEL_TIMEOUT_S",
+    "RECONNECT_MAX_S",
     "TERMINAL",
+    "Outage",
     "add_env_flags",
     "exit_status",
     "follow_log",
@@ -51,6 +53,36 @@ CANCEL_TIMEOUT_S = 10.0
 """Bound on a kill or cancel request, and on waiting for the kill to take."""
 TERMINAL = ("succeeded", "failed", "killed", "lost")
 """The states a job ends in."""
+
+
+class Outage:
+    """The transport failures in a row of a follower riding out a controller
+    restart: `wait()` after each one sleeps a backoff (0.2 s doubling to
+    `most` s) and returns True, or returns False at once when they have
+    lasted more than `give_up_after` s (None: never give up); `over()`
+    after a success starts afresh."""
+
+    def __init__(self, give_up_after: float | None = RECONNECT_MAX_S, most: float = 5.0) -> None:
+        self.give_up_after = give_up_after
+        self.most = most
+        self.since: float | None = None
+        self.delay = 0.2
+
+    def over(self) -> None:
+        """The controller answered."""
+        self.since, self.delay = None, 0.2
+
+    def wait(self) -> bool:
+        """After a failure: False when it is time to give up, else sleep the
+        backoff and True."""
+        now = time.monotonic()
+        if self.since is None:
+            self.since = now
+        if self.give_up_after is not None and now - self.since > self.give_up_after:
+            return False
+        time.sleep(self.delay)
+        self.delay = min(self.delay * 2, self.most)
+        return True
 
 
 def add_env_flags(p: argparse.ArgumentParser, whose: str) -> None:
@@ -237,7 +269,7 @@ def wait_started(c: Client, job: dict, position: int, label: str) -> dict | None
     someone, no-wait).
     """
     shown = None
-    failures = 0
+    outage = Outage()
     try:
         while job["state"] == "queued":
             if position != shown:
@@ -253,15 +285,13 @@ def wait_started(c: Client, job: dict, position: int, label: str) -> dict | None
                     },
                     timeout=QUEUE_POLL_WAIT_S + 15,
                 )
-                failures = 0
+                outage.over()
             except TransportError:
-                failures += 1
-                if failures >= 16:
+                if not outage.wait():
                     raise RcError(
                         f"lost track of job {job['id']} (it may still be queued or "
                         "running; see rc ps)"
                     ) from None
-                time.sleep(min(0.5 * failures, 5.0))
                 continue
             job, position = view["job"], view.get("queue_position", 0)
     except KeyboardInterrupt as e:
@@ -306,7 +336,7 @@ def wait_running(c: Client, job: dict, position: int, label: str, what: str = "j
 def _wait_assigned(c: Client, job: dict, what: str) -> dict:
     """The job once it is no longer `assigned` (its worker started it, it
     ended, or it went back to the queue), by long poll."""
-    failures = 0
+    outage = Outage()
     while job["state"] == "assigned":
         try:
             job = c.get(
@@ -314,12 +344,10 @@ def _wait_assigned(c: Client, job: dict, what: str) -> dict:
                 params={"wait": f"{QUEUE_POLL_WAIT_S:g}s", "state": "assigned", "position": 0},
                 timeout=QUEUE_POLL_WAIT_S + 15,
             )["job"]
-            failures = 0
+            outage.over()
         except TransportError:
-            failures += 1
-            if failures >= 16:
+            if not outage.wait():
                 raise RcError(f"lost track of {what} {job['id']} (see rc ps)") from None
-            time.sleep(min(0.5 * failures, 5.0))
     return job
 
 

@@ -37,6 +37,8 @@ from rc.proto.wire import KILL_MANY_MAX
 
 __all__ = ["add_parsers"]
 
+PS_WATCH_S = 2.0
+"""How often `rc ps -w` reads the listing again (s)."""
 TAIL_MAX = 100_000
 """The most lines `rc logs --tail` shows."""
 TAIL_WINDOW_BYTES = 64 << 10
@@ -248,7 +250,15 @@ def add_parsers(sub) -> None:
         help="running jobs and holds, then the queue in order",
         description="Running jobs and holds with how long they have had their "
         "device, then the queue in scheduling order with each job's position "
-        "and how long it has waited.",
+        "and how long it has waited. With -w, it stays on screen, redrawn every "
+        f"{PS_WATCH_S:g} s until Ctrl-C, and waits out a controller restart.",
+    )
+    p.add_argument(
+        "-w",
+        "--watch",
+        action="store_true",
+        help=f"redraw the listing every {PS_WATCH_S:g} s until Ctrl-C (on a pipe: print it "
+        "again each time it changes)",
     )
     add_output_flag(p)
     add_client_flags(p)
@@ -597,10 +607,22 @@ def cmd_kill(args: argparse.Namespace) -> int:
 def cmd_ps(args: argparse.Namespace) -> int:
     """`rc ps`: running jobs and holds (time since they got their device), then
     the queue in scheduling order with positions and time waited. Times come
-    from the controller's clock."""
+    from the controller's clock. With -w, the listing again every
+    PS_WATCH_S until Ctrl-C (130)."""
+    if args.watch and args.output == "json":
+        raise UsageError("-w and -o json do not go together (-w redraws a table)")
     c = client(args)
-    st = c.get("/v1/state")
-    if args.output == "json":
+    if args.watch:
+        from rc.cli.watch import watch
+
+        return watch(lambda: _print_ps(c.get("/v1/state"), "text"), PS_WATCH_S, "rc ps")
+    _print_ps(c.get("/v1/state"), args.output)
+    return 0
+
+
+def _print_ps(st: dict, output: str) -> None:
+    """The `rc ps` listing of a GET /v1/state answer, as text or JSON."""
+    if output == "json":
         print_json(
             {
                 "jobs": st["jobs"],
@@ -609,7 +631,7 @@ def cmd_ps(args: argparse.Namespace) -> int:
                 "queued_waiting_seconds": st["queued_waiting_seconds"],
             }
         )
-        return 0
+        return
     held_for = {v["job_id"]: v.get("elapsed_seconds") for v in st["devices"] if v.get("job_id")}
     rows = []
     for j in st["jobs"]:
@@ -641,7 +663,6 @@ def cmd_ps(args: argparse.Namespace) -> int:
             )
         )
     named_table(("JOB", "NAME", "DEVICE", "STATE", "SUBMITTER", "PRIO", "FOR", "COMMAND"), rows)
-    return 0
 
 
 def _not_free(view: dict | None) -> str:

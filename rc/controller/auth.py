@@ -103,9 +103,11 @@ class TokenCache:
         database (rc.controller.localsocket)."""
         self._by_hash[secret_hash] = (secret_hash, caller)
 
-    def drop(self, secret_hash: str) -> None:
-        """Forget one token (revoked); an unknown hash is ignored."""
-        self._by_hash.pop(secret_hash, None)
+    def drop(self, secret_hash: str) -> Caller | None:
+        """Forget one token (revoked); returns its Caller, None for an
+        unknown hash."""
+        hit = self._by_hash.pop(secret_hash, None)
+        return hit[1] if hit is not None else None
 
     def __len__(self) -> int:
         return len(self._by_hash)

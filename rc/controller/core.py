@@ -32,6 +32,7 @@ from rc.controller.logstore import LogStore
 from rc.controller.metrics import Metrics
 from rc.controller.relay import Relay
 from rc.controller.scans import Scans
+from rc.controller.signin import SignIn
 from rc.controller.store import jobs, queue, tokens, usage, views, workers
 from rc.controller.store.db import Database, Tx
 from rc.controller.store.labels import MatchCache
@@ -101,6 +102,8 @@ class Controller:
         self.hub = Hub()
         self.match_cache = MatchCache()
         self.tokens = TokenCache()
+        self.signin = SignIn(self.tokens, clock)
+        """The dashboard's one-time sign-in codes and their sessions (rc.controller.signin)."""
         self.logs: LogStore | None = None
         self.policy = planner.Policy(
             aging=config.aging,

@@ -11,7 +11,10 @@ The Content-Security-Policy admits exactly those two inline blocks (by their
 sha256), connections to this origin and `data:` images (the empty favicon),
 nothing else, so even a bug that inserted a user's string as markup could not
 run a script or fetch an image. The page holds no data and needs no token;
-it asks for one and keeps it in the tab's sessionStorage (`rc_token`) only.
+it asks for one and keeps it in the tab's sessionStorage (`rc_token`) only,
+or takes a one-time code from its address (`#code=`, from `rc dashboard`),
+removes it from the address bar and spends it for a session token
+(rc.controller.signin).
 Every user-supplied string is inserted as text (the script has no innerHTML).
 
 What the page shows and where each part comes from is in README.md,

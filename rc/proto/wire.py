@@ -95,6 +95,9 @@ __all__ = [
     "ShareList",
     "ShareSet",
     "ShareView",
+    "SignInCode",
+    "SignInRequest",
+    "SignInSession",
     "StateResponse",
     "StatusReport",
     "SubmitRequest",
@@ -911,6 +914,38 @@ class LocalSession:
     unix_user: str
     expires_at: float
     url: str
+
+
+@dataclass(frozen=True, slots=True)
+class SignInCode:
+    """POST /v1/dashboard/code: a one-time code for the dashboard, acting as
+    the caller who asked (rc.controller.signin), valid once until
+    `expires_at` (seconds since the epoch, `expires_in_seconds` from now).
+    Not a token: it opens nothing but POST /v1/dashboard/session."""
+
+    code: str
+    expires_at: float
+    expires_in_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class SignInRequest:
+    """POST /v1/dashboard/session: the code `rc dashboard` printed."""
+
+    code: str
+
+
+@dataclass(frozen=True, slots=True)
+class SignInSession:
+    """POST /v1/dashboard/session: a session token acting as the code's
+    caller (`name`, `role`), in the controller's memory only, valid until
+    `expires_at` (seconds since the epoch; never past the caller's own
+    token)."""
+
+    token: str
+    name: str
+    role: Role
+    expires_at: float
 
 
 @dataclass(frozen=True, slots=True)

@@ -122,7 +122,9 @@ async def rotate_token(request: Request):
     old_hash, row = await c.db.write(
         tokens.rotate, request.path_params["name"], hash_secret(secret), who.label
     )
-    c.tokens.drop(old_hash)
+    gone = c.tokens.drop(old_hash)
+    if gone is not None:
+        c.signin.end_token(gone.token_id)  # sessions opened with the old secret end too
     c.tokens.put(row)
     return reply(TokenCreated(rows.token(row), secret))
 
@@ -137,7 +139,9 @@ async def revoke_token(request: Request):
     name = request.path_params["name"]
     keep = query_bool(request, "keep_jobs", False)
     secret_hash, cancelled = await c.db.write(tokens.revoke, name, who.label, keep)
-    c.tokens.drop(secret_hash)
+    gone = c.tokens.drop(secret_hash)
+    if gone is not None:
+        c.signin.end_token(gone.token_id)  # its dashboard sessions end with it
     message = f"revoked token {name!r}"
     if cancelled:
         ids = ", ".join(str(j) for j in cancelled)

@@ -13,7 +13,18 @@ code's second status.
 from __future__ import annotations
 
 from rc.controller import dashboard
-from rc.controller.api import admin, devices, docs, jobs, metrics, relay, stream, usage, workers
+from rc.controller.api import (
+    admin,
+    devices,
+    docs,
+    jobs,
+    metrics,
+    relay,
+    signin,
+    stream,
+    usage,
+    workers,
+)
 from rc.controller.api.endpoint import ADMIN, ANY, PUBLIC, USER, WORKER, Endpoint, Param
 from rc.proto import wire
 from rc.proto.errors import ErrorCode as E
@@ -558,6 +569,28 @@ ROUTES: tuple[Endpoint, ...] = (
         "html",
     ),
     Endpoint("GET", "/openapi.json", docs.openapi_json, PUBLIC, "This document", "json"),
+    Endpoint(
+        "POST",
+        "/v1/dashboard/code",
+        signin.mint_code,
+        USER,
+        "A one-time code (valid 120 s, once) that opens a dashboard session acting as "
+        "the caller (rc dashboard)",
+        wire.SignInCode,
+        status=201,
+    ),
+    Endpoint(
+        "POST",
+        "/v1/dashboard/session",
+        signin.open_session,
+        PUBLIC,
+        "Spend a one-time code for a dashboard session token (no token: the code is "
+        "the credential)",
+        wire.SignInSession,
+        status=201,
+        request=wire.SignInRequest,
+        errors=(*BAD, E.UNAUTHORIZED),
+    ),
     # -- the relay and sessions inside holds (rc.controller.api.relay) -----------------
     *_halves("/v1/jobs/{job_id}", "a tty or pipe job", in_hold=False),
     *_halves("/v1/jobs/{job_id}/sessions/{sid}", "a session in a hold", in_hold=True),

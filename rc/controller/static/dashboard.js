@@ -223,7 +223,7 @@
   // ---------------------------------------------------------------- API
 
   async function api(path, opts = {}) {
-    const headers = { Authorization: `Bearer ${S.token}` };
+    const headers = S.token ? { Authorization: `Bearer ${S.token}` } : {};
     let body;
     if (opts.body !== undefined) {
       headers["Content-Type"] = "application/json";
@@ -1144,6 +1144,11 @@
       if (t) enter(t);
     });
     $("signout").addEventListener("click", () => signOut(""));
+    // a link from rc dashboard opened in this tab changes only the fragment: the
+    // page loads again, and takes the code as it loads (takeCode)
+    window.addEventListener("hashchange", () => {
+      if (new URLSearchParams(location.hash.slice(1)).has("code")) window.location.reload();
+    });
     $("drawer-close").addEventListener("click", closePanel);
     $("drawer-back").addEventListener("click", () => {
       const back = S.back;
@@ -1158,10 +1163,43 @@
     });
   }
 
+  // A one-time code from `rc dashboard` (#code=... or ?code=...), taken out of the
+  // address bar at once (history.replaceState) so that neither the history nor a
+  // reload nor a copied address keeps it; "" when the address carries none.
+  function takeCode() {
+    const fragment = new URLSearchParams(location.hash.slice(1));
+    const query = new URLSearchParams(location.search);
+    const code = fragment.get("code") || query.get("code") || "";
+    if (fragment.has("code") || query.has("code")) {
+      query.delete("code");
+      const rest = query.toString();
+      history.replaceState(null, "", location.pathname + (rest ? `?${rest}` : ""));
+    }
+    return code;
+  }
+
+  // Spend the code for a session acting as whoever ran `rc dashboard`; the session
+  // token is then kept as a pasted one is (sessionStorage).
+  async function signInWithCode(code) {
+    S.token = "";
+    let got;
+    try {
+      got = await api("/v1/dashboard/session", { method: "POST", body: { code } });
+    } catch (e) {
+      showLogin(e.status === 401 || e.status === 400
+        ? `That sign-in link did not work: ${e.message}`
+        : `Cannot reach the controller: ${e.message}`);
+      return;
+    }
+    await enter(got.token);
+  }
+
   wire();
+  const code = takeCode();
   const saved = sessionStorage.getItem(TOKEN_KEY);
   const note = sessionStorage.getItem("rc_login_message");
   sessionStorage.removeItem("rc_login_message");
-  if (saved) enter(saved);
+  if (code) signInWithCode(code);
+  else if (saved) enter(saved);
   else showLogin(note || "");
 })();
