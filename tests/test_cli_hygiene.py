@@ -357,7 +357,10 @@ def test_whoami_prints_json(box):
         "role": "user",
         "host": "",
         "unix_user": "ann",
+        "principal": users["ann"].json("whoami")["principal"],
+        "label": "ann (token ann)",
     }
+    assert users["ann"].json("whoami")["principal"].startswith("token:")
 
 
 def _complete(cli: Cli, line: str, tmp) -> set[str]:

@@ -56,12 +56,12 @@ def test_every_waiting_case(fleet):
     out = explain(alice, a1)
     assert out.startswith(f"job {a1}: queued, position 1 in the queue\n")
     assert re.search(
-        r"  - No matching device is free: box:cpu0: bob holds it \(nccl debugging\), "
-        r"for at most (10m|9m\d+s) more; box:cpu1: carol holds it \(profiling\), "
+        r"  - No matching device is free: box:cpu0: bob \(token bob\) holds it \(nccl debugging\), "
+        r"for at most (10m|9m\d+s) more; box:cpu1: carol \(token carol\) holds it \(profiling\), "
         r"for at most (10m|9m\d+s) more\.\n",
         out,
     ), out
-    assert "devices it could use:\n  box:cpu0: bob holds it" in out
+    assert "devices it could use:\n  box:cpu0: bob (token bob) holds it" in out
 
     # 2. jobs ahead with higher or equal priority
     d1 = run(dave, "--", "sleep", "120")

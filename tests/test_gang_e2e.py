@@ -53,7 +53,10 @@ def test_a_wide_job_waits_behind_a_hold_and_runs_when_it_is_released(four, cli, 
     assert job(c, wide)["state"] == "queued"
     out = cli.run("explain", str(wide), check=True).stdout.decode()
     assert "hosts it could run on:" in out and "box: 3 of 4 free; cpu1 held by hold" in out
-    assert f"hold {hold_id} (alice) until " in out and "reserved box:cpu0..3 for this job" in out
+    assert (
+        f"hold {hold_id} (alice (token alice)) until " in out
+        and "reserved box:cpu0..3 for this job" in out
+    )
     ps = cli.json("ps")
     assert [j["count"] for j in ps["queued"] if j["id"] == wide] == [4]
     text = cli.run("ps", check=True).stdout.decode()

@@ -84,7 +84,7 @@ def test_show_of_a_queued_job_says_why_it_waits(fleet, cli, controller):
     queued = _id(cli.run("run", "--detach", "--", "true"))
     out = cli.run("show", str(queued), check=True).stdout.decode()
     assert "state:        queued (position 1 in the queue)" in out
-    assert "waiting:      No matching device is free: box:cpu0: alice holds it" in out
+    assert "waiting:      No matching device is free: box:cpu0: alice (token alice) holds it" in out
     cli.run("kill", str(queued), str(hold), check=True)
 
 

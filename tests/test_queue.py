@@ -93,13 +93,13 @@ def test_ps_shows_running_then_the_queue_in_order(alice, bob, admin):
     assert list(rows[0]) == ["JOB", "DEVICE", "STATE", "SUBMITTER", "PRIO", "FOR", "COMMAND"]
     assert [int(r["JOB"]) for r in rows] == [h1, h0, pinned, any0, h100, low]
     assert [(r["DEVICE"], r["STATE"], r["SUBMITTER"], r["PRIO"], r["COMMAND"]) for r in rows] == [
-        ("box:cpu1", "running", "bob", "0", "hold: r1"),
-        ("box:cpu0", "running", "bob", "0", "hold: r0"),
+        ("box:cpu1", "running", "bob (token bob)", "0", "hold: r1"),
+        ("box:cpu0", "running", "bob (token bob)", "0", "hold: r0"),
         # positions: 1 + the jobs ahead that want a device this one could use
-        ("box:cpu1", "queued (#1)", "alice", "5", "sleep 30"),
-        ("*", "queued (#2)", "alice", "0", "true"),
-        ("model=h100", "queued (#2)", "alice", "0", "true"),
-        ("*", "queued (#4)", "alice", "-2", "true"),
+        ("box:cpu1", "queued (#1)", "alice (token alice)", "5", "sleep 30"),
+        ("*", "queued (#2)", "alice (token alice)", "0", "true"),
+        ("model=h100", "queued (#2)", "alice (token alice)", "0", "true"),
+        ("*", "queued (#4)", "alice (token alice)", "-2", "true"),
     ]
     assert all(re.fullmatch(r"(\d+m)?\d+s", r["FOR"]) for r in rows), rows
     st = json.loads(alice.run("ps", "-o", "json", check=True).stdout)
@@ -125,7 +125,7 @@ def test_explain_selector_and_devices_filter(alice, bob, admin):
     detach(bob, "--priority", "3", "-s", "model=h100", "--", "true")
     out = alice.run("explain", "-s", " vram >= 40G ", check=True).stdout.decode()
     assert out == (
-        "selector: vram>=40G\n  box:cpu0  not free: busy, held by bob\n"
+        "selector: vram>=40G\n  box:cpu0  not free: busy, held by bob (token bob)\n"
         "  box:cpu1  free\nfree: 1/2\nqueue depth: 2\n"
     )
     out = alice.run("explain", "-s", "vram>=400G", check=True).stdout.decode()
@@ -182,9 +182,9 @@ def test_concurrent_duplicate_submissions_make_one_job(fleet, admin):
     with pytest.raises(ApiError) as e:
         dana.post("/v1/jobs", {**body, "command": ["sleep", "6"]})
     assert (e.value.status, e.value.code) == (409, "idempotency_conflict")
-    # another user's key is never their job
-    with pytest.raises(ApiError) as e:
-        erin.post("/v1/jobs", body)
-    assert e.value.code == "idempotency_conflict"
+    # another user's key is never their job: the same key from erin is erin's own new job
+    r = erin.request("POST", "/v1/jobs", body)
+    assert r.status == 201 and r.json()["job"]["id"] != answers[0][1]
+    assert r.json()["job"]["submitter"].startswith("erin")
     dana.close_all()
     erin.close_all()

@@ -149,7 +149,7 @@ def test_a_burst_of_jobs_gives_one_acquire_and_one_release(site):
         assert wait_state(site.admin, i)["state"] == "succeeded"
     wait_until(lambda: len(events(site)) >= before + 2, 20, "the lingering release")
     assert events(site)[before:] == [
-        f"acquire {HOST}:gpu0 {ids[0]} admin",
+        f"acquire {HOST}:gpu0 {ids[0]} root (token admin)",
         f"release {HOST}:gpu0 {ids[-1]}",
     ]
 
@@ -260,7 +260,7 @@ def test_sigterm_runs_the_pending_release_at_once_and_exits_0(site):
     w = site.workers[0]
     assert w.stop(signal.SIGTERM, timeout=30) == 0  # within the 2 s linger
     assert events(site)[before:] == [
-        f"acquire {HOST}:gpu0 {j['id']} admin",
+        f"acquire {HOST}:gpu0 {j['id']} root (token admin)",
         f"release {HOST}:gpu0 {j['id']}",
     ]
     assert f"shutdown: releasing {HOST}:gpu0 now" in w.log()

@@ -13,8 +13,9 @@ next job on that device); devices are independent.
 
 Hooks are executables run directly (never through a shell) with the job
 supervision of rc.worker.script, `timeout` as their limit and the environment
-RC_EVENT (acquire / release / verify), RC_DEVICE, RC_JOB_ID, RC_SUBMITTER and
-the device's CUDA variables. An on_acquire failure fails the job and faults the
+RC_EVENT (acquire / release / verify), RC_DEVICE, RC_JOB_ID, RC_SUBMITTER (the
+submitter's label: "alice", "alice (token laptop)") and the device's CUDA
+variables. An on_acquire failure fails the job and faults the
 device (rc.worker.job); an on_release failure is only logged, loudly.
 """
 
@@ -77,7 +78,7 @@ class Acquired:
 
 def hook_env(event: str, device_id: str, ctx: HookContext) -> dict[str, str]:
     """The environment of a hook or verify script: the worker's own minus its
-    RC_* settings, then RC_EVENT, RC_DEVICE, RC_JOB_ID, RC_SUBMITTER and the
+    RC_* settings, then RC_EVENT, RC_DEVICE, RC_JOB_ID, RC_SUBMITTER (the submitter's label: "alice", "alice (token laptop)") and the
     device's CUDA variables."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RC_")}
     env.update(
