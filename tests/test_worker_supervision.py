@@ -110,7 +110,7 @@ def test_trap_and_exit_0_after_a_kill_is_killed_not_succeeded(site, work):
     site.admin.post(f"/v1/jobs/{job_id}/kill", {"reason": "enough"})
     j = wait_state(site.admin, job_id)
     assert (j["state"], j["exit_code"]) == ("killed", 0)
-    assert j["kill_reason"] == "killed by admin: enough"
+    assert j["kill_reason"] == "killed by root (token admin): enough"
 
 
 def test_death_by_signal_is_128_plus_n_and_killed(site):
