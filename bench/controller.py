@@ -553,7 +553,7 @@ def ledger_and_fair_share(jobs: int, queued: int, runs: int = 7) -> list[str]:
     """The ledger's wall time and the scheduling pass with fair share on."""
     import asyncio
 
-    from rc.controller.planner import Policy
+    from rc.controller.planning import Policy
     from rc.controller.scheduler import schedule
     from rc.controller.store.db import Database
     from rc.controller.store.labels import MatchCache

@@ -271,8 +271,8 @@ CREATE TABLE leadership (
 );
 
 -- The functions SQLite gets from Python (rc.controller.store.db.SQL_FUNCTIONS),
--- written again in SQL: rc.controller.planner.aged_priority,
--- rc.proto.model.Condition.met_by and rc.controller.fairshare.decayed
+-- written again in SQL: rc.controller.planning.aged_priority,
+-- rc.proto.model.Condition.met_by and rc.controller.planning.fairshare.decayed
 -- (tests/test_schema_pg.py checks each against its Python definition on a
 -- grid of inputs).
 CREATE FUNCTION effective_priority(priority bigint, queued_at double precision,
@@ -290,7 +290,7 @@ RETURNS boolean LANGUAGE sql IMMUTABLE AS $$
         ELSE state IN ('succeeded', 'failed', 'killed', 'lost') END
 $$;
 
--- rc.controller.fairshare.decayed: the decayed device-seconds at now of a
+-- rc.controller.planning.fairshare.decayed: the decayed device-seconds at now of a
 -- lease held from acquired to released (NULL: still held). exp() is kept at
 -- or above e^-700: PostgreSQL raises an underflow where Python gives 0.
 CREATE FUNCTION decayed_seconds(acquired double precision, released double precision,

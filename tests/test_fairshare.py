@@ -1,4 +1,4 @@
-"""Fair share (rc.controller.fairshare, README "Sharing fairly"): its
+"""Fair share (rc.controller.planning.fairshare, README "Sharing fairly"): its
 arithmetic, its properties on the real planner, and the controller on a fake
 clock.
 
@@ -18,9 +18,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rc.controller import fairshare
-from rc.controller.fairshare import FAIR_SHARE_MAX, adjustment, decayed, standings
-from rc.controller.planner import QueuedJob, Slot, plan
+from rc.controller.planning import QueuedJob, Slot, fairshare, plan
+from rc.controller.planning.fairshare import FAIR_SHARE_MAX, adjustment, decayed, standings
 from rc.proto.model import PRIORITY_MAX, PRIORITY_MIN, DeviceState, JobState
 from tests.inprocess import T0
 

@@ -11,15 +11,15 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rc.controller import placement
-from rc.controller.placement import HostTopology, device_key, pair
-from rc.controller.planner import (
+from rc.controller.planning import (
     BACKFILL_DEPTH,
     RESERVATIONS_MAX,
     QueuedJob,
     Slot,
+    placement,
     plan,
 )
+from rc.controller.planning.placement import HostTopology, device_key, pair
 from rc.proto.model import DeviceState, Link
 
 READY, BUSY = DeviceState.READY, DeviceState.BUSY

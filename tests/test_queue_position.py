@@ -1,7 +1,7 @@
 """A queued job's position as its own view counts it (views.queue_position,
 the `queue_ahead_by_ask` query with the aging rule written inline in SQL)
 equals its place in the plan (views.state, which orders the queue with
-rc.controller.planner.aged_priority): on both engines, at aging boundaries
+rc.controller.planning.aged_priority): on both engines, at aging boundaries
 and with fair-share adjustments."""
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ import sqlite3
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rc.controller.planner import (
+from rc.controller.planning import (
     QueuedJob,
     Slot,
     Snapshot,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from rc.controller.planner import QueuedJob, Slot, effective_priority, fits_ceiling, plan
+from rc.controller.planning import QueuedJob, Slot, effective_priority, fits_ceiling, plan
 from rc.proto.model import DeviceState
 
 READY, BUSY = DeviceState.READY, DeviceState.BUSY

@@ -11,8 +11,8 @@ import sqlite3
 import pytest
 
 from rc.controller.errors import StoreError
-from rc.controller.fairshare import decayed
-from rc.controller.planner import aged_priority
+from rc.controller.planning import aged_priority
+from rc.controller.planning.fairshare import decayed
 from rc.controller.store import db, pg
 from rc.proto.model import Condition, JobState
 from tests.harness import REPO

@@ -174,7 +174,7 @@ def test_as_someone_this_host_does_not_know_is_refused_naming_them(lab):
 
 
 def test_the_planner_gives_a_single_user_workers_devices_to_that_user_only():
-    from rc.controller.planner import QueuedJob, Slot, plan
+    from rc.controller.planning import QueuedJob, Slot, plan
     from rc.proto.model import DeviceState
 
     slots = {

@@ -23,7 +23,7 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from rc.controller import idle, planner, scheduler
+from rc.controller import idle, planning, scheduler
 from rc.controller.auth import TokenCache, hash_secret, new_secret
 from rc.controller.config import ControllerConfig
 from rc.controller.errors import NotLeader, Refused, StartupError
@@ -105,7 +105,7 @@ class Controller:
         self.signin = SignIn(self.tokens, clock)
         """The dashboard's one-time sign-in codes and their sessions (rc.controller.signin)."""
         self.logs: LogStore | None = None
-        self.policy = planner.Policy(
+        self.policy = planning.Policy(
             aging=config.aging,
             cap=config.max_devices_per_user,
             lease_default=config.lease_default,
@@ -265,7 +265,7 @@ class Controller:
             self._plan_version += 1
 
     async def queue_plan(self):
-        """A plan of the queue (planner.Snapshot) no older than the latest
+        """A plan of the queue (planning.Snapshot) no older than the latest
         committed change to jobs or devices and at most PLAN_MAX_AGE_S old.
 
         Readers that only need queue positions share it: under a burst of

@@ -35,8 +35,8 @@ import aiosqlite
 import orjson
 
 from rc.controller.errors import GuardFailed, NotLeader, StoreError
-from rc.controller.fairshare import decayed
-from rc.controller.planner import aged_priority
+from rc.controller.planning import aged_priority
+from rc.controller.planning.fairshare import decayed
 from rc.controller.store.principals import owners_by_uid
 from rc.proto.model import Condition, JobState
 
@@ -237,7 +237,7 @@ SQL_FUNCTIONS: dict[str, tuple[int, Callable[..., Any]]] = {
 """Python functions queries call by name: name → (number of arguments, function).
 
 Why aging is a Python function called from SQL rather than a SQL expression:
-it is then written once (rc.controller.planner.aged_priority), for the
+it is then written once (rc.controller.planning.aged_priority), for the
 planner and for the queries that order the queue. The cost, measured on the
 2-core machine we target: the first job of a 10,000-job queue in scheduling
 order (aging on) comes after 7.0 ms with the rule as an inline SQL

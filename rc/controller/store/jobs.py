@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from rc.controller import idle
 from rc.controller.auth import Caller
 from rc.controller.errors import Refused
-from rc.controller.planner import fits_ceiling, host_slot, not_run_here, runs_jobs_of
+from rc.controller.planning import fits_ceiling, host_slot, not_run_here, runs_jobs_of
 from rc.controller.store import events, leases, rows
 from rc.controller.store.db import Tx, dumps, loads
 from rc.controller.store.labels import MatchCache
@@ -364,7 +364,7 @@ def _identity(tx: Tx, job: NewJob) -> NewJob:
 
 def _someone_runs_it(tx: Tx, pool: tuple[str, ...], unix_user: str, target: str) -> None:
     """400 no_matching_device unless a worker of some device in `pool` runs
-    jobs as `unix_user` (planner.runs_jobs_of), naming why each does not."""
+    jobs as `unix_user` (planning.runs_jobs_of), naming why each does not."""
     policy = {r["id"]: host_slot(r) for r in tx.all("workers_running_as")}
     hosts = {d.rpartition(":")[0] for d in pool}
     if any(h not in policy or runs_jobs_of(policy[h], unix_user) for h in hosts):

@@ -9,7 +9,7 @@ Effective labels of a device: its declared labels overlaid by detected ones
 from __future__ import annotations
 
 from rc.controller.errors import Refused
-from rc.controller.planner import match_devices
+from rc.controller.planning import match_devices
 from rc.controller.store import queue
 from rc.controller.store.db import Tx
 from rc.proto.errors import ErrorCode

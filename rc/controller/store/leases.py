@@ -11,7 +11,7 @@ device (a partial unique index). Releasing happens where a job ends
 from __future__ import annotations
 
 from rc.controller.errors import GuardFailed
-from rc.controller.planner import Policy, runtime_on
+from rc.controller.planning import Policy, runtime_on
 from rc.controller.store.db import Tx, dumps
 
 __all__ = ["assign", "release", "usage"]

@@ -271,12 +271,12 @@ JOIN jobs AS a ON a.id = d.after_id WHERE d.job_id = ? ORDER BY d.after_id
 -- order, no fair-share adjustment), counted by what they ask for: target
 -- (selector or pinned devices), runtime, Unix user and the devices excluded
 -- for them. :eff is job :id's effective priority
--- (rc.controller.planner.effective_priority). Aging only ever adds steps, so
+-- (rc.controller.planning.effective_priority). Aging only ever adds steps, so
 -- a job of a higher priority, or of the same one and a lower id, is ahead
 -- whatever it waited: the rule is worked out only for the rest. It is written
 -- inline here, not called as effective_priority(): a call into Python per
 -- queued job was most of the count's time (the rule's one definition is
--- rc.controller.planner.aged_priority; tests/test_queue_position.py holds the
+-- rc.controller.planning.aged_priority; tests/test_queue_position.py holds the
 -- two equal). jobs_queue_ask covers the scan and its grouping.
 SELECT j.selector, j.device_ids, j.max_runtime, j.unix_user, j.excluded_device_ids,
        count(*) AS n
@@ -760,7 +760,7 @@ SELECT state, count(*) AS n FROM jobs GROUP BY state
 SELECT kind, count(*) AS n FROM events GROUP BY kind
 
 -- name: decayed_usage
--- Each lease holder's decayed device-seconds at :now (rc.controller.fairshare.decayed,
+-- Each lease holder's decayed device-seconds at :now (rc.controller.planning.fairshare.decayed,
 -- half-life :half_life), leaving out leases released before :horizon.
 SELECT holder, sum(decayed_seconds(acquired_at, released_at, :now, :half_life)) AS used
 FROM leases WHERE released_at IS NULL OR released_at > :horizon

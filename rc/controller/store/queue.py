@@ -1,7 +1,7 @@
 """The queue as the planner sees it: queued jobs, device slots, a snapshot.
 
 Reads only (and `request_pass`, which asks for a scheduling pass at the end
-of the batch). Rows become rc.controller.planner's records here, so the
+of the batch). Rows become rc.controller.planning's records here, so the
 planner never sees the database.
 """
 
@@ -13,8 +13,8 @@ from collections.abc import Callable, Iterator
 
 import orjson
 
-from rc.controller.placement import pair
-from rc.controller.planner import Policy, QueuedJob, Slot, Snapshot, host_slot, plan
+from rc.controller.planning import Policy, QueuedJob, Slot, Snapshot, host_slot, plan
+from rc.controller.planning.placement import pair
 from rc.controller.store import leases
 from rc.controller.store.db import Tx, loads
 from rc.proto.model import DeviceState, Link

@@ -18,8 +18,8 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from rc.controller import fairshare
 from rc.controller.errors import Refused
+from rc.controller.planning import fairshare
 from rc.controller.store.db import Tx
 from rc.proto.errors import ErrorCode
 from rc.proto.model import SHARE_WEIGHT_MAX, SHARE_WEIGHT_MIN
@@ -344,7 +344,7 @@ class ShareCache:
             self._cached = None
 
     def standings(self, tx: Tx) -> dict[str, fairshare.Standing]:
-        """user → Standing (rc.controller.fairshare.standings); {} when off."""
+        """user → Standing (rc.controller.planning.fairshare.standings); {} when off."""
         if self.half_life <= 0:
             return {}
         cached = self._cached

@@ -2,7 +2,7 @@
 
 Functions here take a read `Tx` (a consistent snapshot) and return rc.proto
 wire records. Queue order, positions and explanations come from the same
-`planner.plan()` the scheduling pass uses, so what `rc ps` and `rc explain`
+`planning.plan()` the scheduling pass uses, so what `rc ps` and `rc explain`
 say is what the scheduler does.
 """
 
@@ -13,11 +13,9 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass
 
-from rc.controller import fairshare
 from rc.controller.auth import Caller
 from rc.controller.errors import Refused
-from rc.controller.placement import device_key, host_of
-from rc.controller.planner import (
+from rc.controller.planning import (
     LazyMatches,
     Policy,
     QueuedJob,
@@ -25,11 +23,13 @@ from rc.controller.planner import (
     aged_priority,
     candidates,
     effective_priority,
+    fairshare,
     fits_ceiling,
     match_devices,
     not_run_here,
     runs_jobs_of,
 )
+from rc.controller.planning.placement import device_key, host_of
 from rc.controller.store import rows
 from rc.controller.store.db import Tx, loads
 from rc.controller.store.labels import effective as effective_labels
@@ -90,7 +90,7 @@ RIVALS_NAMED = 5
 
 @dataclass(slots=True)
 class QueueSnapshot:
-    """The queue planned as the scheduler would plan it now (planner.Snapshot),
+    """The queue planned as the scheduler would plan it now (planning.Snapshot),
     with the queued jobs as records and every device's effective labels."""
 
     snap: Snapshot

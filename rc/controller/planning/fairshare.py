@@ -15,7 +15,7 @@ or the database.
   they are over, rounded up, at most FAIR_SHARE_MAX:
   ceil((share / entitled - 1) / FAIR_SHARE_STEP), capped at 10.
 - A queued job's **effective priority**: priority + aging steps - its
-  account's adjustment (its Unix user's: rc.controller.planner).
+  account's adjustment (its Unix user's: rc.controller.planning.priority).
 
 The adjustment only ever lowers, by at most FAIR_SHARE_MAX steps, and aging
 still raises every queued job by one step per `aging` seconds, so fair share

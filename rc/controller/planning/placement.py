@@ -1,7 +1,7 @@
 """Placement: which devices of one host a job gets (README "Several devices
 for one job").
 
-Pure functions and a small class, used by rc.controller.planner. Nothing here
+Pure functions and a small class, used by rc.controller.planning.planner. Nothing here
 reads the clock, the database or the network.
 
 Topology. A host's worker reports, for each pair of its GPUs, the link class
