@@ -271,7 +271,7 @@ def test_serve_refuses_a_default_the_maximum_forbids_and_up_passes_the_flags_on(
     from rc.cli import build_parser
     from rc.cli.context import UsageError
     from rc.cli.serve import check_hold_idle
-    from rc.cli.up import _scheduling, _serve_flags
+    from rc.cli.upsettings import scheduling_given, serve_flags
 
     check_hold_idle(7200, 0)
     check_hold_idle(0, 0)
@@ -284,9 +284,9 @@ def test_serve_refuses_a_default_the_maximum_forbids_and_up_passes_the_flags_on(
         ["up", "--hold-idle-timeout", "30m", "--hold-idle-timeout-max", "4h"]
     )
     # passed on as given, as every scheduling option (test_up checks the serve it starts)
-    assert _serve_flags(_scheduling(args)) == [
+    assert serve_flags(scheduling_given(args)) == [
         "--hold-idle-timeout", "30m", "--hold-idle-timeout-max", "4h",
     ]  # fmt: skip
-    assert _serve_flags(_scheduling(build_parser("up").parse_args(["up"]))) == []
+    assert serve_flags(scheduling_given(build_parser("up").parse_args(["up"]))) == []
     serve = build_parser("serve").parse_args(["serve", "--hold-idle-timeout", "0"])
     assert (serve.hold_idle_timeout, serve.hold_idle_timeout_max) == (0, 0)

@@ -231,6 +231,8 @@ def test_a_verb_builds_only_its_own_group():
         "rc.cli.copy",
         "rc.cli.serve",
         "rc.cli.up",
+        "rc.cli.upsettings",
+        "rc.cli.pool",
         "rc.cli.children",
         "rc.cli.credentials",
     }

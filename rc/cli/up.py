@@ -21,6 +21,7 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from rc.cli.children import (
@@ -35,12 +36,14 @@ from rc.cli.children import (
 from rc.cli.context import UsageError, stderr, whole_seconds_arg
 from rc.cli.credentials import ensure_client_config, ensure_token, worker_token_host, write_secret
 from rc.cli.output import command_text, escape_controls, on_devices, one_line
-from rc.cli.serve import (
-    SCHEDULING_OPTIONS,
-    add_scheduling_options,
-    check_hold_idle,
-    have_controller,
-    scheduling_value,
+from rc.cli.pool import say_out_of_pool
+from rc.cli.serve import add_scheduling_options, check_hold_idle, have_controller
+from rc.cli.upsettings import (
+    differences,
+    keep_settings,
+    read_state,
+    scheduling_given,
+    serve_flags,
 )
 from rc.proto import pidlock
 from rc.proto.client import Client
@@ -179,92 +182,6 @@ def _wait_settled(c, host: str, log_hint: str) -> list[dict]:
         time.sleep(0.1)
 
 
-REBOOT_CLEARABLE = ("registration", "worker_lost", "lease_expired")
-
-
-def _out_of_pool(d: dict, as_admin: str, restart: str) -> str | None:
-    """One line on a device that takes no job now and how it comes back, or
-    None for a device in the pool. `as_admin` is the environment to put in
-    front of an admin command ("RC_TOKEN=$(cat .../admin.token) "), `restart`
-    says how to restart rc.
-
-    A device quarantined for a reboot-clearable reason returns when a worker
-    registers with a recovery proof (the controller's rule; a fresh worker
-    scans /proc for processes of interrupted jobs), or by rc clear."""
-    dev = d["id"]
-    clear = f"{as_admin}rc clear {dev}"
-    if d["state"] == "unhealthy":
-        reason = d.get("quarantine_reason") or ""
-        detail = d.get("quarantine_detail") or ""
-        why = f"{reason or 'quarantined'}: {detail}" if detail else (reason or "quarantined")
-        if reason in REBOOT_CLEARABLE:
-            how = (
-                "a process of the interrupted job may still be running. Once it has ended, "
-                f"`{clear}` returns the device, and so does a restart ({restart}: the new "
-                "worker finds nothing of the job left)"
-            )
-        else:
-            how = f"once you have seen to it, `{clear}` returns the device"
-        return f"{dev} is out of the pool ({why}): {how}"
-    if d.get("draining"):
-        reason = d.get("drain_reason") or ""
-        return (
-            f"{dev} is draining{f' ({reason})' if reason else ''}: it takes no new job "
-            f"until `{as_admin}rc undrain {dev}`"
-        )
-    return None
-
-
-def _say_out_of_pool(
-    mine: list[dict],
-    host: str,
-    data: Path,
-    args: argparse.Namespace,
-    url: str,
-    points_here: bool,
-    foreground: bool,
-) -> None:
-    """Name on stderr each of `mine` (this host's devices) that takes no job
-    now, why, and how it returns. `foreground`: this process runs rc (so
-    Ctrl-C stops it, not rc down)."""
-    as_admin = f"RC_TOKEN=$(cat {data / 'admin.token'}) "
-    if not points_here:  # rc would ask another controller
-        as_admin += f"RC_CONTROLLER={url} "
-    if foreground:
-        restart = "Ctrl-C, then `rc up` as before"
-    else:
-        restart = f"`rc down{f' --data {data}' if args.data else ''}`, then `rc up -d` as before"
-    notes = [line for line in (_out_of_pool(d, as_admin, restart) for d in mine) if line]
-    for line in notes:
-        stderr(line)
-    if notes and len(notes) == len(mine):
-        stderr(f"no device of {host} takes jobs now: rc run waits in the queue until one returns")
-
-
-SETTINGS = ("listen", "devices", "host", "socket", "scheduling")
-"""What up.json keeps of an rc up once its processes are stopped, for the next
-one in that data dir (unless given again)."""
-
-
-def _keep_settings(path: Path, st: dict) -> None:
-    """Leave in up.json (`path`) only the settings of the stopped rc up `st`
-    (SETTINGS), no process: the next `rc up` there starts with them, and
-    `rc down` finds nothing to stop. Removes the file when there are none."""
-    kept = {k: st[k] for k in SETTINGS if st.get(k)}
-    if kept:
-        path.write_text(json.dumps(kept))
-    else:
-        path.unlink(missing_ok=True)
-
-
-def _read_state(path: Path) -> dict:
-    try:
-        st = json.loads(path.read_text())
-        return st if isinstance(st, dict) else {}
-    except (OSError, ValueError):
-        return {}
-
-
 def _default_host() -> str:
     """This machine's short host name, made a valid rc host name."""
     return re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname().split(".")[0] or "localhost")
@@ -276,69 +193,77 @@ def _valid_host(name: str) -> bool:
     return bool(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}", name))
 
 
-def _same_address(listen: str, st: dict) -> bool:
-    """Whether `--listen listen` names the controller recorded in up.json
-    (as given then, or as it listens now; port 0 matches any port)."""
-    if listen == st.get("listen"):
-        return True
-    at = str(st.get("url", "")).rpartition("//")[2]
-    if listen == at:
-        return True
-    host, _, port = listen.rpartition(":")
-    return port == "0" and host == at.rpartition(":")[0]
+@dataclass
+class _Box:
+    """One rc up as it goes: its data dir, up.json as the rc up before it left
+    it (`st`), the settings it runs with, and what of it runs: the pids, the
+    processes this rc up started (None: not started here) and the
+    controller's URL. `down` is how to stop it, in words."""
 
-
-def _differences(
-    args: argparse.Namespace, st: dict, worker_runs: bool, serve_runs: bool = False
-) -> list[str]:
-    """The flags given to this rc up that the running one (up.json `st`)
-    does not have and cannot take while it runs: --listen while any part
-    runs, --devices and --host while its worker runs, the scheduling
-    options while its controller runs."""
-    out = []
-    if args.listen is not None and st.get("url") and not _same_address(args.listen, st):
-        out.append(f"--listen {args.listen} (it listens at {st['url']})")
-    if serve_runs:
-        running = st.get("scheduling") or {}
-        for dest, text in _scheduling(args).items():
-            if dest in running and _same_value(dest, running[dest], text):
-                continue
-            if running.get(dest) != text:
-                flag = "--" + dest.replace("_", "-")
-                now = f"{flag} {running[dest]}" if dest in running else "its default"
-                out.append(f"{flag} {text} (its controller runs with {now})")
-    if worker_runs:
-        if args.devices is not None and args.devices != st.get("devices", args.devices):
-            out.append(f"--devices {args.devices} (it runs with --devices {st['devices']})")
-        if args.host is not None and args.host != st.get("host", args.host):
-            out.append(f"--host {args.host} (its worker is host {st['host']})")
-    return out
-
-
-def _same_value(dest: str, a: str, b: str) -> bool:
-    """Whether two texts of scheduling option `dest` give one value ("5m" is
-    "300s"); a text the option does not take (an older up.json) is no match."""
-    try:
-        return scheduling_value(dest, a) == scheduling_value(dest, b)
-    except argparse.ArgumentTypeError:
-        return False
-
-
-def _scheduling(args: argparse.Namespace) -> dict[str, str]:
-    """The scheduling options given to this rc up (dest → the text given)."""
-    return {d: getattr(args, d) for d in SCHEDULING_OPTIONS if getattr(args, d) is not None}
-
-
-def _serve_flags(scheduling: dict[str, str]) -> list[str]:
-    """rc serve's flags for these scheduling options (dest → text)."""
-    out = []
-    for dest in SCHEDULING_OPTIONS:
-        if dest in scheduling:
-            out += ["--" + dest.replace("_", "-"), scheduling[dest]]
-    return out
+    data: Path
+    st: dict
+    listen: str
+    devices: str
+    scheduling: dict[str, str]
+    host: str
+    socket: str | None
+    serve_pid: int | None
+    worker_pid: int | None
+    down: str
+    url: str = ""
+    controller: subprocess.Popen | None = None
+    worker: subprocess.Popen | None = None
 
 
 def cmd_up(args: argparse.Namespace) -> int:
+    """rc up: check the flags, take the data dir's lock, then either say rc is
+    already up, or start what of it is missing, record it in up.json, wait
+    for its worker and say what runs. Returns 0, or in the foreground what
+    supervise returns once rc stops. Raises UsageError for a bad flag and
+    RcError when rc cannot come up."""
+    data = Path(args.data) if args.data else default_data_dir()
+    state_path = data / UP_STATE
+    # a running rc up, or the settings of the last one
+    listen = _checked_flags(args, read_state(state_path))
+    data.mkdir(mode=0o700, parents=True, exist_ok=True)
+    # Held until the state file names what runs (an exception before that ends
+    # this process, and the kernel drops the lock with it).
+    lock = _one_up_at_a_time(data)
+    box = _settled_settings(args, data, listen)
+    if box.serve_pid and box.worker_pid:
+        # Not an error: `pip install . && rc up -d && rc run ...` can be re-run.
+        _say_already_up(box, args)
+        pidlock.release(lock, str(data / UP_LOCK))
+        return 0
+    if (box.serve_pid or box.worker_pid) and not args.detach:
+        raise UsageError(
+            "part of an earlier rc up -d still runs; rc up -d restarts what is "
+            f"missing, or {box.down} stops it"
+        )
+    admin, points_here = _start_missing(box, args)
+    # Both parts run and the worker has registered (or was already running):
+    # rc is up. Record them before anything else can fail, so that rc down
+    # and the next rc up find them.
+    _record(box)
+    pidlock.release(lock, str(data / UP_LOCK))
+    mine = _wait_for_the_worker(box, args, admin)
+    _say_up(box, args, mine, points_here)
+    if args.detach:
+        stderr(f"running in the background (logs in {data}); stop with: {box.down}")
+        return 0
+    stderr("press Ctrl-C to stop")
+    return supervise(
+        box.controller, box.worker, lambda: keep_settings(state_path, read_state(state_path))
+    )
+
+
+def _checked_flags(args: argparse.Namespace, st: dict) -> str:
+    """Check rc up's flags before anything is started or written: the
+    controller is installed, the hold idle timeouts agree, --listen (given,
+    else the last rc up's, else UP_LISTEN) is HOST:PORT and loopback unless
+    TLS or --insecure, --devices and --host are valid. `st` is up.json as
+    read now. Returns the address to listen at; raises RcError or UsageError
+    naming the problem."""
     if not have_controller():  # the zipapp
         raise RcError(
             "rc up needs rc installed with pip (pip install .), which brings the controller; "
@@ -348,9 +273,6 @@ def cmd_up(args: argparse.Namespace) -> int:
         whole_seconds_arg(args.hold_idle_timeout or "2h"),
         whole_seconds_arg(args.hold_idle_timeout_max or "0"),
     )
-    data = Path(args.data) if args.data else default_data_dir()
-    state_path = data / UP_STATE
-    st = _read_state(state_path)  # a running rc up, or the settings of the last one
     listen = args.listen or st.get("listen") or UP_LISTEN
     host_port = listen.rpartition(":")
     port = host_port[2]
@@ -377,102 +299,89 @@ def cmd_up(args: argparse.Namespace) -> int:
             f"--host {args.host!r}: letters, digits, '.', '_' and '-', at most 63, "
             "starting with a letter or digit"
         )
-    data.mkdir(mode=0o700, parents=True, exist_ok=True)
-    # Held until the state file names what runs (an exception before that ends
-    # this process, and the kernel drops the lock with it).
-    lock = _one_up_at_a_time(data)
-    st = _read_state(state_path)  # as the rc up before us left it
+    return listen
+
+
+def _settled_settings(args: argparse.Namespace, data: Path, listen: str) -> _Box:
+    """This rc up's settings, read under the data dir's lock: up.json as the rc
+    up before us left it, which of its processes still run, and each setting
+    given now, else the last rc up's. Raises RcError when a part of rc
+    already runs there with settings other than those given."""
+    st = read_state(data / UP_STATE)  # as the rc up before us left it
     serve_pid = st.get("serve_pid") if alive_pid(st.get("serve_pid")) else None
     worker_pid = st.get("worker_pid") if alive_pid(st.get("worker_pid")) else None
     down = f"rc down{f' --data {data}' if args.data else ''}"
     if serve_pid or worker_pid:
-        differ = _differences(args, st, worker_pid is not None, serve_pid is not None)
+        differ = differences(args, st, worker_pid is not None, serve_pid is not None)
         if differ:
             raise RcError(
                 f"rc is already up in {data} with other settings: {'; '.join(differ)}. "
                 f"To change them, `{down}` first; for a second one-box beside it, give it "
                 "its own --data DIR, --listen and --host NAME"
             )
-    devices = args.devices or st.get("devices") or "auto"
     # given now, else what the last rc up in this data dir was given
-    # the last rc up's options, each given one replacing its own (never the others)
-    scheduling = {**dict(st.get("scheduling") or {}), **_scheduling(args)}
-    host = args.host or st.get("host") or ""
-    sock_path = args.socket if args.socket is not None else st.get("socket")
-    if serve_pid and worker_pid:
-        # Not an error: `pip install . && rc up -d && rc run ...` can be re-run.
-        host = host or _default_host()
-        stderr(
-            f"already up: controller at {st.get('url')} (pid {serve_pid}), worker pid "
-            f"{worker_pid}; stop both with {down}"
-        )
-        try:  # best effort: a missing config or a device out of the pool would leave rc stuck
-            url = st["url"]
-            admin = Client(url, (data / "admin.token").read_text().strip(), timeout=5)
-            points_here = ensure_client_config(admin, url)
-            mine = [
-                v["device"]
-                for v in admin.get("/v1/devices")["devices"]
-                if v["device"]["host"] == host
-            ]
-            _say_out_of_pool(mine, host, data, args, url, points_here, False)
-        except (RcError, OSError, KeyError, TypeError, ValueError) as e:
-            stderr(f"note: could not check the client config and the devices: {e}")
-        pidlock.release(lock, str(data / UP_LOCK))
-        return 0
-    if (serve_pid or worker_pid) and not args.detach:
-        raise UsageError(
-            "part of an earlier rc up -d still runs; rc up -d restarts what is "
-            f"missing, or {down} stops it"
-        )
-    serve_log_path, worker_log_path = data / "serve.log", data / "worker.log"
-    serve_log = open(serve_log_path, "ab") if args.detach else None  # noqa: SIM115 - the children inherit it; rc up exits soon after
-    worker_log = open(worker_log_path, "ab") if args.detach else None  # noqa: SIM115
-    controller = worker = None
-    try:
-        if serve_pid:
-            url = st["url"]
-        else:
-            if worker_pid and st.get("url"):  # the running worker keeps dialling this address
-                listen = st["url"].rpartition("//")[2]
-            cmd = [sys.executable, "-m", "rc", "serve", "--listen", listen, "--data", str(data)]
-            if sock_path is not None:
-                cmd += ["--socket", sock_path]
-            if args.certfile:
-                cmd += ["--certfile", args.certfile, "--keyfile", args.keyfile]
-            cmd += _serve_flags(scheduling)
-            controller, url = spawn_ready(cmd, serve_log, args.detach, "controller", serve_log_path)
-            serve_pid = controller.pid
-        admin = Client(url, (data / "admin.token").read_text().strip())
-        token_file = data / WORKER_TOKEN_FILE
-        bound = worker_token_host(url, token_file)
-        # the data dir's worker token remembers the host name it was made for
-        host = host or bound or _default_host()
-        if bound is None or bound not in ("", host):
-            write_secret(token_file, ensure_token(admin, f"worker-{host}", "worker"))
+    return _Box(
+        data=data,
+        st=st,
+        listen=listen,
+        devices=args.devices or st.get("devices") or "auto",
+        # the last rc up's options, each given one replacing its own (never the others)
+        scheduling={**dict(st.get("scheduling") or {}), **scheduling_given(args)},
+        host=args.host or st.get("host") or "",
+        socket=args.socket if args.socket is not None else st.get("socket"),
+        serve_pid=serve_pid,
+        worker_pid=worker_pid,
+        down=down,
+    )
+
+
+def _say_already_up(box: _Box, args: argparse.Namespace) -> None:
+    """On stderr: rc already runs here, how to stop it, and each of its
+    devices out of the pool. Best effort: it also makes sure the client
+    config points here, and a failure of that or of the devices' read is one
+    note, never an error."""
+    host = box.host or _default_host()
+    stderr(
+        f"already up: controller at {box.st.get('url')} (pid {box.serve_pid}), worker pid "
+        f"{box.worker_pid}; stop both with {box.down}"
+    )
+    try:  # best effort: a missing config or a device out of the pool would leave rc stuck
+        url = box.st["url"]
+        admin = Client(url, (box.data / "admin.token").read_text().strip(), timeout=5)
         points_here = ensure_client_config(admin, url)
-        if not worker_pid:
-            cmd = [
-                sys.executable,
-                "-m",
-                "rc",
-                "worker",
-                "--controller",
-                url,
-                "--token-file",
-                str(token_file),
-                "--devices",
-                "auto" if devices == "auto" else f"cpu:{devices}",
-                "--host",
-                host,
-            ]
-            if os.geteuid() == 0:
-                # root's own jobs on its own box run; everyone else's run as them
-                cmd.append("--allow-root-jobs")
-            worker, _ = spawn_ready(cmd, worker_log, args.detach, "worker", worker_log_path)
-            worker_pid = worker.pid
+        mine = [
+            v["device"] for v in admin.get("/v1/devices")["devices"] if v["device"]["host"] == host
+        ]
+        say_out_of_pool(mine, host, box.data, args, url, points_here, False)
+    except (RcError, OSError, KeyError, TypeError, ValueError) as e:
+        stderr(f"note: could not check the client config and the devices: {e}")
+
+
+def _start_missing(box: _Box, args: argparse.Namespace) -> tuple[Client, bool]:
+    """Start the controller unless it runs, make the worker's token and the
+    client config, then start the worker unless it runs (-d: both log to
+    DATA/serve.log and DATA/worker.log). Returns the admin client and
+    whether the client config points here. On any failure it stops what it
+    started, then raises."""
+    serve_log = open(box.data / "serve.log", "ab") if args.detach else None  # noqa: SIM115 - the children inherit it; rc up exits soon after
+    worker_log = open(box.data / "worker.log", "ab") if args.detach else None  # noqa: SIM115
+    try:
+        if box.serve_pid:
+            box.url = box.st["url"]
+        else:
+            _start_controller(box, args, serve_log)
+        admin = Client(box.url, (box.data / "admin.token").read_text().strip())
+        token_file = box.data / WORKER_TOKEN_FILE
+        bound = worker_token_host(box.url, token_file)
+        # the data dir's worker token remembers the host name it was made for
+        box.host = box.host or bound or _default_host()
+        if bound is None or bound not in ("", box.host):
+            write_secret(token_file, ensure_token(admin, f"worker-{box.host}", "worker"))
+        points_here = ensure_client_config(admin, box.url)
+        if not box.worker_pid:
+            _start_worker(box, args, worker_log, token_file)
     except BaseException:
-        for proc in (worker, controller):
+        for proc in (box.worker, box.controller):
             if proc is not None and proc.poll() is None:
                 proc.terminate()
                 try:
@@ -480,49 +389,106 @@ def cmd_up(args: argparse.Namespace) -> int:
                 except subprocess.TimeoutExpired:
                     proc.kill()
         raise
-    # Both parts run and the worker has registered (or was already running):
-    # rc is up. Record them before anything else can fail, so that rc down
-    # and the next rc up find them.
-    state_path.write_text(
+    return admin, points_here
+
+
+def _start_controller(box: _Box, args: argparse.Namespace, log) -> None:
+    """Start rc serve (`log`: the file it writes to with -d, else None) and
+    wait until it listens; sets box.controller, .url and .serve_pid. A worker
+    still running keeps dialling the address it was given, so the controller
+    listens there again. Raises RcError when it does not start."""
+    if box.worker_pid and box.st.get("url"):  # the running worker keeps dialling this address
+        box.listen = box.st["url"].rpartition("//")[2]
+    cmd = [sys.executable, "-m", "rc", "serve", "--listen", box.listen, "--data", str(box.data)]
+    if box.socket is not None:
+        cmd += ["--socket", box.socket]
+    if args.certfile:
+        cmd += ["--certfile", args.certfile, "--keyfile", args.keyfile]
+    cmd += serve_flags(box.scheduling)
+    box.controller, box.url = spawn_ready(
+        cmd, log, args.detach, "controller", box.data / "serve.log"
+    )
+    box.serve_pid = box.controller.pid
+
+
+def _start_worker(box: _Box, args: argparse.Namespace, log, token_file: Path) -> None:
+    """Start rc worker for this host's devices with the token in `token_file`
+    (`log`: the file it writes to with -d, else None) and wait until it is
+    ready; sets box.worker and .worker_pid. Raises RcError when it does not
+    start."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "rc",
+        "worker",
+        "--controller",
+        box.url,
+        "--token-file",
+        str(token_file),
+        "--devices",
+        "auto" if box.devices == "auto" else f"cpu:{box.devices}",
+        "--host",
+        box.host,
+    ]
+    if os.geteuid() == 0:
+        # root's own jobs on its own box run; everyone else's run as them
+        cmd.append("--allow-root-jobs")
+    box.worker, _ = spawn_ready(cmd, log, args.detach, "worker", box.data / "worker.log")
+    box.worker_pid = box.worker.pid
+
+
+def _record(box: _Box) -> None:
+    """Write up.json: the URL, the pids and the settings rc now runs with (the
+    scheduling options of the controller that runs: the last rc up's unless
+    this one started it)."""
+    st = box.st
+    (box.data / UP_STATE).write_text(
         json.dumps(
             {
-                "url": url,
-                "serve_pid": serve_pid,
-                "worker_pid": worker_pid,
-                "data": str(data),
-                "listen": st.get("listen", listen) if st.get("url") == url else listen,
-                "devices": devices,
-                "host": host,
-                "socket": sock_path,
-                "scheduling": scheduling if controller is not None else st.get("scheduling", {}),
+                "url": box.url,
+                "serve_pid": box.serve_pid,
+                "worker_pid": box.worker_pid,
+                "data": str(box.data),
+                "listen": st.get("listen", box.listen) if st.get("url") == box.url else box.listen,
+                "devices": box.devices,
+                "host": box.host,
+                "socket": box.socket,
+                "scheduling": box.scheduling
+                if box.controller is not None
+                else st.get("scheduling", {}),
             }
         )
     )
-    pidlock.release(lock, str(data / UP_LOCK))
+
+
+def _wait_for_the_worker(box: _Box, args: argparse.Namespace, admin: Client) -> list[dict]:
+    """Wait until the controller has heard from this host's worker
+    (_wait_settled) and return its devices. If that fails, a foreground rc
+    up stops the processes it started and keeps only the settings in
+    up.json; then it raises."""
+    state_path = box.data / UP_STATE
     try:
-        mine = _wait_settled(
-            admin, host, str(worker_log_path) if args.detach else "the messages above"
+        return _wait_settled(
+            admin, box.host, str(box.data / "worker.log") if args.detach else "the messages above"
         )
     except BaseException:
         if not args.detach:  # the foreground rc up owns its children (it started both)
-            for proc, what in ((worker, "worker"), (controller, "controller")):
+            for proc, what in ((box.worker, "worker"), (box.controller, "controller")):
                 if proc is not None:
                     stop_process(proc, what)
-            _keep_settings(state_path, _read_state(state_path))
+            keep_settings(state_path, read_state(state_path))
         raise
+
+
+def _say_up(box: _Box, args: argparse.Namespace, mine: list[dict], points_here: bool) -> None:
+    """On stderr: rc is up (its URL, the worker's devices `mine`, the admin
+    token's file), whose box it is, and each device out of the pool."""
     stderr(
-        f"up: controller at {url}, worker on {host} with {', '.join(d['id'] for d in mine)}; "
-        f"the admin token is in {data / 'admin.token'}"
+        f"up: controller at {box.url}, worker on {box.host} with "
+        f"{', '.join(d['id'] for d in mine)}; the admin token is in {box.data / 'admin.token'}"
     )
-    stderr(_whose_box(data))
-    _say_out_of_pool(mine, host, data, args, url, points_here, not args.detach)
-    if args.detach:
-        stderr(f"running in the background (logs in {data}); stop with: {down}")
-        return 0
-    stderr("press Ctrl-C to stop")
-    return supervise(
-        controller, worker, lambda: _keep_settings(state_path, _read_state(state_path))
-    )
+    stderr(_whose_box(box.data))
+    say_out_of_pool(mine, box.host, box.data, args, box.url, points_here, not args.detach)
 
 
 def _whose_box(data: Path) -> str:
@@ -586,7 +552,7 @@ def cmd_down(args: argparse.Namespace) -> int:
         # already down: not an error, as a repeated rc up -d is not one
         stderr(f"already down: nothing to stop (no {UP_STATE} in {data})")
         return 0
-    st = _read_state(state_path)
+    st = read_state(state_path)
     if not st:
         raise RcError(f"{state_path} is corrupt; stop the processes by hand")
     if not st.get("serve_pid") and not st.get("worker_pid"):  # only the last one's settings
@@ -600,7 +566,7 @@ def cmd_down(args: argparse.Namespace) -> int:
         if alive_pid(pid):
             stop_pid(pid, what)
             stopped.append(f"the {what} (pid {pid})")
-    _keep_settings(state_path, st)
+    keep_settings(state_path, st)
     if not stopped:
         stderr("nothing was running (the processes of the last rc up -d had already exited)")
         return 0

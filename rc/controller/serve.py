@@ -180,94 +180,29 @@ def _url(sock: socket.socket, tls: bool) -> str:
 
 
 async def _serve(cfg: ControllerConfig, ready_fd: int | None) -> None:
-    tls = bool(cfg.certfile)
-    for f in (cfg.certfile, cfg.keyfile):
-        if f and not os.access(f, os.R_OK):
-            raise StartupError(f"cannot read TLS file {f}")
-    if bool(cfg.certfile) != bool(cfg.keyfile):
-        raise StartupError("--certfile and --keyfile go together")
-    if tls:
-        check_tls_pair(cfg.certfile, cfg.keyfile)
+    """Run the controller until SIGINT/SIGTERM, in steps: check TLS, lock the
+    data dir and bind, open the store (or the leadership on PostgreSQL), the
+    local socket, take the lease when free, announce, serve, shut down.
+    `ready_fd` gets the URL once listening. Raises StartupError (a start
+    that failed, each step closing what the ones before it opened), or
+    SteppedDown when, on PostgreSQL, it lost the leadership lease."""
+    tls = _checked_tls(cfg)
     users = LocalUsers.parse(cfg.local_users)
     raise_nofile_limit()
-    lock_fd = lock_data_dir(cfg.data_dir)  # held until this process exits
-    try:
-        sock = bind(cfg.listen)
-    except BaseException:
-        os.close(lock_fd)
-        raise
+    lock_fd, sock = _lock_and_bind(cfg)  # the lock is held until this process exits
     ctl = Controller(cfg)
     url = _url(sock, tls)
-    leadership = None
-    try:
-        if cfg.database:
-            from rc.controller.store.leader import Leadership
-
-            leadership = await Leadership(
-                cfg.database, ctl.instance, cfg.advertise_url or url, cfg.leader_ttl
-            ).open()
-        else:
-            await ctl.start()
-    except BaseException:
-        sock.close()
-        os.close(lock_fd)
-        raise
-    local = None
-    if cfg.socket:
-        local = LocalSocket(cfg.socket, users, ctl.tokens, ctl.clock, lambda: url)
-        try:
-            await local.start()
-        except BaseException:
-            if leadership is None:
-                await ctl.stop()
-            else:
-                await leadership.close()
-            sock.close()
-            os.close(lock_fd)
-            raise
+    leadership = await _open_store(cfg, ctl, url, sock, lock_fd)
+    local = await _open_local_socket(cfg, users, ctl, url, leadership, sock, lock_fd)
     gate = None if leadership is None else _Gate(leadership)
-    first = None
-    if leadership is not None and await leadership.take():
-        # the lease was free: active before the ready line, as a lone controller is
-        got = await _activate(ctl, leadership, gate)
-        if isinstance(got, str):
-            if local is not None:
-                await local.stop()
-            await ctl.stop()
-            await leadership.release()
-            await leadership.close()
-            sock.close()
-            os.close(lock_fd)
-            raise StartupError(got)
-        first = got
+    first = await _lead_from_the_start(ctl, leadership, gate, local, sock, lock_fd)
     app = build_app(ctl, gate)
-    hc = HypercornConfig()
-    hc.bind = [f"fd://{sock.fileno()}"]
-    hc.accesslog = None
-    hc.errorlog = logging.getLogger("rc.hypercorn")
-    hc.graceful_timeout = SHUTDOWN_GRACE_S
-    hc.keep_alive_timeout = KEEP_ALIVE_S
-    hc.include_server_header = False
-    if tls:
-        hc.certfile, hc.keyfile = cfg.certfile, cfg.keyfile
+    hc = _hypercorn_config(cfg, sock, tls)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    state = Path(cfg.data_dir) / STATE_FILE
-    state.write_text(
-        json.dumps({"url": url, "pid": os.getpid(), "instance": ctl.instance, "socket": cfg.socket})
-    )
-    on_socket = f" and {cfg.socket}" if cfg.socket else ""
-    on_database = f", database {ctl.db.path}" if cfg.database else ""  # its password hidden
-    if gate is not None:
-        on_database += ", active" if gate.open else ", standby"
-    print(
-        f"rc serve: listening on {url}{on_socket} (data {cfg.data_dir}{on_database})",
-        file=sys.stderr,
-        flush=True,
-    )
-    _said_admin_token(ctl, cfg)
+    state = _announce(cfg, ctl, url, gate)
     outcome: dict[str, str] = {}
     leading = None
     if leadership is not None:
@@ -285,33 +220,180 @@ async def _serve(cfg: ControllerConfig, ready_fd: int | None) -> None:
     try:
         await hypercorn_serve(app, hc, shutdown_trigger=shutdown_trigger)
     finally:
-        try:
-            if leading is not None:
-                leading.cancel()
-                try:
-                    await leading
-                except asyncio.CancelledError:
-                    pass
-            if local is not None:
-                await local.stop()
-            if leadership is None or gate.started:
-                await ctl.stop()
-            if leadership is not None:
-                if "lost" not in outcome:
-                    await leadership.release()  # a standby takes over at its next try
-                await leadership.close()
-            try:
-                if json.loads(state.read_text()).get("pid") == os.getpid():
-                    state.unlink()
-            except (OSError, ValueError):
-                pass
-        finally:
-            os.close(lock_fd)  # the database is closed: the data dir is free
-        log.info("rc serve stopped")
+        await _shut_down(ctl, leading, local, leadership, gate, outcome, state, lock_fd)
     if "lost" in outcome:
         raise SteppedDown(outcome["lost"])
     if "failed" in outcome:
         raise StartupError(outcome["failed"])
+
+
+def _checked_tls(cfg: ControllerConfig) -> bool:
+    """Whether the controller serves TLS (--certfile given), after checking
+    both files are readable, given together and a usable pair. Raises
+    StartupError naming the problem."""
+    tls = bool(cfg.certfile)
+    for f in (cfg.certfile, cfg.keyfile):
+        if f and not os.access(f, os.R_OK):
+            raise StartupError(f"cannot read TLS file {f}")
+    if bool(cfg.certfile) != bool(cfg.keyfile):
+        raise StartupError("--certfile and --keyfile go together")
+    if tls:
+        check_tls_pair(cfg.certfile, cfg.keyfile)
+    return tls
+
+
+def _lock_and_bind(cfg: ControllerConfig) -> tuple[int, socket.socket]:
+    """Take the data dir's lock (lock_data_dir), then bind the listening
+    socket (bind): (the lock's fd, the socket). A bind that fails lets the
+    lock go, then raises StartupError."""
+    lock_fd = lock_data_dir(cfg.data_dir)
+    try:
+        sock = bind(cfg.listen)
+    except BaseException:
+        os.close(lock_fd)
+        raise
+    return lock_fd, sock
+
+
+async def _open_store(cfg: ControllerConfig, ctl: Controller, url: str, sock, lock_fd: int):
+    """On PostgreSQL (--database) open the leadership (advertising
+    --advertise-url, else `url`) and return it, the controller not yet
+    started; else start the controller and return None. On a failure it
+    closes `sock` and the lock `lock_fd`, then raises."""
+    try:
+        if cfg.database:
+            from rc.controller.store.leader import Leadership
+
+            return await Leadership(
+                cfg.database, ctl.instance, cfg.advertise_url or url, cfg.leader_ttl
+            ).open()
+        await ctl.start()
+        return None
+    except BaseException:
+        sock.close()
+        os.close(lock_fd)
+        raise
+
+
+async def _open_local_socket(
+    cfg: ControllerConfig, users, ctl: Controller, url: str, leadership, sock, lock_fd: int
+) -> LocalSocket | None:
+    """With --socket, start listening on that Unix socket (local users get
+    tokens there) and return it; else None. On a failure it stops what
+    _open_store opened, closes `sock` and the lock, then raises."""
+    if not cfg.socket:
+        return None
+    local = LocalSocket(cfg.socket, users, ctl.tokens, ctl.clock, lambda: url)
+    try:
+        await local.start()
+    except BaseException:
+        if leadership is None:
+            await ctl.stop()
+        else:
+            await leadership.close()
+        sock.close()
+        os.close(lock_fd)
+        raise
+    return local
+
+
+async def _lead_from_the_start(ctl, leadership, gate, local, sock, lock_fd: int):
+    """On PostgreSQL, take the leadership lease if it is free and start as the
+    active controller before the ready line, as a lone controller is: returns
+    the event set when a write is fenced (_activate), or None (not on
+    PostgreSQL, or a standby for now). A start that fails undoes every step
+    before it and raises StartupError."""
+    if leadership is None or not await leadership.take():
+        return None
+    # the lease was free: active before the ready line, as a lone controller is
+    got = await _activate(ctl, leadership, gate)
+    if isinstance(got, str):
+        if local is not None:
+            await local.stop()
+        await ctl.stop()
+        await leadership.release()
+        await leadership.close()
+        sock.close()
+        os.close(lock_fd)
+        raise StartupError(got)
+    return got
+
+
+def _hypercorn_config(cfg: ControllerConfig, sock: socket.socket, tls: bool) -> HypercornConfig:
+    """Hypercorn's settings: serve on `sock` (already bound), no access log,
+    SHUTDOWN_GRACE_S for in-flight requests, KEEP_ALIVE_S, no Server header,
+    and the certificate and key when `tls`."""
+    hc = HypercornConfig()
+    hc.bind = [f"fd://{sock.fileno()}"]
+    hc.accesslog = None
+    hc.errorlog = logging.getLogger("rc.hypercorn")
+    hc.graceful_timeout = SHUTDOWN_GRACE_S
+    hc.keep_alive_timeout = KEEP_ALIVE_S
+    hc.include_server_header = False
+    if tls:
+        hc.certfile, hc.keyfile = cfg.certfile, cfg.keyfile
+    return hc
+
+
+def _announce(cfg: ControllerConfig, ctl: Controller, url: str, gate) -> Path:
+    """Write DATA/controller.json ({url, pid, instance, socket}) and say on
+    stderr where the controller listens (and, on PostgreSQL, whether it is
+    active or a standby) and where a new admin token was written. Returns
+    the state file's path."""
+    state = Path(cfg.data_dir) / STATE_FILE
+    state.write_text(
+        json.dumps({"url": url, "pid": os.getpid(), "instance": ctl.instance, "socket": cfg.socket})
+    )
+    on_socket = f" and {cfg.socket}" if cfg.socket else ""
+    on_database = f", database {ctl.db.path}" if cfg.database else ""  # its password hidden
+    if gate is not None:
+        on_database += ", active" if gate.open else ", standby"
+    print(
+        f"rc serve: listening on {url}{on_socket} (data {cfg.data_dir}{on_database})",
+        file=sys.stderr,
+        flush=True,
+    )
+    _said_admin_token(ctl, cfg)
+    return state
+
+
+async def _shut_down(
+    ctl: Controller,
+    leading: asyncio.Task | None,
+    local: LocalSocket | None,
+    leadership,
+    gate,
+    outcome: dict[str, str],
+    state: Path,
+    lock_fd: int,
+) -> None:
+    """Once HTTP has stopped: end the leadership task, the local socket and
+    the controller's loops and database (when it started), give the lease
+    up unless it was lost, remove controller.json if it is still ours, and
+    last let the data dir's lock go."""
+    try:
+        if leading is not None:
+            leading.cancel()
+            try:
+                await leading
+            except asyncio.CancelledError:
+                pass
+        if local is not None:
+            await local.stop()
+        if leadership is None or gate.started:
+            await ctl.stop()
+        if leadership is not None:
+            if "lost" not in outcome:
+                await leadership.release()  # a standby takes over at its next try
+            await leadership.close()
+        try:
+            if json.loads(state.read_text()).get("pid") == os.getpid():
+                state.unlink()
+        except (OSError, ValueError):
+            pass
+    finally:
+        os.close(lock_fd)  # the database is closed: the data dir is free
+    log.info("rc serve stopped")
 
 
 class SteppedDown(ControllerError):
