@@ -159,6 +159,95 @@ class MJob:
         return self.since + self.runtime if self.runtime else math.inf
 
 
+class ModelPass:
+    """One pass of the model's rule over SchedulerMachine `m`: the free
+    devices, and what the pass took and reserved so far (m.reservations is
+    rebuilt)."""
+
+    def __init__(self, m: SchedulerMachine) -> None:
+        self.m = m
+        self.now = m.lab.now
+        active = [j for j in m.jobs.values() if j.state == "active"]
+        self.busy = {d: j for j in active for d in j.devices}
+        self.free = {d for d in DEVICES if d not in self.busy and d not in m.faulted}
+        self.taken_end: dict[str, float] = {}
+        self.used = {u: sum(len(j.devices) for j in active if j.who == u) for u in USERS}
+        self.reserved: dict[str, float] = {}  # device → when its reserver expects it free
+        m.reservations = {}
+
+    def end(self, d: str) -> float:
+        """When device `d` is expected free."""
+        if d in self.taken_end:
+            return self.taken_end[d]
+        return self.now if d in self.free else self.busy[d].end()
+
+    def avail(self, j: MJob, d: str) -> bool:
+        """Whether `j` may take `d` now (free, and not reserved unless it ends first)."""
+        if d not in self.free:
+            return False
+        if d not in self.reserved:
+            return True
+        bound = j.ask or CEILING[d]
+        return bound > 0 and self.now + bound <= self.reserved[d]
+
+    def place(self, j: MJob, cands: list[str]) -> tuple[str, ...] | None:
+        """The devices `j` gets now, or None."""
+        if j.pins:
+            if len(cands) == len(j.pins) and all(self.avail(j, d) for d in j.pins):
+                return j.pins
+            return None
+        options = []
+        for h, on_host in HOSTS.items():
+            ds = [d for d in cands if host(d) == h and self.avail(j, d)]
+            if len(ds) >= j.count:
+                intact = all(d in self.free for d in on_host)
+                pick = tuple(ds[: j.count])
+                options.append(
+                    (
+                        (
+                            len(ds),
+                            len(on_host) if intact else 0,
+                            [natural(d) for d in pick],
+                        ),
+                        pick,
+                    )
+                )
+        if options:
+            return min(options)[1]
+        return None
+
+    def reserve(self, j: MJob, cands: list[str]) -> None:
+        """`j` reserves the devices of the host where `count` of its
+        candidates free soonest."""
+        best = None
+        for h in HOSTS:
+            pool = [
+                d
+                for d in cands
+                if host(d) == h and d not in self.reserved and d not in self.m.faulted
+            ]
+            if len(pool) < j.count or (j.pins and len(pool) < len(j.pins)):
+                continue
+            soonest = sorted(pool, key=lambda d: (self.end(d), natural(d)))[: j.count]
+            start = max(self.end(d) for d in soonest)
+            if best is None or (start, h) < best[0]:
+                best = ((start, h), j.pins or tuple(sorted(soonest, key=natural)))
+        if best is not None:
+            self.m.reservations[j.id] = (tuple(best[1]), best[0][0])
+            for d in best[1]:
+                self.reserved[d] = best[0][0]
+
+    def take(self, j: MJob, chosen: tuple[str, ...]) -> None:
+        """`j` runs on `chosen` from now."""
+        ceilings = [CEILING[d] for d in chosen if CEILING[d]]
+        j.state, j.devices, j.since, j.running = "active", tuple(chosen), self.now, False
+        j.runtime = j.ask or min(ceilings, default=0)
+        self.used[j.who] += len(chosen)
+        for d in chosen:
+            self.free.discard(d)
+            self.taken_end[d] = j.end()
+
+
 class SchedulerMachine(RuleBasedStateMachine):
     """Real Lab on one side, MJob dicts on the other."""
 
@@ -186,86 +275,20 @@ class SchedulerMachine(RuleBasedStateMachine):
     # -- the model's rule -----------------------------------------------------
 
     def model_pass(self) -> None:
-        now = self.lab.now
-        active = [j for j in self.jobs.values() if j.state == "active"]
-        busy = {d: j for j in active for d in j.devices}
-        free = {d for d in DEVICES if d not in busy and d not in self.faulted}
-        taken_end: dict[str, float] = {}
-        used = {u: sum(len(j.devices) for j in active if j.who == u) for u in USERS}
-        reserved: dict[str, float] = {}  # device → when its reserver expects it free
-        self.reservations = {}
-
-        def end(d: str) -> float:
-            if d in taken_end:
-                return taken_end[d]
-            return now if d in free else busy[d].end()
-
+        """The model's pass: each queued job in order is placed, else (on
+        several devices) reserves where its candidates free soonest."""
+        p = ModelPass(self)
         for j in self.order():
-            if self.cap and used[j.who] + j.count > self.cap:
+            if self.cap and p.used[j.who] + j.count > self.cap:
                 continue
             cands = j.candidates()
-
-            def avail(d: str, j=j) -> bool:
-                if d not in free:
-                    return False
-                if d not in reserved:
-                    return True
-                bound = j.ask or CEILING[d]
-                return bound > 0 and now + bound <= reserved[d]
-
-            chosen = None
-            if j.pins:
-                if len(cands) == len(j.pins) and all(avail(d) for d in j.pins):
-                    chosen = j.pins
-            else:
-                options = []
-                for h, on_host in HOSTS.items():
-                    ds = [d for d in cands if host(d) == h and avail(d)]
-                    if len(ds) >= j.count:
-                        intact = all(d in free for d in on_host)
-                        pick = tuple(ds[: j.count])
-                        options.append(
-                            (
-                                (
-                                    len(ds),
-                                    len(on_host) if intact else 0,
-                                    [natural(d) for d in pick],
-                                ),
-                                pick,
-                            )
-                        )
-                if options:
-                    chosen = min(options)[1]
-            if (
-                chosen is None and j.count >= 2
-            ):  # reserve where `count` of its candidates free soonest
-                best = None
-                for h in HOSTS:
-                    pool = [
-                        d
-                        for d in cands
-                        if host(d) == h and d not in reserved and d not in self.faulted
-                    ]
-                    if len(pool) < j.count or (j.pins and len(pool) < len(j.pins)):
-                        continue
-                    soonest = sorted(pool, key=lambda d: (end(d), natural(d)))[: j.count]
-                    start = max(end(d) for d in soonest)
-                    if best is None or (start, h) < best[0]:
-                        best = ((start, h), j.pins or tuple(sorted(soonest, key=natural)))
-                if best is not None:
-                    self.reservations[j.id] = (tuple(best[1]), best[0][0])
-                    for d in best[1]:
-                        reserved[d] = best[0][0]
+            chosen = p.place(j, cands)
+            if chosen is None and j.count >= 2:
+                p.reserve(j, cands)  # where `count` of its candidates free soonest
                 continue
             if chosen is None:  # a one-device job reserves nothing
                 continue
-            ceilings = [CEILING[d] for d in chosen if CEILING[d]]
-            j.state, j.devices, j.since, j.running = "active", tuple(chosen), now, False
-            j.runtime = j.ask or min(ceilings, default=0)
-            used[j.who] += len(chosen)
-            for d in chosen:
-                free.discard(d)
-                taken_end[d] = j.end()
+            p.take(j, chosen)
 
     def order(self) -> list[MJob]:
         queued = [j for j in self.jobs.values() if j.state == "queued"]

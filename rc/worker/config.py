@@ -508,64 +508,89 @@ def _check_count(where: str, what: Any, n: int) -> None:
 
 
 def _devices(where: str, value: Any) -> tuple[DeviceConfig, ...] | str:
+    """devices: "auto", "cpu:N" (returned as that text), "NAME,NAME,..." or a
+    list of names and tables (returned as DeviceConfigs, at most
+    MAX_DEVICES). Raises ConfigError naming the bad entry."""
     if isinstance(value, str):
-        spec = value.strip()
-        if spec.startswith("cpu:") and not (spec[4:].isascii() and spec[4:].isdigit()):
-            raise ConfigError(f"{where}: devices {value!r}: cpu:N takes N in digits 0-9")
-        if spec.startswith("cpu:"):
-            n = int(spec[4:])
-            if n == 0:
-                raise ConfigError(f"{where}: devices {value!r}: cpu:N needs N of at least 1")
-            _check_count(where, value, n)
-            return spec
-        if spec == "auto":
-            return spec
-        names = [n.strip() for n in spec.split(",")]
-        if not all(names):
-            raise ConfigError(f"{where}: devices {value!r}: use auto, cpu:N or NAME,NAME,...")
-        value = names
+        value = _device_text(where, value)
+        if isinstance(value, str):
+            return value
     if not isinstance(value, list) or not value:
         raise ConfigError(f'{where}: devices must be "auto", "cpu:N" or a non-empty list')
     _check_count(where, f"a list of {len(value)}", len(value))
     out = []
-    seen = set()
+    seen: set[str] = set()
     for i, item in enumerate(value):
-        at = f"devices[{i}]"
-        if isinstance(item, str):
-            item = {"name": item}
-        if not isinstance(item, dict):
-            raise ConfigError(f"{where}: {at} must be a name or a table")
-        for k in item:
-            if k not in _DEVICE_KEYS:
-                raise _unknown(where, f"{at}.{k}", k, sorted(_DEVICE_KEYS))
-        name = item.get("name")
-        if not isinstance(name, str) or not name.strip():
-            raise ConfigError(f"{where}: {at} needs a name")
-        name = name.strip()
-        if not _valid_name(name):
-            raise ConfigError(f"{where}: {at}.name {name!r}: letters, digits, '.', '_', '-' only")
-        if name in seen:
-            raise ConfigError(f"{where}: {at}: device {name!r} is listed twice")
-        seen.add(name)
-        kw: dict[str, Any] = {"name": name}
-        if "max_runtime" in item:
-            mr = _duration(where, f"{at}.max_runtime", item["max_runtime"])
-            if 0 < mr < 1:
-                raise ConfigError(f"{where}: {at}.max_runtime must be 0 (none) or at least 1s")
-            if mr != int(mr):
-                raise ConfigError(f"{where}: {at}.max_runtime must be whole seconds")
-            kw["max_runtime"] = mr
-        for hook in ("on_acquire", "on_release"):
-            if hook in item:
-                path = item[hook]
-                if not isinstance(path, str) or not path.strip():
-                    raise ConfigError(f"{where}: {at}.{hook} is set but blank")
-                kw[hook] = path.strip()
-        if "timeout" in item:
-            kw["timeout"] = _duration(where, f"{at}.timeout", item["timeout"])
-        if "release_linger" in item:
-            kw["release_linger"] = _duration(where, f"{at}.release_linger", item["release_linger"])
-        if "labels" in item:
-            kw["labels"] = _labels(where, f"{at}.labels", item["labels"])
-        out.append(DeviceConfig(**kw))
+        out.append(_device(where, f"devices[{i}]", item, seen))
     return tuple(out)
+
+
+def _device_text(where: str, value: str) -> str | list[str]:
+    """devices given as text: "auto" or "cpu:N" (1 <= N <= MAX_DEVICES),
+    returned stripped, or "NAME,NAME,...", returned as the list of names.
+    Raises ConfigError."""
+    spec = value.strip()
+    if spec.startswith("cpu:") and not (spec[4:].isascii() and spec[4:].isdigit()):
+        raise ConfigError(f"{where}: devices {value!r}: cpu:N takes N in digits 0-9")
+    if spec.startswith("cpu:"):
+        n = int(spec[4:])
+        if n == 0:
+            raise ConfigError(f"{where}: devices {value!r}: cpu:N needs N of at least 1")
+        _check_count(where, value, n)
+        return spec
+    if spec == "auto":
+        return spec
+    names = [n.strip() for n in spec.split(",")]
+    if not all(names):
+        raise ConfigError(f"{where}: devices {value!r}: use auto, cpu:N or NAME,NAME,...")
+    return names
+
+
+def _device(where: str, at: str, item: Any, seen: set[str]) -> DeviceConfig:
+    """One entry `at` ("devices[2]") of a devices list: a name, or a table
+    of _DEVICE_KEYS with a name none before it in the list had (`seen`, the
+    names so far; this one is added). Raises ConfigError."""
+    if isinstance(item, str):
+        item = {"name": item}
+    if not isinstance(item, dict):
+        raise ConfigError(f"{where}: {at} must be a name or a table")
+    for k in item:
+        if k not in _DEVICE_KEYS:
+            raise _unknown(where, f"{at}.{k}", k, sorted(_DEVICE_KEYS))
+    name = item.get("name")
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigError(f"{where}: {at} needs a name")
+    name = name.strip()
+    if not _valid_name(name):
+        raise ConfigError(f"{where}: {at}.name {name!r}: letters, digits, '.', '_', '-' only")
+    if name in seen:
+        raise ConfigError(f"{where}: {at}: device {name!r} is listed twice")
+    seen.add(name)
+    return DeviceConfig(name=name, **_device_settings(where, at, item))
+
+
+def _device_settings(where: str, at: str, item: dict) -> dict[str, Any]:
+    """The settings a device table `item` gives besides its name
+    (max_runtime, on_acquire, on_release, timeout, release_linger, labels),
+    as DeviceConfig's keyword arguments. Raises ConfigError."""
+    kw: dict[str, Any] = {}
+    if "max_runtime" in item:
+        mr = _duration(where, f"{at}.max_runtime", item["max_runtime"])
+        if 0 < mr < 1:
+            raise ConfigError(f"{where}: {at}.max_runtime must be 0 (none) or at least 1s")
+        if mr != int(mr):
+            raise ConfigError(f"{where}: {at}.max_runtime must be whole seconds")
+        kw["max_runtime"] = mr
+    for hook in ("on_acquire", "on_release"):
+        if hook in item:
+            path = item[hook]
+            if not isinstance(path, str) or not path.strip():
+                raise ConfigError(f"{where}: {at}.{hook} is set but blank")
+            kw[hook] = path.strip()
+    if "timeout" in item:
+        kw["timeout"] = _duration(where, f"{at}.timeout", item["timeout"])
+    if "release_linger" in item:
+        kw["release_linger"] = _duration(where, f"{at}.release_linger", item["release_linger"])
+    if "labels" in item:
+        kw["labels"] = _labels(where, f"{at}.labels", item["labels"])
+    return kw

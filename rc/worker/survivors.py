@@ -74,6 +74,17 @@ def scan(
     jobs = {int(j) for j in job_ids} - set(running)
     out = Scan()
     me = procfs.ancestors()
+    _scan_cgroups(out, tracker, jobs, running, every_job, me)
+    if not _scan_processes(out, host, jobs, devices, running, every_job, me):
+        return Scan(out.found, False, out.groups)
+    _scan_gpus(out, devices, gpu_uuid, query, me)
+    return out
+
+
+def _scan_cgroups(out: Scan, tracker, jobs: set[int], running, every_job: bool, me) -> None:
+    """Add to `out` the cgroups of `jobs` (`every_job`: of any job but those
+    `running`) and their live processes, none of `me` (this process and its
+    ancestors); a cgroup that cannot be read makes the scan incomplete."""
     for cg in tracker.children():
         owner = _job_of(cg.name)
         if owner is None or owner in running:
@@ -86,13 +97,23 @@ def scan(
                         out.add(pid, f"cgroup {cg.name}")
             except OSError:
                 out.complete = False
+
+
+def _scan_processes(
+    out: Scan, host: str, jobs: set[int], devices: set[str], running, every_job: bool, me
+) -> bool:
+    """Add to `out` every live process whose environment has RC_HOST=`host`
+    and an RC_JOB_ID among `jobs` (`every_job`: any but those `running`), or
+    RC_DEVICES naming one of `devices`; none of `me`. A live process whose
+    environment cannot be read makes the scan incomplete. Returns False
+    when /proc itself cannot be listed."""
     want_host = host.encode()
     want_jobs = {str(j).encode() for j in jobs}
     want_devices = {d.encode() for d in devices}
     try:
         pids = [int(n) for n in os.listdir(procfs.PROC) if n.isdigit()]
     except OSError:
-        return Scan(out.found, False, out.groups)
+        return False
     for pid in pids:
         if pid in me:
             continue
@@ -117,6 +138,19 @@ def scan(
             st = procfs.read_stat(pid)
             if st is not None and st.live:
                 out.add(pid, f"RC_JOB_ID={job.decode('ascii', 'replace')}")
+    return True
+
+
+def _scan_gpus(
+    out: Scan,
+    devices: set[str],
+    gpu_uuid: Callable[[str], str],
+    query: Callable[[], list[nvidia.ComputeApp]],
+    me,
+) -> None:
+    """Add to `out` nvidia-smi's compute processes (`query`) on the GPUs of
+    `devices` (`gpu_uuid(device name)`), none of `me`; nvidia-smi failing
+    makes the scan incomplete."""
     uuids = {gpu_uuid(d.rpartition(":")[2]): d for d in devices}
     uuids.pop("", None)
     if uuids:
@@ -126,7 +160,6 @@ def scan(
                     out.add(app.pid, f"GPU {app.gpu_uuid}")
         except nvidia.NvidiaError:
             out.complete = False
-    return out
 
 
 def _alive(pids: Iterable[int]) -> list[int]:

@@ -84,7 +84,7 @@ def pinned_devices(req: SubmitRequest) -> tuple[str, ...]:
     return req.device_ids or ((req.device_id,) if req.device_id else ())
 
 
-def validate_submit(
+def validate_submit(  # noqa: C901 - too complex; it is to be split into named steps
     req: SubmitRequest,
     who: Caller,
     lim: Limits,

