@@ -237,11 +237,10 @@ def test_an_assignment_a_reply_carries_after_its_kill_came_is_reported_killed_no
     kill; a report reply read before the kill may carry the job after the
     kill reached the worker. The worker remembers the kill of a job it does
     not run and reports the job killed instead of starting it, once."""
-    import threading
-
     from rc.proto.model import JobKind
     from rc.proto.wire import Assignment, Assignments
     from rc.worker.agent import Agent
+    from rc.worker.runs import Runs
 
     reported = []
 
@@ -250,17 +249,15 @@ def test_an_assignment_a_reply_carries_after_its_kill_came_is_reported_killed_no
             reported.append(report)
 
     agent = Agent.__new__(Agent)  # no controller, no threads: its dispatch alone
-    agent._lock = threading.Lock()
-    agent.closed = False
-    agent.jobs, agent.reporting, agent.unsettled = {}, set(), set()
-    agent.started, agent._killed_unstarted, agent._scans_seen = set(), set(), set()
+    agent.runs = Runs()
+    agent._scans_seen = set()
     agent.reporter = Reports()
     job = Assignment(7, "h:cpu0", JobKind.JOB, ("true",), "/", {}, "alice")
     agent._dispatch(Assignments(kills=(7,)))
     agent._dispatch(Assignments(assignments=(job,)))
     agent._dispatch(Assignments(assignments=(job,)))  # the retry's reply carries it again
     assert [(r.job_id, r.state) for r in reported] == [(7, "killed")]
-    assert agent.jobs == {} and agent.unsettled == {7}
+    assert agent.runs.running() == {} and agent.runs.unsettled() == (7,)
 
 
 def test_a_bad_assignments_parameter_is_refused_before_any_report_is_applied(lab):

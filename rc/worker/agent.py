@@ -31,9 +31,10 @@ from rc import __version__
 from rc.proto.client import Client
 from rc.proto.codec import decode, encode
 from rc.proto.errors import ApiError, TransportError
-from rc.proto.model import JobKind, JobState, RecoveryProof
+from rc.proto.model import JobState, RecoveryProof
 from rc.proto.wire import (
     WORKER_PROTOCOL,
+    Assignment,
     Assignments,
     DeviceDecl,
     LabelsRequest,
@@ -54,6 +55,7 @@ from rc.worker.labels import Prober, ProbeResult
 from rc.worker.logsink import LogSink
 from rc.worker.probe import cuda_index
 from rc.worker.reporter import Report, Reporter
+from rc.worker.runs import Runs
 from rc.worker.spool import Spool
 
 __all__ = ["Agent"]
@@ -142,15 +144,9 @@ class Agent:
         self._beat_now = threading.Event()
         """Set to send a heartbeat at once (a new controller instance; a stop)."""
         self.stopping = False
-        self.jobs: dict[int, JobRun] = {}
-        self.reporting: set[int] = set()
-        self.started: set[tuple[int, int]] = set()  # (job id, restart count)
-        self.unsettled: set[int] = set()
-        """Jobs this process started (or may have) whose end the controller
-        has not acknowledged: what its leave claims it may have started."""
-        self.closed = False
-        """Set once shutting down: from then on nothing starts (the leave's
-        claim rests on it)."""
+        self.runs = Runs()
+        """The jobs of this process (rc.worker.runs): what its leave claims
+        it may have started, once closed."""
         self.left = False
         self._lock = threading.Lock()
         self._leaving = threading.Lock()  # a heartbeat never overtakes the leave
@@ -166,10 +162,6 @@ class Agent:
         self.reporter = Reporter(
             client, self.worker_id, self._report_done, clock, self._carried_assignments
         )
-        self._killed_unstarted: set[int] = set()
-        """Jobs a kill named before this process ran them: an assignment a
-        report reply carried may arrive after its kill (the long poll hands
-        out a job with a kill requested together with the kill)."""
         # Every job carries these, so sweeps and survivor scans only ever see
         # this host's jobs (and post-job sweeps only this worker process's).
         self.instance_id = uuid.uuid4().hex
@@ -185,7 +177,6 @@ class Agent:
         """Whether each running hold was used between heartbeats (the idle rule)."""
         self.leases = Leases(cfg, clock)
         self.spool = Spool(cfg.spool_dir, cfg.spool_max_bytes)
-        self._arms: dict[int, JobRun] = {}
         self._scans_seen: set[tuple[str, int]] = set()
         self.recheck_due = False
         """Devices of this worker may be out with survivors (its registration
@@ -233,8 +224,7 @@ class Agent:
         configs = res.devices
         self.devices = {d.name: d for d in configs}
         self.leases.configure(configs)
-        with self._lock:
-            idle = not self.jobs
+        idle = self.runs.idle()
         proof = (
             recovery.recovery_proof(self.cfg.require_manual_clear, self.cfg.host) if idle else None
         )
@@ -261,7 +251,7 @@ class Agent:
             device_sheets=device_sheets,
             version=__version__,
             instance=self.instance_id,
-            running_job_ids=tuple(sorted(set(self.jobs) | self.reporting)),
+            running_job_ids=tuple(self.runs.named()),
             links=res.links,
             run_as=run_as,
             shared_account=shared,
@@ -454,19 +444,13 @@ class Agent:
         """One heartbeat naming the jobs this worker supervises; stops the
         ones the controller says have ended. None once the worker has left
         (a heartbeat would bring its devices back into the pool)."""
-        with self._lock:
-            holds = {
-                job_id: run.device_names
-                for job_id, run in self.jobs.items()
-                if run.a.kind is JobKind.HOLD and run.started_at is not None
-            }
+        holds = self.runs.holds()
         use = [encode(u) for u in self.usage.sample(holds, self.clock.monotonic())]
         with self._leaving:
             if self.left:
                 return
-            with self._lock:
-                named = sorted(set(self.jobs) | self.reporting)
-                runs = dict(self.jobs)  # a stop names these runs, not a later one
+            named = self.runs.named()
+            runs = self.runs.running()  # a stop names these runs, not a later one
             try:
                 resp = self.client.post(
                     f"/v1/workers/{self.worker_id}/heartbeat",
@@ -486,10 +470,9 @@ class Agent:
             # a run that started after the heartbeat went (a job the hardware
             # requeued, run again here) is not the one the controller ended
             if job_id in runs:
-                self._cancel(job_id, "the controller ended this job", runs[job_id])
+                self.runs.cancel(job_id, "the controller ended this job", runs[job_id])
         for key, ttl in (resp.get("hold_ttls") or {}).items():
-            with self._lock:
-                run = self.jobs.get(int(key))
+            run = self.runs.get(int(key))
             if run is not None and isinstance(ttl, int):
                 run.set_runtime(ttl)
         self._maybe_reregister()  # the poll loop may sit in a long poll
@@ -574,13 +557,13 @@ class Agent:
             self._reregistering.release()
 
     def _reregister_if_due(self) -> None:
-        if self.closed:
+        if self.runs.closed:
             return  # a worker shutting down leaves; registering would undo that
         urgent = self.reregister
         now = self.clock.monotonic()
+        busy = self.runs.busy()
         with self._lock:
             due = urgent or (self.reregister_at is not None and now >= self.reregister_at)
-            busy = bool(self.jobs) or bool(self.reporting)
         if not due or (busy and not urgent):
             return
         self.reregister = False
@@ -596,13 +579,10 @@ class Agent:
         controller's ids are new ones, though the same numbers)."""
         kills = set(got.kills)
         for job_id in kills:
-            self._cancel(job_id, "")
+            self.runs.cancel(job_id, "")
         if kills:
-            with self._lock:
-                if len(self._killed_unstarted) >= 1024:
-                    self._killed_unstarted.clear()
-                self._killed_unstarted.update(k for k in kills if k not in self.jobs)
-        if got.sessions and not self.closed:  # sessions inside holds (rc shell / exec / cp)
+            self.runs.note_kills(kills)
+        if got.sessions and not self.runs.closed:  # sessions inside holds (rc shell / exec / cp)
             sessions.dispatch_sessions(self, got.sessions, instance)
         for req in got.scans:  # survivor scans (rc clear, rc kill of a lost job)
             if (instance, req.scan_id) not in self._scans_seen:
@@ -613,31 +593,21 @@ class Agent:
                     target=self._answer_scan, args=(req,), name="rc-scan", daemon=True
                 ).start()
         for a in got.assignments:
-            # One critical section decides, records and (for the shutdown's
-            # list of runs to end) registers a start: once `closed` is set,
-            # `unsettled` names every job this process may have started.
-            with self._lock:
-                # a job the hardware requeued comes again with a higher restart count
-                if self.closed or (a.job_id, a.restart_count) in self.started:
-                    continue  # shutting down: never started, so the leave hands it back
-                self.started.add((a.job_id, a.restart_count))
-                self.unsettled.add(a.job_id)
-                if a.job_id in kills or a.job_id in self._killed_unstarted:
-                    self.reporting.add(a.job_id)
-                    run = None
-                else:
-                    run = JobRun(
-                        self.job_context,
-                        a,
-                        [self.devices.get(d.rpartition(":")[2]) for d in a.devices],
-                    )
-                    self.jobs[a.job_id] = run
+            admitted, run = self.runs.admit(a, kills, lambda a=a: self._new_run(a))
+            if not admitted:
+                continue
             if run is None:
                 self.reporter.submit(
                     Report(a.job_id, "killed", None, "killed before this worker started it")
                 )
             else:
                 run.start()
+
+    def _new_run(self, a: Assignment) -> JobRun:
+        """A run of assignment `a` on this worker's devices (not started)."""
+        return JobRun(
+            self.job_context, a, [self.devices.get(d.rpartition(":")[2]) for d in a.devices]
+        )
 
     def _carried_assignments(self, items: list) -> None:
         """Start the assignments a report reply carried (rc.worker.reporter),
@@ -654,8 +624,7 @@ class Agent:
         `job_ids`, skipping this process's running jobs; with `kill`, end
         what it finds and scan again. Returns (the last scan, the survivors
         the kill ended). Empty cgroups it looked in are removed."""
-        with self._lock:
-            running = set(self.jobs)
+        running = set(self.runs.running())
 
         def look() -> survivors.Scan:
             return survivors.scan(
@@ -703,24 +672,13 @@ class Agent:
         except (ApiError, TransportError) as e:
             log.warning("could not answer survivor scan %d: %s", req.scan_id, e)
 
-    def _cancel(self, job_id: int, reason: str, only: JobRun | None = None) -> None:
-        """Cancel job `job_id`'s run here (with `only`: when it is that run)."""
-        with self._lock:
-            run = self.jobs.get(job_id)
-        if run is not None and (only is None or run is only):
-            run.cancel(reason or "cancelled")
-
     # -- job completion -----------------------------------------------------
 
     def finished(self, run: JobRun, result: Result) -> None:
         """Called by a JobRun when its process is gone, the teardown checks and
         the verify pass are done and its logs flushed: queue the terminal
         report (after any fault queued before it)."""
-        with self._lock:
-            self.jobs.pop(run.job_id, None)
-            self.reporting.add(run.job_id)
-            if run.release_epochs:
-                self._arms[run.job_id] = run
+        self.runs.finished(run)
         reason = result.reason
         note = health.JobNote()
         if result.state is not JobState.SUCCEEDED:
@@ -759,13 +717,7 @@ class Agent:
         return health.job_note(recent, self.cfg.host, run.device_names, since)
 
     def _report_done(self, job_id: int, accepted: bool) -> None:
-        with self._lock:
-            self.reporting.discard(job_id)
-            # the controller recorded its end: no longer "may have run" (unless
-            # the hardware requeued it and its next run started here already)
-            if accepted and job_id not in self.jobs:
-                self.unsettled.discard(job_id)
-            run = self._arms.pop(job_id, None)
+        run = self.runs.settled(job_id, accepted)
         if run is not None:
             for name, epoch in run.release_epochs.items():
                 hooks = self.leases.device(name)
@@ -774,8 +726,8 @@ class Agent:
 
     def leave(self, timeout: float) -> bool:
         """Tell the controller this process stops (POST /v1/workers/{id}/leave):
-        it starts nothing more (`closed` must be set), and it may have started
-        only the jobs in `unsettled`, so every other job assigned to it goes
+        it starts nothing more (its Runs must be closed), and it may have
+        started only the jobs its Runs name unsettled, so every other job assigned to it goes
         back to the queue in its old place (rc.controller.fleet.leave). After
         it no heartbeat is sent. Best effort within `timeout` seconds: when
         it does not get through, those jobs stay assigned and the next
@@ -794,8 +746,7 @@ class Agent:
                 log.warning("could not hand back the jobs assigned here: a registration is stuck")
                 return False
             try:
-                with self._lock:
-                    req = LeaveRequest(self.instance_id, tuple(sorted(self.unsettled)))
+                req = LeaveRequest(self.instance_id, self.runs.unsettled())
                 resp = self.client.post(
                     f"/v1/workers/{self.worker_id}/leave",
                     encode(req),
@@ -833,9 +784,7 @@ class Agent:
         not running here; when it is complete and finds nothing, present the
         proof (POST /v1/workers/{id}/recheck). Returns the devices it
         returned to the pool."""
-        with self._lock:
-            running = set(self.jobs) | self.reporting
-            busy = {d for run in self.jobs.values() for d in run.device_ids}
+        running, busy = self.runs.in_use()
         idle = [f"{self.cfg.host}:{n}" for n in self.devices]
         found = survivors.scan(
             self.tracker,
@@ -878,9 +827,7 @@ class Agent:
         self.reporter.submit_fault(device_id, reason, job_id)
 
     def _shutdown(self) -> int:
-        with self._lock:
-            self.closed = True  # nothing starts from here on
-            runs = list(self.jobs.values())
+        runs = self.runs.close()  # nothing starts from here on
         log.info("shutting down: ending %d running job(s)", len(runs))
         deadline = self.clock.monotonic() + SHUTDOWN_GRACE_S
         for run in runs:

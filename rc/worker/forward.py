@@ -156,7 +156,7 @@ def _report_running(agent, st: SessionStart, report: Report) -> None:
 
 def _watch_hold(agent, st: SessionStart, hold, fwd: Forward, done: threading.Event) -> None:
     while not done.wait(HOLD_CHECK_S):
-        if hold.ending is not None or agent.jobs.get(st.hold_id) is not hold:
+        if hold.ending is not None or agent.runs.get(st.hold_id) is not hold:
             fwd._hangup(hold.ending or f"hold {st.hold_id} ended")
             return
         if agent.stopping:

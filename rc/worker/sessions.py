@@ -143,7 +143,7 @@ def _hold_run(agent, hold_id: int, timeout: float = HOLD_WAIT_S):
     `timeout` seconds (a session may come with the hold's own assignment)."""
     deadline = agent.clock.monotonic() + timeout
     while True:
-        run = agent.jobs.get(hold_id)
+        run = agent.runs.get(hold_id)
         if run is not None and run.a.kind is JobKind.HOLD and run.acquired.is_set():
             return run
         if agent.clock.monotonic() >= deadline or agent.stopping:
@@ -208,7 +208,7 @@ def _session(agent, st: SessionStart) -> None:
             break
         if hung.is_set():
             why = f"{'terminal hung up' if st.stdio is Stdio.TTY else 'pipe closed'}: {halves.hung_up}"
-        elif hold.ending is not None or agent.jobs.get(st.hold_id) is not hold:
+        elif hold.ending is not None or agent.runs.get(st.hold_id) is not hold:
             why = hold.ending or f"hold {st.hold_id} ended"
         elif agent.stopping:
             why = "the worker is shutting down"
