@@ -49,6 +49,7 @@ from dataclasses import dataclass
 from rc.proto.client import Client, segment
 from rc.proto.errors import ApiError, TransportError
 from rc.proto.wire import LOG_TAILS_PER_REQUEST
+from rc.worker import health
 from rc.worker.clock import SYSTEM, Clock
 from rc.worker.logsink import LogSink
 
@@ -193,6 +194,23 @@ class Reporter:
                 )
             )
             self._cond.notify_all()
+
+    def submit_health(self, checked: health.Pass | None, job_id: int | None = None) -> None:
+        """Queue the faults (quarantine as `fault`) and drains a health pass
+        found (rc.worker.health), and the faults still standing (quietly):
+        each for device "WORKER_ID:NAME"; `job_id` names the job that ended
+        when they were found (in the event). None: nothing."""
+        if checked is None:
+            return
+        for f in checked.actions:
+            device_id = f"{self.worker_id}:{f.device}"
+            if f.action == "fault":
+                self.submit_fault(device_id, f.reason(device_id), job_id)
+            elif f.action == "drain":
+                self.submit_fault(device_id, f.reason(device_id), job_id, drain=True)
+        for f in checked.standing:  # a fault still there: again, for a device cleared meanwhile
+            device_id = f"{self.worker_id}:{f.device}"
+            self.submit_fault(device_id, f.reason(device_id), job_id, quiet=True)
 
     def pending(self) -> int:
         """Reports and faults not yet settled."""
