@@ -125,7 +125,7 @@ class Agent:
             self.stop_event,
             ready_fd,
         )
-        self.endings = Endings(cfg.host, self.runs, self.reporter, self.prober, self.leases)
+        self.endings = Endings(cfg.host, clock, self.runs, self.reporter, self.prober, self.leases)
         self.job_context = JobContext(
             cfg=cfg,
             clock=clock,

@@ -13,10 +13,9 @@ armed (rc.worker.hooks).
 
 from __future__ import annotations
 
-import time
-
 from rc.proto.model import JobState
 from rc.worker import health
+from rc.worker.clock import Clock
 from rc.worker.hooks import Leases
 from rc.worker.job import JobRun, Result
 from rc.worker.labels import Prober
@@ -24,22 +23,41 @@ from rc.worker.probe import cuda_index
 from rc.worker.reporter import Report, Reporter
 from rc.worker.runs import Runs
 
-__all__ = ["SINCE_SLACK_S", "Endings"]
+__all__ = ["SINCE_SLACK_S", "Endings", "kernel_since"]
 
 SINCE_SLACK_S = 5.0
 """An Xid logged this long before a job's recorded start still counts as
 hitting it (the kernel's clock and the job's start differ a little)."""
 
 
+def kernel_since(clock: Clock, started_at: float | None) -> float:
+    """When a job that started at `started_at` (wall seconds of `clock`, as
+    JobRun.started_at; None: now) started, on the kernel log's clock
+    (seconds since boot, which the monotonic clock counts), less
+    SINCE_SLACK_S. Both readings come from `clock`, the one the start was
+    read from: a fake clock's start is mapped by the fake clock."""
+    now = clock.time()
+    started = started_at if started_at is not None else now
+    return clock.monotonic() - (now - started) - SINCE_SLACK_S
+
+
 class Endings:
-    """Job runs' ends on worker `host`: its jobs (`runs`), reports
+    """Job runs' ends on worker `host`, whose time is `clock` (the one its
+    job runs read their start from): its jobs (`runs`), reports
     (`reporter`), probe passes (`prober`: the kernel log) and lease hooks
     (`leases`); thread-safe."""
 
     def __init__(
-        self, host: str, runs: Runs, reporter: Reporter, prober: Prober, leases: Leases
+        self,
+        host: str,
+        clock: Clock,
+        runs: Runs,
+        reporter: Reporter,
+        prober: Prober,
+        leases: Leases,
     ) -> None:
         self.host = host
+        self.clock = clock
         self.runs = runs
         self.reporter = reporter
         self.prober = prober
@@ -74,15 +92,15 @@ class Endings:
         GPUs since it started (rc.worker.health.job_note; an empty JobNote
         for none).
         Kernel times are seconds since boot: the job's start is mapped onto
-        them through the monotonic clock, with SINCE_SLACK_S of slack."""
+        them through the monotonic clock, with SINCE_SLACK_S of slack
+        (kernel_since)."""
         if not any(cuda_index(n) is not None for n in run.device_names):
             return health.JobNote()
         new, recent = self.prober.poll_xids()
         self.reporter.submit_health(
             health.Pass(actions=[f for f in new if f.action in ("fault", "drain")]), run.job_id
         )
-        started = run.started_at if run.started_at is not None else time.time()
-        since = time.monotonic() - (time.time() - started) - SINCE_SLACK_S
+        since = kernel_since(self.clock, run.started_at)
         return health.job_note(recent, self.host, run.device_names, since)
 
     def settled(self, job_id: int, accepted: bool) -> None:
