@@ -42,7 +42,6 @@ from __future__ import annotations
 import base64
 import logging
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -160,7 +159,7 @@ class Reporter:
     def submit(self, report: Report) -> None:
         """Queue a report (a terminal one supersedes a running one)."""
         report.deadline = self.clock.monotonic() + REPORT_DEADLINE_S
-        report.since = time.monotonic()
+        report.since = SYSTEM.monotonic()  # real: RUNNING_LINGER_S is a tick
         with self._cond:
             old = self._pending.get(report.job_id)
             if old is not None and old.terminal and not report.terminal:
@@ -351,7 +350,7 @@ class Reporter:
             if all(r.terminal for r in self._pending.values()):
                 return
             left = min(r.since for r in self._pending.values()) + RUNNING_LINGER_S
-            left -= time.monotonic()
+            left -= SYSTEM.monotonic()
             if left <= 0:
                 return
             self._cond.wait(left)
