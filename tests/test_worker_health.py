@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rc.worker import health
+from rc.worker import health, kernlog
 from rc.worker.config import DeviceConfig, WorkerConfig
 from rc.worker.labels import Prober
 from tests.fake_nvidia_smi import FakeNvidiaSmi, kmsg_xid
@@ -385,8 +385,8 @@ def test_poll_xids_reads_between_passes_and_the_next_pass_does_not_repeat_them(f
 
 
 def test_the_kernel_log_is_read_on_from_where_it_stopped(tmp_path, monkeypatch):
-    monkeypatch.setattr(health, "KERNEL_LOG_CAP", 150)  # a record or two per pass
-    monkeypatch.setattr(health, "READ_BYTES", 50)  # lines cut across reads
+    monkeypatch.setattr(kernlog, "KERNEL_LOG_CAP", 150)  # a record or two per pass
+    monkeypatch.setattr(kernlog, "READ_BYTES", 50)  # lines cut across reads
     path = tmp_path / "kmsg"
     path.write_text("".join(kmsg_xid(i, i * 1000, 0, 13) for i in range(1, 6)))
     log = health.KernelLog(str(path))
