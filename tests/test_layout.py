@@ -429,6 +429,117 @@ def test_the_store_boundary_check_sees_each_way_across():
     ]
 
 
+# -- the worker's clock --------------------------------------------------------------
+
+CLOCK_READINGS = {
+    "time.time",
+    "time.time_ns",
+    "time.monotonic",
+    "time.monotonic_ns",
+    "time.perf_counter",
+    "time.perf_counter_ns",
+    "time.sleep",
+    "asyncio.sleep",
+}
+"""The standard library's clock: what rc/worker reads through rc.worker.clock."""
+REAL_CLOCK_ALLOWED = {
+    "rc/worker/clock.py": {"time.time", "time.monotonic", "time.sleep"},  # the clock itself
+    "rc/worker/supervise.py": {"time.monotonic", "time.sleep"},
+    "rc/worker/cgroups.py": {"time.monotonic", "time.sleep"},
+    "rc/worker/survivors.py": {"time.monotonic", "time.sleep"},
+    "rc/worker/leftovers.py": {"time.monotonic", "time.sleep"},
+    "rc/worker/terminal.py": {"time.monotonic"},
+    "rc/worker/attached.py": {"time.monotonic"},
+    "rc/worker/script.py": {"time.monotonic", "time.sleep"},
+}
+"""The modules of rc/worker that may read the standard library's clock
+themselves, and what of it: those that wait for the kernel, as the rule in
+rc/worker/clock.py lists them. Everything else goes through a Clock (the one
+passed in, or SYSTEM for what is meant to be real)."""
+
+
+def _clock_uses(source: str) -> list[tuple[int, str]]:
+    """(line, name) of every use of CLOCK_READINGS: `time.sleep` through any
+    name `time` or `asyncio` is imported as, called or not, and
+    `from time import sleep` (at its import)."""
+    tree = ast.parse(source)
+    modules: dict[str, str] = {}  # the name a module is bound to -> the module
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name in ("time", "asyncio"):
+                    modules[a.asname or a.name] = a.name
+        elif (
+            isinstance(node, ast.ImportFrom)
+            and not node.level
+            and node.module in ("time", "asyncio")
+        ):
+            for a in node.names:
+                name = f"{node.module}.{a.name}"
+                if name in CLOCK_READINGS or a.name == "*":
+                    out.append((node.lineno, name))
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in modules
+            and f"{modules[node.value.id]}.{node.attr}" in CLOCK_READINGS
+        ):
+            out.append((node.lineno, f"{modules[node.value.id]}.{node.attr}"))
+    return sorted(out)
+
+
+def test_the_worker_reads_time_through_its_clock():
+    """The clock rule (rc/worker/clock.py): outside the modules it names, no
+    module of rc/worker reads or sleeps on the standard library's clock."""
+    bad, used = [], set()
+    for path in _python_files("rc/worker"):
+        rel = str(path.relative_to(REPO))
+        for line, name in _clock_uses(path.read_text(encoding="utf-8")):
+            if name in REAL_CLOCK_ALLOWED.get(rel, set()):
+                used.add((rel, name))
+            else:
+                bad.append(f"{rel}:{line}: {name} (read it through rc.worker.clock)")
+    assert bad == [], "the worker's clock bypassed:\n" + "\n".join(bad)
+    allowed = {(rel, name) for rel, names in REAL_CLOCK_ALLOWED.items() for name in names}
+    assert allowed - used == set(), "allowed but no longer used: drop them"
+
+
+def test_the_clock_allow_list_is_the_rule_clock_py_states():
+    from rc.worker import clock
+
+    rule = " ".join(clock.__doc__.split())
+    for rel in REAL_CLOCK_ALLOWED:
+        module = rel.removesuffix(".py").replace("/", ".")
+        assert rel == "rc/worker/clock.py" or f"- {module}:" in rule, module
+    named = set(re.findall(r"- (rc\.worker\.\w+):", rule))
+    assert named == {r.removesuffix(".py").replace("/", ".") for r in REAL_CLOCK_ALLOWED} - {
+        "rc.worker.clock"
+    }
+
+
+def test_the_clock_check_sees_each_form():
+    source = (
+        "import time\n"
+        "import time as _t\n"
+        "import asyncio\n"
+        "from time import monotonic, perf_counter as pc, strftime\n"
+        "now = time.time()\n"
+        "tick = _t.sleep\n"
+        "async def f():\n"
+        "    await asyncio.sleep(1)\n"
+        "    return time.strftime('%Y'), SYSTEM.monotonic(), clock.sleep(1)\n"
+    )
+    assert _clock_uses(source) == [
+        (4, "time.monotonic"),
+        (4, "time.perf_counter"),
+        (5, "time.time"),
+        (6, "time.sleep"),
+        (8, "asyncio.sleep"),
+    ]
+
+
 # -- citations -------------------------------------------------------------------
 
 CITING = (

@@ -20,8 +20,8 @@ from rc.controller.logstore import LogStore
 from rc.proto.errors import ApiError, TransportError
 from rc.proto.model import JobState, Stdio
 from rc.proto.wire import LOG_TAIL_BYTES, WORKER_PROTOCOL
-from rc.worker.agent import _tail_bytes
 from rc.worker.logsink import LogSink
+from rc.worker.registration import _tail_bytes
 from rc.worker.reporter import Report, Reporter
 from tests.fakeclock import FakeClock
 from tests.harness import wait_until

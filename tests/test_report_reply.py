@@ -223,7 +223,7 @@ def test_a_worker_refused_by_a_controller_from_before_the_protocol_says_so():
     """Such a controller refuses the field itself (strict decoding): the
     worker's log line names an older controller, not just the field."""
     from rc.proto.errors import ApiError
-    from rc.worker.agent import _explain_refusal
+    from rc.worker.registration import _explain_refusal
 
     old = ApiError(400, "bad_request", "RegisterRequest.protocol is not a known field")
     assert "the controller is older than this worker" in _explain_refusal(old)
@@ -237,30 +237,33 @@ def test_an_assignment_a_reply_carries_after_its_kill_came_is_reported_killed_no
     kill; a report reply read before the kill may carry the job after the
     kill reached the worker. The worker remembers the kill of a job it does
     not run and reports the job killed instead of starting it, once."""
-    import threading
-
     from rc.proto.model import JobKind
     from rc.proto.wire import Assignment, Assignments
-    from rc.worker.agent import Agent
+    from rc.worker.dispatch import Dispatcher
+    from rc.worker.runs import Runs
+
+    def never(what):
+        def called(*args):
+            pytest.fail(f"{what} for {args}")
+
+        return called
 
     reported = []
-
-    class Reports:  # the agent's reporter: only what it is handed matters here
-        def submit(self, report):
-            reported.append(report)
-
-    agent = Agent.__new__(Agent)  # no controller, no threads: its dispatch alone
-    agent._lock = threading.Lock()
-    agent.closed = False
-    agent.jobs, agent.reporting, agent.unsettled = {}, set(), set()
-    agent.started, agent._killed_unstarted, agent._scans_seen = set(), set(), set()
-    agent.reporter = Reports()
+    runs = Runs()
+    # the agent's dispatch by its constructor: no controller, no threads
+    dispatch = Dispatcher(
+        runs,
+        reported.append,
+        never("a job run was made"),
+        never("a session was run"),
+        never("a scan was answered"),
+    )
     job = Assignment(7, "h:cpu0", JobKind.JOB, ("true",), "/", {}, "alice")
-    agent._dispatch(Assignments(kills=(7,)))
-    agent._dispatch(Assignments(assignments=(job,)))
-    agent._dispatch(Assignments(assignments=(job,)))  # the retry's reply carries it again
+    dispatch.dispatch(Assignments(kills=(7,)))
+    dispatch.dispatch(Assignments(assignments=(job,)))
+    dispatch.dispatch(Assignments(assignments=(job,)))  # the retry's reply carries it again
     assert [(r.job_id, r.state) for r in reported] == [(7, "killed")]
-    assert agent.jobs == {} and agent.unsettled == {7}
+    assert runs.running() == {} and runs.unsettled() == (7,)
 
 
 def test_a_bad_assignments_parameter_is_refused_before_any_report_is_applied(lab):

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rc.worker import health
+from rc.worker import health, kernlog
 from rc.worker.config import DeviceConfig, WorkerConfig
 from rc.worker.labels import Prober
 from tests.fake_nvidia_smi import FakeNvidiaSmi, kmsg_xid
@@ -385,8 +385,8 @@ def test_poll_xids_reads_between_passes_and_the_next_pass_does_not_repeat_them(f
 
 
 def test_the_kernel_log_is_read_on_from_where_it_stopped(tmp_path, monkeypatch):
-    monkeypatch.setattr(health, "KERNEL_LOG_CAP", 150)  # a record or two per pass
-    monkeypatch.setattr(health, "READ_BYTES", 50)  # lines cut across reads
+    monkeypatch.setattr(kernlog, "KERNEL_LOG_CAP", 150)  # a record or two per pass
+    monkeypatch.setattr(kernlog, "READ_BYTES", 50)  # lines cut across reads
     path = tmp_path / "kmsg"
     path.write_text("".join(kmsg_xid(i, i * 1000, 0, 13) for i in range(1, 6)))
     log = health.KernelLog(str(path))
@@ -398,3 +398,55 @@ def test_the_kernel_log_is_read_on_from_where_it_stopped(tmp_path, monkeypatch):
     for _ in range(10):
         seen += log.read()
     assert [e.key for e in seen] == [6, 7, 8, 9] and {e.xid for e in seen} == {79}
+
+
+def test_the_xids_that_hit_a_job_are_read_on_the_clock_its_start_came_from(tmp_path, fake, kmsg):
+    """A job's start (JobRun.started_at, wall time of the worker's clock) is
+    mapped onto the kernel log's seconds since boot through that same
+    clock. Found by a review: the mapping took the job's start from the
+    worker's clock but "now" from the real one, so under a fake clock every
+    Xid since boot counted as the job's."""
+    from types import SimpleNamespace
+
+    from rc.proto.model import JobState
+    from rc.worker.ending import SINCE_SLACK_S, Endings, kernel_since
+    from rc.worker.hooks import Leases
+    from rc.worker.launch import Result
+    from rc.worker.runs import Runs
+    from tests.fakeclock import START_MONOTONIC, FakeClock
+
+    clock = FakeClock()
+    cfg = WorkerConfig(
+        host="box",
+        devices=(DeviceConfig("gpu0"),),
+        probe_dir=str(tmp_path / "probe.d"),
+        kernel_log=str(kmsg),
+    )
+    prober = Prober(cfg, clock=clock)
+    prober.run()  # the kernel log's baseline, the GPUs' PCI addresses
+    reports, faults = [], []
+
+    class Reports:  # the worker's reporter: only what it is handed matters here
+        def submit(self, report):
+            reports.append(report)
+
+        def submit_health(self, checked, job_id=None):
+            faults.extend((f.rule, job_id) for f in checked.actions)
+
+    ending = Endings("box", clock, Runs(), Reports(), prober, Leases(cfg, clock))
+    run = SimpleNamespace(
+        job_id=7, device_names=["gpu0"], started_at=clock.time(), release_epochs={}, sink=None
+    )
+    clock.advance(100)  # the job ran from kernel second 1000 to 1100
+    assert kernel_since(clock, run.started_at) == START_MONOTONIC - SINCE_SLACK_S
+    assert kernel_since(clock, None) == START_MONOTONIC + 100 - SINCE_SLACK_S
+    with open(kmsg, "a") as f:
+        f.write(kmsg_xid(2, 900_000_000, 0, 48))  # before the job started, read only now
+        f.write(kmsg_xid(3, 1_050_000_000, 0, 13))  # while it ran
+    ending.finished(run, Result(JobState.FAILED, 1, "exit code 1"))
+    [r] = reports
+    assert (r.job_id, r.state, r.hardware_cause, r.hardware_device_ids) == (7, "failed", "", ())
+    assert r.reason == (
+        "exit code 1; Xid 13 on box:gpu0: graphics engine exception (the application's own)"
+    )
+    assert faults == [("xid-48", 7)]  # the fault still goes out, naming the job that ended

@@ -19,14 +19,30 @@ deadline) and `timer` (call a function after a delay unless cancelled).
 What goes through the clock is policy: a job's max runtime and idle
 timeout, a script's timeout, the verify and probe budgets, a hook's linger,
 log batching and spilling, report deadlines and retry delays, heartbeats,
-polls, re-registration. What does not: bounded waits for the kernel to
-finish something already under way (a signalled process group to empty:
-the kill grace, stragglers, sweeps; pipes to drain once a process exited; a
-terminal's exec notice; a GPU dropping its contexts), in rc.worker.supervise
-and the pipe plumbing, and the short ticks that bound how soon a loop
-notices a change (WATCHDOG_TICK_S). Those stay on the real clock: a fake
-clock cannot make a process exit sooner, and their tests test real process
-behaviour.
+polls, re-registration, the mapping of a job's start onto the kernel log.
+What does not: bounded waits for the kernel to finish something already
+under way, and the short ticks that bound how soon a loop notices a change
+(WATCHDOG_TICK_S). Those stay on the real clock: a fake clock cannot make a
+process exit sooner, and their tests test real process behaviour.
+
+Where the standard library's clock is used: the modules that wait for the
+kernel read `time` themselves, and only they do:
+
+- rc.worker.supervise: a signalled process group to empty (the kill
+  grace, stragglers, sweeps);
+- rc.worker.cgroups: a cgroup to freeze, thaw or empty;
+- rc.worker.survivors: the survivors a scan's kill signalled to go;
+- rc.worker.leftovers: a GPU dropping its contexts;
+- rc.worker.terminal: a terminal's exec notice, a terminal session to empty;
+- rc.worker.attached: pipes to drain once a process exited;
+- rc.worker.script: a script's pipes to drain, and the tick of a script
+  with none open.
+
+Anywhere else in rc/worker a reading or wait that is meant to be real (a
+short tick: the reporter's RUNNING_LINGER_S, a session's look for its hold)
+goes through `SYSTEM`, the real clock, so that it reads as one.
+tests/test_layout.py holds this list and refuses time.time, time.monotonic,
+time.sleep (and their kin) and asyncio.sleep anywhere else in rc/worker.
 """
 
 from __future__ import annotations

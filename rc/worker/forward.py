@@ -105,17 +105,17 @@ class Forward:
         return "the connection was closed" if clean else "the connection broke"
 
 
-def run_forward(agent, st: SessionStart, hold, report: Report) -> None:
+def run_forward(ctx, st: SessionStart, hold, report: Report) -> None:
     """Serve session `st` (a forward to port st.port) inside `hold` (its
-    JobRun) to its end, reporting running and ended through
-    `report(agent, st, state, exit_code, reason)`. The hold ending, or the
-    worker stopping, closes the connection."""
-    where = f"127.0.0.1:{st.port} on {agent.cfg.host}"
+    JobRun) to its end, for the worker `ctx` (rc.worker.sessions.SessionContext),
+    reporting running and ended through `report(ctx, st, state, exit_code,
+    reason)`. The hold ending, or the worker stopping, closes the connection."""
+    where = f"127.0.0.1:{st.port} on {ctx.cfg.host}"
     try:
         sock = socket.create_connection(("127.0.0.1", st.port), timeout=CONNECT_TIMEOUT_S)
     except OSError as e:
         why = e.strerror or str(e) or type(e).__name__
-        report(agent, st, "ended", None, f"cannot connect to {where}: {why}")
+        report(ctx, st, "ended", None, f"cannot connect to {where}: {why}")
         return
     sock.settimeout(None)
     with contextlib.suppress(OSError):
@@ -125,40 +125,40 @@ def run_forward(agent, st: SessionStart, hold, report: Report) -> None:
         fwd = Forward(
             sock,
             lambda on_hangup: Halves.connect(
-                agent.client, base, on_hangup, threading.Event(), agent.clock
+                ctx.client, base, on_hangup, threading.Event(), ctx.clock
             ),
         )
     except RcError as e:
         sock.close()
-        report(agent, st, "ended", None, f"cannot attach to the relay: {e}")
+        report(ctx, st, "ended", None, f"cannot attach to the relay: {e}")
         return
     # said on the side: the first bytes wait for no report
     threading.Thread(
-        target=_report_running, args=(agent, st, report), daemon=True, name="rc-forward-report"
+        target=_report_running, args=(ctx, st, report), daemon=True, name="rc-forward-report"
     ).start()
     done = threading.Event()
     threading.Thread(
-        target=_watch_hold, args=(agent, st, hold, fwd, done), daemon=True, name="rc-forward-hold"
+        target=_watch_hold, args=(ctx, st, hold, fwd, done), daemon=True, name="rc-forward-hold"
     ).start()
     try:
         why = fwd.run()
     finally:
         done.set()
-    report(agent, st, "ended", 0, why)
+    report(ctx, st, "ended", 0, why)
 
 
-def _report_running(agent, st: SessionStart, report: Report) -> None:
+def _report_running(ctx, st: SessionStart, report: Report) -> None:
     try:
-        report(agent, st, "running")
+        report(ctx, st, "running")
     finally:
-        agent.client.close()  # this thread's kept-alive connection
+        ctx.client.close()  # this thread's kept-alive connection
 
 
-def _watch_hold(agent, st: SessionStart, hold, fwd: Forward, done: threading.Event) -> None:
+def _watch_hold(ctx, st: SessionStart, hold, fwd: Forward, done: threading.Event) -> None:
     while not done.wait(HOLD_CHECK_S):
-        if hold.ending is not None or agent.jobs.get(st.hold_id) is not hold:
+        if hold.ending is not None or ctx.runs.get(st.hold_id) is not hold:
             fwd._hangup(hold.ending or f"hold {st.hold_id} ended")
             return
-        if agent.stopping:
+        if ctx.stopping():
             fwd._hangup("the worker is shutting down")
             return

@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 from dataclasses import dataclass, field
 
 from rc.proto.model import Link
@@ -170,9 +171,10 @@ class ProbeResult:
 
 class Prober:
     """Runs probe passes for one worker process and remembers what the
-    preservation rule needs between passes. Not thread-safe: one pass at a time
-    (the agent serialises them). A pass takes at most `budget` seconds of
-    `clock`."""
+    preservation rule needs between passes. Thread-safe: a pass and the
+    health reads between passes (`poll_xids`, `health_check`) take turns on
+    one lock (the health monitor is not thread-safe). A pass takes at most
+    `budget` seconds of `clock`."""
 
     def __init__(
         self, cfg: WorkerConfig, budget: float = PASS_BUDGET_S, clock: Clock = SYSTEM
@@ -197,9 +199,31 @@ class Prober:
         self.sent: dict[str, dict[str, str]] = {}
         """device name → the labels last sent for it (for a failed nvidia-smi:
         the same labels, with health unknown)."""
+        self._lock = threading.Lock()
+
+    def gpu_uuid(self, device_name: str) -> str:
+        """The UUID of a device's GPU, as nvidia-smi last listed it ("" if never)."""
+        return self.uuids.get(device_name, "")
+
+    def poll_xids(self) -> tuple[list[health.Finding], list[health.Finding]]:
+        """Read the kernel log now, between passes (health.Monitor.poll_xids):
+        (the new Xid findings, the newest Xid findings kept, these among
+        them)."""
+        with self._lock:
+            return self.health.poll_xids(), list(self.health.recent)
+
+    def health_check(self, gpus: dict[str, int]) -> dict[str, str]:
+        """Read the GPUs `gpus` (device name → index) afresh
+        (health.Monitor.check): device name → proof status."""
+        with self._lock:
+            return self.health.check(gpus)
 
     def run(self, devices: list[DeviceConfig] | None = None) -> ProbeResult:
         """One pass. `devices` None: discover them from the config (and nvidia-smi)."""
+        with self._lock:
+            return self._run(devices)
+
+    def _run(self, devices: list[DeviceConfig] | None) -> ProbeResult:
         deadline = self.clock.monotonic() + self.budget
         failed: dict[str, str] = {}
         try:

@@ -123,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
     retried forever. A second worker for a host whose worker already runs on
     this machine (same user) exits 1 with one line naming the other's pid
     (rc.worker.hostlock); so does a registration the controller refuses for
-    good (rc.worker.agent.PERMANENT_REFUSALS).
+    good (rc.worker.registration.PERMANENT_REFUSALS).
     """
     try:
         cfg = worker_config.load(
@@ -178,9 +178,9 @@ def run(args: argparse.Namespace) -> int:
         reaper.become_subreaper()  # orphans of jobs re-parent to this worker
     orphans = reaper.Reaper().start()
     unignore_inherited_signals()
-    agent = Agent(cfg, client)
+    # `rc up` learns of the first registration on --ready-fd
+    agent = Agent(cfg, client, ready_fd=args.ready_fd)
     client.abandon = agent.stop_event  # a stopping worker does not cycle the list on
-    agent.ready_fd = args.ready_fd  # `rc up` learns of the first registration there
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, frame: agent.stop())
     try:

@@ -42,13 +42,13 @@ from __future__ import annotations
 import base64
 import logging
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from rc.proto.client import Client, segment
 from rc.proto.errors import ApiError, TransportError
 from rc.proto.wire import LOG_TAILS_PER_REQUEST
+from rc.worker import health
 from rc.worker.clock import SYSTEM, Clock
 from rc.worker.logsink import LogSink
 
@@ -159,7 +159,7 @@ class Reporter:
     def submit(self, report: Report) -> None:
         """Queue a report (a terminal one supersedes a running one)."""
         report.deadline = self.clock.monotonic() + REPORT_DEADLINE_S
-        report.since = time.monotonic()
+        report.since = SYSTEM.monotonic()  # real: RUNNING_LINGER_S is a tick
         with self._cond:
             old = self._pending.get(report.job_id)
             if old is not None and old.terminal and not report.terminal:
@@ -193,6 +193,23 @@ class Reporter:
                 )
             )
             self._cond.notify_all()
+
+    def submit_health(self, checked: health.Pass | None, job_id: int | None = None) -> None:
+        """Queue the faults (quarantine as `fault`) and drains a health pass
+        found (rc.worker.health), and the faults still standing (quietly):
+        each for device "WORKER_ID:NAME"; `job_id` names the job that ended
+        when they were found (in the event). None: nothing."""
+        if checked is None:
+            return
+        for f in checked.actions:
+            device_id = f"{self.worker_id}:{f.device}"
+            if f.action == "fault":
+                self.submit_fault(device_id, f.reason(device_id), job_id)
+            elif f.action == "drain":
+                self.submit_fault(device_id, f.reason(device_id), job_id, drain=True)
+        for f in checked.standing:  # a fault still there: again, for a device cleared meanwhile
+            device_id = f"{self.worker_id}:{f.device}"
+            self.submit_fault(device_id, f.reason(device_id), job_id, quiet=True)
 
     def pending(self) -> int:
         """Reports and faults not yet settled."""
@@ -333,7 +350,7 @@ class Reporter:
             if all(r.terminal for r in self._pending.values()):
                 return
             left = min(r.since for r in self._pending.values()) + RUNNING_LINGER_S
-            left -= time.monotonic()
+            left -= SYSTEM.monotonic()
             if left <= 0:
                 return
             self._cond.wait(left)

@@ -1,6 +1,7 @@
 """Sessions inside a hold: `rc shell HOLD`, `rc exec HOLD`, `rc cp --hold`,
 and each connection of `rc forward HOLD` (rc.worker.forward: no process, a
-loopback socket) (docs/design.md#the-relay). The agent hands them over from Assignments.sessions.
+loopback socket) (docs/design.md#the-relay). The dispatch (rc.worker.dispatch)
+hands them over from Assignments.sessions, each once, on its own thread.
 
 A session runs on the hold's devices (the hold's RC_DEVICES and
 CUDA_VISIBLE_DEVICES) with RC_JOB_ID set to the hold's id, under the hold's lease, and ends when the
@@ -17,20 +18,25 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
-import weakref
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
+from rc.proto.client import Client
 from rc.proto.errors import ApiError, RcError, TransportError
 from rc.proto.model import JobKind, Stdio
 from rc.proto.wire import SessionStart
 from rc.worker import supervise
 from rc.worker.account import CannotRunAs
 from rc.worker.attached import Halves, Pipes, Process
+from rc.worker.cgroups import Tracker
+from rc.worker.clock import SYSTEM, Clock
+from rc.worker.config import WorkerConfig
 from rc.worker.forward import run_forward
 from rc.worker.launch import READER_DRAIN_S, cannot_start, job_env, label, working_dir
+from rc.worker.runs import Runs
 from rc.worker.terminal import TTY_DRAIN_S, Terminal, end_terminal_session, login_shell
 
-__all__ = ["dispatch_sessions"]
+__all__ = ["SessionContext", "run_session"]
 
 log = logging.getLogger("rc.worker.sessions")
 
@@ -44,35 +50,26 @@ STDERR_TAIL_BYTES = 64 << 10
 """Stderr a pipe session inside a hold keeps for its final report."""
 
 
-class _Started:
-    """Which sessions this agent started (a session is never started twice)."""
+@dataclass(frozen=True, slots=True)
+class SessionContext:
+    """What a session inside a hold needs of its worker (rc.worker.agent
+    builds one).
 
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.keys: set[tuple[str, int, int]] = set()
+    cfg: the worker's configuration (host, kill_grace). client: the
+    controller (the relay, the session's status). clock: its time. markers:
+    RC_HOST and RC_WORKER_INSTANCE (rc.worker.job.JobContext). tracker: how
+    it tracks processes (each session gets a cgroup of its own). runs: the
+    worker's jobs (rc.worker.runs), where a session finds its hold.
+    stopping(): the worker is shutting down.
+    """
 
-
-_STARTED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def dispatch_sessions(agent, starts: tuple[SessionStart, ...], instance: str = "") -> None:
-    """Start each session the long poll of controller `instance` handed over
-    (once per agent), each on its own thread. A session is known by the
-    controller run that numbered it: a restarted controller numbers its
-    sessions from 1 again, and those are new ones."""
-    reg = _STARTED.setdefault(agent, _Started())
-    for st in starts:
-        key = (instance, st.hold_id, st.session_id)
-        with reg.lock:
-            if key in reg.keys:
-                continue
-            reg.keys.add(key)
-        threading.Thread(
-            target=_run_session,
-            args=(agent, st),
-            daemon=True,
-            name=f"rc-session-{st.hold_id}.{st.session_id}",
-        ).start()
+    cfg: WorkerConfig
+    client: Client
+    clock: Clock
+    markers: Mapping[str, str]
+    tracker: Tracker
+    runs: Runs
+    stopping: Callable[[], bool]
 
 
 class _StderrTail:
@@ -94,7 +91,7 @@ class _StderrTail:
 
 
 def _report(
-    agent,
+    ctx: SessionContext,
     st: SessionStart,
     state: str,
     exit_code: int | None = None,
@@ -109,7 +106,7 @@ def _report(
     delay = 0.2
     for _ in range(REPORT_ATTEMPTS):
         try:
-            agent.client.post(path, body)
+            ctx.client.post(path, body)
             return
         except ApiError as e:
             if e.status < 500:
@@ -119,64 +116,66 @@ def _report(
                 return
         except TransportError:
             pass
-        agent.clock.sleep(delay)
+        ctx.clock.sleep(delay)
         delay *= 2
     log.warning("session %d of hold %d: could not report %s", st.session_id, st.hold_id, state)
 
 
-def _run_session(agent, st: SessionStart) -> None:
+def run_session(ctx: SessionContext, st: SessionStart) -> None:
+    """Run session `st` to its end, its outcome reported (a worker error
+    too), on the calling thread."""
     try:
-        _session(agent, st)
+        _session(ctx, st)
     except Exception as e:  # a bug must still end in a report
         log.exception("session %d of hold %d: worker error", st.session_id, st.hold_id)
-        _report(agent, st, "ended", None, f"worker error: {e}")
+        _report(ctx, st, "ended", None, f"worker error: {e}")
     finally:
         # the kept-alive connection of this thread's reports: the client
         # keeps one per thread until closed, and a thread per session (a
         # forward's every connection) would leak one each
-        agent.client.close()
+        ctx.client.close()
 
 
-def _hold_run(agent, hold_id: int, timeout: float = HOLD_WAIT_S):
+def _hold_run(ctx: SessionContext, hold_id: int, timeout: float = HOLD_WAIT_S):
     """The hold's JobRun once its devices are acquired (their acquire hooks,
     where they have one, succeeded), or None if that does not happen within
     `timeout` seconds (a session may come with the hold's own assignment)."""
-    deadline = agent.clock.monotonic() + timeout
+    deadline = ctx.clock.monotonic() + timeout
     while True:
-        run = agent.jobs.get(hold_id)
+        run = ctx.runs.get(hold_id)
         if run is not None and run.a.kind is JobKind.HOLD and run.acquired.is_set():
             return run
-        if agent.clock.monotonic() >= deadline or agent.stopping:
+        if ctx.clock.monotonic() >= deadline or ctx.stopping():
             return None
-        time.sleep(HOLD_POLL_S)  # a tick: the deadline above is the clock's
+        SYSTEM.sleep(HOLD_POLL_S)  # a real tick: the deadline above is the clock's
 
 
-def _session(agent, st: SessionStart) -> None:
-    hold = _hold_run(agent, st.hold_id)
+def _session(ctx: SessionContext, st: SessionStart) -> None:
+    hold = _hold_run(ctx, st.hold_id)
     if hold is None:
-        _report(agent, st, "ended", None, f"hold {st.hold_id} is not running on {agent.cfg.host}")
+        _report(ctx, st, "ended", None, f"hold {st.hold_id} is not running on {ctx.cfg.host}")
         return
     if st.port:
-        run_forward(agent, st, hold, _report)
+        run_forward(ctx, st, hold, _report)
         return
     user = hold.account  # a session runs as its hold's Unix user
     if user is None:
-        _report(agent, st, "ended", None, f"hold {st.hold_id} has no Unix user to run as")
+        _report(ctx, st, "ended", None, f"hold {st.hold_id} has no Unix user to run as")
         return
-    env = job_env(hold.clean_env(), st.env, st.hold_id, hold.device_ids, hold.cuda, agent.markers)
+    env = job_env(hold.clean_env(), st.env, st.hold_id, hold.device_ids, hold.cuda, ctx.markers)
     try:
-        cwd, note = working_dir(st.cwd, agent.cfg.host, user)
+        cwd, note = working_dir(st.cwd, ctx.cfg.host, user)
     except CannotRunAs as e:
-        _report(agent, st, "ended", 126, f"cannot start: {e}")
+        _report(ctx, st, "ended", 126, f"cannot start: {e}")
         return
     hung = threading.Event()
     base = f"/v1/jobs/{st.hold_id}/sessions/{st.session_id}"
     try:
         halves = Halves.connect(
-            agent.client, base, lambda reason: hung.set(), threading.Event(), agent.clock
+            ctx.client, base, lambda reason: hung.set(), threading.Event(), ctx.clock
         )
     except RcError as e:
-        _report(agent, st, "ended", None, f"cannot attach to the relay: {e}")
+        _report(ctx, st, "ended", None, f"cannot attach to the relay: {e}")
         return
     tail = None
     if st.stdio is Stdio.TTY:
@@ -187,7 +186,7 @@ def _session(agent, st: SessionStart) -> None:
         tail = _StderrTail()
         proc = Pipes(halves, lambda sending: None, tail.write)
         argv = list(st.command)
-    cgroup = agent.tracker.create(f"session-{st.hold_id}-{st.session_id}")
+    cgroup = ctx.tracker.create(f"session-{st.hold_id}-{st.session_id}")
     try:
         proc.start(argv, env, cwd, note, user, cgroup)
     except OSError as e:
@@ -198,9 +197,9 @@ def _session(agent, st: SessionStart) -> None:
         if cgroup is not None:
             cgroup.remove()
         failed = cannot_start(e)
-        _report(agent, st, "ended", failed.exit_code, failed.reason, tail)
+        _report(ctx, st, "ended", failed.exit_code, failed.reason, tail)
         return
-    _report(agent, st, "running")
+    _report(ctx, st, "running")
     why = None
     while True:
         outcome = proc.group.wait(0.1)
@@ -208,20 +207,20 @@ def _session(agent, st: SessionStart) -> None:
             break
         if hung.is_set():
             why = f"{'terminal hung up' if st.stdio is Stdio.TTY else 'pipe closed'}: {halves.hung_up}"
-        elif hold.ending is not None or agent.jobs.get(st.hold_id) is not hold:
+        elif hold.ending is not None or ctx.runs.get(st.hold_id) is not hold:
             why = hold.ending or f"hold {st.hold_id} ended"
-        elif agent.stopping:
+        elif ctx.stopping():
             why = "the worker is shutting down"
         if why is not None:
             proc.hangup()
-            outcome, _ = supervise.kill_group(proc.group, agent.cfg.kill_grace)
+            outcome, _ = supervise.kill_group(proc.group, ctx.cfg.kill_grace)
             break
     if why is None and outcome is not None and outcome.signal and hold.ending is not None:
         why = hold.ending  # the hold's teardown (its RC_JOB_ID sweep) got here first
-    stragglers, _ = proc.leftovers(agent.cfg.kill_grace) if why is None else (0, [])
+    stragglers, _ = proc.leftovers(ctx.cfg.kill_grace) if why is None else (0, [])
     proc.drain(TTY_DRAIN_S if st.stdio is Stdio.TTY else READER_DRAIN_S)
     if st.stdio is Stdio.TTY:
-        end_terminal_session(proc.group.pgid, agent.cfg.kill_grace)
+        end_terminal_session(proc.group.pgid, ctx.cfg.kill_grace)
     proc.finish()
     if cgroup is not None:  # what left its group and session still ends with it
         try:
@@ -230,4 +229,4 @@ def _session(agent, st: SessionStart) -> None:
         except OSError as e:
             log.warning("session %d of hold %d: cgroup: %s", st.session_id, st.hold_id, e)
     result = label(outcome, why, stragglers, False)
-    _report(agent, st, "ended", result.exit_code, result.reason, tail)
+    _report(ctx, st, "ended", result.exit_code, result.reason, tail)
