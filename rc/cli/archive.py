@@ -24,6 +24,7 @@ directory the copy lands in must exist on either end (as with scp).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import posixpath
 import stat
@@ -35,11 +36,13 @@ from typing import BinaryIO
 from rc.proto.errors import RcError
 
 __all__ = [
+    "BROKEN_BLOCK",
     "BUFFER_BYTES",
     "DOWNLOAD_SCRIPT",
     "NO_PARENT",
     "UPLOAD_SCRIPT",
     "ArchiveError",
+    "EmptyArchive",
     "Source",
     "receive",
     "scan",
@@ -55,6 +58,19 @@ MODE_BITS = 0o777
 class ArchiveError(RcError):
     """A source cannot be sent, or a received archive would write outside
     its destination; the message names the entry."""
+
+
+class EmptyArchive(ArchiveError):
+    """A received archive held nothing: the sender failed before its first
+    entry (the far side's tar could not read it, say), so what to show is
+    the sender's own error."""
+
+
+BROKEN_BLOCK = b"rc cp: the sender failed here\n".ljust(512, b"\n")
+"""What `send` writes after a source it could not read to the end: a block
+no tar takes for a header, so the far side's tar fails (and its script
+leaves nothing) instead of taking the entries before it for a whole copy.
+An archive cut between entries is one GNU tar accepts, silently."""
 
 
 @dataclass(slots=True)
@@ -99,6 +115,7 @@ def scan(src: str) -> Source:
         raise ArchiveError(f"{src}: cannot copy the root directory")
     out = Source(root, name)
     if stat.S_ISREG(st.st_mode):
+        _readable(root)
         out.total_bytes, out.files = st.st_size, 1
         return out
     if not stat.S_ISDIR(st.st_mode):
@@ -108,7 +125,10 @@ def scan(src: str) -> Source:
         rel_dir = posixpath.normpath(rel_dir)
         for entry in sorted(dirs + files):
             path = os.path.join(d, entry)
-            lst = os.lstat(path)
+            try:
+                lst = os.lstat(path)
+            except OSError as e:  # a directory we may list but not enter
+                raise ArchiveError(f"cannot read {path}: {e.strerror}; nothing was sent") from None
             rel = posixpath.join(rel_dir, entry)
             if stat.S_ISLNK(lst.st_mode):
                 target = os.readlink(path)
@@ -119,6 +139,7 @@ def scan(src: str) -> Source:
                         "remove the link)"
                     )
             elif stat.S_ISREG(lst.st_mode):
+                _readable(path)
                 out.total_bytes += lst.st_size
                 out.files += 1
             elif not stat.S_ISDIR(lst.st_mode):
@@ -127,7 +148,16 @@ def scan(src: str) -> Source:
 
 
 def _walk_error(e: OSError) -> None:
-    raise ArchiveError(f"{e.filename}: {e.strerror}")
+    raise ArchiveError(f"cannot read {e.filename}: {e.strerror}; nothing was sent")
+
+
+def _readable(path: str) -> None:
+    """Raise ArchiveError naming `path` unless this process may open it for
+    reading (opened and closed: the kernel's answer, ACLs included)."""
+    try:
+        os.close(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC))
+    except OSError as e:
+        raise ArchiveError(f"cannot read {path}: {e.strerror}; nothing was sent") from None
 
 
 def _clean(ti: tarfile.TarInfo) -> tarfile.TarInfo | None:
@@ -140,15 +170,25 @@ def _clean(ti: tarfile.TarInfo) -> tarfile.TarInfo | None:
 
 
 def send(src: Source, out: BinaryIO) -> None:
-    """Write `src` as a tar stream to `out` (anything with write())."""
-    with tarfile.open(
-        fileobj=out,
-        mode="w|",
-        format=tarfile.GNU_FORMAT,
-        bufsize=BUFFER_BYTES,
-        copybufsize=BUFFER_BYTES,
-    ) as tar:
-        tar.add(src.root, arcname=src.name, recursive=True, filter=_clean)
+    """Write `src` as a tar stream to `out` (anything with write()). When
+    reading the source fails on the way (a file that changed since `scan`),
+    the stream ends with BROKEN_BLOCK, so no tar takes it for a whole copy,
+    and the OSError is raised."""
+    try:
+        with tarfile.open(
+            fileobj=out,
+            mode="w|",
+            format=tarfile.GNU_FORMAT,
+            bufsize=BUFFER_BYTES,
+            copybufsize=BUFFER_BYTES,
+        ) as tar:
+            tar.add(src.root, arcname=src.name, recursive=True, filter=_clean)
+    except OSError:
+        # tarfile flushed what it had: whole entries, which GNU tar accepts
+        # as a complete archive once the input ends
+        with contextlib.suppress(Exception):
+            out.write(BROKEN_BLOCK)
+        raise
 
 
 def _checker(state: dict) -> Callable[[tarfile.TarInfo, str], tarfile.TarInfo]:
@@ -244,7 +284,7 @@ def receive(stream: BinaryIO, dest: str) -> str:
                 f"refusing a link whose target is not in the archive ({e.args[0]})"
             ) from None
     if "top" not in state:
-        raise ArchiveError("the archive is empty")
+        raise EmptyArchive("the archive is empty")
     return state["top"]
 
 
@@ -293,6 +333,9 @@ if ! [ -e "$p" ] && ! [ -L "$p" ]; then
   echo "rc cp: $1: no such file or directory" >&2; exit 2
 fi
 if [ -L "$p" ]; then p=$(readlink -f -- "$p"); fi
+if ! [ -r "$p" ] || { [ -d "$p" ] && ! [ -x "$p" ]; }; then
+  echo "rc cp: $1: permission denied" >&2; exit 2
+fi
 cd -- "$(dirname -- "$p")"
 exec tar -c -f - --format=gnu -b 128 -- "$(basename -- "$p")"
 """

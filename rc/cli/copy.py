@@ -292,6 +292,12 @@ def _upload(c: Client, src: str, dst: Remote, hold: int | None, title: str) -> i
             up.finish()
         except TransportError:
             pass  # the remote side ended early: its status says why
+        except OSError as e:  # a file that changed since the scan
+            failed.append(e)
+            # the stream ends broken (archive.send): the remote tar fails on
+            # it and its script removes what it extracted
+            with contextlib.suppress(TransportError):
+                up.finish()
         except BaseException as e:  # noqa: BLE001 - reported by the main thread
             failed.append(e)
             up.close()
@@ -308,9 +314,12 @@ def _upload(c: Client, src: str, dst: Remote, hold: int | None, title: str) -> i
         down.close()
         up.close()
     progress.done()
+    why = _remote_failure(c, place)  # waits for the remote side to end (and clean up)
     if failed:
-        raise RcError(f"reading {src}: {failed[0]}")
-    why = _remote_failure(c, place)
+        e = failed[0]
+        if isinstance(e, OSError) and e.filename:
+            raise RcError(f"cannot read {e.filename}: {e.strerror}; nothing was copied")
+        raise RcError(f"reading {src}: {e}")
     if why:
         raise RcError(f"copy to {dst.device} failed: {why}")
     return 0
@@ -353,7 +362,7 @@ def _download(c: Client, src: Remote, dst: str, hold: int | None, title: str) ->
             local_error = e
         except Exception as e:  # noqa: BLE001 - tarfile's errors on a damaged or cut stream
             local_error = RcError(f"the archive is damaged or was cut short ({e})")
-        if local_error is not None:
+        if local_error is not None and not isinstance(local_error, archive.EmptyArchive):
             down.close()  # ends the session: the remote side is stopped
             up.close()
         else:
@@ -361,6 +370,9 @@ def _download(c: Client, src: Remote, dst: str, hold: int | None, title: str) ->
                 pass  # the end-of-archive padding
         progress.done()
         why = _remote_failure(c, place)  # waits for the remote side to end
+        if isinstance(local_error, archive.EmptyArchive) and why:
+            # nothing came because the remote tar failed first: its words
+            raise RcError(f"copy from {src.device} failed: {why}")
         if isinstance(local_error, (archive.ArchiveError, OSError)):
             # refused (or not writable) here: the remote side was stopped for
             # it, so its "pipe closed" is no reason
