@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
 from subprocess import DEVNULL
 
 import pytest
@@ -14,7 +15,7 @@ from hypothesis import strategies as st
 
 from rc.proto.client import Client
 from rc.proto.errors import ApiError
-from tests.harness import Cli, job, stop_process, wait_until
+from tests.harness import PY, Cli, job, stop_process, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -154,6 +155,37 @@ def test_bad_arguments_are_usage_errors(box):
         assert res.stderr.startswith(b"rc run: argument ") and b"is not valid UTF-8" in res.stderr
         assert b"'X=\\xff\\xfe'" in res.stderr or b"'caf\\xe9'" in res.stderr, res.stderr
         assert res.stderr.count(b"\n") == 1, res.stderr
+
+
+def test_a_removed_current_directory_is_one_line_and_exit_2(box, tmp_path):
+    """The trial: `rc run` from a directory that had been removed gave a
+    Python traceback (job_cwd's os.getcwd). It says so in one line and
+    submits nothing."""
+    ctl, users, _admin = box
+    ann = users["ann"]
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    before = len(ctl.client().get("/v1/jobs")["jobs"])
+    for args, extra in [
+        (("run", "--", "true"), ""),
+        (("run", "--cwd", "sub", "--", "true"), " (so --cwd 'sub' names nothing)"),
+        (("exec", "1", "--", "true"), ""),
+    ]:
+        script = 'cd "$1" && rmdir "$1" && shift && exec "$@"'
+        res = subprocess.run(
+            ["sh", "-c", script, "sh", str(gone), PY, "-m", "rc", *args],
+            env=ann.env,
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
+        gone.mkdir()
+        assert res.returncode == 2, (args, res)
+        assert res.stderr.decode() == (
+            f"rc {args[0]}: the current directory no longer exists{extra}; cd somewhere "
+            f"and run again, or give --cwd /absolute/path (see rc {args[0]} --help)\n"
+        ), res.stderr
+    assert len(ctl.client().get("/v1/jobs")["jobs"]) == before
 
 
 def test_the_api_checks_names_and_durations(box):
