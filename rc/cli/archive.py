@@ -15,7 +15,8 @@ entry, a name given twice, links (symbolic or hard) that point outside that
 entry or to nothing, and special files; tarfile's `data` filter then runs as
 well, with permission bits kept as sent.
 
-The remote side is GNU tar inside `sh` (UPLOAD_SCRIPT, DOWNLOAD_SCRIPT): it
+The remote side is GNU tar inside `sh` (UPLOAD_SCRIPT, DOWNLOAD_SCRIPT, from
+rc.proto.copyjob, where the controller recognises them too): it
 refuses `..` members and never writes outside its target by itself. Both
 ends extract into a temporary directory next to the destination and rename
 into place at the end, so a partial copy never carries the final name. The
@@ -33,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
+from rc.proto.copyjob import DOWNLOAD_SCRIPT, NO_PARENT, UPLOAD_SCRIPT
 from rc.proto.errors import RcError
 
 __all__ = [
@@ -286,58 +288,3 @@ def receive(stream: BinaryIO, dest: str) -> str:
     if "top" not in state:
         raise EmptyArchive("the archive is empty")
     return state["top"]
-
-
-NO_PARENT = "rc cp creates no directories, as scp does not; create it first"
-"""The advice after a missing destination directory, on both ends (no quote in it)."""
-
-# Remote commands. $1 is the remote path as given (relative: to $HOME). An
-# interrupted copy (SIGTERM, SIGHUP) still removes its temporary directory.
-UPLOAD_SCRIPT = (
-    f"set -e\nNO_PARENT='{NO_PARENT}'\n"
-    + r"""trap 'exit 129' HUP; trap 'exit 143' TERM; trap 'exit 130' INT
-case $1 in /*) ;; *) cd -- "$HOME" 2>/dev/null || cd / ;; esac
-if [ -d "$1" ] || [ "${1%/}" != "$1" ]; then dir=$1; final=$2
-else dir=$(dirname -- "$1"); final=$(basename -- "$1"); fi
-while [ "${dir%/}" != "$dir" ] && [ "${dir%/}" != "" ]; do dir=${dir%/}; done
-if [ ! -d "$dir" ]; then
-  case $dir in /*) shown=$dir ;; *) shown=$PWD/$dir ;; esac
-  if [ -e "$dir" ]; then echo "rc cp: $shown is not a directory" >&2
-  else echo "rc cp: no such directory: $shown ($NO_PARENT)" >&2; fi
-  exit 1
-fi
-tmp=$(mktemp -d "$dir/.rc-cp.XXXXXX")
-trap 'rm -rf -- "$tmp"' EXIT
-tar -x -p -B --no-same-owner -b 128 -f - -C "$tmp"
-if [ -d "$dir/$final" ] && [ ! -L "$dir/$final" ] && [ -n "$(ls -A -- "$dir/$final")" ]; then
-  echo "rc cp: $dir/$final is a directory that is not empty; rc cp never merges" \
-       "into one (remove it, or copy to another name)" >&2
-  exit 1
-fi
-mv -T -- "$tmp/$2" "$dir/$final"
-"""
-)
-"""`sh -c UPLOAD_SCRIPT sh DEST NAME`: extract a tar of NAME from stdin and
-place it at DEST (into DEST when it is a directory or ends with '/'). The
-directory it lands in must exist: like scp, rc cp creates none (a typo in
-DEST is an error naming the missing directory, not a new tree)."""
-
-DOWNLOAD_SCRIPT = r"""set -e
-case $1 in /*) ;; *) cd -- "$HOME" 2>/dev/null || cd / ;; esac
-p=$1
-while [ "${p%/}" != "$p" ] && [ "${p%/}" != "" ]; do p=${p%/}; done
-if ! [ -e "$p" ] && ! [ -L "$p" ]; then
-  a=$p  # missing, or behind a directory this user may not enter?
-  while [ "$a" != / ] && [ "$a" != . ]; do a=$(dirname -- "$a"); [ -e "$a" ] && break; done
-  if [ -d "$a" ] && ! [ -x "$a" ]; then echo "rc cp: $1: permission denied" >&2; exit 2; fi
-  echo "rc cp: $1: no such file or directory" >&2; exit 2
-fi
-if [ -L "$p" ]; then p=$(readlink -f -- "$p"); fi
-if ! [ -r "$p" ] || { [ -d "$p" ] && ! [ -x "$p" ]; }; then
-  echo "rc cp: $1: permission denied" >&2; exit 2
-fi
-cd -- "$(dirname -- "$p")"
-exec tar -c -f - --format=gnu -b 128 -- "$(basename -- "$p")"
-"""
-"""`sh -c DOWNLOAD_SCRIPT sh PATH`: PATH (a symlink given as PATH followed) as
-a tar on stdout."""

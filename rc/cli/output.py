@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from rc.proto.codec import encode
+from rc.proto.copyjob import is_copy_label
 from rc.proto.duration import format_duration
 from rc.proto.model import device_list
 
@@ -303,13 +304,17 @@ def job_target(job: Mapping[str, Any]) -> str:
 
 
 def job_what(job: Mapping[str, Any], limit: int = 60) -> str:
-    """What a job runs, for a listing: "hold: REASON" for a hold; for a job
-    submitted with a reason (`rc cp` gives "rc cp SRC DST") that reason, not
-    its command (the command is in -o json and the dashboard's job panel);
-    else the command line, shortened to `limit` characters."""
+    """What a job runs, for a listing: "hold: REASON" for a hold; for a copy
+    job the label its controller gave it ("rc cp SRC DST", only ever set by
+    the controller: rc.proto.copyjob); else the command line, with the job's
+    reason (the submitter's free text) in parentheses beside it, never
+    instead of it. Shortened to `limit` characters, the command first."""
     if job.get("kind") == "hold":
         return f"hold: {job.get('reason', '')}"
     reason = job.get("reason") or ""
-    if reason:
+    if is_copy_label(job):
         return reason if len(reason) <= limit else reason[: limit - 1] + "…"
-    return command_text(job.get("command") or (), limit)
+    text = command_text(job.get("command") or (), limit)
+    if reason:
+        text = f"{text} ({reason})".replace("\n", "\\n")
+    return text if len(text) <= limit else text[: limit - 1] + "…"

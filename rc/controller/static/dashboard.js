@@ -179,11 +179,19 @@
   }
 
   // What a job (or a device's holder) runs, as the rc listings say it
-  // (rc.cli.output.job_what): a hold's reason; a job's reason when it was
-  // submitted with one (rc cp gives "rc cp SRC DST"), else its command line.
+  // (rc.cli.output.job_what): a hold's reason; a copy job's label (only the
+  // controller gives one, "rc cp SRC DST": rc.proto.copyjob.is_copy_label);
+  // else its command line, its reason (free text) beside it, never instead.
+  function isCopyLabel(j) {
+    if (j.kind === "hold" || (j.stdio !== undefined && j.stdio !== "pipe")) return false;
+    return (j.reason || "").startsWith("rc cp ");
+  }
+
   function jobWhat(j) {
     if (j.kind === "hold") return `hold: ${j.reason || ""}`;
-    return j.reason || commandText(j.command);
+    if (isCopyLabel(j)) return j.reason;
+    const cmd = commandText(j.command);
+    return j.reason ? `${cmd} (${j.reason})` : cmd;
   }
 
   // Why a job ended, in words that follow its state (rc.cli.output.end_reason):
