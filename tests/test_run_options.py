@@ -307,7 +307,10 @@ def test_sigterm_kills_the_running_job(alice, admin):
         assert proc.returncode == 130, err
         assert f"rc: SIGTERM: killed job {job_id}\n".encode() in err, err
         j = job(admin, job_id)
-        assert (j["state"], j["kill_reason"]) == ("killed", "killed by alice (token alice): rc run got SIGTERM")
+        assert (j["state"], j["kill_reason"]) == (
+            "killed",
+            "killed by alice (token alice): rc run got SIGTERM",
+        )
     finally:
         stop_process(proc)
 
@@ -362,7 +365,10 @@ def test_kill_on_detach_kills_at_the_first_interruption(alice, admin, flags, env
         assert f"rc: {cause}: killed job {job_id}\n".encode() in err, err
         assert b"press Ctrl-C again" not in err
         j = job(admin, job_id)
-        assert (j["state"], j["kill_reason"]) == ("killed", f"killed by alice (token alice): rc run got {cause}")
+        assert (j["state"], j["kill_reason"]) == (
+            "killed",
+            f"killed by alice (token alice): rc run got {cause}",
+        )
     finally:
         stop_process(proc)
 
