@@ -92,7 +92,9 @@ def test_other_peoples_text_never_forges_a_line_of_a_message(box):
     admin.run("kill", str(job_id), "--reason", "adm\r\nFORGED", check=True)
     res = ann.run("logs", "-f", str(job_id))
     assert res.returncode == 143, res
-    assert res.stderr == f"rc: job {job_id} killed: adm\\r\\nFORGED (by admin)\n".encode()
+    assert res.stderr == (
+        f"rc: job {job_id} killed by root (token admin), an admin: adm\\r\\nFORGED\n".encode()
+    )
     admin.run("drain", "hy:cpu1", "--reason", "a\rb\nc", check=True)
     again = admin.run("drain", "hy:cpu1", check=True)
     assert re.fullmatch(rb"already drained: a\\rb\\nc, by admin, \d+s ago\n", again.stdout), again
@@ -107,7 +109,9 @@ def test_other_peoples_text_never_forges_a_line_of_a_message(box):
     finally:
         stop_process(proc)
     assert proc.returncode == 0, err
-    assert err.endswith(f"rc: hold {hold} ended: x\\r\\nFORGED (by admin)\n".encode()), err
+    assert err.endswith(
+        f"rc: hold {hold} ended: killed by root (token admin), an admin: x\\r\\nFORGED\n".encode()
+    ), err
     assert b"\r" not in err
 
 
@@ -336,11 +340,13 @@ def test_a_kill_reads_as_one_phrase(box):
     ann.run("release", str(hold), check=True)
     wait_until(lambda: job(ctl.client(), hold)["state"] == "killed", 20, "the hold to end")
     listing = ben.run("jobs", check=True).stdout
-    assert "killed: cancelled while queued (by admin)" in _row(listing, queued)
-    assert "killed: released (by ann)" in _row(listing, hold)
+    # the trial: the actor comes first, so the table's cut never hides who
+    admin_label = "root (token admin), an admin"
+    assert f"killed by {admin_label}: cancelled while queued" in _row(listing, queued)
+    assert "killed by ann (token ann): released" in _row(listing, hold)
     assert b"killed (killed by" not in listing
     described = ben.run("describe", "hy:cpu0", check=True).stdout.decode()
-    assert f"{queued}  killed: cancelled while queued (by admin)" in described
+    assert f"{queued}  killed by {admin_label}: cancelled while queued" in described
 
 
 def test_human_times_are_local_and_json_times_utc(box):

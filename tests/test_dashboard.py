@@ -300,36 +300,40 @@ def test_a_device_lists_its_running_job_by_what_it_runs_and_kills_in_words(site,
     )["job"]["id"]
     up = Upload(alice, f"/v1/jobs/{running}/tty/in")
     down = Download(alice, f"/v1/jobs/{running}/tty/out")
-    queued = alice.post("/v1/jobs", {"command": ["true"], "device_id": "box:cpu0"})["job"]
-    assert queued["state"] == "queued"
-    site.ctl.client().post(f"/v1/jobs/{queued['id']}/kill")  # the admin cancels it
-    wait_until(
-        lambda: f"job {running}" in (t := text_of(browser, row("box:cpu0"))) and title in t,
-        20,
-        "the copy on its device row, by what it runs",
-    )
-    wait_until(lambda: title in text_of(browser, "#running"), 10, "the copy among running jobs")
-    wait_until(
-        lambda: (
-            "cancelled while queued (by root (token admin), an admin)"
-            in text_of(browser, "#recent")
-        ),
-        10,
-        "the cancel among recent jobs, in words",
-    )
-    click(browser, row("box:cpu0"))
-    item = f'#drawer-body [data-job="{running}"]'
-    wait_until(lambda: text_of(browser, item), 10, "the device's recent jobs")
-    text = text_of(browser, item)
-    assert "running" in text and title in text, text
-    assert re.search(r"\bfor \d+s\b", text) and "ago" not in text, text
-    cancelled = text_of(browser, f'#drawer-body [data-job="{queued["id"]}"]')
-    assert "cancelled while queued (by root (token admin), an admin)" in cancelled
-    assert "killed by" not in cancelled
-    up.close()  # the copy's pipe closes: the job ends
-    down.close()
-    wait_until(lambda: "Free" in text_of(browser, row("box:cpu0")), 20, "the device to be free")
-    click(browser, "#drawer-close")
+    try:
+        queued = alice.post("/v1/jobs", {"command": ["true"], "device_id": "box:cpu0"})["job"]
+        assert queued["state"] == "queued"
+        site.ctl.client().post(f"/v1/jobs/{queued['id']}/kill")  # the admin cancels it
+        wait_until(
+            lambda: f"job {running}" in (t := text_of(browser, row("box:cpu0"))) and title in t,
+            20,
+            "the copy on its device row, by what it runs",
+        )
+        wait_until(lambda: title in text_of(browser, "#running"), 10, "the copy among running jobs")
+        wait_until(
+            lambda: (
+                "by root (token admin), an admin: cancelled while queued"
+                in text_of(browser, "#recent")
+            ),
+            10,
+            "the cancel among recent jobs, in words",
+        )
+        click(browser, row("box:cpu0"))
+        item = f'#drawer-body [data-job="{running}"]'
+        wait_until(lambda: text_of(browser, item), 10, "the device's recent jobs")
+        text = text_of(browser, item)
+        assert "running" in text and title in text, text
+        assert re.search(r"\bfor \d+s\b", text) and "ago" not in text, text
+        cancelled = text_of(browser, f'#drawer-body [data-job="{queued["id"]}"]')
+        assert "by root (token admin), an admin: cancelled while queued" in cancelled
+        assert "killed (killed by" not in cancelled, cancelled
+        up.close()  # the copy's pipe closes: the job ends
+        down.close()
+        wait_until(lambda: "Free" in text_of(browser, row("box:cpu0")), 20, "the device to be free")
+        click(browser, "#drawer-close")
+    finally:
+        up.close()
+        down.close()
     # the trial: a plain job whose reason said "rc cp ..." was listed as a
     # copy, its command hidden. A reason goes beside the command; "rc cp" is
     # the controller's word only (it drops a client's)

@@ -191,8 +191,8 @@ def test_hold_is_granted_shown_and_released(alice, bob, admin, fleet):
         assert (res.returncode, res.stdout) == (0, f"released {hold_id}\n".encode())
         _, err = proc.communicate(timeout=30)
         assert proc.returncode == 0
-        # in the listings' words (found by a new user: "ended: killed by alice: released")
-        assert f"hold {hold_id} ended: released (by alice (token alice))\n".encode() in err
+        # in words (found by a new user: "ended: killed by alice: released"), who first
+        assert f"hold {hold_id} ended: released by alice (token alice)\n".encode() in err
         wait_until(lambda: not sleeper_of(hold_id, worker_pid), 10, "the sleeper to be gone")
     finally:
         stop_process(proc)

@@ -29,11 +29,13 @@ __all__ = [
     "duration",
     "end_reason",
     "escape_controls",
+    "hold_end",
     "iso_utc",
     "job_state",
     "job_target",
     "job_what",
     "job_who",
+    "kill_parts",
     "machine",
     "on_devices",
     "one_line",
@@ -230,48 +232,80 @@ _REWORDED = (
 )
 
 
+def kill_parts(job: Mapping[str, Any]) -> tuple[str, str] | None:
+    """A kill's actor and why, from its stored "killed by NAME[ (admin)][:
+    WHY]": ("bob", "disk full"), ("bob, an admin", ...); why is
+    "cancelled while queued" for a job that never started and was given
+    none, else "" for none. None when the reason is no such kill."""
+    m = _KILLED_BY.match((job.get("kill_reason") or "").strip())
+    if m is None:
+        return None
+    who = m["who"] + (", an admin" if m["admin"] else "")
+    why = (m["why"] or "").strip()
+    if not why and not job.get("started_at"):
+        why = "cancelled while queued"
+    return who, why
+
+
 def end_reason(job: Mapping[str, Any]) -> str:
     """Why a job ended, in words that follow its state ("" for none).
 
-    A kill stored as "killed by NAME[ (admin)][: WHY]" reads "WHY (by NAME)"
-    ("cancelled while queued" when it never started and no WHY was given; a
-    WHY ending in ")" takes the name inside: "released (Ctrl-C, by ann)");
-    the worker's fixed reasons are reworded ("idle: no output for 5m" → "no
-    output for 5m (idle timeout)"); anything else is shown as it is.
+    A kill stored as "killed by NAME[ (admin)][: WHY]" reads "by NAME: WHY"
+    (the actor first, so cutting the free text after it never hides who;
+    "by NAME, an admin"; WHY is "cancelled while queued" when it never
+    started and none was given); the worker's fixed reasons are reworded
+    ("idle: no output for 5m" → "no output for 5m (idle timeout)");
+    anything else is shown as it is.
     """
-    reason = (job.get("kill_reason") or "").strip()
-    m = _KILLED_BY.match(reason)
-    if m is None:
+    parts = kill_parts(job)
+    if parts is None:
+        reason = (job.get("kill_reason") or "").strip()
         for pattern, words in _REWORDED:
             hit = pattern.match(reason)
             if hit:
                 return words.format(**hit.groupdict())
         return reason
-    who = f"by {m['who']}" + (", an admin" if m["admin"] else "")
-    why = (m["why"] or "").strip()
-    if not why and not job.get("started_at"):
-        why = "cancelled while queued"
-    if not why:
-        return who
-    if why.endswith(")") and "(" in why:
-        return f"{why[:-1]}, {who})"
-    return f"{why} ({who})"
+    who, why = parts
+    return f"by {who}: {why}" if why else f"by {who}"
+
+
+def hold_end(job: Mapping[str, Any]) -> str:
+    """How a hold ended (or is ending: its kill is requested), for the end
+    messages of `rc hold` and of its sessions: "released by ann", "released
+    by ann (Ctrl-C)", "killed by bob: disk full", "its ttl of 2h was
+    reached", "lost: lease expired"; its state when nothing says more."""
+    parts = kill_parts(job)
+    if parts is not None:
+        who, why = parts
+        if why == "released" or why.startswith("released ("):
+            return f"released by {who}{why[len('released') :]}"
+        return f"killed by {who}: {why}" if why else f"killed by {who}"
+    why = end_reason(job).removeprefix("hold ended: ")
+    if job["state"] in ("lost", "failed"):
+        return f"{job['state']}: {why}" if why else job["state"]
+    return why or job["state"]
 
 
 def job_state(job: Mapping[str, Any], limit: int | None = STATE_REASON_SHOWN) -> str:
-    """A finished job's state with why, as listings show it: "killed:
-    cancelled while queued (by root)", "failed: exited with code 3", "lost:
-    ...", "killed by ann"; other states as they are. The reason is cut to
-    `limit` characters (None: whole)."""
+    """A finished job's state with why, as listings show it: "killed by
+    root: cancelled while queued", "failed: exited with code 3", "lost:
+    ...", "killed by ann"; other states as they are. The free text is cut
+    to `limit` characters (None: whole); a kill's actor before it never is."""
     state = job["state"]
     if state not in ("killed", "lost", "failed"):
         return state
+    parts = kill_parts(job)
+    if parts is not None:
+        who, why = parts
+        if limit is not None and len(why) > limit:
+            why = why[: limit - 1] + "…"
+        return f"{state} by {who}: {why}" if why else f"{state} by {who}"
     why = end_reason(job)
     if not why:
         return state
     if limit is not None and len(why) > limit:
         why = why[: limit - 1] + "…"
-    return f"{state} {why}" if why.startswith("by ") else f"{state}: {why}"
+    return f"{state}: {why}"
 
 
 def on_devices(job: Mapping[str, Any]) -> str:

@@ -195,9 +195,10 @@
   }
 
   // Why a job ended, in words that follow its state (rc.cli.output.end_reason):
-  // "killed by NAME[ (admin)][: WHY]" reads "WHY (by NAME)", the worker's
-  // fixed reasons are reworded, anything else is shown as it is. A browser
-  // test (tests/test_dashboard.py) holds the two to the same words.
+  // "killed by NAME[ (admin)][: WHY]" reads "by NAME: WHY" (the actor first,
+  // so cutting the free text never hides who), the worker's fixed reasons are
+  // reworded, anything else is shown as it is. A browser test
+  // (tests/test_dashboard.py) holds the two to the same words.
   const KILLED_BY = /^killed by ([^\s:]+(?: \(token [^\s:()]+\))?)( \(admin\))?(?:: ([\s\S]*))?$/;
   const REWORDED = [
     [/^idle: no output for (\S+)$/, (m) => `no output for ${m[1]} (idle timeout)`],
@@ -219,8 +220,7 @@
     const who = `by ${m[1]}${m[2] ? ", an admin" : ""}`;
     let why = (m[3] || "").trim();
     if (!why && !j.started_at) why = "cancelled while queued";
-    if (!why) return who;
-    return why.endsWith(")") && why.includes("(") ? `${why.slice(0, -1)}, ${who})` : `${why} (${who})`;
+    return why ? `${who}: ${why}` : who;
   }
 
   function stripAnsi(text) { return text.replace(/\x1b\[[0-9;?]*[ -/]*[@-~]/g, ""); }
