@@ -295,6 +295,9 @@ def test_shell_in_a_hold_has_no_second_lease_and_ends_with_the_hold(fleet, pty_c
     fleet.alice.run("release", str(held), check=True)
     assert t.wait() != 0
     assert t.restored()
+    # the trial: it said "hold N ended (running)" (the release only requested)
+    said = rf"session \d+ of hold {held}: hold {held} ended: released by alice \(token alice\)"
+    assert re.search(said.encode(), t.seen), t.seen
     wait_until(lambda: not pid_alive(bg), 10, "the shell's background job to end with the hold")
 
 

@@ -51,7 +51,7 @@ from rc.cli.follow import (
     wait_running,
     wait_terminal,
 )
-from rc.cli.output import job_state, on_devices
+from rc.cli.output import hold_end, on_devices
 from rc.proto.client import Client
 from rc.proto.errors import ApiError, RcError, TransportError
 from rc.proto.relay import Download, Upload, data_frame, resize_frame
@@ -363,7 +363,9 @@ def _session_code(c: Client, view: dict) -> int:
             with contextlib.suppress(RcError):
                 hold = c.get(f"/v1/jobs/{view['hold_id']}", timeout=10)["job"]
                 if hold["state"] not in ("assigned", "running") or hold.get("kill_reason"):
-                    why = f"hold {hold['id']} ended ({job_state(hold, None)})"
+                    # its kill may be only requested yet (the hold still
+                    # running): its reason says why, not its state
+                    why = f"hold {hold['id']} ended: {hold_end(hold)}"
         stderr(f"{name}: {why}")
     if code is None:
         return 1
