@@ -338,14 +338,16 @@ def job_target(job: Mapping[str, Any]) -> str:
 
 
 def job_what(job: Mapping[str, Any], limit: int = 60) -> str:
-    """What a job runs, for a listing: "hold: REASON" for a hold; for a copy
+    """What a job runs, for a listing: "hold: REASON" for a hold (its reason
+    free text, cut as the rest, so it never widens a table); for a copy
     job the label its controller gave it ("rc cp SRC DST", only ever set by
     the controller: rc.proto.copyjob); else the command line, with the job's
     reason (the submitter's free text) in parentheses beside it, never
     instead of it. Shortened to `limit` characters, the command first."""
-    if job.get("kind") == "hold":
-        return f"hold: {job.get('reason', '')}"
     reason = job.get("reason") or ""
+    if job.get("kind") == "hold":
+        text = f"hold: {reason}"
+        return text if len(text) <= limit else text[: limit - 1] + "…"
     if is_copy_label(job):
         return reason if len(reason) <= limit else reason[: limit - 1] + "…"
     text = command_text(job.get("command") or (), limit)
