@@ -530,6 +530,82 @@ def test_the_page_words_an_end_reason_as_the_cli_does(site, browser):
     assert got == want
 
 
+SHOWN_TEXTS = [
+    "plain text, spaces and ünïcödé · … —",
+    "multi\nline\ttab\rreturn",
+    "\x1b[31mred\x07\x7f\x9b2J\x00",
+    "\u202eevil\u200b\u2028\u2029\u00a0nbsp\ufeff",
+    "\ue000private \U000e0001tag \U0001f600 smile",
+    "back\\slash 'quotes' \"double\"",
+]
+
+
+def test_the_page_escapes_other_peoples_text_as_the_cli_does(site, browser):
+    """The trial: the dashboard drew a hold reason's raw control characters
+    (the CLI shows them as escapes). dashboard.js's visible and
+    escapeControls are second implementations of rc.cli.output.visible and
+    escape_controls: run the page's own code on a table of texts, then see
+    a hold reason full of them on its device row."""
+    from rc.cli.output import escape_controls, visible
+
+    signed_in(browser, site.ctl.url, site.alice)
+    code = (STATIC / "dashboard.js").read_text()
+    source = code[code.index("  const INVISIBLE") : code.index("  function icon(")]
+    got = js(
+        browser,
+        source + "; return arguments[0].map((t) => [visible(t), escapeControls(t)]);",
+        SHOWN_TEXTS,
+    )
+    assert got == [[visible(t), escape_controls(t)] for t in SHOWN_TEXTS]
+    alice = site.ctl.client(site.alice)
+    evil = "notes\r\nFORGED \x1b[31mred\u202eevil"
+    hold = alice.post(
+        "/v1/jobs",
+        {"kind": "hold", "selector": "*", "max_runtime_seconds": 600, "reason": evil},
+    )["job"]["id"]
+    try:
+        wait_until(lambda: job(alice, hold)["state"] == "running", 20, "the hold")
+        device = job(alice, hold)["device_id"]
+        shown = visible(evil)
+        assert shown == "notes\\r\\nFORGED \\x1b[31mred\\u202eevil"
+        wait_until(lambda: shown in text_of(browser, row(device)), 20, "the reason, escaped")
+        text = text_of(browser, row(device))
+        assert "\x1b" not in text and "\u202e" not in text and "FORGED \x1b" not in text
+    finally:
+        alice.post(f"/v1/jobs/{hold}/kill")
+
+
+def test_a_holds_idle_clock_says_its_ttl_ends_it_first(site, browser):
+    """The trial: the idle clock said "released at 14:30 if unused" for a
+    hold whose ttl ended it at 13:40. It shows whichever ends the hold first."""
+    signed_in(browser, site.ctl.url, site.alice)
+    alice = site.ctl.client(site.alice)
+    hold = alice.post(
+        "/v1/jobs",
+        {
+            "kind": "hold",
+            "selector": "*",
+            "max_runtime_seconds": 600,
+            "reason": "short",
+            "hold_idle_timeout_seconds": 3600,
+        },
+    )["job"]["id"]
+    try:
+        wait_until(lambda: job(alice, hold)["state"] == "running", 20, "the hold")
+        device = job(alice, hold)["device_id"]
+        wait_until(
+            lambda: re.search(
+                r"idle \d+s · its ttl ends first, at (\S+ \S+ \d\d? )?\d\d?:\d\d(:\d\d)?( [AP]M)?",
+                text_of(browser, row(device)),
+            ),
+            20,
+            f"the idle clock of hold {hold}, ended by its ttl",
+        )
+        assert "if unused" not in text_of(browser, row(device))
+    finally:
+        alice.post(f"/v1/jobs/{hold}/kill")
+
+
 def test_a_hold_shows_its_idle_clock_and_when_it_is_released(site, browser):
     """README "Holds: the idle rule": the device row of a hold under the rule."""
     signed_in(browser, site.ctl.url, site.alice)
