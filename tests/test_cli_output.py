@@ -88,6 +88,18 @@ def test_json_times_are_rfc3339_utc_and_other_numbers_stay():
     }
     assert got["events"] == [{"at": "1970-01-01T00:00:00.000Z", "id": 3}]
     assert got["heartbeat_age_seconds"] == 2.5 and got["flag_at"] is True
+    # the trial: rc explain -o json gave hosts[].held[].until in epoch seconds
+    fit = machine({"hosts": [{"held": [{"until": 0, "job_id": 4}, {"until": None}]}]})
+    assert fit["hosts"][0]["held"] == [
+        {"until": "1970-01-01T00:00:00.000Z", "job_id": 4},
+        {"until": None},
+    ]
+    usage = machine({"since": 0.0, "until": 60.0, "total": {"device_seconds": 60.0}})
+    assert usage == {
+        "since": "1970-01-01T00:00:00.000Z",
+        "until": "1970-01-01T00:01:00.000Z",
+        "total": {"device_seconds": 60.0},
+    }
     back = datetime.datetime.fromisoformat(iso_utc(1772467445.5))
     assert back.utcoffset() == datetime.timedelta(0) and back.timestamp() == 1772467445.5
 

@@ -120,10 +120,16 @@ def print_json(obj: Any) -> None:
     sys.stdout.write("\n")
 
 
+TIMESTAMP_KEYS = frozenset({"at", "since", "until"})
+"""Keys whose numbers are timestamps (seconds since the epoch) wherever they
+are in a record, beside every key ending in `_at`: an explain's held
+devices' `until`, a usage report's `since` and `until`."""
+
+
 def machine(obj: Any) -> Any:
     """`obj` as JSON primitives (records encoded) with every timestamp (a
-    number under a key `at` or ending in `_at`: seconds since the epoch)
-    rewritten as RFC 3339 UTC text to the millisecond, e.g.
+    number under a key in TIMESTAMP_KEYS or ending in `_at`: seconds since
+    the epoch) rewritten as RFC 3339 UTC text to the millisecond, e.g.
     "2026-03-02T16:04:05.123Z". Other numbers (durations, ages) stay numbers."""
     return _timestamps(encode(obj))
 
@@ -134,7 +140,7 @@ def _timestamps(v: Any, key: str = "") -> Any:
     if isinstance(v, list):
         return [_timestamps(x) for x in v]
     if (
-        (key == "at" or key.endswith("_at"))
+        (key in TIMESTAMP_KEYS or key.endswith("_at"))
         and isinstance(v, (int, float))
         and not isinstance(v, bool)
     ):
