@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
 from subprocess import DEVNULL
 
 import pytest
@@ -14,7 +15,7 @@ from hypothesis import strategies as st
 
 from rc.proto.client import Client
 from rc.proto.errors import ApiError
-from tests.harness import Cli, job, stop_process, wait_until
+from tests.harness import PY, Cli, job, stop_process, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -91,7 +92,9 @@ def test_other_peoples_text_never_forges_a_line_of_a_message(box):
     admin.run("kill", str(job_id), "--reason", "adm\r\nFORGED", check=True)
     res = ann.run("logs", "-f", str(job_id))
     assert res.returncode == 143, res
-    assert res.stderr == f"rc: job {job_id} killed: adm\\r\\nFORGED (by admin)\n".encode()
+    assert res.stderr == (
+        f"rc: job {job_id} killed by root (token admin), an admin: adm\\r\\nFORGED\n".encode()
+    )
     admin.run("drain", "hy:cpu1", "--reason", "a\rb\nc", check=True)
     again = admin.run("drain", "hy:cpu1", check=True)
     assert re.fullmatch(rb"already drained: a\\rb\\nc, by admin, \d+s ago\n", again.stdout), again
@@ -106,7 +109,9 @@ def test_other_peoples_text_never_forges_a_line_of_a_message(box):
     finally:
         stop_process(proc)
     assert proc.returncode == 0, err
-    assert err.endswith(f"rc: hold {hold} ended: x\\r\\nFORGED (by admin)\n".encode()), err
+    assert err.endswith(
+        f"rc: hold {hold} ended: killed by root (token admin), an admin: x\\r\\nFORGED\n".encode()
+    ), err
     assert b"\r" not in err
 
 
@@ -154,6 +159,37 @@ def test_bad_arguments_are_usage_errors(box):
         assert res.stderr.startswith(b"rc run: argument ") and b"is not valid UTF-8" in res.stderr
         assert b"'X=\\xff\\xfe'" in res.stderr or b"'caf\\xe9'" in res.stderr, res.stderr
         assert res.stderr.count(b"\n") == 1, res.stderr
+
+
+def test_a_removed_current_directory_is_one_line_and_exit_2(box, tmp_path):
+    """The trial: `rc run` from a directory that had been removed gave a
+    Python traceback (job_cwd's os.getcwd). It says so in one line and
+    submits nothing."""
+    ctl, users, _admin = box
+    ann = users["ann"]
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    before = len(ctl.client().get("/v1/jobs")["jobs"])
+    for args, extra in [
+        (("run", "--", "true"), ""),
+        (("run", "--cwd", "sub", "--", "true"), " (so --cwd 'sub' names nothing)"),
+        (("exec", "1", "--", "true"), ""),
+    ]:
+        script = 'cd "$1" && rmdir "$1" && shift && exec "$@"'
+        res = subprocess.run(
+            ["sh", "-c", script, "sh", str(gone), PY, "-m", "rc", *args],
+            env=ann.env,
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
+        gone.mkdir()
+        assert res.returncode == 2, (args, res)
+        assert res.stderr.decode() == (
+            f"rc {args[0]}: the current directory no longer exists{extra}; cd somewhere "
+            f"and run again, or give --cwd /absolute/path (see rc {args[0]} --help)\n"
+        ), res.stderr
+    assert len(ctl.client().get("/v1/jobs")["jobs"]) == before
 
 
 def test_the_api_checks_names_and_durations(box):
@@ -304,11 +340,13 @@ def test_a_kill_reads_as_one_phrase(box):
     ann.run("release", str(hold), check=True)
     wait_until(lambda: job(ctl.client(), hold)["state"] == "killed", 20, "the hold to end")
     listing = ben.run("jobs", check=True).stdout
-    assert "killed: cancelled while queued (by admin)" in _row(listing, queued)
-    assert "killed: released (by ann)" in _row(listing, hold)
+    # the trial: the actor comes first, so the table's cut never hides who
+    admin_label = "root (token admin), an admin"
+    assert f"killed by {admin_label}: cancelled while queued" in _row(listing, queued)
+    assert "killed by ann (token ann): released" in _row(listing, hold)
     assert b"killed (killed by" not in listing
     described = ben.run("describe", "hy:cpu0", check=True).stdout.decode()
-    assert f"{queued}  killed: cancelled while queued (by admin)" in described
+    assert f"{queued}  killed by {admin_label}: cancelled while queued" in described
 
 
 def test_human_times_are_local_and_json_times_utc(box):
@@ -347,6 +385,48 @@ def test_cp_is_listed_as_rc_cp(box):
     assert "  rc cp notes.txt hy:cpu1:/" in row and "sh -c" not in row  # cut to 60: a long path
     described = ann.run("describe", "hy:cpu1", check=True).stdout.decode()
     assert f"{copies[0]['id']}  succeeded" in described and "rc cp notes.txt" in described
+
+
+def test_a_reason_goes_beside_the_command_and_only_rc_says_rc_cp(box):
+    """The trial: any user could set `reason` on a plain job, and listings
+    showed it instead of the command (`curl evil | sh` listed as `rc cp
+    ...`). A job's reason is shown beside its command; the `rc cp` label is
+    the controller's, given to a job whose command is rc cp's own, and a
+    client's reason starting "rc cp" is dropped."""
+    ctl, users, _admin = box
+    ann = users["ann"]
+    c = Client(ctl.url, ann.env["RC_TOKEN"])
+    evil = c.post(
+        "/v1/jobs",
+        {
+            "command": ["sh", "-c", "echo curl evil | cat"],
+            "device_id": "hy:cpu0",
+            "reason": "rc cp notes.txt hy:cpu0:/tmp/",
+        },
+    )["job"]
+    assert evil["reason"] == ""
+    noted = c.post(
+        "/v1/jobs", {"command": ["echo", "train"], "device_id": "hy:cpu0", "reason": "ablation 3"}
+    )["job"]
+    assert noted["reason"] == "ablation 3"
+    # a pipe job that only looks like a copy (not rc cp's own command) is no copy
+    fake = c.post(
+        "/v1/jobs",
+        {
+            "command": ["sh", "-c", "echo curl evil", "sh", "/tmp/", "x"],
+            "device_id": "hy:cpu0",
+            "stdio": "pipe",
+            "reason": "rc cp x hy:cpu0:/tmp/",
+        },
+    )["job"]
+    assert fake["reason"] == ""
+    c.post(f"/v1/jobs/{fake['id']}/kill")
+    for j in (evil, noted):
+        wait_until(lambda: job(ctl.client(), j["id"])["state"] == "succeeded", 20, "the job")
+    listing = ann.run("jobs", check=True).stdout
+    assert "sh -c 'echo curl evil | cat'" in _row(listing, evil["id"])
+    assert "rc cp" not in _row(listing, evil["id"]) and "rc cp" not in _row(listing, fake["id"])
+    assert "echo train (ablation 3)" in _row(listing, noted["id"])
 
 
 def test_whoami_prints_json(box):

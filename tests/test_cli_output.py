@@ -25,7 +25,16 @@ from rc.cli.complete import (
     live_jobs,
     recent_jobs,
 )
-from rc.cli.output import end_reason, iso_utc, job_state, job_what, machine, table, visible
+from rc.cli.output import (
+    end_reason,
+    hold_end,
+    iso_utc,
+    job_state,
+    job_what,
+    machine,
+    table,
+    visible,
+)
 
 
 def _table_text(capsys, rows) -> str:
@@ -79,6 +88,18 @@ def test_json_times_are_rfc3339_utc_and_other_numbers_stay():
     }
     assert got["events"] == [{"at": "1970-01-01T00:00:00.000Z", "id": 3}]
     assert got["heartbeat_age_seconds"] == 2.5 and got["flag_at"] is True
+    # the trial: rc explain -o json gave hosts[].held[].until in epoch seconds
+    fit = machine({"hosts": [{"held": [{"until": 0, "job_id": 4}, {"until": None}]}]})
+    assert fit["hosts"][0]["held"] == [
+        {"until": "1970-01-01T00:00:00.000Z", "job_id": 4},
+        {"until": None},
+    ]
+    usage = machine({"since": 0.0, "until": 60.0, "total": {"device_seconds": 60.0}})
+    assert usage == {
+        "since": "1970-01-01T00:00:00.000Z",
+        "until": "1970-01-01T00:01:00.000Z",
+        "total": {"device_seconds": 60.0},
+    }
     back = datetime.datetime.fromisoformat(iso_utc(1772467445.5))
     assert back.utcoffset() == datetime.timedelta(0) and back.timestamp() == 1772467445.5
 
@@ -87,28 +108,28 @@ def test_json_times_are_rfc3339_utc_and_other_numbers_stay():
     ("state", "reason", "started", "words"),
     [
         # report 15: `killed (killed by root: ...)` said killed twice
-        ("killed", "killed by root", None, "killed: cancelled while queued (by root)"),
+        ("killed", "killed by root", None, "killed by root: cancelled while queued"),
         ("killed", "killed by root", 1.0, "killed by root"),
         (
             "killed",
             "killed by ann: cancelled while queued (Ctrl-C)",
             None,
-            "killed: cancelled while queued (Ctrl-C, by ann)",
+            "killed by ann: cancelled while queued (Ctrl-C)",
         ),
-        ("killed", "killed by ann: released", 1.0, "killed: released (by ann)"),
-        ("killed", "killed by bob (admin): disk full", 1.0, "killed: disk full (by bob, an admin)"),
+        ("killed", "killed by ann: released", 1.0, "killed by ann: released"),
+        ("killed", "killed by bob (admin): disk full", 1.0, "killed by bob, an admin: disk full"),
         # a token's label: its Unix user and its name
         (
             "killed",
             "killed by svc (token ci) (admin): disk full",
             1.0,
-            "killed: disk full (by svc (token ci), an admin)",
+            "killed by svc (token ci), an admin: disk full",
         ),
         (
             "killed",
             "killed by ann (token lap): released",
             1.0,
-            "killed: released (by ann (token lap))",
+            "killed by ann (token lap): released",
         ),
         ("killed", "idle: no output for 5m", 1.0, "killed: no output for 5m (idle timeout)"),
         ("killed", "max_runtime exceeded (2h)", 1.0, "killed: ran past its max runtime of 2h"),
@@ -129,15 +150,56 @@ def test_a_state_and_its_reason_read_as_one_phrase(state, reason, started, words
 
 
 def test_a_long_reason_is_cut_in_a_table():
+    """The trial: `rc kill --reason TEXT` read "TEXT (by bob)", so a table's
+    cut hid who killed it. The actor comes first and is never cut."""
     job = {"state": "killed", "kill_reason": "killed by ann: " + "x" * 100, "started_at": 1.0}
-    assert job_state(job) == "killed: " + "x" * 39 + "…"
-    assert end_reason(job) == "x" * 100 + " (by ann)"
+    assert job_state(job) == "killed by ann: " + "x" * 39 + "…"
+    assert end_reason(job) == "by ann: " + "x" * 100
+    long_actor = {
+        "state": "killed",
+        "kill_reason": "killed by svc (token nightly-evaluation-runner) (admin): " + "y" * 80,
+        "started_at": 1.0,
+    }
+    assert job_state(long_actor).startswith(
+        "killed by svc (token nightly-evaluation-runner), an admin: yyy"
+    )
 
 
-def test_a_job_is_listed_by_its_reason_when_it_has_one():
-    """Report 15: rc cp's job was listed as `sh -c 'set -e...`."""
-    cp = {"kind": "job", "reason": "rc cp ./data box:cpu0:/tmp/", "command": ["sh", "-c", "x"]}
+@pytest.mark.parametrize(
+    ("reason", "words"),
+    [
+        ("killed by alice: released", "released by alice"),
+        (
+            "killed by alice (token lap): released (Ctrl-C)",
+            "released by alice (token lap) (Ctrl-C)",
+        ),
+        ("killed by bob (admin): disk full", "killed by bob, an admin: disk full"),
+        ("killed by bob", "killed by bob"),
+        ("hold ended: its ttl of 2h was reached", "its ttl of 2h was reached"),
+    ],
+)
+def test_a_hold_ends_in_words_with_who_first(reason, words):
+    assert hold_end({"state": "killed", "kill_reason": reason, "started_at": 1.0}) == words
+
+
+def test_a_copy_is_listed_by_its_label_and_a_job_by_its_command_and_reason():
+    """Report 15: rc cp's job was listed as `sh -c 'set -e...`. The trial:
+    any job's reason was listed instead of its command; only a copy's label
+    (the controller's, rc.proto.copyjob) is."""
+    cp = {
+        "kind": "job",
+        "stdio": "pipe",
+        "reason": "rc cp ./data box:cpu0:/tmp/",
+        "command": ["sh", "-c", "x"],
+    }
     assert job_what(cp) == "rc cp ./data box:cpu0:/tmp/"
+    on_device = {"kind": "job", "reason": "rc cp ./data box:cpu0:/tmp/", "command": ["x"]}
+    assert job_what(on_device) == "rc cp ./data box:cpu0:/tmp/"  # a DeviceView: no stdio
+    plain = {"kind": "job", "stdio": "", "reason": "rc cp a b:c:/", "command": ["sh", "-c", "evil"]}
+    assert job_what(plain) == "sh -c evil (rc cp a b:c:/)"  # from before the controller dropped it
+    noted = {"kind": "job", "reason": "ablation\n3", "command": ["python", "train.py"]}
+    assert job_what(noted) == "python train.py (ablation\\n3)"
+    assert job_what(noted, 18) == "python train.py (…"
     assert job_what({"kind": "job", "reason": "", "command": ["echo", "a b"]}) == "echo 'a b'"
     assert job_what({"kind": "hold", "reason": "NCCL", "command": ["hold"]}) == "hold: NCCL"
 

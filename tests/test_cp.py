@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from rc.cli import archive
-from tests.harness import REPO, Cli
+from tests.harness import REPO, SYSTEM_PY, Cli
 from tests.test_relay_e2e import Fleet, hold, running_fleet
 
 ODD_NAMES = ["with space", "ünïcödé", "new\nline", "-dash", "tab\there"]
@@ -176,6 +176,70 @@ def test_a_python_before_extraction_filters_receives_a_tree(tmp_path):
     assert got.returncode == 0, got.stderr.decode()
     assert got.stdout.decode().split()[1] == "tree"
     assert fingerprint(tmp_path / "out" / "tree") == fingerprint(src)
+
+
+SEND_UNREADABLE = """
+import io, os, sys, tempfile
+sys.path.insert(0, sys.argv[1])
+from rc.cli import archive
+top = tempfile.mkdtemp(prefix="rc-test-send-")
+tree = os.path.join(top, "tree")
+os.mkdir(tree)
+for name in ("a", "b"):
+    with open(os.path.join(tree, name), "w") as f:
+        f.write(name)
+source = archive.scan(tree)
+os.chmod(os.path.join(tree, "b"), 0)  # unreadable since the scan
+out = io.BytesIO()
+try:
+    archive.send(source, out)
+    print("no error", file=sys.stderr)
+except PermissionError:
+    sys.stdout.buffer.write(out.getvalue())
+finally:
+    os.chmod(os.path.join(tree, "b"), 0o600)
+    for name in ("a", "b"):
+        os.unlink(os.path.join(tree, name))
+    os.rmdir(tree)
+    os.rmdir(top)
+"""
+"""Run by SYSTEM_PY with the zipapp's path: a tree whose second file turns
+unreadable after the scan, sent; the stream it made on stdout."""
+
+
+def test_a_source_that_fails_midway_leaves_nothing_at_the_far_end(tmp_path, public_pyz):
+    """The trial: a file that could not be read stopped tarfile between two
+    entries, and GNU tar took the cut stream for a whole archive: the far
+    side put the entries before it under the final name. The stream now ends
+    with a block no tar takes (archive.BROKEN_BLOCK), so the remote script
+    fails and leaves nothing. The sender runs as nobody when the tests run as
+    root (root reads every file); a file unreadable from the start is refused
+    by the scan itself (tests/test_identity_e2e.py)."""
+    if not os.path.exists(SYSTEM_PY):
+        pytest.skip(f"needs {SYSTEM_PY}, an interpreter every user may run")
+    who = {"user": "nobody", "group": "nogroup"} if os.geteuid() == 0 else {}
+    sent = subprocess.run(
+        [SYSTEM_PY, "-I", "-c", SEND_UNREADABLE, str(public_pyz)],
+        capture_output=True,
+        timeout=60,
+        check=False,
+        cwd="/",
+        env={"PATH": "/usr/bin:/bin", "TMPDIR": "/tmp"},
+        **who,
+    )
+    assert sent.returncode == 0 and sent.stdout, sent
+    assert sent.stdout.endswith(archive.BROKEN_BLOCK)
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    done = subprocess.run(
+        ["sh", "-c", archive.UPLOAD_SCRIPT, "sh", f"{dest}/", "tree"],
+        input=sent.stdout,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode != 0, done
+    assert os.listdir(dest) == [], "nothing under the final name, no temporary"
 
 
 # -- end to end ----------------------------------------------------------------------------

@@ -29,7 +29,9 @@ from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 
+from rc.proto import copyjob
 from rc.proto.client import Client
+from rc.proto.relay import Download, Upload
 from tests.harness import (
     TEST_USERS,
     Controller,
@@ -285,45 +287,78 @@ def test_a_device_lists_its_running_job_by_what_it_runs_and_kills_in_words(site,
     The admin token's label names its Unix user (root) and the token."""
     signed_in(browser, site.ctl.url, site.alice)
     alice = site.ctl.client(site.alice)
-    flag = tmp_path / "finish"
     title = "rc cp ./data box:cpu0:/tmp/"
+    # a copy's own command (rc.proto.copyjob): the controller labels it; the
+    # test holds the client's halves (and sends no archive: nothing lands)
     running = alice.post(
         "/v1/jobs",
         {
-            "command": ["sh", "-c", f"while [ ! -e {flag} ]; do sleep 0.05; done"],
+            "command": copyjob.upload_command("/tmp/", "data", "./data"),
             "device_id": "box:cpu0",
-            "reason": title,
+            "stdio": "pipe",
         },
     )["job"]["id"]
-    queued = alice.post("/v1/jobs", {"command": ["true"], "device_id": "box:cpu0"})["job"]
-    assert queued["state"] == "queued"
-    site.ctl.client().post(f"/v1/jobs/{queued['id']}/kill")  # the admin cancels it
+    up = Upload(alice, f"/v1/jobs/{running}/tty/in")
+    down = Download(alice, f"/v1/jobs/{running}/tty/out")
+    try:
+        queued = alice.post("/v1/jobs", {"command": ["true"], "device_id": "box:cpu0"})["job"]
+        assert queued["state"] == "queued"
+        site.ctl.client().post(f"/v1/jobs/{queued['id']}/kill")  # the admin cancels it
+        wait_until(
+            lambda: f"job {running}" in (t := text_of(browser, row("box:cpu0"))) and title in t,
+            20,
+            "the copy on its device row, by what it runs",
+        )
+        wait_until(lambda: title in text_of(browser, "#running"), 10, "the copy among running jobs")
+        wait_until(
+            lambda: (
+                "by root (token admin), an admin: cancelled while queued"
+                in text_of(browser, "#recent")
+            ),
+            10,
+            "the cancel among recent jobs, in words",
+        )
+        click(browser, row("box:cpu0"))
+        item = f'#drawer-body [data-job="{running}"]'
+        wait_until(lambda: text_of(browser, item), 10, "the device's recent jobs")
+        text = text_of(browser, item)
+        assert "running" in text and title in text, text
+        assert re.search(r"\bfor \d+s\b", text) and "ago" not in text, text
+        cancelled = text_of(browser, f'#drawer-body [data-job="{queued["id"]}"]')
+        assert "by root (token admin), an admin: cancelled while queued" in cancelled
+        assert "killed (killed by" not in cancelled, cancelled
+        up.close()  # the copy's pipe closes: the job ends
+        down.close()
+        wait_until(lambda: "Free" in text_of(browser, row("box:cpu0")), 20, "the device to be free")
+        click(browser, "#drawer-close")
+    finally:
+        up.close()
+        down.close()
+    # the trial: a plain job whose reason said "rc cp ..." was listed as a
+    # copy, its command hidden. A reason goes beside the command; "rc cp" is
+    # the controller's word only (it drops a client's)
+    flag = tmp_path / "finish"
+    command = ["sh", "-c", f"while [ ! -e {flag} ]; do sleep 0.05; done # evil"]
+    fake = alice.post("/v1/jobs", {"command": command, "device_id": "box:cpu0", "reason": title})[
+        "job"
+    ]
+    assert fake["reason"] == ""
+    plain = alice.post(
+        "/v1/jobs", {"command": ["sleep", "30.25"], "device_id": "box:cpu1", "reason": "ablation 3"}
+    )["job"]["id"]
     wait_until(
-        lambda: f"job {running}" in (t := text_of(browser, row("box:cpu0"))) and title in t,
+        lambda: "# evil" in text_of(browser, row("box:cpu0")), 20, "the fake copy by its command"
+    )
+    assert title not in text_of(browser, "#running")
+    wait_until(
+        lambda: "sleep 30.25 (ablation 3)" in text_of(browser, row("box:cpu1")),
         20,
-        "the copy on its device row, by what it runs",
+        "a job's reason beside its command",
     )
-    wait_until(lambda: title in text_of(browser, "#running"), 10, "the copy among running jobs")
-    wait_until(
-        lambda: (
-            "cancelled while queued (by root (token admin), an admin)"
-            in text_of(browser, "#recent")
-        ),
-        10,
-        "the cancel among recent jobs, in words",
-    )
-    click(browser, row("box:cpu0"))
-    item = f'#drawer-body [data-job="{running}"]'
-    wait_until(lambda: text_of(browser, item), 10, "the device's recent jobs")
-    text = text_of(browser, item)
-    assert "running" in text and title in text, text
-    assert re.search(r"\bfor \d+s\b", text) and "ago" not in text, text
-    cancelled = text_of(browser, f'#drawer-body [data-job="{queued["id"]}"]')
-    assert "cancelled while queued (by root (token admin), an admin)" in cancelled
-    assert "killed by" not in cancelled
+    alice.post(f"/v1/jobs/{plain}/kill")
     flag.touch()
-    wait_until(lambda: "Free" in text_of(browser, row("box:cpu0")), 20, "the device to be free")
-    click(browser, "#drawer-close")
+    for device in ("box:cpu0", "box:cpu1"):
+        wait_until(lambda: "Free" in text_of(browser, row(device)), 20, f"{device} to be free")
 
 
 def test_a_hostile_label_is_shown_as_text(site, browser):
@@ -493,6 +528,82 @@ def test_the_page_words_an_end_reason_as_the_cli_does(site, browser):
     )
     want = [end_reason({"kill_reason": r, "started_at": s}) for r, s in END_REASONS]
     assert got == want
+
+
+SHOWN_TEXTS = [
+    "plain text, spaces and ünïcödé · … —",
+    "multi\nline\ttab\rreturn",
+    "\x1b[31mred\x07\x7f\x9b2J\x00",
+    "\u202eevil\u200b\u2028\u2029\u00a0nbsp\ufeff",
+    "\ue000private \U000e0001tag \U0001f600 smile",
+    "back\\slash 'quotes' \"double\"",
+]
+
+
+def test_the_page_escapes_other_peoples_text_as_the_cli_does(site, browser):
+    """The trial: the dashboard drew a hold reason's raw control characters
+    (the CLI shows them as escapes). dashboard.js's visible and
+    escapeControls are second implementations of rc.cli.output.visible and
+    escape_controls: run the page's own code on a table of texts, then see
+    a hold reason full of them on its device row."""
+    from rc.cli.output import escape_controls, visible
+
+    signed_in(browser, site.ctl.url, site.alice)
+    code = (STATIC / "dashboard.js").read_text()
+    source = code[code.index("  const INVISIBLE") : code.index("  function icon(")]
+    got = js(
+        browser,
+        source + "; return arguments[0].map((t) => [visible(t), escapeControls(t)]);",
+        SHOWN_TEXTS,
+    )
+    assert got == [[visible(t), escape_controls(t)] for t in SHOWN_TEXTS]
+    alice = site.ctl.client(site.alice)
+    evil = "notes\r\nFORGED \x1b[31mred\u202eevil"
+    hold = alice.post(
+        "/v1/jobs",
+        {"kind": "hold", "selector": "*", "max_runtime_seconds": 600, "reason": evil},
+    )["job"]["id"]
+    try:
+        wait_until(lambda: job(alice, hold)["state"] == "running", 20, "the hold")
+        device = job(alice, hold)["device_id"]
+        shown = visible(evil)
+        assert shown == "notes\\r\\nFORGED \\x1b[31mred\\u202eevil"
+        wait_until(lambda: shown in text_of(browser, row(device)), 20, "the reason, escaped")
+        text = text_of(browser, row(device))
+        assert "\x1b" not in text and "\u202e" not in text and "FORGED \x1b" not in text
+    finally:
+        alice.post(f"/v1/jobs/{hold}/kill")
+
+
+def test_a_holds_idle_clock_says_its_ttl_ends_it_first(site, browser):
+    """The trial: the idle clock said "released at 14:30 if unused" for a
+    hold whose ttl ended it at 13:40. It shows whichever ends the hold first."""
+    signed_in(browser, site.ctl.url, site.alice)
+    alice = site.ctl.client(site.alice)
+    hold = alice.post(
+        "/v1/jobs",
+        {
+            "kind": "hold",
+            "selector": "*",
+            "max_runtime_seconds": 600,
+            "reason": "short",
+            "hold_idle_timeout_seconds": 3600,
+        },
+    )["job"]["id"]
+    try:
+        wait_until(lambda: job(alice, hold)["state"] == "running", 20, "the hold")
+        device = job(alice, hold)["device_id"]
+        wait_until(
+            lambda: re.search(
+                r"idle \d+s · its ttl ends first, at (\S+ \S+ \d\d? )?\d\d?:\d\d(:\d\d)?( [AP]M)?",
+                text_of(browser, row(device)),
+            ),
+            20,
+            f"the idle clock of hold {hold}, ended by its ttl",
+        )
+        assert "if unused" not in text_of(browser, row(device))
+    finally:
+        alice.post(f"/v1/jobs/{hold}/kill")
 
 
 def test_a_hold_shows_its_idle_clock_and_when_it_is_released(site, browser):

@@ -4,8 +4,10 @@ devices out of the pool."""
 
 from __future__ import annotations
 
+import datetime
 import json
 import re
+import time
 
 import pytest
 
@@ -62,6 +64,12 @@ def test_every_waiting_case(fleet):
         out,
     ), out
     assert "devices it could use:\n  box:cpu0: bob (token bob) holds it" in out
+    # -o json: every time RFC 3339, the held devices' `until` too (the trial: epoch seconds)
+    ex = json.loads(alice.run("explain", str(a1), "-o", "json", check=True).stdout)
+    held = {x["device_id"]: x for h in ex["hosts"] for x in h["held"]}
+    until = held["box:cpu0"]["until"]
+    assert isinstance(until, str) and until.endswith("Z"), held
+    assert datetime.datetime.fromisoformat(until).timestamp() > time.time()
 
     # 2. jobs ahead with higher or equal priority
     d1 = run(dave, "--", "sleep", "120")

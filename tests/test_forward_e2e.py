@@ -326,6 +326,6 @@ def test_the_hold_ending_ends_the_forward(fleet):
     held = hold(fleet.alice, "box:cpu1")
     with forwarding(fleet.alice, held, "0:9") as (p, _, err):
         fleet.alice.run("release", str(held), check=True)
-        err.expect(rb"hold %d ended" % held)
+        err.expect(rb"hold %d ended: released by alice \(token alice\)" % held)
         assert p.wait(20) == 1
     assert job(fleet.ctl.client(), held)["state"] != "running"

@@ -159,6 +159,29 @@ GRANTED = re.compile(
 )
 
 
+def test_a_long_hold_reason_never_cuts_or_widens_the_holder_column(alice, bob):
+    """The trial: rc devices put a hold's reason inside the HOLDER column,
+    which is never cut: a long reason widened every row. The holder stays
+    whole in its column; the reason goes, cut, in the last one."""
+    reason = "sweeping learning rates for the ablation table " * 5
+    held = int(
+        alice.run(
+            "hold", "-d", "box:cpu1", "--ttl", "5m", "--reason", reason, "--detach", check=True
+        ).stdout
+    )
+    try:
+        lines = bob.run("devices", check=True).stdout.decode().splitlines()
+        header = lines[0]
+        holder_width = header.index("ELAPSED") - header.index("HOLDER") - 2
+        assert holder_width == len("alice (token alice)"), header
+        row = next(ln for ln in lines if ln.startswith("box:cpu1"))
+        assert row[header.index("HOLDER") :].startswith("alice (token alice)  ")
+        assert row.endswith("hold: " + reason[:33] + "…"), row
+        assert max(len(ln) for ln in lines) < 120, lines
+    finally:
+        alice.run("release", str(held), check=True)
+
+
 def test_hold_is_granted_shown_and_released(alice, bob, admin, fleet):
     worker_pid = fleet[2]
     proc = alice.popen("hold", "-d", "box:cpu0", "--ttl", "1h", "--reason", "poking at nccl")
@@ -179,7 +202,7 @@ def test_hold_is_granted_shown_and_released(alice, bob, admin, fleet):
         rows = bob.run("devices", check=True).stdout.decode()
         line = next(ln for ln in rows.splitlines() if ln.startswith("box:cpu0"))
         # (the holder by its label: the token alice, whose jobs run as alice)
-        assert "alice (token alice) (poking at nccl)" in line and "hold" in line
+        assert "alice (token alice)  " in line and line.endswith("hold: poking at nccl")
         views = {v["device"]["id"]: v for v in bob.json("devices")}
         assert (views["box:cpu0"]["holder"], views["box:cpu0"]["reason"]) == (
             "alice (token alice)",
@@ -191,8 +214,8 @@ def test_hold_is_granted_shown_and_released(alice, bob, admin, fleet):
         assert (res.returncode, res.stdout) == (0, f"released {hold_id}\n".encode())
         _, err = proc.communicate(timeout=30)
         assert proc.returncode == 0
-        # in the listings' words (found by a new user: "ended: killed by alice: released")
-        assert f"hold {hold_id} ended: released (by alice (token alice))\n".encode() in err
+        # in words (found by a new user: "ended: killed by alice: released"), who first
+        assert f"hold {hold_id} ended: released by alice (token alice)\n".encode() in err
         wait_until(lambda: not sleeper_of(hold_id, worker_pid), 10, "the sleeper to be gone")
     finally:
         stop_process(proc)

@@ -308,6 +308,52 @@ def test_rc_cp_writes_as_the_user_and_fails_where_the_user_could_not(onebox):
         bob.run("release", hold.strip())
 
 
+def test_rc_cp_of_what_the_user_cannot_read_copies_nothing_and_says_why(onebox):
+    """The trial: `rc cp` up of a tree holding a file its user could not read
+    left the rest of the tree under the final name (tarfile stopped between
+    entries and GNU tar took the cut stream for a whole archive), and a
+    download of one unreadable file said "the archive is empty" instead of
+    the far side's permission denied. Now nothing is left under the final
+    name nor as a temporary, and the message names the file."""
+    bob = onebox.bob
+    entry = pwd.getpwnam(BOB)
+    tag = uuid.uuid4().hex[:8]
+    home = Path(bob.home)
+
+    def bobs(path: Path, text: str | None = None) -> Path:
+        """Make `path` (a directory, or a file holding `text`), bob's."""
+        if text is None:
+            path.mkdir()
+        else:
+            path.write_text(text)
+        os.chown(path, entry.pw_uid, entry.pw_gid)
+        return path
+
+    tree = bobs(home / f"tree-{tag}")
+    bobs(tree / "a-readable", "fine\n")
+    secret = tree / "m-secret"
+    secret.write_text("root's\n")  # root's, 0600: bob may not read it
+    secret.chmod(0o600)
+    bobs(tree / "z-readable", "fine\n")
+    into = bobs(home / f"into-{tag}")
+    # up: refused before anything is sent, naming the file
+    res = bob.run("cp", str(tree), f"{HOST}:cpu1:{into}/")
+    assert res.returncode == 1, res
+    assert res.stderr.decode() == (
+        f"rc: cannot read {secret}: Permission denied; nothing was sent\n"
+    ), res.stderr
+    assert list(into.iterdir()) == []
+    # down: one file bob may not read, then a tree with one
+    res = bob.run("cp", f"{HOST}:cpu1:{secret}", str(into) + "/")
+    assert res.returncode == 1, res
+    assert b"the archive is empty" not in res.stderr, res.stderr
+    assert f"{secret}: permission denied".encode() in res.stderr, res.stderr
+    res = bob.run("cp", f"{HOST}:cpu1:{tree}", str(into) + "/")
+    assert res.returncode == 1, res
+    assert b"m-secret: Cannot open: Permission denied" in res.stderr, res.stderr
+    assert list(into.iterdir()) == []
+
+
 def _pty_run(user: UserCli, *args: str, timeout: float = 60) -> tuple[int, bytes]:
     """`rc ARGS` as `user` on a pseudo-terminal; (exit code, what it printed)."""
     master, slave = os.openpty()

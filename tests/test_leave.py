@@ -16,6 +16,7 @@ import pytest
 from rc.controller.errors import Refused
 from rc.controller.store import workers
 from rc.proto.model import JobState, RecoveryProof
+from rc.proto.relay import Download, FrameDecoder, Upload
 from rc.proto.wire import DeviceDecl, RegisterRequest
 from tests.harness import Cli, stop_process, wait_until
 from tests.inprocess import Lab
@@ -284,3 +285,68 @@ def test_rc_run_says_its_job_went_back_to_the_queue_and_names_where_it_runs(
         "before starting it\n"
     ) in text, text
     assert f"rc: job {run} on back:cpu0\n" in text and "on back:cpu1" not in text, text
+
+
+@pytest.mark.e2e
+def test_rc_run_tty_attaches_again_when_its_job_goes_back_to_the_queue(controller, env, tmp_path):
+    """`rc run --tty` attaches as soon as its job is assigned (its window
+    size must reach the worker before the command starts). When that worker
+    hands the job back unstarted, rc drops those halves and attaches again
+    once the job is assigned anew; the relay gives it a fresh session (the
+    old one ended before any worker came), and the size comes first there."""
+    host, port = controller.url.rsplit("//", 1)[1].rsplit(":", 1)
+    tap = Tap((host, int(port)))
+    admin = controller.client()
+    worker = controller.client(controller.token("w-tty", "worker"))
+
+    def register(instance: str, names: tuple[str, ...]) -> None:
+        devices = [{"name": n} for n in names]
+        worker.post(
+            "/v1/workers/register",
+            {"host": "tt", "devices": devices, "instance": instance, "allow_root_jobs": True},
+        )
+
+    def report(job_id: int, state: str, **more) -> None:
+        worker.post(
+            "/v1/workers/tt/reports", {"reports": [{"job_id": job_id, "state": state, **more}]}
+        )
+
+    register("one", ("cpu0", "cpu1"))
+    a, b = (
+        admin.post("/v1/jobs", {"command": ["true"], "device_id": f"tt:cpu{n}"})["job"]["id"]
+        for n in (0, 1)
+    )
+    alice = Cli(f"http://127.0.0.1:{tap.port}", controller.token("alice"), env, tmp_path)
+    proc = alice.popen("run", "--tty", "-s", "host=tt", "--", "true", stdin=subprocess.DEVNULL)
+    try:
+        wait_until(lambda: b"state=queued" in tap.seen, 30, "rc run to wait in the queue")
+        [run] = [j["id"] for j in admin.get("/v1/state")["queued"]]
+        attach = f"/v1/jobs/{run}/tty/in".encode()
+        report(b, "succeeded", exit_code=0)  # cpu1 frees: the job is assigned there
+        wait_until(lambda: attach in tap.seen, 30, "rc run to attach to its assigned job")
+        report(a, "succeeded", exit_code=0)
+        mark = len(tap.seen)
+        assert worker.post("/v1/workers/tt/leave", {"instance": "one"})["requeued_job_ids"] == [run]
+        register("two", ("cpu0",))  # back: the job goes to cpu0
+        wait_until(lambda: attach in tap.seen[mark:], 30, "rc run to attach again")
+        base = f"/v1/jobs/{run}"
+        out = Upload(worker, base + "/tty/out")
+        inp = Download(worker, base + "/tty/in")
+        frames: list[tuple] = []
+        decoder = FrameDecoder()
+        wait_until(lambda: frames.extend(decoder.feed(inp.read())) or frames, 30, "the first frame")
+        assert frames[0] == ("r", 24, 80), frames  # no terminal here: the default size
+        report(run, "running", started_at=time.time())
+        out.send(b"far-side\r\n")
+        out.finish()
+        report(run, "succeeded", exit_code=0, started_at=time.time())
+        stdout, err = proc.communicate(timeout=30)
+        inp.close()
+        out.close()
+        assert proc.returncode == 0, err
+        assert b"far-side" in stdout, (stdout, err)
+    finally:
+        stop_process(proc)
+        for stream in (proc.stdout, proc.stderr):
+            stream.close()
+        tap.close()

@@ -99,6 +99,7 @@ def test_one_connection_per_half_and_no_reopening():
     async def go():
         r = Relay(60, 16)
         s = r.for_job(7, "alice", "box", Stdio.TTY)
+        r.attach(s, "worker_in")
         r.attach(s, "client_out")
         with pytest.raises(Refused) as e:
             r.attach(s, "client_out")
@@ -108,6 +109,30 @@ def test_one_connection_per_half_and_no_reopening():
             r.attach(s, "client_out")
         assert e.value.code == "session_ended"
         r.finish(s, "done")
+        with pytest.raises(Refused) as e:
+            r.for_job(7, "alice", "box", Stdio.TTY)
+        assert e.value.code == "session_ended"
+
+    run(go())
+
+
+def test_a_job_session_no_worker_came_to_starts_afresh():
+    """`rc run --tty` attaches while its job is assigned; the job went back to
+    the queue and rc left: the next connection gets a fresh session. One a
+    worker half was in stays ended."""
+
+    async def go():
+        r = Relay(60, 16)
+        s = r.for_job(7, "alice", "box", Stdio.TTY)
+        r.attach(s, "client_in")
+        r.attach(s, "client_out")
+        r.detach(s, "client_out")
+        r.finish(s, "the client went away")
+        fresh = r.for_job(7, "alice", "box", Stdio.TTY)
+        assert fresh is not s and not fresh.ended
+        r.attach(fresh, "client_out")
+        r.attach(fresh, "worker_out")
+        r.finish(fresh, "done")
         with pytest.raises(Refused) as e:
             r.for_job(7, "alice", "box", Stdio.TTY)
         assert e.value.code == "session_ended"

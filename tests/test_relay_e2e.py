@@ -253,6 +253,22 @@ def test_terminal_job_end_to_end(fleet, pty_cli):
     assert job(fleet.ctl.client(), job_id)["state"] == "failed"
 
 
+def test_a_terminal_job_starts_at_the_callers_window_size(fleet, pty_cli):
+    """The trial: `stty size` at the start of `rc run --tty` printed `24 80`
+    in a 111-column terminal and the real size came a second later. rc
+    attached only once the job ran, so its worker started the command
+    before the client's first resize frame (waiting TTY_SIZE_WAIT_S for it,
+    in vain). rc now attaches as soon as the job is assigned and sends its
+    size first, so the window size is in place before the command runs."""
+    t = pty_cli(
+        fleet.alice, "run", "--tty", "-d", "box:cpu0", "--", "stty", "size", rows=37, cols=111
+    )
+    t.expect(rb"job \d+ on box:cpu0")
+    first = t.expect(rb"(\d+ \d+)\r\n").group(1)
+    assert first == b"37 111", t.seen
+    assert t.wait() == 0
+
+
 def test_keys_typed_while_queued_are_not_lost(fleet, pty_cli):
     held = hold(fleet.alice, "box:cpu1")
     t = pty_cli(fleet.alice, "run", "--tty", "-d", "box:cpu1", "--", "sh", "-i")
@@ -279,6 +295,9 @@ def test_shell_in_a_hold_has_no_second_lease_and_ends_with_the_hold(fleet, pty_c
     fleet.alice.run("release", str(held), check=True)
     assert t.wait() != 0
     assert t.restored()
+    # the trial: it said "hold N ended (running)" (the release only requested)
+    said = rf"session \d+ of hold {held}: hold {held} ended: released by alice \(token alice\)"
+    assert re.search(said.encode(), t.seen), t.seen
     wait_until(lambda: not pid_alive(bg), 10, "the shell's background job to end with the hold")
 
 

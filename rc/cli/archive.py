@@ -15,7 +15,8 @@ entry, a name given twice, links (symbolic or hard) that point outside that
 entry or to nothing, and special files; tarfile's `data` filter then runs as
 well, with permission bits kept as sent.
 
-The remote side is GNU tar inside `sh` (UPLOAD_SCRIPT, DOWNLOAD_SCRIPT): it
+The remote side is GNU tar inside `sh` (UPLOAD_SCRIPT, DOWNLOAD_SCRIPT, from
+rc.proto.copyjob, where the controller recognises them too): it
 refuses `..` members and never writes outside its target by itself. Both
 ends extract into a temporary directory next to the destination and rename
 into place at the end, so a partial copy never carries the final name. The
@@ -24,6 +25,7 @@ directory the copy lands in must exist on either end (as with scp).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import posixpath
 import stat
@@ -32,14 +34,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
+from rc.proto.copyjob import DOWNLOAD_SCRIPT, NO_PARENT, UPLOAD_SCRIPT
 from rc.proto.errors import RcError
 
 __all__ = [
+    "BROKEN_BLOCK",
     "BUFFER_BYTES",
     "DOWNLOAD_SCRIPT",
     "NO_PARENT",
     "UPLOAD_SCRIPT",
     "ArchiveError",
+    "EmptyArchive",
     "Source",
     "receive",
     "scan",
@@ -55,6 +60,19 @@ MODE_BITS = 0o777
 class ArchiveError(RcError):
     """A source cannot be sent, or a received archive would write outside
     its destination; the message names the entry."""
+
+
+class EmptyArchive(ArchiveError):
+    """A received archive held nothing: the sender failed before its first
+    entry (the far side's tar could not read it, say), so what to show is
+    the sender's own error."""
+
+
+BROKEN_BLOCK = b"rc cp: the sender failed here\n".ljust(512, b"\n")
+"""What `send` writes after a source it could not read to the end: a block
+no tar takes for a header, so the far side's tar fails (and its script
+leaves nothing) instead of taking the entries before it for a whole copy.
+An archive cut between entries is one GNU tar accepts, silently."""
 
 
 @dataclass(slots=True)
@@ -99,6 +117,7 @@ def scan(src: str) -> Source:
         raise ArchiveError(f"{src}: cannot copy the root directory")
     out = Source(root, name)
     if stat.S_ISREG(st.st_mode):
+        _readable(root)
         out.total_bytes, out.files = st.st_size, 1
         return out
     if not stat.S_ISDIR(st.st_mode):
@@ -108,7 +127,10 @@ def scan(src: str) -> Source:
         rel_dir = posixpath.normpath(rel_dir)
         for entry in sorted(dirs + files):
             path = os.path.join(d, entry)
-            lst = os.lstat(path)
+            try:
+                lst = os.lstat(path)
+            except OSError as e:  # a directory we may list but not enter
+                raise ArchiveError(f"cannot read {path}: {e.strerror}; nothing was sent") from None
             rel = posixpath.join(rel_dir, entry)
             if stat.S_ISLNK(lst.st_mode):
                 target = os.readlink(path)
@@ -119,6 +141,7 @@ def scan(src: str) -> Source:
                         "remove the link)"
                     )
             elif stat.S_ISREG(lst.st_mode):
+                _readable(path)
                 out.total_bytes += lst.st_size
                 out.files += 1
             elif not stat.S_ISDIR(lst.st_mode):
@@ -127,7 +150,16 @@ def scan(src: str) -> Source:
 
 
 def _walk_error(e: OSError) -> None:
-    raise ArchiveError(f"{e.filename}: {e.strerror}")
+    raise ArchiveError(f"cannot read {e.filename}: {e.strerror}; nothing was sent")
+
+
+def _readable(path: str) -> None:
+    """Raise ArchiveError naming `path` unless this process may open it for
+    reading (opened and closed: the kernel's answer, ACLs included)."""
+    try:
+        os.close(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC))
+    except OSError as e:
+        raise ArchiveError(f"cannot read {path}: {e.strerror}; nothing was sent") from None
 
 
 def _clean(ti: tarfile.TarInfo) -> tarfile.TarInfo | None:
@@ -140,15 +172,25 @@ def _clean(ti: tarfile.TarInfo) -> tarfile.TarInfo | None:
 
 
 def send(src: Source, out: BinaryIO) -> None:
-    """Write `src` as a tar stream to `out` (anything with write())."""
-    with tarfile.open(
-        fileobj=out,
-        mode="w|",
-        format=tarfile.GNU_FORMAT,
-        bufsize=BUFFER_BYTES,
-        copybufsize=BUFFER_BYTES,
-    ) as tar:
-        tar.add(src.root, arcname=src.name, recursive=True, filter=_clean)
+    """Write `src` as a tar stream to `out` (anything with write()). When
+    reading the source fails on the way (a file that changed since `scan`),
+    the stream ends with BROKEN_BLOCK, so no tar takes it for a whole copy,
+    and the OSError is raised."""
+    try:
+        with tarfile.open(
+            fileobj=out,
+            mode="w|",
+            format=tarfile.GNU_FORMAT,
+            bufsize=BUFFER_BYTES,
+            copybufsize=BUFFER_BYTES,
+        ) as tar:
+            tar.add(src.root, arcname=src.name, recursive=True, filter=_clean)
+    except OSError:
+        # tarfile flushed what it had: whole entries, which GNU tar accepts
+        # as a complete archive once the input ends
+        with contextlib.suppress(Exception):
+            out.write(BROKEN_BLOCK)
+        raise
 
 
 def _checker(state: dict) -> Callable[[tarfile.TarInfo, str], tarfile.TarInfo]:
@@ -244,57 +286,5 @@ def receive(stream: BinaryIO, dest: str) -> str:
                 f"refusing a link whose target is not in the archive ({e.args[0]})"
             ) from None
     if "top" not in state:
-        raise ArchiveError("the archive is empty")
+        raise EmptyArchive("the archive is empty")
     return state["top"]
-
-
-NO_PARENT = "rc cp creates no directories, as scp does not; create it first"
-"""The advice after a missing destination directory, on both ends (no quote in it)."""
-
-# Remote commands. $1 is the remote path as given (relative: to $HOME). An
-# interrupted copy (SIGTERM, SIGHUP) still removes its temporary directory.
-UPLOAD_SCRIPT = (
-    f"set -e\nNO_PARENT='{NO_PARENT}'\n"
-    + r"""trap 'exit 129' HUP; trap 'exit 143' TERM; trap 'exit 130' INT
-case $1 in /*) ;; *) cd -- "$HOME" 2>/dev/null || cd / ;; esac
-if [ -d "$1" ] || [ "${1%/}" != "$1" ]; then dir=$1; final=$2
-else dir=$(dirname -- "$1"); final=$(basename -- "$1"); fi
-while [ "${dir%/}" != "$dir" ] && [ "${dir%/}" != "" ]; do dir=${dir%/}; done
-if [ ! -d "$dir" ]; then
-  case $dir in /*) shown=$dir ;; *) shown=$PWD/$dir ;; esac
-  if [ -e "$dir" ]; then echo "rc cp: $shown is not a directory" >&2
-  else echo "rc cp: no such directory: $shown ($NO_PARENT)" >&2; fi
-  exit 1
-fi
-tmp=$(mktemp -d "$dir/.rc-cp.XXXXXX")
-trap 'rm -rf -- "$tmp"' EXIT
-tar -x -p -B --no-same-owner -b 128 -f - -C "$tmp"
-if [ -d "$dir/$final" ] && [ ! -L "$dir/$final" ] && [ -n "$(ls -A -- "$dir/$final")" ]; then
-  echo "rc cp: $dir/$final is a directory that is not empty; rc cp never merges" \
-       "into one (remove it, or copy to another name)" >&2
-  exit 1
-fi
-mv -T -- "$tmp/$2" "$dir/$final"
-"""
-)
-"""`sh -c UPLOAD_SCRIPT sh DEST NAME`: extract a tar of NAME from stdin and
-place it at DEST (into DEST when it is a directory or ends with '/'). The
-directory it lands in must exist: like scp, rc cp creates none (a typo in
-DEST is an error naming the missing directory, not a new tree)."""
-
-DOWNLOAD_SCRIPT = r"""set -e
-case $1 in /*) ;; *) cd -- "$HOME" 2>/dev/null || cd / ;; esac
-p=$1
-while [ "${p%/}" != "$p" ] && [ "${p%/}" != "" ]; do p=${p%/}; done
-if ! [ -e "$p" ] && ! [ -L "$p" ]; then
-  a=$p  # missing, or behind a directory this user may not enter?
-  while [ "$a" != / ] && [ "$a" != . ]; do a=$(dirname -- "$a"); [ -e "$a" ] && break; done
-  if [ -d "$a" ] && ! [ -x "$a" ]; then echo "rc cp: $1: permission denied" >&2; exit 2; fi
-  echo "rc cp: $1: no such file or directory" >&2; exit 2
-fi
-if [ -L "$p" ]; then p=$(readlink -f -- "$p"); fi
-cd -- "$(dirname -- "$p")"
-exec tar -c -f - --format=gnu -b 128 -- "$(basename -- "$p")"
-"""
-"""`sh -c DOWNLOAD_SCRIPT sh PATH`: PATH (a symlink given as PATH followed) as
-a tar on stdout."""

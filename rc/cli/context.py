@@ -280,8 +280,17 @@ def stderr(*parts: object) -> None:
 def job_cwd(value: str | None) -> str:
     """The working directory a job asks for: `value` made absolute against the
     directory rc runs in (a relative --cwd means the same place here as on
-    the device's host), or that directory itself when none was given."""
-    return os.path.abspath(value) if value is not None else os.getcwd()
+    the device's host), or that directory itself when none was given.
+    Raises UsageError when that is needed and rc runs in a directory that
+    was removed (the job would otherwise start somewhere else)."""
+    try:
+        return os.path.abspath(value) if value is not None else os.getcwd()
+    except FileNotFoundError:
+        given = f" (so --cwd {value!r} names nothing)" if value is not None else ""
+        raise UsageError(
+            f"the current directory no longer exists{given}; cd somewhere and run again, "
+            "or give --cwd /absolute/path"
+        ) from None
 
 
 class Hangup(KeyboardInterrupt):

@@ -26,6 +26,7 @@ from rc.cli.context import UsageError, add_client_flags, client, number_in, stde
 from rc.cli.follow import submit, wait_terminal
 from rc.cli.output import on_devices, one_line
 from rc.cli.relay import open_halves, open_session, wait_session
+from rc.proto import copyjob
 from rc.proto.client import Client
 from rc.proto.errors import ApiError, RcError, TransportError
 from rc.proto.relay import Download, Upload
@@ -198,9 +199,10 @@ def _choose(c: Client, device: str, hold: int | None) -> _Place:
     return _Place(device)
 
 
-def _start(c: Client, place: _Place, command: list[str], title: str) -> None:
-    """Start the remote side: a session in the hold, else a pipe job whose
-    reason is `title` ("rc cp SRC DST", what listings show for it)."""
+def _start(c: Client, place: _Place, command: list[str]) -> None:
+    """Start the remote side: a session in the hold, else a pipe job (the
+    controller recognises its command and lists it as "rc cp SRC DST":
+    rc.proto.copyjob)."""
     if place.hold is not None:
         view = open_session(c, place.hold, {"stdio": "pipe", "command": command})
         place.sid = view["session_id"]
@@ -209,7 +211,6 @@ def _start(c: Client, place: _Place, command: list[str], title: str) -> None:
         "device_id": place.device,
         "command": command,
         "stdio": "pipe",
-        "reason": title,
         "no_wait": True,
         "idempotency_key": uuid.uuid4().hex,
     }
@@ -259,29 +260,17 @@ def cmd_cp(args: argparse.Namespace) -> int:
             "one side must be on a device, written host:name:path (e.g. gpu-box:gpu0:/data/)"
         )
     c = client(args)
-    title = _title(args.src, args.dst)
     if isinstance(dst, Remote):
-        return _upload(c, src, dst, args.hold, title)
-    return _download(c, src, dst, args.hold, title)
+        return _upload(c, src, dst, args.hold)
+    return _download(c, src, dst, args.hold)
 
 
-TITLE_CHARS = 1000
-"""Longest "rc cp SRC DST" a copy job carries as its reason (free text: ≤ 4096)."""
-
-
-def _title(src: str, dst: str) -> str:
-    import shlex
-
-    text = shlex.join(["rc", "cp", src, dst])
-    return text if len(text) <= TITLE_CHARS else text[: TITLE_CHARS - 1] + "…"
-
-
-def _upload(c: Client, src: str, dst: Remote, hold: int | None, title: str) -> int:
+def _upload(c: Client, src: str, dst: Remote, hold: int | None) -> int:
     source = archive.scan(src)
     for name in source.skipped:
         stderr(f"skipping {name!r}: not a file, directory or symlink")
     place = _choose(c, dst.device, hold)
-    _start(c, place, ["sh", "-c", archive.UPLOAD_SCRIPT, "sh", dst.path, source.name], title)
+    _start(c, place, copyjob.upload_command(dst.path, source.name, src))
     up, down = open_halves(c, place.base)
     progress = _Progress("sent", source.total_bytes)
     failed: list[BaseException] = []
@@ -292,6 +281,12 @@ def _upload(c: Client, src: str, dst: Remote, hold: int | None, title: str) -> i
             up.finish()
         except TransportError:
             pass  # the remote side ended early: its status says why
+        except OSError as e:  # a file that changed since the scan
+            failed.append(e)
+            # the stream ends broken (archive.send): the remote tar fails on
+            # it and its script removes what it extracted
+            with contextlib.suppress(TransportError):
+                up.finish()
         except BaseException as e:  # noqa: BLE001 - reported by the main thread
             failed.append(e)
             up.close()
@@ -308,9 +303,12 @@ def _upload(c: Client, src: str, dst: Remote, hold: int | None, title: str) -> i
         down.close()
         up.close()
     progress.done()
+    why = _remote_failure(c, place)  # waits for the remote side to end (and clean up)
     if failed:
-        raise RcError(f"reading {src}: {failed[0]}")
-    why = _remote_failure(c, place)
+        e = failed[0]
+        if isinstance(e, OSError) and e.filename:
+            raise RcError(f"cannot read {e.filename}: {e.strerror}; nothing was copied")
+        raise RcError(f"reading {src}: {e}")
     if why:
         raise RcError(f"copy to {dst.device} failed: {why}")
     return 0
@@ -332,14 +330,14 @@ def _local_target(dst: str, name: str) -> tuple[str, str]:
     return parent, final
 
 
-def _download(c: Client, src: Remote, dst: str, hold: int | None, title: str) -> int:
+def _download(c: Client, src: Remote, dst: str, hold: int | None) -> int:
     path = src.path.rstrip("/") or "/"
     if path == "/":
         raise UsageError("rc cp will not copy a whole root directory")
     name = os.path.basename(path)
     parent, final = _local_target(dst, name)
     place = _choose(c, src.device, hold)
-    _start(c, place, ["sh", "-c", archive.DOWNLOAD_SCRIPT, "sh", src.path], title)
+    _start(c, place, copyjob.download_command(src.path, dst))
     up, down = open_halves(c, place.base)
     progress = _Progress("received", None)
     tmp = tempfile.mkdtemp(prefix=".rc-cp-", dir=parent)
@@ -353,7 +351,7 @@ def _download(c: Client, src: Remote, dst: str, hold: int | None, title: str) ->
             local_error = e
         except Exception as e:  # noqa: BLE001 - tarfile's errors on a damaged or cut stream
             local_error = RcError(f"the archive is damaged or was cut short ({e})")
-        if local_error is not None:
+        if local_error is not None and not isinstance(local_error, archive.EmptyArchive):
             down.close()  # ends the session: the remote side is stopped
             up.close()
         else:
@@ -361,6 +359,9 @@ def _download(c: Client, src: Remote, dst: str, hold: int | None, title: str) ->
                 pass  # the end-of-archive padding
         progress.done()
         why = _remote_failure(c, place)  # waits for the remote side to end
+        if isinstance(local_error, archive.EmptyArchive) and why:
+            # nothing came because the remote tar failed first: its words
+            raise RcError(f"copy from {src.device} failed: {why}")
         if isinstance(local_error, (archive.ArchiveError, OSError)):
             # refused (or not writable) here: the remote side was stopped for
             # it, so its "pipe closed" is no reason

@@ -22,6 +22,8 @@ from rc.proto.client import segment
 __all__ = ["add_parsers", "state_words"]
 
 NO_CONTACT_S = 30.0
+WHAT_SHOWN = 40
+"""Characters of rc devices' last column: a job's command, "hold: REASON"."""
 
 
 def add_parsers(sub) -> None:
@@ -80,14 +82,6 @@ def state_words(view: dict) -> str:
     return s
 
 
-def _holder(view: dict) -> str:
-    if not view.get("holder"):
-        return ""
-    if view.get("kind") == "hold" and view.get("reason"):
-        return f"{view['holder']} ({view['reason']})"
-    return view["holder"]
-
-
 def cmd_devices(args: argparse.Namespace) -> int:
     if args.selector is not None and not args.selector.strip():
         raise UsageError("-s needs a selector, e.g. 'kind=gpu'")
@@ -106,14 +100,15 @@ def cmd_devices(args: argparse.Namespace) -> int:
         elapsed = duration(v["elapsed_seconds"]) if v.get("elapsed_seconds") is not None else ""
         if elapsed and v.get("max_runtime_seconds"):
             elapsed += f"/{duration(v['max_runtime_seconds'])}"
-        what = "hold" if v.get("kind") == "hold" else job_what(v, 40)
+        # the holder whole; a hold's reason (free text, any length) goes in
+        # the last column, cut: it once widened the HOLDER column of every row
         rows.append(
             (
                 v["device"]["id"],
                 state_words(v),
-                _holder(v),
+                v.get("holder") or "",
                 elapsed,
-                what if v.get("holder") else "",
+                job_what(v, WHAT_SHOWN) if v.get("holder") else "",
             )
         )
     table(("DEVICE", "STATE", "HOLDER", "ELAPSED", "COMMAND"), rows)

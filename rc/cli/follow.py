@@ -14,6 +14,7 @@ import argparse
 import os
 import time
 import uuid
+from collections.abc import Callable
 
 from rc.cli.context import UsageError, interrupt_cause, job_cwd, stderr
 from rc.cli.output import job_state, one_line
@@ -302,12 +303,23 @@ def wait_started(c: Client, job: dict, position: int, label: str) -> dict | None
     raise RcError(one_line(f"job {job['id']} ended without starting ({job_state(job, None)})"))
 
 
-def wait_running(c: Client, job: dict, position: int, label: str, what: str = "job") -> dict | None:
+def wait_running(
+    c: Client,
+    job: dict,
+    position: int,
+    label: str,
+    what: str = "job",
+    on_assigned: Callable[[dict], None] | None = None,
+) -> dict | None:
     """Wait until the job (`what`: "job" or "hold", for messages) runs: in the
     queue (wait_started), then while it is assigned until its worker starts
     it. A job its worker hands back unstarted (the worker stopped first:
     assigned → queued) is said ("job 42 went back to the queue: ...") and
     waited for again, so the device it finally runs on is the one named.
+    `on_assigned(job)` is called each time the job leaves the queue for a
+    worker (assigned or running), before waiting for it to run: `rc run
+    --tty` attaches there, so its window size reaches the worker before the
+    command starts.
 
     Returns the job once it runs or has ended; None after Ctrl-C (or SIGTERM,
     SIGHUP) before it started, which cancels it. Raises RcError as
@@ -319,6 +331,8 @@ def wait_running(c: Client, job: dict, position: int, label: str, what: str = "j
             return None
         was_on = device_list(job.get("device_ids") or [job["device_id"]])
         try:
+            if on_assigned is not None and job["state"] in ("assigned", "running"):
+                on_assigned(job)
             job = _wait_assigned(c, job, what)
         except KeyboardInterrupt as e:
             _cancel_queued(c, job, interrupt_cause(e))

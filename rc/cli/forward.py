@@ -31,7 +31,7 @@ import threading
 from rc.cli.complete import attach, holds
 from rc.cli.context import UsageError, add_client_flags, client, number_in, stderr
 from rc.cli.follow import wait_terminal
-from rc.cli.output import job_state, on_devices
+from rc.cli.output import hold_end, job_state, on_devices
 from rc.cli.relay import open_halves, open_session
 from rc.proto.client import Client
 from rc.proto.errors import ApiError, RcError, TransportError
@@ -266,7 +266,7 @@ def cmd_forward(args: argparse.Namespace) -> int:
     def watch() -> None:
         with contextlib.suppress(RcError):
             ended = wait_terminal(c, args.hold)
-            fwd.stop(f"hold {args.hold} ended ({job_state(ended, None)})")
+            fwd.stop(f"hold {args.hold} ended: {hold_end(ended)}")
 
     threading.Thread(target=watch, daemon=True, name="rc-forward-hold").start()
     host = on_devices(job).partition(":")[0]

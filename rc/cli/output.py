@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from rc.proto.codec import encode
+from rc.proto.copyjob import is_copy_label
 from rc.proto.duration import format_duration
 from rc.proto.model import device_list
 
@@ -28,11 +29,13 @@ __all__ = [
     "duration",
     "end_reason",
     "escape_controls",
+    "hold_end",
     "iso_utc",
     "job_state",
     "job_target",
     "job_what",
     "job_who",
+    "kill_parts",
     "machine",
     "on_devices",
     "one_line",
@@ -117,10 +120,16 @@ def print_json(obj: Any) -> None:
     sys.stdout.write("\n")
 
 
+TIMESTAMP_KEYS = frozenset({"at", "since", "until"})
+"""Keys whose numbers are timestamps (seconds since the epoch) wherever they
+are in a record, beside every key ending in `_at`: an explain's held
+devices' `until`, a usage report's `since` and `until`."""
+
+
 def machine(obj: Any) -> Any:
     """`obj` as JSON primitives (records encoded) with every timestamp (a
-    number under a key `at` or ending in `_at`: seconds since the epoch)
-    rewritten as RFC 3339 UTC text to the millisecond, e.g.
+    number under a key in TIMESTAMP_KEYS or ending in `_at`: seconds since
+    the epoch) rewritten as RFC 3339 UTC text to the millisecond, e.g.
     "2026-03-02T16:04:05.123Z". Other numbers (durations, ages) stay numbers."""
     return _timestamps(encode(obj))
 
@@ -131,7 +140,7 @@ def _timestamps(v: Any, key: str = "") -> Any:
     if isinstance(v, list):
         return [_timestamps(x) for x in v]
     if (
-        (key == "at" or key.endswith("_at"))
+        (key in TIMESTAMP_KEYS or key.endswith("_at"))
         and isinstance(v, (int, float))
         and not isinstance(v, bool)
     ):
@@ -229,48 +238,80 @@ _REWORDED = (
 )
 
 
+def kill_parts(job: Mapping[str, Any]) -> tuple[str, str] | None:
+    """A kill's actor and why, from its stored "killed by NAME[ (admin)][:
+    WHY]": ("bob", "disk full"), ("bob, an admin", ...); why is
+    "cancelled while queued" for a job that never started and was given
+    none, else "" for none. None when the reason is no such kill."""
+    m = _KILLED_BY.match((job.get("kill_reason") or "").strip())
+    if m is None:
+        return None
+    who = m["who"] + (", an admin" if m["admin"] else "")
+    why = (m["why"] or "").strip()
+    if not why and not job.get("started_at"):
+        why = "cancelled while queued"
+    return who, why
+
+
 def end_reason(job: Mapping[str, Any]) -> str:
     """Why a job ended, in words that follow its state ("" for none).
 
-    A kill stored as "killed by NAME[ (admin)][: WHY]" reads "WHY (by NAME)"
-    ("cancelled while queued" when it never started and no WHY was given; a
-    WHY ending in ")" takes the name inside: "released (Ctrl-C, by ann)");
-    the worker's fixed reasons are reworded ("idle: no output for 5m" → "no
-    output for 5m (idle timeout)"); anything else is shown as it is.
+    A kill stored as "killed by NAME[ (admin)][: WHY]" reads "by NAME: WHY"
+    (the actor first, so cutting the free text after it never hides who;
+    "by NAME, an admin"; WHY is "cancelled while queued" when it never
+    started and none was given); the worker's fixed reasons are reworded
+    ("idle: no output for 5m" → "no output for 5m (idle timeout)");
+    anything else is shown as it is.
     """
-    reason = (job.get("kill_reason") or "").strip()
-    m = _KILLED_BY.match(reason)
-    if m is None:
+    parts = kill_parts(job)
+    if parts is None:
+        reason = (job.get("kill_reason") or "").strip()
         for pattern, words in _REWORDED:
             hit = pattern.match(reason)
             if hit:
                 return words.format(**hit.groupdict())
         return reason
-    who = f"by {m['who']}" + (", an admin" if m["admin"] else "")
-    why = (m["why"] or "").strip()
-    if not why and not job.get("started_at"):
-        why = "cancelled while queued"
-    if not why:
-        return who
-    if why.endswith(")") and "(" in why:
-        return f"{why[:-1]}, {who})"
-    return f"{why} ({who})"
+    who, why = parts
+    return f"by {who}: {why}" if why else f"by {who}"
+
+
+def hold_end(job: Mapping[str, Any]) -> str:
+    """How a hold ended (or is ending: its kill is requested), for the end
+    messages of `rc hold` and of its sessions: "released by ann", "released
+    by ann (Ctrl-C)", "killed by bob: disk full", "its ttl of 2h was
+    reached", "lost: lease expired"; its state when nothing says more."""
+    parts = kill_parts(job)
+    if parts is not None:
+        who, why = parts
+        if why == "released" or why.startswith("released ("):
+            return f"released by {who}{why[len('released') :]}"
+        return f"killed by {who}: {why}" if why else f"killed by {who}"
+    why = end_reason(job).removeprefix("hold ended: ")
+    if job["state"] in ("lost", "failed"):
+        return f"{job['state']}: {why}" if why else job["state"]
+    return why or job["state"]
 
 
 def job_state(job: Mapping[str, Any], limit: int | None = STATE_REASON_SHOWN) -> str:
-    """A finished job's state with why, as listings show it: "killed:
-    cancelled while queued (by root)", "failed: exited with code 3", "lost:
-    ...", "killed by ann"; other states as they are. The reason is cut to
-    `limit` characters (None: whole)."""
+    """A finished job's state with why, as listings show it: "killed by
+    root: cancelled while queued", "failed: exited with code 3", "lost:
+    ...", "killed by ann"; other states as they are. The free text is cut
+    to `limit` characters (None: whole); a kill's actor before it never is."""
     state = job["state"]
     if state not in ("killed", "lost", "failed"):
         return state
+    parts = kill_parts(job)
+    if parts is not None:
+        who, why = parts
+        if limit is not None and len(why) > limit:
+            why = why[: limit - 1] + "…"
+        return f"{state} by {who}: {why}" if why else f"{state} by {who}"
     why = end_reason(job)
     if not why:
         return state
     if limit is not None and len(why) > limit:
         why = why[: limit - 1] + "…"
-    return f"{state} {why}" if why.startswith("by ") else f"{state}: {why}"
+    return f"{state}: {why}"
 
 
 def on_devices(job: Mapping[str, Any]) -> str:
@@ -303,13 +344,19 @@ def job_target(job: Mapping[str, Any]) -> str:
 
 
 def job_what(job: Mapping[str, Any], limit: int = 60) -> str:
-    """What a job runs, for a listing: "hold: REASON" for a hold; for a job
-    submitted with a reason (`rc cp` gives "rc cp SRC DST") that reason, not
-    its command (the command is in -o json and the dashboard's job panel);
-    else the command line, shortened to `limit` characters."""
-    if job.get("kind") == "hold":
-        return f"hold: {job.get('reason', '')}"
+    """What a job runs, for a listing: "hold: REASON" for a hold (its reason
+    free text, cut as the rest, so it never widens a table); for a copy
+    job the label its controller gave it ("rc cp SRC DST", only ever set by
+    the controller: rc.proto.copyjob); else the command line, with the job's
+    reason (the submitter's free text) in parentheses beside it, never
+    instead of it. Shortened to `limit` characters, the command first."""
     reason = job.get("reason") or ""
-    if reason:
+    if job.get("kind") == "hold":
+        text = f"hold: {reason}"
+        return text if len(text) <= limit else text[: limit - 1] + "…"
+    if is_copy_label(job):
         return reason if len(reason) <= limit else reason[: limit - 1] + "…"
-    return command_text(job.get("command") or (), limit)
+    text = command_text(job.get("command") or (), limit)
+    if reason:
+        text = f"{text} ({reason})".replace("\n", "\\n")
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -51,7 +51,7 @@ from rc.cli.follow import (
     wait_running,
     wait_terminal,
 )
-from rc.cli.output import job_state, on_devices
+from rc.cli.output import hold_end, on_devices
 from rc.proto.client import Client
 from rc.proto.errors import ApiError, RcError, TransportError
 from rc.proto.relay import Download, Upload, data_frame, resize_frame
@@ -74,6 +74,9 @@ DEFAULT_SIZE = (24, 80)
 PIPE_CHUNK = 1 << 20
 OVER_GRACE_S = 5.0
 """After the job or session ended, how long its output may still arrive."""
+REATTACH_S = 5.0
+"""How long a terminal job's halves are retried while the relay still has the
+ones rc closed when the job went back to the queue."""
 
 
 def add_parsers(sub) -> None:
@@ -360,7 +363,9 @@ def _session_code(c: Client, view: dict) -> int:
             with contextlib.suppress(RcError):
                 hold = c.get(f"/v1/jobs/{view['hold_id']}", timeout=10)["job"]
                 if hold["state"] not in ("assigned", "running") or hold.get("kill_reason"):
-                    why = f"hold {hold['id']} ended ({job_state(hold, None)})"
+                    # its kill may be only requested yet (the hold still
+                    # running): its reason says why, not its state
+                    why = f"hold {hold['id']} ended: {hold_end(hold)}"
         stderr(f"{name}: {why}")
     if code is None:
         return 1
@@ -377,27 +382,82 @@ def _env(args: argparse.Namespace, tty_mode: bool) -> dict[str, str]:
 # -- commands -------------------------------------------------------------------------
 
 
+class _JobHalves:
+    """The relay halves of a terminal job, opened as soon as its worker has
+    it (assigned) with the window size sent first. The worker starts the
+    command once it knows the size (rc.worker.terminal), so the command runs
+    at this terminal's size from its first instruction; attaching only once
+    the job ran started it at 24x80 and resized it a moment later."""
+
+    def __init__(self, c: Client, term: LocalTerminal) -> None:
+        self.c, self.term = c, term
+        self.halves: tuple[Upload, Download] | None = None
+        self.ended = False
+
+    def open(self, job: dict) -> None:
+        """Attach to `job` (again, after it went back to the queue: its old
+        session ended with these halves; the relay gives a fresh one to a
+        job whose worker never came). A job whose session already ended
+        (it could not start) is noted in `ended`, for the caller to say how."""
+        again = self.halves is not None
+        self.close()
+        base = f"/v1/jobs/{job['id']}"
+        deadline = time.monotonic() + REATTACH_S
+        while True:
+            try:
+                up, down = open_halves(self.c, base)
+                break
+            except ApiError as e:
+                if e.code not in ("session_ended", "conflict"):
+                    raise
+                if not again or time.monotonic() > deadline:
+                    if e.code == "conflict":
+                        raise
+                    self.ended = True  # it ended before its terminal was up
+                    return
+                time.sleep(0.1)  # the relay has not yet seen our old halves go
+        self.halves = (up, down)
+        self.ended = False
+        try:
+            up.send(resize_frame(*_first_size(self.term)))
+        except TransportError:
+            pass  # the session broke at once: splice, reading it, says so
+
+    def close(self) -> None:
+        if self.halves is not None:
+            for half in self.halves:
+                half.close()
+            self.halves = None
+
+
 def cmd_run_tty(args: argparse.Namespace, command: list[str]) -> int:
-    """`rc run --tty`: submit a terminal job, wait in the queue, attach."""
+    """`rc run --tty`: submit a terminal job, wait in the queue, attach as
+    soon as a worker has it (its size first), then splice once it runs."""
     if args.detach:
         raise UsageError("--tty and --detach do not go together (a terminal needs you there)")
     c = client(args)
     view, label = submit_run(c, args, command, _env(args, True), stdio="tty")
     with LocalTerminal(0) as term:
         term.quiet()
-        job = wait_running(c, view["job"], view.get("queue_position", 0), label)
-        if job is None:
-            return 130
-        stderr(f"job {job['id']} on {on_devices(job)}")
-        term.raw()  # from here every key, Ctrl-C included, is for the far side
+        early = _JobHalves(c, term)
         try:
-            up, down = open_halves(c, f"/v1/jobs/{job['id']}")
-        except ApiError as e:
-            if e.code != "session_ended":
-                raise
+            job = wait_running(
+                c, view["job"], view.get("queue_position", 0), label, on_assigned=early.open
+            )
+            if job is None:
+                return 130
+            stderr(f"job {job['id']} on {on_devices(job)}")
+            term.raw()  # from here every key, Ctrl-C included, is for the far side
+            if early.halves is None and not early.ended:  # it ran before rc saw it assigned
+                early.open(job)
+        except BaseException:
+            early.close()
+            raise
+        if early.halves is None:
             # it ended before its terminal was up (it could not start): say how
             term.restore()
             return exit_status(_final_job(c, job["id"], True))
+        up, down = early.halves
         clean = splice(up, down, term, _job_over(c, job["id"]))
     return exit_status(_final_job(c, job["id"], clean))
 

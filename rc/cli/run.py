@@ -62,7 +62,7 @@ from rc.cli.follow import (
     wait_running,
     wait_terminal,
 )
-from rc.cli.output import end_reason, escape_controls, on_devices, print_line, when
+from rc.cli.output import escape_controls, hold_end, on_devices, print_line, when
 from rc.cli.relay import cmd_run_tty
 from rc.proto.client import Client
 from rc.proto.duration import format_duration
@@ -512,7 +512,7 @@ def cmd_hold(args: argparse.Namespace) -> int:
     except KeyboardInterrupt as e:
         _release_on_interrupt(c, hold_id, interrupt_cause(e))
         return 130
-    stderr(f"hold {hold_id} ended: {_hold_end(job)}")
+    stderr(f"hold {hold_id} ended: {hold_end(job)}")
     return 1 if job["state"] in ("lost", "failed") else 0
 
 
@@ -537,15 +537,6 @@ def _say_idle_warnings(c: Client, hold_id: int) -> None:
             after = max(after, e["id"])
             if e.get("kind") == "hold_idle_warning" and e.get("job_id") == hold_id:
                 stderr(escape_controls(e.get("text") or f"hold {hold_id} is idle"))
-
-
-def _hold_end(job: dict) -> str:
-    """How a hold ended, in the listings' words (output.end_reason): "its
-    ttl of 2h was reached", "released (by ann)", "lost: lease expired"."""
-    why = end_reason(job).removeprefix("hold ended: ")
-    if job["state"] in ("lost", "failed"):
-        return f"{job['state']}: {why}" if why else job["state"]
-    return why or job["state"]
 
 
 def _release_on_interrupt(c: Client, hold_id: int, cause: str) -> None:

@@ -12,7 +12,8 @@ Rules:
   at connect, that the job exists and who may attach; after that a session
   lives in this process's memory only.
 - Either side may connect first. Each half takes at most one connection at a
-  time (a second one is refused 409 conflict).
+  time (a second one is refused 409 conflict). A job's session that ended
+  before its worker came is started afresh at the next connection.
 - Every pipe is bounded (`PIPE_BYTES`): a writer waits while it is full, so a
   slow reader slows the remote process down instead of growing memory.
   Keystrokes typed before the other side arrives wait in the pipe.
@@ -307,11 +308,16 @@ class Relay:
     ) -> Session:
         """The session of a tty or pipe job, created at its first connection.
 
+        A session that ended before any worker half came is replaced by a
+        fresh one: its client attached while the job was assigned (`rc run
+        --tty` does, to send its window size ahead) and left when the job
+        went back to the queue, and nothing of the job was ever in it.
+
         Raises Refused 409 session_ended when it already ended, 429 past the
         per-user limit.
         """
         s = self.sessions.get((job_id, 0))
-        if s is None:
+        if s is None or (s.ended and not s.used & {"worker_out", "worker_in"}):
             return self._new((job_id, 0), owner, worker, stdio, label=label)
         if s.ended:
             raise Refused(ErrorCode.SESSION_ENDED, f"{s.name} has ended ({s.end_reason})")

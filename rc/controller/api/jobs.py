@@ -28,7 +28,7 @@ from rc.controller.config import Limits
 from rc.controller.errors import Refused
 from rc.controller.scans import scan_or_refuse, survivors_text
 from rc.controller.store import jobs, views
-from rc.proto import arrayspec
+from rc.proto import arrayspec, copyjob
 from rc.proto import selector as selectors
 from rc.proto.arrayspec import ARRAY_MAX
 from rc.proto.codec import encode
@@ -265,7 +265,7 @@ def validate_submit(  # noqa: C901 - too complex; it is to be split into named s
         priority=req.priority,
         max_runtime=req.max_runtime_seconds,
         idle_timeout=req.idle_timeout_seconds,
-        reason=req.reason.strip() if req.kind is JobKind.HOLD else req.reason,
+        reason=req.reason.strip() if req.kind is JobKind.HOLD else _job_reason(req, command, pins),
         stdio=req.stdio.value,
         queued_limit=lim.queued_per_user,
         count=count,
@@ -280,6 +280,21 @@ def validate_submit(  # noqa: C901 - too complex; it is to be split into named s
         hold_idle=hold_idle,
         requeue_on_hardware=req.requeue_on_hardware,
     )
+
+
+def _job_reason(req: SubmitRequest, command: tuple[str, ...], pins: tuple[str, ...]) -> str:
+    """A job's reason: "rc cp SRC DST" for a pipe job on one device whose
+    command is exactly one of rc cp's (rc.proto.copyjob.copy_label, built
+    from that command: what the client says is not asked), else the
+    client's free text, listed beside the command. Only the controller
+    labels a copy: a client's reason starting "rc cp" is dropped."""
+    if req.stdio is Stdio.PIPE and len(pins) == 1:
+        label = copyjob.copy_label(command, pins[0])
+        if label:
+            return label
+    if req.reason.lstrip().startswith(copyjob.COPY_LABEL_PREFIX):
+        return ""
+    return req.reason
 
 
 def _as_target(text: str) -> tuple[str, str, str, str]:

@@ -1,7 +1,8 @@
 // rc dashboard: one page, no dependencies, no build step (README "Dashboard and metrics").
 // Every string that comes from the controller is inserted as text (textContent,
 // text nodes, setAttribute on inert attributes): this file never builds markup
-// from strings. The token lives in sessionStorage only.
+// from strings, and what is not printable is shown as an escape (visible), as
+// the CLI shows it. The token lives in sessionStorage only.
 "use strict";
 (() => {
   const TOKEN_KEY = "rc_token";
@@ -73,9 +74,36 @@
   function append(el, kids) {
     for (const kid of kids.flat(Infinity)) {
       if (kid === null || kid === undefined || kid === false) continue;
-      el.append(kid instanceof Node ? kid : String(kid));
+      el.append(kid instanceof Node ? kid : visible(String(kid)));
     }
     return el;
+  }
+
+  // What someone else wrote (a hold reason, a command, a label, a kill or
+  // drain reason) with every character that is not printable shown as an
+  // escape, as the CLI shows it (rc.cli.output.visible, held to the same
+  // output by a browser test): \n, \t, \r; \xNN, \uNNNN, \UNNNNNNNN for the
+  // rest of C0, DEL, C1, bidi overrides, line separators and other format,
+  // separator (but the space), private-use and unassigned characters (what
+  // Python's str.isprintable refuses). Every string shown goes through it
+  // (append); a multi-line text (a usage sheet) through escapeControls.
+  const INVISIBLE = /[\p{Cc}\p{Cf}\p{Cs}\p{Co}\p{Cn}\p{Zl}\p{Zp}\p{Zs}]/gu;
+  const NAMED = { "\n": "\\n", "\t": "\\t", "\r": "\\r" };
+
+  function escapeChar(c) {
+    if (NAMED[c]) return NAMED[c];
+    const n = c.codePointAt(0);
+    const hex = (w) => n.toString(16).padStart(w, "0");
+    return n < 0x100 ? `\\x${hex(2)}` : n < 0x10000 ? `\\u${hex(4)}` : `\\U${hex(8)}`;
+  }
+
+  function visible(text) {
+    return text.replace(INVISIBLE, (c) => (c === " " ? c : escapeChar(c)));
+  }
+
+  // The same, keeping newlines, tabs and carriage returns (rc.cli.output.escape_controls).
+  function escapeControls(text) {
+    return text.replace(INVISIBLE, (c) => (c === " " || NAMED[c] ? c : escapeChar(c)));
   }
 
   function icon(name) {
@@ -101,7 +129,7 @@
   // An element whose text is recomputed every second.
   function ticking(tag, cls, fn) {
     const el = h(tag, { class: `${cls || ""} ticks` });
-    el._tick = () => { el.textContent = fn(); };
+    el._tick = () => { el.textContent = visible(fn()); };
     el._tick();
     return el;
   }
@@ -179,17 +207,26 @@
   }
 
   // What a job (or a device's holder) runs, as the rc listings say it
-  // (rc.cli.output.job_what): a hold's reason; a job's reason when it was
-  // submitted with one (rc cp gives "rc cp SRC DST"), else its command line.
+  // (rc.cli.output.job_what): a hold's reason; a copy job's label (only the
+  // controller gives one, "rc cp SRC DST": rc.proto.copyjob.is_copy_label);
+  // else its command line, its reason (free text) beside it, never instead.
+  function isCopyLabel(j) {
+    if (j.kind === "hold" || (j.stdio !== undefined && j.stdio !== "pipe")) return false;
+    return (j.reason || "").startsWith("rc cp ");
+  }
+
   function jobWhat(j) {
     if (j.kind === "hold") return `hold: ${j.reason || ""}`;
-    return j.reason || commandText(j.command);
+    if (isCopyLabel(j)) return j.reason;
+    const cmd = commandText(j.command);
+    return j.reason ? `${cmd} (${j.reason})` : cmd;
   }
 
   // Why a job ended, in words that follow its state (rc.cli.output.end_reason):
-  // "killed by NAME[ (admin)][: WHY]" reads "WHY (by NAME)", the worker's
-  // fixed reasons are reworded, anything else is shown as it is. A browser
-  // test (tests/test_dashboard.py) holds the two to the same words.
+  // "killed by NAME[ (admin)][: WHY]" reads "by NAME: WHY" (the actor first,
+  // so cutting the free text never hides who), the worker's fixed reasons are
+  // reworded, anything else is shown as it is. A browser test
+  // (tests/test_dashboard.py) holds the two to the same words.
   const KILLED_BY = /^killed by ([^\s:]+(?: \(token [^\s:()]+\))?)( \(admin\))?(?:: ([\s\S]*))?$/;
   const REWORDED = [
     [/^idle: no output for (\S+)$/, (m) => `no output for ${m[1]} (idle timeout)`],
@@ -211,8 +248,7 @@
     const who = `by ${m[1]}${m[2] ? ", an admin" : ""}`;
     let why = (m[3] || "").trim();
     if (!why && !j.started_at) why = "cancelled while queued";
-    if (!why) return who;
-    return why.endsWith(")") && why.includes("(") ? `${why.slice(0, -1)}, ${who})` : `${why} (${who})`;
+    return why ? `${who}: ${why}` : who;
   }
 
   function stripAnsi(text) { return text.replace(/\x1b\[[0-9;?]*[ -/]*[@-~]/g, ""); }
@@ -465,9 +501,17 @@
     // A hold's idle clock and when the idle rule releases it (README "Holds: the idle rule").
     const idle = v.kind === "hold" && S.snap && S.snap.holds_idle ? S.snap.holds_idle[String(v.job_id)] : null;
     if (idle && idle.idle_seconds !== null && idle.idle_seconds !== undefined) {
+      // whichever ends the hold first: the idle rule, or its ttl
+      const max = v.max_runtime_seconds;
       box.append(ticking("div", "idle", () => {
         const el = idle.idle_seconds + sinceFetch();
         const left = idle.timeout_seconds - el;
+        const ttlLeft = max && v.elapsed_seconds !== null && v.elapsed_seconds !== undefined
+          ? max - (v.elapsed_seconds + sinceFetch()) : Infinity;
+        if (ttlLeft <= left) {
+          const end = Date.now() + Math.max(0, ttlLeft) * 1000;
+          return `idle ${dur(el)} · its ttl ends first, at ${clock(end)}`;  // as rc show says
+        }
         const end = Date.now() + Math.max(0, left) * 1000;
         return `idle ${dur(el)} · released at ${clock(end)} if unused`;
       }));
@@ -888,7 +932,7 @@
     }
     if (data.sheet) {
       out.push(h("h3", null, data.sheet_is_host_wide ? "Usage sheet (whole host)" : "Usage sheet"));
-      out.push(h("pre", { class: "sheet" }, data.sheet));
+      out.push(h("pre", { class: "sheet" }, document.createTextNode(escapeControls(data.sheet))));
     }
     out.push(h("h3", null, "Recent jobs here"));
     out.push(data.recent_jobs.length ? h("div", null, data.recent_jobs.map(recentItem))
@@ -1053,7 +1097,7 @@
   function confirmAction(action) {
     pending = action;
     $("confirm-title").textContent = action.title;
-    $("confirm-text").textContent = action.text;
+    $("confirm-text").textContent = visible(action.text);
     $("confirm-error").textContent = "";
     $("confirm-ok").textContent = action.ok;
     $("confirm-ok").disabled = false;
@@ -1074,7 +1118,7 @@
       if (action.after) action.after();
       refresh();
     } catch (e) {
-      $("confirm-error").textContent = e.message;  // the controller's words, verbatim
+      $("confirm-error").textContent = visible(e.message);  // the controller's words
       $("confirm-ok").disabled = false;
     }
   }
