@@ -816,7 +816,8 @@ class Filter:
 
 
 def listing(tx: Tx, where: Filter, limit: int) -> list[Job]:
-    """Jobs newest first, at most `limit`, those `where` takes."""
+    """Jobs newest first, at most `limit`, those `where` takes, listed: their
+    commands and reasons cut (rows.listed_job; GET /v1/jobs/ID has them whole)."""
     params = {
         "device": where.device,
         "user": where.user,
@@ -828,7 +829,7 @@ def listing(tx: Tx, where: Filter, limit: int) -> list[Job]:
         "array": where.array,
         "limit": limit,
     }
-    return [rows.job(r) for r in tx.all("jobs_list", params)]
+    return [rows.listed_job(r) for r in tx.all("jobs_list", params)]
 
 
 def idle_watched(tx: Tx) -> list[idle.Watched]:

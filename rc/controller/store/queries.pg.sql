@@ -26,8 +26,14 @@ WHERE id IN (SELECT value::bigint FROM jsonb_array_elements_text(?::jsonb) AS d 
   AND (state IN ('succeeded', 'failed', 'killed', 'lost') OR worker_id != ?)
 
 -- name: jobs_list
--- Jobs newest first, filtered by a device among theirs, Unix user, owner (a principal), states (a JSON array, '[]' for any), name (a GLOB, '' for any), submitted at or after :since (0: any) and an id below :before (0: no bound; keyset paging).
-SELECT * FROM jobs
+-- Jobs newest first, filtered by a device among theirs, Unix user, owner (a principal), states (a JSON array, '[]' for any), name (a GLOB, '' for any), submitted at or after :since (0: any) and an id below :before (0: no bound; keyset paging). Listed (rows.listed_job): the start of the command, reason and kill reason only (rc.proto.listed: COMMAND_HEAD_CHARS, TEXT_HEAD_CHARS).
+SELECT id, kind, state, submitter, substr(command, 1, 2048) AS command_head, selector,
+       device_id, worker_id, cwd, env, idempotency_key, priority, max_runtime, idle_timeout,
+       substr(reason, 1, 257) AS reason_head, stdio, exit_code,
+       substr(kill_reason, 1, 257) AS kill_reason_head, submitted_at, queued_at, started_at,
+       finished_at, count, device_ids, unix_user, name, array_id, array_index, array_item,
+       requeue_on_hardware, restart_count, excluded_device_ids, owner
+FROM jobs
 WHERE (:device = '' OR device_id = :device
        OR EXISTS (SELECT 1 FROM jsonb_array_elements_text(jobs.device_ids::jsonb) AS d (value)
                   WHERE d.value = :device))
@@ -42,8 +48,15 @@ ORDER BY id DESC
 LIMIT :limit
 
 -- name: jobs_recent_on_device
--- The newest jobs, not queued, with device ?1 among theirs, at most ?2: those that held a lease on it, and those that named it first (a pinned job cancelled unplaced).
-SELECT j.* FROM jobs AS j
+-- The newest jobs, not queued, with device ?1 among theirs, at most ?2: those that held a lease on it, and those that named it first (a pinned job cancelled unplaced); listed (as jobs_list).
+SELECT j.id, j.kind, j.state, j.submitter, substr(j.command, 1, 2048) AS command_head,
+       j.selector, j.device_id, j.worker_id, j.cwd, j.env, j.idempotency_key, j.priority,
+       j.max_runtime, j.idle_timeout, substr(j.reason, 1, 257) AS reason_head, j.stdio,
+       j.exit_code, substr(j.kill_reason, 1, 257) AS kill_reason_head, j.submitted_at,
+       j.queued_at, j.started_at, j.finished_at, j.count, j.device_ids, j.unix_user, j.name,
+       j.array_id, j.array_index, j.array_item, j.requeue_on_hardware, j.restart_count,
+       j.excluded_device_ids, j.owner
+FROM jobs AS j
 WHERE (j.id IN (SELECT job_id FROM leases WHERE device_id = ?1 ORDER BY job_id DESC LIMIT ?2 * 4)
        OR j.id IN (SELECT id FROM jobs WHERE device_id = ?1 ORDER BY id DESC LIMIT ?2 * 4))
   AND j.state != 'queued'
@@ -100,8 +113,9 @@ WHERE state = 'unhealthy' AND quarantine_reason = 'worker_lost' AND worker_id = 
                                 FROM jsonb_array_elements_text(?1::jsonb) AS r (value)))
 
 -- name: events_tail
--- The newest events at or after a time, at most ?, oldest first.
-SELECT * FROM (SELECT * FROM events WHERE at >= ? ORDER BY id DESC LIMIT ?) AS newest ORDER BY id
+-- The newest events at or after a time, at most ?, oldest first; texts listed (their start: rc.proto.listed).
+SELECT * FROM (SELECT id, at, kind, device_id, job_id, actor, substr(text, 1, 257) AS text FROM events WHERE at >= ? ORDER BY id DESC LIMIT ?) AS newest
+ORDER BY id
 
 -- name: job_insert_element
 -- An array element after its first, with its id given (the first's id plus its
@@ -165,8 +179,8 @@ GROUP BY j.selector, j.device_ids, j.max_runtime, j.unix_user, j.excluded_device
 -- A device's GPU health history, newest first, at most ?: the faults and
 -- drains of its health rules ("health: " in the text: rc.worker.health) and
 -- what returned it (clears, undrains, recoveries). A scan of the feed: for
--- rc describe only.
-SELECT * FROM events WHERE device_id = ?
+-- rc describe only. Texts listed (their start: rc.proto.listed).
+SELECT id, at, kind, device_id, job_id, actor, substr(text, 1, 257) AS text FROM events WHERE device_id = ?
   AND (strpos(text, 'health: ') > 0
        OR kind IN ('device_cleared', 'device_undrained', 'device_recovered'))
 ORDER BY id DESC LIMIT ?
