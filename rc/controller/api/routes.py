@@ -236,6 +236,7 @@ ROUTES: tuple[Endpoint, ...] = (
             E.IDEMPOTENCY_CONFLICT,
             E.NO_DEVICE_AVAILABLE,
             E.QUEUE_FULL,
+            E.QUEUED_SPEC_BYTES,
         ),
     ),
     Endpoint(

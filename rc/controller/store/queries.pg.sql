@@ -126,9 +126,9 @@ WITH element AS (
     INSERT INTO jobs (id, kind, state, submitter, token_name, selector, device_id, command, cwd,
                       env, idempotency_key, request_digest, priority, max_runtime, idle_timeout,
                       reason, stdio, submitted_at, queued_at, count, device_ids, unix_user, name,
-                      requeue_on_hardware, runtime_asked, owner, array_id, array_index,
-                      array_item)
-    VALUES (?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                      requeue_on_hardware, runtime_asked, owner, spec_bytes, array_id,
+                      array_index, array_item)
+    VALUES (?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
     RETURNING id
 )
 SELECT setval(pg_get_serial_sequence('jobs', 'id'), id) FROM element
@@ -270,10 +270,11 @@ WITH w AS (
 SELECT k, n, i, wait FROM r
 WHERE i = (n + 1) / 2 OR i = (95 * n + 99) / 100
 
--- name: count_queued_by
--- How many jobs run as a Unix user are queued (the per-user queued limit).
+-- name: queued_of_user
+-- How many jobs run as a Unix user are queued, and their spec bytes (the per-user queued limit and budget).
 -- PostgreSQL has no INDEXED BY: its planner takes jobs_queued_by_user by itself.
-SELECT count(*) FROM jobs WHERE state = 'queued' AND unix_user = ?
+SELECT count(*) AS n, coalesce(sum(spec_bytes), 0) AS spec_bytes
+FROM jobs WHERE state = 'queued' AND unix_user = ?
 
 -- name: holds_idle_watched
 -- Running holds with an idle rule, not already asked to end: what the idle

@@ -11,8 +11,8 @@
 INSERT INTO jobs (kind, state, submitter, token_name, selector, device_id, command, cwd, env,
                   idempotency_key, request_digest, priority, max_runtime, idle_timeout, reason,
                   stdio, submitted_at, queued_at, count, device_ids, unix_user, name,
-                  requeue_on_hardware, runtime_asked, owner)
-VALUES (?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                  requeue_on_hardware, runtime_asked, owner, spec_bytes)
+VALUES (?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 RETURNING id
 
 -- name: job_insert_element
@@ -21,8 +21,9 @@ RETURNING id
 INSERT INTO jobs (id, kind, state, submitter, token_name, selector, device_id, command, cwd,
                   env, idempotency_key, request_digest, priority, max_runtime, idle_timeout,
                   reason, stdio, submitted_at, queued_at, count, device_ids, unix_user, name,
-                  requeue_on_hardware, runtime_asked, owner, array_id, array_index, array_item)
-VALUES (?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                  requeue_on_hardware, runtime_asked, owner, spec_bytes, array_id, array_index,
+                  array_item)
+VALUES (?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 
 -- name: job_set_array
 -- An array's first element joins its array (array id, index, item).
@@ -66,11 +67,13 @@ FROM jobs WHERE id = ?
 -- The job an owner (a principal) used an idempotency key for, with its request digest.
 SELECT id, request_digest FROM jobs WHERE owner = ? AND idempotency_key = ?
 
--- name: count_queued_by
--- How many jobs run as a Unix user are queued (the per-user queued limit),
--- counted in the partial index of queued jobs (without INDEXED BY, SQLite
--- reads jobs_by_user: every job the user ever had).
-SELECT count(*) FROM jobs INDEXED BY jobs_queued_by_user
+-- name: queued_of_user
+-- How many jobs run as a Unix user are queued, and their spec bytes (the
+-- per-user queued limit and budget), summed in the partial index of queued
+-- jobs, which holds both (without INDEXED BY, SQLite reads jobs_by_user:
+-- every job the user ever had, and each one's row for its spec bytes).
+SELECT count(*) AS n, coalesce(sum(spec_bytes), 0) AS spec_bytes
+FROM jobs INDEXED BY jobs_queued_by_user
 WHERE state = 'queued' AND unix_user = ?
 
 -- name: job_cancel_queued
