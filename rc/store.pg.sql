@@ -118,7 +118,7 @@ CREATE INDEX jobs_queue_ask ON jobs (
     selector, device_ids, max_runtime, unix_user, excluded_device_ids,
     priority, queued_at, id, state
 ) WHERE state = 'queued';
-CREATE INDEX jobs_queued_by_user ON jobs (unix_user, spec_bytes) WHERE state = 'queued';
+CREATE INDEX jobs_queued_by_user ON jobs (unix_user, spec_bytes, state) WHERE state = 'queued';
 CREATE INDEX jobs_active ON jobs (worker_id) WHERE state IN ('assigned', 'running');
 CREATE INDEX jobs_by_device ON jobs (device_id, id DESC);
 CREATE INDEX jobs_by_user ON jobs (unix_user, id DESC);

@@ -8,4 +8,4 @@ UPDATE jobs SET spec_bytes = octet_length(command) + octet_length(env) + octet_l
     + octet_length(reason) + octet_length(array_item);
 
 DROP INDEX jobs_queued_by_user;
-CREATE INDEX jobs_queued_by_user ON jobs (unix_user, spec_bytes) WHERE state = 'queued';
+CREATE INDEX jobs_queued_by_user ON jobs (unix_user, spec_bytes, state) WHERE state = 'queued';
