@@ -169,14 +169,15 @@ WHERE id IN (SELECT value FROM json_each(?))
 -- Jobs newest first, filtered by a device among theirs, Unix user, owner (a
 -- principal), states (a JSON array, '[]' for any), name (a GLOB, '' for any),
 -- submitted at or after :since (0: any) and an id below :before (0: no bound;
--- keyset paging). Listed (rows.listed_job): the start of the command, reason
--- and kill reason only (rc.proto.listed: COMMAND_HEAD_CHARS, TEXT_HEAD_CHARS).
-SELECT id, kind, state, submitter, substr(command, 1, 2048) AS command_head, selector,
-       device_id, worker_id, cwd, env, idempotency_key, priority, max_runtime, idle_timeout,
-       substr(reason, 1, 257) AS reason_head, stdio, exit_code,
-       substr(kill_reason, 1, 257) AS kill_reason_head, submitted_at, queued_at, started_at,
-       finished_at, count, device_ids, unix_user, name, array_id, array_index, array_item,
-       requeue_on_hardware, restart_count, excluded_device_ids, owner
+-- keyset paging). Listed (rows.listed_job): every column, the command, reason
+-- and kill reason as their starts (rc.proto.listed: COMMAND_HEAD_CHARS, TEXT_HEAD_CHARS).
+SELECT id, kind, state, submitter, token_name, selector, device_id, worker_id,
+       substr(command, 1, 2048) AS command_head, cwd, env, idempotency_key, request_digest,
+       priority, max_runtime, idle_timeout, substr(reason, 1, 257) AS reason_head, stdio,
+       exit_code, substr(kill_reason, 1, 257) AS kill_reason_head, kill_requested,
+       kill_delivered_at, submitted_at, queued_at, assigned_at, started_at, finished_at, count,
+       device_ids, unix_user, name, array_id, array_index, array_item, sessions,
+       requeue_on_hardware, restart_count, excluded_device_ids, runtime_asked, owner, spec_bytes
 FROM jobs
 WHERE (:device = '' OR device_id = :device
        OR EXISTS (SELECT 1 FROM json_each(jobs.device_ids) WHERE value = :device))
@@ -192,35 +193,39 @@ LIMIT :limit
 
 -- name: jobs_active
 -- Every assigned or running job, newest first, listed (as jobs_list).
-SELECT id, kind, state, submitter, substr(command, 1, 2048) AS command_head, selector,
-       device_id, worker_id, cwd, env, idempotency_key, priority, max_runtime, idle_timeout,
-       substr(reason, 1, 257) AS reason_head, stdio, exit_code,
-       substr(kill_reason, 1, 257) AS kill_reason_head, submitted_at, queued_at, started_at,
-       finished_at, count, device_ids, unix_user, name, array_id, array_index, array_item,
-       requeue_on_hardware, restart_count, excluded_device_ids, owner
+SELECT id, kind, state, submitter, token_name, selector, device_id, worker_id,
+       substr(command, 1, 2048) AS command_head, cwd, env, idempotency_key, request_digest,
+       priority, max_runtime, idle_timeout, substr(reason, 1, 257) AS reason_head, stdio,
+       exit_code, substr(kill_reason, 1, 257) AS kill_reason_head, kill_requested,
+       kill_delivered_at, submitted_at, queued_at, assigned_at, started_at, finished_at, count,
+       device_ids, unix_user, name, array_id, array_index, array_item, sessions,
+       requeue_on_hardware, restart_count, excluded_device_ids, runtime_asked, owner, spec_bytes
 FROM jobs WHERE state IN ('assigned', 'running') ORDER BY id DESC
 
 -- name: jobs_queued_listed
 -- Every queued job, listed (as jobs_list), in priority then id order.
-SELECT id, kind, state, submitter, substr(command, 1, 2048) AS command_head, selector,
-       device_id, worker_id, cwd, env, idempotency_key, priority, max_runtime, idle_timeout,
-       substr(reason, 1, 257) AS reason_head, stdio, exit_code,
-       substr(kill_reason, 1, 257) AS kill_reason_head, submitted_at, queued_at, started_at,
-       finished_at, count, device_ids, unix_user, name, array_id, array_index, array_item,
-       requeue_on_hardware, restart_count, excluded_device_ids, owner
+SELECT id, kind, state, submitter, token_name, selector, device_id, worker_id,
+       substr(command, 1, 2048) AS command_head, cwd, env, idempotency_key, request_digest,
+       priority, max_runtime, idle_timeout, substr(reason, 1, 257) AS reason_head, stdio,
+       exit_code, substr(kill_reason, 1, 257) AS kill_reason_head, kill_requested,
+       kill_delivered_at, submitted_at, queued_at, assigned_at, started_at, finished_at, count,
+       device_ids, unix_user, name, array_id, array_index, array_item, sessions,
+       requeue_on_hardware, restart_count, excluded_device_ids, runtime_asked, owner, spec_bytes
 FROM jobs WHERE state = 'queued' ORDER BY priority DESC, id
 
 -- name: jobs_recent_on_device
 -- The newest jobs, not queued, with device ?1 among theirs, at most ?2: those that
 -- held a lease on it, and those that named it first (a pinned job cancelled unplaced);
 -- listed (as jobs_list).
-SELECT j.id, j.kind, j.state, j.submitter, substr(j.command, 1, 2048) AS command_head,
-       j.selector, j.device_id, j.worker_id, j.cwd, j.env, j.idempotency_key, j.priority,
-       j.max_runtime, j.idle_timeout, substr(j.reason, 1, 257) AS reason_head, j.stdio,
-       j.exit_code, substr(j.kill_reason, 1, 257) AS kill_reason_head, j.submitted_at,
-       j.queued_at, j.started_at, j.finished_at, j.count, j.device_ids, j.unix_user, j.name,
-       j.array_id, j.array_index, j.array_item, j.requeue_on_hardware, j.restart_count,
-       j.excluded_device_ids, j.owner
+SELECT j.id, j.kind, j.state, j.submitter, j.token_name, j.selector, j.device_id,
+       j.worker_id, substr(j.command, 1, 2048) AS command_head, j.cwd, j.env, j.idempotency_key,
+       j.request_digest, j.priority, j.max_runtime, j.idle_timeout,
+       substr(j.reason, 1, 257) AS reason_head, j.stdio, j.exit_code,
+       substr(j.kill_reason, 1, 257) AS kill_reason_head, j.kill_requested, j.kill_delivered_at,
+       j.submitted_at, j.queued_at, j.assigned_at, j.started_at, j.finished_at, j.count,
+       j.device_ids, j.unix_user, j.name, j.array_id, j.array_index, j.array_item, j.sessions,
+       j.requeue_on_hardware, j.restart_count, j.excluded_device_ids, j.runtime_asked, j.owner,
+       j.spec_bytes
 FROM jobs AS j
 WHERE (j.id IN (SELECT job_id FROM leases WHERE device_id = ?1 ORDER BY job_id DESC LIMIT ?2 * 4)
        OR j.id IN (SELECT id FROM jobs WHERE device_id = ?1 ORDER BY id DESC LIMIT ?2 * 4))
