@@ -233,7 +233,7 @@ class Identity:
 
     owner: str
     submitter: str
-    unix_user: str | None
+    unix_user: str
     actor: str = ""
     as_token: str = ""
 
