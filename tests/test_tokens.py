@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from rc.controller.api.jobs import validate_submit
 from rc.controller.auth import TokenCache, hash_secret, new_secret
 from rc.controller.errors import Refused
 from rc.controller.store import jobs, tokens
+from rc.controller.submission import validate_submit
 from rc.proto.model import JobKind, JobState, Role
 from rc.proto.wire import SubmitRequest
 from tests.harness import Cli, job, wait_until
