@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -330,17 +331,42 @@ def _local_target(dst: str, name: str) -> tuple[str, str]:
     return parent, final
 
 
+def _local_scratch(parent: str) -> str:
+    """The hidden directory under `parent` a download is received into
+    (renamed into place once whole). RcError in one line, before anything is
+    started on the device, when it cannot be made: a current directory that
+    was removed, a directory the caller may not write."""
+    try:
+        shown = os.path.abspath(parent)
+        return tempfile.mkdtemp(prefix=".rc-cp-", dir=parent)
+    except FileNotFoundError:
+        if not os.path.isabs(parent):
+            try:
+                os.getcwd()
+            except FileNotFoundError:
+                raise RcError(
+                    "the current directory no longer exists; cd somewhere and copy again"
+                ) from None
+        raise RcError(f"no such directory: {shown}") from None
+    except OSError as e:
+        raise RcError(f"cannot write to {shown}: {e.strerror}") from None
+
+
 def _download(c: Client, src: Remote, dst: str, hold: int | None) -> int:
     path = src.path.rstrip("/") or "/"
     if path == "/":
         raise UsageError("rc cp will not copy a whole root directory")
     name = os.path.basename(path)
     parent, final = _local_target(dst, name)
-    place = _choose(c, src.device, hold)
-    _start(c, place, copyjob.download_command(src.path, dst))
+    tmp = _local_scratch(parent)  # before anything is asked of the far side
+    try:
+        place = _choose(c, src.device, hold)
+        _start(c, place, copyjob.download_command(src.path, dst))
+    except BaseException:
+        _remove_tree(tmp)
+        raise
     up, down = open_halves(c, place.base)
     progress = _Progress("received", None)
-    tmp = tempfile.mkdtemp(prefix=".rc-cp-", dir=parent)
     try:
         with contextlib.suppress(TransportError):
             up.finish()  # the remote tar reads nothing
@@ -388,8 +414,6 @@ def _download(c: Client, src: Remote, dst: str, hold: int | None) -> int:
 
 
 def _remove_tree(path: str) -> None:
-    import shutil
-
     def writable(func, p, exc):
         with contextlib.suppress(OSError):
             os.chmod(os.path.dirname(p), 0o700)
