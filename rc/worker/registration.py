@@ -39,13 +39,14 @@ from collections.abc import Callable
 from rc import __version__
 from rc.proto import calls
 from rc.proto.client import Client
-from rc.proto.codec import decode, encode
+from rc.proto.codec import decode
 from rc.proto.errors import ApiError, TransportError
 from rc.proto.model import RecoveryProof
 from rc.proto.wire import (
     WORKER_PROTOCOL,
     Assignments,
     DeviceDecl,
+    HeartbeatRequest,
     LabelsRequest,
     LeaveRequest,
     LeaveResponse,
@@ -381,7 +382,7 @@ class Registration:
         ones the controller says have ended. None once the worker has left
         (a heartbeat would bring its devices back into the pool)."""
         holds = self.runs.holds()
-        use = [encode(u) for u in self.usage.sample(holds, self.clock.monotonic())]
+        use = self.usage.sample(holds, self.clock.monotonic())
         with self._leaving:
             if self.left:
                 return
@@ -391,7 +392,7 @@ class Registration:
                 resp = self.client.call(
                     calls.HEARTBEAT,
                     self.worker_id,
-                    body={"running_job_ids": named, "hold_use": use},
+                    body=HeartbeatRequest(tuple(named), use),
                 )
             except (ApiError, TransportError) as e:
                 err = e

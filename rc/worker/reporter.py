@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from rc.proto import calls
 from rc.proto.client import Client
 from rc.proto.errors import ApiError, TransportError
-from rc.proto.wire import LOG_TAILS_PER_REQUEST
+from rc.proto.wire import LOG_TAILS_PER_REQUEST, FaultRequest
 from rc.worker import health
 from rc.worker.clock import SYSTEM, Clock
 from rc.worker.logsink import LogSink
@@ -377,7 +377,7 @@ class Reporter:
                 self.client.call(
                     calls.DEVICE_FAULT,
                     f.device_id,
-                    body={"reason": f.reason, "job_id": f.job_id, "drain": f.drain},
+                    body=FaultRequest(f.reason, f.job_id, f.drain),
                 )
             except ApiError as e:
                 if e.status >= 500 and self.clock.monotonic() < f.deadline:
