@@ -99,7 +99,6 @@ __all__ = [
     "SignInRequest",
     "SignInSession",
     "StateResponse",
-    "StatusReport",
     "SubmitRequest",
     "Survivor",
     "TokenCreate",
@@ -580,8 +579,8 @@ class Assignments:
 
 
 @dataclass(frozen=True, slots=True)
-class StatusReport:
-    """POST /v1/jobs/{id}/status from the worker running the job.
+class JobReport:
+    """One job's status inside a batch of reports, from the worker running it.
 
     state is "running" or a terminal state; exit_code is the process's code
     (128+N for death by signal N); reason says why (kill reason, watchdog);
@@ -591,20 +590,6 @@ class StatusReport:
     bus"; "" when nothing did: its own failure), and hardware_device_ids
     the faulty devices (ids) of its own; a job with a cause may be
     requeued (README "GPU health").
-    """
-
-    worker_id: str
-    state: JobState
-    exit_code: int | None = None
-    reason: str = ""
-    started_at: float | None = None
-    hardware_cause: str = ""
-    hardware_device_ids: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class JobReport:
-    """One job's status inside a batch of reports (fields as StatusReport).
 
     `log_offset` and `log_tail`: the job's output the worker holds and the
     controller has not acknowledged yet, `log_tail` base64 (RFC 4648, with
