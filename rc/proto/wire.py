@@ -1,7 +1,8 @@
 """Request and response records of the HTTP API (docs/design.md#the-wire).
 
-One definition per record, imported by controller, worker and CLI. Paths and
-headers live here too, so the three sides cannot drift.
+One definition per record, imported by controller, worker and CLI. Headers
+live here too, and every route a client calls in rc.proto.calls, so the three
+sides cannot drift.
 """
 
 from __future__ import annotations
