@@ -112,6 +112,10 @@ CREATE TABLE jobs (
         (owner GLOB 'token:[1-9]*' AND NOT substr(owner, 7) GLOB '*[^0-9]*')
         OR (owner GLOB 'uid:[0-9]*' AND NOT substr(owner, 5) GLOB '*[^0-9]*')
         OR owner GLOB 'name:?*'),
+    -- schema 11: the bytes its spec takes (command and env as stored, cwd,
+    -- reason, array item: rc.controller.store.jobs.spec_bytes), summed over
+    -- a user's queued jobs for rc serve --max-queued-spec-bytes
+    spec_bytes        INTEGER NOT NULL DEFAULT 0 CHECK (spec_bytes >= 0),
     CHECK (selector != '' OR device_id != ''),
     CHECK (kind = 'job' OR (cwd = '' AND env = '{}' AND idle_timeout = 0 AND stdio = '')),
     CHECK ((state IN ('succeeded', 'failed', 'killed', 'lost')) = (finished_at IS NOT NULL))
@@ -120,12 +124,13 @@ CREATE TABLE jobs (
 CREATE INDEX jobs_queue ON jobs (priority DESC, id) WHERE state = 'queued';
 -- schema 9: the queue by ask, for the position count (views.queue_position);
 -- schema 10: by Unix user (the account), for the per-user queued limit and
--- `rc jobs -u USER`, and by owner, for --mine, a revoke and idempotency keys
+-- `rc jobs -u USER`, and by owner, for --mine, a revoke and idempotency keys;
+-- schema 11: with each one's spec bytes, for the per-user budget of them
 CREATE INDEX jobs_queue_ask ON jobs (
     selector, device_ids, max_runtime, unix_user, excluded_device_ids,
     priority, queued_at, state
 ) WHERE state = 'queued';
-CREATE INDEX jobs_queued_by_user ON jobs (unix_user) WHERE state = 'queued';
+CREATE INDEX jobs_queued_by_user ON jobs (unix_user, spec_bytes, state) WHERE state = 'queued';
 CREATE INDEX jobs_active ON jobs (worker_id) WHERE state IN ('assigned', 'running');
 CREATE INDEX jobs_by_device ON jobs (device_id, id DESC);
 CREATE INDEX jobs_by_user ON jobs (unix_user, id DESC);

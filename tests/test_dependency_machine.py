@@ -110,7 +110,7 @@ class DependencyMachine(RuleBasedStateMachine):
                     assert dep["finished_at"] <= r["assigned_at"]
                 if r["state"] == "queued" and dep["state"] in TERMINAL:
                     assert met, f"job {j} still waits for {d['after_id']}, which can never do"
-            if r["state"] == "killed" and r["kill_reason"].startswith("dependency "):
+            if r["state"] == "killed" and r["kill_reason_head"].startswith("dependency "):
                 assert r["started_at"] is None and r["assigned_at"] is None
         active: dict[int, int] = {}
         for r in jobs.values():

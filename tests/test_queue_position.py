@@ -94,7 +94,7 @@ def _plan(lab: Lab, name: str, params) -> list[str]:
 
 def test_the_counts_every_submit_makes_read_only_the_queue(tmp_path):
     """Every submit's reply counts the jobs ahead of it, and the per-user
-    queued limit counts the Unix user's queued jobs: both through partial
+    queued limit and budget count the Unix user's queued jobs: both through partial
     indexes of queued jobs (schema 9; by Unix user since schema 10), never
     the whole jobs table. The count of the limit went through
     jobs_by_submitter, every job the user ever had. SQLite's plans; PostgreSQL's planner picks by the table's statistics."""
@@ -108,8 +108,9 @@ def test_the_counts_every_submit_makes_read_only_the_queue(tmp_path):
             ahead = _plan(lab, query, params)
             assert any("USING COVERING INDEX jobs_queue_ask" in d for d in ahead), (query, ahead)
             assert not any("TEMP B-TREE" in d for d in ahead), (query, ahead)
-        mine = _plan(lab, "count_queued_by", ("alice",))
-        assert any("jobs_queued_by_user" in d for d in mine), mine
+        mine = _plan(lab, "queued_of_user", ("alice",))
+        # schema 11: with the budget's spec bytes, still the index alone
+        assert any("COVERING INDEX jobs_queued_by_user" in d for d in mine), mine
     finally:
         lab.close()
 

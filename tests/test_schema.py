@@ -424,3 +424,51 @@ def test_schema_10_gives_every_old_job_its_owner(tmp_path):
         conn.execute(insert, ("token:1",))
     assert _shape(conn) == _shape(_schema_db(tmp_path / "fresh.db"))
     conn.close()
+
+
+V10_JOBS = (
+    "INSERT INTO jobs (id, kind, state, submitter, selector, command, env, cwd, reason, "
+    "submitted_at, queued_at, finished_at, unix_user, owner) VALUES "
+    "(1, 'job', 'queued', 'alice', '*', '[\"echo\",\"h\u00e9llo \u2603\"]', '{\"K\":\"v\"}', "
+    "'/tmp/\u00e9', 'why', 1, 1, NULL, 'alice', 'uid:1000'), "
+    "(2, 'job', 'succeeded', 'alice', '*', '[\"true\"]', '{}', '', '', 2, 2, 3, 'alice', "
+    "'uid:1000'), "
+    "(3, 'job', 'queued', 'bob', '*', '[\"sleep\",\"9\"]', '{}', '', '', 4, 4, NULL, 'bob', "
+    "'uid:1001')"
+)
+"""Jobs of a schema-10 database: non-ASCII text (spec bytes are UTF-8
+bytes, not characters), a finished job, another user's."""
+V11_SPEC_BYTES = {
+    1: len('["echo","h\u00e9llo \u2603"]'.encode())
+    + len('{"K":"v"}')
+    + len("/tmp/\u00e9".encode())
+    + 3,
+    2: len('["true"]') + 2,
+    3: len('["sleep","9"]') + 2,
+}
+
+
+def test_schema_11_counts_every_old_jobs_spec_bytes(tmp_path):
+    """Schema 11: every job of a schema-10 database gets the bytes its spec
+    takes (command and env as stored, cwd, reason, array item), and a
+    user's queued sum is read from jobs_queued_by_user alone."""
+    path = tmp_path / "rc.db"
+    conn = _old_database(path)
+    for target, name in db.MIGRATIONS:
+        if target > 10:
+            break
+        for stmt in db._statements(db._resource("rc.controller.store.migrations", name)):
+            conn.execute(stmt)
+        conn.execute(f"PRAGMA user_version = {target}")
+    conn.execute(V10_JOBS)
+    conn.close()
+    conn = _schema_db(path)
+    got = dict(conn.execute("SELECT id, spec_bytes FROM jobs"))
+    assert got == V11_SPEC_BYTES
+    sql = db.QUERIES["queued_of_user"]
+    assert conn.execute(sql, ("alice",)).fetchone() == (1, V11_SPEC_BYTES[1])
+    assert conn.execute(sql, ("carol",)).fetchone() == (0, 0)
+    plan = " ".join(str(r[-1]) for r in conn.execute("EXPLAIN QUERY PLAN " + sql, ("alice",)))
+    assert "COVERING INDEX jobs_queued_by_user" in plan, plan
+    assert _shape(conn) == _shape(_schema_db(tmp_path / "fresh.db"))
+    conn.close()

@@ -373,3 +373,29 @@ def test_schema_10_gives_every_old_pg_job_its_owner(pg_cluster, conn):
             assert _shape(old) == _shape(conn)
     finally:
         pg_cluster.drop_database(dsn)
+
+
+def test_schema_11_counts_every_old_pg_jobs_spec_bytes(pg_cluster, conn):
+    """test_schema.py's test of schema 11 on PostgreSQL: the same rows of a
+    schema-10 database, the same spec bytes."""
+    from tests.test_schema import V10_JOBS, V11_SPEC_BYTES
+
+    dsn = pg_cluster.create_database()
+    try:
+        with psycopg.connect(dsn, autocommit=True) as old:
+            for stmt in pg.pg_statements(OLD_PG_SCHEMA.read_text()):
+                old.execute(stmt)
+            for target, name in pg.PG_MIGRATIONS:
+                if target > 10:
+                    break
+                for stmt in pg.pg_statements(
+                    pg._resource("rc.controller.store.migrations.pg", name)
+                ):
+                    old.execute(stmt)
+            old.execute("INSERT INTO rc_schema VALUES (10)")
+            old.execute(V10_JOBS)
+            pg.migrate(pg._Conn(old), "old")
+            assert dict(old.execute("SELECT id, spec_bytes FROM jobs").fetchall()) == V11_SPEC_BYTES
+            assert _shape(old) == _shape(conn)
+    finally:
+        pg_cluster.drop_database(dsn)

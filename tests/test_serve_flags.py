@@ -23,6 +23,7 @@ RENAMED = {
     "log_cap": ("limits", "log_cap_bytes"),
     "hold_idle_timeout": ("limits", "hold_idle_timeout"),
     "hold_idle_timeout_max": ("limits", "hold_idle_timeout_max"),
+    "max_queued_spec_bytes": ("limits", "queued_spec_bytes"),
 }
 NOT_CONFIG = {"verb", "handler", "usage_prog", "ready_fd", "rest"}
 

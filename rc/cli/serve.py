@@ -332,6 +332,14 @@ def add_parsers(sub) -> None:
         metavar="BYTES",
         help="per-job log cap in bytes (default 256 MiB)",
     )
+    p.add_argument(
+        "--max-queued-spec-bytes",
+        type=_in_range(_integer, 1024, 1 << 40, "0 (no budget) or 1024 to 1099511627776", True),
+        default=256 << 20,
+        metavar="BYTES",
+        help="most bytes of job specs (commands, environments) one user may have queued; "
+        'past it a submission is refused, 429 queued_spec_bytes (0: no budget; default 256 MiB; README "Limits")',
+    )
     p.add_argument("--ready-fd", type=int, default=None, help=argparse.SUPPRESS)
     p.set_defaults(handler="serve:cmd_serve")
 
@@ -397,6 +405,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         lease_grace=args.lease_grace,
         limits=config.Limits(
             log_cap_bytes=args.log_cap,
+            queued_spec_bytes=args.max_queued_spec_bytes,
             hold_idle_timeout=args.hold_idle_timeout,
             hold_idle_timeout_max=args.hold_idle_timeout_max,
         ),

@@ -49,6 +49,9 @@ class Limits:
     (400 limit_exceeded)."""
     queued_per_user: int = 10000
     """Most queued jobs per submitter (429 queue_full)."""
+    queued_spec_bytes: int = 256 << 20
+    """Most spec bytes of queued jobs per user (rc.controller.store.jobs.spec_bytes;
+    429 queued_spec_bytes; 0: no budget; rc serve --max-queued-spec-bytes)."""
     relay_sessions_per_user: int = 16
     """Most open relay sessions per user, forward connections not counted
     (429 limit_exceeded)."""

@@ -54,6 +54,7 @@ class ErrorCode(enum.StrEnum):
     SHEET_TOO_LARGE = "sheet_too_large"
     LIMIT_EXCEEDED = "limit_exceeded"
     QUEUE_FULL = "queue_full"
+    QUEUED_SPEC_BYTES = "queued_spec_bytes"
     PRIORITY_OUT_OF_RANGE = "priority_out_of_range"
     PRIORITY_NOT_ALLOWED = "priority_not_allowed"
     BAD_SELECTOR = "bad_selector"
@@ -99,6 +100,7 @@ STATUS: Mapping[ErrorCode, int] = MappingProxyType(
         ErrorCode.SHEET_TOO_LARGE: 413,
         ErrorCode.LIMIT_EXCEEDED: 400,
         ErrorCode.QUEUE_FULL: 429,
+        ErrorCode.QUEUED_SPEC_BYTES: 429,
         ErrorCode.PRIORITY_OUT_OF_RANGE: 400,
         ErrorCode.PRIORITY_NOT_ALLOWED: 400,
         ErrorCode.BAD_SELECTOR: 400,

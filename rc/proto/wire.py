@@ -247,8 +247,10 @@ class JobView:
 
 @dataclass(frozen=True, slots=True)
 class JobList:
-    """GET /v1/jobs: newest first. `next_before`: pass it as `before` for
-    the next page (0 when this page was the last)."""
+    """GET /v1/jobs: newest first, each job listed: its command and reasons
+    cut to rc.proto.listed.LISTED_TEXT_CHARS (GET /v1/jobs/ID has them
+    whole). `next_before`: pass it as `before` for the next page (0 when
+    this page was the last)."""
 
     jobs: tuple[Job, ...]
     next_before: int = 0
@@ -858,7 +860,9 @@ class JobExplanation:
 @dataclass(frozen=True, slots=True)
 class StateResponse:
     """GET /v1/state: the fleet, active jobs and the queue in scheduling order,
-    and the idle clocks of the running holds (README "Holds: the idle rule")."""
+    and the idle clocks of the running holds (README "Holds: the idle rule").
+    Every job, and every holder's command and reason, is listed: cut to
+    rc.proto.listed.LISTED_TEXT_CHARS (GET /v1/jobs/ID has a job whole)."""
 
     devices: tuple[DeviceView, ...]
     jobs: tuple[Job, ...]

@@ -268,6 +268,7 @@ def validate_submit(  # noqa: C901 - too complex; it is to be split into named s
         reason=req.reason.strip() if req.kind is JobKind.HOLD else _job_reason(req, command, pins),
         stdio=req.stdio.value,
         queued_limit=lim.queued_per_user,
+        queued_spec_limit=lim.queued_spec_bytes,
         count=count,
         device_ids=pins,
         unix_user=unix_user,

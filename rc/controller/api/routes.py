@@ -227,6 +227,7 @@ ROUTES: tuple[Endpoint, ...] = (
             E.IDEMPOTENCY_CONFLICT,
             E.NO_DEVICE_AVAILABLE,
             E.QUEUE_FULL,
+            E.QUEUED_SPEC_BYTES,
         ),
     ),
     Endpoint(
@@ -234,7 +235,7 @@ ROUTES: tuple[Endpoint, ...] = (
         "/v1/jobs",
         jobs.list_jobs,
         USER,
-        "Jobs, newest first (history included)",
+        "Jobs, newest first (history included); commands and reasons cut to 256 characters",
         wire.JobList,
         params=(
             Param("limit", "integer", "1..1000 (default 20)"),
@@ -369,7 +370,7 @@ ROUTES: tuple[Endpoint, ...] = (
         "/v1/state",
         devices.state,
         USER,
-        "Devices, active jobs, the queue in scheduling order",
+        "Devices, active jobs, the queue in scheduling order; commands and reasons cut to 256 characters",
         wire.StateResponse,
     ),
     Endpoint(
@@ -517,7 +518,7 @@ ROUTES: tuple[Endpoint, ...] = (
         "/v1/events",
         admin.events,
         USER,
-        "The activity feed, oldest first (long poll with after/wait)",
+        "The activity feed, oldest first (long poll with after/wait); texts cut to 256 characters",
         wire.EventList,
         params=(
             Param("after", "integer", "only events with a larger id"),

@@ -125,6 +125,7 @@ MIGRATIONS: list[tuple[int, str]] = [
     (8, "0008_leadership.sql"),  # the leadership lease of standby controllers (PG only)
     (9, "0009_queue_ask.sql"),  # the queue indexed by ask (positions) and by submitter
     (10, "0010_principals.sql"),  # owners are principals; keys unique per owner
+    (11, "0011_spec_bytes.sql"),  # a job's spec bytes, for the per-user budget of them
 ]
 SCHEMA_VERSION = 1 + len(MIGRATIONS)
 MIGRATION_STEPS: dict[int, Callable[..., Any]] = {10: owners_by_uid}

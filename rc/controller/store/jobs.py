@@ -50,6 +50,7 @@ __all__ = [
     "mark_running",
     "pending_for",
     "release",
+    "spec_bytes",
     "state_of",
     "withdraw_queued",
 ]
@@ -76,6 +77,10 @@ class NewJob:
     live token it is submitted as (`as_user: "token:NAME"`): owner, label
     and Unix user are then that token's, looked up by enqueue (the three
     fields given are ignored).
+
+    `queued_limit` and `queued_spec_limit` are the per-user limits on queued
+    jobs and on their spec bytes (rc serve --max-queued-spec-bytes), 0 for
+    none.
     """
 
     kind: JobKind
@@ -106,6 +111,7 @@ class NewJob:
     """A hold's idle timeout in seconds (0: off); None for a job."""
     after: tuple[tuple[int, str], ...] = ()
     requeue_on_hardware: bool = True
+    queued_spec_limit: int = 0
     owner: str = ""
     actor: str = ""
     as_token: str = ""
@@ -127,7 +133,8 @@ def enqueue(tx: Tx, job: NewJob, match_cache: MatchCache) -> tuple[int, bool]:
     host (no_matching_device, naming the most one host has), a runtime above
     the ceiling of a pinned device or of too many candidates (never clamped:
     runtime_above_ceiling); 429 queue_full past the per-user queued limit
-    (counted by Unix user).
+    and 429 queued_spec_bytes past the per-user budget of queued spec bytes
+    (both counted by Unix user, an array's every element; nothing is queued).
     """
     job = _identity(tx, job)
     if job.idempotency_key is not None:
@@ -142,14 +149,10 @@ def enqueue(tx: Tx, job: NewJob, match_cache: MatchCache) -> tuple[int, bool]:
             return row["id"], False
     n = len(job.array_indices) or 1
     unix_user = job.unix_user or ""
-    if job.queued_limit and tx.scalar("count_queued_by", (unix_user,)) + n > job.queued_limit:
-        raise Refused(
-            ErrorCode.QUEUE_FULL,
-            f"{unix_user} already has {job.queued_limit} queued jobs (the per-user limit)"
-            if n == 1
-            else f"{n} more queued jobs would pass {unix_user}'s limit of "
-            f"{job.queued_limit}; nothing was queued",
-        )
+    base = spec_bytes(job)
+    items = [len(item.encode()) for item in job.array_items] or [0] * n
+    if job.queued_limit or job.queued_spec_limit:
+        _check_queued(tx, job, unix_user, n, base * n + sum(items))
     deps = _resolve_deps(tx, job.after)
     max_runtime = job.max_runtime  # 0: inherit the ceiling where it lands (leases.assign)
     pins = job.device_ids or ((job.device_id,) if job.device_id else ())
@@ -160,10 +163,11 @@ def enqueue(tx: Tx, job: NewJob, match_cache: MatchCache) -> tuple[int, bool]:
     pool = pins or tuple(match_cache.matching(tx, job.selector))
     _someone_runs_it(tx, pool, unix_user, ", ".join(pins) or f"matching {job.selector!r}")
     job_id = tx.scalar(
-        "job_insert", _fields(tx, job, max_runtime, pins, unix_user, job.idempotency_key)
+        "job_insert",
+        (*_fields(tx, job, max_runtime, pins, unix_user, job.idempotency_key), base + items[0]),
     )
     if job.array_indices:
-        _insert_elements(tx, job, job_id, max_runtime, pins, unix_user)
+        _insert_elements(tx, job, job_id, max_runtime, pins, unix_user, base, items)
     if job.hold_idle is not None:
         tx.exec("hold_idle_insert", (job_id, job.hold_idle))
     if deps:
@@ -180,6 +184,49 @@ def enqueue(tx: Tx, job: NewJob, match_cache: MatchCache) -> tuple[int, bool]:
     tx.schedule = True
     tx.notify("jobs", f"job:{job_id}")
     return job_id, True
+
+
+def spec_bytes(job: NewJob) -> int:
+    """The bytes a job's spec takes in the store (the jobs.spec_bytes column,
+    schema 11), its array item aside: its command and environment as stored
+    (JSON text), its working directory and its reason, in UTF-8."""
+    return sum(
+        len(text.encode())
+        for text in (dumps(list(job.command)), dumps(job.env), job.cwd, job.reason)
+    )
+
+
+def _size(n: int) -> str:
+    """Bytes for a person: "262,144 bytes (256.0 KiB)"."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n:,} bytes ({n / scale:.1f} {unit})"
+    return f"{n:,} bytes"
+
+
+def _check_queued(tx: Tx, job: NewJob, unix_user: str, n: int, adding: int) -> None:
+    """The per-user limits on queued jobs: 429 queue_full when `n` more jobs
+    would pass job.queued_limit, 429 queued_spec_bytes when `adding` more
+    spec bytes would pass job.queued_spec_limit (0: no limit)."""
+    queued = tx.one("queued_of_user", (unix_user,))
+    if job.queued_limit and queued["n"] + n > job.queued_limit:
+        raise Refused(
+            ErrorCode.QUEUE_FULL,
+            f"{unix_user} already has {job.queued_limit} queued jobs (the per-user limit)"
+            if n == 1
+            else f"{n} more queued jobs would pass {unix_user}'s limit of "
+            f"{job.queued_limit}; nothing was queued",
+        )
+    limit, has = job.queued_spec_limit, queued["spec_bytes"]
+    if limit and has + adding > limit:
+        what = "this job's" if n == 1 else f"this array's {n} elements'"
+        raise Refused(
+            ErrorCode.QUEUED_SPEC_BYTES,
+            f"{unix_user} has {_size(has)} of job specs queued; {what} {_size(adding)} "
+            f"would pass the per-user budget of {_size(limit)} (rc serve "
+            "--max-queued-spec-bytes); nothing was queued. It frees as queued jobs start "
+            "or are cancelled.",
+        )
 
 
 def _resolve_deps(tx: Tx, after: tuple[tuple[int, str], ...]) -> list[tuple[int, str]]:
@@ -252,19 +299,30 @@ def _fields(tx: Tx, job: NewJob, max_runtime: int, pins, unix_user: str, key: st
 
 
 def _insert_elements(
-    tx: Tx, job: NewJob, first: int, max_runtime: int, pins, unix_user: str
+    tx: Tx,
+    job: NewJob,
+    first: int,
+    max_runtime: int,
+    pins,
+    unix_user: str,
+    base: int,
+    item_bytes: list[int],
 ) -> None:
     """Make job `first` the first element of an array and insert the others
     with the ids after it (one statement, the same transaction), and the
     array's row. Element k gets index array_indices[k] and item
-    array_items[k] (when given); every element runs as `unix_user`."""
+    array_items[k] (when given), and spec bytes `base` + item_bytes[k];
+    every element runs as `unix_user`."""
     items = job.array_items or ("",) * len(job.array_indices)
     indices = job.array_indices
     tx.change("job_set_array", (first, indices[0], items[0], first))
-    common = (*_fields(tx, job, max_runtime, pins, unix_user, None), first)
+    common = _fields(tx, job, max_runtime, pins, unix_user, None)
     tx.many(
         "job_insert_element",
-        [(first + k, *common, indices[k], items[k]) for k in range(1, len(indices))],
+        [
+            (first + k, *common, base + item_bytes[k], first, indices[k], items[k])
+            for k in range(1, len(indices))
+        ],
     )
     tx.exec(
         "array_insert",
@@ -816,7 +874,8 @@ class Filter:
 
 
 def listing(tx: Tx, where: Filter, limit: int) -> list[Job]:
-    """Jobs newest first, at most `limit`, those `where` takes."""
+    """Jobs newest first, at most `limit`, those `where` takes, listed: their
+    commands and reasons cut (rows.listed_job; GET /v1/jobs/ID has them whole)."""
     params = {
         "device": where.device,
         "user": where.user,
@@ -828,7 +887,7 @@ def listing(tx: Tx, where: Filter, limit: int) -> list[Job]:
         "array": where.array,
         "limit": limit,
     }
-    return [rows.job(r) for r in tx.all("jobs_list", params)]
+    return [rows.listed_job(r) for r in tx.all("jobs_list", params)]
 
 
 def idle_watched(tx: Tx) -> list[idle.Watched]:

@@ -156,6 +156,7 @@ PG_MIGRATIONS: list[tuple[int, str]] = [
     (8, "0008_leadership.sql"),  # the leadership lease (rc.controller.store.leader)
     (9, "0009_queue_ask.sql"),  # the queue indexed by ask (positions) and by submitter
     (10, "0010_principals.sql"),  # owners are principals; keys unique per owner
+    (11, "0011_spec_bytes.sql"),  # a job's spec bytes, for the per-user budget of them
 ]
 """(version, file) under rc/controller/store/migrations/pg/, after PG_BASELINE;
 the same numbers as db.MIGRATIONS."""

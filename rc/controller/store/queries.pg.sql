@@ -26,8 +26,15 @@ WHERE id IN (SELECT value::bigint FROM jsonb_array_elements_text(?::jsonb) AS d 
   AND (state IN ('succeeded', 'failed', 'killed', 'lost') OR worker_id != ?)
 
 -- name: jobs_list
--- Jobs newest first, filtered by a device among theirs, Unix user, owner (a principal), states (a JSON array, '[]' for any), name (a GLOB, '' for any), submitted at or after :since (0: any) and an id below :before (0: no bound; keyset paging).
-SELECT * FROM jobs
+-- Jobs newest first, filtered by a device among theirs, Unix user, owner (a principal), states (a JSON array, '[]' for any), name (a GLOB, '' for any), submitted at or after :since (0: any) and an id below :before (0: no bound; keyset paging). Listed (rows.listed_job): every column, the command, reason and kill reason as their starts (command_head, reason_head, kill_reason_head: rc.proto.listed).
+SELECT id, kind, state, submitter, token_name, selector, device_id, worker_id,
+       substr(command, 1, 2048) AS command_head, cwd, env, idempotency_key, request_digest,
+       priority, max_runtime, idle_timeout, substr(reason, 1, 257) AS reason_head, stdio,
+       exit_code, substr(kill_reason, 1, 257) AS kill_reason_head, kill_requested,
+       kill_delivered_at, submitted_at, queued_at, assigned_at, started_at, finished_at, count,
+       device_ids, unix_user, name, array_id, array_index, array_item, sessions,
+       requeue_on_hardware, restart_count, excluded_device_ids, runtime_asked, owner, spec_bytes
+FROM jobs
 WHERE (:device = '' OR device_id = :device
        OR EXISTS (SELECT 1 FROM jsonb_array_elements_text(jobs.device_ids::jsonb) AS d (value)
                   WHERE d.value = :device))
@@ -42,8 +49,17 @@ ORDER BY id DESC
 LIMIT :limit
 
 -- name: jobs_recent_on_device
--- The newest jobs, not queued, with device ?1 among theirs, at most ?2: those that held a lease on it, and those that named it first (a pinned job cancelled unplaced).
-SELECT j.* FROM jobs AS j
+-- The newest jobs, not queued, with device ?1 among theirs, at most ?2: those that held a lease on it, and those that named it first (a pinned job cancelled unplaced); listed (as jobs_list).
+SELECT j.id, j.kind, j.state, j.submitter, j.token_name, j.selector, j.device_id,
+       j.worker_id, substr(j.command, 1, 2048) AS command_head, j.cwd, j.env, j.idempotency_key,
+       j.request_digest, j.priority, j.max_runtime, j.idle_timeout,
+       substr(j.reason, 1, 257) AS reason_head, j.stdio, j.exit_code,
+       substr(j.kill_reason, 1, 257) AS kill_reason_head, j.kill_requested, j.kill_delivered_at,
+       j.submitted_at, j.queued_at, j.assigned_at, j.started_at, j.finished_at, j.count,
+       j.device_ids, j.unix_user, j.name, j.array_id, j.array_index, j.array_item, j.sessions,
+       j.requeue_on_hardware, j.restart_count, j.excluded_device_ids, j.runtime_asked, j.owner,
+       j.spec_bytes
+FROM jobs AS j
 WHERE (j.id IN (SELECT job_id FROM leases WHERE device_id = ?1 ORDER BY job_id DESC LIMIT ?2 * 4)
        OR j.id IN (SELECT id FROM jobs WHERE device_id = ?1 ORDER BY id DESC LIMIT ?2 * 4))
   AND j.state != 'queued'
@@ -100,8 +116,9 @@ WHERE state = 'unhealthy' AND quarantine_reason = 'worker_lost' AND worker_id = 
                                 FROM jsonb_array_elements_text(?1::jsonb) AS r (value)))
 
 -- name: events_tail
--- The newest events at or after a time, at most ?, oldest first.
-SELECT * FROM (SELECT * FROM events WHERE at >= ? ORDER BY id DESC LIMIT ?) AS newest ORDER BY id
+-- The newest events at or after a time, at most ?, oldest first; texts listed (their start: rc.proto.listed).
+SELECT * FROM (SELECT id, at, kind, device_id, job_id, actor, substr(text, 1, 257) AS text FROM events WHERE at >= ? ORDER BY id DESC LIMIT ?) AS newest
+ORDER BY id
 
 -- name: job_insert_element
 -- An array element after its first, with its id given (the first's id plus its
@@ -112,9 +129,9 @@ WITH element AS (
     INSERT INTO jobs (id, kind, state, submitter, token_name, selector, device_id, command, cwd,
                       env, idempotency_key, request_digest, priority, max_runtime, idle_timeout,
                       reason, stdio, submitted_at, queued_at, count, device_ids, unix_user, name,
-                      requeue_on_hardware, runtime_asked, owner, array_id, array_index,
-                      array_item)
-    VALUES (?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                      requeue_on_hardware, runtime_asked, owner, spec_bytes, array_id,
+                      array_index, array_item)
+    VALUES (?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
     RETURNING id
 )
 SELECT setval(pg_get_serial_sequence('jobs', 'id'), id) FROM element
@@ -165,8 +182,8 @@ GROUP BY j.selector, j.device_ids, j.max_runtime, j.unix_user, j.excluded_device
 -- A device's GPU health history, newest first, at most ?: the faults and
 -- drains of its health rules ("health: " in the text: rc.worker.health) and
 -- what returned it (clears, undrains, recoveries). A scan of the feed: for
--- rc describe only.
-SELECT * FROM events WHERE device_id = ?
+-- rc describe only. Texts listed (their start: rc.proto.listed).
+SELECT id, at, kind, device_id, job_id, actor, substr(text, 1, 257) AS text FROM events WHERE device_id = ?
   AND (strpos(text, 'health: ') > 0
        OR kind IN ('device_cleared', 'device_undrained', 'device_recovered'))
 ORDER BY id DESC LIMIT ?
@@ -256,10 +273,11 @@ WITH w AS (
 SELECT k, n, i, wait FROM r
 WHERE i = (n + 1) / 2 OR i = (95 * n + 99) / 100
 
--- name: count_queued_by
--- How many jobs run as a Unix user are queued (the per-user queued limit).
+-- name: queued_of_user
+-- How many jobs run as a Unix user are queued, and their spec bytes (the per-user queued limit and budget).
 -- PostgreSQL has no INDEXED BY: its planner takes jobs_queued_by_user by itself.
-SELECT count(*) FROM jobs WHERE state = 'queued' AND unix_user = ?
+SELECT count(*) AS n, coalesce(sum(spec_bytes), 0) AS spec_bytes
+FROM jobs WHERE state = 'queued' AND unix_user = ?
 
 -- name: holds_idle_watched
 -- Running holds with an idle rule, not already asked to end: what the idle

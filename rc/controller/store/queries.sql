@@ -11,8 +11,8 @@
 INSERT INTO jobs (kind, state, submitter, token_name, selector, device_id, command, cwd, env,
                   idempotency_key, request_digest, priority, max_runtime, idle_timeout, reason,
                   stdio, submitted_at, queued_at, count, device_ids, unix_user, name,
-                  requeue_on_hardware, runtime_asked, owner)
-VALUES (?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                  requeue_on_hardware, runtime_asked, owner, spec_bytes)
+VALUES (?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 RETURNING id
 
 -- name: job_insert_element
@@ -21,8 +21,9 @@ RETURNING id
 INSERT INTO jobs (id, kind, state, submitter, token_name, selector, device_id, command, cwd,
                   env, idempotency_key, request_digest, priority, max_runtime, idle_timeout,
                   reason, stdio, submitted_at, queued_at, count, device_ids, unix_user, name,
-                  requeue_on_hardware, runtime_asked, owner, array_id, array_index, array_item)
-VALUES (?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                  requeue_on_hardware, runtime_asked, owner, spec_bytes, array_id, array_index,
+                  array_item)
+VALUES (?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 
 -- name: job_set_array
 -- An array's first element joins its array (array id, index, item).
@@ -66,11 +67,13 @@ FROM jobs WHERE id = ?
 -- The job an owner (a principal) used an idempotency key for, with its request digest.
 SELECT id, request_digest FROM jobs WHERE owner = ? AND idempotency_key = ?
 
--- name: count_queued_by
--- How many jobs run as a Unix user are queued (the per-user queued limit),
--- counted in the partial index of queued jobs (without INDEXED BY, SQLite
--- reads jobs_by_user: every job the user ever had).
-SELECT count(*) FROM jobs INDEXED BY jobs_queued_by_user
+-- name: queued_of_user
+-- How many jobs run as a Unix user are queued, and their spec bytes (the
+-- per-user queued limit and budget), summed in the partial index of queued
+-- jobs, which holds both (without INDEXED BY, SQLite reads jobs_by_user:
+-- every job the user ever had, and each one's row for its spec bytes).
+SELECT count(*) AS n, coalesce(sum(spec_bytes), 0) AS spec_bytes
+FROM jobs INDEXED BY jobs_queued_by_user
 WHERE state = 'queued' AND unix_user = ?
 
 -- name: job_cancel_queued
@@ -166,8 +169,16 @@ WHERE id IN (SELECT value FROM json_each(?))
 -- Jobs newest first, filtered by a device among theirs, Unix user, owner (a
 -- principal), states (a JSON array, '[]' for any), name (a GLOB, '' for any),
 -- submitted at or after :since (0: any) and an id below :before (0: no bound;
--- keyset paging).
-SELECT * FROM jobs
+-- keyset paging). Listed (rows.listed_job): every column, the command, reason
+-- and kill reason as their starts (rc.proto.listed: COMMAND_HEAD_CHARS, TEXT_HEAD_CHARS).
+SELECT id, kind, state, submitter, token_name, selector, device_id, worker_id,
+       substr(command, 1, 2048) AS command_head, cwd, env, idempotency_key, request_digest,
+       priority, max_runtime, idle_timeout, substr(reason, 1, 257) AS reason_head, stdio,
+       exit_code, substr(kill_reason, 1, 257) AS kill_reason_head, kill_requested,
+       kill_delivered_at, submitted_at, queued_at, assigned_at, started_at, finished_at, count,
+       device_ids, unix_user, name, array_id, array_index, array_item, sessions,
+       requeue_on_hardware, restart_count, excluded_device_ids, runtime_asked, owner, spec_bytes
+FROM jobs
 WHERE (:device = '' OR device_id = :device
        OR EXISTS (SELECT 1 FROM json_each(jobs.device_ids) WHERE value = :device))
   AND (:user = '' OR unix_user = :user)
@@ -181,17 +192,41 @@ ORDER BY id DESC
 LIMIT :limit
 
 -- name: jobs_active
--- Every assigned or running job, newest first.
-SELECT * FROM jobs WHERE state IN ('assigned', 'running') ORDER BY id DESC
+-- Every assigned or running job, newest first, listed (as jobs_list).
+SELECT id, kind, state, submitter, token_name, selector, device_id, worker_id,
+       substr(command, 1, 2048) AS command_head, cwd, env, idempotency_key, request_digest,
+       priority, max_runtime, idle_timeout, substr(reason, 1, 257) AS reason_head, stdio,
+       exit_code, substr(kill_reason, 1, 257) AS kill_reason_head, kill_requested,
+       kill_delivered_at, submitted_at, queued_at, assigned_at, started_at, finished_at, count,
+       device_ids, unix_user, name, array_id, array_index, array_item, sessions,
+       requeue_on_hardware, restart_count, excluded_device_ids, runtime_asked, owner, spec_bytes
+FROM jobs WHERE state IN ('assigned', 'running') ORDER BY id DESC
 
--- name: jobs_queued_full
--- Every queued job's whole row, in priority then id order.
-SELECT * FROM jobs WHERE state = 'queued' ORDER BY priority DESC, id
+-- name: jobs_queued_listed
+-- Every queued job, listed (as jobs_list), in priority then id order.
+SELECT id, kind, state, submitter, token_name, selector, device_id, worker_id,
+       substr(command, 1, 2048) AS command_head, cwd, env, idempotency_key, request_digest,
+       priority, max_runtime, idle_timeout, substr(reason, 1, 257) AS reason_head, stdio,
+       exit_code, substr(kill_reason, 1, 257) AS kill_reason_head, kill_requested,
+       kill_delivered_at, submitted_at, queued_at, assigned_at, started_at, finished_at, count,
+       device_ids, unix_user, name, array_id, array_index, array_item, sessions,
+       requeue_on_hardware, restart_count, excluded_device_ids, runtime_asked, owner, spec_bytes
+FROM jobs WHERE state = 'queued' ORDER BY priority DESC, id
 
 -- name: jobs_recent_on_device
 -- The newest jobs, not queued, with device ?1 among theirs, at most ?2: those that
--- held a lease on it, and those that named it first (a pinned job cancelled unplaced).
-SELECT j.* FROM jobs AS j
+-- held a lease on it, and those that named it first (a pinned job cancelled unplaced);
+-- listed (as jobs_list).
+SELECT j.id, j.kind, j.state, j.submitter, j.token_name, j.selector, j.device_id,
+       j.worker_id, substr(j.command, 1, 2048) AS command_head, j.cwd, j.env, j.idempotency_key,
+       j.request_digest, j.priority, j.max_runtime, j.idle_timeout,
+       substr(j.reason, 1, 257) AS reason_head, j.stdio, j.exit_code,
+       substr(j.kill_reason, 1, 257) AS kill_reason_head, j.kill_requested, j.kill_delivered_at,
+       j.submitted_at, j.queued_at, j.assigned_at, j.started_at, j.finished_at, j.count,
+       j.device_ids, j.unix_user, j.name, j.array_id, j.array_index, j.array_item, j.sessions,
+       j.requeue_on_hardware, j.restart_count, j.excluded_device_ids, j.runtime_asked, j.owner,
+       j.spec_bytes
+FROM jobs AS j
 WHERE (j.id IN (SELECT job_id FROM leases WHERE device_id = ?1 ORDER BY job_id DESC LIMIT ?2 * 4)
        OR j.id IN (SELECT id FROM jobs WHERE device_id = ?1 ORDER BY id DESC LIMIT ?2 * 4))
   AND j.state != 'queued'
@@ -419,8 +454,11 @@ WHERE released_at IS NULL AND expires_at <= ?
 ORDER BY job_id
 
 -- name: leases_live
--- Every live lease, with its job's command, runtime and display label.
-SELECT l.*, j.command AS command, j.max_runtime AS job_max_runtime, j.submitter AS label
+-- Every live lease, with its job's command, runtime and display label; the
+-- reason and the command listed (their starts: rc.proto.listed).
+SELECT l.id, l.device_id, l.job_id, l.holder, l.kind, substr(l.reason, 1, 257) AS reason_head,
+       l.acquired_at, l.expires_at, substr(j.command, 1, 2048) AS command_head,
+       j.max_runtime AS job_max_runtime, j.submitter AS label
 FROM leases AS l JOIN jobs AS j ON j.id = l.job_id
 WHERE l.released_at IS NULL
 
@@ -563,8 +601,8 @@ ORDER BY id DESC LIMIT 1
 -- A device's GPU health history, newest first, at most ?: the faults and
 -- drains of its health rules ("health: " in the text: rc.worker.health) and
 -- what returned it (clears, undrains, recoveries). A scan of the feed: for
--- rc describe only.
-SELECT * FROM events WHERE device_id = ?
+-- rc describe only. Texts listed (their start: rc.proto.listed).
+SELECT id, at, kind, device_id, job_id, actor, substr(text, 1, 257) AS text FROM events WHERE device_id = ?
   AND (instr(text, 'health: ') > 0
        OR kind IN ('device_cleared', 'device_undrained', 'device_recovered'))
 ORDER BY id DESC LIMIT ?
@@ -681,12 +719,15 @@ INSERT INTO events (at, kind, device_id, job_id, actor, text) VALUES (?, ?, ?, ?
 RETURNING id
 
 -- name: events_since
--- Events after an id and at or after a time, oldest first, at most ?.
-SELECT * FROM events WHERE id > ? AND at >= ? ORDER BY id LIMIT ?
+-- Events after an id and at or after a time, oldest first, at most ?; texts
+-- listed (their start: rc.proto.listed).
+SELECT id, at, kind, device_id, job_id, actor, substr(text, 1, 257) AS text FROM events WHERE id > ? AND at >= ? ORDER BY id LIMIT ?
 
 -- name: events_tail
--- The newest events at or after a time, at most ?, oldest first.
-SELECT * FROM (SELECT * FROM events WHERE at >= ? ORDER BY id DESC LIMIT ?) ORDER BY id
+-- The newest events at or after a time, at most ?, oldest first; texts listed
+-- (their start: rc.proto.listed).
+SELECT * FROM (SELECT id, at, kind, device_id, job_id, actor, substr(text, 1, 257) AS text FROM events WHERE at >= ? ORDER BY id DESC LIMIT ?)
+ORDER BY id
 
 -- name: events_last_id
 -- The newest event's id, 0 for an empty feed.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sqlite3
 
 from rc.controller.store.db import loads
+from rc.proto.listed import argv_head, cut, cut_argv
 from rc.proto.model import (
     Device,
     DeviceState,
@@ -21,7 +22,7 @@ from rc.proto.model import (
     Token,
 )
 
-__all__ = ["device", "devices_of", "event", "job", "label", "token"]
+__all__ = ["device", "devices_of", "event", "job", "label", "listed_argv", "listed_job", "token"]
 
 
 def devices_of(r: sqlite3.Row) -> tuple[str, ...]:
@@ -32,13 +33,32 @@ def devices_of(r: sqlite3.Row) -> tuple[str, ...]:
 
 
 def job(r: sqlite3.Row) -> Job:
-    """A jobs row as a Job."""
+    """A jobs row as a Job, whole."""
+    return _job(r, tuple(loads(r["command"])), r["reason"], r["kill_reason"])
+
+
+def listed_job(r: sqlite3.Row) -> Job:
+    """A listed jobs row (jobs_list's columns: command_head, reason_head and
+    kill_reason_head, the starts of those texts) as a Job whose command and
+    reasons are cut as listings carry them (rc.proto.listed)."""
+    return _job(
+        r, listed_argv(r["command_head"]), cut(r["reason_head"]), cut(r["kill_reason_head"])
+    )
+
+
+def listed_argv(head: str) -> tuple[str, ...]:
+    """A command as listings carry it, from the start of its stored JSON
+    text (rc.proto.listed.COMMAND_HEAD_CHARS of it)."""
+    return cut_argv(*argv_head(head))
+
+
+def _job(r: sqlite3.Row, command: tuple[str, ...], reason: str, kill_reason: str) -> Job:
     return Job(
         id=r["id"],
         kind=JobKind(r["kind"]),
         state=JobState(r["state"]),
         submitter=r["submitter"],
-        command=tuple(loads(r["command"])),
+        command=command,
         selector=r["selector"],
         device_id=r["device_id"],
         worker_id=r["worker_id"],
@@ -48,10 +68,10 @@ def job(r: sqlite3.Row) -> Job:
         priority=r["priority"],
         max_runtime_seconds=r["max_runtime"],
         idle_timeout_seconds=r["idle_timeout"],
-        reason=r["reason"],
+        reason=reason,
         stdio=Stdio(r["stdio"]),
         exit_code=r["exit_code"],
-        kill_reason=r["kill_reason"],
+        kill_reason=kill_reason,
         submitted_at=r["submitted_at"],
         queued_at=r["queued_at"],
         started_at=r["started_at"],
@@ -94,7 +114,8 @@ def device(r: sqlite3.Row, labels: tuple[Label, ...] = ()) -> Device:
 
 
 def event(r: sqlite3.Row) -> Event:
-    """An events row as an Event."""
+    """An events row as an Event, its text cut as listings carry it (every
+    reader of the feed is one: rc.proto.listed)."""
     return Event(
         id=r["id"],
         at=r["at"],
@@ -102,7 +123,7 @@ def event(r: sqlite3.Row) -> Event:
         device_id=r["device_id"],
         job_id=r["job_id"],
         actor=r["actor"],
-        text=r["text"],
+        text=cut(r["text"]),
     )
 
 

@@ -38,6 +38,7 @@ from rc.controller.store.queue import slots as queue_slots
 from rc.proto import selector as selectors
 from rc.proto.duration import format_duration
 from rc.proto.errors import ErrorCode
+from rc.proto.listed import cut
 from rc.proto.model import Condition, DeviceState, Job, JobState, Label, device_list
 from rc.proto.wire import (
     Dependency,
@@ -91,10 +92,9 @@ RIVALS_NAMED = 5
 @dataclass(slots=True)
 class QueueSnapshot:
     """The queue planned as the scheduler would plan it now (planning.Snapshot),
-    with the queued jobs as records and every device's effective labels."""
+    with every device's effective labels."""
 
     snap: Snapshot
-    jobs: dict[int, Job]
     labels: dict[str, dict[str, str]]
 
     def position(self, job_id: int) -> int:
@@ -107,8 +107,7 @@ def queue_snapshot(tx: Tx, policy: Policy) -> QueueSnapshot:
     """Plan the current queue on fresh labels (no writes)."""
     labels = effective_labels(tx)
     snap = snapshot(tx, lambda sel: match_devices(labels, sel), policy)
-    queued = {r["id"]: rows.job(r) for r in tx.all("jobs_queued_full")}
-    return QueueSnapshot(snap, queued, labels)
+    return QueueSnapshot(snap, labels)
 
 
 def plan_snapshot(tx: Tx, policy: Policy) -> Snapshot:
@@ -242,11 +241,23 @@ def _labels_by_device(tx: Tx) -> dict[str, list[Label]]:
 def device_views(tx: Tx, with_labels: bool = True) -> list[DeviceView]:
     """Every device with who holds it, sorted by id."""
     labels = _labels_by_device(tx) if with_labels else {}
-    leases = {r["device_id"]: r for r in tx.all("leases_live")}
+    leases = live_leases(tx)
     out = []
     for r in tx.all("devices_all"):
         dev = rows.device(r, tuple(labels.get(r["id"], ())))
         out.append(_view(dev, leases.get(r["id"]), tx.now))
+    return out
+
+
+def live_leases(tx: Tx) -> dict[str, dict]:
+    """Every live lease by its device: a leases_live row whose `reason` and
+    `command` (its job's) are cut as listings carry them (rc.proto.listed)."""
+    out = {}
+    for r in tx.all("leases_live"):
+        lease = dict(r)
+        lease["reason"] = cut(lease.pop("reason_head"))
+        lease["command"] = rows.listed_argv(lease.pop("command_head"))
+        out[lease["device_id"]] = lease
     return out
 
 
@@ -260,7 +271,7 @@ def _view(dev, lease, now: float) -> DeviceView:
         job_id=lease["job_id"],
         kind=lease["kind"],
         reason=lease["reason"],
-        command=tuple(loads(lease["command"])),
+        command=lease["command"],
         elapsed_seconds=now - lease["acquired_at"],
         max_runtime_seconds=lease["job_max_runtime"],
         expires_at=(lease["acquired_at"] + lease["job_max_runtime"])
@@ -272,10 +283,12 @@ def _view(dev, lease, now: float) -> DeviceView:
 
 def state(tx: Tx, policy: Policy) -> StateResponse:
     """The fleet, active jobs (newest first) and the queue in scheduling order,
-    with each queued job's position and seconds waited."""
+    with each queued job's position and seconds waited; every job listed (its
+    command and reasons cut: rows.listed_job)."""
     q = queue_snapshot(tx, policy)
-    active = tuple(rows.job(r) for r in tx.all("jobs_active"))
-    queued = tuple(q.jobs[i] for i in q.snap.plan.order if i in q.jobs)
+    active = tuple(rows.listed_job(r) for r in tx.all("jobs_active"))
+    listed = {r["id"]: rows.listed_job(r) for r in tx.all("jobs_queued_listed")}
+    queued = tuple(listed[i] for i in q.snap.plan.order if i in listed)
     positions = q.snap.positions()
     return StateResponse(
         devices=tuple(device_views(tx)),
@@ -293,11 +306,13 @@ def describe(tx: Tx, device_id: str) -> DescribeResponse:
         raise Refused(ErrorCode.DEVICE_NOT_FOUND, f"no device {device_id!r}")
     labels = tuple(rows.label(x) for x in tx.all("labels_of_device", (device_id,)))
     dev = rows.device(r, labels)
-    lease = next((x for x in tx.all("leases_live") if x["device_id"] == device_id), None)
+    lease = live_leases(tx).get(device_id)
     sheets = {x["device_name"]: x for x in tx.all("sheets_for_device", (dev.host, dev.name))}
     own = sheets.get(dev.name)
     chosen = own if own is not None and own["body"] else sheets.get("")
-    recent = tuple(rows.job(x) for x in tx.all("jobs_recent_on_device", (device_id, RECENT_JOBS)))
+    recent = tuple(
+        rows.listed_job(x) for x in tx.all("jobs_recent_on_device", (device_id, RECENT_JOBS))
+    )
     history = tuple(
         rows.event(x) for x in tx.all("events_health_of_device", (device_id, HEALTH_HISTORY))
     )
@@ -420,7 +435,7 @@ def explain_job(tx: Tx, job_id: int, policy: Policy) -> JobExplanation:  # noqa:
         return JobExplanation(job_id, "queued", (why,), pos, blockers)
 
     devices = {x["id"]: x for x in tx.all("devices_all")}
-    leases = {x["device_id"]: x for x in tx.all("leases_live")}
+    leases = live_leases(tx)
     taken_by = {d: j for j, ds in p.assignments for d in ds}
     mine_now = next((ds for j, ds in p.assignments if j == job_id), None)
     held, out_of_pool, free, reserved_away = [], [], [], []
