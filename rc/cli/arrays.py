@@ -208,7 +208,7 @@ def _rerun_failed(c: Client, array_id: int) -> int:
     elements.sort(key=lambda j: j["array_index"])
     # a listing cuts commands and reasons (README "Limits"): the spec copied
     # is the first element's whole, as GET /v1/jobs/ID gives it
-    body = rerun_body(c.get(f"/v1/jobs/{elements[0]['id']}")["job"])
+    body = rerun_body(c.call(calls.JOB_GET, elements[0]["id"])["job"])
     indices = tuple(j["array_index"] for j in elements)
     body["array"] = spec_text(ArraySpec(indices, summary.get("max_running") or 0))
     if any(j.get("array_item") for j in elements):

@@ -274,7 +274,8 @@ JOB_SUBMIT = Call("POST", "/v1/jobs", wire.SubmitRequest, wire.JobView)
 """Submit a job or a hold: 201 with its JobView (200 replaying an idempotency
 key). Refusals: bad_selector, no_matching_device, unknown_device,
 priority_out_of_range, runtime_above_ceiling, limit_exceeded,
-idempotency_conflict, no_device_available (no_wait), queue_full."""
+idempotency_conflict, no_device_available (no_wait), queue_full,
+queued_spec_bytes (the user's queued jobs hold too many spec bytes)."""
 JOBS = Call(
     "GET",
     "/v1/jobs",
@@ -285,7 +286,8 @@ JOBS = Call(
 """Jobs newest first, one page (`limit` 1..1000, default 20; `before` an id:
 the page's `next_before` pages on); filters: `device`, `user` (the Unix user),
 `mine`, `state` (a comma list), `name` (a GLOB), `since` (epoch seconds),
-`array` (an array id). Refusals: bad_request."""
+`array` (an array id). Commands and reasons come cut to 256 characters
+(JOB_GET gives them whole). Refusals: bad_request."""
 JOB_GET = Call(
     "GET", "/v1/jobs/{job_id}", None, wire.JobView, ("wait", "state", "position", "detail")
 )
@@ -323,7 +325,8 @@ EXPLAIN = Call("GET", "/v1/explain", None, wire.ExplainResponse, ("selector",))
 """Which devices `selector` (required) matches, which are free, the queue
 depth. Refusals: bad_selector."""
 STATE = Call("GET", "/v1/state", None, wire.StateResponse)
-"""Devices, active jobs, the queue in scheduling order, holds' idle clocks."""
+"""Devices, active jobs, the queue in scheduling order, holds' idle clocks;
+commands and reasons cut to 256 characters."""
 DEVICE_CLEAR = Call("POST", "/v1/devices/{device_id}/clear", wire.ClearRequest, wire.ActionResult)
 """Return a quarantined device to the pool after its worker's survivor scan
 (admin). Refusals: device_not_found, device_not_cleared, survivors_found,
