@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from rc.proto.client import Client
+from rc.proto.errors import ApiError
 from tests.harness import (
     PY,
     RUNUSER,
@@ -375,6 +376,17 @@ def test_revoking_a_token_leaves_the_local_user_of_its_name_alone(box):
             "token revoked",
         )
         assert job(admin, socket_job)["state"] == "queued"
+        # a new token of the same name is another principal, and is labelled
+        # apart from the revoked one's jobs (a trial: both read "alice (token alice)")
+        assert job(admin, token_job)["submitter"] == f"{ALICE} (revoked token {ALICE})"
+        again = Client(
+            admin.url, admin.post("/v1/tokens", {"name": ALICE, "role": "user"})["secret"]
+        )
+        assert again.get("/v1/whoami")["label"] == f"{ALICE} (token {ALICE})"
+        with pytest.raises(ApiError) as e:
+            again.get(f"/v1/jobs/{token_job}/logs", params={"follow": 0})
+        assert e.value.code == "not_job_owner" and f"(revoked token {ALICE})" in e.value.message
+        admin.delete(f"/v1/tokens/{ALICE}")
     finally:
         for h in block:
             admin.post(f"/v1/jobs/{h}/kill")

@@ -268,7 +268,9 @@ def cmd_whoami(args: argparse.Namespace) -> int:
         extra.append(f"host {me['host']}")
     if me.get("unix_user"):
         extra.append(f"runs jobs as {me['unix_user']}")
-    print_line(f"{me['name']} ({', '.join(extra)})")
+    # the label, as every message and listing names this caller (a token's
+    # name alone read like the socket user of that name)
+    print_line(f"{me.get('label') or me['name']} ({', '.join(extra)})")
     return 0
 
 

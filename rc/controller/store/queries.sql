@@ -760,6 +760,12 @@ VALUES (?, ?, ?, ?, ?, ?, ?)
 -- Revoke the live token with this name; no row when there is none.
 UPDATE tokens SET revoked_at = ? WHERE name = ? AND revoked_at IS NULL
 
+-- name: jobs_relabel_revoked
+-- The jobs of a revoked token's principal read "svc (revoked token ci)", so
+-- a new token of the same name ("svc (token ci)") is never confused with it.
+UPDATE jobs SET submitter = replace(submitter, ' (token ', ' (revoked token ')
+WHERE owner = ? AND submitter LIKE '% (token %'
+
 -- name: token_rotate
 -- A new secret for the live token with this name (same id: the same
 -- principal); no row when there is none.

@@ -60,7 +60,9 @@ def revoke(tx: Tx, name: str, actor: str, keep_jobs: bool = False) -> tuple[str,
     submitted and those an admin submitted as it, `--as token:NAME`), with
     kill reason REVOKED_REASON; never another principal's, whatever its
     name (a local user called like the token keeps its jobs). Running ones
-    go on. Returns (the token's secret hash, the cancelled job ids).
+    go on. Its jobs' labels become "svc (revoked token ci)", so a later
+    token of the same name is never read as their owner. Returns (the
+    token's secret hash, the cancelled job ids).
     404 when there is no such token; 409 last_admin_token when it is the last
     live (unrevoked, unexpired) admin token, which would leave nobody able to
     administer the controller."""
@@ -86,8 +88,9 @@ def revoke(tx: Tx, name: str, actor: str, keep_jobs: bool = False) -> tuple[str,
     if not target or tx.exec("token_revoke", (tx.now, name)) == 0:
         raise Refused(ErrorCode.NOT_FOUND, f"no live token named {name!r}")
     cancelled = []
+    owner = str(Principal.of_token(target[0]["id"]))
+    tx.exec("jobs_relabel_revoked", (owner,))
     if not keep_jobs:
-        owner = str(Principal.of_token(target[0]["id"]))
         for row in tx.all("jobs_queued_of_owner", (owner,)):
             if jobs.cancel_queued(tx, row["id"], REVOKED_REASON):
                 cancelled.append(row["id"])
