@@ -291,6 +291,10 @@ def test_a_local_user_named_like_the_worker_token_is_no_worker(box):
     for what in ("register", "poll", "beat"):
         status, answer = got[what]
         assert (status, answer["error"]) == (403, "forbidden"), (what, answer)
+        # never "'worker-HOST' is a user token", which reads as the worker token's
+        assert answer["message"] == (
+            f"this route needs a worker token; the local user {name} has the role user"
+        ), answer
     assert box.admin.get("/v1/devices")["devices"][0]["device"]["state"] != "unhealthy"
 
 

@@ -143,7 +143,10 @@ def require(caller: Caller, *roles: Role) -> Caller:
         return caller
     allowed = " or ".join(r.value for r in roles) or "admin"
     article = "an" if allowed.startswith("admin") else "a"  # "a user", "a worker"
+    # which kind of caller, never the bare name: a local user called like a
+    # worker token read as if told about that token
+    who = f"the local user {caller.name}" if caller.uid is not None else f"token {caller.name!r}"
     raise Refused(
         ErrorCode.FORBIDDEN,
-        f"this route needs {article} {allowed} token; {caller.name!r} is a {caller.role.value} token",
+        f"this route needs {article} {allowed} token; {who} has the role {caller.role.value}",
     )
