@@ -23,7 +23,7 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from rc.controller import idle, planning, scheduler
+from rc.controller import idle, planning
 from rc.controller.auth import TokenCache, hash_secret, new_secret
 from rc.controller.config import ControllerConfig
 from rc.controller.errors import NotLeader, Refused, StartupError
@@ -33,7 +33,7 @@ from rc.controller.metrics import Metrics
 from rc.controller.relay import Relay
 from rc.controller.scans import Scans
 from rc.controller.signin import SignIn
-from rc.controller.store import jobs, queue, tokens, usage, views, workers
+from rc.controller.store import jobs, queue, schedule, tokens, usage, views, workers
 from rc.controller.store.db import Database, Tx
 from rc.controller.store.labels import MatchCache
 from rc.controller.webhook import Webhook
@@ -308,7 +308,7 @@ class Controller:
     # -- scheduling ------------------------------------------------------
 
     def _pass(self, tx: Tx) -> None:
-        scheduler.schedule(tx, self.match_cache, self.policy, self.metrics.observe_wait)
+        schedule.schedule(tx, self.match_cache, self.policy, self.metrics.observe_wait)
 
     async def kick(self) -> None:
         """Run a scheduling pass now (in the next write batch)."""

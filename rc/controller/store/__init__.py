@@ -11,6 +11,8 @@ functions are the only code that runs a query:
   lose, reports; the reads of one job and of a listing;
 - `leases`: assign (a job, a device, the lease between them), usage;
 - `queue`: the queue and the fleet as the planner sees them, request_pass;
+- `schedule`: the scheduling pass (reads the queue, plans with
+  rc.controller.planning, writes the assignments);
 - `workers`: register, heartbeat, leave, the sweep, recovery;
 - `devices`: quarantine, fault, clear, retire, drain;
 - `labels`: labels and sheets, relabel, the writer's MatchCache;
@@ -27,7 +29,7 @@ The contract, for whoever adds to it (or writes a second engine):
   reader connection, in one snapshot. Nothing else is awaited inside one,
   and time is `tx.now`, read once per batch. `tx.notify(key)` announces a
   change after its commit (rc.controller.hub); `tx.schedule = True` asks for
-  a scheduling pass at the end of the batch (rc.controller.scheduler).
+  a scheduling pass at the end of the batch (rc.controller.store.schedule).
 - One writer, group commit. `Database.write` queues the function for the
   single writer, which runs up to BATCH_MAX queued functions in one
   `BEGIN IMMEDIATE ... COMMIT` with `synchronous=FULL`: one fsync for the
