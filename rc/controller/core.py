@@ -470,16 +470,16 @@ class Controller:
 
         assigned, due = await self.db.read(jobs.pending_for, worker_id, self.cfg.kill_redelivery)
         seen = self.delivered.setdefault(worker_id, set())
-        fresh = [r for r in assigned if (r["id"], r["restart_count"]) not in seen]
-        self.delivered[worker_id] = {(r["id"], r["restart_count"]) for r in assigned}
+        fresh = [a for a in assigned if (a.job_id, a.restart_count) not in seen]
+        self.delivered[worker_id] = {(a.job_id, a.restart_count) for a in assigned}
         kills: list[int] = []
         if due:
             kills = await self.db.write(jobs.deliver_kills, worker_id, self.cfg.kill_redelivery)
         return fresh, kills
 
     async def handout_assigned(self, worker_id: str):
-        """Every job assigned to this worker and not yet running (rows, id
-        order), for the reply to its reports (rc.controller.api.workers.reports).
+        """Every job assigned to this worker and not yet running (Assignments,
+        id order), for the reply to its reports (rc.controller.api.workers.reports).
 
         All of them, not only those never handed out: a worker whose reply
         was lost gets them in the reply to its retry (it never starts a job
@@ -488,7 +488,7 @@ class Controller:
         """
         assigned = await self.db.read(jobs.assigned_to, worker_id)
         self.delivered.setdefault(worker_id, set()).update(
-            (r["id"], r["restart_count"]) for r in assigned
+            (a.job_id, a.restart_count) for a in assigned
         )
         return assigned
 

@@ -36,7 +36,7 @@ from rc.controller.errors import Refused
 from rc.controller.store import devices, jobs, tokens, workers
 from rc.controller.store import labels as device_labels
 from rc.proto.errors import ErrorCode
-from rc.proto.model import NAME_RE, JobKind, JobState, Stdio
+from rc.proto.model import NAME_RE, JobState, Stdio
 from rc.proto.selector import valid_label_key
 from rc.proto.wire import (
     LOG_TAIL_BYTES,
@@ -176,11 +176,11 @@ async def register(request: Request):
     _check_sheets(lim, req.sheet, req.device_sheets)
     _check_links(lim, req.links, names)
     if who.role is Role.WORKER and not who.host:
-        row = await c.db.write(tokens.bind_host, who.token_id, req.host)
-        if row is None:  # revoked meanwhile
+        live = await c.db.write(tokens.bind_host, who.token_id, req.host)
+        if live is None:  # revoked meanwhile
             raise Refused(ErrorCode.UNAUTHORIZED, "unknown or revoked token")
-        c.tokens.put(row)
-        who = dataclasses.replace(who, host=row["host"])
+        c.tokens.put(live)
+        who = dataclasses.replace(who, host=live.token.host)
     _bound(request, who, req.host)
     # A (re)registering worker supersedes every poll parked before it: the
     # poll of a predecessor killed with -9 stays parked until its connection
@@ -308,7 +308,7 @@ async def _long_poll(c, worker_id: str, key: str, generation: int, deadline: flo
             # superseded while reading: give the jobs back for the newer poll
             # (a kill due is stamped; it is handed out again after kill_redelivery)
             c.delivered.get(worker_id, set()).difference_update(
-                (r["id"], r["restart_count"]) for r in fresh
+                (a.job_id, a.restart_count) for a in fresh
             )
             c.hub.notify([key])
             return _no_content()
@@ -317,7 +317,7 @@ async def _long_poll(c, worker_id: str, key: str, generation: int, deadline: flo
         if fresh or kills or starts or scans:
             return reply(
                 Assignments(
-                    tuple(_assignment(r, c.logs) for r in fresh), tuple(kills), starts, scans
+                    tuple(_assignment(a, c.logs) for a in fresh), tuple(kills), starts, scans
                 )
             )
         left = deadline - time.monotonic()
@@ -335,55 +335,14 @@ def _no_content():
     return Response(status_code=204)
 
 
-def _job_env(r) -> dict[str, str]:
-    """A job row's environment as its worker gets it: the submitted entries,
-    then what rc says about the job (RC_RESTART_COUNT: how many times a
-    hardware failure requeued it, 0 on the first run; RC_JOB_NAME when it has a name;
-    RC_ARRAY_ID, RC_ARRAY_INDEX and RC_ARRAY_ITEM, from an array file, for an
-    array's element), which wins over an entry of the same name."""
-    from rc.controller.store.db import loads
-
-    env = loads(r["env"])
-    if r["kind"] != JobKind.JOB:
-        return env
-    if r["name"]:
-        env["RC_JOB_NAME"] = r["name"]
-    env["RC_RESTART_COUNT"] = str(r["restart_count"])
-    if r["array_id"] is not None:
-        env["RC_ARRAY_ID"] = str(r["array_id"])
-        env["RC_ARRAY_INDEX"] = str(r["array_index"])
-        if r["array_item"]:
-            env["RC_ARRAY_ITEM"] = r["array_item"]
-    return env
-
-
-def _assignment(r, logs) -> Assignment:
-    """A jobs row as the worker gets it; `logs` (the LogStore, None without
+def _assignment(a: Assignment, logs) -> Assignment:
+    """An assignment as the worker gets it; `logs` (the LogStore, None without
     one) tells a requeued run where its output starts: after the stored log."""
-    from rc.controller.store.db import loads
-    from rc.controller.store.rows import devices_of
-
-    offset, mid_line = 0, False
-    if r["restart_count"] and logs is not None:
-        offset = logs.size(r["id"])
-        mid_line = offset > 0 and logs.read(r["id"], offset - 1, 1) != b"\n"
-    return Assignment(
-        job_id=r["id"],
-        device_id=r["device_id"],
-        device_ids=devices_of(r),
-        kind=JobKind(r["kind"]),
-        command=tuple(loads(r["command"])),
-        cwd=r["cwd"],
-        env=_job_env(r),
-        submitter=r["submitter"],
-        max_runtime_seconds=r["max_runtime"],
-        idle_timeout_seconds=r["idle_timeout"],
-        stdio=Stdio(r["stdio"]),
-        unix_user=r["unix_user"],
-        restart_count=r["restart_count"],
-        log_offset=offset,
-        log_mid_line=mid_line,
-    )
+    if not a.restart_count or logs is None:
+        return a
+    offset = logs.size(a.job_id)
+    mid_line = offset > 0 and logs.read(a.job_id, offset - 1, 1) != b"\n"
+    return dataclasses.replace(a, log_offset=offset, log_mid_line=mid_line)
 
 
 async def recheck(request: Request):
@@ -456,7 +415,7 @@ async def reports(request: Request):
     c.metrics.observe_starts(applied.start_latencies)
     carried: tuple[Assignment, ...] = ()
     if carry:
-        carried = tuple(_assignment(r, c.logs) for r in await c.handout_assigned(worker_id))
+        carried = tuple(_assignment(a, c.logs) for a in await c.handout_assigned(worker_id))
     return reply(
         ReportResults(
             tuple(
@@ -522,14 +481,14 @@ async def _check_log_target(c, job_id: int, worker_id: str | None) -> None:
     """Whether output may be stored for job `job_id`, from worker `worker_id`
     (None: an admin's upload, from anywhere). Raises Refused: not_found,
     not_worker_job (it runs elsewhere), logs_not_stored (a terminal job)."""
-    row = await c.db.read(jobs.brief, job_id)
-    if row is None:
+    job = await c.db.read(jobs.brief, job_id)
+    if job is None:
         raise Refused(ErrorCode.NOT_FOUND, f"no job {job_id}")
-    if worker_id is not None and row["worker_id"] != worker_id:
+    if worker_id is not None and job.worker_id != worker_id:
         raise Refused(
             ErrorCode.NOT_WORKER_JOB, f"job {job_id} does not run on {worker_id or 'this worker'}"
         )
-    if row["stdio"] == Stdio.TTY:
+    if job.stdio == Stdio.TTY:
         raise Refused(
             ErrorCode.LOGS_NOT_STORED,
             f"job {job_id} is a terminal session; its output is not stored",

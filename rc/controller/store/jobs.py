@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from rc.controller import idle
 from rc.controller.auth import Caller
 from rc.controller.errors import Refused
-from rc.controller.planning import fits_ceiling, host_slot, not_run_here, runs_jobs_of
+from rc.controller.planning import fits_ceiling, not_run_here, runs_jobs_of
 from rc.controller.store import events, leases, rows
 from rc.controller.store.db import Tx, dumps, loads
 from rc.controller.store.labels import MatchCache
@@ -28,7 +28,7 @@ from rc.proto.model import (
     Principal,
     token_label,
 )
-from rc.proto.wire import KillOutcome
+from rc.proto.wire import Assignment, KillOutcome
 
 __all__ = [
     "WATCHDOG_PREFIXES",
@@ -423,7 +423,7 @@ def _identity(tx: Tx, job: NewJob) -> NewJob:
 def _someone_runs_it(tx: Tx, pool: tuple[str, ...], unix_user: str, target: str) -> None:
     """400 no_matching_device unless a worker of some device in `pool` runs
     jobs as `unix_user` (planning.runs_jobs_of), naming why each does not."""
-    policy = {r["id"]: host_slot(r) for r in tx.all("workers_running_as")}
+    policy = {r["id"]: rows.host_slot(r) for r in tx.all("workers_running_as")}
     hosts = {d.rpartition(":")[0] for d in pool}
     if any(h not in policy or runs_jobs_of(policy[h], unix_user) for h in hosts):
         return
@@ -595,21 +595,26 @@ def lose(tx: Tx, job_id: int, device_id: str, why: str) -> None:
         tx.notify(f"job:{job_id}", f"log:{job_id}", "jobs")
 
 
-def pending_for(tx: Tx, worker_id: str, redelivery: float):
+def pending_for(tx: Tx, worker_id: str, redelivery: float) -> tuple[list[Assignment], int]:
     """What a worker's long poll may hand out, read without writing: the
-    jobs assigned to it (rows, id order) and how many kill requests are due
-    (never delivered, or last delivered `redelivery` seconds ago or more)."""
-    assigned = tx.all("jobs_assigned_to", (worker_id,))
+    jobs assigned to it (as Assignments, id order: rows.assignment) and how
+    many kill requests are due (never delivered, or last delivered
+    `redelivery` seconds ago or more)."""
+    assigned = [rows.assignment(r) for r in tx.all("jobs_assigned_to", (worker_id,))]
     due = tx.scalar("count_kills_due", (worker_id, tx.now - redelivery))
     return assigned, due
 
 
-def assigned_to(tx: Tx, worker_id: str) -> list:
+def assigned_to(tx: Tx, worker_id: str) -> list[Assignment]:
     """The jobs assigned to a worker and not yet running, with no kill
-    requested (rows, id order): what a reply to its reports carries (read
-    without writing). A job with a kill requested is left to the long poll,
-    which hands it out with its kill."""
-    return [r for r in tx.all("jobs_assigned_to", (worker_id,)) if not r["kill_requested"]]
+    requested (as Assignments, id order: rows.assignment): what a reply to
+    its reports carries (read without writing). A job with a kill requested
+    is left to the long poll, which hands it out with its kill."""
+    return [
+        rows.assignment(r)
+        for r in tx.all("jobs_assigned_to", (worker_id,))
+        if not r["kill_requested"]
+    ]
 
 
 def deliver_kills(tx: Tx, worker_id: str, redelivery: float) -> list[int]:
@@ -832,21 +837,21 @@ def array_summary(tx: Tx, array_id: int):
     )
 
 
-def briefs(tx: Tx, ids: tuple[int, ...]) -> dict[int, object]:
+def briefs(tx: Tx, ids: tuple[int, ...]) -> dict[int, rows.JobBrief]:
     """brief() of each job of `ids` that exists, by id, in one read."""
     out = {}
     for job_id in ids:
         row = tx.one("job_brief", (job_id,))
         if row is not None:
-            out[job_id] = row
+            out[job_id] = rows.job_brief(row)
     return out
 
 
-def brief(tx: Tx, job_id: int):
-    """A job's row with what access checks need (id, state, kind, submitter
-    (its label), owner (its principal), unix_user, device_id, device_ids,
-    worker_id, kill_requested, kill_reason, stdio, submitted_at), or None."""
-    return tx.one("job_brief", (job_id,))
+def brief(tx: Tx, job_id: int) -> rows.JobBrief | None:
+    """What access checks need of a job (rows.JobBrief: its state, kind,
+    owner, worker, devices, stdio), or None when there is no such job."""
+    row = tx.one("job_brief", (job_id,))
+    return None if row is None else rows.job_brief(row)
 
 
 def state_of(tx: Tx, job_id: int) -> str | None:
@@ -892,12 +897,7 @@ def listing(tx: Tx, where: Filter, limit: int) -> list[Job]:
 
 def idle_watched(tx: Tx) -> list[idle.Watched]:
     """Running holds with an idle rule not already asked to end, by id."""
-    return [
-        idle.Watched(
-            r["id"], r["submitter"], r["device_id"], r["started_at"] or tx.now, r["timeout"]
-        )
-        for r in tx.all("holds_idle_watched")
-    ]
+    return [rows.watched_hold(r, tx.now) for r in tx.all("holds_idle_watched")]
 
 
 def hold_idle_timeout(tx: Tx, job_id: int) -> int | None:
