@@ -7,9 +7,10 @@ a new query or migration), the named queries (`queries.sql`, each
 with a description under its name), and one module per noun of state, whose
 functions are the only code that runs a query:
 
-- `jobs`: enqueue, cancel, withdraw, kill, kill delivery, running, release,
-  lose, reports; the reads of one job and of a listing;
-- `leases`: assign (a job, a device, the lease between them), usage;
+- `jobs`: every change of a job's state (enqueue, assign, cancel, withdraw,
+  kill, kill delivery, running, release, requeue, lose, reports: the other
+  modules call these); the reads of one job and of a listing;
+- `leases`: grant (one per device of a job being assigned), release, usage;
 - `queue`: the queue and the fleet as the planner sees them, request_pass;
 - `schedule`: the scheduling pass (reads the queue, plans with
   rc.controller.planning, writes the assignments);

@@ -1,5 +1,14 @@
-"""Transactions on jobs: enqueue, cancel, kill, hand-out, running, release,
-lose; and the reads of one job or a listing.
+"""Transactions on jobs: enqueue, cancel, kill, assign, hand-out, running,
+release, requeue, lose; and the reads of one job or a listing.
+
+Every change of a job's state is a function here (the other modules of the
+store call them): enqueue (→ queued), assign (queued → assigned),
+mark_running (assigned → running), release and kill (→ a terminal state),
+cancel_queued and end_doomed (queued → killed), withdraw_queued (a queued
+job taken back), requeue_unstarted and _requeue_after_hardware (back to
+queued), kill_unstarted (assigned → killed), lose (→ lost). Each announces
+`job:<id>` and `jobs`, and one that ends a job `log:<id>` too, so that a
+follower of its log wakes at once.
 
 Each function takes a `Tx` first and is run whole by the writer (or a reader)
 of rc.controller.store.db. Refusals raise `Refused` with their error
@@ -13,7 +22,7 @@ from dataclasses import dataclass, replace
 from rc.controller import idle
 from rc.controller.auth import Caller
 from rc.controller.errors import Refused
-from rc.controller.planning import fits_ceiling, not_run_here, runs_jobs_of
+from rc.controller.planning import Policy, fits_ceiling, not_run_here, runs_jobs_of, runtime_on
 from rc.controller.store import events, leases, rows
 from rc.controller.store.db import Tx, dumps, loads
 from rc.controller.store.labels import MatchCache
@@ -37,6 +46,7 @@ __all__ = [
     "NewJob",
     "apply_reports",
     "array_summary",
+    "assign",
     "assigned_to",
     "brief",
     "cancel_queued",
@@ -45,11 +55,13 @@ __all__ = [
     "enqueue",
     "extend",
     "kill",
+    "kill_unstarted",
     "listing",
     "lose",
     "mark_running",
     "pending_for",
     "release",
+    "requeue_unstarted",
     "spec_bytes",
     "state_of",
     "withdraw_queued",
@@ -154,7 +166,7 @@ def enqueue(tx: Tx, job: NewJob, match_cache: MatchCache) -> tuple[int, bool]:
     if job.queued_limit or job.queued_spec_limit:
         _check_queued(tx, job, unix_user, n, base * n + sum(items))
     deps = _resolve_deps(tx, job.after)
-    max_runtime = job.max_runtime  # 0: inherit the ceiling where it lands (leases.assign)
+    max_runtime = job.max_runtime  # 0: inherit the ceiling where it lands (assign)
     pins = job.device_ids or ((job.device_id,) if job.device_id else ())
     if pins:
         _check_pinned(tx, pins, max_runtime)
@@ -443,6 +455,28 @@ def cancel_queued(tx: Tx, job_id: int, reason: str) -> bool:
     return True
 
 
+def requeue_unstarted(tx: Tx, job_id: int) -> None:
+    """assigned → queued: a job its worker proves it never started
+    (workers.leave) goes back to the queue in its old place (its priority,
+    id and queued_at kept; a selector job forgets the device it was given;
+    its max_runtime stays the one assignment gave it), its leases released.
+    GuardFailed unless it is assigned and holds its leases. The caller asks
+    for the pass that may place it again."""
+    tx.change("job_requeue", (job_id,))
+    leases.release(tx, job_id)
+    tx.notify(f"job:{job_id}", "jobs")
+
+
+def kill_unstarted(tx: Tx, job_id: int, reason: str) -> None:
+    """assigned → killed with `reason`: a job whose kill was requested
+    before its worker started it, proved never started (workers.leave), its
+    leases released. GuardFailed unless it is assigned or running and holds
+    its leases."""
+    tx.change("job_finish", ("killed", None, reason, tx.now, None, job_id))
+    leases.release(tx, job_id)
+    tx.notify(f"job:{job_id}", f"log:{job_id}", "jobs")
+
+
 def withdraw_queued(tx: Tx, job_id: int) -> bool:
     """Take back a --no-wait submission that is still queued: the row goes
     (no listing, count or history keeps a job that never was); its id is not
@@ -582,6 +616,40 @@ def extend(tx: Tx, job_id: int, who: Caller, add: int, lease_grace: float, match
     tx.exec("leases_extend", (new, lease_grace, job_id))
     tx.notify(f"job:{job_id}", "jobs", "devices")
     return new
+
+
+def assign(tx: Tx, job_id: int, device_ids: tuple[str, ...], policy: Policy) -> bool:
+    """queued → assigned: give a queued job its devices (one host's, ready),
+    all at once: job assigned to them (in this order: its RC_DEVICES), each
+    device busy, one lease per device (leases.grant), held by its Unix user
+    (the account that the per-user cap, fair share and the usage ledger
+    count).
+
+    A job with no runtime of its own inherits the lowest ceiling among its
+    devices (README "Runtime ceilings"); its leases last that runtime plus
+    `policy.lease_grace` seconds, or `policy.lease_default` seconds when
+    there is none (heartbeats renew them). Returns False, changing nothing,
+    when the job is no longer queued, a device is no longer ready, or the
+    devices are not all of one worker.
+    """
+    devs = [tx.one("device_for_assign", (d,)) for d in device_ids]
+    if not devs or any(d is None or d["state"] != "ready" or d["draining"] for d in devs):
+        return False
+    workers = {d["worker_id"] for d in devs}
+    if len(workers) != 1:
+        return False
+    job = tx.one("job_for_assign", (job_id,))
+    if job is None or job["state"] != "queued":
+        return False
+    runtime = runtime_on(job["max_runtime"], (d["max_runtime"] for d in devs))
+    ttl = runtime + policy.lease_grace if runtime else policy.lease_default
+    (worker,) = workers
+    for d in device_ids:
+        tx.change("device_set_busy", (d,))
+    tx.change("job_assign", (dumps(list(device_ids)), worker, runtime, tx.now, job_id))
+    leases.grant(tx, job_id, device_ids, job["unix_user"], job["kind"], job["reason"], ttl)
+    tx.notify(f"worker:{worker}", f"job:{job_id}", "jobs", "devices")
+    return True
 
 
 def lose(tx: Tx, job_id: int, device_id: str, why: str) -> None:

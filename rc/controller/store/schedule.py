@@ -1,7 +1,7 @@
 """The scheduling pass: read the queue and the fleet, plan, write assignments.
 
 The decisions are rc.controller.planning's (pure); the reads and the writes
-are the store's (rc.controller.store.queue, .leases): the pass is a
+are the store's (rc.controller.store.queue, .jobs): the pass is a
 transaction function like any other, so it lives in the store. The pass runs at the
 end of any write batch that asked for one (Database.after_batch), so an
 assignment commits with the change that made it possible.
@@ -65,7 +65,7 @@ def schedule(
         arrays_active=queue.arrays_active(tx),
         adjust=adjust,
     )
-    done = [(j, ds) for j, ds in p.assignments if leases.assign(tx, j, ds, policy)]
+    done = [(j, ds) for j, ds in p.assignments if jobs.assign(tx, j, ds, policy)]
     if on_wait is not None:
         for j, _ in done:
             on_wait(tx.now - queued_at[j])
