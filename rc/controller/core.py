@@ -27,6 +27,7 @@ from rc.controller import idle, planning
 from rc.controller.auth import TokenCache, hash_secret, new_secret
 from rc.controller.config import ControllerConfig
 from rc.controller.errors import NotLeader, Refused, StartupError
+from rc.controller.handout import Handouts
 from rc.controller.hub import Hub
 from rc.controller.logstore import LogStore
 from rc.controller.metrics import Metrics
@@ -121,8 +122,8 @@ class Controller:
             flap_window=config.flap_window,
             retain=config.retain_disconnected_jobs,
         )
-        # worker id → (job id, restart count) of each assigned job handed out
-        self.delivered: dict[str, set[tuple[int, int]]] = {}
+        self.handouts = Handouts()
+        """The assigned jobs handed to each worker (rc.controller.handout)."""
         self.poll_generation: dict[str, int] = {}
         """worker id → the number of its newest long poll (only it hands out work)."""
         self.heard: set[str] = set()
@@ -461,17 +462,13 @@ class Controller:
     async def handout(self, worker_id: str):
         """Assignments not yet handed to this worker, and kills due.
 
-        Hand-out writes nothing for assignments: the controller remembers in
-        memory which assigned jobs it already handed out (the worker never
-        starts a job id twice, so a re-delivery after a restart is harmless).
-        A job requeued after a hardware failure is a new run: it is known by
-        its id and restart count.
+        Hand-out writes nothing for assignments: the ledger in memory
+        (`handouts`, rc.controller.handout) says which assigned jobs were
+        handed out already.
         """
 
         assigned, due = await self.db.read(jobs.pending_for, worker_id, self.cfg.kill_redelivery)
-        seen = self.delivered.setdefault(worker_id, set())
-        fresh = [a for a in assigned if (a.job_id, a.restart_count) not in seen]
-        self.delivered[worker_id] = {(a.job_id, a.restart_count) for a in assigned}
+        fresh = self.handouts.fresh(worker_id, assigned)
         kills: list[int] = []
         if due:
             kills = await self.db.write(jobs.deliver_kills, worker_id, self.cfg.kill_redelivery)
@@ -487,17 +484,5 @@ class Controller:
         poll does not answer for them again.
         """
         assigned = await self.db.read(jobs.assigned_to, worker_id)
-        self.delivered.setdefault(worker_id, set()).update(
-            (a.job_id, a.restart_count) for a in assigned
-        )
+        self.handouts.handed(worker_id, assigned)
         return assigned
-
-    def forget_delivered(self, worker_id: str, keep: set[int]) -> bool:
-        """After a heartbeat: assigned jobs the worker does not name are handed
-        out again at its next poll. Returns whether anything was forgotten."""
-        seen = self.delivered.get(worker_id)
-        if not seen:
-            return False
-        kept = {s for s in seen if s[0] in keep}
-        self.delivered[worker_id] = kept
-        return kept != seen

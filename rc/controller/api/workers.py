@@ -33,6 +33,7 @@ from rc.controller.api import (
 from rc.controller.auth import Caller
 from rc.controller.config import Limits
 from rc.controller.errors import Refused
+from rc.controller.handout import with_log_offset
 from rc.controller.store import devices, jobs, tokens, workers
 from rc.controller.store import labels as device_labels
 from rc.proto.errors import ErrorCode
@@ -188,7 +189,7 @@ async def register(request: Request):
     _supersede_polls(c, req.host)
     await c.db.write(workers.register, req, c.match_cache, c.thresholds)
     c.heard.add(req.host)
-    c.delivered.pop(req.host, None)
+    c.handouts.forget(req.host)
     await _drain_degraded(c, req.host, req.labels, who.name)
     return reply(RegisterResponse(req.host, c.instance, c.cfg.heartbeat_interval, LOG_TAIL_BYTES))
 
@@ -241,7 +242,7 @@ async def heartbeat(request: Request):
         for u in req.hold_use:  # only its own holds, still running (hold_ttls names them)
             if u.job_id in named and u.job_id not in ended and str(u.job_id) in ttls:
                 c.idle.report(u.job_id, now, u.busy, u.gpu_pct, u.cpu_pct)
-    if c.forget_delivered(worker_id, set(req.running_job_ids)):
+    if c.handouts.keep_only(worker_id, set(req.running_job_ids)):
         c.hub.notify([f"worker:{worker_id}"])
     return reply(HeartbeatResponse(c.instance, tuple(stop), ttls))
 
@@ -255,7 +256,7 @@ async def leave(request: Request):
     _bound(request, who, worker_id)
     req = await json_body(request, c.cfg.limits.body_bytes)
     requeued, killed = await c.db.write(workers.leave, worker_id, req.instance, req.started_job_ids)
-    c.delivered.pop(worker_id, None)
+    c.handouts.forget(worker_id)
     return reply(LeaveResponse(tuple(requeued), tuple(killed)))
 
 
@@ -307,9 +308,7 @@ async def _long_poll(c, worker_id: str, key: str, generation: int, deadline: flo
         if c.poll_generation.get(worker_id) != generation:
             # superseded while reading: give the jobs back for the newer poll
             # (a kill due is stamped; it is handed out again after kill_redelivery)
-            c.delivered.get(worker_id, set()).difference_update(
-                (a.job_id, a.restart_count) for a in fresh
-            )
+            c.handouts.give_back(worker_id, fresh)
             c.hub.notify([key])
             return _no_content()
         starts = c.relay.starts_for(worker_id)  # sessions inside holds (rc.controller.relay)
@@ -317,7 +316,7 @@ async def _long_poll(c, worker_id: str, key: str, generation: int, deadline: flo
         if fresh or kills or starts or scans:
             return reply(
                 Assignments(
-                    tuple(_assignment(a, c.logs) for a in fresh), tuple(kills), starts, scans
+                    tuple(with_log_offset(a, c.logs) for a in fresh), tuple(kills), starts, scans
                 )
             )
         left = deadline - time.monotonic()
@@ -333,16 +332,6 @@ def _no_content():
     from starlette.responses import Response
 
     return Response(status_code=204)
-
-
-def _assignment(a: Assignment, logs) -> Assignment:
-    """An assignment as the worker gets it; `logs` (the LogStore, None without
-    one) tells a requeued run where its output starts: after the stored log."""
-    if not a.restart_count or logs is None:
-        return a
-    offset = logs.size(a.job_id)
-    mid_line = offset > 0 and logs.read(a.job_id, offset - 1, 1) != b"\n"
-    return dataclasses.replace(a, log_offset=offset, log_mid_line=mid_line)
 
 
 async def recheck(request: Request):
@@ -415,7 +404,7 @@ async def reports(request: Request):
     c.metrics.observe_starts(applied.start_latencies)
     carried: tuple[Assignment, ...] = ()
     if carry:
-        carried = tuple(_assignment(a, c.logs) for a in await c.handout_assigned(worker_id))
+        carried = tuple(with_log_offset(a, c.logs) for a in await c.handout_assigned(worker_id))
     return reply(
         ReportResults(
             tuple(

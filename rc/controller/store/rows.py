@@ -134,7 +134,7 @@ def job_env(r: sqlite3.Row) -> dict[str, str]:
 def assignment(r: sqlite3.Row) -> Assignment:
     """A jobs row (all of its columns) as its worker gets it. Its log
     offset is left 0: where a requeued run's output starts is the log
-    store's to say, when it is handed out (rc.controller.api.workers)."""
+    store's to say, when it is handed out (rc.controller.handout.with_log_offset)."""
     return Assignment(
         job_id=r["id"],
         device_id=r["device_id"],
