@@ -37,6 +37,7 @@ from rc.controller.signin import SignIn
 from rc.controller.store import jobs, queue, schedule, tokens, usage, views, workers
 from rc.controller.store.db import Database, Tx
 from rc.controller.store.labels import MatchCache
+from rc.controller.store.sqlite import SqliteDatabase
 from rc.controller.webhook import Webhook
 from rc.proto.duration import format_duration
 from rc.proto.model import JobState, Role, valid_unix_user
@@ -72,12 +73,12 @@ def own_unix_user() -> str:
 def open_database(config: ControllerConfig, clock: Callable[[], float]) -> Database:
     """The store engine `config.database` names: a postgresql:// URL is
     PostgreSQL (rc.controller.store.pg, needs the `postgres` extra), ""
-    the embedded SQLite file DATA/rc.db."""
+    the embedded SQLite file DATA/rc.db (rc.controller.store.sqlite)."""
     if config.database:
         from rc.controller.store import pg
 
         return pg.PgDatabase(config.database, clock)
-    return Database(str(Path(config.data_dir) / DB_FILE), clock)
+    return SqliteDatabase(str(Path(config.data_dir) / DB_FILE), clock)
 
 
 def _fenced(what: str, e: NotLeader) -> None:

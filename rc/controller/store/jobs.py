@@ -174,10 +174,8 @@ def enqueue(tx: Tx, job: NewJob, match_cache: MatchCache) -> tuple[int, bool]:
         _check_selector(tx, job.selector, job.count, max_runtime, match_cache)
     pool = pins or tuple(match_cache.matching(tx, job.selector))
     _someone_runs_it(tx, pool, unix_user, ", ".join(pins) or f"matching {job.selector!r}")
-    job_id = tx.scalar(
-        "job_insert",
-        (*_fields(tx, job, max_runtime, pins, unix_user, job.idempotency_key), base + items[0]),
-    )
+    fields = _fields(tx, job, max_runtime, pins, unix_user, job.idempotency_key)
+    job_id = tx.scalar("job_insert", {**fields, "spec_bytes": base + items[0]})
     if job.array_indices:
         _insert_elements(tx, job, job_id, max_runtime, pins, unix_user, base, items)
     if job.hold_idle is not None:
@@ -278,36 +276,35 @@ def end_doomed(tx: Tx) -> list[int]:
     return ended
 
 
-def _fields(tx: Tx, job: NewJob, max_runtime: int, pins, unix_user: str, key: str | None) -> tuple:
-    """A new job's row, in job_insert's column order (job_insert_element's
-    after its id): `key` its idempotency key (None for an array's later
-    elements, which the first element's key stands for)."""
-    return (
-        job.kind.value,
-        job.submitter,
-        job.token_name,
-        job.selector,
-        job.device_id,
-        dumps(list(job.command)),
-        job.cwd,
-        dumps(job.env),
-        key,
-        job.digest,
-        job.priority,
-        max_runtime,
-        job.idle_timeout,
-        job.reason,
-        job.stdio,
-        tx.now,
-        tx.now,
-        len(pins) if pins else job.count,
-        dumps(list(pins)),
-        unix_user,
-        job.name,
-        int(job.requeue_on_hardware),
-        max_runtime,
-        job.owner,
-    )
+def _fields(tx: Tx, job: NewJob, max_runtime: int, pins, unix_user: str, key: str | None) -> dict:
+    """A new job's parameters of job_insert (and of job_insert_element,
+    whose own follow), spec bytes aside: `key` its idempotency key (None
+    for an array's later elements, which the first element's key stands
+    for)."""
+    return {
+        "kind": job.kind.value,
+        "submitter": job.submitter,
+        "token_name": job.token_name,
+        "selector": job.selector,
+        "device_id": job.device_id,
+        "command": dumps(list(job.command)),
+        "cwd": job.cwd,
+        "env": dumps(job.env),
+        "idempotency_key": key,
+        "request_digest": job.digest,
+        "priority": job.priority,
+        "max_runtime": max_runtime,
+        "idle_timeout": job.idle_timeout,
+        "reason": job.reason,
+        "stdio": job.stdio,
+        "now": tx.now,
+        "count": len(pins) if pins else job.count,
+        "device_ids": dumps(list(pins)),
+        "unix_user": unix_user,
+        "name": job.name,
+        "requeue_on_hardware": int(job.requeue_on_hardware),
+        "owner": job.owner,
+    }
 
 
 def _insert_elements(
@@ -332,7 +329,14 @@ def _insert_elements(
     tx.many(
         "job_insert_element",
         [
-            (first + k, *common, base + item_bytes[k], first, indices[k], items[k])
+            {
+                **common,
+                "id": first + k,
+                "spec_bytes": base + item_bytes[k],
+                "array_id": first,
+                "array_index": indices[k],
+                "array_item": items[k],
+            }
             for k in range(1, len(indices))
         ],
     )
