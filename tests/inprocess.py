@@ -14,11 +14,11 @@ import tempfile
 import zlib
 from pathlib import Path
 
-from rc.controller.api.jobs import validate_submit
 from rc.controller.auth import Caller, hash_secret, new_secret
 from rc.controller.config import ControllerConfig
 from rc.controller.core import Controller
 from rc.controller.store import jobs, rows, tokens, views, workers
+from rc.controller.submission import validate_submit
 from rc.proto.model import Job, JobKind, JobState, Role
 from rc.proto.wire import (
     DeviceDecl,

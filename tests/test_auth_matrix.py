@@ -189,11 +189,6 @@ CALLS = [
     ),
     Call(
         "POST",
-        "/v1/jobs/{job_id}/status",
-        lambda w: (f"/v1/jobs/{w.job}/status", {"worker_id": w.host, "state": "running"}),
-    ),
-    Call(
-        "POST",
         "/v1/jobs/{job_id}/logs",
         lambda w: (f"/v1/jobs/{w.job}/logs?offset=0", b""),
     ),

@@ -9,13 +9,14 @@ import os
 import stat
 import subprocess
 import tarfile
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from rc.cli import archive
-from tests.harness import REPO, SYSTEM_PY, Cli
+from tests.harness import PY, REPO, SYSTEM_PY, Cli
 from tests.test_relay_e2e import Fleet, hold, running_fleet
 
 ODD_NAMES = ["with space", "ünïcödé", "new\nline", "-dash", "tab\there"]
@@ -425,3 +426,48 @@ def test_a_download_refused_here_says_why_not_that_the_remote_was_stopped(fleet,
         "'/etc/passwd', outside what is copied\n"
     )
     assert os.listdir(dest) == []
+
+
+@pytest.mark.e2e
+def test_a_download_this_side_cannot_receive_is_one_line_before_any_job(
+    fleet, tmp_path, public_pyz
+):
+    """Found by a new user: `rc cp DEVICE:PATH ./` from a directory that was
+    removed, or into one the caller may not write, started the copy job and
+    then ended in a traceback (tempfile.mkdtemp), the job left killed. Both
+    are one line now, and nothing is asked of the device."""
+    before = len(fleet.ctl.client().get("/v1/jobs", params={"limit": 1000})["jobs"])
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    res = subprocess.run(
+        ["sh", "-c", 'cd "$1" && rmdir "$1" && exec "$0" -m rc cp box:cpu0:/etc/hostname ./']
+        + [PY, str(gone)],
+        env=fleet.alice.env,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert (res.returncode, res.stderr) == (
+        1,
+        b"rc: the current directory no longer exists; cd somewhere and copy again\n",
+    ), res
+    if os.geteuid() == 0 and os.path.exists(SYSTEM_PY):  # root writes everywhere: as nobody
+        shut = Path(tempfile.mkdtemp(prefix="rc-test-shut-", dir="/tmp"))  # reachable by nobody
+        os.chmod(shut, 0o555)
+        res = subprocess.run(
+            [SYSTEM_PY, str(public_pyz), "cp", "box:cpu0:/etc/hostname", f"{shut}/"],
+            env={**fleet.alice.env, "HOME": str(shut), "XDG_CONFIG_HOME": str(shut)},
+            capture_output=True,
+            timeout=60,
+            check=False,
+            cwd="/",
+            user="nobody",
+            group="nogroup",
+        )
+        assert (res.returncode, res.stderr) == (
+            1,
+            f"rc: cannot write to {shut}: Permission denied\n".encode(),
+        ), res
+        os.rmdir(shut)
+    after = fleet.ctl.client().get("/v1/jobs", params={"limit": 1000})["jobs"]
+    assert len(after) == before, "no copy job was started"

@@ -132,7 +132,7 @@ def test_the_default_the_maximum_and_off(lab):
     assert lb.read(jobs.hold_idle_timeout, default) == 7200
     alice = local_user("alice")
     admin = local_user("root", Role.ADMIN)
-    from rc.controller.api.jobs import validate_submit
+    from rc.controller.submission import validate_submit
 
     def ask(who, seconds):
         req = SubmitRequest(

@@ -442,6 +442,116 @@ def test_the_store_boundary_check_sees_each_way_across():
     ]
 
 
+# -- the client vocabulary (rc/proto/calls.py) ------------------------------------------
+
+NO_CLIENT_CALLS = {
+    ("GET", "/"),  # the dashboard page, for a browser
+    ("GET", "/openapi.json"),  # the API's document, for people and tools
+    ("GET", "/metrics"),  # Prometheus scrapes it
+    ("POST", "/v1/dashboard/session"),  # the dashboard page spends its one-time code
+    ("GET", "/v1/events/stream"),  # the dashboard page's live feed (EventSource)
+    ("GET", "/v1/usage/chart.svg"),  # the dashboard page's usage picture
+}
+"""The routes of the table no client of rc (rc/cli, rc/worker) calls: served
+to a browser, a scraper or a reader. Every other route is a Call in rc.proto.calls."""
+
+
+def _routes() -> dict[tuple[str, str], object]:
+    from rc.controller.api.routes import ROUTES
+
+    return {(e.method, e.path): e for e in ROUTES}
+
+
+def test_every_call_is_a_route_of_the_table_as_it_declares_it():
+    """rc.proto.calls says what the route table says: each call names a
+    route of ROUTES by method and path template, takes and answers the
+    records it declares, and reads its query parameters."""
+    from rc.proto import calls
+
+    routes = _routes()
+    bad = []
+    for call in calls.CALLS:
+        e = routes.get((call.method, call.path))
+        if e is None:
+            bad.append(f"{call}: no such route in ROUTES")
+            continue
+        if call.request is not e.request or call.response is not e.response:
+            bad.append(
+                f"{call}: takes {call.request!r} and answers {call.response!r}; "
+                f"the route takes {e.request!r} and answers {e.response!r}"
+            )
+        if set(call.query) != {p.name for p in e.params} or len(set(call.query)) != len(call.query):
+            bad.append(f"{call}: reads {call.query}; the route {[p.name for p in e.params]}")
+    assert bad == [], "rc.proto.calls disagrees with ROUTES:\n" + "\n".join(bad)
+    assert len({(c.method, c.path) for c in calls.CALLS}) == len(calls.CALLS), "a route twice"
+
+
+def test_every_route_a_client_may_call_is_a_call():
+    """The other way round: a route of the table is a Call, unless it is one
+    of NO_CLIENT_CALLS (which all exist)."""
+    from rc.proto import calls
+
+    routes = set(_routes())
+    named = {(c.method, c.path) for c in calls.CALLS}
+    assert routes - named - NO_CLIENT_CALLS == set(), "routes no Call names"
+    assert NO_CLIENT_CALLS - routes == set(), "NO_CLIENT_CALLS names routes that are gone"
+    assert NO_CLIENT_CALLS & named == set(), "a Call for a route said to have no client"
+
+
+def test_every_call_of_the_module_is_in_calls():
+    from rc.proto import calls
+
+    found = [v for v in vars(calls).values() if isinstance(v, calls.Call)]
+    found += [h for v in vars(calls).values() if isinstance(v, calls.Relay) for h in v.halves]
+    assert set(found) == set(calls.CALLS)
+    assert set(calls.__all__) >= {n for n, v in vars(calls).items() if isinstance(v, calls.Call)}
+
+
+def _path_literals(source: str) -> list[tuple[int, str]]:
+    """(line, text) of every string literal that is an API path, or starts
+    one ("/v1...", an f-string's head included), and of every import of
+    rc.proto.API (the prefix under another name). Prose that mentions a
+    route ("POST /v1/jobs, retrying...") is not a path."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if node.value.startswith("/v1"):
+                out.append((node.lineno, node.value))
+        elif isinstance(node, ast.ImportFrom) and node.module == "rc.proto":
+            out += [(node.lineno, "imports API") for a in node.names if a.name == "API"]
+    return sorted(out)
+
+
+def test_the_client_code_writes_no_path():
+    """rc/cli and rc/worker name their calls (rc.proto.calls); no path of
+    the API is written there by hand."""
+    bad = [
+        f"{path.relative_to(REPO)}:{line}: {text!r}"
+        for root in ("rc/cli", "rc/worker")
+        for path in _python_files(root)
+        for line, text in _path_literals(path.read_text(encoding="utf-8"))
+    ]
+    assert bad == [], "paths written by hand (name the call in rc.proto.calls):\n" + "\n".join(bad)
+
+
+def test_the_path_literal_check_sees_each_form():
+    source = (
+        '"""Sends POST /v1/jobs and GET /v1/jobs/{id}: prose."""\n'
+        "from rc.proto import API\n"
+        'a = c.get("/v1/state")\n'
+        'b = c.post(f"/v1/jobs/{job_id}/kill", {})\n'
+        'p = "/v1" + "/jobs"\n'
+        'help = "json (the report as GET /v1/usage gives it)"\n'
+        "c.call(calls.JOB_GET, 7)\n"
+    )
+    assert _path_literals(source) == [
+        (2, "imports API"),
+        (3, "/v1/state"),
+        (4, "/v1/jobs/"),
+        (5, "/v1"),
+    ]
+
+
 # -- the worker's clock --------------------------------------------------------------
 
 CLOCK_READINGS = {

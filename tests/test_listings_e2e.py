@@ -61,7 +61,9 @@ def test_listings_state_and_feed_carry_a_256_kib_command_cut_show_carries_it_who
     assert _cut(cli.json("jobs")[0])
     assert _cut(cli.json("ps")["queued"][0])
     ps = cli.run("ps", check=True).stdout.decode()
-    assert "rrr…" in ps and len(ps) < 2048  # a job with a reason lists its reason
+    # the command first, its reason beside it (past the cut here), never instead of it
+    row = ps.splitlines()[1]
+    assert "echo 'xxx" in row and row.endswith("…") and "rrr" not in row and len(ps) < 2048
 
     feed = controller.client().get("/v1/events")["events"]
     drained_event = next(e for e in feed if e["kind"] == "device_drained")

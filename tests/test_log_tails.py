@@ -17,6 +17,7 @@ import pytest
 
 from rc.controller.app import build_app
 from rc.controller.logstore import LogStore
+from rc.proto import calls
 from rc.proto.errors import ApiError, TransportError
 from rc.proto.model import JobState, Stdio
 from rc.proto.wire import LOG_TAIL_BYTES, WORKER_PROTOCOL
@@ -94,13 +95,13 @@ def test_the_uploader_and_a_tail_acknowledged_in_between_keep_every_byte_once_in
         store = LogStore(tmp_path / f"logs{tail_end}", cap=1 << 20, on_append=lambda j: None)
         up = _Uploads()
         up.gate.clear()
-        real = up.request
+        real = up.call
 
-        def upload(method, path, *, raw, params, real=real):
-            real(method, path, raw=raw, params=params)
-            store._append(JOB, params["offset"], bytes(raw))
+        def upload(route, job_id, *, body, params, real=real):
+            real(route, job_id, body=body, params=params)
+            store._append(JOB, params["offset"], bytes(body))
 
-        up.request = upload
+        up.call = upload
         sink = LogSink(up, JOB, clock=FakeClock(), batch_bytes=10)
         sink.write(b"0123456789")  # a full batch: the uploader takes it and waits
         wait_until(lambda: sink._chunk is not None and sink.first_at is not None, 10)
@@ -148,9 +149,10 @@ def test_tails_race_the_uploader_without_losing_doubling_or_reordering(tmp_path)
     one = threading.Lock()  # the controller's per-job append lock (LogStore.append)
 
     class Direct:
-        def request(self, method, path, *, raw, params):
+        def call(self, route, job_id, *, body, params):
+            assert (route, job_id) == (calls.LOG_APPEND, JOB)
             with one:
-                store._append(JOB, params["offset"], bytes(raw))
+                store._append(JOB, params["offset"], bytes(body))
 
     sink = LogSink(Direct(), JOB, batch_bytes=64, batch_seconds=0.001)
     lines = [b"%06d\n" % i for i in range(3000)]
@@ -178,7 +180,7 @@ def test_tails_race_the_uploader_without_losing_doubling_or_reordering(tmp_path)
 
 
 class _Controller:
-    """POST /v1/workers/{id}/reports as a Reporter sees it (Client.post),
+    """POST /v1/workers/{id}/reports as a Reporter sees it (Client.call),
     storing tails in a real LogStore; `lose` replies are lost after the
     tails were stored (the controller did its work, the worker never hears),
     `refuse` answers every tail with log_error; `old` refuses the fields as
@@ -192,7 +194,10 @@ class _Controller:
         self.old = False
         self.uploads: list[tuple[int, bytes]] = []
 
-    def post(self, path, body, params=None):
+    def call(self, route, *ids, body, params=None):
+        if route is calls.LOG_APPEND:
+            return self._upload(*ids, body, params)
+        assert (route, ids) == (calls.REPORTS, ("box",))
         self.bodies.append(body)
         if self.old and any("log_tail" in r for r in body["reports"]):
             raise ApiError(400, "bad_request", "Reports.reports[0].log_offset is not a known field")
@@ -211,7 +216,8 @@ class _Controller:
             raise TransportError("the reply was lost")
         return {"results": results}
 
-    def request(self, method, path, *, raw, params):  # the sink's uploads
+    def _upload(self, job_id, raw, params):  # the sink's uploads
+        assert job_id == JOB
         self.uploads.append((params["offset"], bytes(raw)))
         self.store._append(JOB, params["offset"], bytes(raw))
 
@@ -323,12 +329,11 @@ def test_without_tails_announced_a_report_carries_none():
         def __init__(self) -> None:
             self.bodies: list = []
 
-        def post(self, path, body, params=None):
+        def call(self, route, *ids, body, params=None):
+            if route is calls.LOG_APPEND:  # the sink's uploads
+                return None
             self.bodies.append(body)
             return {"results": [{"job_id": JOB, "ok": True}]}
-
-        def request(self, method, path, *, raw, params):
-            pass
 
     ctl = Recorder()
     rep = Reporter(ctl, "box", lambda j, ok: None, clock=FakeClock())

@@ -212,3 +212,63 @@ def test_units_come_once_and_largest_first(text):
     """Found by a new user: `5m5m` and `30m1h` were accepted."""
     with pytest.raises(DurationError):
         parse_duration(text)
+
+
+# -- the client vocabulary (rc.proto.calls) ------------------------------------
+
+
+def test_a_calls_path_parameters_stay_one_segment_each():
+    from rc.proto import calls
+    from rc.proto.client import segment
+
+    assert calls.JOB_GET.target(42) == "/v1/jobs/42"
+    assert calls.SESSION_GET.target(7, 3) == "/v1/jobs/7/sessions/3"
+    for typed in ("gpu1:gpu0", "hy:cpu1?drain", "a/b#c", "x y", "név@lab", ""):
+        path = calls.DEVICE_CLEAR.target(typed)
+        assert path == f"/v1/devices/{segment(typed)}/clear", typed
+        assert path.count("/") == 4 and "?" not in path and "#" not in path, path
+    assert calls.DEVICE_CLEAR.target("gpu1:gpu0") == "/v1/devices/gpu1:gpu0/clear"
+    assert calls.TOKEN_REVOKE.target("alice@laptop") == "/v1/tokens/alice@laptop"
+    assert calls.SESSION_RELAY.at(7, 3) == calls.RelayPaths(
+        "/v1/jobs/7/sessions/3/tty/out",
+        "/v1/jobs/7/sessions/3/tty/in",
+        "/v1/jobs/7/sessions/3/tty/out",
+        "/v1/jobs/7/sessions/3/tty/in",
+    )
+    for call, ids in ((calls.JOB_GET, ()), (calls.JOB_GET, (1, 2)), (calls.STATE, (1,))):
+        with pytest.raises(TypeError, match="path parameter"):
+            call.target(*ids)
+
+
+def test_a_calls_body_is_its_record_or_some_of_its_fields():
+    from rc.proto import calls
+
+    # a record is encoded whole; a dict of its fields goes as it is
+    assert calls.JOB_KILL.payload(wire.KillRequest("why")) == ({"reason": "why"}, None)
+    assert calls.JOB_SUBMIT.payload({"command": ["true"]}) == ({"command": ["true"]}, None)
+    # a POST without a body sends {}; a GET or a DELETE sends none
+    assert calls.TOKEN_ROTATE.payload(None) == ({}, None)
+    assert calls.JOB_KILL.payload(None) == ({}, None)
+    assert calls.STATE.payload(None) == (None, None)
+    assert calls.DEVICE_RETIRE.payload(None) == (None, None)
+    # a raw body is bytes, kept as given
+    chunk = memoryview(b"out")
+    assert calls.LOG_APPEND.payload(chunk) == (None, chunk)
+    for call, body, problem in (
+        (calls.JOB_KILL, {"reasn": "typo"}, "KillRequest has no field reasn"),
+        (calls.JOB_KILL, wire.ExtendRequest(5), "takes a KillRequest"),
+        (calls.JOB_KILL, b"x", "takes a JSON body"),
+        (calls.LOG_APPEND, {"offset": 0}, "takes bytes"),
+        (calls.STATE, {"x": 1}, "takes no body"),
+    ):
+        with pytest.raises(TypeError, match=problem):
+            call.payload(body)
+
+
+def test_a_call_reads_only_its_own_query_parameters():
+    from rc.proto import calls
+
+    assert calls.JOB_GET.check_query({"detail": "1", "wait": None}) == {"detail": "1", "wait": None}
+    assert calls.STATE.check_query(None) is None
+    with pytest.raises(TypeError, match="reads no query parameter limt"):
+        calls.JOBS.check_query({"limt": 5})

@@ -31,10 +31,10 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from rc.controller.api.jobs import validate_submit
 from rc.controller.auth import Caller
 from rc.controller.errors import Refused
 from rc.controller.store import devices, jobs, workers
+from rc.controller.submission import validate_submit
 from rc.proto.model import JobKind, JobState, RecoveryProof, Role
 from rc.proto.wire import DeviceDecl, RegisterRequest, SubmitRequest
 from tests.inprocess import Lab

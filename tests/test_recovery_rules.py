@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from rc.controller.api.jobs import validate_submit
 from rc.controller.auth import Caller
 from rc.controller.errors import Refused
 from rc.controller.store import devices, jobs, workers
+from rc.controller.submission import validate_submit
 from rc.proto.model import JobState, RecoveryProof, Role
 from rc.proto.wire import DeviceDecl, RegisterRequest, SubmitRequest
 from tests.inprocess import Lab

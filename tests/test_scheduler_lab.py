@@ -8,9 +8,9 @@ import asyncio
 
 import pytest
 
-from rc.controller.api.jobs import validate_submit
 from rc.controller.errors import Refused
 from rc.controller.store import jobs, queue
+from rc.controller.submission import validate_submit
 from rc.proto.model import PRIORITY_MAX, PRIORITY_MIN, JobKind, JobState, Stdio
 from rc.proto.wire import SubmitRequest
 from tests.inprocess import Lab, local_user

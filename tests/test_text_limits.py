@@ -78,8 +78,10 @@ def test_a_workers_long_detail_is_cut_with_a_mark_and_taken(controller, fake):
     report = {"job_id": ids[0], "state": "failed", "exit_code": 3, "reason": long}
     [res] = worker.post("/v1/workers/tl/reports", {"reports": [report]})["results"]
     assert res["ok"], res
-    status = {"worker_id": "tl", "state": "failed", "exit_code": 4, "reason": long}
-    worker.post(f"/v1/jobs/{ids[1]}/status", status)
+    # a report of its own, as a worker sends each one that ends apart
+    report = {"job_id": ids[1], "state": "failed", "exit_code": 4, "reason": long}
+    [res] = worker.post("/v1/workers/tl/reports", {"reports": [report]})["results"]
+    assert res["ok"], res
     for job_id in ids:
         stored = job(admin, job_id)["kill_reason"]
         assert len(stored) == LIMIT and stored == long[: LIMIT - 1] + "…", job_id

@@ -8,11 +8,11 @@ from dataclasses import replace
 
 import pytest
 
-from rc.controller.api.jobs import validate_submit
 from rc.controller.auth import TokenCache, hash_secret, new_secret
 from rc.controller.errors import Refused
 from rc.controller.store import jobs, tokens
 from rc.controller.store.rows import LiveToken
+from rc.controller.submission import validate_submit
 from rc.proto.model import JobKind, JobState, Role, Token
 from rc.proto.wire import SubmitRequest
 from tests.harness import Cli, job, wait_until

@@ -12,10 +12,10 @@ import pwd
 import pytest
 
 from rc.controller.api.admin import token_unix_user
-from rc.controller.api.jobs import validate_submit
 from rc.controller.auth import Caller, hash_secret, new_secret
 from rc.controller.errors import Refused
 from rc.controller.store import jobs, tokens
+from rc.controller.submission import validate_submit
 from rc.proto.model import Role, valid_unix_user
 from rc.proto.wire import SubmitRequest
 from tests.inprocess import Lab

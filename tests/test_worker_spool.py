@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from rc.proto import calls
 from rc.worker.logsink import SPILL_AFTER_S, LogSink
 from rc.worker.spool import Spool
 from tests.fakeclock import FakeClock
@@ -140,7 +141,7 @@ def test_spool_files_are_fifos_within_one_shared_budget(tmp_path):
 
 
 class _Uploads:
-    """The controller's log endpoint as a LogSink sees it (Client.request):
+    """The controller's log endpoint as a LogSink sees it (Client.call):
     keeps each upload's offset and bytes; while `gate` is clear an upload
     waits (a controller that is slow, not gone)."""
 
@@ -149,9 +150,10 @@ class _Uploads:
         self.gate = threading.Event()
         self.gate.set()
 
-    def request(self, method, path, *, raw, params):
+    def call(self, route, job_id, *, body, params):
+        assert route is calls.LOG_APPEND
         assert self.gate.wait(30), "a held upload was never released"
-        self.got.append((params["offset"], bytes(raw)))
+        self.got.append((params["offset"], bytes(body)))
 
     def bytes(self) -> bytes:
         return b"".join(data for _, data in self.got)
@@ -208,8 +210,9 @@ def test_a_requeued_run_appends_after_the_stored_log_behind_a_separator(tmp_path
     store = LogStore(tmp_path / "logs", cap=1 << 20, on_append=lambda job_id: None)
 
     class Direct:  # the controller's log endpoint, straight into the store
-        def request(self, method, path, *, raw, params):
-            store._append(7, params["offset"], bytes(raw))
+        def call(self, route, job_id, *, body, params):
+            assert (route, job_id) == (calls.LOG_APPEND, 7)
+            store._append(job_id, params["offset"], bytes(body))
 
     first = LogSink(Direct(), 7, batch_seconds=0.0)
     first.write(b"run 0\npartial")

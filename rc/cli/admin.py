@@ -18,7 +18,7 @@ from rc.cli.context import (
     whole_seconds_arg,
 )
 from rc.cli.output import add_output_flag, machine, one_line, print_json, print_line, table, when
-from rc.proto.client import segment
+from rc.proto import calls
 from rc.proto.duration import format_duration
 
 __all__ = ["add_parsers"]
@@ -214,13 +214,13 @@ def cmd_token_create(args: argparse.Namespace) -> int:
     body = {"name": args.name, "role": args.role, "expires_in_seconds": args.expires or 0}
     if args.unix_user:
         body["unix_user"] = args.unix_user
-    made = client(args).post("/v1/tokens", body)
+    made = client(args).call(calls.TOKEN_CREATE, body=body)
     print(made["secret"])
     return 0
 
 
 def cmd_token_list(args: argparse.Namespace) -> int:
-    tokens = client(args).get("/v1/tokens")["tokens"]
+    tokens = client(args).call(calls.TOKENS)["tokens"]
     if args.output == "json":
         print_json(tokens)
         return 0
@@ -248,18 +248,18 @@ def cmd_token_list(args: argparse.Namespace) -> int:
 
 
 def cmd_token_rotate(args: argparse.Namespace) -> int:
-    print(client(args).post(f"/v1/tokens/{segment(args.name)}/rotate", {})["secret"])
+    print(client(args).call(calls.TOKEN_ROTATE, args.name)["secret"])
     return 0
 
 
 def cmd_token_revoke(args: argparse.Namespace) -> int:
     params = {"keep_jobs": "true"} if args.keep_jobs else None
-    print_line(client(args).delete(f"/v1/tokens/{segment(args.name)}", params=params)["message"])
+    print_line(client(args).call(calls.TOKEN_REVOKE, args.name, params=params)["message"])
     return 0
 
 
 def cmd_whoami(args: argparse.Namespace) -> int:
-    me = client(args).get("/v1/whoami")
+    me = client(args).call(calls.WHOAMI)
     if args.output == "json":
         print_json(me)
         return 0
@@ -276,8 +276,7 @@ def cmd_clear(args: argparse.Namespace) -> int:
     if args.kill and args.force:
         raise UsageError("give --kill or --force, not both")
     body = {"kill": args.kill, "force": args.force}
-    path = f"/v1/devices/{segment(args.device)}/clear"
-    print_line(client(args).post(path, body)["message"])
+    print_line(client(args).call(calls.DEVICE_CLEAR, args.device, body=body)["message"])
     return 0
 
 
@@ -287,19 +286,19 @@ def cmd_retire(args: argparse.Namespace) -> int:
             f"retiring {args.device} removes it from the fleet; "
             f"run rc retire {args.device} --yes to do it"
         )
-    print_line(client(args).delete(f"/v1/devices/{segment(args.device)}")["message"])
+    print_line(client(args).call(calls.DEVICE_RETIRE, args.device)["message"])
     return 0
 
 
 def cmd_drain(args: argparse.Namespace) -> int:
     body = {"reason": args.reason}
-    print_line(client(args).post(f"/v1/devices/{segment(args.device)}/drain", body)["message"])
+    print_line(client(args).call(calls.DEVICE_DRAIN, args.device, body=body)["message"])
     return 0
 
 
 def cmd_undrain(args: argparse.Namespace) -> int:
     body = {"force": args.force}
-    print_line(client(args).post(f"/v1/devices/{segment(args.device)}/undrain", body)["message"])
+    print_line(client(args).call(calls.DEVICE_UNDRAIN, args.device, body=body)["message"])
     return 0
 
 
@@ -320,7 +319,7 @@ def cmd_events(args: argparse.Namespace) -> int:
     params = {"limit": args.limit}
     if args.since:
         params["since"] = f"{args.since:g}s"
-    events = c.get("/v1/events", params=params)["events"]
+    events = c.call(calls.EVENTS, params=params)["events"]
     if args.output == "json" and not args.follow:
         print_json(events)
         return 0
@@ -332,8 +331,8 @@ def cmd_events(args: argparse.Namespace) -> int:
         return 0
     try:
         while True:
-            got = c.get(
-                "/v1/events", params={"after": after, "wait": "50s", "limit": 1000}, timeout=70
+            got = c.call(
+                calls.EVENTS, params={"after": after, "wait": "50s", "limit": 1000}, timeout=70
             )["events"]
             for e in got:
                 _emit(e, args.output)

@@ -12,6 +12,7 @@ import uuid
 from rc.cli.complete import attach, recent_jobs
 from rc.cli.context import UsageError, add_client_flags, client, number_in, stderr
 from rc.cli.follow import Outage, submit
+from rc.proto import calls
 from rc.proto.client import Client
 from rc.proto.errors import ApiError, RcError, TransportError
 
@@ -87,7 +88,7 @@ def follow_array(c: Client, array_id: int) -> int:
     try:
         while True:
             try:
-                a = c.get(f"/v1/arrays/{array_id}")
+                a = c.call(calls.ARRAY_GET, array_id)
                 outage.over()
             except (TransportError, ApiError) as e:
                 if isinstance(e, ApiError) and e.status < 500:
@@ -179,7 +180,7 @@ def cmd_rerun(args: argparse.Namespace) -> int:
     c = client(args)
     if args.failed:
         return _rerun_failed(c, args.job)
-    old = c.get(f"/v1/jobs/{args.job}")["job"]
+    old = c.call(calls.JOB_GET, args.job)["job"]
     view = submit(c, rerun_body(old))
     new = view["job"]["id"]
     stderr(f"job {new} is a copy of job {args.job}")
@@ -193,11 +194,11 @@ def _rerun_failed(c: Client, array_id: int) -> int:
     from rc.proto.arrayspec import ArraySpec
     from rc.proto.arrayspec import format as spec_text
 
-    summary = c.get(f"/v1/arrays/{array_id}")
+    summary = c.call(calls.ARRAY_GET, array_id)
     params = {"array": array_id, "state": "failed,killed,lost", "limit": 1000}
     elements: list[dict] = []
     while True:
-        page = c.get("/v1/jobs", params=params)
+        page = c.call(calls.JOBS, params=params)
         elements += page["jobs"]
         if not page.get("next_before"):
             break
@@ -207,7 +208,7 @@ def _rerun_failed(c: Client, array_id: int) -> int:
     elements.sort(key=lambda j: j["array_index"])
     # a listing cuts commands and reasons (README "Limits"): the spec copied
     # is the first element's whole, as GET /v1/jobs/ID gives it
-    body = rerun_body(c.get(f"/v1/jobs/{elements[0]['id']}")["job"])
+    body = rerun_body(c.call(calls.JOB_GET, elements[0]["id"])["job"])
     indices = tuple(j["array_index"] for j in elements)
     body["array"] = spec_text(ArraySpec(indices, summary.get("max_running") or 0))
     if any(j.get("array_item") for j in elements):

@@ -17,6 +17,7 @@ from typing import Any
 
 from rc.cli.context import client
 from rc.cli.output import job_state, job_what
+from rc.proto import calls
 
 __all__ = [
     "COMPLETE_TIMEOUT_S",
@@ -37,11 +38,13 @@ BUILT_IN_KEYS = ("host", "device", "id")
 _OPERATOR_CHARS = "=!<>"
 
 
-def _ask(parsed_args: argparse.Namespace | None, path: str, params: dict | None = None) -> Any:
+def _ask(
+    parsed_args: argparse.Namespace | None, call: calls.Call, params: dict | None = None
+) -> Any:
     c = client(parsed_args or argparse.Namespace(), timeout=COMPLETE_TIMEOUT_S)
     c.connect_timeout = COMPLETE_TIMEOUT_S
     try:
-        return c.get(path, params=params)
+        return c.call(call, params=params)
     finally:
         c.close_all()
 
@@ -68,7 +71,7 @@ def _describe(job: dict) -> str:
 def live_jobs(prefix: str, parsed_args) -> dict[str, str]:
     """Ids of the jobs and holds that are running or queued (rc kill, rc
     explain)."""
-    st = _ask(parsed_args, "/v1/state")
+    st = _ask(parsed_args, calls.STATE)
     return {
         str(j["id"]): _describe(j)
         for j in (*st["jobs"], *st["queued"])
@@ -80,7 +83,7 @@ def live_jobs(prefix: str, parsed_args) -> dict[str, str]:
 def holds(prefix: str, parsed_args) -> dict[str, str]:
     """Ids of the holds that have not ended, granted ones first (rc shell,
     rc exec, rc release): never a plain job."""
-    st = _ask(parsed_args, "/v1/state")
+    st = _ask(parsed_args, calls.STATE)
     return {
         str(j["id"]): _describe(j)
         for j in (*st["jobs"], *st["queued"])
@@ -91,14 +94,14 @@ def holds(prefix: str, parsed_args) -> dict[str, str]:
 @_quiet
 def recent_jobs(prefix: str, parsed_args) -> dict[str, str]:
     """Ids of the newest RECENT_JOBS jobs, finished ones included (rc logs)."""
-    got = _ask(parsed_args, "/v1/jobs", {"limit": RECENT_JOBS})["jobs"]
+    got = _ask(parsed_args, calls.JOBS, {"limit": RECENT_JOBS})["jobs"]
     return {str(j["id"]): _describe(j) for j in got if str(j["id"]).startswith(prefix)}
 
 
 @_quiet
 def devices(prefix: str, parsed_args) -> dict[str, str]:
     """Device ids, host:name, with their state."""
-    views = _ask(parsed_args, "/v1/devices", {"labels": "false"})["devices"]
+    views = _ask(parsed_args, calls.DEVICES, {"labels": "false"})["devices"]
     return {
         v["device"]["id"]: v["device"]["state"]
         for v in views
@@ -116,7 +119,7 @@ def label_keys(prefix: str, parsed_args) -> dict[str, str]:
     head = head + "," if head else ""
     typed = term.strip()
     keys = set(BUILT_IN_KEYS)
-    for v in _ask(parsed_args, "/v1/devices")["devices"]:
+    for v in _ask(parsed_args, calls.DEVICES)["devices"]:
         keys.update(lb["key"] for lb in v["device"]["labels"])
     return {head + k: "label" for k in sorted(keys) if k.startswith(typed)}
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -26,7 +27,7 @@ from rc.cli.context import UsageError, add_client_flags, client, number_in, stde
 from rc.cli.follow import submit, wait_terminal
 from rc.cli.output import on_devices, one_line
 from rc.cli.relay import open_halves, open_session, wait_session
-from rc.proto import copyjob
+from rc.proto import calls, copyjob
 from rc.proto.client import Client
 from rc.proto.errors import ApiError, RcError, TransportError
 from rc.proto.relay import Download, Upload
@@ -159,29 +160,30 @@ class _Place:
     sid: int | None = None
 
     @property
-    def base(self) -> str:
+    def relay(self) -> calls.RelayPaths:
+        """The relay's paths: the pipe job's, else the session's."""
         if self.job_id is not None:
-            return f"/v1/jobs/{self.job_id}"
-        return f"/v1/jobs/{self.hold}/sessions/{self.sid}"
+            return calls.JOB_RELAY.at(self.job_id)
+        return calls.SESSION_RELAY.at(self.hold, self.sid)
 
 
 def _choose(c: Client, device: str, hold: int | None) -> _Place:
     """Copy inside a hold (the one given, or the caller's on the device), else
     in a job on the free device; refuse a device someone else has."""
     if hold is not None:
-        job = c.get(f"/v1/jobs/{hold}")["job"]
+        job = c.call(calls.JOB_GET, hold)["job"]
         if job["kind"] != "hold" or job["state"] not in ("assigned", "running"):
             raise RcError(f"job {hold} is not a running hold ({job['kind']}, {job['state']})")
         if device not in (job.get("device_ids") or [job["device_id"]]):
             raise RcError(f"hold {hold} is on {on_devices(job)}, not {device}")
         return _Place(device, hold=hold)
-    views = {v["device"]["id"]: v for v in c.get("/v1/devices")["devices"]}
+    views = {v["device"]["id"]: v for v in c.call(calls.DEVICES)["devices"]}
     view = views.get(device)
     if view is None:
         raise RcError(f"no device {device!r} (rc devices lists them)")
     holder = view.get("holder") or ""
     if holder:
-        who = c.get("/v1/whoami")
+        who = c.call(calls.WHOAMI)
         me = who.get("label") or who["name"]  # the holder is a label too
         what = "held" if view.get("kind") == "hold" else f"busy with job {view.get('job_id')}"
         if holder == me and view.get("kind") == "hold":
@@ -234,9 +236,9 @@ def _remote_failure(c: Client, place: _Place) -> str | None:
             return None
         why = f"{job['state']}" + (f" ({job['kill_reason']})" if job.get("kill_reason") else "")
         with contextlib.suppress(RcError):
-            log = c.request(
-                "GET", f"/v1/jobs/{place.job_id}/logs", params={"follow": "0"}
-            ).body.decode("utf-8", "replace")
+            log = c.call(calls.JOB_LOGS, place.job_id, params={"follow": "0"}).decode(
+                "utf-8", "replace"
+            )
             if log.strip() and job["state"] == "failed":
                 return log.strip()[-STDERR_SHOWN:]  # the remote side's own words
             if log.strip():
@@ -271,7 +273,7 @@ def _upload(c: Client, src: str, dst: Remote, hold: int | None) -> int:
         stderr(f"skipping {name!r}: not a file, directory or symlink")
     place = _choose(c, dst.device, hold)
     _start(c, place, copyjob.upload_command(dst.path, source.name, src))
-    up, down = open_halves(c, place.base)
+    up, down = open_halves(c, place.relay)
     progress = _Progress("sent", source.total_bytes)
     failed: list[BaseException] = []
 
@@ -330,17 +332,42 @@ def _local_target(dst: str, name: str) -> tuple[str, str]:
     return parent, final
 
 
+def _local_scratch(parent: str) -> str:
+    """The hidden directory under `parent` a download is received into
+    (renamed into place once whole). RcError in one line, before anything is
+    started on the device, when it cannot be made: a current directory that
+    was removed, a directory the caller may not write."""
+    try:
+        shown = os.path.abspath(parent)
+        return tempfile.mkdtemp(prefix=".rc-cp-", dir=parent)
+    except FileNotFoundError:
+        if not os.path.isabs(parent):
+            try:
+                os.getcwd()
+            except FileNotFoundError:
+                raise RcError(
+                    "the current directory no longer exists; cd somewhere and copy again"
+                ) from None
+        raise RcError(f"no such directory: {shown}") from None
+    except OSError as e:
+        raise RcError(f"cannot write to {shown}: {e.strerror}") from None
+
+
 def _download(c: Client, src: Remote, dst: str, hold: int | None) -> int:
     path = src.path.rstrip("/") or "/"
     if path == "/":
         raise UsageError("rc cp will not copy a whole root directory")
     name = os.path.basename(path)
     parent, final = _local_target(dst, name)
-    place = _choose(c, src.device, hold)
-    _start(c, place, copyjob.download_command(src.path, dst))
-    up, down = open_halves(c, place.base)
+    tmp = _local_scratch(parent)  # before anything is asked of the far side
+    try:
+        place = _choose(c, src.device, hold)
+        _start(c, place, copyjob.download_command(src.path, dst))
+    except BaseException:
+        _remove_tree(tmp)
+        raise
+    up, down = open_halves(c, place.relay)
     progress = _Progress("received", None)
-    tmp = tempfile.mkdtemp(prefix=".rc-cp-", dir=parent)
     try:
         with contextlib.suppress(TransportError):
             up.finish()  # the remote tar reads nothing
@@ -388,8 +415,6 @@ def _download(c: Client, src: Remote, dst: str, hold: int | None) -> int:
 
 
 def _remove_tree(path: str) -> None:
-    import shutil
-
     def writable(func, p, exc):
         with contextlib.suppress(OSError):
             os.chmod(os.path.dirname(p), 0o700)

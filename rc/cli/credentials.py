@@ -16,7 +16,8 @@ from pathlib import Path
 
 from rc.cli import config as client_config
 from rc.cli.context import stderr
-from rc.proto.client import Client, parse_controller_url, parse_controller_urls, segment
+from rc.proto import calls
+from rc.proto.client import Client, parse_controller_url, parse_controller_urls
 from rc.proto.errors import ApiError, RcError
 
 __all__ = ["ensure_client_config", "ensure_token", "worker_token_host", "write_secret"]
@@ -31,12 +32,12 @@ def ensure_token(admin, name: str, role: str) -> str:
     """The secret of a fresh worker token named `name` (one of that name is
     replaced: the data dir's worker token is made for its host)."""
     try:
-        return admin.post("/v1/tokens", {"name": name, "role": role})["secret"]
+        return admin.call(calls.TOKEN_CREATE, body={"name": name, "role": role})["secret"]
     except ApiError as e:
         if e.code != "token_exists":
             raise
-    admin.delete(f"/v1/tokens/{segment(name)}")
-    return admin.post("/v1/tokens", {"name": name, "role": role})["secret"]
+    admin.call(calls.TOKEN_REVOKE, name)
+    return admin.call(calls.TOKEN_CREATE, body={"name": name, "role": role})["secret"]
 
 
 def _user_token(admin, name: str, unix_user: str) -> tuple[str, str]:
@@ -48,21 +49,20 @@ def _user_token(admin, name: str, unix_user: str) -> tuple[str, str]:
     piles up. A token of that name with another role (an admin token named
     after the user) is left alone and the first free name like it is used,
     which the words say. Raises RcError when there is none."""
-    held = {t["name"]: t["role"] for t in admin.get("/v1/tokens")["tokens"] if not t["revoked_at"]}
+    held = {t["name"]: t["role"] for t in admin.call(calls.TOKENS)["tokens"] if not t["revoked_at"]}
     body = {"role": "user", "unix_user": unix_user} if unix_user else {"role": "user"}
     if held.get(name, "user") == "user":
         if name in held:
-            secret = admin.post(f"/v1/tokens/{segment(name)}/rotate", {})["secret"]
+            secret = admin.call(calls.TOKEN_ROTATE, name)["secret"]
             return secret, (
                 f"a new secret for token {name}, which keeps its jobs; the old one stops working"
             )
-        return admin.post("/v1/tokens", {"name": name, **body})[
-            "secret"
-        ], f"a user token for {name}"
+        made = admin.call(calls.TOKEN_CREATE, body={"name": name, **body})
+        return made["secret"], f"a user token for {name}"
     for n in range(1, 100):
         candidate = f"{name}-{n}"
         if candidate not in held:
-            secret = admin.post("/v1/tokens", {"name": candidate, **body})["secret"]
+            secret = admin.call(calls.TOKEN_CREATE, body={"name": candidate, **body})["secret"]
             return secret, f"a user token for {candidate}: {name} is a {held[name]} token"
     raise RcError(f"could not find a free token name like {name!r}")
 
@@ -89,7 +89,7 @@ def _token_works(url: str, token: str) -> bool:
     if not token:
         return False
     try:
-        Client(url, token, timeout=10).get("/v1/whoami")
+        Client(url, token, timeout=10).call(calls.WHOAMI)
         return True
     except (RcError, ValueError):
         return False
@@ -106,7 +106,7 @@ def worker_token_host(url: str, token_file: Path) -> str | None:
     if not token or not token.isascii() or not token.isprintable():
         return None
     try:
-        me = Client(url, token, timeout=10).get("/v1/whoami")
+        me = Client(url, token, timeout=10).call(calls.WHOAMI)
     except ApiError as e:
         if e.status == 401:
             return None

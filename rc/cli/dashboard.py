@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 from rc.cli.context import add_client_flags, client, stderr
+from rc.proto import calls
 from rc.proto.errors import RcError
 
 __all__ = ["REDIRECT_KEEP_S", "add_parsers", "cmd_dashboard", "write_redirect"]
@@ -59,7 +60,7 @@ def add_parsers(sub) -> None:
 def cmd_dashboard(args: argparse.Namespace) -> int:
     """`rc dashboard [--open]`: the link on stdout, what it is on stderr."""
     c = client(args, timeout=30)
-    got = c.post("/v1/dashboard/code")
+    got = c.call(calls.DASHBOARD_CODE)
     link = f"{c.url}/#code={got['code']}"
     print(link, flush=True)
     within = f"{got['expires_in_seconds']:g} s"

@@ -17,7 +17,7 @@ from rc.cli.output import (
     print_line,
     table,
 )
-from rc.proto.client import segment
+from rc.proto import calls
 
 __all__ = ["add_parsers", "state_words"]
 
@@ -88,9 +88,9 @@ def cmd_devices(args: argparse.Namespace) -> int:
     c = client(args)
     # the table shows no labels: leave them out of the reply (-o json keeps them)
     labels = "true" if args.output == "json" else "false"
-    views = c.get("/v1/devices", params={"labels": labels})["devices"]
+    views = c.call(calls.DEVICES, params={"labels": labels})["devices"]
     if args.selector is not None:
-        keep = set(c.get("/v1/explain", params={"selector": args.selector})["matching"])
+        keep = set(c.call(calls.EXPLAIN, params={"selector": args.selector})["matching"])
         views = [v for v in views if v["device"]["id"] in keep]
     if args.output == "json":
         print_json(views)
@@ -117,7 +117,7 @@ def cmd_devices(args: argparse.Namespace) -> int:
 
 def cmd_describe(args: argparse.Namespace) -> int:
     c = client(args)
-    info = c.get(f"/v1/devices/{segment(args.device)}/describe")
+    info = c.call(calls.DEVICE_DESCRIBE, args.device)
     if args.output == "json":
         print_json(info)
         return 0

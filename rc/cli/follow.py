@@ -18,10 +18,12 @@ from collections.abc import Callable
 
 from rc.cli.context import UsageError, interrupt_cause, job_cwd, stderr
 from rc.cli.output import job_state, one_line
+from rc.proto import calls
 from rc.proto.client import Client
 from rc.proto.errors import ApiError, RcError, TransportError
 from rc.proto.model import device_list, valid_env_name
 from rc.proto.selector import ANY
+from rc.proto.wire import KillRequest
 
 __all__ = [
     "CANCEL_TIMEOUT_S",
@@ -247,7 +249,7 @@ def submit(c: Client, body: dict) -> dict:
     said = False
     while True:
         try:
-            return c.post("/v1/jobs", body)
+            return c.call(calls.JOB_SUBMIT, body=body)
         except TransportError as e:
             if time.monotonic() > deadline:
                 raise
@@ -277,8 +279,9 @@ def wait_started(c: Client, job: dict, position: int, label: str) -> dict | None
                 stderr(f"queued at position {position} for {label} (job {job['id']})")
                 shown = position
             try:
-                view = c.get(
-                    f"/v1/jobs/{job['id']}",
+                view = c.call(
+                    calls.JOB_GET,
+                    job["id"],
                     params={
                         "wait": f"{QUEUE_POLL_WAIT_S:g}s",
                         "state": "queued",
@@ -343,7 +346,7 @@ def wait_running(
             f"{what} {job['id']} went back to the queue: the worker of {was_on} "
             "stopped before starting it"
         )
-        view = c.get(f"/v1/jobs/{job['id']}")
+        view = c.call(calls.JOB_GET, job["id"])
         job, position = view["job"], view.get("queue_position", 0)
 
 
@@ -353,8 +356,9 @@ def _wait_assigned(c: Client, job: dict, what: str) -> dict:
     outage = Outage()
     while job["state"] == "assigned":
         try:
-            job = c.get(
-                f"/v1/jobs/{job['id']}",
+            job = c.call(
+                calls.JOB_GET,
+                job["id"],
                 params={"wait": f"{QUEUE_POLL_WAIT_S:g}s", "state": "assigned", "position": 0},
                 timeout=QUEUE_POLL_WAIT_S + 15,
             )["job"]
@@ -371,7 +375,7 @@ def _cancel_queued(c: Client, job: dict, cause: str) -> None:
         stderr(f"job {job['id']} could not be cancelled: {failed} (see rc ps)")
         return
     try:
-        now = c.get(f"/v1/jobs/{job['id']}", timeout=CANCEL_TIMEOUT_S)["job"]
+        now = c.call(calls.JOB_GET, job["id"], timeout=CANCEL_TIMEOUT_S)["job"]
     except RcError:
         stderr(f"cancel requested for job {job['id']}")
         return
@@ -387,7 +391,7 @@ def post_kill(c: Client, job_id: int, reason: str) -> str:
     """Kill (or cancel) a job within CANCEL_TIMEOUT_S; "" when the controller
     took it, else why not, in words."""
     try:
-        c.post(f"/v1/jobs/{job_id}/kill", {"reason": reason}, timeout=CANCEL_TIMEOUT_S)
+        c.call(calls.JOB_KILL, job_id, body=KillRequest(reason), timeout=CANCEL_TIMEOUT_S)
         return ""
     except ApiError as e:
         return "it had already ended" if e.code == "not_cancellable" else f"{e.code}: {e.message}"
@@ -402,9 +406,9 @@ def follow_log(c: Client, job_id: int, out, offset: int = 0, follow: bool = True
     delay = 0.2
     while True:
         try:
-            for chunk in c.stream(
-                "GET",
-                f"/v1/jobs/{job_id}/logs",
+            for chunk in c.call_stream(
+                calls.JOB_LOGS,
+                job_id,
                 params={"offset": offset, "follow": "1" if follow else "0"},
                 timeout=60.0,
             ):
@@ -414,11 +418,9 @@ def follow_log(c: Client, job_id: int, out, offset: int = 0, follow: bool = True
                 failures_since, delay = None, 0.2
             if not follow:
                 return offset
-            state = c.get(f"/v1/jobs/{job_id}", timeout=10.0)["job"]["state"]
+            state = c.call(calls.JOB_GET, job_id, timeout=10.0)["job"]["state"]
             if state in TERMINAL:
-                rest = c.request(
-                    "GET", f"/v1/jobs/{job_id}/logs", params={"offset": offset, "follow": "0"}
-                ).body
+                rest = c.call(calls.JOB_LOGS, job_id, params={"offset": offset, "follow": "0"})
                 if rest:
                     out.write(rest)
                     out.flush()
@@ -445,8 +447,9 @@ def wait_terminal(c: Client, job_id: int, give_up_after: float | None = RECONNEC
     state, failing_since, delay = "", None, 0.5
     while True:
         try:
-            job = c.get(
-                f"/v1/jobs/{job_id}",
+            job = c.call(
+                calls.JOB_GET,
+                job_id,
                 params={"wait": "50s", "state": state, "position": 0},
                 timeout=65,
             )["job"]

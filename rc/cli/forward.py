@@ -33,6 +33,7 @@ from rc.cli.context import UsageError, add_client_flags, client, number_in, stde
 from rc.cli.follow import wait_terminal
 from rc.cli.output import hold_end, job_state, on_devices
 from rc.cli.relay import open_halves, open_session
+from rc.proto import calls
 from rc.proto.client import Client
 from rc.proto.errors import ApiError, RcError, TransportError
 from rc.proto.relay import Download, Upload
@@ -81,7 +82,7 @@ def _check_hold(c: Client, hold: int) -> dict:
     """The hold's record, once it is known to be a running hold the caller
     may forward into. Raises RcError naming what is wrong."""
     try:
-        job = c.get(f"/v1/jobs/{hold}")["job"]
+        job = c.call(calls.JOB_GET, hold)["job"]
     except ApiError as e:
         if e.status == 404:
             raise RcError(f"no hold {hold} (rc ps lists yours)") from None
@@ -90,7 +91,7 @@ def _check_hold(c: Client, hold: int) -> dict:
         raise RcError(f"job {hold} is not a hold (rc forward reaches into a hold of yours)")
     if job["state"] not in ("assigned", "running"):
         raise RcError(f"hold {hold} is {job_state(job, None)}; rc forward needs a running hold")
-    me = c.get("/v1/whoami")
+    me = c.call(calls.WHOAMI)
     # ownership is the principal (a controller from before principals sends
     # neither field: the controller's own check on the session still holds)
     owner, principal = job.get("owner", ""), me.get("principal", "")
@@ -167,9 +168,8 @@ class Forwarder:
             stderr(f"a connection could not be carried: {e}")
             return
         sid = view["session_id"]
-        base = f"/v1/jobs/{self.hold}/sessions/{sid}"
         try:
-            up, down = open_halves(self.c, base)
+            up, down = open_halves(self.c, calls.SESSION_RELAY.at(self.hold, sid))
         except RcError as e:
             stderr(f"connection {sid}: {e}")
             return
@@ -192,8 +192,10 @@ class Forwarder:
         """A connection that brought nothing back: say why, when it never
         reached the port (nothing listens there, say)."""
         with contextlib.suppress(RcError):
-            view = self.c.get(
-                f"/v1/jobs/{self.hold}/sessions/{sid}",
+            view = self.c.call(
+                calls.SESSION_GET,
+                self.hold,
+                sid,
                 params={"wait": "5s", "state": "running"},
                 timeout=15,
             )

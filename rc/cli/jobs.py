@@ -32,8 +32,9 @@ from rc.cli.output import (
     table,
     when,
 )
+from rc.proto import calls
 from rc.proto.model import device_list
-from rc.proto.wire import KILL_MANY_MAX
+from rc.proto.wire import KILL_MANY_MAX, KillManyRequest, KillRequest
 
 __all__ = ["add_parsers"]
 
@@ -312,7 +313,7 @@ def cmd_jobs(args: argparse.Namespace) -> int:
         "before": args.before or None,
         **filter_params(args),
     }
-    page = c.get("/v1/jobs", params=params)
+    page = c.call(calls.JOBS, params=params)
     jobs = page["jobs"]
     if args.output == "json":
         print_json(jobs)
@@ -332,7 +333,7 @@ def cmd_jobs(args: argparse.Namespace) -> int:
     if page.get("next_before"):
         stderr(f"more: rc jobs --before {page['next_before']} (with the same filters)")
     if args.array:
-        for key, value in array_lines(c.get(f"/v1/arrays/{args.array}")):
+        for key, value in array_lines(c.call(calls.ARRAY_GET, args.array)):
             print_line(f"{key + ':':<13} {value}")
     return 0
 
@@ -354,7 +355,7 @@ def array_lines(a: dict) -> list[tuple[str, str]]:
 def cmd_show(args: argparse.Namespace) -> int:
     """`rc show JOB`: everything about one job or hold (GET ?detail=1)."""
     c = client(args)
-    view = c.get(f"/v1/jobs/{args.job}", params={"detail": "1"})
+    view = c.call(calls.JOB_GET, args.job, params={"detail": "1"})
     if args.output == "json":
         print_json(view)
         return 0
@@ -479,9 +480,7 @@ def _tail(c, job_id: int, lines: int, size: int) -> tuple[bytes, int]:
     window = TAIL_WINDOW_BYTES
     while True:
         start = max(0, size - window)
-        data = c.request(
-            "GET", f"/v1/jobs/{job_id}/logs", params={"offset": start, "follow": "0"}
-        ).body
+        data = c.call(calls.JOB_LOGS, job_id, params={"offset": start, "follow": "0"})
         body = data[:-1] if data.endswith(b"\n") else data
         if start == 0 or body.count(b"\n") >= lines:
             end = start + len(data)
@@ -503,7 +502,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
     out = sys.stdout.buffer
     offset = 0
     view = None
-    view = c.get(f"/v1/jobs/{args.job}", params={"detail": "1"})
+    view = c.call(calls.JOB_GET, args.job, params={"detail": "1"})
     if view["job"]["state"] == "queued":
         pos = view.get("queue_position") or 0
         where = f" (position {pos} in the queue)" if pos else ""
@@ -528,7 +527,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         return 130
     if args.follow:  # followed to the end: exit as the job did, like rc run
-        return exit_status(c.get(f"/v1/jobs/{args.job}")["job"])
+        return exit_status(c.call(calls.JOB_GET, args.job)["job"])
     return 0
 
 
@@ -547,7 +546,7 @@ def _filtered_ids(c, args: argparse.Namespace) -> list[int]:
         params["state"] = LIVE_STATES
     ids: list[int] = []
     while True:
-        page = c.get("/v1/jobs", params=params)
+        page = c.call(calls.JOBS, params=params)
         ids += [j["id"] for j in page["jobs"]]
         if not page.get("next_before"):
             return ids
@@ -576,11 +575,11 @@ def cmd_kill(args: argparse.Namespace) -> int:
     c = client(args)
     ids = list(dict.fromkeys(args.job)) if args.job else _filtered_ids(c, args)
     if args.array and not ids:
-        c.get(f"/v1/arrays/{args.array}")  # no such array: its 404, not "0 jobs ended"
+        c.call(calls.ARRAY_GET, args.array)  # no such array: its 404, not "0 jobs ended"
     ended = failed = 0
     if len(ids) == 1 and not filtered:
         try:
-            resp = c.post(f"/v1/jobs/{ids[0]}/kill", {"reason": args.reason})
+            resp = c.call(calls.JOB_KILL, ids[0], body=KillRequest(args.reason))
         except ApiError as e:
             stderr(f"job {ids[0]}: {e.code}: {e.message}")
             return 1
@@ -588,7 +587,7 @@ def cmd_kill(args: argparse.Namespace) -> int:
         return 0
     for start in range(0, len(ids), KILL_MANY_MAX):  # one transaction per request
         chunk = sorted(ids[start : start + KILL_MANY_MAX])
-        got = c.post("/v1/jobs/kill", {"ids": chunk, "reason": args.reason})
+        got = c.call(calls.JOBS_KILL, body=KillManyRequest(tuple(chunk), args.reason))
         for o in got["results"]:
             if o["ok"]:
                 ended += 1
@@ -615,8 +614,8 @@ def cmd_ps(args: argparse.Namespace) -> int:
     if args.watch:
         from rc.cli.watch import watch
 
-        return watch(lambda: _print_ps(c.get("/v1/state"), "text"), PS_WATCH_S, "rc ps")
-    _print_ps(c.get("/v1/state"), args.output)
+        return watch(lambda: _print_ps(c.call(calls.STATE), "text"), PS_WATCH_S, "rc ps")
+    _print_ps(c.call(calls.STATE), args.output)
     return 0
 
 
@@ -688,7 +687,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
         raise UsageError("-s needs a selector, e.g. 'kind=gpu'")
     c = client(args)
     if args.selector is not None:
-        ex = c.get("/v1/explain", params={"selector": args.selector})
+        ex = c.call(calls.EXPLAIN, params={"selector": args.selector})
         if args.output == "json":
             print_json(ex)
             return 0
@@ -701,7 +700,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
             return 0
         views = {
             v["device"]["id"]: v
-            for v in c.get("/v1/devices", params={"labels": "false"})["devices"]
+            for v in c.call(calls.DEVICES, params={"labels": "false"})["devices"]
         }
         for d in ex["matching"]:
             why = "free" if d in ex["free"] else _not_free(views.get(d))
@@ -709,7 +708,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
         print(f"free: {len(ex['free'])}/{len(ex['matching'])}")
         print(f"queue depth: {ex['queue_depth']}")
         return 0
-    ex = c.get(f"/v1/jobs/{args.job}/explain")
+    ex = c.call(calls.JOB_EXPLAIN, args.job)
     if args.output == "json":
         print_json(ex)
         return 0

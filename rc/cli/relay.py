@@ -52,6 +52,7 @@ from rc.cli.follow import (
     wait_terminal,
 )
 from rc.cli.output import hold_end, on_devices
+from rc.proto import calls
 from rc.proto.client import Client
 from rc.proto.errors import ApiError, RcError, TransportError
 from rc.proto.relay import Download, Upload, data_frame, resize_frame
@@ -198,16 +199,16 @@ class LocalTerminal:
 # -- splicing stdin and stdout with a session -------------------------------------------
 
 
-def open_halves(c: Client, base: str) -> tuple[Upload, Download]:
-    """The client's two halves of the session at `base` (input, output).
+def open_halves(c: Client, paths: calls.RelayPaths) -> tuple[Upload, Download]:
+    """The client's two halves of the session at `paths` (input, output).
 
     The input half connects first. The relay ends a session cleanly once the
     client has read all of its output, so with the output half first, a
     command that ended at once (one that cannot start) could end the session
     before the input half connected, which was then refused session_ended."""
-    up = Upload(c, base + "/tty/in")
+    up = Upload(c, paths.client_in)
     try:
-        down = Download(c, base + "/tty/out")
+        down = Download(c, paths.client_out)
     except RcError:
         up.close()
         raise
@@ -322,8 +323,10 @@ def wait_session(c: Client, hold: int, sid: int, give_up_after: float = 300.0) -
     state, failing_since = "", None
     while True:
         try:
-            view = c.get(
-                f"/v1/jobs/{hold}/sessions/{sid}",
+            view = c.call(
+                calls.SESSION_GET,
+                hold,
+                sid,
                 params={"wait": "50s", "state": state},
                 timeout=65,
             )
@@ -361,7 +364,7 @@ def _session_code(c: Client, view: dict) -> int:
     if code is None or (code != 0 and not why.startswith("exited with code")):
         if (code is None or code >= 128) and not why.startswith(f"hold {view['hold_id']} expired"):
             with contextlib.suppress(RcError):
-                hold = c.get(f"/v1/jobs/{view['hold_id']}", timeout=10)["job"]
+                hold = c.call(calls.JOB_GET, view["hold_id"], timeout=10)["job"]
                 if hold["state"] not in ("assigned", "running") or hold.get("kill_reason"):
                     # its kill may be only requested yet (the hold still
                     # running): its reason says why, not its state
@@ -401,11 +404,11 @@ class _JobHalves:
         (it could not start) is noted in `ended`, for the caller to say how."""
         again = self.halves is not None
         self.close()
-        base = f"/v1/jobs/{job['id']}"
+        paths = calls.JOB_RELAY.at(job["id"])
         deadline = time.monotonic() + REATTACH_S
         while True:
             try:
-                up, down = open_halves(self.c, base)
+                up, down = open_halves(self.c, paths)
                 break
             except ApiError as e:
                 if e.code not in ("session_ended", "conflict"):
@@ -467,7 +470,7 @@ def open_session(c: Client, hold: int, body: dict) -> dict:
     yours; returns its SessionView. A hold that does not exist is an RcError
     saying so."""
     try:
-        return c.post(f"/v1/jobs/{hold}/sessions", body)
+        return c.call(calls.SESSION_OPEN, hold, body=body)
     except ApiError as e:
         if e.status == 404:
             raise RcError(f"no hold {hold} (rc ps lists yours)") from None
@@ -493,7 +496,7 @@ def cmd_shell(args: argparse.Namespace) -> int:
             },
         )
         sid, opened_by = view["session_id"], c.instance
-        up, down = open_halves(c, f"/v1/jobs/{args.hold}/sessions/{sid}")
+        up, down = open_halves(c, calls.SESSION_RELAY.at(args.hold, sid))
         clean = splice(up, down, term, _session_over(c, args.hold, sid))
     return _session_code(c, _final_session(c, args.hold, sid, clean, opened_by))
 
@@ -536,7 +539,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
         },
     )
     sid, opened_by = view["session_id"], c.instance
-    up, down = open_halves(c, f"/v1/jobs/{args.hold}/sessions/{sid}")
+    up, down = open_halves(c, calls.SESSION_RELAY.at(args.hold, sid))
     try:
         clean = splice(up, down, None, _session_over(c, args.hold, sid))
     except KeyboardInterrupt:

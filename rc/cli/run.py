@@ -64,10 +64,12 @@ from rc.cli.follow import (
 )
 from rc.cli.output import escape_controls, hold_end, on_devices, print_line, when
 from rc.cli.relay import cmd_run_tty
+from rc.proto import calls
 from rc.proto.client import Client
 from rc.proto.duration import format_duration
 from rc.proto.errors import RcError
 from rc.proto.model import PRIORITY_MAX, PRIORITY_MIN
+from rc.proto.wire import ExtendRequest, KillRequest
 
 __all__ = ["add_parsers", "kill_on_detach_default", "stdin_is_data"]
 
@@ -439,8 +441,9 @@ def _kill_running(c: Client, job: dict, why: str, reason: str = "") -> None:
     state = job["state"]
     while (left := deadline - time.monotonic()) > 0:
         try:
-            state = c.get(
-                f"/v1/jobs/{job_id}",
+            state = c.call(
+                calls.JOB_GET,
+                job_id,
                 params={"wait": f"{max(1, int(left))}s", "state": state, "position": 0},
                 timeout=left + 5,
             )["job"]["state"]
@@ -525,10 +528,10 @@ def _say_idle_warnings(c: Client, hold_id: int) -> None:
     while True:
         try:
             if after is None:
-                newest = c.get("/v1/events", params={"limit": 1})["events"]
+                newest = c.call(calls.EVENTS, params={"limit": 1})["events"]
                 after = newest[-1]["id"] if newest else 0
-            got = c.get(
-                "/v1/events", params={"after": after, "wait": "50s", "limit": 1000}, timeout=70
+            got = c.call(
+                calls.EVENTS, params={"after": after, "wait": "50s", "limit": 1000}, timeout=70
             )["events"]
         except RcError:
             time.sleep(2)
@@ -553,10 +556,10 @@ def cmd_release(args: argparse.Namespace) -> int:
     """`rc release ID`: end a hold you own (or any, as admin); prints
     "released ID". A job is refused: rc kill ends it."""
     c = client(args)
-    held = c.get(f"/v1/jobs/{args.job}")["job"]
+    held = c.call(calls.JOB_GET, args.job)["job"]
     if held.get("kind") != "hold":
         raise RcError(f"job {args.job} is not a hold; rc kill {args.job} ends it")
-    c.post(f"/v1/jobs/{args.job}/kill", {"reason": "released"})
+    c.call(calls.JOB_KILL, args.job, body=KillRequest("released"))
     print_line(f"released {args.job}")
     return 0
 
@@ -576,8 +579,8 @@ def cmd_extend(args: argparse.Namespace) -> int:
     if args.add <= 0:
         raise UsageError(f"D {_GROWS_ONLY}")
     c = client(args)
-    got = c.post(f"/v1/jobs/{args.job}/extend", {"seconds": args.add})
-    held = c.get(f"/v1/jobs/{args.job}")["job"]
+    got = c.call(calls.JOB_EXTEND, args.job, body=ExtendRequest(args.add))
+    held = c.call(calls.JOB_GET, args.job)["job"]
     ttl = got["ttl_seconds"]
     start = held.get("started_at")
     end = f"now ends at {when(start + ttl)}" if start else "will last"

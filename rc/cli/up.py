@@ -45,7 +45,7 @@ from rc.cli.upsettings import (
     scheduling_given,
     serve_flags,
 )
-from rc.proto import pidlock
+from rc.proto import calls, pidlock
 from rc.proto.client import Client
 from rc.proto.errors import RcError
 from rc.proto.model import DEVICES_PER_WORKER_MAX
@@ -168,7 +168,9 @@ def _wait_settled(c, host: str, log_hint: str) -> list[dict]:
     the devices (the `device` objects of GET /v1/devices)."""
     deadline = time.monotonic() + START_TIMEOUT_S
     while True:
-        mine = [v["device"] for v in c.get("/v1/devices")["devices"] if v["device"]["host"] == host]
+        mine = [
+            v["device"] for v in c.call(calls.DEVICES)["devices"] if v["device"]["host"] == host
+        ]
         if mine and all(d["state"] != "unknown" for d in mine):
             return mine
         if time.monotonic() > deadline:
@@ -350,7 +352,7 @@ def _say_already_up(box: _Box, args: argparse.Namespace) -> None:
         admin = Client(url, (box.data / "admin.token").read_text().strip(), timeout=5)
         points_here = ensure_client_config(admin, url)
         mine = [
-            v["device"] for v in admin.get("/v1/devices")["devices"] if v["device"]["host"] == host
+            v["device"] for v in admin.call(calls.DEVICES)["devices"] if v["device"]["host"] == host
         ]
         say_out_of_pool(mine, host, box.data, args, url, points_here, False)
     except (RcError, OSError, KeyError, TypeError, ValueError) as e:
@@ -517,7 +519,7 @@ def _say_what_stops(st: dict, data: Path) -> None:
     controller that does not answer within 5 s is not asked again."""
     try:
         admin = Client(st["url"], (data / "admin.token").read_text().strip(), timeout=5)
-        active = admin.get("/v1/state")["jobs"]
+        active = admin.call(calls.STATE)["jobs"]
     except (RcError, OSError, KeyError, TypeError, ValueError):
         return
     host = st.get("host") or _default_host()

@@ -8,7 +8,7 @@ import sys
 
 from rc.cli.context import UsageError, add_client_flags, client, whole_seconds_arg
 from rc.cli.output import print_json, print_line, table
-from rc.proto.client import segment
+from rc.proto import calls
 
 __all__ = ["add_parsers"]
 
@@ -124,7 +124,7 @@ def cmd_usage(args: argparse.Namespace) -> int:
     params = {"by": args.by, "since": args.since}
     if args.user:
         params["user"] = args.user
-    got = client(args).get("/v1/usage", params=params)
+    got = client(args).call(calls.USAGE, params=params)
     if args.output == "json":
         print_json(got)
         return 0
@@ -186,9 +186,9 @@ def _show_shares(got: dict, output: str) -> int:
 def cmd_share(args: argparse.Namespace) -> int:
     if args.share_command not in (None, "set"):
         raise UsageError(f"unknown action {args.share_command!r}")
-    return _show_shares(client(args).get("/v1/shares"), args.output)
+    return _show_shares(client(args).call(calls.SHARES), args.output)
 
 
 def cmd_share_set(args: argparse.Namespace) -> int:
-    got = client(args).post(f"/v1/shares/{segment(args.user)}", {"weight": args.weight})
+    got = client(args).call(calls.SHARE_SET, args.user, body={"weight": args.weight})
     return _show_shares(got, args.output)

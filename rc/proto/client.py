@@ -30,10 +30,13 @@ import time
 import urllib.parse
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rc.proto import INSTANCE_HEADER
 from rc.proto.errors import ApiError, RcError, TransportError
+
+if TYPE_CHECKING:
+    from rc.proto.calls import Call
 
 __all__ = [
     "STANDBY",
@@ -480,6 +483,58 @@ class Client:
                 "no rc route is at that path",
             )
         return Response(status, headers, payload)
+
+    def call(
+        self,
+        call: Call,
+        *ids: object,
+        body: Any = None,
+        params: dict[str, Any] | None = None,
+        timeout: float | None = None,
+    ) -> Any:
+        """Send `call` (rc.proto.calls) with its path parameters `ids`, in the
+        template's order, and return the answer: the decoded JSON body (None
+        for an empty one), or the raw bytes of a route that answers bytes.
+
+        `body`: the call's request record, a dict of its fields, or bytes for
+        a raw body (Call.payload); `params`: query parameters of the call
+        (None values are left out); `timeout`: the read timeout in seconds
+        (None: the client's). Raises ApiError and TransportError as `request`
+        does, TypeError for what the call does not take (a bug in the caller).
+        """
+        return call.read(self.call_response(call, *ids, body=body, params=params, timeout=timeout))
+
+    def call_response(
+        self,
+        call: Call,
+        *ids: object,
+        body: Any = None,
+        params: dict[str, Any] | None = None,
+        timeout: float | None = None,
+    ) -> Response:
+        """Send `call` as `call` does and return the whole Response (status,
+        headers, raw body): a long poll tells 200 from 204 by it."""
+        data, raw = call.payload(body)
+        return self.request(
+            call.method,
+            call.target(*ids),
+            data,
+            raw=raw,
+            params=call.check_query(params),
+            timeout=timeout,
+        )
+
+    def call_stream(
+        self,
+        call: Call,
+        *ids: object,
+        params: dict[str, Any] | None = None,
+        timeout: float | None = None,
+    ) -> Iterator[bytes]:
+        """Open `call`'s streamed answer and yield its chunks (`stream`)."""
+        return self.stream(
+            call.method, call.target(*ids), params=call.check_query(params), timeout=timeout
+        )
 
     def get(self, path: str, **kw: Any) -> Any:
         """GET and return the decoded JSON body."""

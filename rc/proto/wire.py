@@ -1,7 +1,8 @@
 """Request and response records of the HTTP API (docs/design.md#the-wire).
 
-One definition per record, imported by controller, worker and CLI. Paths and
-headers live here too, so the three sides cannot drift.
+One definition per record, imported by controller, worker and CLI. Headers
+live here too, and every route a client calls in rc.proto.calls, so the three
+sides cannot drift.
 """
 
 from __future__ import annotations
@@ -99,7 +100,6 @@ __all__ = [
     "SignInRequest",
     "SignInSession",
     "StateResponse",
-    "StatusReport",
     "SubmitRequest",
     "Survivor",
     "TokenCreate",
@@ -582,8 +582,8 @@ class Assignments:
 
 
 @dataclass(frozen=True, slots=True)
-class StatusReport:
-    """POST /v1/jobs/{id}/status from the worker running the job.
+class JobReport:
+    """One job's status inside a batch of reports, from the worker running it.
 
     state is "running" or a terminal state; exit_code is the process's code
     (128+N for death by signal N); reason says why (kill reason, watchdog);
@@ -593,20 +593,6 @@ class StatusReport:
     bus"; "" when nothing did: its own failure), and hardware_device_ids
     the faulty devices (ids) of its own; a job with a cause may be
     requeued (README "GPU health").
-    """
-
-    worker_id: str
-    state: JobState
-    exit_code: int | None = None
-    reason: str = ""
-    started_at: float | None = None
-    hardware_cause: str = ""
-    hardware_device_ids: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class JobReport:
-    """One job's status inside a batch of reports (fields as StatusReport).
 
     `log_offset` and `log_tail`: the job's output the worker holds and the
     controller has not acknowledged yet, `log_tail` base64 (RFC 4648, with

@@ -27,6 +27,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from rc.proto.calls import RelayPaths
 from rc.proto.errors import RcError, TransportError
 from rc.proto.relay import Download, FrameError, Upload
 from rc.worker import supervise
@@ -61,10 +62,10 @@ class Halves:
     """The worker's two relay connections for one session, and the watch on
     the output half's response that tells when the relay ended the session."""
 
-    def __init__(self, client, base: str, on_hangup: Callable[[str], None]) -> None:
-        self.out = Upload(client, base + "/tty/out")
+    def __init__(self, client, paths: RelayPaths, on_hangup: Callable[[str], None]) -> None:
+        self.out = Upload(client, paths.worker_out)
         try:
-            self.inp = Download(client, base + "/tty/in")
+            self.inp = Download(client, paths.worker_in)
         except RcError:
             self.out.close()
             raise
@@ -77,7 +78,7 @@ class Halves:
     def connect(
         cls,
         client,
-        base: str,
+        paths: RelayPaths,
         on_hangup: Callable[[str], None],
         cancelled: threading.Event,
         clock: Clock = SYSTEM,
@@ -87,7 +88,7 @@ class Halves:
         delay = 0.5
         for attempt in range(ATTACH_ATTEMPTS):
             try:
-                return cls(client, base, on_hangup)
+                return cls(client, paths, on_hangup)
             except TransportError:
                 if attempt == ATTACH_ATTEMPTS - 1 or clock.wait(cancelled, delay):
                     raise

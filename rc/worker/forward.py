@@ -28,6 +28,7 @@ import socket
 import threading
 from collections.abc import Callable
 
+from rc.proto import calls
 from rc.proto.errors import RcError, TransportError
 from rc.proto.wire import SessionStart
 from rc.worker.attached import Halves, join_started
@@ -120,12 +121,12 @@ def run_forward(ctx, st: SessionStart, hold, report: Report) -> None:
     sock.settimeout(None)
     with contextlib.suppress(OSError):
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    base = f"/v1/jobs/{st.hold_id}/sessions/{st.session_id}"
+    paths = calls.SESSION_RELAY.at(st.hold_id, st.session_id)
     try:
         fwd = Forward(
             sock,
             lambda on_hangup: Halves.connect(
-                ctx.client, base, on_hangup, threading.Event(), ctx.clock
+                ctx.client, paths, on_hangup, threading.Event(), ctx.clock
             ),
         )
     except RcError as e:

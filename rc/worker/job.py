@@ -47,6 +47,7 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from rc.proto import calls
 from rc.proto.client import Client
 from rc.proto.duration import format_duration
 from rc.proto.errors import RcError
@@ -445,7 +446,7 @@ class JobRun:
 
         try:
             halves = Halves.connect(
-                ctx.client, f"/v1/jobs/{a.job_id}", hung_up, self.cancelled, self.clock
+                ctx.client, calls.JOB_RELAY.at(a.job_id), hung_up, self.cancelled, self.clock
             )
         except RcError as e:
             return Result(JobState.FAILED, None, f"cannot attach to the relay: {e}")

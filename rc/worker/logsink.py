@@ -37,6 +37,7 @@ import logging
 import threading
 from collections.abc import Callable
 
+from rc.proto import calls
 from rc.proto.client import Client
 from rc.proto.errors import ApiError, TransportError
 from rc.worker.clock import SYSTEM, Clock
@@ -373,7 +374,6 @@ class LogSink:
                 self._cond.notify_all()
 
     def _run(self) -> None:
-        path = f"/v1/jobs/{self.job_id}/logs"
         delay = RETRY_MIN_S
         while True:
             nxt = self._next_chunk()
@@ -381,7 +381,9 @@ class LogSink:
                 return
             offset, chunk = nxt
             try:
-                self.client.request("POST", path, raw=chunk, params={"offset": offset})
+                self.client.call(
+                    calls.LOG_APPEND, self.job_id, body=chunk, params={"offset": offset}
+                )
             except ApiError as e:
                 if e.status < 500:
                     # Refused for good (job gone, gap): drop these bytes rather

@@ -18,8 +18,9 @@ import logging
 import threading
 from collections.abc import Callable, Iterable
 
+from rc.proto import calls
 from rc.proto.client import Client
-from rc.proto.codec import decode, encode
+from rc.proto.codec import decode
 from rc.proto.errors import ApiError, TransportError
 from rc.proto.model import RecoveryProof
 from rc.proto.wire import RecheckRequest, RecheckResponse, ScanRequest, ScanResult
@@ -124,7 +125,7 @@ class Recheck:
             log.exception("survivor scan %d failed", req.scan_id)
             result = ScanResult(complete=False, error=f"worker error: {e}")
         try:
-            self.client.post(f"/v1/workers/{self.worker_id}/scans/{req.scan_id}", encode(result))
+            self.client.call(calls.SCAN_RESULT, self.worker_id, req.scan_id, body=result)
         except (ApiError, TransportError) as e:
             log.warning("could not answer survivor scan %d: %s", req.scan_id, e)
 
@@ -150,9 +151,7 @@ class Recheck:
                 cg.remove()
         proof = RecoveryProof(survivors_checked=True, survivors_found=False)
         try:
-            resp = self.client.post(
-                f"/v1/workers/{self.worker_id}/recheck", encode(RecheckRequest(proof))
-            )
+            resp = self.client.call(calls.RECHECK, self.worker_id, body=RecheckRequest(proof))
         except (ApiError, TransportError) as e:
             log.warning("re-check not delivered: %s", e)
             return []

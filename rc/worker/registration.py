@@ -37,14 +37,16 @@ import threading
 from collections.abc import Callable
 
 from rc import __version__
+from rc.proto import calls
 from rc.proto.client import Client
-from rc.proto.codec import decode, encode
+from rc.proto.codec import decode
 from rc.proto.errors import ApiError, TransportError
 from rc.proto.model import RecoveryProof
 from rc.proto.wire import (
     WORKER_PROTOCOL,
     Assignments,
     DeviceDecl,
+    HeartbeatRequest,
     LabelsRequest,
     LeaveRequest,
     LeaveResponse,
@@ -260,7 +262,7 @@ class Registration:
             links=res.links,
         )
         try:
-            self.client.post(f"/v1/workers/{self.worker_id}/labels", encode(req))
+            self.client.call(calls.LABELS, self.worker_id, body=req)
         except ApiError as e:
             log.warning("labels push refused: %s", e)
             if e.status == 404:
@@ -276,7 +278,7 @@ class Registration:
     def _register_once(self) -> bool:
         """One registration attempt; True when the controller took it."""
         try:
-            resp = self.client.post("/v1/workers/register", encode(self._registration()))
+            resp = self.client.call(calls.REGISTER, body=self._registration())
         except (ApiError, TransportError) as e:
             log.warning("re-registration failed: %s", e)
             return False
@@ -305,7 +307,7 @@ class Registration:
         while not self.stop_event.is_set():
             try:
                 req = self._registration()
-                resp = self.client.post("/v1/workers/register", encode(req))
+                resp = self.client.call(calls.REGISTER, body=req)
                 self.instance = resp["instance"]
                 self.reporter.tail_bytes = _tail_bytes(resp)
                 self.heartbeat_interval = float(
@@ -380,16 +382,17 @@ class Registration:
         ones the controller says have ended. None once the worker has left
         (a heartbeat would bring its devices back into the pool)."""
         holds = self.runs.holds()
-        use = [encode(u) for u in self.usage.sample(holds, self.clock.monotonic())]
+        use = self.usage.sample(holds, self.clock.monotonic())
         with self._leaving:
             if self.left:
                 return
             named = self.runs.named()
             runs = self.runs.running()  # a stop names these runs, not a later one
             try:
-                resp = self.client.post(
-                    f"/v1/workers/{self.worker_id}/heartbeat",
-                    {"running_job_ids": named, "hold_use": use},
+                resp = self.client.call(
+                    calls.HEARTBEAT,
+                    self.worker_id,
+                    body=HeartbeatRequest(tuple(named), use),
                 )
             except (ApiError, TransportError) as e:
                 err = e
@@ -450,14 +453,13 @@ class Registration:
         self.leases.startup_release_pass()
         episode = _Episode(f"cannot reach {self.client.url}")
         delay = RETRY_MIN_S
-        path = f"/v1/workers/{self.worker_id}/assignments"
         while not self.stop_event.is_set():
             self._maybe_reregister()
             t0 = self.clock.monotonic()
             try:
-                resp = self.client.request(
-                    "GET",
-                    path,
+                resp = self.client.call_response(
+                    calls.ASSIGNMENTS,
+                    self.worker_id,
                     params={"wait": f"{self.cfg.poll_wait:g}s"},
                     timeout=self.cfg.poll_wait + 15,
                 )
@@ -535,9 +537,10 @@ class Registration:
                 return False
             try:
                 req = LeaveRequest(self.instance_id, self.runs.unsettled())
-                resp = self.client.post(
-                    f"/v1/workers/{self.worker_id}/leave",
-                    encode(req),
+                resp = self.client.call(
+                    calls.LEAVE,
+                    self.worker_id,
+                    body=req,
                     timeout=max(1.0, deadline - self.clock.monotonic()),
                 )
             except (ApiError, TransportError) as e:

@@ -45,9 +45,10 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from rc.proto.client import Client, segment
+from rc.proto import calls
+from rc.proto.client import Client
 from rc.proto.errors import ApiError, TransportError
-from rc.proto.wire import LOG_TAILS_PER_REQUEST
+from rc.proto.wire import LOG_TAILS_PER_REQUEST, FaultRequest
 from rc.worker import health
 from rc.worker.clock import SYSTEM, Clock
 from rc.worker.logsink import LogSink
@@ -254,9 +255,10 @@ class Reporter:
                 continue
             batch, wires, tails = self._with_tails(batch)
             try:
-                resp = self.client.post(
-                    f"/v1/workers/{self.worker_id}/reports",
-                    {"reports": wires},
+                resp = self.client.call(
+                    calls.REPORTS,
+                    self.worker_id,
+                    body={"reports": wires},
                     params={"assignments": "1"} if self.on_assignments else None,
                 )
             except (TransportError, ApiError) as e:
@@ -372,9 +374,10 @@ class Reporter:
                     return True
                 f = self._faults[0]
             try:
-                self.client.post(
-                    f"/v1/devices/{segment(f.device_id)}/fault",
-                    {"reason": f.reason, "job_id": f.job_id, "drain": f.drain},
+                self.client.call(
+                    calls.DEVICE_FAULT,
+                    f.device_id,
+                    body=FaultRequest(f.reason, f.job_id, f.drain),
                 )
             except ApiError as e:
                 if e.status >= 500 and self.clock.monotonic() < f.deadline:

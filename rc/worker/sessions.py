@@ -21,6 +21,7 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from rc.proto import calls
 from rc.proto.client import Client
 from rc.proto.errors import ApiError, RcError, TransportError
 from rc.proto.model import JobKind, Stdio
@@ -102,11 +103,10 @@ def _report(
     if tail is not None:
         body["stderr"] = tail.buf.decode("utf-8", "replace")
         body["stderr_dropped"] = tail.dropped
-    path = f"/v1/jobs/{st.hold_id}/sessions/{st.session_id}/status"
     delay = 0.2
     for _ in range(REPORT_ATTEMPTS):
         try:
-            ctx.client.post(path, body)
+            ctx.client.call(calls.SESSION_REPORT, st.hold_id, st.session_id, body=body)
             return
         except ApiError as e:
             if e.status < 500:
@@ -169,10 +169,10 @@ def _session(ctx: SessionContext, st: SessionStart) -> None:
         _report(ctx, st, "ended", 126, f"cannot start: {e}")
         return
     hung = threading.Event()
-    base = f"/v1/jobs/{st.hold_id}/sessions/{st.session_id}"
+    paths = calls.SESSION_RELAY.at(st.hold_id, st.session_id)
     try:
         halves = Halves.connect(
-            ctx.client, base, lambda reason: hung.set(), threading.Event(), ctx.clock
+            ctx.client, paths, lambda reason: hung.set(), threading.Event(), ctx.clock
         )
     except RcError as e:
         _report(ctx, st, "ended", None, f"cannot attach to the relay: {e}")

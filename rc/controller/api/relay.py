@@ -31,11 +31,11 @@ from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
 from rc.controller.api import Role, caller, ctl, json_body, path_int, query_float, reply
-from rc.controller.api.jobs import validate_submit
 from rc.controller.auth import Caller
 from rc.controller.errors import Refused
 from rc.controller.relay import Ended, Pipe, Relay, Session
 from rc.controller.store import jobs, usage
+from rc.controller.submission import validate_submit
 from rc.proto.errors import ErrorCode
 from rc.proto.model import JobKind, JobState, Stdio
 from rc.proto.wire import SubmitRequest

@@ -181,15 +181,6 @@ ROUTES: tuple[Endpoint, ...] = (
     ),
     Endpoint(
         "POST",
-        "/v1/jobs/{job_id}/status",
-        workers.status,
-        WORKER,
-        "One status report (the unbatched form of /reports)",
-        request=wire.StatusReport,
-        errors=(*BAD, E.NOT_FOUND, E.WRONG_HOST, E.NOT_WORKER_JOB),
-    ),
-    Endpoint(
-        "POST",
         "/v1/jobs/{job_id}/logs",
         workers.append_log,
         WORKER,

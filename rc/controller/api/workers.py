@@ -37,7 +37,7 @@ from rc.controller.handout import with_log_offset
 from rc.controller.store import devices, jobs, tokens, workers
 from rc.controller.store import labels as device_labels
 from rc.proto.errors import ErrorCode
-from rc.proto.model import NAME_RE, JobState, Stdio
+from rc.proto.model import NAME_RE, Stdio
 from rc.proto.selector import valid_label_key
 from rc.proto.wire import (
     LOG_TAIL_BYTES,
@@ -67,7 +67,6 @@ __all__ = [
     "register",
     "reports",
     "scan_result",
-    "status",
 ]
 
 
@@ -433,37 +432,6 @@ async def _store_tail(c, worker_id: str, r) -> tuple[int | None, str]:
         return None, e.code
     c.metrics.log_tails += 1
     return end, ""
-
-
-async def status(request: Request):
-    """POST /v1/jobs/{job_id}/status: one report (the unbatched form of /reports)."""
-    c = ctl(request)
-    who = caller(request)
-    job_id = path_int(request)
-    req = await json_body(request, c.cfg.limits.body_bytes)
-    _bound(request, who, req.worker_id)
-    if req.state is not JobState.RUNNING and not req.state.terminal:
-        raise Refused(
-            ErrorCode.BAD_REQUEST, f"a worker reports running or a terminal state, not {req.state}"
-        )
-    from rc.proto.wire import JobReport
-
-    reason = cut_text(req.reason, c.cfg.limits.text_bytes)
-    rep = JobReport(
-        job_id,
-        req.state,
-        req.exit_code,
-        reason,
-        req.started_at,
-        cut_text(req.hardware_cause, c.cfg.limits.text_bytes),
-        req.hardware_device_ids,
-    )
-    applied = await c.db.write(jobs.apply_reports, req.worker_id, (rep,))
-    c.metrics.observe_starts(applied.start_latencies)
-    [(_, code, msg)] = applied.results
-    if code:
-        raise Refused(code, msg)
-    return reply({"ok": True})
 
 
 async def _check_log_target(c, job_id: int, worker_id: str | None) -> None:

@@ -1,7 +1,8 @@
 """Read-side views: jobs, devices, the queue, and why a job waits.
 
 Functions here take a read `Tx` (a consistent snapshot) and return rc.proto
-wire records. Queue order, positions and explanations come from the same
+wire records; why a job waits is gathered here as facts (explain_facts) and
+put into words by rc.controller.explain. Queue order, positions and explanations come from the same
 `planning.plan()` the scheduling pass uses, so what `rc ps` and `rc explain`
 say is what the scheduler does.
 """
@@ -9,48 +10,41 @@ say is what the scheduler does.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections import defaultdict
 from dataclasses import dataclass
 
 from rc.controller.auth import Caller
 from rc.controller.errors import Refused
+from rc.controller.explain import Device, Facts, FairShare, Lease, Queued, explanation
 from rc.controller.planning import (
     LazyMatches,
     Policy,
     QueuedJob,
+    Slot,
     Snapshot,
     aged_priority,
     candidates,
     effective_priority,
-    fairshare,
-    fits_ceiling,
     match_devices,
-    not_run_here,
-    runs_jobs_of,
 )
-from rc.controller.planning.placement import device_key, host_of
+from rc.controller.planning.placement import device_key
 from rc.controller.store import rows
 from rc.controller.store.db import Tx, loads
 from rc.controller.store.labels import effective as effective_labels
 from rc.controller.store.queue import adjust_param, adjustments, snapshot
 from rc.controller.store.queue import slots as queue_slots
 from rc.proto import selector as selectors
-from rc.proto.duration import format_duration
 from rc.proto.errors import ErrorCode
 from rc.proto.listed import cut
-from rc.proto.model import Condition, DeviceState, Job, JobState, Label, device_list
+from rc.proto.model import Condition, Job, JobState, Label
 from rc.proto.wire import (
     Dependency,
     DescribeResponse,
-    DeviceHolder,
     DeviceView,
     ExplainResponse,
-    HostFit,
     JobDetail,
     JobExplanation,
     JobView,
-    ReservationView,
     StateResponse,
 )
 
@@ -60,6 +54,7 @@ __all__ = [
     "census",
     "describe",
     "device_views",
+    "explain_facts",
     "explain_job",
     "explain_selector",
     "for_caller",
@@ -83,10 +78,6 @@ def for_caller(job: Job, who: Caller) -> Job:
     if not job.env or who.owns(job.owner):
         return job
     return dataclasses.replace(job, env={k: HIDDEN for k in job.env})
-
-
-RIVALS_NAMED = 5
-"""How many of the jobs ahead `rc explain JOB` names by id."""
 
 
 @dataclass(slots=True)
@@ -347,249 +338,102 @@ def explain_selector(tx: Tx, text: str, policy: Policy) -> ExplainResponse:
     return ExplainResponse(sel, tuple(matching), tuple(free), depth)
 
 
-def explain_job(tx: Tx, job_id: int, policy: Policy) -> JobExplanation:  # noqa: C901 - too complex; it is to be split into named steps
-    """Why a job is not running, in sentences (rc explain JOB).
+def explain_job(tx: Tx, job_id: int, policy: Policy) -> JobExplanation:
+    """Why a job is not running, in sentences (rc explain JOB): the facts
+    of explain_facts in rc.controller.explain's words. 404 for no such job."""
+    return explanation(explain_facts(tx, job_id, policy))
 
-    For a queued job, from the same plan the scheduling pass makes: the
-    dependencies it waits for (and their states); the per-user cap; its
-    array's cap; no usable device free (who holds each, and for how long at
-    most), or for a job on several devices no host with enough of them free
-    (per host: how many match, how many are free, who holds the rest and
-    until when: `hosts`); devices out of the pool (quarantined, silent
-    worker, draining) and why; devices reserved for a job ahead of it, and
-    the devices this job reserved (`reservation`); the jobs ahead of it that
-    want the same devices. `blockers` says, per device it could use, why that
-    device is not its now. 404 for no such job.
-    """
+
+def explain_facts(tx: Tx, job_id: int, policy: Policy) -> Facts:
+    """What `rc explain JOB` says comes from (rc.controller.explain.Facts):
+    the job and, while it is queued, the plan the scheduling pass would make
+    now, the devices it could ask for (each with its slot, why it is out of
+    the pool, its live lease, whom the plan gives it or who reserved it),
+    its unmet dependencies and the terms of its priority. 404 not_found for
+    no such job."""
     r = tx.one("job_get", (job_id,))
     if r is None:
         raise Refused(ErrorCode.NOT_FOUND, f"no job {job_id}")
     job = rows.job(r)
     if job.state is not JobState.QUEUED:
-        return JobExplanation(job_id, job.state.value, (_not_waiting(job),))
+        return Facts(job, tx.now)
     q = queue_snapshot(tx, policy)
     snap, p = q.snap, q.snap.plan
     me = snap.job(job_id)
     assert me is not None  # queued in this same snapshot
-    terms = priority_terms(tx, me, snap, policy)
-    wants = me.wants
     if job.selector:
-        pool = sorted(match_devices(q.labels, job.selector), key=device_key)
-        gone = []
+        ids = sorted(match_devices(q.labels, job.selector), key=device_key)
     else:
-        pool = [d for d in me.pins if d in snap.slots]
-        gone = [d for d in me.pins if d not in snap.slots]
-    pos = snap.position(job_id)
-    if not pool or gone:
-        if job.selector:
-            why = (
-                f"No device matches {job.selector!r} any more (a device was retired or its "
-                "labels changed); it waits until one does, or rc kill it."
-            )
-        else:
-            why = (
-                f"Device {', '.join(gone)} no longer exists (retired); rc kill this job."
-                if len(gone) == 1
-                else f"Devices {', '.join(gone)} no longer exist (retired); rc kill this job."
-            )
-        return JobExplanation(job_id, "queued", (why,), pos, {})
-    blockers: dict[str, str] = {}
-    cands, not_here = [], {}
-    for d in pool:
-        slot = snap.slots[d]
-        ceiling = slot.max_runtime
-        if not runs_jobs_of(slot, me.unix_user):
-            host = host_of(d)
-            blockers[d] = not_here[host] = not_run_here(host, slot, me.unix_user)
-        elif fits_ceiling(me.max_runtime, ceiling):
-            cands.append(d)
-        else:
-            blockers[d] = (
-                f"its runtime ceiling ({format_duration(ceiling)}) is below the "
-                f"{format_duration(me.max_runtime)} this job asks for"
-            )
-    if not cands and not_here and all(host_of(d) in not_here for d in pool):
-        why = (
-            f"No device it could use runs jobs as {me.unix_user}: "
-            + "; ".join(not_here[h] for h in sorted(not_here))
-            + ". It waits until one does, or rc kill it."
-        )
-        return JobExplanation(job_id, "queued", (why,), pos, blockers)
-    per_host: dict[str, list[str]] = {}
-    for d in cands:
-        per_host.setdefault(host_of(d), []).append(d)
-    if not cands or (me.pins and len(cands) < wants):
-        why = (
-            f"Every device it could use has a runtime ceiling below the "
-            f"{format_duration(me.max_runtime)} it asks for; it cannot start until a "
-            "ceiling is raised. rc kill it and ask for less."
-        )
-        return JobExplanation(job_id, "queued", (why,), pos, blockers)
-    if max(len(ds) for ds in per_host.values()) < wants:
-        most, where = max((len(ds), h) for h, ds in per_host.items())
-        why = (
-            f"No host has {wants} devices it could use (the most on one host is {most}, "
-            f"on {where}: a device was retired, its labels changed, or runtime ceilings "
-            "are below what it asks for); it waits until one has, or rc kill it."
-        )
-        return JobExplanation(job_id, "queued", (why,), pos, blockers)
-
+        ids = [d for d in me.pins if d in snap.slots]
     devices = {x["id"]: x for x in tx.all("devices_all")}
     leases = live_leases(tx)
-    taken_by = {d: j for j, ds in p.assignments for d in ds}
-    mine_now = next((ds for j, ds in p.assignments if j == job_id), None)
-    held, out_of_pool, free, reserved_away = [], [], [], []
-    for d in cands:
-        slot, dev, lease = snap.slots[d], devices[d], leases.get(d)
-        who = _holding(lease, tx.now) if lease is not None else ""
-        if slot.state is DeviceState.UNHEALTHY:
-            cause = dev["quarantine_detail"] or "no detail recorded"
-            blockers[d] = f"quarantined ({dev['quarantine_reason'] or 'unknown cause'}): {cause}"
-            out_of_pool.append(d)
-        elif slot.state is DeviceState.UNKNOWN:
-            blockers[d] = "its worker has stopped reporting"
-            out_of_pool.append(d)
-        elif slot.draining:
-            blockers[d] = "draining" + (f" ({dev['drain_reason']})" if dev["drain_reason"] else "")
-            out_of_pool.append(d)
-        elif lease is not None or slot.state is DeviceState.BUSY:
-            blockers[d] = who or "busy"
-            held.append(d)
-            continue
-        else:
-            free.append(d)
-            owner = taken_by.get(d)
-            holder = p.reserved.get(d)
-            if owner == job_id:
-                blockers[d] = "free: this job starts on it at the next scheduling pass"
-            elif owner is not None:
-                blockers[d] = f"free, but job {owner} is ahead of this one and gets it"
-            elif holder == job_id:
-                blockers[d] = f"free, reserved for this job (it needs {wants} at once)"
-            elif holder is not None:
-                blockers[d] = f"free, but reserved for job {holder}"
-                reserved_away.append(d)
-            else:
-                blockers[d] = "free"
-        if who:
-            blockers[d] += f"; {who}"
-
-    hosts = tuple(_host_fit(h, ds, wants, snap, leases) for h, ds in per_host.items())
-    mine = p.reservations.get(job_id)
-    reservation = (
-        ReservationView(mine.devices, None if math.isinf(mine.start_at) else mine.start_at)
-        if mine is not None
-        else None
+    given_to = {d: j for j, ds in p.assignments for d in ds}
+    pool = tuple(
+        _pool_device(snap.slots[d], devices[d], leases.get(d), given_to.get(d), p.reserved.get(d))
+        for d in ids
     )
-    reasons: list[str] = []
+    wanted = {job_id} | {d.reserved_for for d in pool if d.reserved_for is not None}
+    unmet = None
     if job_id in p.waiting:
-        unmet = [r for r in tx.all("deps_of", (job_id,)) if not _met(r)]
-        named = ", ".join(f"job {r['after_id']} ({r['state']})" for r in unmet[:RIVALS_NAMED])
-        if len(unmet) > RIVALS_NAMED:
-            named += f" and {len(unmet) - RIVALS_NAMED} more"
-        reasons.append(f"Waiting for {named}: it is not eligible until its dependencies end.")
-    if job_id in p.held:
-        cap = me.array_cap
-        reasons.append(
-            f"Its array {me.array_id} already has {_count(cap, 'element')} assigned or "
-            f"running, its cap (%{cap}); it starts once one of them ends."
+        unmet = tuple(
+            (x["after_id"], x["state"]) for x in tx.all("deps_of", (job_id,)) if not _met(x)
         )
-    if job_id in p.capped:
-        n = snap.usage.get(me.account, 0)
-        reasons.append(
-            f"{me.account} already holds {_count(n, 'device')}; with the "
-            f"{_count(wants, 'device')} this job needs that passes the per-user cap "
-            f"(rc serve --max-devices-per-user {policy.cap}); it starts once enough of "
-            "them are released."
-            if wants > 1
-            else f"{me.account} already holds {_count(n, 'device')}, the per-user cap "
-            f"(rc serve --max-devices-per-user {policy.cap}); it starts once one of them "
-            "is released."
-        )
-    if mine_now is None and wants > 1:
-        enough = [h for h in hosts if h.free >= wants]
-        if not enough:
-            reasons.append(
-                f"No host has {wants} of the devices it could use free at once: "
-                + "; ".join(_fit_words(h, tx.now) for h in hosts)
-                + "."
-            )
-        if out_of_pool and not enough:
-            reasons.append(
-                "Out of the pool: " + "; ".join(f"{d}: {blockers[d]}" for d in out_of_pool) + "."
-            )
-    elif not free:
-        if held:
-            reasons.append(
-                "No matching device is free: "
-                + "; ".join(f"{d}: {blockers[d]}" for d in held)
-                + "."
-            )
-        if out_of_pool:
-            lead = (
-                "Every matching device is out of the pool"
-                if not held
-                else "The other matching devices are out of the pool"
-            )
-            reasons.append(
-                lead + ": " + "; ".join(f"{d}: {blockers[d]}" for d in out_of_pool) + "."
-            )
-    if reserved_away and mine_now is None:
-        reasons.append(_reserved_words(reserved_away, p, me, snap))
-    if mine is not None and wants > 1:  # a one-device job takes the first that frees anyway
-        reasons.append(_reservation_words(mine, tx.now))
-    rivals = snap.rivals(job_id)
-    if rivals:
-        named = ", ".join(str(j) for j in rivals[:RIVALS_NAMED])
-        if len(rivals) > RIVALS_NAMED:
-            named += ", ..."
-        eff = effective_priority(me, snap.now, policy.aging, snap.adjust)
-        mine_prio = f"this job's priority is {me.priority}"
-        if eff != me.priority:
-            mine_prio += f", {eff} with aging" + (" and fair share" if snap.adjust else "")
-        if policy.aging > 0:
-            mine_prio += f", and it gains a step every {format_duration(policy.aging)} it waits"
-        one = len(rivals) == 1
-        reasons.append(
-            f"{_count(len(rivals), 'job')} ahead of it with higher or equal priority "
-            f"{'wants' if one else 'want'} the same devices and {'gets' if one else 'get'} "
-            f"them first ({'job' if one else 'jobs'} {named}). "
-            f"{mine_prio[0].upper()}{mine_prio[1:]}."
-        )
-    if not reasons:
-        if mine_now is not None:
-            reasons.append(
-                f"It is starting: {device_list(mine_now)} "
-                f"{'is' if len(mine_now) == 1 else 'are'} free and the next "
-                "scheduling pass (within a second) hands "
-                f"{'it' if len(mine_now) == 1 else 'them'} over."
-            )
-        else:
-            reasons.append(
-                "A matching device is free; the next scheduling pass (within a "
-                "second) should start it."
-            )
-    return JobExplanation(
-        job_id, "queued", tuple(reasons), pos, blockers, hosts, reservation, terms
+    return Facts(
+        job,
+        tx.now,
+        Queued(
+            me,
+            snap.position(job_id),
+            pool,
+            gone=() if job.selector else tuple(d for d in me.pins if d not in snap.slots),
+            given=next((ds for j, ds in p.assignments if j == job_id), None),
+            reservations={j: res for j, res in p.reservations.items() if j in wanted},
+            unmet=unmet,
+            array_held=job_id in p.held,
+            capped=job_id in p.capped,
+            account_holds=snap.usage.get(me.account, 0),
+            cap=policy.cap,
+            rivals=tuple(snap.rivals(job_id)),
+            aging=policy.aging,
+            aged=effective_priority(me, snap.now, policy.aging),
+            effective=effective_priority(me, snap.now, policy.aging, snap.adjust),
+            adjusted=bool(snap.adjust),
+            fair_share=_fair_share(tx, me, snap, policy),
+        ),
     )
 
 
-def priority_terms(tx: Tx, me: QueuedJob, snap: Snapshot, policy: Policy) -> str:
-    """Every term of a queued job's effective priority in one line, as the
-    plan `snap` ordered it: "priority 0 + aging 2 - fair share 3 (alice: 41%
-    of recent device-hours (half-life 7d), entitled 25%) = -1"."""
-    aged = effective_priority(me, snap.now, policy.aging)
-    line = f"priority {me.priority}"
-    if policy.aging > 0:
-        line += f" + aging {aged - me.priority}"
+def _pool_device(slot: Slot, row, lease, given_to: int | None, reserved_for: int | None) -> Device:
+    """A device a queued job could ask for, from its slot, its devices row
+    and its live lease (live_leases; None: none)."""
+    return Device(
+        slot,
+        quarantine_reason=row["quarantine_reason"] or "",
+        quarantine_detail=row["quarantine_detail"] or "",
+        drain_reason=row["drain_reason"] or "",
+        lease=None
+        if lease is None
+        else Lease(
+            lease["job_id"],
+            lease["kind"],
+            lease["label"],
+            lease["reason"],
+            lease["job_max_runtime"] or 0,
+            lease["acquired_at"],
+        ),
+        given_to=given_to,
+        reserved_for=reserved_for,
+    )
+
+
+def _fair_share(tx: Tx, me: QueuedJob, snap: Snapshot, policy: Policy) -> FairShare | None:
+    """Fair share as it weighs on `me`'s account (None when it is off)."""
     shares = policy.shares
-    if shares is not None and shares.half_life > 0:
-        adjust = snap.adjust.get(me.account, 0)
-        line += f" - fair share {adjust}"
-        standing = shares.standings(tx).get(me.account)
-        if standing is not None:
-            line += f" ({fairshare.words(standing, shares.half_life, format_duration)})"
-    return f"{line} = {effective_priority(me, snap.now, policy.aging, snap.adjust)}"
+    if shares is None or shares.half_life <= 0:
+        return None
+    return FairShare(
+        snap.adjust.get(me.account, 0), shares.half_life, shares.standings(tx).get(me.account)
+    )
 
 
 def _met(r) -> bool:
@@ -603,122 +447,6 @@ def dependencies(tx: Tx, job_id: int) -> tuple[Dependency, ...]:
         Dependency(r["after_id"], r["condition"], r["state"], r["exit_code"], _met(r))
         for r in tx.all("deps_of", (job_id,))
     )
-
-
-def _host_fit(host: str, ds: list[str], wants: int, snap: Snapshot, leases) -> HostFit:
-    """One host a queued job could use: matching, free, and who holds the rest."""
-    held = []
-    for d in ds:
-        lease = leases.get(d)
-        if lease is None:
-            continue
-        until = snap.slots[d].free_at
-        held.append(
-            DeviceHolder(
-                device_id=d,
-                job_id=lease["job_id"],
-                holder=lease["label"],
-                kind=lease["kind"],
-                reason=lease["reason"],
-                until=None if math.isinf(until) else until,
-            )
-        )
-    free = sum(1 for d in ds if snap.slots[d].schedulable)
-    return HostFit(host, len(ds), free, wants, tuple(held))
-
-
-def _fit_words(h: HostFit, now: float) -> str:
-    """ "gpu-box-1: 3 of 4 free; gpu2 held by job 42 (bob) for at most 1h5m more" """
-    words = f"{h.host}: {h.free} of {h.matching} free"
-    for x in h.held:
-        name = x.device_id.rpartition(":")[2]
-        what = "hold" if x.kind == "hold" else "job"
-        words += f"; {name} held by {what} {x.job_id} ({x.holder})"
-        if x.until is None:
-            words += " with no time limit"
-        elif x.until <= now:
-            words += " past its time limit (it is being stopped)"
-        else:
-            words += f" for at most {format_duration(max(1.0, round(x.until - now)))} more"
-    return words
-
-
-def _start_words(start_at: float, now: float) -> str:
-    if math.isinf(start_at):
-        return "at an unknown time (a holder has no time limit)"
-    if start_at <= now:
-        return "now"
-    return f"within {format_duration(max(1.0, round(start_at - now)))} at most"
-
-
-def _reservation_words(res, now: float) -> str:
-    """This job's reservation, in a sentence."""
-    names = device_list(res.devices)
-    if math.isinf(res.start_at):
-        return (
-            f"It has reserved {names}: a holder has no time limit, so no start can be "
-            "promised; meanwhile only jobs with a time limit may use them."
-        )
-    return (
-        f"It has reserved {names}, expected free {_start_words(res.start_at, now)}; "
-        "until then only jobs that end before that may use them."
-    )
-
-
-def _reserved_words(ds: list[str], p, me, snap: Snapshot) -> str:
-    """Free devices this job could use that a job ahead of it reserved."""
-    by_job: dict[int, list[str]] = {}
-    for d in ds:
-        by_job.setdefault(p.reserved[d], []).append(d)
-    parts = []
-    for j, mine in by_job.items():
-        res = p.reservations[j]
-        when = _start_words(res.start_at, snap.now)
-        parts.append(
-            f"{device_list(mine)} {'is' if len(mine) == 1 else 'are'} reserved for job {j} "
-            f"(it needs {len(res.devices)} at once, expected free {when})"
-        )
-    bound = me.max_runtime
-    if bound:
-        tail = (
-            f"this job could use {'it' if len(ds) == 1 else 'them'} meanwhile only if its "
-            f"max runtime ({format_duration(bound)}) ended before then."
-        )
-    else:
-        tail = (
-            "a job may use a reserved device meanwhile only if its --max-runtime ends "
-            "before then, and this one has none."
-        )
-    return "Free, but " + "; ".join(parts) + ": " + tail
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}" + ("" if n == 1 else "s")
-
-
-def _not_waiting(job: Job) -> str:
-    where = f" on {device_list(job.device_ids or (job.device_id,))}" if job.device_id else ""
-    if job.state is JobState.ASSIGNED:
-        return f"It is not waiting: it was assigned{where} and is starting."
-    if job.state is JobState.RUNNING:
-        return f"It is not waiting: it is running{where}."
-    why = f": {job.kill_reason}" if job.kill_reason else ""
-    return f"It is not waiting: it ended ({job.state.value}{why})."
-
-
-def _holding(lease, now: float) -> str:
-    """Who holds a device under `lease` and for how long at most, in words."""
-    if lease["kind"] == "hold":
-        what = f"{lease['label']} holds it" + (f" ({lease['reason']})" if lease["reason"] else "")
-    else:
-        what = f"{lease['label']} runs job {lease['job_id']} on it"
-    runtime = lease["job_max_runtime"]
-    if not runtime:
-        return what + ", with no time limit"
-    left = lease["acquired_at"] + runtime - now
-    if left <= 0:
-        return what + ", past its time limit (it is being stopped)"
-    return what + f", for at most {format_duration(max(1.0, round(left)))} more"
 
 
 @dataclass(frozen=True, slots=True)
