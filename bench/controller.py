@@ -554,9 +554,9 @@ def ledger_and_fair_share(jobs: int, queued: int, runs: int = 7) -> list[str]:
     import asyncio
 
     from rc.controller.planning import Policy
-    from rc.controller.scheduler import schedule
-    from rc.controller.store.db import Database
     from rc.controller.store.labels import MatchCache
+    from rc.controller.store.schedule import schedule
+    from rc.controller.store.sqlite import SqliteDatabase
     from rc.controller.store.usage import ShareCache, compute_standings
 
     out = []
@@ -605,7 +605,7 @@ def ledger_and_fair_share(jobs: int, queued: int, runs: int = 7) -> list[str]:
 
         async def passes() -> tuple[list[float], list[float]]:
             if ENGINE.name == "sqlite":
-                db = await Database(str(data / "rc.db"), time.time).open()
+                db = await SqliteDatabase(str(data / "rc.db"), time.time).open()
             else:
                 from rc.controller.store.pg import PgDatabase
 

@@ -4,7 +4,7 @@
 -- together (tests/test_schema_pg.py compares their tables, columns and CHECK
 -- lists). Applied to an empty database, then rc_schema.version is set to the
 -- newest version (the same numbering as SQLite's user_version: PG migrations
--- live in rc/controller/store/migrations/pg/ under the same numbers).
+-- live in rc/controller/store/sql/migrations/pg/ under the same numbers).
 --
 -- Dialect mapping, kept mechanical so a port is a copy:
 --   TEXT → text, INTEGER → bigint, REAL → double precision, STRICT and
@@ -273,7 +273,7 @@ CREATE TABLE leadership (
     expires_at timestamptz NOT NULL
 );
 
--- The functions SQLite gets from Python (rc.controller.store.db.SQL_FUNCTIONS),
+-- The functions SQLite gets from Python (rc.controller.store.sqlite.SQL_FUNCTIONS),
 -- written again in SQL: rc.controller.planning.aged_priority,
 -- rc.proto.model.Condition.met_by and rc.controller.planning.fairshare.decayed
 -- (tests/test_schema_pg.py checks each against its Python definition on a

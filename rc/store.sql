@@ -1,7 +1,7 @@
 -- rc/store.sql: the whole schema of the controller's database (docs/design.md#the-store).
 --
 -- Applied to an empty database, then PRAGMA user_version is set to the number
--- of the newest migration (rc/controller/store/migrations/; each one edits
+-- of the newest migration (rc/controller/store/sql/migrations/; each one edits
 -- this file to match, and tests/test_schema.py proves the oldest schema plus
 -- every migration equals it). Invariants the schema holds by itself, not
 -- only by code:

@@ -147,10 +147,10 @@ class Lab:
         secret authenticates (principal token:<id>)."""
         if unix_user is None:
             unix_user = "" if role is Role.WORKER else name
-        row = self.write(
+        t = self.write(
             tokens.create, name, role, hash_secret(new_secret()), "admin", None, unix_user
-        )
-        return Caller(row["id"], name, role, row["host"], None, row["unix_user"])
+        ).token
+        return Caller(t.id, name, role, t.host, None, t.unix_user)
 
     def submit(self, who: str | Caller = "alice", **fields) -> tuple[int, bool]:
         """validate_submit + enqueue, as POST /v1/jobs does, for `who` (a

@@ -179,7 +179,7 @@ class PgCluster:
     def _recycle(self, dsn: str) -> None:
         import psycopg
 
-        from rc.controller.store.pg import PG_SCHEMA_VERSION
+        from rc.controller.store.sql import PG_SCHEMA_VERSION
 
         with psycopg.connect(dsn, autocommit=True) as conn:
             if conn.execute("SELECT version FROM rc_schema").fetchone() != (PG_SCHEMA_VERSION,):

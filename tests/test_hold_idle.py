@@ -252,7 +252,7 @@ def test_the_idle_watch_reads_active_jobs_only(tmp_path):
     """It runs every second: through the partial index of active jobs, never
     a scan of every job ever submitted. SQLite's plan (its INDEXED BY);
     PostgreSQL's planner picks the index by the table's statistics."""
-    from rc.controller.store.db import QUERIES
+    from rc.controller.store.sql import QUERIES
 
     lb = Lab(tmp_path / "data")
     try:

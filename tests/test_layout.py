@@ -364,13 +364,18 @@ def test_no_private_names_imported_across_modules(package):
 
 TX_QUERY_METHODS = {"one", "all", "scalar", "iter", "exec", "many", "change"}
 """rc.controller.store.db.Tx's methods that run a named query."""
+ROW_NAMES = {"Row", "loads", "dumps"}
+"""What the store has of rows themselves: the PostgreSQL engine's row type
+and the codec of the JSON columns (rc.controller.store.db)."""
 STORE = REPO / "rc/controller/store"
+STORE_PACKAGE = "rc.controller.store"
 
 
 def _store_boundary_violations(source: str, queries: set[str]) -> list[tuple[int, str]]:
     """(line, what) wherever code runs a query or reaches the database itself:
     a Tx query method called on `tx` or with a query's name, QUERIES named or
-    imported, sqlite3 or aiosqlite imported."""
+    imported, sqlite3 or aiosqlite imported, a row type or the column codec
+    of the store imported (ROW_NAMES)."""
     out = []
     for node in ast.walk(ast.parse(source)):
         if (
@@ -389,6 +394,10 @@ def _store_boundary_violations(source: str, queries: set[str]) -> list[tuple[int
             out.append((node.lineno, "uses QUERIES"))
         elif isinstance(node, ast.ImportFrom) and any(a.name == "QUERIES" for a in node.names):
             out.append((node.lineno, "imports QUERIES"))
+        elif isinstance(node, ast.ImportFrom) and _in(node.module or "", STORE_PACKAGE):
+            for a in node.names:
+                if a.name in ROW_NAMES:
+                    out.append((node.lineno, f"imports {a.name} (rows are the store's)"))
         if isinstance(node, ast.Import | ast.ImportFrom):
             mods = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module]
             for mod in mods:
@@ -401,7 +410,7 @@ def test_only_the_store_runs_queries():
     """The store boundary (rc/controller/store/__init__.py): no module of rc
     outside rc/controller/store/ runs a named query, touches QUERIES or talks
     to SQLite; it calls the store's functions."""
-    from rc.controller.store.db import QUERIES
+    from rc.controller.store.sql import QUERIES
 
     bad = []
     for path in sorted((REPO / "rc").rglob("*.py")):
@@ -419,6 +428,8 @@ def test_the_store_boundary_check_sees_each_way_across():
         "    row = await c.db.read(lambda tx: tx.one('job_brief', (1,)))\n"
         "    await c.db.write(lambda t: t.change('job_finish', ()))\n"
         "    return QUERIES['job_get'], [].all()\n"
+        "from rc.controller.store.pg import PgDatabase, Row\n"
+        "from rc.controller.store.db import Database, loads\n"
     )
     assert _store_boundary_violations(source, {"job_brief", "job_finish", "job_get"}) == [
         (1, "imports sqlite3"),
@@ -426,6 +437,8 @@ def test_the_store_boundary_check_sees_each_way_across():
         (4, "runs a query (.one)"),
         (5, "runs a query (.change)"),
         (6, "uses QUERIES"),
+        (7, "imports Row (rows are the store's)"),
+        (8, "imports loads (rows are the store's)"),
     ]
 
 
@@ -753,3 +766,361 @@ def test_pointers_into_the_repository_lead_somewhere():
                 bad.append(f"{path}: README {name!r}")
     assert bad == [], "pointers to no heading:\n" + "\n".join(bad)
     assert "teardown-empty-or-out" in anchors and "Reliability: quarantine and recovery" in sections
+
+
+# -- rows stay in the store -------------------------------------------------------
+
+ENGINES = {"rc.controller.store.db", "rc.controller.store.sqlite", "rc.controller.store.pg"}
+"""The engines: the layer that makes rows (their Tx methods answer them)."""
+DB_METHODS = {"read", "write", "write_soft"}
+"""Database's methods that run a transaction function and answer what it returned."""
+ROW_QUERIES = {"one", "all", "iter"}
+"""Tx's methods that answer rows."""
+CARRYING_METHODS = {"items", "values", "get", "pop", "copy", "setdefault"}
+"""Methods of a container of rows that answer rows again."""
+CARRYING_CALLS = {"list", "tuple", "sorted", "reversed", "next", "iter", "filter", "enumerate"}
+"""Builtins that answer the rows they are given (`dict(row)` is a conversion:
+what comes of it is checked where it is read)."""
+FILLING_METHODS = {"append", "extend", "add", "update", "insert", "setdefault"}
+"""Methods that put what they are given into their container."""
+
+
+def _scopes(tree: ast.AST):
+    """Every function of a module (the module itself first, as None), each
+    with the statements that are its own (not those of functions inside it),
+    and the class it is a method of (None for none)."""
+    out = [(None, None, tree)]
+
+    def visit(node, cls):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
+                out.append((child, cls, child))
+                visit(child, None)
+            elif isinstance(child, ast.ClassDef):
+                visit(child, child)
+            else:
+                visit(child, cls)
+
+    visit(tree, None)
+    return out
+
+
+def _own_nodes(root: ast.AST):
+    """The nodes of a scope, not descending into the functions defined in it."""
+    todo = list(ast.iter_child_nodes(root))
+    while todo:
+        node = todo.pop()
+        yield node
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            todo.extend(ast.iter_child_nodes(node))
+
+
+def _called(call: ast.Call) -> str:
+    """The name a call calls: `f(...)` f, `x.f(...)` f."""
+    f = call.func
+    return f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
+
+
+def _str_key(node: ast.Subscript) -> str | None:
+    s = node.slice
+    return s.value if isinstance(s, ast.Constant) and isinstance(s.value, str) else None
+
+
+class _Module:
+    """One module of rc for the row check: its tree, whether it is the
+    store's, and what each name it imports stands for."""
+
+    def __init__(self, name: str, source: str, modules: set[str]) -> None:
+        self.name = name
+        self.tree = ast.parse(source)
+        self.in_store = _in(name, STORE_PACKAGE)
+        self.aliases: dict[str, str] = {}  # local name -> the module it names
+        self.imported: dict[str, str] = {}  # local name -> the module it comes from
+        for node in ast.walk(self.tree):
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    self.aliases[a.asname or a.name.split(".")[0]] = (
+                        a.name if a.asname else a.name.split(".")[0]
+                    )
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                for a in node.names:
+                    local = a.asname or a.name
+                    if f"{node.module}.{a.name}" in modules:
+                        self.aliases[local] = f"{node.module}.{a.name}"
+                    else:
+                        self.imported[local] = node.module
+
+    def of_store(self, call: ast.Call) -> bool:
+        """Whether a call (outside the store) answers what the store read:
+        a Database's read or write (`c.db.read(fn, ...)`), or a function of
+        a store module called directly (`jobs.brief(tx, 1)`)."""
+        f = call.func
+        if isinstance(f, ast.Attribute) and f.attr in DB_METHODS:
+            on = f.value
+            if (isinstance(on, ast.Attribute) and on.attr == "db") or (
+                isinstance(on, ast.Name) and on.id == "db"
+            ):
+                return True
+        if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name):
+            return _in(self.aliases.get(f.value.id, ""), STORE_PACKAGE)
+        if isinstance(f, ast.Name):
+            return _in(self.imported.get(f.id, ""), STORE_PACKAGE)
+        return False
+
+    def outside_callee(self, call: ast.Call) -> str:
+        """The rc function outside the store a call (in the store) calls,
+        dotted ("" for any other call)."""
+        f = call.func
+        if isinstance(f, ast.Name) and f.id in self.imported:
+            module = self.imported[f.id]
+        elif isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name):
+            module = self.aliases.get(f.value.id, "")
+        else:
+            return ""
+        if _in(module, "rc") and not _in(module, STORE_PACKAGE):
+            return f"{module}.{_called(call)}"
+        return ""
+
+
+class _RowFlow:
+    """Where rows go, over a set of modules: a fixed point of which names
+    of which functions hold rows (or containers of rows), which functions
+    return them and which parameters are given them, by function name (a
+    method is known by its name alone: coarse, and on the safe side).
+
+    A row is what a Tx query answers (inside the store); outside it, what
+    the store answered (DB_METHODS, a store function) is treated as one, so
+    that a row that leaked out is caught where a column of it is read."""
+
+    def __init__(self, modules: list[_Module]) -> None:
+        self.modules = modules
+        # by side (in the store or not): the functions that return rows, and
+        # the (function, position or keyword) of parameters given rows
+        self.returns: dict[bool, set[str]] = {True: set(), False: set()}
+        self.params: dict[bool, set[tuple[str, int | str]]] = {True: set(), False: set()}
+        self.found: list[tuple[str, int, str]] = []
+        size = -1
+        while size != self._size():  # each turn only adds: it ends
+            size = self._size()
+            self.found = []
+            for m in self.modules:
+                if m.name not in ENGINES:
+                    self._module(m)
+
+    def _size(self) -> int:
+        return sum(len(s) for s in (*self.returns.values(), *self.params.values()))
+
+    def _module(self, m: _Module) -> None:
+        inherited: dict[ast.AST, set[str]] = {}
+        for fn, cls, root in _scopes(m.tree):
+            rows = set(inherited.get(root, set()))
+            if fn is not None:
+                args = [*fn.args.posonlyargs, *fn.args.args]
+                if cls is not None and args and args[0].arg in ("self", "cls"):
+                    args = args[1:]
+                for i, a in enumerate(args):
+                    if (fn.name, i) in self.params[m.in_store]:
+                        rows.add(a.arg)
+                for a in [*args, *fn.args.kwonlyargs]:
+                    if (fn.name, a.arg) in self.params[m.in_store]:
+                        rows.add(a.arg)
+            nodes = list(_own_nodes(root))
+            for _ in range(5):
+                n = len(rows)
+                for node in nodes:
+                    self._bind(m, node, rows)
+                if len(rows) == n:
+                    break
+            for node in nodes:
+                self._check(m, fn, cls, node, rows)
+                if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                    inherited[node] = rows  # a closure sees its function's names
+
+    def _holds(self, m: _Module, e: ast.AST | None, rows: set[str]) -> bool:
+        """Whether expression `e` is a row or holds rows."""
+        if e is None:
+            return False
+        if isinstance(e, ast.Name):
+            return e.id in rows
+        if isinstance(e, ast.Await | ast.Starred):
+            return self._holds(m, e.value, rows)
+        if isinstance(e, ast.Subscript):
+            return _str_key(e) is None and self._holds(m, e.value, rows)
+        if isinstance(e, ast.IfExp):
+            return self._holds(m, e.body, rows) or self._holds(m, e.orelse, rows)
+        if isinstance(e, ast.BoolOp):
+            return any(self._holds(m, v, rows) for v in e.values)
+        if isinstance(e, ast.List | ast.Tuple | ast.Set):
+            return any(self._holds(m, v, rows) for v in e.elts)
+        if isinstance(e, ast.Dict):
+            return any(self._holds(m, v, rows) for v in e.values)
+        if isinstance(e, ast.ListComp | ast.SetComp | ast.GeneratorExp):
+            return self._holds(m, e.elt, rows)
+        if isinstance(e, ast.DictComp):
+            return self._holds(m, e.value, rows)
+        if isinstance(e, ast.NamedExpr):
+            return self._holds(m, e.value, rows)
+        if isinstance(e, ast.Call):
+            f = e.func
+            if m.in_store and isinstance(f, ast.Attribute) and f.attr in ROW_QUERIES:
+                return True
+            if not m.in_store and m.of_store(e):
+                return True
+            if _called(e) in self.returns[m.in_store]:
+                return True
+            if isinstance(f, ast.Attribute) and f.attr in CARRYING_METHODS:
+                return self._holds(m, f.value, rows)
+            if isinstance(f, ast.Name) and f.id in CARRYING_CALLS:
+                return any(self._holds(m, a, rows) for a in e.args)
+        return False
+
+    def _bind(self, m: _Module, node: ast.AST, rows: set[str]) -> None:
+        """Names `node` binds to rows, and containers it fills with them."""
+
+        def names(target) -> list[str]:
+            if isinstance(target, ast.Name):
+                return [target.id]
+            if isinstance(target, ast.Starred):
+                return names(target.value)
+            if isinstance(target, ast.Tuple | ast.List):
+                return [n for t in target.elts for n in names(t)]
+            if isinstance(target, ast.Subscript | ast.Attribute):
+                return names(target.value)  # filling a container, or an attribute of it
+            return []
+
+        if isinstance(node, ast.Assign):
+            for t in node.targets:
+                pairs = [(t, node.value)]
+                if (
+                    isinstance(t, ast.Tuple)
+                    and isinstance(node.value, ast.Tuple)
+                    and len(t.elts) == len(node.value.elts)
+                ):  # a, b = x, y: one by one
+                    pairs = list(zip(t.elts, node.value.elts, strict=True))
+                for target, value in pairs:
+                    if self._holds(m, value, rows):
+                        rows.update(names(target))
+        elif (
+            isinstance(node, ast.AnnAssign | ast.AugAssign | ast.NamedExpr)
+            and self._holds(m, node.value, rows)
+            or isinstance(node, ast.For | ast.AsyncFor | ast.comprehension)
+            and self._holds(m, node.iter, rows)
+        ):
+            rows.update(names(node.target))
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in FILLING_METHODS
+            and any(self._holds(m, a, rows) for a in node.args)
+        ):
+            rows.update(names(node.func.value))
+
+    def _check(self, m: _Module, fn, cls, node: ast.AST, rows: set[str]) -> None:
+        """Note where a row crosses (a column read outside the store, a row
+        returned by a public store function or handed out of the store)
+        and what flows on (returns, arguments)."""
+        where = m.name.replace(".", "/") + ".py"
+        if isinstance(node, ast.Return) and fn is not None and self._holds(m, node.value, rows):
+            self.returns[m.in_store].add(fn.name)
+            public = not fn.name.startswith("_") and (cls is None or not cls.name.startswith("_"))
+            if m.in_store and public:
+                self.found.append((where, node.lineno, f"{fn.name} returns a row"))
+        elif isinstance(node, ast.Call):
+            for i, a in enumerate(node.args):
+                if self._holds(m, a, rows):
+                    self.params[m.in_store].add((_called(node), i))
+                    if m.in_store and (callee := m.outside_callee(node)):
+                        self.found.append((where, node.lineno, f"hands a row to {callee}"))
+            for k in node.keywords:
+                if k.arg and self._holds(m, k.value, rows):
+                    self.params[m.in_store].add((_called(node), k.arg))
+        elif (
+            isinstance(node, ast.Subscript)
+            and isinstance(node.ctx, ast.Load)
+            and not m.in_store
+            and (key := _str_key(node)) is not None
+            and self._holds(m, node.value, rows)
+        ):
+            self.found.append((where, node.lineno, f"reads column {key!r} of a store row"))
+
+
+def _row_crossings(sources: dict[str, str]) -> list[tuple[str, int, str]]:
+    """(path, line, what) wherever a row of the store crosses its boundary
+    in these modules (dotted name → source): a column read outside
+    rc/controller/store (`row["state"]`) of anything the store answered, a
+    public function of the store that returns a row (or a container of
+    them), a row handed from the store to a function of rc outside it."""
+    modules = [_Module(name, text, set(sources)) for name, text in sorted(sources.items())]
+    return sorted(set(_RowFlow(modules).found))
+
+
+def test_rows_stay_in_the_store():
+    """Nothing outside rc/controller/store gets a row: the store answers
+    records (rc.proto's, the planner's, rc.controller.store.rows'), built by
+    the mappers of rc/controller/store/rows.py, so a column's name and its
+    stored form are known in the store alone."""
+    sources = {
+        name: path.read_text(encoding="utf-8")
+        for name, path in _module_paths().items()
+        if _in(name, "rc.controller")  # nothing else can import the store
+    }
+    found = _row_crossings(sources)
+    assert found == [], "rows outside the store:\n" + "\n".join(
+        f"{path}:{line}: {what}" for path, line, what in found
+    )
+
+
+def test_the_row_check_sees_each_way_a_row_crosses():
+    sources = {
+        "rc.controller.store.jobs": (
+            "from rc.controller.planning import slot_of\n"
+            "def brief(tx, i):\n"
+            "    return tx.one('job_brief', (i,))\n"
+            "def briefs(tx, ids):\n"
+            "    out = {}\n"
+            "    for i in ids:\n"
+            "        out[i] = tx.one('job_brief', (i,))\n"
+            "    return out\n"
+            "def _own(tx, i):\n"
+            "    return tx.one('job_brief', (i,))\n"
+            "def state(tx, i):\n"
+            "    return _own(tx, i)['state'], dict(_own(tx, i))\n"
+            "def slots(tx):\n"
+            "    return [slot_of(r) for r in tx.all('device_slots')]\n"
+        ),
+        "rc.controller.planning": "def slot_of(r):\n    return r['id']\n",
+        "rc.controller.api.jobs": (
+            "from rc.controller.store import jobs\n"
+            "async def kill(c, i, request):\n"
+            "    row = await c.db.read(jobs.brief, i)\n"
+            "    if row['state'] == 'lost' and request.path_params['x']:\n"
+            "        return _words(row)\n"
+            "def _words(r):\n"
+            "    return r['submitter']\n"
+            "def listed(tx):\n"
+            "    return [r['id'] for r in jobs.listing(tx)]\n"
+            "async def remember(c, cache):\n"
+            "    cache.put(await c.db.write(jobs.create))\n"
+        ),
+        "rc.controller.auth": (
+            "class Cache:\n    def put(self, row):\n        self.k = row['secret_hash']\n"
+        ),
+        "rc.controller.core": (
+            "class Controller:\n"
+            "    async def handout(self, w):\n"
+            "        found, due = await self.db.read(pending, w)\n"
+            "        return found\n"
+            "async def poll(c):\n"
+            "    return [a['id'] for a in await c.handout('w')]\n"
+        ),
+    }
+    assert _row_crossings(sources) == [
+        ("rc/controller/api/jobs.py", 4, "reads column 'state' of a store row"),
+        ("rc/controller/api/jobs.py", 7, "reads column 'submitter' of a store row"),
+        ("rc/controller/api/jobs.py", 9, "reads column 'id' of a store row"),
+        ("rc/controller/auth.py", 3, "reads column 'secret_hash' of a store row"),
+        ("rc/controller/core.py", 6, "reads column 'id' of a store row"),
+        ("rc/controller/store/jobs.py", 3, "brief returns a row"),
+        ("rc/controller/store/jobs.py", 8, "briefs returns a row"),
+        ("rc/controller/store/jobs.py", 14, "hands a row to rc.controller.planning.slot_of"),
+    ]

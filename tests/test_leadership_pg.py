@@ -126,7 +126,7 @@ def test_a_write_after_the_lease_passed_on_is_fenced_and_nothing_of_it_commits(p
             assert all(isinstance(r, NotLeader) for r in results), results
             assert fenced and isinstance(fenced[0], NotLeader)
             await b.write(tokens.create, "by-b", Role.USER, "h4", "", None, "")
-            names = sorted(r["name"] for r in await b.read(tokens.live))
+            names = sorted(t.token.name for t in await b.read(tokens.live))
             assert names == ["before", "by-b"]  # nothing a wrote after losing the lease
         finally:
             await a.close()

@@ -125,7 +125,7 @@ def test_the_sql_reads_the_starts_the_constants_name():
              "kill_reason": TEXT_HEAD_CHARS, "text": TEXT_HEAD_CHARS}  # fmt: skip
     found = 0
     for path in ("queries.sql", "queries.pg.sql"):
-        sql = (REPO / "rc" / "controller" / "store" / path).read_text()
+        sql = (REPO / "rc" / "controller" / "store" / "sql" / path).read_text()
         for column, n in re.findall(r"substr\((?:\w+\.)?(\w+), 1, (\d+)\)", sql):
             if column in wants:
                 assert int(n) == wants[column], (path, column, n)

@@ -84,7 +84,7 @@ class _Fixed:
 
 
 def _plan(lab: Lab, name: str, params) -> list[str]:
-    from rc.controller.store.db import QUERIES
+    from rc.controller.store.sql import QUERIES
 
     rows = lab.read(
         lambda tx: tx.conn.execute("EXPLAIN QUERY PLAN " + QUERIES[name], params).fetchall()

@@ -18,7 +18,8 @@ from rc.controller.planning import (
     effective_priority,
     plan,
 )
-from rc.controller.store import db, queue
+from rc.controller.store import queue, sqlite
+from rc.controller.store import sql as store_sql
 from rc.proto.model import DeviceState
 
 DEVICES = [f"h:d{i}" for i in range(5)] + [f"g:d{i}" for i in range(3)]
@@ -116,8 +117,8 @@ def test_sqlite_orders_the_queue_like_effective_priority(tmp_path_factory, jobs,
     path = tmp_path_factory.mktemp("order") / "rc.db"
     conn = sqlite3.connect(path, isolation_level=None)
     conn.row_factory = sqlite3.Row
-    db.add_functions(conn)
-    db._migrate(conn, str(path))
+    sqlite.add_functions(conn)
+    sqlite.migrate(conn, str(path))
     for j in jobs:
         if j.device_ids:
             continue  # the order does not depend on the target
@@ -140,7 +141,7 @@ def test_sqlite_orders_the_queue_like_effective_priority(tmp_path_factory, jobs,
     got = [
         r["id"]
         for r in conn.execute(
-            db.QUERIES["queued_jobs_ordered"],
+            store_sql.QUERIES["queued_jobs_ordered"],
             {"now": now, "aging": aging, "adjust": queue.adjust_param(adjust)},
         )
     ]

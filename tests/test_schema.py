@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from rc.controller.errors import StoreError
-from rc.controller.store import db
+from rc.controller.store import sql as store_sql
+from rc.controller.store import sqlite
 from rc.proto.model import (
     Condition,
     DeviceState,
@@ -46,13 +47,13 @@ oldest database a migration must bring up to date."""
 
 def _schema_db(path: Path) -> sqlite3.Connection:
     conn = sqlite3.connect(path, isolation_level=None)
-    db.add_functions(conn)
-    db._migrate(conn, str(path))
+    sqlite.add_functions(conn)
+    sqlite.migrate(conn, str(path))
     return conn
 
 
 def _table_sql(table: str) -> str:
-    m = re.search(rf"CREATE TABLE {table} \((.*?)\n\) STRICT", db.SCHEMA_SQL, re.DOTALL)
+    m = re.search(rf"CREATE TABLE {table} \((.*?)\n\) STRICT", store_sql.SCHEMA_SQL, re.DOTALL)
     assert m, table
     return m.group(1)
 
@@ -67,10 +68,10 @@ def test_check_lists_equal_the_python_enums(table, column):
 
 
 def test_every_table_is_strict():
-    tables = re.findall(r"CREATE TABLE (\w+) \(", db.SCHEMA_SQL)
+    tables = re.findall(r"CREATE TABLE (\w+) \(", store_sql.SCHEMA_SQL)
     assert len(tables) >= 8
     for t in tables:
-        assert re.search(rf"CREATE TABLE {t} \(.*?\n\) STRICT", db.SCHEMA_SQL, re.DOTALL), t
+        assert re.search(rf"CREATE TABLE {t} \(.*?\n\) STRICT", store_sql.SCHEMA_SQL, re.DOTALL), t
 
 
 def test_the_schema_enforces_its_invariants(tmp_path):
@@ -165,33 +166,33 @@ def _used_query_names() -> set[str]:
 
 
 def test_every_query_the_code_uses_exists():
-    missing = _used_query_names() - set(db.QUERIES)
+    missing = _used_query_names() - set(store_sql.QUERIES)
     assert missing == set()
 
 
 def test_every_query_is_used_by_the_code():
     """A query nothing runs is dead code (tests may read the store with any)."""
-    assert set(db.QUERIES) - _used_query_names() == set()
+    assert set(store_sql.QUERIES) - _used_query_names() == set()
 
 
 def test_every_query_has_a_one_line_description():
     """The `--` line under each `-- name:` header says what the query does."""
-    missing = sorted(name for name, doc in db.DESCRIPTIONS.items() if not doc)
+    missing = sorted(name for name, doc in store_sql.DESCRIPTIONS.items() if not doc)
     assert missing == [], f"queries without a description: {missing}"
-    text = (REPO / "rc/controller/store/queries.sql").read_text()
+    text = (REPO / "rc/controller/store/sql/queries.sql").read_text()
     first = re.findall(r"^-- name: ([a-z0-9_]+)\n(.*)$", text, re.MULTILINE)
-    assert len(first) == len(db.QUERIES)
+    assert len(first) == len(store_sql.QUERIES)
     assert [n for n, line in first if not re.match(r"-- \S", line)] == []
 
 
 def test_a_query_description_is_kept_apart_from_its_statement():
-    parsed = db.parse_queries("-- name: a\n-- Says what a does,\n-- at length.\nSELECT 1\n")
+    parsed = store_sql.parse_queries("-- name: a\n-- Says what a does,\n-- at length.\nSELECT 1\n")
     assert parsed == {"a": ("Says what a does, at length.", "SELECT 1")}
 
 
 def test_every_query_compiles_against_the_schema(tmp_path):
     conn = _schema_db(tmp_path / "rc.db")
-    for name, sql in db.QUERIES.items():
+    for name, sql in store_sql.QUERIES.items():
         try:
             conn.execute("EXPLAIN " + sql, _dummy_params(sql))
         except sqlite3.Error as e:
@@ -247,18 +248,18 @@ def _old_database(path: Path) -> sqlite3.Connection:
     """A database as schema version 1 wrote it (from its own store.sql)."""
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("PRAGMA journal_mode = WAL")
-    for stmt in db._statements(OLD_SCHEMA.read_text()):
+    for stmt in sqlite.statements(OLD_SCHEMA.read_text()):
         conn.execute(stmt)
     conn.execute("PRAGMA user_version = 1")
     return conn
 
 
 def test_the_oldest_schema_plus_every_migration_is_store_sql(tmp_path):
-    assert db.SCHEMA_VERSION == 1 + len(db.MIGRATIONS) >= 2
+    assert store_sql.SCHEMA_VERSION == 1 + len(store_sql.MIGRATIONS) >= 2
     _old_database(tmp_path / "old.db").close()
     migrated = _schema_db(tmp_path / "old.db")  # opening it migrates it
     fresh = _schema_db(tmp_path / "fresh.db")
-    assert migrated.execute("PRAGMA user_version").fetchone()[0] == db.SCHEMA_VERSION
+    assert migrated.execute("PRAGMA user_version").fetchone()[0] == store_sql.SCHEMA_VERSION
     assert _shape(migrated) == _shape(fresh)
     migrated.close()
     fresh.close()
@@ -331,7 +332,7 @@ def test_a_job_of_the_old_schema_reads_back_after_the_migration(tmp_path):
 
 def test_fresh_database_gets_the_current_version(tmp_path):
     conn = _schema_db(tmp_path / "rc.db")
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == db.SCHEMA_VERSION
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == store_sql.SCHEMA_VERSION
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     conn.close()
 
@@ -340,9 +341,9 @@ def test_database_from_a_newer_rc_is_refused(tmp_path):
     path = tmp_path / "rc.db"
     _schema_db(path).close()
     conn = sqlite3.connect(path)
-    conn.execute(f"PRAGMA user_version = {db.SCHEMA_VERSION + 1}")
+    conn.execute(f"PRAGMA user_version = {store_sql.SCHEMA_VERSION + 1}")
     conn.close()
-    store = db.Database(str(path), clock=lambda: 0.0)
+    store = sqlite.SqliteDatabase(str(path), clock=lambda: 0.0)
     with pytest.raises(StoreError, match="newer rc"):
         asyncio.run(store.open())
 
@@ -353,12 +354,12 @@ def test_foreign_database_is_refused(tmp_path):
     conn.execute("CREATE TABLE other (x)")
     conn.close()
     with pytest.raises(StoreError, match="not an rc database"):
-        asyncio.run(db.Database(str(path), clock=lambda: 0.0).open())
+        asyncio.run(sqlite.SqliteDatabase(str(path), clock=lambda: 0.0).open())
 
 
 def test_query_file_has_no_duplicate_names():
     with pytest.raises(ValueError, match="defined twice"):
-        db.load_queries("-- name: a\nSELECT 1\n-- name: a\nSELECT 2\n")
+        store_sql.load_queries("-- name: a\nSELECT 1\n-- name: a\nSELECT 2\n")
 
 
 V9_ROWS = REPO / "tests" / "data" / "store_v9_rows.sql"
@@ -394,14 +395,14 @@ def test_schema_10_gives_every_old_job_its_owner(tmp_path):
     their leases the Unix user as holder; ids are never drawn again."""
     path = tmp_path / "rc.db"
     conn = _old_database(path)
-    for target, name in db.MIGRATIONS:
+    for target, name in store_sql.MIGRATIONS:
         if target > 9:
             break
-        for stmt in db._statements(db._resource("rc.controller.store.migrations", name)):
+        for stmt in sqlite.statements(store_sql.migration(name)):
             conn.execute(stmt)
         conn.execute(f"PRAGMA user_version = {target}")
     conn.execute("PRAGMA foreign_keys = ON")
-    for stmt in db._statements(V9_ROWS.read_text()):
+    for stmt in sqlite.statements(V9_ROWS.read_text()):
         conn.execute(stmt)
     conn.close()
     conn = _schema_db(path)
@@ -454,10 +455,10 @@ def test_schema_11_counts_every_old_jobs_spec_bytes(tmp_path):
     user's queued sum is read from jobs_queued_by_user alone."""
     path = tmp_path / "rc.db"
     conn = _old_database(path)
-    for target, name in db.MIGRATIONS:
+    for target, name in store_sql.MIGRATIONS:
         if target > 10:
             break
-        for stmt in db._statements(db._resource("rc.controller.store.migrations", name)):
+        for stmt in sqlite.statements(store_sql.migration(name)):
             conn.execute(stmt)
         conn.execute(f"PRAGMA user_version = {target}")
     conn.execute(V10_JOBS)
@@ -465,7 +466,7 @@ def test_schema_11_counts_every_old_jobs_spec_bytes(tmp_path):
     conn = _schema_db(path)
     got = dict(conn.execute("SELECT id, spec_bytes FROM jobs"))
     assert got == V11_SPEC_BYTES
-    sql = db.QUERIES["queued_of_user"]
+    sql = store_sql.QUERIES["queued_of_user"]
     assert conn.execute(sql, ("alice",)).fetchone() == (1, V11_SPEC_BYTES[1])
     assert conn.execute(sql, ("carol",)).fetchone() == (0, 0)
     plan = " ".join(str(r[-1]) for r in conn.execute("EXPLAIN QUERY PLAN " + sql, ("alice",)))

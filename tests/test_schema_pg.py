@@ -13,7 +13,8 @@ import pytest
 from rc.controller.errors import StoreError
 from rc.controller.planning import aged_priority
 from rc.controller.planning.fairshare import decayed
-from rc.controller.store import db, pg
+from rc.controller.store import pg, sqlite
+from rc.controller.store import sql as store_sql
 from rc.proto.model import Condition, JobState
 from tests.harness import REPO
 from tests.test_schema import CHECKED
@@ -65,7 +66,7 @@ def test_every_query_prepares_on_postgresql(conn):
 
 
 def test_every_override_names_a_query_of_queries_sql():
-    assert pg.PG_OVERRIDES and pg.PG_OVERRIDES <= set(db.QUERIES)
+    assert pg.PG_OVERRIDES and pg.PG_OVERRIDES <= set(store_sql.QUERIES)
 
 
 def _placeholders(sql: str) -> list[str]:
@@ -80,7 +81,7 @@ def test_every_override_takes_the_parameters_of_its_query():
     """An override drifts when its query gains a column on main (as
     job_insert_element did with schema 7): it must take the same parameters."""
     for name in sorted(pg.PG_OVERRIDES):
-        want = _placeholders(pg.translate(db.QUERIES[name])[0])
+        want = _placeholders(pg.translate(store_sql.QUERIES[name])[0])
         assert _placeholders(pg.PG_QUERIES[name][0]) == want, name
 
 
@@ -129,7 +130,7 @@ def _pg_checks(text: str, table: str) -> str:
 
 @pytest.mark.parametrize("table,column", sorted(CHECKED))
 def test_pg_check_lists_equal_the_python_enums(table, column):
-    body = _pg_checks(pg.PG_SCHEMA_SQL, table)
+    body = _pg_checks(store_sql.PG_SCHEMA_SQL, table)
     m = re.search(rf"\b{column}\s+text[^,]*?CHECK \({column} IN \((.*?)\)\)", body, re.DOTALL)
     assert m, f"{table}.{column} has no CHECK list"
     assert set(re.findall(r"'([^']*)'", m.group(1))) == {e.value for e in CHECKED[(table, column)]}
@@ -137,8 +138,8 @@ def test_pg_check_lists_equal_the_python_enums(table, column):
 
 def test_both_engines_have_the_same_tables_and_columns(conn, tmp_path):
     lite = sqlite3.connect(tmp_path / "rc.db", isolation_level=None)
-    db.add_functions(lite)
-    db._migrate(lite, "rc.db")
+    sqlite.add_functions(lite)
+    sqlite.migrate(lite, "rc.db")
     want = {}
     for (table,) in lite.execute(
         "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
@@ -289,16 +290,21 @@ def _shape(c) -> dict:
 
 
 def test_the_oldest_pg_schema_plus_every_pg_migration_is_store_pg_sql(pg_cluster, conn):
-    assert pg.PG_SCHEMA_VERSION == pg.PG_BASELINE + len(pg.PG_MIGRATIONS) == db.SCHEMA_VERSION
+    assert (
+        store_sql.PG_SCHEMA_VERSION
+        == store_sql.PG_BASELINE + len(store_sql.PG_MIGRATIONS)
+        == store_sql.SCHEMA_VERSION
+    )
     dsn = pg_cluster.create_database()
     try:
         with psycopg.connect(dsn, autocommit=True) as old:
             for stmt in pg.pg_statements(OLD_PG_SCHEMA.read_text()):
                 old.execute(stmt)
-            old.execute("INSERT INTO rc_schema VALUES (%s)", (pg.PG_BASELINE,))
+            old.execute("INSERT INTO rc_schema VALUES (%s)", (store_sql.PG_BASELINE,))
             pg.migrate(pg._Conn(old), "old")  # opening it migrates it
             assert (
-                old.execute("SELECT version FROM rc_schema").fetchone()[0] == pg.PG_SCHEMA_VERSION
+                old.execute("SELECT version FROM rc_schema").fetchone()[0]
+                == store_sql.PG_SCHEMA_VERSION
             )
             assert _shape(old) == _shape(conn)
     finally:
@@ -345,12 +351,10 @@ def test_schema_10_gives_every_old_pg_job_its_owner(pg_cluster, conn):
         with psycopg.connect(dsn, autocommit=True) as old:
             for stmt in pg.pg_statements(OLD_PG_SCHEMA.read_text()):
                 old.execute(stmt)
-            for target, name in pg.PG_MIGRATIONS:
+            for target, name in store_sql.PG_MIGRATIONS:
                 if target > 9:
                     break
-                for stmt in pg.pg_statements(
-                    pg._resource("rc.controller.store.migrations.pg", name)
-                ):
+                for stmt in pg.pg_statements(store_sql.pg_migration(name)):
                     old.execute(stmt)
             old.execute("INSERT INTO rc_schema VALUES (9)")
             for stmt in pg.pg_statements(V9_ROWS.read_text()):
@@ -385,12 +389,10 @@ def test_schema_11_counts_every_old_pg_jobs_spec_bytes(pg_cluster, conn):
         with psycopg.connect(dsn, autocommit=True) as old:
             for stmt in pg.pg_statements(OLD_PG_SCHEMA.read_text()):
                 old.execute(stmt)
-            for target, name in pg.PG_MIGRATIONS:
+            for target, name in store_sql.PG_MIGRATIONS:
                 if target > 10:
                     break
-                for stmt in pg.pg_statements(
-                    pg._resource("rc.controller.store.migrations.pg", name)
-                ):
+                for stmt in pg.pg_statements(store_sql.pg_migration(name)):
                     old.execute(stmt)
             old.execute("INSERT INTO rc_schema VALUES (10)")
             old.execute(V10_JOBS)

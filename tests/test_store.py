@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from rc.controller.errors import GuardFailed, StoreError
-from rc.controller.store import events, jobs
-from rc.proto.model import EventKind, JobState
+from rc.controller.store import devices, events, jobs, workers
+from rc.proto.model import EventKind, JobKind, JobState
 from rc.proto.wire import JobReport
 from tests.inprocess import Lab
 
@@ -90,3 +90,47 @@ def test_a_job_after_an_array_takes_an_id_of_its_own(lab):
     after, created = lab.submit()
     assert created and after > first + 2
     assert [lab.job(i).array_index for i in (first, first + 1, first + 2)] == [0, 1, 2]
+
+
+def test_every_way_a_job_ends_wakes_the_followers_of_its_log():
+    """A follower of a job's log (GET /v1/jobs/ID/logs?follow=1) waits for
+    `log:<id>` and otherwise looks again only every log_follow_check (0.5
+    s): every transition to a terminal state must announce it. Found
+    reading the code: a retire cancelled the queued jobs pinned to the
+    device by a copy of jobs.cancel_queued that left it out, so their
+    followers waited out the 0.5 s instead of ending at once."""
+    lb = Lab()
+    try:
+        lb.register("h", {f"d{i}": (0, {}) for i in range(4)}, instance="i-1")
+        lb.submit("bob", device_id="h:d1", kind=JobKind.HOLD, max_runtime_seconds=600, reason="r")
+        woken = {}
+
+        def ends(what: str, act, *job_ids: int) -> None:
+            followers = {j: lb.ctl.hub.waiter(f"log:{j}") for j in job_ids}
+            act()
+            for j, follower in followers.items():
+                assert lb.job(j).state.terminal, (what, j)
+                woken[f"{what} (job {j})"] = follower.is_set()
+
+        pinned, _ = lb.submit(device_ids=("h:d0", "h:d1"))  # h:d1 is held: it waits
+        ends(
+            "a retire",
+            lambda: lb.write(devices.retire, "h:d0", "admin", lb.ctl.match_cache),
+            pinned,
+        )
+        queued, _ = lb.submit(device_id="h:d1")
+        after, _ = lb.submit(device_id="h:d2", after=(f"{queued}:ok",))
+        ends(
+            "a cancel, then a dependency that cannot be met", lambda: lb.kill(queued), queued, after
+        )
+        ran, _ = lb.submit(device_id="h:d2")
+        ends("its report", lambda: lb.finish(ran), ran)
+        unstarted, _ = lb.submit(device_id="h:d2")
+        lb.kill(unstarted)  # requested before its worker started it
+        ends("a leave", lambda: lb.write(workers.leave, "h", "i-1", ()), unstarted)
+        lb.register("h", {f"d{i}": (0, {}) for i in (1, 2, 3)}, instance="i-2")
+        lost, _ = lb.submit(device_id="h:d3")
+        ends("a re-registration", lambda: lb.register("h", {"d3": (0, {})}, instance="i-3"), lost)
+        assert woken == dict.fromkeys(woken, True)
+    finally:
+        lb.close()

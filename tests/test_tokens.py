@@ -4,13 +4,16 @@ change without being rebuilt."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from rc.controller.auth import TokenCache, hash_secret, new_secret
 from rc.controller.errors import Refused
 from rc.controller.store import jobs, tokens
+from rc.controller.store.rows import LiveToken
 from rc.controller.submission import validate_submit
-from rc.proto.model import JobKind, JobState, Role
+from rc.proto.model import JobKind, JobState, Role, Token
 from rc.proto.wire import SubmitRequest
 from tests.harness import Cli, job, wait_until
 from tests.inprocess import Lab
@@ -87,10 +90,10 @@ def test_a_rotated_token_is_the_same_principal_with_a_new_secret(lab):
     alice = lab.token("alice")
     mine, _ = lab.submit(alice)
     old = lab.run(lab.ctl.db.read(lambda tx: tx.one("token_live_by_name", ("alice",))))
-    old_hash, row = lab.write(tokens.rotate, "alice", hash_secret(new_secret()), "admin")
-    assert old_hash == old["secret_hash"] != row["secret_hash"]
-    assert row["id"] == old["id"] and row["unix_user"] == "alice"
-    assert lab.job(mine).owner == f"token:{row['id']}"
+    old_hash, new = lab.write(tokens.rotate, "alice", hash_secret(new_secret()), "admin")
+    assert old_hash == old["secret_hash"] != new.secret_hash
+    assert new.token.id == old["id"] and new.token.unix_user == "alice"
+    assert lab.job(mine).owner == f"token:{new.token.id}"
     with pytest.raises(Refused) as e:
         lab.write(tokens.rotate, "nobody-here", hash_secret(new_secret()), "admin")
     assert e.value.status == 404
@@ -99,12 +102,11 @@ def test_a_rotated_token_is_the_same_principal_with_a_new_secret(lab):
 def test_the_token_map_follows_each_change_in_place():
     """Found reading the code: each token create rebuilt the whole map (O(n))."""
     cache = TokenCache()
-    row = {"id": 1, "name": "a", "role": "user", "host": "", "expires_at": None, "unix_user": "a"}
-    rows = [dict(row, id=i, name=f"t{i}", secret_hash=f"h{i}", revoked_at=None) for i in range(3)]
-    cache.load(rows)
+    token = Token(name="a", role=Role.USER, created_at=0.0, unix_user="a", id=1)
+    cache.load(LiveToken(replace(token, id=i, name=f"t{i}"), f"h{i}") for i in range(3))
     assert len(cache) == 3
     secret = new_secret()
-    cache.put(dict(row, id=9, name="new", secret_hash=hash_secret(secret), revoked_at=None))
+    cache.put(LiveToken(replace(token, id=9, name="new"), hash_secret(secret)))
     assert len(cache) == 4
     assert cache.authenticate(f"Bearer {secret}", 0.0).name == "new"
     cache.drop(hash_secret(secret))

@@ -102,8 +102,8 @@ def test_a_token_that_would_run_as_nobody_or_root_by_accident_is_refused(
 
 def _token(lab: Lab, name: str, unix_user: str, role: Role = Role.USER) -> Caller:
     secret = new_secret()
-    row = lab.write(tokens.create, name, role, hash_secret(secret), "admin", None, unix_user)
-    return Caller(row["id"], name, role, unix_user=row["unix_user"])
+    t = lab.write(tokens.create, name, role, hash_secret(secret), "admin", None, unix_user).token
+    return Caller(t.id, name, role, unix_user=t.unix_user)
 
 
 def _submit(lab: Lab, who: Caller, **fields) -> int:

@@ -19,10 +19,14 @@ import hmac
 import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from rc.controller.errors import Refused
 from rc.proto.errors import ErrorCode
 from rc.proto.model import TOKEN_NAME_RE, Principal, Role, token_label
+
+if TYPE_CHECKING:
+    from rc.controller.store.rows import LiveToken
 
 __all__ = ["TOKEN_NAME_RE", "Caller", "TokenCache", "hash_secret", "new_secret"]
 
@@ -90,13 +94,13 @@ class TokenCache:
     def __init__(self) -> None:
         self._by_hash: dict[str, tuple[str, Caller]] = {}
 
-    def load(self, rows: Iterable) -> None:
-        """Replace the map with `rows` (token rows, as in the tokens table)."""
-        self._by_hash = {r["secret_hash"]: _entry(r) for r in rows}
+    def load(self, live: Iterable[LiveToken]) -> None:
+        """Replace the map with the live tokens `live` (store.tokens.live)."""
+        self._by_hash = {t.secret_hash: _entry(t) for t in live}
 
-    def put(self, row) -> None:
-        """Add one live token (a tokens row), or replace it (the same hash)."""
-        self._by_hash[row["secret_hash"]] = _entry(row)
+    def put(self, live: LiveToken) -> None:
+        """Add one live token, or replace it (the same hash)."""
+        self._by_hash[live.secret_hash] = _entry(live)
 
     def put_session(self, secret_hash: str, caller: Caller) -> None:
         """Add a token the local socket issued: in memory only, never in the
@@ -130,10 +134,11 @@ class TokenCache:
         return caller
 
 
-def _entry(r) -> tuple[str, Caller]:
+def _entry(live: LiveToken) -> tuple[str, Caller]:
+    t = live.token
     return (
-        r["secret_hash"],
-        Caller(r["id"], r["name"], Role(r["role"]), r["host"], r["expires_at"], r["unix_user"]),
+        live.secret_hash,
+        Caller(t.id, t.name, t.role, t.host, t.expires_at, t.unix_user),
     )
 
 

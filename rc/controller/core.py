@@ -23,19 +23,21 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from rc.controller import idle, planning, scheduler
+from rc.controller import idle, planning
 from rc.controller.auth import TokenCache, hash_secret, new_secret
 from rc.controller.config import ControllerConfig
 from rc.controller.errors import NotLeader, Refused, StartupError
+from rc.controller.handout import Handouts
 from rc.controller.hub import Hub
 from rc.controller.logstore import LogStore
 from rc.controller.metrics import Metrics
 from rc.controller.relay import Relay
 from rc.controller.scans import Scans
 from rc.controller.signin import SignIn
-from rc.controller.store import jobs, queue, tokens, usage, views, workers
+from rc.controller.store import jobs, queue, schedule, tokens, usage, views, workers
 from rc.controller.store.db import Database, Tx
 from rc.controller.store.labels import MatchCache
+from rc.controller.store.sqlite import SqliteDatabase
 from rc.controller.webhook import Webhook
 from rc.proto.duration import format_duration
 from rc.proto.model import JobState, Role, valid_unix_user
@@ -71,12 +73,12 @@ def own_unix_user() -> str:
 def open_database(config: ControllerConfig, clock: Callable[[], float]) -> Database:
     """The store engine `config.database` names: a postgresql:// URL is
     PostgreSQL (rc.controller.store.pg, needs the `postgres` extra), ""
-    the embedded SQLite file DATA/rc.db."""
+    the embedded SQLite file DATA/rc.db (rc.controller.store.sqlite)."""
     if config.database:
         from rc.controller.store import pg
 
         return pg.PgDatabase(config.database, clock)
-    return Database(str(Path(config.data_dir) / DB_FILE), clock)
+    return SqliteDatabase(str(Path(config.data_dir) / DB_FILE), clock)
 
 
 def _fenced(what: str, e: NotLeader) -> None:
@@ -121,8 +123,8 @@ class Controller:
             flap_window=config.flap_window,
             retain=config.retain_disconnected_jobs,
         )
-        # worker id → (job id, restart count) of each assigned job handed out
-        self.delivered: dict[str, set[tuple[int, int]]] = {}
+        self.handouts = Handouts()
+        """The assigned jobs handed to each worker (rc.controller.handout)."""
         self.poll_generation: dict[str, int] = {}
         """worker id → the number of its newest long poll (only it hands out work)."""
         self.heard: set[str] = set()
@@ -308,7 +310,7 @@ class Controller:
     # -- scheduling ------------------------------------------------------
 
     def _pass(self, tx: Tx) -> None:
-        scheduler.schedule(tx, self.match_cache, self.policy, self.metrics.observe_wait)
+        schedule.schedule(tx, self.match_cache, self.policy, self.metrics.observe_wait)
 
     async def kick(self) -> None:
         """Run a scheduling pass now (in the next write batch)."""
@@ -461,25 +463,21 @@ class Controller:
     async def handout(self, worker_id: str):
         """Assignments not yet handed to this worker, and kills due.
 
-        Hand-out writes nothing for assignments: the controller remembers in
-        memory which assigned jobs it already handed out (the worker never
-        starts a job id twice, so a re-delivery after a restart is harmless).
-        A job requeued after a hardware failure is a new run: it is known by
-        its id and restart count.
+        Hand-out writes nothing for assignments: the ledger in memory
+        (`handouts`, rc.controller.handout) says which assigned jobs were
+        handed out already.
         """
 
         assigned, due = await self.db.read(jobs.pending_for, worker_id, self.cfg.kill_redelivery)
-        seen = self.delivered.setdefault(worker_id, set())
-        fresh = [r for r in assigned if (r["id"], r["restart_count"]) not in seen]
-        self.delivered[worker_id] = {(r["id"], r["restart_count"]) for r in assigned}
+        fresh = self.handouts.fresh(worker_id, assigned)
         kills: list[int] = []
         if due:
             kills = await self.db.write(jobs.deliver_kills, worker_id, self.cfg.kill_redelivery)
         return fresh, kills
 
     async def handout_assigned(self, worker_id: str):
-        """Every job assigned to this worker and not yet running (rows, id
-        order), for the reply to its reports (rc.controller.api.workers.reports).
+        """Every job assigned to this worker and not yet running (Assignments,
+        id order), for the reply to its reports (rc.controller.api.workers.reports).
 
         All of them, not only those never handed out: a worker whose reply
         was lost gets them in the reply to its retry (it never starts a job
@@ -487,17 +485,5 @@ class Controller:
         poll does not answer for them again.
         """
         assigned = await self.db.read(jobs.assigned_to, worker_id)
-        self.delivered.setdefault(worker_id, set()).update(
-            (r["id"], r["restart_count"]) for r in assigned
-        )
+        self.handouts.handed(worker_id, assigned)
         return assigned
-
-    def forget_delivered(self, worker_id: str, keep: set[int]) -> bool:
-        """After a heartbeat: assigned jobs the worker does not name are handed
-        out again at its next poll. Returns whether anything was forgotten."""
-        seen = self.delivered.get(worker_id)
-        if not seen:
-            return False
-        kept = {s for s in seen if s[0] in keep}
-        self.delivered[worker_id] = kept
-        return kept != seen

@@ -19,7 +19,7 @@ from rc.controller.api import (
 from rc.controller.auth import TOKEN_NAME_RE, hash_secret, new_secret
 from rc.controller.errors import Refused
 from rc.controller.store import events as feed
-from rc.controller.store import rows, tokens
+from rc.controller.store import tokens
 from rc.proto.errors import ErrorCode
 from rc.proto.model import ROOT, Role, valid_unix_user
 from rc.proto.wire import (
@@ -64,11 +64,11 @@ async def create_token(request: Request):
     unix_user = token_unix_user(req.name, req.role, req.unix_user)
     secret = new_secret()
     expires = c.clock() + req.expires_in_seconds if req.expires_in_seconds else None
-    row = await c.db.write(
+    live = await c.db.write(
         tokens.create, req.name, req.role, hash_secret(secret), who.label, expires, unix_user
     )
-    c.tokens.put(row)
-    return reply(TokenCreated(rows.token(row), secret), 201)
+    c.tokens.put(live)
+    return reply(TokenCreated(live.token, secret), 201)
 
 
 def token_unix_user(name: str, role: Role, unix_user: str) -> str:
@@ -119,14 +119,14 @@ async def rotate_token(request: Request):
     c = ctl(request)
     who = caller(request)
     secret = new_secret()
-    old_hash, row = await c.db.write(
+    old_hash, live = await c.db.write(
         tokens.rotate, request.path_params["name"], hash_secret(secret), who.label
     )
     gone = c.tokens.drop(old_hash)
     if gone is not None:
         c.signin.end_token(gone.token_id)  # sessions opened with the old secret end too
-    c.tokens.put(row)
-    return reply(TokenCreated(rows.token(row), secret))
+    c.tokens.put(live)
+    return reply(TokenCreated(live.token, secret))
 
 
 async def revoke_token(request: Request):

@@ -245,9 +245,9 @@ async def kill(request: Request):
     who = caller(request)
     job_id = path_int(request)
     req = await json_body(request, c.cfg.limits.body_bytes, empty_ok=True)
-    row = await c.db.read(jobs.brief, job_id)
-    if row is not None and row["state"] == JobState.LOST and who.owns(row["owner"]):
-        return reply({"ok": True, "message": await _end_remains(c, job_id, row["device_id"])})
+    brief = await c.db.read(jobs.brief, job_id)
+    if brief is not None and brief.state == JobState.LOST and who.owns(brief.owner):
+        return reply({"ok": True, "message": await _end_remains(c, job_id, brief.device_id)})
     what = await c.db.write(
         jobs.kill,
         job_id,
@@ -274,8 +274,8 @@ async def kill_many(request: Request):
         )
     reason = free_text("the kill reason", req.reason, c.cfg.limits.text_bytes)
     ids = tuple(dict.fromkeys(req.ids))
-    rows = await c.db.read(jobs.briefs, ids)
-    lost = {i for i, r in rows.items() if r["state"] == JobState.LOST and who.owns(r["owner"])}
+    briefs = await c.db.read(jobs.briefs, ids)
+    lost = {i for i, b in briefs.items() if b.state == JobState.LOST and who.owns(b.owner)}
     done = {
         o.job_id: o
         for o in await c.db.write(
@@ -288,7 +288,7 @@ async def kill_many(request: Request):
     }
     for i in sorted(lost):
         try:
-            done[i] = KillOutcome(i, True, await _end_remains(c, i, rows[i]["device_id"]))
+            done[i] = KillOutcome(i, True, await _end_remains(c, i, briefs[i].device_id))
         except Refused as e:
             done[i] = KillOutcome(i, False, e.message, e.code)
     return reply(KillManyResult(tuple(done[i] for i in ids)))
@@ -356,16 +356,16 @@ async def read_logs(request: Request):
         raise Refused(ErrorCode.BAD_REQUEST, "follow must be 0, 1, true or false")
     follow_on = follow in ("1", "true")
     offset = query_int(request, "offset", 0, 0, 1 << 62)
-    row = await c.db.read(jobs.brief, job_id)
-    if row is None:
+    brief = await c.db.read(jobs.brief, job_id)
+    if brief is None:
         raise Refused(ErrorCode.NOT_FOUND, f"no job {job_id}")
-    if not who.owns(row["owner"]):
+    if not who.owns(brief.owner):
         raise Refused(
             ErrorCode.NOT_JOB_OWNER,
-            f"job {job_id} belongs to {row['submitter']}; only its owner "
+            f"job {job_id} belongs to {brief.submitter}; only its owner "
             "or an admin may read its logs",
         )
-    if row["stdio"] == Stdio.TTY:
+    if brief.stdio == Stdio.TTY:
         raise Refused(
             ErrorCode.LOGS_NOT_STORED,
             f"job {job_id} is a terminal session; its output is not stored",

@@ -34,7 +34,7 @@ from rc.controller.api import Role, caller, ctl, json_body, path_int, query_floa
 from rc.controller.auth import Caller
 from rc.controller.errors import Refused
 from rc.controller.relay import Ended, Pipe, Relay, Session
-from rc.controller.store import jobs, rows, usage
+from rc.controller.store import jobs, usage
 from rc.controller.submission import validate_submit
 from rc.proto.errors import ErrorCode
 from rc.proto.model import JobKind, JobState, Stdio
@@ -68,29 +68,29 @@ def _worker_check(who: Caller, worker: str, what: str) -> None:
 async def _job_session(request: Request, who: Caller, side: str) -> Session:
     c = ctl(request)
     job_id = path_int(request)
-    row = await c.db.read(jobs.brief, job_id)
-    if row is None:
+    job = await c.db.read(jobs.brief, job_id)
+    if job is None:
         raise Refused(ErrorCode.NOT_FOUND, f"no job {job_id}")
     what = f"job {job_id}"
     if side == "client":
-        _owner_check(who, row["owner"], row["submitter"], what)
+        _owner_check(who, job.owner, job.submitter, what)
     else:
-        _worker_check(who, row["worker_id"], what)
-    stdio = Stdio(row["stdio"])
+        _worker_check(who, job.worker_id, what)
+    stdio = job.stdio
     if not stdio.attached:
         raise Refused(
             ErrorCode.NOT_ATTACHED,
             f"{what} has no terminal or pipe; its output is in its log (rc logs {job_id})",
         )
-    if JobState(row["state"]).terminal:
+    if job.state.terminal:
         # a job that ended before its client attached (a short command, a
         # client still waiting to hear it started) may still have output in
         # the relay: the client reads it; anything else has ended for good
         live = c.relay.live_job_session(job_id)
         if side == "client" and live is not None:
             return live
-        raise Refused(ErrorCode.SESSION_ENDED, f"{what} has ended ({row['state']})")
-    return c.relay.for_job(job_id, row["owner"], row["worker_id"], stdio, row["submitter"])
+        raise Refused(ErrorCode.SESSION_ENDED, f"{what} has ended ({job.state.value})")
+    return c.relay.for_job(job_id, job.owner, job.worker_id, stdio, job.submitter)
 
 
 def _hold_session(request: Request) -> Session:
@@ -315,23 +315,23 @@ async def open_session(request: Request):
     who = caller(request)
     hold_id = path_int(request)
     req = await json_body(request, c.cfg.limits.body_bytes)
-    row = await c.db.read(jobs.brief, hold_id)
-    if row is None:
+    hold = await c.db.read(jobs.brief, hold_id)
+    if hold is None:
         raise Refused(ErrorCode.NOT_FOUND, f"no job {hold_id}")
-    is_hold = row["kind"] == JobKind.HOLD
-    _owner_check(who, row["owner"], row["submitter"], f"{'hold' if is_hold else 'job'} {hold_id}")
+    is_hold = hold.kind == JobKind.HOLD
+    _owner_check(who, hold.owner, hold.submitter, f"{'hold' if is_hold else 'job'} {hold_id}")
     if not is_hold:
         raise Refused(
             ErrorCode.NOT_A_HOLD,
             f"job {hold_id} is not a hold (sessions run inside holds; "
             "rc run --tty starts a terminal job of its own)",
         )
-    if row["state"] not in (JobState.ASSIGNED, JobState.RUNNING):
+    if hold.state not in (JobState.ASSIGNED, JobState.RUNNING):
         raise Refused(
             ErrorCode.SESSION_ENDED,
-            f"hold {hold_id} has ended ({row['state']})"
-            if JobState(row["state"]).terminal
-            else f"hold {hold_id} is not granted yet ({row['state']})",
+            f"hold {hold_id} has ended ({hold.state.value})"
+            if hold.state.terminal
+            else f"hold {hold_id} is not granted yet ({hold.state.value})",
         )
     if not req.stdio.attached:
         raise Refused(ErrorCode.BAD_REQUEST, "a session's stdio is tty or pipe")
@@ -341,9 +341,9 @@ async def open_session(request: Request):
         _check_forward(req)
     else:
         # the same checks as a job's command, cwd and environment
-        _check_command(req, row, who, c.cfg.limits)
+        _check_command(req, hold, who, c.cfg.limits)
     s = c.relay.open_in_hold(
-        hold_id, rows.devices_of(row), row["worker_id"], row["owner"], req, row["submitter"]
+        hold_id, hold.device_ids, hold.worker_id, hold.owner, req, hold.submitter
     )
     await c.db.write(usage.session_opened, hold_id)  # the ledger's idle hold hours
     return reply(s.view(), 201)
@@ -360,11 +360,11 @@ def _check_forward(req) -> None:
         )
 
 
-def _check_command(req, row, who: Caller, limits) -> None:
+def _check_command(req, hold, who: Caller, limits) -> None:
     validate_submit(
         SubmitRequest(
             command=req.command,
-            device_id=row["device_id"],
+            device_id=hold.device_id,
             cwd=req.cwd,
             env=req.env,
             stdio=req.stdio,

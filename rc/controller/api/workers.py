@@ -33,10 +33,11 @@ from rc.controller.api import (
 from rc.controller.auth import Caller
 from rc.controller.config import Limits
 from rc.controller.errors import Refused
+from rc.controller.handout import with_log_offset
 from rc.controller.store import devices, jobs, tokens, workers
 from rc.controller.store import labels as device_labels
 from rc.proto.errors import ErrorCode
-from rc.proto.model import NAME_RE, JobKind, Stdio
+from rc.proto.model import NAME_RE, Stdio
 from rc.proto.selector import valid_label_key
 from rc.proto.wire import (
     LOG_TAIL_BYTES,
@@ -175,11 +176,11 @@ async def register(request: Request):
     _check_sheets(lim, req.sheet, req.device_sheets)
     _check_links(lim, req.links, names)
     if who.role is Role.WORKER and not who.host:
-        row = await c.db.write(tokens.bind_host, who.token_id, req.host)
-        if row is None:  # revoked meanwhile
+        live = await c.db.write(tokens.bind_host, who.token_id, req.host)
+        if live is None:  # revoked meanwhile
             raise Refused(ErrorCode.UNAUTHORIZED, "unknown or revoked token")
-        c.tokens.put(row)
-        who = dataclasses.replace(who, host=row["host"])
+        c.tokens.put(live)
+        who = dataclasses.replace(who, host=live.token.host)
     _bound(request, who, req.host)
     # A (re)registering worker supersedes every poll parked before it: the
     # poll of a predecessor killed with -9 stays parked until its connection
@@ -187,7 +188,7 @@ async def register(request: Request):
     _supersede_polls(c, req.host)
     await c.db.write(workers.register, req, c.match_cache, c.thresholds)
     c.heard.add(req.host)
-    c.delivered.pop(req.host, None)
+    c.handouts.forget(req.host)
     await _drain_degraded(c, req.host, req.labels, who.name)
     return reply(RegisterResponse(req.host, c.instance, c.cfg.heartbeat_interval, LOG_TAIL_BYTES))
 
@@ -240,7 +241,7 @@ async def heartbeat(request: Request):
         for u in req.hold_use:  # only its own holds, still running (hold_ttls names them)
             if u.job_id in named and u.job_id not in ended and str(u.job_id) in ttls:
                 c.idle.report(u.job_id, now, u.busy, u.gpu_pct, u.cpu_pct)
-    if c.forget_delivered(worker_id, set(req.running_job_ids)):
+    if c.handouts.keep_only(worker_id, set(req.running_job_ids)):
         c.hub.notify([f"worker:{worker_id}"])
     return reply(HeartbeatResponse(c.instance, tuple(stop), ttls))
 
@@ -254,7 +255,7 @@ async def leave(request: Request):
     _bound(request, who, worker_id)
     req = await json_body(request, c.cfg.limits.body_bytes)
     requeued, killed = await c.db.write(workers.leave, worker_id, req.instance, req.started_job_ids)
-    c.delivered.pop(worker_id, None)
+    c.handouts.forget(worker_id)
     return reply(LeaveResponse(tuple(requeued), tuple(killed)))
 
 
@@ -306,9 +307,7 @@ async def _long_poll(c, worker_id: str, key: str, generation: int, deadline: flo
         if c.poll_generation.get(worker_id) != generation:
             # superseded while reading: give the jobs back for the newer poll
             # (a kill due is stamped; it is handed out again after kill_redelivery)
-            c.delivered.get(worker_id, set()).difference_update(
-                (r["id"], r["restart_count"]) for r in fresh
-            )
+            c.handouts.give_back(worker_id, fresh)
             c.hub.notify([key])
             return _no_content()
         starts = c.relay.starts_for(worker_id)  # sessions inside holds (rc.controller.relay)
@@ -316,7 +315,7 @@ async def _long_poll(c, worker_id: str, key: str, generation: int, deadline: flo
         if fresh or kills or starts or scans:
             return reply(
                 Assignments(
-                    tuple(_assignment(r, c.logs) for r in fresh), tuple(kills), starts, scans
+                    tuple(with_log_offset(a, c.logs) for a in fresh), tuple(kills), starts, scans
                 )
             )
         left = deadline - time.monotonic()
@@ -332,57 +331,6 @@ def _no_content():
     from starlette.responses import Response
 
     return Response(status_code=204)
-
-
-def _job_env(r) -> dict[str, str]:
-    """A job row's environment as its worker gets it: the submitted entries,
-    then what rc says about the job (RC_RESTART_COUNT: how many times a
-    hardware failure requeued it, 0 on the first run; RC_JOB_NAME when it has a name;
-    RC_ARRAY_ID, RC_ARRAY_INDEX and RC_ARRAY_ITEM, from an array file, for an
-    array's element), which wins over an entry of the same name."""
-    from rc.controller.store.db import loads
-
-    env = loads(r["env"])
-    if r["kind"] != JobKind.JOB:
-        return env
-    if r["name"]:
-        env["RC_JOB_NAME"] = r["name"]
-    env["RC_RESTART_COUNT"] = str(r["restart_count"])
-    if r["array_id"] is not None:
-        env["RC_ARRAY_ID"] = str(r["array_id"])
-        env["RC_ARRAY_INDEX"] = str(r["array_index"])
-        if r["array_item"]:
-            env["RC_ARRAY_ITEM"] = r["array_item"]
-    return env
-
-
-def _assignment(r, logs) -> Assignment:
-    """A jobs row as the worker gets it; `logs` (the LogStore, None without
-    one) tells a requeued run where its output starts: after the stored log."""
-    from rc.controller.store.db import loads
-    from rc.controller.store.rows import devices_of
-
-    offset, mid_line = 0, False
-    if r["restart_count"] and logs is not None:
-        offset = logs.size(r["id"])
-        mid_line = offset > 0 and logs.read(r["id"], offset - 1, 1) != b"\n"
-    return Assignment(
-        job_id=r["id"],
-        device_id=r["device_id"],
-        device_ids=devices_of(r),
-        kind=JobKind(r["kind"]),
-        command=tuple(loads(r["command"])),
-        cwd=r["cwd"],
-        env=_job_env(r),
-        submitter=r["submitter"],
-        max_runtime_seconds=r["max_runtime"],
-        idle_timeout_seconds=r["idle_timeout"],
-        stdio=Stdio(r["stdio"]),
-        unix_user=r["unix_user"],
-        restart_count=r["restart_count"],
-        log_offset=offset,
-        log_mid_line=mid_line,
-    )
 
 
 async def recheck(request: Request):
@@ -455,7 +403,7 @@ async def reports(request: Request):
     c.metrics.observe_starts(applied.start_latencies)
     carried: tuple[Assignment, ...] = ()
     if carry:
-        carried = tuple(_assignment(r, c.logs) for r in await c.handout_assigned(worker_id))
+        carried = tuple(with_log_offset(a, c.logs) for a in await c.handout_assigned(worker_id))
     return reply(
         ReportResults(
             tuple(
@@ -490,14 +438,14 @@ async def _check_log_target(c, job_id: int, worker_id: str | None) -> None:
     """Whether output may be stored for job `job_id`, from worker `worker_id`
     (None: an admin's upload, from anywhere). Raises Refused: not_found,
     not_worker_job (it runs elsewhere), logs_not_stored (a terminal job)."""
-    row = await c.db.read(jobs.brief, job_id)
-    if row is None:
+    job = await c.db.read(jobs.brief, job_id)
+    if job is None:
         raise Refused(ErrorCode.NOT_FOUND, f"no job {job_id}")
-    if worker_id is not None and row["worker_id"] != worker_id:
+    if worker_id is not None and job.worker_id != worker_id:
         raise Refused(
             ErrorCode.NOT_WORKER_JOB, f"job {job_id} does not run on {worker_id or 'this worker'}"
         )
-    if row["stdio"] == Stdio.TTY:
+    if job.stdio == Stdio.TTY:
         raise Refused(
             ErrorCode.LOGS_NOT_STORED,
             f"job {job_id} is a terminal session; its output is not stored",

@@ -3,7 +3,7 @@
 "Several devices for one job" and "Sharing fairly").
 
 Pure: nothing in this package reads the clock, the database or the network.
-The scheduling pass (rc.controller.scheduler) feeds it what the store read
+The scheduling pass (rc.controller.store.schedule) feeds it what the store read
 and writes back what it decided; the read side (rc.controller.store.views)
 plans the same snapshot for queue positions and `rc explain`.
 
@@ -29,7 +29,6 @@ from rc.controller.planning.devices import (
     LazyMatches,
     candidates,
     fits_ceiling,
-    host_slot,
     match_devices,
     not_run_here,
     runs_jobs_of,
@@ -54,7 +53,6 @@ __all__ = [
     "candidates",
     "effective_priority",
     "fits_ceiling",
-    "host_slot",
     "match_devices",
     "not_run_here",
     "plan",

@@ -19,14 +19,13 @@ from collections.abc import Callable, Iterable, Mapping
 from rc.controller.planning.placement import device_key
 from rc.controller.planning.records import Slot
 from rc.proto import selector as selectors
-from rc.proto.model import ROOT, DeviceState
+from rc.proto.model import ROOT
 
 __all__ = [
     "SINGLE_USER_HINT",
     "LazyMatches",
     "candidates",
     "fits_ceiling",
-    "host_slot",
     "match_devices",
     "not_run_here",
     "runs_jobs_of",
@@ -50,18 +49,6 @@ SINGLE_USER_HINT = (
     "a worker that is not root runs only its own user's jobs; one started as root runs "
     "every user's, each as that user (on a one-box: sudo rc up -d)"
 )
-
-
-def host_slot(r) -> Slot:
-    """Whom a worker runs jobs as (a workers row: run_as, shared_account,
-    allow_root_jobs), as the Slot fields runs_jobs_of reads."""
-    shared = bool(r["shared_account"])
-    return Slot(
-        "",
-        DeviceState.READY,
-        run_as="" if shared else r["run_as"],
-        root_ok=shared or bool(r["allow_root_jobs"]),
-    )
 
 
 def not_run_here(host: str, slot: Slot, unix_user: str) -> str:

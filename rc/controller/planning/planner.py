@@ -39,7 +39,7 @@ same code decides assignments, queue positions and `rc explain`:
   array's cap is a rival of its array's later elements only).
 
 Nothing here reads the clock, the database or the network. The scheduling
-pass (rc.controller.scheduler) feeds it what the store read and writes back
+pass (rc.controller.store.schedule) feeds it what the store read and writes back
 what it decided; the read side (rc.controller.store.views) plans the same
 snapshot for queue positions and `rc explain`, so what they say is what the
 pass does.

@@ -22,7 +22,7 @@ def aged_priority(priority: int, queued_at: float, now: float, aging: float) -> 
 
     SQL calls this same function as `effective_priority(priority, queued_at,
     :now, :aging)` (registered on every connection by
-    rc.controller.store.db), so the queue SQLite orders is the queue plan()
+    rc.controller.store.sqlite), so the queue SQLite orders is the queue plan()
     orders.
     """
     if aging <= 0:

@@ -9,7 +9,7 @@ admin (`clear`).
 from __future__ import annotations
 
 from rc.controller.errors import Refused
-from rc.controller.store import events, labels
+from rc.controller.store import events, jobs, labels
 from rc.controller.store.db import Tx
 from rc.controller.store.labels import MatchCache
 from rc.proto.duration import format_duration
@@ -211,9 +211,8 @@ def retire(tx: Tx, device_id: str, actor: str, match_cache: MatchCache) -> None:
             ErrorCode.DEVICE_BUSY, f"{device_id} has a live lease; kill or release its job first"
         )
     for j in tx.all("jobs_queued_pinned_to", (device_id,)):
-        tx.change("job_cancel_queued", (f"device {device_id} was retired", tx.now, j["id"]))
-        tx.notify(f"job:{j['id']}")
-        tx.schedule = True  # the other devices it had reserved go to others
+        # a pass follows: the other devices it had reserved go to others
+        jobs.cancel_queued(tx, j["id"], f"device {device_id} was retired")
     remove(tx, device_id)
     events.record(
         tx, EventKind.DEVICE_RETIRED, device_id=device_id, actor=actor, text=f"retired by {actor}"

@@ -1,5 +1,14 @@
-"""Transactions on jobs: enqueue, cancel, kill, hand-out, running, release,
-lose; and the reads of one job or a listing.
+"""Transactions on jobs: enqueue, cancel, kill, assign, hand-out, running,
+release, requeue, lose; and the reads of one job or a listing.
+
+Every change of a job's state is a function here (the other modules of the
+store call them): enqueue (→ queued), assign (queued → assigned),
+mark_running (assigned → running), release and kill (→ a terminal state),
+cancel_queued and end_doomed (queued → killed), withdraw_queued (a queued
+job taken back), requeue_unstarted and _requeue_after_hardware (back to
+queued), kill_unstarted (assigned → killed), lose (→ lost). Each announces
+`job:<id>` and `jobs`, and one that ends a job `log:<id>` too, so that a
+follower of its log wakes at once.
 
 Each function takes a `Tx` first and is run whole by the writer (or a reader)
 of rc.controller.store.db. Refusals raise `Refused` with their error
@@ -13,7 +22,7 @@ from dataclasses import dataclass, replace
 from rc.controller import idle
 from rc.controller.auth import Caller
 from rc.controller.errors import Refused
-from rc.controller.planning import fits_ceiling, host_slot, not_run_here, runs_jobs_of
+from rc.controller.planning import Policy, fits_ceiling, not_run_here, runs_jobs_of, runtime_on
 from rc.controller.store import events, leases, rows
 from rc.controller.store.db import Tx, dumps, loads
 from rc.controller.store.labels import MatchCache
@@ -28,7 +37,7 @@ from rc.proto.model import (
     Principal,
     token_label,
 )
-from rc.proto.wire import KillOutcome
+from rc.proto.wire import Assignment, KillOutcome
 
 __all__ = [
     "WATCHDOG_PREFIXES",
@@ -37,6 +46,7 @@ __all__ = [
     "NewJob",
     "apply_reports",
     "array_summary",
+    "assign",
     "assigned_to",
     "brief",
     "cancel_queued",
@@ -45,11 +55,13 @@ __all__ = [
     "enqueue",
     "extend",
     "kill",
+    "kill_unstarted",
     "listing",
     "lose",
     "mark_running",
     "pending_for",
     "release",
+    "requeue_unstarted",
     "spec_bytes",
     "state_of",
     "withdraw_queued",
@@ -154,7 +166,7 @@ def enqueue(tx: Tx, job: NewJob, match_cache: MatchCache) -> tuple[int, bool]:
     if job.queued_limit or job.queued_spec_limit:
         _check_queued(tx, job, unix_user, n, base * n + sum(items))
     deps = _resolve_deps(tx, job.after)
-    max_runtime = job.max_runtime  # 0: inherit the ceiling where it lands (leases.assign)
+    max_runtime = job.max_runtime  # 0: inherit the ceiling where it lands (assign)
     pins = job.device_ids or ((job.device_id,) if job.device_id else ())
     if pins:
         _check_pinned(tx, pins, max_runtime)
@@ -162,10 +174,8 @@ def enqueue(tx: Tx, job: NewJob, match_cache: MatchCache) -> tuple[int, bool]:
         _check_selector(tx, job.selector, job.count, max_runtime, match_cache)
     pool = pins or tuple(match_cache.matching(tx, job.selector))
     _someone_runs_it(tx, pool, unix_user, ", ".join(pins) or f"matching {job.selector!r}")
-    job_id = tx.scalar(
-        "job_insert",
-        (*_fields(tx, job, max_runtime, pins, unix_user, job.idempotency_key), base + items[0]),
-    )
+    fields = _fields(tx, job, max_runtime, pins, unix_user, job.idempotency_key)
+    job_id = tx.scalar("job_insert", {**fields, "spec_bytes": base + items[0]})
     if job.array_indices:
         _insert_elements(tx, job, job_id, max_runtime, pins, unix_user, base, items)
     if job.hold_idle is not None:
@@ -266,36 +276,35 @@ def end_doomed(tx: Tx) -> list[int]:
     return ended
 
 
-def _fields(tx: Tx, job: NewJob, max_runtime: int, pins, unix_user: str, key: str | None) -> tuple:
-    """A new job's row, in job_insert's column order (job_insert_element's
-    after its id): `key` its idempotency key (None for an array's later
-    elements, which the first element's key stands for)."""
-    return (
-        job.kind.value,
-        job.submitter,
-        job.token_name,
-        job.selector,
-        job.device_id,
-        dumps(list(job.command)),
-        job.cwd,
-        dumps(job.env),
-        key,
-        job.digest,
-        job.priority,
-        max_runtime,
-        job.idle_timeout,
-        job.reason,
-        job.stdio,
-        tx.now,
-        tx.now,
-        len(pins) if pins else job.count,
-        dumps(list(pins)),
-        unix_user,
-        job.name,
-        int(job.requeue_on_hardware),
-        max_runtime,
-        job.owner,
-    )
+def _fields(tx: Tx, job: NewJob, max_runtime: int, pins, unix_user: str, key: str | None) -> dict:
+    """A new job's parameters of job_insert (and of job_insert_element,
+    whose own follow), spec bytes aside: `key` its idempotency key (None
+    for an array's later elements, which the first element's key stands
+    for)."""
+    return {
+        "kind": job.kind.value,
+        "submitter": job.submitter,
+        "token_name": job.token_name,
+        "selector": job.selector,
+        "device_id": job.device_id,
+        "command": dumps(list(job.command)),
+        "cwd": job.cwd,
+        "env": dumps(job.env),
+        "idempotency_key": key,
+        "request_digest": job.digest,
+        "priority": job.priority,
+        "max_runtime": max_runtime,
+        "idle_timeout": job.idle_timeout,
+        "reason": job.reason,
+        "stdio": job.stdio,
+        "now": tx.now,
+        "count": len(pins) if pins else job.count,
+        "device_ids": dumps(list(pins)),
+        "unix_user": unix_user,
+        "name": job.name,
+        "requeue_on_hardware": int(job.requeue_on_hardware),
+        "owner": job.owner,
+    }
 
 
 def _insert_elements(
@@ -320,7 +329,14 @@ def _insert_elements(
     tx.many(
         "job_insert_element",
         [
-            (first + k, *common, base + item_bytes[k], first, indices[k], items[k])
+            {
+                **common,
+                "id": first + k,
+                "spec_bytes": base + item_bytes[k],
+                "array_id": first,
+                "array_index": indices[k],
+                "array_item": items[k],
+            }
             for k in range(1, len(indices))
         ],
     )
@@ -423,7 +439,7 @@ def _identity(tx: Tx, job: NewJob) -> NewJob:
 def _someone_runs_it(tx: Tx, pool: tuple[str, ...], unix_user: str, target: str) -> None:
     """400 no_matching_device unless a worker of some device in `pool` runs
     jobs as `unix_user` (planning.runs_jobs_of), naming why each does not."""
-    policy = {r["id"]: host_slot(r) for r in tx.all("workers_running_as")}
+    policy = {r["id"]: rows.host_slot(r) for r in tx.all("workers_running_as")}
     hosts = {d.rpartition(":")[0] for d in pool}
     if any(h not in policy or runs_jobs_of(policy[h], unix_user) for h in hosts):
         return
@@ -441,6 +457,28 @@ def cancel_queued(tx: Tx, job_id: int, reason: str) -> bool:
     tx.schedule = True
     tx.notify("jobs", f"job:{job_id}", f"log:{job_id}")
     return True
+
+
+def requeue_unstarted(tx: Tx, job_id: int) -> None:
+    """assigned → queued: a job its worker proves it never started
+    (workers.leave) goes back to the queue in its old place (its priority,
+    id and queued_at kept; a selector job forgets the device it was given;
+    its max_runtime stays the one assignment gave it), its leases released.
+    GuardFailed unless it is assigned and holds its leases. The caller asks
+    for the pass that may place it again."""
+    tx.change("job_requeue", (job_id,))
+    leases.release(tx, job_id)
+    tx.notify(f"job:{job_id}", "jobs")
+
+
+def kill_unstarted(tx: Tx, job_id: int, reason: str) -> None:
+    """assigned → killed with `reason`: a job whose kill was requested
+    before its worker started it, proved never started (workers.leave), its
+    leases released. GuardFailed unless it is assigned or running and holds
+    its leases."""
+    tx.change("job_finish", ("killed", None, reason, tx.now, None, job_id))
+    leases.release(tx, job_id)
+    tx.notify(f"job:{job_id}", f"log:{job_id}", "jobs")
 
 
 def withdraw_queued(tx: Tx, job_id: int) -> bool:
@@ -584,6 +622,40 @@ def extend(tx: Tx, job_id: int, who: Caller, add: int, lease_grace: float, match
     return new
 
 
+def assign(tx: Tx, job_id: int, device_ids: tuple[str, ...], policy: Policy) -> bool:
+    """queued → assigned: give a queued job its devices (one host's, ready),
+    all at once: job assigned to them (in this order: its RC_DEVICES), each
+    device busy, one lease per device (leases.grant), held by its Unix user
+    (the account that the per-user cap, fair share and the usage ledger
+    count).
+
+    A job with no runtime of its own inherits the lowest ceiling among its
+    devices (README "Runtime ceilings"); its leases last that runtime plus
+    `policy.lease_grace` seconds, or `policy.lease_default` seconds when
+    there is none (heartbeats renew them). Returns False, changing nothing,
+    when the job is no longer queued, a device is no longer ready, or the
+    devices are not all of one worker.
+    """
+    devs = [tx.one("device_for_assign", (d,)) for d in device_ids]
+    if not devs or any(d is None or d["state"] != "ready" or d["draining"] for d in devs):
+        return False
+    workers = {d["worker_id"] for d in devs}
+    if len(workers) != 1:
+        return False
+    job = tx.one("job_for_assign", (job_id,))
+    if job is None or job["state"] != "queued":
+        return False
+    runtime = runtime_on(job["max_runtime"], (d["max_runtime"] for d in devs))
+    ttl = runtime + policy.lease_grace if runtime else policy.lease_default
+    (worker,) = workers
+    for d in device_ids:
+        tx.change("device_set_busy", (d,))
+    tx.change("job_assign", (dumps(list(device_ids)), worker, runtime, tx.now, job_id))
+    leases.grant(tx, job_id, device_ids, job["unix_user"], job["kind"], job["reason"], ttl)
+    tx.notify(f"worker:{worker}", f"job:{job_id}", "jobs", "devices")
+    return True
+
+
 def lose(tx: Tx, job_id: int, device_id: str, why: str) -> None:
     """An active job → lost, its leases released, and a job_lost event
     (naming `device_id`, its first device)."""
@@ -595,21 +667,26 @@ def lose(tx: Tx, job_id: int, device_id: str, why: str) -> None:
         tx.notify(f"job:{job_id}", f"log:{job_id}", "jobs")
 
 
-def pending_for(tx: Tx, worker_id: str, redelivery: float):
+def pending_for(tx: Tx, worker_id: str, redelivery: float) -> tuple[list[Assignment], int]:
     """What a worker's long poll may hand out, read without writing: the
-    jobs assigned to it (rows, id order) and how many kill requests are due
-    (never delivered, or last delivered `redelivery` seconds ago or more)."""
-    assigned = tx.all("jobs_assigned_to", (worker_id,))
+    jobs assigned to it (as Assignments, id order: rows.assignment) and how
+    many kill requests are due (never delivered, or last delivered
+    `redelivery` seconds ago or more)."""
+    assigned = [rows.assignment(r) for r in tx.all("jobs_assigned_to", (worker_id,))]
     due = tx.scalar("count_kills_due", (worker_id, tx.now - redelivery))
     return assigned, due
 
 
-def assigned_to(tx: Tx, worker_id: str) -> list:
+def assigned_to(tx: Tx, worker_id: str) -> list[Assignment]:
     """The jobs assigned to a worker and not yet running, with no kill
-    requested (rows, id order): what a reply to its reports carries (read
-    without writing). A job with a kill requested is left to the long poll,
-    which hands it out with its kill."""
-    return [r for r in tx.all("jobs_assigned_to", (worker_id,)) if not r["kill_requested"]]
+    requested (as Assignments, id order: rows.assignment): what a reply to
+    its reports carries (read without writing). A job with a kill requested
+    is left to the long poll, which hands it out with its kill."""
+    return [
+        rows.assignment(r)
+        for r in tx.all("jobs_assigned_to", (worker_id,))
+        if not r["kill_requested"]
+    ]
 
 
 def deliver_kills(tx: Tx, worker_id: str, redelivery: float) -> list[int]:
@@ -832,21 +909,21 @@ def array_summary(tx: Tx, array_id: int):
     )
 
 
-def briefs(tx: Tx, ids: tuple[int, ...]) -> dict[int, object]:
+def briefs(tx: Tx, ids: tuple[int, ...]) -> dict[int, rows.JobBrief]:
     """brief() of each job of `ids` that exists, by id, in one read."""
     out = {}
     for job_id in ids:
         row = tx.one("job_brief", (job_id,))
         if row is not None:
-            out[job_id] = row
+            out[job_id] = rows.job_brief(row)
     return out
 
 
-def brief(tx: Tx, job_id: int):
-    """A job's row with what access checks need (id, state, kind, submitter
-    (its label), owner (its principal), unix_user, device_id, device_ids,
-    worker_id, kill_requested, kill_reason, stdio, submitted_at), or None."""
-    return tx.one("job_brief", (job_id,))
+def brief(tx: Tx, job_id: int) -> rows.JobBrief | None:
+    """What access checks need of a job (rows.JobBrief: its state, kind,
+    owner, worker, devices, stdio), or None when there is no such job."""
+    row = tx.one("job_brief", (job_id,))
+    return None if row is None else rows.job_brief(row)
 
 
 def state_of(tx: Tx, job_id: int) -> str | None:
@@ -892,12 +969,7 @@ def listing(tx: Tx, where: Filter, limit: int) -> list[Job]:
 
 def idle_watched(tx: Tx) -> list[idle.Watched]:
     """Running holds with an idle rule not already asked to end, by id."""
-    return [
-        idle.Watched(
-            r["id"], r["submitter"], r["device_id"], r["started_at"] or tx.now, r["timeout"]
-        )
-        for r in tx.all("holds_idle_watched")
-    ]
+    return [rows.watched_hold(r, tx.now) for r in tx.all("holds_idle_watched")]
 
 
 def hold_idle_timeout(tx: Tx, job_id: int) -> int | None:

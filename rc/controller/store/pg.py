@@ -1,4 +1,5 @@
-"""The PostgreSQL engine: the same store contract as rc.controller.store.db.
+"""The PostgreSQL engine: the same store contract as the SQLite one
+(rc.controller.store.db.Database, rc.controller.store.sqlite).
 
 `PgDatabase(dsn, clock)` has Database's API (open, close, write, read,
 on_commit, on_rollback, after_batch) and runs the same transaction functions
@@ -12,51 +13,51 @@ Why psycopg 3, a *synchronous* connection driven on a thread of its own
 (one single-thread executor per connection), and not asyncpg or psycopg's
 async connection: the store's rule is that a transaction function runs whole,
 with nothing awaited inside it, so a batch is one hop to the connection's
-thread, as with SQLite (rc.controller.store.db explains the measured cost of
-one hop per statement). With an async driver every statement of a function
+thread, as with SQLite (rc.controller.store.sqlite explains the measured cost
+of one hop per statement). With an async driver every statement of a function
 would be an `await`, every function would have to become a coroutine, and
 two engines would need two sets of transaction functions. A sync connection
 on its own thread keeps one set of functions for both engines.
 
-The SQL: rc/store.pg.sql is the schema (with effective_priority, dep_met and
-decayed_seconds, the functions SQLite gets from Python, as SQL functions). Every named query
-of queries.sql runs on PostgreSQL as it is, with its placeholders translated
+The SQL (rc.controller.store.sql loads it): rc/store.pg.sql is the schema
+(with effective_priority, dep_met and decayed_seconds, the functions SQLite
+gets from Python, as SQL functions). Every named query
+of sql/queries.sql runs on PostgreSQL as it is, with its placeholders translated
 mechanically (`translate`): `?` → `%s`, `?N` → `%(pN)s` (the parameter
 sequence becomes a mapping), `:name` → `%(name)s`, `%` → `%%`. A query whose
 SQL differs between the dialects (json_each, GLOB, INSERT OR IGNORE, scalar
 max...) is written again under the same name in queries.pg.sql, with the
-same parameters in the same placeholder style: that file holds only such
-overrides. A column named by a PostgreSQL reserved word (share_weights."user")
+same parameters in the same placeholder style: that file (sql/queries.pg.sql)
+holds only such overrides. A column named by a PostgreSQL reserved word (share_weights."user")
 is quoted there: unquoted, `user` prepares and means the session's role.
 tests/test_schema_pg.py prepares every resulting query against the PG
 schema, so a query that does not port fails there, by name.
 
 How to port (for whoever adds a query or a migration):
 
-- A new named query: add it to queries.sql as usual. Run
+- A new named query: add it to sql/queries.sql as usual. Run
   `python -m pytest -q tests/test_schema_pg.py`; if
   test_every_query_prepares_on_postgresql names it, copy it into
   queries.pg.sql under the same `-- name:` and rewrite only the dialect.
-- A new function SQLite gets from Python (db.SQL_FUNCTIONS): the same in SQL
+- A new function SQLite gets from Python (sqlite.SQL_FUNCTIONS): the same in SQL
   in rc/store.pg.sql and in the PG migration that first needs it, checked
   against its Python definition in tests/test_schema_pg.py.
 - A changed query that has an override: change the override too
   (test_every_override_takes_the_parameters_of_its_query catches a new
   parameter, not a new result column).
-- A schema change: migration NNNN_x.sql for SQLite as usual, and the same
-  change in PostgreSQL's dialect as migrations/pg/NNNN_x.sql appended to
-  PG_MIGRATIONS (the same version number; a Python step in
-  db.MIGRATION_STEPS runs on both), and rc/store.pg.sql edited to
-  match; tests/test_schema_pg.py checks fresh = oldest PG schema +
+- A schema change: migration sql/migrations/NNNN_x.sql for SQLite as
+  usual, and the same change in PostgreSQL's dialect as
+  sql/migrations/pg/NNNN_x.sql appended to sql.PG_MIGRATIONS (the same
+  version number; a Python step in sql.MIGRATION_STEPS runs on both), and
+  rc/store.pg.sql edited to match; tests/test_schema_pg.py checks fresh = oldest PG schema +
   migrations and that both schema files have the same tables, columns and
-  CHECK lists. The PG line starts at version PG_BASELINE (the first
+  CHECK lists. The PG line starts at version sql.PG_BASELINE (the first
   schema PostgreSQL had); the version is kept in the rc_schema table.
 """
 
 from __future__ import annotations
 
 import asyncio
-import importlib.resources
 import logging
 import re
 from collections.abc import Callable, Iterable
@@ -64,15 +65,12 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar
 
 from rc.controller.errors import GuardFailed, NotLeader, StoreError
-from rc.controller.store import db
+from rc.controller.store import db, sql
 
 __all__ = [
     "LEADER_QUERIES",
-    "PG_BASELINE",
-    "PG_MIGRATIONS",
     "PG_OVERRIDES",
     "PG_QUERIES",
-    "PG_SCHEMA_SQL",
     "PgDatabase",
     "PgTx",
     "Row",
@@ -90,10 +88,6 @@ CONNECT_TIMEOUT_S = 10
 def is_postgres_url(text: str) -> bool:
     """Whether a --database value names a PostgreSQL database."""
     return text.startswith(("postgresql://", "postgres://"))
-
-
-def _resource(package: str, name: str) -> str:
-    return importlib.resources.files(package).joinpath(name).read_text(encoding="utf-8")
 
 
 _TOKEN = re.compile(r"'(?:[^']|'')*'|\"[^\"]*\"|--[^\n]*|\?(\d*)|(?<!:):([a-z_][a-z0-9_]*)|%")
@@ -134,33 +128,18 @@ def translate(sql: str) -> tuple[str, bool]:
 
 
 def _load() -> tuple[dict[str, tuple[str, bool]], set[str]]:
-    overrides = db.load_queries(_resource("rc.controller.store", "queries.pg.sql"))
-    unknown = set(overrides) - set(db.QUERIES)
+    overrides = sql.PG_OVERRIDES
+    unknown = set(overrides) - set(sql.QUERIES)
     if unknown:
         raise ValueError(f"queries.pg.sql overrides queries queries.sql lacks: {sorted(unknown)}")
-    return {name: translate(overrides.get(name, sql)) for name, sql in db.QUERIES.items()}, set(
-        overrides
-    )
+    return {
+        name: translate(overrides.get(name, statement)) for name, statement in sql.QUERIES.items()
+    }, set(overrides)
 
 
 PG_QUERIES, PG_OVERRIDES = _load()
 """PG_QUERIES: name → (psycopg statement, numbered) for every named query;
 PG_OVERRIDES: the names queries.pg.sql writes again."""
-PG_SCHEMA_SQL: str = _resource("rc", "store.pg.sql")
-PG_BASELINE = 4
-"""The schema version rc/store.pg.sql first had (SQLite's version 4)."""
-PG_MIGRATIONS: list[tuple[int, str]] = [
-    (5, "0005_usage.sql"),  # sessions per hold; fair-share weights
-    (6, "0006_hold_idle.sql"),  # a hold's idle rule; its warning and reclaim events
-    (7, "0007_requeue.sql"),  # requeue after a hardware failure; job_requeued
-    (8, "0008_leadership.sql"),  # the leadership lease (rc.controller.store.leader)
-    (9, "0009_queue_ask.sql"),  # the queue indexed by ask (positions) and by submitter
-    (10, "0010_principals.sql"),  # owners are principals; keys unique per owner
-    (11, "0011_spec_bytes.sql"),  # a job's spec bytes, for the per-user budget of them
-]
-"""(version, file) under rc/controller/store/migrations/pg/, after PG_BASELINE;
-the same numbers as db.MIGRATIONS."""
-PG_SCHEMA_VERSION = PG_BASELINE + len(PG_MIGRATIONS)
 
 
 def _params(params: Any, numbered: bool) -> Any:
@@ -218,7 +197,8 @@ class _Conn:
 
 
 class PgTx(db.Tx):
-    """db.Tx on PostgreSQL: the same methods, running PG_QUERIES."""
+    """db.Tx on PostgreSQL: the same methods, running PG_QUERIES (it does
+    not keep `wrote`: every function counts as having written)."""
 
     __slots__ = ()
 
@@ -285,23 +265,23 @@ def migrate(conn: _Conn, where: str) -> None:
             ).fetchone()[0]
             if n:
                 raise StoreError(f"{where} is not an rc database (it has tables but no rc_schema)")
-            for stmt in pg_statements(PG_SCHEMA_SQL):
+            for stmt in pg_statements(sql.PG_SCHEMA_SQL):
                 conn.execute(stmt)
-            conn.execute("INSERT INTO rc_schema (version) VALUES (%s)", (PG_SCHEMA_VERSION,))
+            conn.execute("INSERT INTO rc_schema (version) VALUES (%s)", (sql.PG_SCHEMA_VERSION,))
             conn.execute("COMMIT")
             return
         version = conn.execute("SELECT version FROM rc_schema").fetchone()[0]
-        if version > PG_SCHEMA_VERSION:
+        if version > sql.PG_SCHEMA_VERSION:
             raise StoreError(
                 f"{where} was written by a newer rc (schema version {version}; this rc knows "
-                f"versions up to {PG_SCHEMA_VERSION}). Upgrade rc."
+                f"versions up to {sql.PG_SCHEMA_VERSION}). Upgrade rc."
             )
-        for target, name in PG_MIGRATIONS:
+        for target, name in sql.PG_MIGRATIONS:
             if target <= version:
                 continue
-            for stmt in pg_statements(_resource("rc.controller.store.migrations.pg", name)):
+            for stmt in pg_statements(sql.pg_migration(name)):
                 conn.execute(stmt)
-            step = db.MIGRATION_STEPS.get(target)
+            step = sql.MIGRATION_STEPS.get(target)
             if step is not None:
                 step(conn.execute, "%s")
             conn.execute("UPDATE rc_schema SET version = %s", (target,))
@@ -313,9 +293,9 @@ def migrate(conn: _Conn, where: str) -> None:
         raise
 
 
-LEADER_QUERIES: dict[str, str] = db.load_queries(_resource("rc.controller.store", "leader.pg.sql"))
-"""name → statement (psycopg placeholders) of leader.pg.sql: the leadership
-lease of standby controllers (rc.controller.store.leader)."""
+LEADER_QUERIES: dict[str, str] = sql.LEADER_SQL
+"""name → statement (psycopg placeholders) of sql/leader.pg.sql: the
+leadership lease of standby controllers (rc.controller.store.leader)."""
 WRITER_IDLE_TIMEOUT_MS = 5000
 """A fenced write transaction's session is ended by the server when it sits
 idle inside the transaction this long (idle_in_transaction_session_timeout,
@@ -334,14 +314,6 @@ def fence(conn: _Conn, lease: Any) -> None:
     row = conn.execute(LEADER_QUERIES["leader_fence"], params).fetchone()
     if row is None:
         raise NotLeader(f"this controller's lease (epoch {lease.epoch}) has passed on")
-
-
-def _run_read(conn: _Conn, fn: Callable, args: tuple, now: float) -> Any:
-    conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-    try:
-        return fn(PgTx(conn, now), *args)
-    finally:
-        conn.execute("COMMIT")
 
 
 def redact(dsn: str) -> str:
@@ -365,6 +337,7 @@ class PgDatabase(db.Database):
 
     TX = PgTx
     BEGIN = "BEGIN"
+    READ_BEGIN = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 
     def __init__(
         self, dsn: str, clock: Callable[[], float], readers: int = 2, lease: Any = None
@@ -409,8 +382,7 @@ class PgDatabase(db.Database):
         except StoreError:
             await self.close()
             raise
-        self._queue = asyncio.Queue()
-        self._task = asyncio.create_task(self._write_loop(), name="rc-db-writer")
+        self._start_writer()
         return self
 
     @staticmethod
@@ -424,10 +396,8 @@ class PgDatabase(db.Database):
 
     async def read(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Run `fn(tx, *args)` in a read transaction (a consistent snapshot)."""
-        conn = self._readers[self._next_reader % len(self._readers)]
-        self._next_reader += 1
         try:
-            return await self._on_thread(conn, _run_read, fn, args, self.clock())
+            return await super().read(fn, *args)
         except Exception as e:
             err = self._failure(e)
             if err is e:

@@ -1,23 +1,21 @@
 """The queue as the planner sees it: queued jobs, device slots, a snapshot.
 
 Reads only (and `request_pass`, which asks for a scheduling pass at the end
-of the batch). Rows become rc.controller.planning's records here, so the
-planner never sees the database.
+of the batch). Rows become rc.controller.planning's records here (by
+rc.controller.store.rows), so the planner never sees the database.
 """
 
 from __future__ import annotations
 
-import math
-import sqlite3
 from collections.abc import Callable, Iterator
 
 import orjson
 
-from rc.controller.planning import Policy, QueuedJob, Slot, Snapshot, host_slot, plan
+from rc.controller.planning import Policy, QueuedJob, Slot, Snapshot, plan
 from rc.controller.planning.placement import pair
-from rc.controller.store import leases
-from rc.controller.store.db import Tx, loads
-from rc.proto.model import DeviceState, Link
+from rc.controller.store import leases, rows
+from rc.controller.store.db import Tx
+from rc.proto.model import Link
 
 __all__ = [
     "adjust_param",
@@ -33,28 +31,9 @@ __all__ = [
 ]
 
 
-def _queued_job(r: sqlite3.Row) -> QueuedJob:
-    return QueuedJob(
-        id=r["id"],
-        submitter=r["submitter"],
-        priority=r["priority"],
-        queued_at=r["queued_at"],
-        selector=r["selector"],
-        device_id=r["device_id"],
-        max_runtime=r["max_runtime"],
-        count=r["count"],
-        device_ids=tuple(loads(r["device_ids"])) if not r["selector"] else (),
-        unix_user=r["unix_user"],
-        array_id=r["array_id"] or 0,
-        array_cap=r["array_cap"],
-        blocked=bool(r["blocked"]),
-        excluded=tuple(loads(r["excluded_device_ids"])),
-    )
-
-
 def queued(tx: Tx) -> list[QueuedJob]:
     """Every queued job, in id order."""
-    return [_queued_job(r) for r in tx.all("queued_jobs")]
+    return [rows.queued_job(r) for r in tx.all("queued_jobs")]
 
 
 def adjustments(tx: Tx, policy: Policy) -> dict[str, int]:
@@ -74,29 +53,14 @@ def in_order(tx: Tx, aging: float, adjust: dict[str, int] | None = None) -> Iter
     fair-share `adjust`ments, then id), read lazily: a pass that stops early
     fetches only what it looked at."""
     params = {"now": tx.now, "aging": aging, "adjust": adjust_param(adjust or {})}
-    return map(_queued_job, tx.iter("queued_jobs_ordered", params))
+    return map(rows.queued_job, tx.iter("queued_jobs_ordered", params))
 
 
 def slots(tx: Tx) -> dict[str, Slot]:
     """Every device as a planner Slot, by device id. A device a job holds is
-    expected free at the job's start (its assignment, before it started)
-    plus the runtime it was given; never, when it has none. Whom its worker
-    runs jobs as rides along (a shared account runs anyone's: run_as "",
-    root too)."""
-    out = {}
-    for r in tx.all("device_slots"):
-        free_at = r["since"] + r["runtime"] if r["since"] is not None and r["runtime"] else math.inf
-        who = host_slot(r)
-        out[r["id"]] = Slot(
-            r["id"],
-            DeviceState(r["state"]),
-            r["max_runtime"],
-            bool(r["draining"]),
-            free_at,
-            run_as=who.run_as,
-            root_ok=who.root_ok,
-        )
-    return out
+    expected free at the job's start plus the runtime it was given; whom
+    its worker runs jobs as rides along (rows.device_slot)."""
+    return {r["id"]: rows.device_slot(r) for r in tx.all("device_slots")}
 
 
 def links(tx: Tx) -> dict[str, dict[tuple[str, str], int]]:

@@ -37,7 +37,8 @@ def create(
     unix_user: str = "",
 ):
     """Store a new token whose jobs run as `unix_user` ("" for a worker
-    token); returns its row. 409 token_exists when a live token has this name."""
+    token); returns it (rows.LiveToken). 409 token_exists when a live token
+    has this name."""
     if tx.one("token_live_by_name", (name,)) is not None:
         raise Refused(ErrorCode.TOKEN_EXISTS, f"a token named {name!r} already exists")
     tx.change(
@@ -51,7 +52,7 @@ def create(
         text=f"{created_by or 'rc serve'} created {role.value} token {name!r}{runs_as}",
     )
     tx.notify("tokens")
-    return tx.one("token_live_by_name", (name,))
+    return rows.live_token(tx.one("token_live_by_name", (name,)))
 
 
 def revoke(tx: Tx, name: str, actor: str, keep_jobs: bool = False) -> tuple[str, list[int]]:
@@ -104,13 +105,13 @@ def revoke(tx: Tx, name: str, actor: str, keep_jobs: bool = False) -> tuple[str,
     return target[0]["secret_hash"], cancelled
 
 
-def rotate(tx: Tx, name: str, secret_hash: str, actor: str) -> tuple[str, object]:
+def rotate(tx: Tx, name: str, secret_hash: str, actor: str) -> tuple[str, rows.LiveToken]:
     """Give the live token `name` a new secret (`secret_hash`): the old
     secret stops working at once, and the token keeps its id, so it stays
     the same principal (token:<id>) and keeps its jobs, unlike a revoke and
     a new token of that name, which would be a new principal owning none of
-    them. Returns (the old secret's hash, the token's row). 404 when there
-    is no live token of that name."""
+    them. Returns (the old secret's hash, the token as it is now:
+    rows.LiveToken). 404 when there is no live token of that name."""
     old = tx.one("token_live_by_name", (name,))
     if old is None or tx.exec("token_rotate", (secret_hash, name)) == 0:
         raise Refused(ErrorCode.NOT_FOUND, f"no live token named {name!r}")
@@ -121,22 +122,24 @@ def rotate(tx: Tx, name: str, secret_hash: str, actor: str) -> tuple[str, object
         text=f"{actor} gave {old['role']} token {name!r} a new secret (the old one stops working)",
     )
     tx.notify("tokens")
-    return old["secret_hash"], tx.one("token_live_by_name", (name,))
+    return old["secret_hash"], rows.live_token(tx.one("token_live_by_name", (name,)))
 
 
-def bind_host(tx: Tx, token_id: int, host: str):
+def bind_host(tx: Tx, token_id: int, host: str) -> rows.LiveToken | None:
     """Bind a worker token to `host` at its first registration; returns the
-    token's row (its `host` the bound one), or None when it is no longer live."""
+    token (rows.LiveToken, its `host` the bound one), or None when it is no
+    longer live."""
     # no row changes when an earlier registration bound it already: the row
     # returned says to which host, and the caller checks it is this one
     tx.exec("token_bind_host", (host, token_id))
     tx.notify("tokens")
-    return tx.one("token_live_by_id", (token_id,))
+    row = tx.one("token_live_by_id", (token_id,))
+    return None if row is None else rows.live_token(row)
 
 
-def live(tx: Tx):
-    """Every token row that is not revoked (for the in-memory cache)."""
-    return tx.all("tokens_live")
+def live(tx: Tx) -> list[rows.LiveToken]:
+    """Every token that is not revoked (for the in-memory token map)."""
+    return [rows.live_token(r) for r in tx.all("tokens_live")]
 
 
 def listing(tx: Tx) -> list[Token]:

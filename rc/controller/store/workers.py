@@ -318,14 +318,11 @@ def leave(
         if j["id"] in named:
             continue
         if j["kill_requested"]:
-            tx.change("job_finish", ("killed", None, j["kill_reason"], tx.now, None, j["id"]))
+            jobs.kill_unstarted(tx, j["id"], j["kill_reason"])
             killed.append(j["id"])
-            tx.notify(f"log:{j['id']}")
         else:
-            tx.change("job_requeue", (j["id"],))
+            jobs.requeue_unstarted(tx, j["id"])
             requeued.append(j["id"])
-        leases.release(tx, j["id"])
-        tx.notify(f"job:{j['id']}")
     tx.exec("devices_to_unknown", (worker_id,))  # those ready or busy, maybe none
     if requeued:
         tx.schedule = True  # another worker's device may take them now

@@ -1,4 +1,4 @@
--- Named queries of the controller, loaded once by rc.controller.store.db.
+-- Named queries of the controller, loaded once by rc.controller.store.sql.
 -- Each starts at a `-- name: NAME` header, then its description: one line
 -- (more `--` lines may follow). tests/test_schema.py checks every name the
 -- code uses is defined here, every query here is used, and each has a
@@ -7,23 +7,31 @@
 -- ---------------------------------------------------------------- jobs
 
 -- name: job_insert
--- A new queued job (submitted and queued now); returns its id.
+-- A new queued job (submitted and queued :now; the runtime it asked for is
+-- its max_runtime until an assignment settles it); returns its id.
 INSERT INTO jobs (kind, state, submitter, token_name, selector, device_id, command, cwd, env,
                   idempotency_key, request_digest, priority, max_runtime, idle_timeout, reason,
                   stdio, submitted_at, queued_at, count, device_ids, unix_user, name,
                   requeue_on_hardware, runtime_asked, owner, spec_bytes)
-VALUES (?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+VALUES (:kind, 'queued', :submitter, :token_name, :selector, :device_id, :command, :cwd, :env,
+        :idempotency_key, :request_digest, :priority, :max_runtime, :idle_timeout, :reason,
+        :stdio, :now, :now, :count, :device_ids, :unix_user, :name,
+        :requeue_on_hardware, :max_runtime, :owner, :spec_bytes)
 RETURNING id
 
 -- name: job_insert_element
 -- An array element after its first, with its id given (the first's id plus its
--- position); the columns after the id are job_insert's, then its array's.
+-- position); job_insert's parameters, then its array's.
 INSERT INTO jobs (id, kind, state, submitter, token_name, selector, device_id, command, cwd,
                   env, idempotency_key, request_digest, priority, max_runtime, idle_timeout,
                   reason, stdio, submitted_at, queued_at, count, device_ids, unix_user, name,
                   requeue_on_hardware, runtime_asked, owner, spec_bytes, array_id, array_index,
                   array_item)
-VALUES (?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+VALUES (:id, :kind, 'queued', :submitter, :token_name, :selector, :device_id, :command, :cwd,
+        :env, :idempotency_key, :request_digest, :priority, :max_runtime, :idle_timeout,
+        :reason, :stdio, :now, :now, :count, :device_ids, :unix_user, :name,
+        :requeue_on_hardware, :max_runtime, :owner, :spec_bytes, :array_id, :array_index,
+        :array_item)
 
 -- name: job_set_array
 -- An array's first element joins its array (array id, index, item).

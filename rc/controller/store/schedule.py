@@ -1,7 +1,8 @@
 """The scheduling pass: read the queue and the fleet, plan, write assignments.
 
 The decisions are rc.controller.planning's (pure); the reads and the writes
-are the store's (rc.controller.store.queue, .leases). The pass runs at the
+are the store's (rc.controller.store.queue, .jobs): the pass is a
+transaction function like any other, so it lives in the store. The pass runs at the
 end of any write batch that asked for one (Database.after_batch), so an
 assignment commits with the change that made it possible.
 """
@@ -11,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from rc.controller.planning import LazyMatches, Policy, plan
-from rc.controller.store import Tx, jobs, leases, queue
+from rc.controller.store import jobs, leases, queue
+from rc.controller.store.db import Tx
 from rc.controller.store.labels import MatchCache
 
 __all__ = ["schedule"]
@@ -63,7 +65,7 @@ def schedule(
         arrays_active=queue.arrays_active(tx),
         adjust=adjust,
     )
-    done = [(j, ds) for j, ds in p.assignments if leases.assign(tx, j, ds, policy)]
+    done = [(j, ds) for j, ds in p.assignments if jobs.assign(tx, j, ds, policy)]
     if on_wait is not None:
         for j, _ in done:
             on_wait(tx.now - queued_at[j])

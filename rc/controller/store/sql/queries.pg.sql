@@ -1,4 +1,4 @@
--- rc/controller/store/queries.pg.sql: the named queries whose SQL differs on
+-- rc/controller/store/sql/queries.pg.sql: the named queries whose SQL differs on
 -- PostgreSQL (rc.controller.store.pg explains the rule). Every other query of
 -- queries.sql runs there as it is, its placeholders translated. Each query
 -- here has the same name, the same parameters in the same placeholder style
@@ -122,7 +122,7 @@ ORDER BY id
 
 -- name: job_insert_element
 -- An array element after its first, with its id given (the first's id plus its
--- position); the columns after the id are job_insert's, then its array's.
+-- position); job_insert's parameters, then its array's.
 -- PostgreSQL: the id is given, so the identity sequence is moved past it (a
 -- later job_insert must not draw it again).
 WITH element AS (
@@ -131,7 +131,11 @@ WITH element AS (
                       reason, stdio, submitted_at, queued_at, count, device_ids, unix_user, name,
                       requeue_on_hardware, runtime_asked, owner, spec_bytes, array_id,
                       array_index, array_item)
-    VALUES (?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+    VALUES (:id, :kind, 'queued', :submitter, :token_name, :selector, :device_id, :command,
+            :cwd, :env, :idempotency_key, :request_digest, :priority, :max_runtime,
+            :idle_timeout, :reason, :stdio, :now, :now, :count, :device_ids, :unix_user,
+            :name, :requeue_on_hardware, :max_runtime, :owner, :spec_bytes, :array_id,
+            :array_index, :array_item)
     RETURNING id
 )
 SELECT setval(pg_get_serial_sequence('jobs', 'id'), id) FROM element

@@ -1,1 +1,0 @@
-"""Schema migrations, one .sql file per version (rc.controller.store.db.MIGRATIONS)."""
