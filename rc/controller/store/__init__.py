@@ -11,9 +11,11 @@ rc/store.pg.sql beside it), the row mappers (`rows`: rows → records, so no
 row leaves the store), and one module per noun of state, whose functions
 are the only code that runs a query:
 
-- `jobs`: every change of a job's state (enqueue, assign, cancel, withdraw,
-  kill, kill delivery, running, release, requeue, lose, reports: the other
-  modules call these); the reads of one job and of a listing;
+- `jobs`: every change of a job's state (assign, cancel, withdraw, kill,
+  kill delivery, running, release, requeue, lose, reports: the other
+  modules call these); `submit`: enqueue and the checks of a submission;
+  `jobqueries`: the reads of one job and of a listing (`jobs` re-exports
+  both's public names);
 - `leases`: grant (one per device of a job being assigned), release, usage;
 - `queue`: the queue and the fleet as the planner sees them, request_pass;
 - `schedule`: the scheduling pass (reads the queue, plans with

@@ -1,14 +1,17 @@
-"""Transactions on jobs: enqueue, cancel, kill, assign, hand-out, running,
-release, requeue, lose; and the reads of one job or a listing.
+"""Transactions on jobs: cancel, kill, assign, hand-out, running, release,
+requeue, lose.
 
-Every change of a job's state is a function here (the other modules of the
-store call them): enqueue (→ queued), assign (queued → assigned),
-mark_running (assigned → running), release and kill (→ a terminal state),
-cancel_queued and end_doomed (queued → killed), withdraw_queued (a queued
-job taken back), requeue_unstarted and _requeue_after_hardware (back to
-queued), kill_unstarted (assigned → killed), lose (→ lost). Each announces
+Every change of a job's state is a function here or in
+rc.controller.store.submit (the other modules of the store call them):
+enqueue (→ queued, in submit), assign (queued → assigned), mark_running
+(assigned → running), release and kill (→ a terminal state), cancel_queued
+and end_doomed (queued → killed), withdraw_queued (a queued job taken
+back), requeue_unstarted and _requeue_after_hardware (back to queued),
+kill_unstarted (assigned → killed), lose (→ lost). Each announces
 `job:<id>` and `jobs`, and one that ends a job `log:<id>` too, so that a
-follower of its log wakes at once.
+follower of its log wakes at once. The reads of one job or a listing are
+rc.controller.store.jobqueries; this module re-exports them and enqueue,
+so `jobs.enqueue`, `jobs.listing`, `jobs.brief` name them as before.
 
 Each function takes a `Tx` first and is run whole by the writer (or a reader)
 of rc.controller.store.db. Refusals raise `Refused` with their error
@@ -17,26 +20,26 @@ code (rc.proto.errors).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from rc.controller import idle
 from rc.controller.auth import Caller
 from rc.controller.errors import Refused
-from rc.controller.planning import Policy, fits_ceiling, not_run_here, runs_jobs_of, runtime_on
+from rc.controller.planning import Policy, fits_ceiling, runtime_on
 from rc.controller.store import events, leases, rows
 from rc.controller.store.db import Tx, dumps, loads
-from rc.controller.store.labels import MatchCache
+from rc.controller.store.jobqueries import (
+    Filter,
+    array_summary,
+    brief,
+    briefs,
+    listing,
+    state_of,
+)
+from rc.controller.store.submit import NewJob, check_selector, enqueue, spec_bytes
 from rc.proto.duration import format_duration
 from rc.proto.errors import ErrorCode
-from rc.proto.model import (
-    RESTARTS_MAX,
-    EventKind,
-    Job,
-    JobKind,
-    JobState,
-    Principal,
-    token_label,
-)
+from rc.proto.model import RESTARTS_MAX, EventKind, JobKind, JobState
 from rc.proto.wire import Assignment, KillOutcome
 
 __all__ = [
@@ -49,6 +52,7 @@ __all__ = [
     "assign",
     "assigned_to",
     "brief",
+    "briefs",
     "cancel_queued",
     "deliver_kills",
     "end_doomed",
@@ -67,191 +71,9 @@ __all__ = [
     "withdraw_queued",
 ]
 
+
 WATCHDOG_PREFIXES = ("max_runtime exceeded", "idle: no output for")
 """Kill reasons that mean a watchdog fired (_release records a watchdog_trip event)."""
-
-
-@dataclass(frozen=True, slots=True)
-class NewJob:
-    """A validated submission, ready to enqueue.
-
-    selector is normalised ('' for a pinned job); device_ids is the pinned
-    list (one host, no duplicates; device_id its first) and count its length,
-    or () and the number of devices a selector job asks for; digest is the
-    sha256 of the canonical request, compared when an idempotency key is
-    reused (an owner's own keys only).
-
-    Who: `owner` is the principal that will own it (its stored form),
-    `submitter` its display label and `unix_user` the Unix user it runs as
-    (docs/design.md#identity-and-ownership); `token_name` is the name of
-    the caller that sent it. Under --as, `actor` is the acting admin's
-    label (a submitted_as event names both), and `as_token` the name of the
-    live token it is submitted as (`as_user: "token:NAME"`): owner, label
-    and Unix user are then that token's, looked up by enqueue (the three
-    fields given are ignored).
-
-    `queued_limit` and `queued_spec_limit` are the per-user limits on queued
-    jobs and on their spec bytes (rc serve --max-queued-spec-bytes), 0 for
-    none.
-    """
-
-    kind: JobKind
-    submitter: str
-    token_name: str
-    command: tuple[str, ...]
-    selector: str
-    device_id: str
-    cwd: str
-    env: dict[str, str]
-    idempotency_key: str | None
-    digest: str
-    priority: int
-    max_runtime: int
-    idle_timeout: int
-    reason: str
-    stdio: str
-    queued_limit: int
-    count: int = 1
-    device_ids: tuple[str, ...] = ()
-    unix_user: str | None = None
-    name: str = ""
-    array_indices: tuple[int, ...] = ()
-    array_items: tuple[str, ...] = ()
-    array_cap: int = 0
-    array_spec: str = ""
-    hold_idle: int | None = None
-    """A hold's idle timeout in seconds (0: off); None for a job."""
-    after: tuple[tuple[int, str], ...] = ()
-    requeue_on_hardware: bool = True
-    queued_spec_limit: int = 0
-    owner: str = ""
-    actor: str = ""
-    as_token: str = ""
-
-
-def enqueue(tx: Tx, job: NewJob, match_cache: MatchCache) -> tuple[int, bool]:
-    """Insert a queued job and ask for a scheduling pass.
-
-    An array (`array_indices`) is one element per index, all inserted here,
-    in this transaction: the returned id is its first element's, which is
-    the array's id.
-
-    Returns (job id, created). The same idempotency key from the same owner
-    with the same request returns the existing job (created False); with a
-    different request it is 409 idempotency_conflict; another owner's key
-    is another owner's, never looked at. Refuses (400) --as a token that is
-    not live, a job that would run as nobody, an unknown pinned device, a
-    selector matching no device now, or fewer than `count` devices on any one
-    host (no_matching_device, naming the most one host has), a runtime above
-    the ceiling of a pinned device or of too many candidates (never clamped:
-    runtime_above_ceiling); 429 queue_full past the per-user queued limit
-    and 429 queued_spec_bytes past the per-user budget of queued spec bytes
-    (both counted by Unix user, an array's every element; nothing is queued).
-    """
-    job = _identity(tx, job)
-    if job.idempotency_key is not None:
-        row = tx.one("job_by_idempotency_key", (job.owner, job.idempotency_key))
-        if row is not None:
-            if row["request_digest"] != job.digest:
-                raise Refused(
-                    ErrorCode.IDEMPOTENCY_CONFLICT,
-                    f"idempotency key {job.idempotency_key!r} was used for a different "
-                    f"request (job {row['id']})",
-                )
-            return row["id"], False
-    n = len(job.array_indices) or 1
-    unix_user = job.unix_user or ""
-    base = spec_bytes(job)
-    items = [len(item.encode()) for item in job.array_items] or [0] * n
-    if job.queued_limit or job.queued_spec_limit:
-        _check_queued(tx, job, unix_user, n, base * n + sum(items))
-    deps = _resolve_deps(tx, job.after)
-    max_runtime = job.max_runtime  # 0: inherit the ceiling where it lands (assign)
-    pins = job.device_ids or ((job.device_id,) if job.device_id else ())
-    if pins:
-        _check_pinned(tx, pins, max_runtime)
-    else:
-        _check_selector(tx, job.selector, job.count, max_runtime, match_cache)
-    pool = pins or tuple(match_cache.matching(tx, job.selector))
-    _someone_runs_it(tx, pool, unix_user, ", ".join(pins) or f"matching {job.selector!r}")
-    fields = _fields(tx, job, max_runtime, pins, unix_user, job.idempotency_key)
-    job_id = tx.scalar("job_insert", {**fields, "spec_bytes": base + items[0]})
-    if job.array_indices:
-        _insert_elements(tx, job, job_id, max_runtime, pins, unix_user, base, items)
-    if job.hold_idle is not None:
-        tx.exec("hold_idle_insert", (job_id, job.hold_idle))
-    if deps:
-        ids = range(job_id, job_id + (len(job.array_indices) or 1))
-        tx.many("dep_insert", [(i, a, cond) for i in ids for a, cond in deps])
-    if job.actor:  # an admin acting for someone: both on record
-        events.record(
-            tx,
-            EventKind.SUBMITTED_AS,
-            job_id=job_id,
-            actor=job.actor,
-            text=f"{job.actor} submitted job {job_id} as {job.submitter} ({job.owner})",
-        )
-    tx.schedule = True
-    tx.notify("jobs", f"job:{job_id}")
-    return job_id, True
-
-
-def spec_bytes(job: NewJob) -> int:
-    """The bytes a job's spec takes in the store (the jobs.spec_bytes column,
-    schema 11), its array item aside: its command and environment as stored
-    (JSON text), its working directory and its reason, in UTF-8."""
-    return sum(
-        len(text.encode())
-        for text in (dumps(list(job.command)), dumps(job.env), job.cwd, job.reason)
-    )
-
-
-def _size(n: int) -> str:
-    """Bytes for a person: "262,144 bytes (256.0 KiB)"."""
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= scale:
-            return f"{n:,} bytes ({n / scale:.1f} {unit})"
-    return f"{n:,} bytes"
-
-
-def _check_queued(tx: Tx, job: NewJob, unix_user: str, n: int, adding: int) -> None:
-    """The per-user limits on queued jobs: 429 queue_full when `n` more jobs
-    would pass job.queued_limit, 429 queued_spec_bytes when `adding` more
-    spec bytes would pass job.queued_spec_limit (0: no limit)."""
-    queued = tx.one("queued_of_user", (unix_user,))
-    if job.queued_limit and queued["n"] + n > job.queued_limit:
-        raise Refused(
-            ErrorCode.QUEUE_FULL,
-            f"{unix_user} already has {job.queued_limit} queued jobs (the per-user limit)"
-            if n == 1
-            else f"{n} more queued jobs would pass {unix_user}'s limit of "
-            f"{job.queued_limit}; nothing was queued",
-        )
-    limit, has = job.queued_spec_limit, queued["spec_bytes"]
-    if limit and has + adding > limit:
-        what = "this job's" if n == 1 else f"this array's {n} elements'"
-        raise Refused(
-            ErrorCode.QUEUED_SPEC_BYTES,
-            f"{unix_user} has {_size(has)} of job specs queued; {what} {_size(adding)} "
-            f"would pass the per-user budget of {_size(limit)} (rc serve "
-            "--max-queued-spec-bytes); nothing was queued. It frees as queued jobs start "
-            "or are cancelled.",
-        )
-
-
-def _resolve_deps(tx: Tx, after: tuple[tuple[int, str], ...]) -> list[tuple[int, str]]:
-    """The (job id, condition) rows a submission's dependencies make: an
-    array's id stands for every element of it. 400 bad_request for a job
-    that does not exist (so only earlier jobs can be named: no cycle)."""
-    out: list[tuple[int, str]] = []
-    for after_id, cond in after:
-        if tx.one("job_brief", (after_id,)) is None:
-            raise Refused(ErrorCode.BAD_REQUEST, f"--after {after_id}: there is no job {after_id}")
-        if tx.one("array_get", (after_id,)) is not None:
-            out += [(r["id"], cond) for r in tx.all("array_element_ids", (after_id,))]
-        else:
-            out.append((after_id, cond))
-    return out
 
 
 def end_doomed(tx: Tx) -> list[int]:
@@ -274,179 +96,6 @@ def end_doomed(tx: Tx) -> list[int]:
             if cancel_queued(tx, r["job_id"], f"dependency {r['after_id']} {how}"):
                 ended.append(r["job_id"])
     return ended
-
-
-def _fields(tx: Tx, job: NewJob, max_runtime: int, pins, unix_user: str, key: str | None) -> dict:
-    """A new job's parameters of job_insert (and of job_insert_element,
-    whose own follow), spec bytes aside: `key` its idempotency key (None
-    for an array's later elements, which the first element's key stands
-    for)."""
-    return {
-        "kind": job.kind.value,
-        "submitter": job.submitter,
-        "token_name": job.token_name,
-        "selector": job.selector,
-        "device_id": job.device_id,
-        "command": dumps(list(job.command)),
-        "cwd": job.cwd,
-        "env": dumps(job.env),
-        "idempotency_key": key,
-        "request_digest": job.digest,
-        "priority": job.priority,
-        "max_runtime": max_runtime,
-        "idle_timeout": job.idle_timeout,
-        "reason": job.reason,
-        "stdio": job.stdio,
-        "now": tx.now,
-        "count": len(pins) if pins else job.count,
-        "device_ids": dumps(list(pins)),
-        "unix_user": unix_user,
-        "name": job.name,
-        "requeue_on_hardware": int(job.requeue_on_hardware),
-        "owner": job.owner,
-    }
-
-
-def _insert_elements(
-    tx: Tx,
-    job: NewJob,
-    first: int,
-    max_runtime: int,
-    pins,
-    unix_user: str,
-    base: int,
-    item_bytes: list[int],
-) -> None:
-    """Make job `first` the first element of an array and insert the others
-    with the ids after it (one statement, the same transaction), and the
-    array's row. Element k gets index array_indices[k] and item
-    array_items[k] (when given), and spec bytes `base` + item_bytes[k];
-    every element runs as `unix_user`."""
-    items = job.array_items or ("",) * len(job.array_indices)
-    indices = job.array_indices
-    tx.change("job_set_array", (first, indices[0], items[0], first))
-    common = _fields(tx, job, max_runtime, pins, unix_user, None)
-    tx.many(
-        "job_insert_element",
-        [
-            {
-                **common,
-                "id": first + k,
-                "spec_bytes": base + item_bytes[k],
-                "array_id": first,
-                "array_index": indices[k],
-                "array_item": items[k],
-            }
-            for k in range(1, len(indices))
-        ],
-    )
-    tx.exec(
-        "array_insert",
-        (first, job.submitter, len(indices), job.array_cap, job.array_spec, tx.now, job.owner),
-    )
-
-
-def _check_pinned(tx: Tx, pins: tuple[str, ...], max_runtime: int) -> None:
-    """Every pinned device exists and allows the runtime (400 otherwise)."""
-    for d in pins:
-        dev = tx.one("device_ceiling", (d,))
-        if dev is None:
-            raise Refused(ErrorCode.UNKNOWN_DEVICE, f"no device {d!r}")
-        ceiling = dev["max_runtime"]
-        if not fits_ceiling(max_runtime, ceiling):
-            raise Refused(
-                ErrorCode.RUNTIME_ABOVE_CEILING,
-                f"{d} allows at most {format_duration(ceiling)}; "
-                f"asked for {format_duration(max_runtime)}",
-            )
-
-
-def _check_selector(
-    tx: Tx, sel: str, count: int, max_runtime: int, match_cache: MatchCache
-) -> None:
-    """Some host has `count` devices matching `sel` whose ceilings allow the
-    runtime (400 no_matching_device or runtime_above_ceiling otherwise)."""
-    matching = match_cache.matching(tx, sel)
-    if not matching:
-        raise Refused(ErrorCode.NO_MATCHING_DEVICE, f"no device matches selector {sel!r}")
-    per_host = _per_host(matching)
-    most, where = max((len(ds), h) for h, ds in per_host.items())
-    if most < count:
-        raise Refused(
-            ErrorCode.NO_MATCHING_DEVICE,
-            f"no host has {count} devices matching {sel!r}; the most on one host is "
-            f"{most} (on {where})",
-        )
-    if not max_runtime:
-        return
-    ceilings = {r["id"]: r["max_runtime"] for r in tx.all("device_slots")}
-    fit = {
-        h: [d for d in ds if fits_ceiling(max_runtime, ceilings.get(d, 0))]
-        for h, ds in per_host.items()
-    }
-    if any(len(ds) >= count for ds in fit.values()):
-        return
-    if count == 1:
-        top = max(ceilings.get(d, 0) for d in matching)
-        raise Refused(
-            ErrorCode.RUNTIME_ABOVE_CEILING,
-            f"asked for {format_duration(max_runtime)} but the highest ceiling among "
-            f"devices matching {sel!r} is {format_duration(top)}",
-        )
-    best, where = max((len(ds), h) for h, ds in fit.items())
-    raise Refused(
-        ErrorCode.RUNTIME_ABOVE_CEILING,
-        f"asked for {format_duration(max_runtime)} on {count} devices matching {sel!r}, "
-        f"but no host has {count} whose ceiling allows it (the most on one host is {best}, "
-        f"on {where})",
-    )
-
-
-def _per_host(device_ids) -> dict[str, list[str]]:
-    out: dict[str, list[str]] = {}
-    for d in sorted(device_ids):
-        out.setdefault(d.rpartition(":")[0], []).append(d)
-    return out
-
-
-def _identity(tx: Tx, job: NewJob) -> NewJob:
-    """`job` with its owner, label and Unix user settled: under --as a
-    token (`as_token`) that live token's. 400 bad_request for --as a token
-    that is not live, or a job that would run as nobody (a token that maps
-    to no Unix user: a worker token)."""
-    if job.as_token:
-        row = tx.one("token_live_by_name", (job.as_token,))
-        if row is None:
-            raise Refused(
-                ErrorCode.BAD_REQUEST,
-                f"as_user token:{job.as_token}: there is no live token named {job.as_token!r}",
-            )
-        job = replace(
-            job,
-            owner=str(Principal.of_token(row["id"])),
-            submitter=token_label(row["name"], row["unix_user"]),
-            unix_user=row["unix_user"],
-        )
-    if not job.unix_user:
-        raise Refused(
-            ErrorCode.BAD_REQUEST,
-            f"{job.submitter} names no Unix user to run its jobs as "
-            "(an admin creates its token again with --unix-user NAME)",
-        )
-    return job
-
-
-def _someone_runs_it(tx: Tx, pool: tuple[str, ...], unix_user: str, target: str) -> None:
-    """400 no_matching_device unless a worker of some device in `pool` runs
-    jobs as `unix_user` (planning.runs_jobs_of), naming why each does not."""
-    policy = {r["id"]: rows.host_slot(r) for r in tx.all("workers_running_as")}
-    hosts = {d.rpartition(":")[0] for d in pool}
-    if any(h not in policy or runs_jobs_of(policy[h], unix_user) for h in hosts):
-        return
-    why = "; ".join(not_run_here(h, policy[h], unix_user) for h in sorted(hosts))
-    raise Refused(
-        ErrorCode.NO_MATCHING_DEVICE, f"no device {target} runs jobs as {unix_user}: {why}"
-    )
 
 
 def cancel_queued(tx: Tx, job_id: int, reason: str) -> bool:
@@ -615,7 +264,7 @@ def extend(tx: Tx, job_id: int, who: Caller, add: int, lease_grace: float, match
                 f"would make {format_duration(new)}",
             )
     else:
-        _check_selector(tx, row["selector"], row["count"], new, match_cache)
+        check_selector(tx, row["selector"], row["count"], new, match_cache)
     tx.change("job_extend", (new, job_id))
     tx.exec("leases_extend", (new, lease_grace, job_id))
     tx.notify(f"job:{job_id}", "jobs", "devices")
@@ -881,90 +530,6 @@ def _not_requeued(row, rep) -> str:
     else:
         why = f"requeued {RESTARTS_MAX} times already"
     return f"{reason}; not requeued: {why}"
-
-
-def array_summary(tx: Tx, array_id: int):
-    """An array summed up (wire.ArraySummary), or None when `array_id` is no
-    array's id."""
-    from rc.proto.wire import ArraySummary
-
-    a = tx.one("array_get", (array_id,))
-    if a is None:
-        return None
-    counts, first, last = {}, None, None
-    for r in tx.all("array_counts", (array_id,)):
-        counts[r["state"]] = r["n"]
-        if r["first_start"] is not None:
-            first = r["first_start"] if first is None else min(first, r["first_start"])
-        if r["last_end"] is not None:
-            last = r["last_end"] if last is None else max(last, r["last_end"])
-    live = sum(counts.get(s, 0) for s in ("queued", "assigned", "running"))
-    done = live == 0
-    wall = None
-    if first is not None:
-        wall = ((last or tx.now) if done else tx.now) - first
-    failed = tuple(r["array_index"] for r in tx.all("array_failed_indices", (array_id,)))
-    return ArraySummary(
-        array_id, a["submitter"], a["size"], a["max_running"], a["spec"], counts, failed, wall, done
-    )
-
-
-def briefs(tx: Tx, ids: tuple[int, ...]) -> dict[int, rows.JobBrief]:
-    """brief() of each job of `ids` that exists, by id, in one read."""
-    out = {}
-    for job_id in ids:
-        row = tx.one("job_brief", (job_id,))
-        if row is not None:
-            out[job_id] = rows.job_brief(row)
-    return out
-
-
-def brief(tx: Tx, job_id: int) -> rows.JobBrief | None:
-    """What access checks need of a job (rows.JobBrief: its state, kind,
-    owner, worker, devices, stdio), or None when there is no such job."""
-    row = tx.one("job_brief", (job_id,))
-    return None if row is None else rows.job_brief(row)
-
-
-def state_of(tx: Tx, job_id: int) -> str | None:
-    """A job's state (JobState value), or None when there is no such job."""
-    return tx.scalar("job_state", (job_id,))
-
-
-@dataclass(frozen=True, slots=True)
-class Filter:
-    """Which jobs a listing (or a kill by filter) takes, each field empty
-    for "any": on `device` (among its devices), run as Unix user `user`,
-    owned by the principal `owner`, in one of
-    `states` (JobState values), with a name matching the GLOB `name`,
-    submitted at or after `since` (seconds since the epoch), with an id below
-    `before` (keyset paging), in the array `array` (its id)."""
-
-    device: str = ""
-    user: str = ""
-    owner: str = ""
-    states: tuple[str, ...] = ()
-    name: str = ""
-    since: float = 0.0
-    before: int = 0
-    array: int = 0
-
-
-def listing(tx: Tx, where: Filter, limit: int) -> list[Job]:
-    """Jobs newest first, at most `limit`, those `where` takes, listed: their
-    commands and reasons cut (rows.listed_job; GET /v1/jobs/ID has them whole)."""
-    params = {
-        "device": where.device,
-        "user": where.user,
-        "owner": where.owner,
-        "states": dumps(list(where.states)),
-        "name": where.name,
-        "since": where.since,
-        "before": where.before,
-        "array": where.array,
-        "limit": limit,
-    }
-    return [rows.listed_job(r) for r in tx.all("jobs_list", params)]
 
 
 def idle_watched(tx: Tx) -> list[idle.Watched]:
