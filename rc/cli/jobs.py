@@ -1,9 +1,10 @@
-"""`rc jobs`, `rc show`, `rc logs`, `rc kill`, `rc ps`, `rc explain`."""
+"""`rc jobs`, and the parsers of the job verbs: `rc show`, `rc logs`,
+`rc kill`, `rc ps`, `rc explain` (each verb's handler is its own module:
+rc.cli.show, logs, kill, ps, explain)."""
 
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 
 from rc.cli.complete import attach, devices, label_keys, live_jobs, recent_jobs
@@ -16,34 +17,41 @@ from rc.cli.context import (
     number_in,
     stderr,
 )
-from rc.cli.devices import state_words
-from rc.cli.follow import exit_status, follow_log
 from rc.cli.output import (
     add_output_flag,
-    command_text,
     duration,
     job_state,
     job_target,
     job_what,
     job_who,
-    on_devices,
     print_json,
     print_line,
     table,
     when,
 )
+from rc.cli.show import array_lines
 from rc.proto import calls
-from rc.proto.model import device_list
-from rc.proto.wire import KILL_MANY_MAX, KillManyRequest, KillRequest
 
-__all__ = ["add_parsers"]
+__all__ = [
+    "PS_WATCH_S",
+    "TAIL_WINDOW_BYTES",
+    "add_parsers",
+    "filter_params",
+    "named_table",
+]
+
 
 PS_WATCH_S = 2.0
 """How often `rc ps -w` reads the listing again (s)."""
+
+
 TAIL_MAX = 100_000
 """The most lines `rc logs --tail` shows."""
+
+
 TAIL_WINDOW_BYTES = 64 << 10
 """`rc logs --tail` reads the log backwards this much at a time (doubling)."""
+
 
 STATES = ("queued", "assigned", "running", "succeeded", "failed", "killed", "lost")
 
@@ -191,7 +199,7 @@ def add_parsers(sub) -> None:
     attach(p.add_argument("job", type=number_in(1), metavar="JOB", help="the job id"), recent_jobs)
     add_output_flag(p)
     add_client_flags(p)
-    p.set_defaults(handler="jobs:cmd_show")
+    p.set_defaults(handler="show:cmd_show")
 
     p = sub.add_parser(
         "logs",
@@ -223,7 +231,7 @@ def add_parsers(sub) -> None:
         help="only the first N lines (with -f, as they come)",
     )
     add_client_flags(p)
-    p.set_defaults(handler="jobs:cmd_logs")
+    p.set_defaults(handler="logs:cmd_logs")
 
     p = sub.add_parser(
         "kill",
@@ -244,7 +252,7 @@ def add_parsers(sub) -> None:
         "--reason", default="", metavar="TEXT", help="why (recorded with the job, shown to all)"
     )
     add_client_flags(p)
-    p.set_defaults(handler="jobs:cmd_kill")
+    p.set_defaults(handler="kill:cmd_kill")
 
     p = sub.add_parser(
         "ps",
@@ -263,7 +271,7 @@ def add_parsers(sub) -> None:
     )
     add_output_flag(p)
     add_client_flags(p)
-    p.set_defaults(handler="jobs:cmd_ps")
+    p.set_defaults(handler="ps:cmd_ps")
 
     p = sub.add_parser(
         "explain",
@@ -292,7 +300,7 @@ def add_parsers(sub) -> None:
     )
     add_output_flag(p)
     add_client_flags(p)
-    p.set_defaults(handler="jobs:cmd_explain")
+    p.set_defaults(handler="explain:cmd_explain")
 
 
 def _started_and_duration(j: dict) -> tuple[str, str]:
@@ -336,416 +344,3 @@ def cmd_jobs(args: argparse.Namespace) -> int:
         for key, value in array_lines(c.call(calls.ARRAY_GET, args.array)):
             print_line(f"{key + ':':<13} {value}")
     return 0
-
-
-def array_lines(a: dict) -> list[tuple[str, str]]:
-    """An array's summary for rc show and rc jobs --array: (field, value)."""
-    order = ("succeeded", "failed", "killed", "lost", "running", "assigned", "queued")
-    counts = ", ".join(f"{a['counts'][s]} {s}" for s in order if a["counts"].get(s))
-    failed = a.get("failed_indices") or []
-    cap = f", at most {a['max_running']} at once" if a.get("max_running") else ""
-    return [
-        ("array", f"{a['array_id']}: {a['size']} elements ({a['spec']}){cap}"),
-        ("elements", counts or "-"),
-        ("not ok", ",".join(str(i) for i in failed) if failed else "-"),
-        ("wall time", duration(a.get("wall_seconds")) + ("" if a.get("done") else " so far")),
-    ]
-
-
-def cmd_show(args: argparse.Namespace) -> int:
-    """`rc show JOB`: everything about one job or hold (GET ?detail=1)."""
-    c = client(args)
-    view = c.call(calls.JOB_GET, args.job, params={"detail": "1"})
-    if args.output == "json":
-        print_json(view)
-        return 0
-    for key, value in show_lines(view):
-        print_line(f"{key + ':':<13} {value}")
-    return 0
-
-
-def show_lines(view: dict) -> list[tuple[str, str]]:
-    """`rc show`'s lines, (field, value), in reading order."""
-    j, d = view["job"], view.get("detail") or {}
-    kind = j.get("kind", "job")
-    state = job_state(j, None)
-    if j["state"] == "queued" and view.get("queue_position"):
-        state += f" (position {view['queue_position']} in the queue)"
-    out = [(kind, str(j["id"]))]
-    if j.get("name"):
-        out.append(("name", j["name"]))
-    if j.get("array_id") is not None:
-        item = f" (item {j['array_item']!r})" if j.get("array_item") else ""
-        out.append(("element", f"index {j['array_index']} of array {j['array_id']}{item}"))
-    out.append(("state", state))
-    if j["state"] == "queued" and d.get("explain"):
-        out.append(("waiting", d["explain"]))
-    out.append(("submitter", j["submitter"]))
-    if j.get("owner"):  # the principal that owns it (who may act on it)
-        out.append(("owner", j["owner"]))
-    # The Unix user the job runs as, when the controller records it
-    # (jobs.unix_user); a controller that does not says nothing here.
-    if j.get("unix_user"):
-        out.append(("unix user", j["unix_user"]))
-    devices_now = on_devices(j)
-    out.append(("devices", devices_now or "-"))
-    if j.get("selector"):
-        out.append(("selector", j["selector"]))
-    out.append(("count", str(j.get("count") or 1)))
-    if kind == "hold":
-        out.append(("reason", j.get("reason") or "-"))
-    else:
-        out.append(("command", command_text(j.get("command") or (), 10_000)))
-        out.append(("cwd", j.get("cwd") or "-"))
-        env = j.get("env") or {}
-        out.append(("env", ", ".join(sorted(env)) if env else "-"))
-    out.append(("priority", str(j.get("priority", 0))))
-    if j.get("restart_count"):  # requeued after a hardware failure (README "GPU health")
-        away = ", ".join(j.get("excluded_device_ids") or ()) or "-"
-        out.append(("restarts", f"{j['restart_count']} of 3 (never again on {away})"))
-    if kind == "job" and j.get("requeue_on_hardware") is False:
-        out.append(("requeue", "no (--no-requeue-on-hardware)"))
-    runtime = j.get("max_runtime_seconds") or 0
-    ceiling = d.get("ceiling_seconds") or 0
-    limit = duration(runtime) if runtime else "none asked (the devices' ceiling)"
-    out.append(("ttl" if kind == "hold" else "max runtime", limit))
-    out.append(("ceiling", duration(ceiling) if ceiling else "none"))
-    if j.get("idle_timeout_seconds"):
-        out.append(("idle timeout", duration(j["idle_timeout_seconds"])))
-    idle = d.get("idle")
-    if kind == "hold" and idle:  # README "Holds: the idle rule"
-        t = idle.get("timeout_seconds") or 0
-        out.append(("idle timeout", f"{duration(t)} without use" if t else "off"))
-        if t and idle.get("state"):
-            warned = " (warned)" if idle.get("warned") else ""
-            reclaim = idle.get("reclaim_at")
-            bound = runtime or ceiling
-            ends = j["started_at"] + bound if bound and j.get("started_at") else None
-            if reclaim and ends is not None and ends <= reclaim:  # the ttl comes first
-                said = f"its ttl ends first, at {when(ends)}"
-            else:
-                said = f"released at {when(reclaim)}{warned}"
-            out.append(("idle", f"{idle['state']}; {said}"))
-    out.append(("submitted", when(j.get("submitted_at"))))
-    out.append(("queued", when(j.get("queued_at"))))
-    out.append(("started", when(j.get("started_at"))))
-    out.append(("finished", when(j.get("finished_at"))))
-    out.append(("waited", duration(d.get("waited_seconds"))))
-    out.append(("ran", duration(d.get("ran_seconds"))))
-    if j.get("exit_code") is not None:
-        out.append(("exit code", str(j["exit_code"])))
-    if j.get("kill_reason"):
-        out.append(("end reason", j["kill_reason"]))
-    if kind == "job":
-        out.append(("log", f"{d.get('log_bytes', 0)} bytes"))
-    for dep in d.get("after") or []:
-        code = f", exit {dep['exit_code']}" if dep.get("exit_code") is not None else ""
-        met = "met" if dep["met"] else "not met"
-        out.append(
-            ("after", f"job {dep['job_id']}:{dep['condition']} ({dep['state']}{code}; {met})")
-        )
-    if d.get("array"):
-        out += array_lines(d["array"])
-    return out
-
-
-class _HeadDone(Exception):
-    """`rc logs --head N` has shown its N lines."""
-
-
-class _Head:
-    """A binary stream that passes on the first `lines` lines, then raises _HeadDone."""
-
-    def __init__(self, out, lines: int) -> None:
-        self.out, self.left = out, lines
-
-    def write(self, data: bytes) -> int:
-        at = 0
-        while self.left and (nl := data.find(b"\n", at)) != -1:
-            at, self.left = nl + 1, self.left - 1
-        if not self.left:
-            self.out.write(data[:at])
-            self.out.flush()
-            raise _HeadDone
-        self.out.write(data)
-        return len(data)
-
-    def flush(self) -> None:
-        self.out.flush()
-
-
-def _tail(c, job_id: int, lines: int, size: int) -> tuple[bytes, int]:
-    """The last `lines` lines of a job's stored log of `size` bytes, read
-    backwards TAIL_WINDOW_BYTES at a time (doubling), and the offset after them."""
-    window = TAIL_WINDOW_BYTES
-    while True:
-        start = max(0, size - window)
-        data = c.call(calls.JOB_LOGS, job_id, params={"offset": start, "follow": "0"})
-        body = data[:-1] if data.endswith(b"\n") else data
-        if start == 0 or body.count(b"\n") >= lines:
-            end = start + len(data)
-            if lines == 0:
-                return b"", end
-            cut = len(body)
-            for _ in range(lines):
-                cut = body.rfind(b"\n", 0, cut)
-                if cut == -1:
-                    return data, end
-            return data[cut + 1 :], end
-        window *= 2
-
-
-def cmd_logs(args: argparse.Namespace) -> int:
-    """`rc logs JOB [-f] [--tail N | --head N]`. On a job still in the queue
-    it says so (and its position) on stderr; with -f it then waits for it."""
-    c = client(args)
-    out = sys.stdout.buffer
-    offset = 0
-    view = None
-    view = c.call(calls.JOB_GET, args.job, params={"detail": "1"})
-    if view["job"]["state"] == "queued":
-        pos = view.get("queue_position") or 0
-        where = f" (position {pos} in the queue)" if pos else ""
-        if not args.follow:
-            stderr(
-                f"job {args.job} is queued{where}: no output yet (rc logs -f {args.job} waits for it)"
-            )
-            return 0
-        stderr(f"job {args.job} is queued{where}; waiting for it to start (Ctrl-C stops following)")
-    try:
-        if args.tail is not None:
-            data, offset = _tail(c, args.job, args.tail, view["detail"]["log_bytes"])
-            out.write(data)
-            out.flush()
-            if not args.follow:
-                return 0
-        if args.head is not None:
-            out = _Head(out, args.head)
-        follow_log(c, args.job, out, offset=offset, follow=args.follow)
-    except _HeadDone:
-        return 0
-    except KeyboardInterrupt:
-        return 130
-    if args.follow:  # followed to the end: exit as the job did, like rc run
-        return exit_status(c.call(calls.JOB_GET, args.job)["job"])
-    return 0
-
-
-LIVE_STATES = "queued,assigned,running"
-"""What a kill by filter takes unless --state narrows it: jobs not yet ended."""
-
-
-def _filtered_ids(c, args: argparse.Namespace) -> list[int]:
-    """The ids of every job the filter flags take (all pages), newest first:
-    the caller's own unless --user names someone (admins only: the
-    controller refuses the kill otherwise), not ended unless --state says."""
-    params = {**filter_params(args), "limit": 1000}
-    if not args.submitter:
-        params["mine"] = "1"
-    if not args.state:
-        params["state"] = LIVE_STATES
-    ids: list[int] = []
-    while True:
-        page = c.call(calls.JOBS, params=params)
-        ids += [j["id"] for j in page["jobs"]]
-        if not page.get("next_before"):
-            return ids
-        params["before"] = page["next_before"]
-
-
-def cmd_kill(args: argparse.Namespace) -> int:
-    """`rc kill JOB... | FILTERS`: one line per job ended, then a count; exit
-    1 when any of them could not be killed."""
-    from rc.proto.errors import ApiError
-
-    filtered = bool(
-        args.mine
-        or args.submitter
-        or args.state
-        or args.name
-        or args.since is not None
-        or args.array
-    )
-    if not args.job and not filtered:
-        raise UsageError("name the jobs to kill (rc kill 12 13) or filter them (--mine ...)")
-    if args.job and filtered:
-        raise UsageError("give job ids or filters, not both")
-    if args.mine and args.submitter:
-        raise UsageError("--mine and --user do not go together")
-    c = client(args)
-    ids = list(dict.fromkeys(args.job)) if args.job else _filtered_ids(c, args)
-    if args.array and not ids:
-        c.call(calls.ARRAY_GET, args.array)  # no such array: its 404, not "0 jobs ended"
-    ended = failed = 0
-    if len(ids) == 1 and not filtered:
-        try:
-            resp = c.call(calls.JOB_KILL, ids[0], body=KillRequest(args.reason))
-        except ApiError as e:
-            stderr(f"job {ids[0]}: {e.code}: {e.message}")
-            return 1
-        print_line(resp.get("message") or f"kill requested for {ids[0]}")
-        return 0
-    for start in range(0, len(ids), KILL_MANY_MAX):  # one transaction per request
-        chunk = sorted(ids[start : start + KILL_MANY_MAX])
-        got = c.call(calls.JOBS_KILL, body=KillManyRequest(tuple(chunk), args.reason))
-        for o in got["results"]:
-            if o["ok"]:
-                ended += 1
-                print_line(o["message"])
-            elif not (o["code"] == "not_cancellable" and filtered):  # ended since listed
-                stderr(f"job {o['job_id']}: {o['code']}: {o['message']}")
-                failed += 1
-    if len(ids) != 1 or filtered:
-        print(
-            f"{ended} {'job' if ended == 1 else 'jobs'} ended"
-            + (f", {failed} refused" if failed else "")
-        )
-    return 1 if failed else 0
-
-
-def cmd_ps(args: argparse.Namespace) -> int:
-    """`rc ps`: running jobs and holds (time since they got their device), then
-    the queue in scheduling order with positions and time waited. Times come
-    from the controller's clock. With -w, the listing again every
-    PS_WATCH_S until Ctrl-C (130)."""
-    if args.watch and args.output == "json":
-        raise UsageError("-w and -o json do not go together (-w redraws a table)")
-    c = client(args)
-    if args.watch:
-        from rc.cli.watch import watch
-
-        return watch(lambda: _print_ps(c.call(calls.STATE), "text"), PS_WATCH_S, "rc ps")
-    _print_ps(c.call(calls.STATE), args.output)
-    return 0
-
-
-def _print_ps(st: dict, output: str) -> None:
-    """The `rc ps` listing of a GET /v1/state answer, as text or JSON."""
-    if output == "json":
-        print_json(
-            {
-                "jobs": st["jobs"],
-                "queued": st["queued"],
-                "queue_positions": st["queue_positions"],
-                "queued_waiting_seconds": st["queued_waiting_seconds"],
-            }
-        )
-        return
-    held_for = {v["job_id"]: v.get("elapsed_seconds") for v in st["devices"] if v.get("job_id")}
-    rows = []
-    for j in st["jobs"]:
-        rows.append(
-            (
-                j["id"],
-                j.get("name") or "-",
-                job_target(j),
-                j["state"],
-                job_who(j),
-                j["priority"],
-                duration(held_for.get(j["id"])),
-                job_what(j),
-            )
-        )
-    for j in st["queued"]:
-        key = str(j["id"])
-        pos = st["queue_positions"].get(key, 0)
-        rows.append(
-            (
-                j["id"],
-                j.get("name") or "-",
-                job_target(j),
-                f"queued (#{pos})",
-                job_who(j),
-                j["priority"],
-                duration(st["queued_waiting_seconds"].get(key)),
-                job_what(j),
-            )
-        )
-    named_table(("JOB", "NAME", "DEVICE", "STATE", "SUBMITTER", "PRIO", "FOR", "COMMAND"), rows)
-
-
-def _not_free(view: dict | None) -> str:
-    """Why a matching device is not free, in a few words (rc explain -s)."""
-    if view is None:
-        return "not free"
-    words = f"not free: {state_words(view)}"
-    if view.get("holder"):
-        words += f", held by {view['holder']}"
-    d = view["device"]
-    if d.get("quarantine_detail"):
-        words += f": {d['quarantine_detail']}"
-    elif d.get("draining") and d.get("drain_reason"):
-        words += f": {d['drain_reason']}"
-    return words
-
-
-def cmd_explain(args: argparse.Namespace) -> int:
-    """`rc explain JOB`: why a queued job is not running, in sentences, then
-    each device it could use and why that one is not its now. `rc explain -s
-    SELECTOR`: the devices it matches, which are free, the queue depth."""
-    if args.selector is not None and not args.selector.strip():
-        raise UsageError("-s needs a selector, e.g. 'kind=gpu'")
-    c = client(args)
-    if args.selector is not None:
-        ex = c.call(calls.EXPLAIN, params={"selector": args.selector})
-        if args.output == "json":
-            print_json(ex)
-            return 0
-        print(f"selector: {ex['selector']}")
-        if not ex["matching"]:
-            print(
-                "no device matches it (rc devices lists the fleet, "
-                "rc describe DEVICE a device's labels)"
-            )
-            return 0
-        views = {
-            v["device"]["id"]: v
-            for v in c.call(calls.DEVICES, params={"labels": "false"})["devices"]
-        }
-        for d in ex["matching"]:
-            why = "free" if d in ex["free"] else _not_free(views.get(d))
-            print_line(f"  {d}  {why}")  # stdout escapes the other control characters
-        print(f"free: {len(ex['free'])}/{len(ex['matching'])}")
-        print(f"queue depth: {ex['queue_depth']}")
-        return 0
-    ex = c.call(calls.JOB_EXPLAIN, args.job)
-    if args.output == "json":
-        print_json(ex)
-        return 0
-    head = f"job {ex['job_id']}: {ex['state']}"
-    if ex.get("queue_position"):
-        head += f", position {ex['queue_position']} in the queue"
-    print(head)
-    for r in ex["reasons"]:
-        print_line(f"  - {r}")
-    if ex.get("priority"):  # every term of its effective priority (README "Sharing fairly")
-        print_line(f"  effective priority: {ex['priority']}")
-    hosts = ex.get("hosts") or []
-    if any(h["count"] > 1 for h in hosts):
-        print("hosts it could run on:")
-        for h in hosts:
-            print_line(f"  {_host_fit(h)}")
-        res = ex.get("reservation")
-        if res:
-            start = (
-                f"from ~{when(res['start_at'])}"
-                if res.get("start_at")
-                else ("from when a holder with no time limit ends")
-            )
-            print_line(f"reserved {device_list(res['device_ids'])} for this job {start}")
-    elif ex.get("blockers"):
-        print("devices it could use:")
-        for d, why in sorted(ex["blockers"].items()):
-            print_line(f"  {d}: {why}")
-    return 0
-
-
-def _host_fit(h: dict) -> str:
-    """ "gpu-box-1: 3 of 4 free; gpu2 held by job 42 (bob) until 13:05 at most" """
-    words = f"{h['host']}: {h['free']} of {h['matching']} free"
-    for x in h.get("held") or []:
-        name = x["device_id"].rpartition(":")[2]
-        what = "hold" if x["kind"] == "hold" else "job"
-        words += f"; {name} held by {what} {x['job_id']} ({x['holder']})"
-        words += f" until {when(x['until'])} at most" if x.get("until") else " with no time limit"
-    return words
