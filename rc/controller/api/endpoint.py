@@ -35,10 +35,12 @@ from rc.proto.model import Role
 __all__ = [
     "ADMIN",
     "ANY",
+    "BAD",
     "METHODS",
     "PATH_PARAM_TYPES",
     "PUBLIC",
     "USER",
+    "WAIT",
     "WORKER",
     "Endpoint",
     "Param",
@@ -160,3 +162,13 @@ class _CheckedApp:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         self.endpoint.admit(Request(scope, receive))
         await self.app(scope, receive, send)
+
+
+BAD = (ErrorCode.BAD_REQUEST, ErrorCode.BAD_JSON, ErrorCode.BODY_TOO_LARGE)
+"""What any route with a JSON body may answer about the body itself."""
+WAIT = Param(
+    "wait",
+    "string",
+    "long poll: answer when something changes, at most this long "
+    "(a duration such as 30s; at most 60s)",
+)
