@@ -1124,3 +1124,16 @@ def test_the_row_check_sees_each_way_a_row_crosses():
         ("rc/controller/store/jobs.py", 8, "briefs returns a row"),
         ("rc/controller/store/jobs.py", 14, "hands a row to rc.controller.planning.slot_of"),
     ]
+
+
+MODULE_LINES_MAX = 600
+"""No module of rc is longer: past it, a module is split by concept (issue 30)."""
+
+
+def test_no_module_is_over_600_lines():
+    lines = {
+        path.relative_to(REPO).as_posix(): len(path.read_text(encoding="utf-8").splitlines())
+        for path in sorted((REPO / "rc").rglob("*.py"))
+    }
+    long = {name: n for name, n in lines.items() if n > MODULE_LINES_MAX}
+    assert long == {}, f"modules over {MODULE_LINES_MAX} lines (split them by concept): {long}"
