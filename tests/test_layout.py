@@ -1127,7 +1127,7 @@ def test_the_row_check_sees_each_way_a_row_crosses():
 
 
 MODULE_LINES_MAX = 600
-"""No module of rc is longer: past it, a module is split by concept (issue 30)."""
+"""No module of rc is longer: past it, a module is split by concept."""
 
 
 def test_no_module_is_over_600_lines():
