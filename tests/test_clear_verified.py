@@ -16,8 +16,8 @@ import pytest
 
 from rc.proto.client import Client
 from rc.proto.errors import ApiError
-from tests.harness import Cli, pid_alive, wait_until
-from tests.test_worker_e2e_kit import Site, job, quiet_config, read_pid, submit, wait_state
+from tests.helpers.harness import Cli, pid_alive, wait_until
+from tests.helpers.worker_kit import Site, job, quiet_config, read_pid, submit, wait_state
 
 pytestmark = pytest.mark.e2e
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from rc.proto.client import Client
 from rc.proto.errors import ApiError
-from tests.harness import PY, Cli, job, stop_process, wait_until
+from tests.helpers.harness import PY, Cli, job, stop_process, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -24,7 +24,7 @@ EVIL = "multi\nline\x1b[31mred\x07\x9b2J"
 
 @pytest.fixture(scope="module")
 def box(tmp_path_factory, pyz):
-    from tests.harness import Controller, Worker, base_env
+    from tests.helpers.harness import Controller, Worker, base_env
 
     tmp = tmp_path_factory.mktemp("hygiene")
     env = base_env(tmp / "home")

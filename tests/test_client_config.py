@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from rc.cli import config as client_config
-from tests.harness import Cli
+from tests.helpers.harness import Cli
 
 
 def test_an_unknown_key_is_a_warning_naming_the_nearest_known_key(tmp_path, capsys):

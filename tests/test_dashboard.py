@@ -32,7 +32,7 @@ from selenium.webdriver.common.by import By
 from rc.proto import copyjob
 from rc.proto.client import Client
 from rc.proto.relay import Download, Upload
-from tests.harness import (
+from tests.helpers.harness import (
     TEST_USERS,
     Controller,
     UserCli,
@@ -738,7 +738,7 @@ def test_the_usage_view_draws_the_right_bars_for_a_known_history(browser, tmp_pa
     ago), then served by a real rc serve: the page draws one bar per user and
     day with the ledger's device-seconds, bob's 3 device-hours 1.5 times as
     tall as alice's 2; the usage view is screenshotted."""
-    from tests.inprocess import Lab
+    from tests.helpers.inprocess import Lab
     from tests.test_usage import _known_days
 
     data = tmp_path / "history"

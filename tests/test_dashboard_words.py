@@ -12,7 +12,7 @@ import pytest
 
 from rc.controller import dashboard, wording
 from rc.proto.model import DeviceState, EventKind, JobState, QuarantineReason
-from tests.harness import REPO
+from tests.helpers.harness import REPO
 
 SCRIPT = (REPO / "rc/controller/static/dashboard.js").read_text()
 STYLE = (REPO / "rc/controller/static/dashboard.css").read_text()

@@ -26,8 +26,8 @@ from hypothesis.stateful import (
 )
 
 from rc.proto.model import Condition, JobState
-from tests.inprocess import Lab
-from tests.pgcluster import engine_settings
+from tests.helpers.inprocess import Lab
+from tests.helpers.pgcluster import engine_settings
 
 TERMINAL = {"succeeded", "failed", "killed", "lost"}
 CONDITIONS = st.sampled_from(["ok", "notok", "any"])

@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from tests.harness import Controller, device_state, job, pid_alive, wait_until
+from tests.helpers.harness import Controller, device_state, job, pid_alive, wait_until
 
 pytestmark = pytest.mark.e2e
 

@@ -12,7 +12,7 @@ import pytest
 
 from rc.proto.client import Client
 from rc.proto.errors import ApiError
-from tests.harness import Cli, job, pid_alive, wait_until
+from tests.helpers.harness import Cli, job, pid_alive, wait_until
 
 pytestmark = pytest.mark.e2e
 

@@ -10,7 +10,7 @@ import pytest
 
 from rc.controller.errors import Refused
 from rc.proto.errors import SECOND_STATUS, STATUS, ErrorCode, statuses
-from tests.harness import REPO
+from tests.helpers.harness import REPO
 
 
 def test_every_code_has_one_status():

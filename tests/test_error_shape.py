@@ -18,7 +18,7 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture(scope="module")
 def live(tmp_path_factory):
-    from tests.harness import Controller, base_env
+    from tests.helpers.harness import Controller, base_env
 
     home = tmp_path_factory.mktemp("home")
     ctl = Controller(tmp_path_factory.mktemp("data") / "d", base_env(home)).start()

@@ -8,7 +8,7 @@ import pytest
 from rc.controller.errors import Refused
 from rc.controller.store import devices, views, workers
 from rc.proto.model import JobKind, JobState
-from tests.inprocess import Lab
+from tests.helpers.inprocess import Lab
 
 pytestmark = pytest.mark.usefixtures("engine")  # each test on SQLite, then PostgreSQL
 

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from tests.harness import Cli, job, wait_until
+from tests.helpers.harness import Cli, job, wait_until
 from tests.test_hold import start_fleet
 
 pytestmark = pytest.mark.e2e

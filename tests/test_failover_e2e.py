@@ -14,7 +14,7 @@ import time
 import pytest
 
 from rc.proto.client import Client
-from tests.harness import Cli, Controller, Worker, job, wait_until
+from tests.helpers.harness import Cli, Controller, Worker, job, wait_until
 
 pytestmark = pytest.mark.e2e
 

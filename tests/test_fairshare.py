@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from rc.controller.planning import QueuedJob, Slot, fairshare, plan
 from rc.controller.planning.fairshare import FAIR_SHARE_MAX, adjustment, decayed, standings
 from rc.proto.model import PRIORITY_MAX, PRIORITY_MIN, DeviceState, JobState
-from tests.inprocess import T0
+from tests.helpers.inprocess import T0
 
 TOLERANCE = 0.05
 READY = DeviceState.READY

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from rc.proto.errors import ApiError
-from tests.harness import PY, Cli, job, wait_until
+from tests.helpers.harness import PY, Cli, job, wait_until
 from tests.test_relay_e2e import Fleet, hold, running_fleet
 
 pytestmark = pytest.mark.e2e

@@ -21,7 +21,7 @@ from schemathesis import checks
 
 from rc.controller.api.routes import ROUTES
 from rc.proto.client import Client
-from tests.harness import Controller, base_env
+from tests.helpers.harness import Controller, base_env
 
 pytestmark = pytest.mark.e2e
 

@@ -1,5 +1,5 @@
 """Jobs on several devices of one host (README "Several devices for one
-job"), in-process on a fake clock (tests.inprocess.Lab): what submit
+job"), in-process on a fake clock (tests.helpers.inprocess.Lab): what submit
 refuses, and how a wide job is granted, kept and released."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from rc.controller.errors import Refused
 from rc.controller.store import devices, jobs, queue, views, workers
 from rc.proto.model import JobKind, JobState, Link, device_list
 from rc.proto.wire import DeviceDecl, DeviceLink, RegisterRequest
-from tests.inprocess import Lab
+from tests.helpers.inprocess import Lab
 
 pytestmark = pytest.mark.usefixtures("engine")  # each test on SQLite, then PostgreSQL
 

@@ -10,8 +10,8 @@ import json
 import pytest
 
 from rc.proto.errors import ApiError
-from tests.fake_nvidia_smi import QUADS, FakeNvidiaSmi
-from tests.harness import job, wait_until
+from tests.helpers.fake_nvidia_smi import QUADS, FakeNvidiaSmi
+from tests.helpers.harness import job, wait_until
 
 pytestmark = pytest.mark.e2e
 

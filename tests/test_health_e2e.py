@@ -18,9 +18,9 @@ import pytest
 
 from rc.proto.client import Client
 from rc.proto.errors import ApiError
-from tests.fake_nvidia_smi import FakeNvidiaSmi, kmsg_xid
-from tests.harness import BARE_PY, Cli, wait_until
-from tests.test_worker_e2e_kit import Site, device, submit, wait_state
+from tests.helpers.fake_nvidia_smi import FakeNvidiaSmi, kmsg_xid
+from tests.helpers.harness import BARE_PY, Cli, wait_until
+from tests.helpers.worker_kit import Site, device, submit, wait_state
 
 pytestmark = pytest.mark.e2e
 

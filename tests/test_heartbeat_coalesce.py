@@ -11,7 +11,7 @@ import pytest
 
 from rc.controller.errors import Refused
 from rc.controller.store.pg import PgDatabase
-from tests.inprocess import T0, Lab
+from tests.helpers.inprocess import T0, Lab
 
 DEV = "box:gpu0"
 

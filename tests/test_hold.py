@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from rc.proto.errors import ApiError
-from tests.harness import Cli, Controller, Worker, base_env, job, stop_process, wait_until
+from tests.helpers.harness import Cli, Controller, Worker, base_env, job, stop_process, wait_until
 
 pytestmark = pytest.mark.e2e
 

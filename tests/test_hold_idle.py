@@ -1,5 +1,5 @@
 """The idle rule of holds (README "Holds: the idle rule") on a fake clock: the
-real controller in-process (tests.inprocess.Lab), its real store, the idle
+real controller in-process (tests.helpers.inprocess.Lab), its real store, the idle
 watch driven by `Controller.idle_pass`; the worker's sampler on captured
 /proc text and a fake nvidia-smi reporting utilisation."""
 
@@ -15,8 +15,8 @@ from rc.proto.errors import ErrorCode
 from rc.proto.model import EventKind, JobKind, JobState, Role
 from rc.proto.wire import SubmitRequest
 from rc.worker import usage
-from tests.fake_nvidia_smi import FakeNvidiaSmi
-from tests.inprocess import Lab, local_user
+from tests.helpers.fake_nvidia_smi import FakeNvidiaSmi
+from tests.helpers.inprocess import Lab, local_user
 
 
 @pytest.fixture
@@ -221,7 +221,7 @@ def test_a_cpu_hold_is_busy_while_its_processes_use_a_core(tmp_path):
     import sys
     import time
 
-    from tests.harness import stop_process, wait_until
+    from tests.helpers.harness import stop_process, wait_until
 
     marker = {b"RC_WORKER_INSTANCE": b"w-1"}
     env = {**os.environ, "RC_JOB_ID": "77", "RC_WORKER_INSTANCE": "w-1"}

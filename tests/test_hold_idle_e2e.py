@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.harness import job, wait_until
+from tests.helpers.harness import job, wait_until
 from tests.test_relay_e2e import BASH, Fleet, pty_cli, running_fleet
 
 pytestmark = pytest.mark.e2e

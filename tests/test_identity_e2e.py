@@ -32,7 +32,7 @@ import pytest
 from rc.proto.client import Client
 from rc.proto.errors import ApiError
 from rc.worker.terminal import CTTY_SHIM
-from tests.harness import (
+from tests.helpers.harness import (
     PY,
     RUNUSER,
     SYSTEM_PY,

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import rc
-from tests.harness import BARE_PY, REPO
+from tests.helpers.harness import BARE_PY, REPO
 
 STDLIB = set(sys.stdlib_module_names) | {"__future__"}
 LIGHT = {

@@ -18,8 +18,8 @@ from rc.controller.store import workers
 from rc.proto.model import JobState, RecoveryProof
 from rc.proto.relay import Download, FrameDecoder, Upload
 from rc.proto.wire import DeviceDecl, RegisterRequest
-from tests.harness import Cli, stop_process, wait_until
-from tests.inprocess import Lab
+from tests.helpers.harness import Cli, stop_process, wait_until
+from tests.helpers.inprocess import Lab
 from tests.test_partition import Proxy
 
 

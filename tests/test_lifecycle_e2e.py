@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from tests.harness import Cli, job, wait_until
+from tests.helpers.harness import Cli, job, wait_until
 
 pytestmark = pytest.mark.e2e
 

@@ -22,7 +22,7 @@ from rc.proto.listed import (
     cut_argv,
     listed_chars,
 )
-from tests.harness import REPO
+from tests.helpers.harness import REPO
 
 LIMIT = LISTED_TEXT_CHARS
 # any text a command can hold: quotes, backslashes and control characters

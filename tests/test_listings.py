@@ -14,7 +14,7 @@ from rc.controller.store.db import dumps
 from rc.proto.errors import ErrorCode
 from rc.proto.listed import CUT_MARK, LISTED_TEXT_CHARS, listed_chars
 from rc.proto.model import EventKind, JobState
-from tests.inprocess import Lab, local_user
+from tests.helpers.inprocess import Lab, local_user
 
 pytestmark = pytest.mark.usefixtures("engine")  # each test on SQLite, then PostgreSQL
 

@@ -10,7 +10,7 @@ import pytest
 from rc.proto.client import Client
 from rc.proto.errors import ApiError
 from rc.proto.listed import CUT_MARK, LISTED_TEXT_CHARS, listed_chars
-from tests.harness import Cli
+from tests.helpers.harness import Cli
 
 pytestmark = pytest.mark.e2e
 

@@ -12,7 +12,7 @@ import pytest
 from rc.controller.app import build_app
 from rc.controller.auth import Caller, hash_secret
 from rc.proto.model import Role
-from tests.inprocess import Lab
+from tests.helpers.inprocess import Lab
 
 pytestmark = pytest.mark.usefixtures("engine")  # each test on SQLite, then PostgreSQL
 

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tests.harness import Controller
+from tests.helpers.harness import Controller
 
 pytestmark = pytest.mark.e2e
 
@@ -56,7 +56,7 @@ def test_second_serve_on_the_same_data_dir_is_refused(tmp_path, env):
 
 
 def test_the_last_admin_token_cannot_be_revoked(tmp_path, env):
-    from tests.harness import Cli
+    from tests.helpers.harness import Cli
 
     ctl = Controller(tmp_path / "data", env).start()
     try:

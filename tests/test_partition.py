@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from tests.harness import Worker, job, wait_until
+from tests.helpers.harness import Worker, job, wait_until
 
 pytestmark = pytest.mark.e2e
 

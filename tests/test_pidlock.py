@@ -13,7 +13,7 @@ import textwrap
 import pytest
 
 from rc.proto import pidlock
-from tests.harness import REPO
+from tests.helpers.harness import REPO
 
 
 def test_release_with_remove_deletes_the_file_and_the_lock_can_be_taken_again(tmp_path):

@@ -1,5 +1,5 @@
 """End to end on PostgreSQL: a real `rc serve --database postgresql://...`
-(a throwaway cluster, tests/pgcluster.py), a real worker, real `rc`: jobs run,
+(a throwaway cluster, tests/helpers/pgcluster.py), a real worker, real `rc`: jobs run,
 their logs stay files under --data, and the state outlives the controller."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from tests.harness import Cli
+from tests.helpers.harness import Cli
 
 pytestmark = pytest.mark.e2e
 

@@ -28,7 +28,7 @@ import pytest
 
 from rc.proto.client import Client
 from rc.proto.errors import ApiError
-from tests.harness import (
+from tests.helpers.harness import (
     PY,
     RUNUSER,
     SYSTEM_PY,

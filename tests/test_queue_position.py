@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rc.controller.store import views
-from tests.inprocess import T0, Lab
+from tests.helpers.inprocess import T0, Lab
 
 AGING = 60.0
 

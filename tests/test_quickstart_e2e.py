@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import PY, REPO, RUNUSER, UserCli, base_env
+from tests.helpers.harness import PY, REPO, RUNUSER, UserCli, base_env
 
 pytestmark = pytest.mark.e2e
 

@@ -37,8 +37,8 @@ from rc.controller.store import devices, jobs, workers
 from rc.controller.submission import validate_submit
 from rc.proto.model import JobKind, JobState, RecoveryProof, Role
 from rc.proto.wire import DeviceDecl, RegisterRequest, SubmitRequest
-from tests.inprocess import Lab
-from tests.pgcluster import engine_settings
+from tests.helpers.inprocess import Lab
+from tests.helpers.pgcluster import engine_settings
 
 HOSTS = ("h0", "h1")
 DEVICES = ("cpu0", "cpu1")
@@ -56,7 +56,7 @@ ADMIN = Caller(2, "admin", Role.ADMIN, unix_user="root")
 class FleetMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.lab = Lab()  # the controller in-process on a fake clock (tests.inprocess)
+        self.lab = Lab()  # the controller in-process on a fake clock (tests.helpers.inprocess)
         self.ctl = self.lab.ctl
         self.boot = {h: uuid.uuid4().hex for h in HOSTS}
         self.terminal: dict[int, str] = {}

@@ -13,7 +13,7 @@ from rc.controller.store import devices, jobs, workers
 from rc.controller.submission import validate_submit
 from rc.proto.model import JobState, RecoveryProof, Role
 from rc.proto.wire import DeviceDecl, RegisterRequest, SubmitRequest
-from tests.inprocess import Lab
+from tests.helpers.inprocess import Lab
 
 CLEAN = RecoveryProof(survivors_checked=True)
 FOUND = RecoveryProof(survivors_checked=True, survivors_found=True)
@@ -22,7 +22,7 @@ NONE = RecoveryProof()
 
 
 class Fleet(Lab):
-    """The controller in-process (tests.inprocess.Lab) with a host `h` that has
+    """The controller in-process (tests.helpers.inprocess.Lab) with a host `h` that has
     one device, cpu0; `t` is the fake clock."""
 
     def __init__(self, tmp_path, **cfg) -> None:

@@ -26,7 +26,7 @@ from rc.proto.client import Client
 from rc.proto.errors import ApiError
 from rc.proto.relay import Download, Upload
 from rc.worker.terminal import CTTY_SHIM
-from tests.harness import PY, REPO, Cli, Controller, Worker, base_env, job, pid_alive, wait_until
+from tests.helpers.harness import PY, REPO, Cli, Controller, Worker, base_env, job, pid_alive, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -699,7 +699,7 @@ def test_a_hold_takes_new_sessions_after_a_controller_restart(tmp_path, pyz):
     """Found by a new user: a restarted controller numbers sessions from 1
     again, and the hold's worker dropped them as started already (rc exec
     waited 60 s for it, and so did every rc forward connection)."""
-    from tests.test_worker_e2e_kit import free_port
+    from tests.helpers.worker_kit import free_port
 
     with running_fleet(tmp_path, pyz, listen=f"127.0.0.1:{free_port()}") as f:
         held = hold(f.alice, "box:cpu0")

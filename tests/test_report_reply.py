@@ -17,7 +17,7 @@ from rc.controller.auth import Caller, hash_secret
 from rc.controller.store import jobs
 from rc.proto.model import JobState, Role
 from rc.proto.wire import WORKER_PROTOCOL
-from tests.inprocess import Lab, local_user
+from tests.helpers.inprocess import Lab, local_user
 from tests.test_long_poll import SECRET, call
 
 pytestmark = pytest.mark.usefixtures("engine")  # each test on SQLite, then PostgreSQL

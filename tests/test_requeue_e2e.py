@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.harness import BARE_PY, Cli
+from tests.helpers.harness import BARE_PY, Cli
 from tests.test_health_e2e import gpu_site
-from tests.test_worker_e2e_kit import device, logs, submit, wait_state
+from tests.helpers.worker_kit import device, logs, submit, wait_state
 
 pytestmark = pytest.mark.e2e
 

@@ -1,4 +1,4 @@
-"""The real store and scheduler in-process, on a fake clock (tests.inprocess):
+"""The real store and scheduler in-process, on a fake clock (tests.helpers.inprocess):
 submit-time refusals, ceilings, idempotency, and starvation.
 """
 
@@ -13,7 +13,7 @@ from rc.controller.store import jobs, queue
 from rc.controller.submission import validate_submit
 from rc.proto.model import PRIORITY_MAX, PRIORITY_MIN, JobKind, JobState, Stdio
 from rc.proto.wire import SubmitRequest
-from tests.inprocess import Lab, local_user
+from tests.helpers.inprocess import Lab, local_user
 
 pytestmark = pytest.mark.usefixtures("engine")  # each test on SQLite, then PostgreSQL
 

@@ -53,8 +53,8 @@ from rc.controller.store import devices as store_devices
 from rc.controller.store import jobs, views
 from rc.proto.model import RESTARTS_MAX, JobKind, JobState
 from rc.proto.wire import JobReport
-from tests.inprocess import Lab
-from tests.pgcluster import engine_settings
+from tests.helpers.inprocess import Lab
+from tests.helpers.pgcluster import engine_settings
 
 # Shrinking a failing run of this machine can take minutes; it is off unless
 # RC_HYPOTHESIS_SHRINK=1 (a failure is still replayed from hypothesis's database).

@@ -25,7 +25,7 @@ from rc.proto.model import (
     Role,
     Stdio,
 )
-from tests.harness import REPO
+from tests.helpers.harness import REPO
 
 CHECKED = {
     ("devices", "state"): DeviceState,

@@ -16,7 +16,7 @@ from rc.controller.planning.fairshare import decayed
 from rc.controller.store import pg, sqlite
 from rc.controller.store import sql as store_sql
 from rc.proto.model import Condition, JobState
-from tests.harness import REPO
+from tests.helpers.harness import REPO
 from tests.test_schema import CHECKED
 
 psycopg = pytest.importorskip("psycopg")

@@ -12,7 +12,7 @@ import pytest
 
 from rc.proto.client import Client
 from rc.proto.errors import ApiError
-from tests.harness import Cli, wait_until
+from tests.helpers.harness import Cli, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -160,7 +160,7 @@ def test_another_user_never_sees_a_jobs_environment_values(controller, make_work
 
 def test_the_database_and_a_new_data_dir_are_private(controller, tmp_path):
     assert stat.S_IMODE(os.stat(controller.data / "rc.db").st_mode) == 0o600
-    from tests.inprocess import Lab
+    from tests.helpers.inprocess import Lab
 
     lab = Lab(tmp_path / "fresh" / "data")  # rc creates the directory itself
     try:

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from rc.controller.serve import KEEP_ALIVE_S
-from tests.harness import Controller, base_env
+from tests.helpers.harness import Controller, base_env
 
 pytestmark = pytest.mark.e2e
 

@@ -23,7 +23,7 @@ from rc.controller.signin import (
     SESSION_S,
     SESSIONS_PER_CALLER,
 )
-from tests.inprocess import T0, Lab
+from tests.helpers.inprocess import T0, Lab
 
 CODE, SESSION = "/v1/dashboard/code", "/v1/dashboard/session"
 

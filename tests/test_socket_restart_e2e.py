@@ -30,7 +30,7 @@ import pytest
 
 from rc.cli.config import write_config
 from rc.proto.client import Client
-from tests.harness import Cli, Controller, UserCli, Worker, device_state, job, wait_until
+from tests.helpers.harness import Cli, Controller, UserCli, Worker, device_state, job, wait_until
 
 pytestmark = pytest.mark.e2e
 

@@ -1,5 +1,5 @@
 """Standby controllers end to end: two real `rc serve` on one throwaway
-PostgreSQL database (tests/pgcluster.py), on loopback ports. One is active;
+PostgreSQL database (tests/helpers/pgcluster.py), on loopback ports. One is active;
 the other answers every route 503 standby naming the active's URL; kill -9
 of the active → the standby takes over within the bound and schedules; a
 paused active (SIGSTOP past its ttl) is fenced when it wakes and stops."""
@@ -15,7 +15,7 @@ import urllib.parse
 import pytest
 
 from rc.proto import INSTANCE_HEADER
-from tests.harness import Cli, wait_until
+from tests.helpers.harness import Cli, wait_until
 
 pytestmark = pytest.mark.e2e
 

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from rc.proto.client import Client
-from tests.harness import Cli, Worker, wait_until
+from tests.helpers.harness import Cli, Worker, wait_until
 from tests.test_standby_e2e import _instance, _is_active, _leader_row, _pair
 
 pytestmark = pytest.mark.e2e

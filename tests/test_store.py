@@ -10,7 +10,7 @@ from rc.controller.errors import GuardFailed, StoreError
 from rc.controller.store import devices, events, jobs, workers
 from rc.proto.model import EventKind, JobKind, JobState
 from rc.proto.wire import JobReport
-from tests.inprocess import Lab
+from tests.helpers.inprocess import Lab
 
 pytestmark = pytest.mark.usefixtures("engine")  # each test on SQLite, then PostgreSQL
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import trustme
 
-from tests.harness import Cli, Controller, Worker, wait_until
+from tests.helpers.harness import Cli, Controller, Worker, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -117,7 +117,7 @@ def test_bad_ca_file_is_one_line_for_the_cli(tls, tmp_path, env, which):
 def test_bad_ca_file_is_one_line_for_the_worker(tls, tmp_path, env, pyz, which):
     import subprocess
 
-    from tests.harness import BARE_PY
+    from tests.helpers.harness import BARE_PY
 
     _, keyfile, _ = tls
     bad = {"missing": tmp_path / "nonexistent.pem", "key": keyfile}[which]

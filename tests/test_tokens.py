@@ -15,8 +15,8 @@ from rc.controller.store.rows import LiveToken
 from rc.controller.submission import validate_submit
 from rc.proto.model import JobKind, JobState, Role, Token
 from rc.proto.wire import SubmitRequest
-from tests.harness import Cli, job, wait_until
-from tests.inprocess import Lab
+from tests.helpers.harness import Cli, job, wait_until
+from tests.helpers.inprocess import Lab
 
 
 @pytest.fixture

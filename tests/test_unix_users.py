@@ -1,7 +1,7 @@
 """Tokens name Unix users, and every job records the one it runs as
 (docs/design.md#identity-and-ownership).
 
-In-process (tests.inprocess.Lab) and pure: the token rule, the job's Unix
+In-process (tests.helpers.inprocess.Lab) and pure: the token rule, the job's Unix
 user at submit (its own, or under --as the target's), and the name rule.
 """
 
@@ -18,7 +18,7 @@ from rc.controller.store import jobs, tokens
 from rc.controller.submission import validate_submit
 from rc.proto.model import Role, valid_unix_user
 from rc.proto.wire import SubmitRequest
-from tests.inprocess import Lab
+from tests.helpers.inprocess import Lab
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import pytest
 from rc.controller.errors import Refused
 from rc.controller.store import usage
 from rc.proto.model import JobKind, JobState
-from tests.inprocess import T0
+from tests.helpers.inprocess import T0
 
 FOUR = {f"cpu{i}": (0, {}) for i in range(4)}
 

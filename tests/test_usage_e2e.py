@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from tests.harness import Cli, job, wait_until
+from tests.helpers.harness import Cli, job, wait_until
 
 pytestmark = pytest.mark.e2e
 

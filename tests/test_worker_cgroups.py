@@ -14,8 +14,8 @@ import tempfile
 import pytest
 
 from rc.worker import cgroups
-from tests.harness import Cli, pid_alive, wait_until
-from tests.test_worker_e2e_kit import Site, quiet_config, read_pid, submit, wait_state
+from tests.helpers.harness import Cli, pid_alive, wait_until
+from tests.helpers.worker_kit import Site, quiet_config, read_pid, submit, wait_state
 
 pytestmark = [
     pytest.mark.e2e,

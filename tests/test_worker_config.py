@@ -13,7 +13,7 @@ import pytest
 
 from rc.worker import config as wc
 from rc.worker.config import ConfigError, DeviceConfig, WorkerConfig
-from tests.harness import BARE_PY, PY, REPO, base_env
+from tests.helpers.harness import BARE_PY, PY, REPO, base_env
 
 FULL = """
 controller_url = "http://127.0.0.1:9999"

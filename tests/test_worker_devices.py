@@ -11,9 +11,9 @@ import sys
 
 import pytest
 
-from tests.fake_nvidia_smi import FakeNvidiaSmi
-from tests.harness import Cli, wait_until
-from tests.test_worker_e2e_kit import Site, device, logs, submit, wait_state
+from tests.helpers.fake_nvidia_smi import FakeNvidiaSmi
+from tests.helpers.harness import Cli, wait_until
+from tests.helpers.worker_kit import Site, device, logs, submit, wait_state
 
 pytestmark = pytest.mark.e2e
 

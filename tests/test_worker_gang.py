@@ -21,9 +21,9 @@ from rc.worker.job import JobContext, JobRun
 from rc.worker.labels import Prober
 from rc.worker.launch import Result, job_env
 from rc.worker.probe import cuda_visible
-from tests.fake_nvidia_smi import QUADS, FakeNvidiaSmi
-from tests.fakeclock import FakeClock
-from tests.harness import REPO
+from tests.helpers.fake_nvidia_smi import QUADS, FakeNvidiaSmi
+from tests.helpers.fakeclock import FakeClock
+from tests.helpers.harness import REPO
 
 DATA = REPO / "tests" / "data"
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from rc.worker import health, kernlog
 from rc.worker.config import DeviceConfig, WorkerConfig
 from rc.worker.labels import Prober
-from tests.fake_nvidia_smi import FakeNvidiaSmi, kmsg_xid
+from tests.helpers.fake_nvidia_smi import FakeNvidiaSmi, kmsg_xid
 
 RULES = health.load_rules()
 
@@ -413,7 +413,7 @@ def test_the_xids_that_hit_a_job_are_read_on_the_clock_its_start_came_from(tmp_p
     from rc.worker.hooks import Leases
     from rc.worker.launch import Result
     from rc.worker.runs import Runs
-    from tests.fakeclock import START_MONOTONIC, FakeClock
+    from tests.helpers.fakeclock import START_MONOTONIC, FakeClock
 
     clock = FakeClock()
     cfg = WorkerConfig(

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import BARE_PY, Worker, wait_until
-from tests.test_worker_e2e_kit import submit, wait_state
+from tests.helpers.harness import BARE_PY, Worker, wait_until
+from tests.helpers.worker_kit import submit, wait_state
 
 pytestmark = pytest.mark.e2e
 

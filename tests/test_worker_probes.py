@@ -15,7 +15,7 @@ from rc.worker import leftovers, nvidia, sheets
 from rc.worker.config import DeviceConfig, WorkerConfig
 from rc.worker.labels import LABEL_MAX_CHARS, DropinError, Prober, parse_dropin
 from rc.worker.probe import cuda_index, device_env
-from tests.fake_nvidia_smi import FakeNvidiaSmi
+from tests.helpers.fake_nvidia_smi import FakeNvidiaSmi
 
 CAPTURED_GPUS = """\
 0, NVIDIA A100-SXM4-80GB, 81920, 80000, 535.104.05, GPU-5f1b2c3d-0000

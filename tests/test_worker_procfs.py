@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from rc.worker import procfs, supervise
 from rc.worker.launch import label
 from rc.worker.supervise import Outcome
-from tests.harness import REPO, pid_alive, wait_until
+from tests.helpers.harness import REPO, pid_alive, wait_until
 
 # Captured from a real /proc/PID/stat, then edited to stress the comm field.
 PLAIN = (

@@ -18,8 +18,8 @@ import sys
 import pytest
 
 from rc.worker import procfs
-from tests.harness import Worker, wait_until
-from tests.test_worker_e2e_kit import Site, logs, quiet_config, read_pid, submit, wait_state
+from tests.helpers.harness import Worker, wait_until
+from tests.helpers.worker_kit import Site, logs, quiet_config, read_pid, submit, wait_state
 
 pytestmark = pytest.mark.e2e
 

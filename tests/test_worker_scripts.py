@@ -1,7 +1,7 @@
 """Operator scripts the worker runs: the bounded runner, the verify pass
 (fail-closed) and the lease hooks with linger and the epoch guard. Real
 scripts; their timeouts, budgets and lingers on a fake clock
-(tests.fakeclock)."""
+(tests.helpers.fakeclock)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ import pytest
 from rc.worker import script, verify
 from rc.worker.config import DeviceConfig, WorkerConfig
 from rc.worker.hooks import DeviceHooks, HookContext, Leases, hook_env
-from tests.fakeclock import FakeClock
-from tests.harness import pid_alive, wait_until
+from tests.helpers.fakeclock import FakeClock
+from tests.helpers.harness import pid_alive, wait_until
 
 
 def make_script(path, body: str, mode: int = 0o755):

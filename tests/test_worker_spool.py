@@ -17,9 +17,9 @@ import pytest
 from rc.proto import calls
 from rc.worker.logsink import SPILL_AFTER_S, LogSink
 from rc.worker.spool import Spool
-from tests.fakeclock import FakeClock
-from tests.harness import Controller, wait_until
-from tests.test_worker_e2e_kit import Site, free_port, logs, submit, wait_state
+from tests.helpers.fakeclock import FakeClock
+from tests.helpers.harness import Controller, wait_until
+from tests.helpers.worker_kit import Site, free_port, logs, submit, wait_state
 
 SPOOL_BYTES = 4 << 20
 

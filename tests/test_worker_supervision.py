@@ -15,8 +15,8 @@ import time
 
 import pytest
 
-from tests.harness import pid_alive, wait_until
-from tests.test_worker_e2e_kit import (
+from tests.helpers.harness import pid_alive, wait_until
+from tests.helpers.worker_kit import (
     Site,
     device,
     job,

@@ -1,7 +1,7 @@
 """The job watchdog: as a pure function (rc.worker.watchdog: max runtime and
 idle timeout at their boundaries, the device's ceiling, holds, the kill
 reasons; time is an argument), then in a job run with real processes on a
-fake clock (tests.fakeclock)."""
+fake clock (tests.helpers.fakeclock)."""
 
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ from rc.worker.job import JobContext, JobRun
 from rc.worker.launch import HOLD_COMMAND, Result
 from rc.worker.reporter import Report
 from rc.worker.watchdog import Fired, Limits, due, reason, runtime_limit
-from tests.fakeclock import FakeClock
-from tests.harness import wait_until
+from tests.helpers.fakeclock import FakeClock
+from tests.helpers.harness import wait_until
 
 
 def test_nothing_fires_without_limits():

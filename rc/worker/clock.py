@@ -3,7 +3,7 @@
 A `Clock` is passed in (as huey's consumer takes `now`), never patched: the
 agent, job runs, hooks, the reporter, the log sink, the script runner, the
 verify pass and the probe pass take one, and tests pass a fake that only
-moves when the test advances it (tests/fakeclock.py).
+moves when the test advances it (tests/helpers/fakeclock.py).
 
 Two readings, never mixed:
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from rc.proto.client import Client
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 PY = sys.executable
 BARE_PY = getattr(sys, "_base_executable", None) or sys.executable
 """The interpreter without this venv's site-packages, like a bare GPU host's python3."""

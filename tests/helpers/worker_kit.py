@@ -8,7 +8,7 @@ import socket
 from pathlib import Path
 
 from rc.proto.client import Client
-from tests.harness import Controller, Worker, base_env, wait_until
+from tests.helpers.harness import Controller, Worker, base_env, wait_until
 
 TERMINAL = ("succeeded", "failed", "killed", "lost")
 

@@ -22,7 +22,7 @@ import json
 import os
 from pathlib import Path
 
-from tests.harness import BARE_PY
+from tests.helpers.harness import BARE_PY
 
 SCRIPT = """#!{python}
 import json, os, sys

@@ -99,7 +99,7 @@ class PgCluster:
         self.root.mkdir(parents=True, exist_ok=True)
         self.sock.mkdir(exist_ok=True)
         if self.user is not None:
-            from tests.harness import ensure_unix_user
+            from tests.helpers.harness import ensure_unix_user
 
             ensure_unix_user(self.user)
             self.group = pwd.getpwnam(self.user).pw_gid
