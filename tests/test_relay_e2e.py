@@ -26,7 +26,17 @@ from rc.proto.client import Client
 from rc.proto.errors import ApiError
 from rc.proto.relay import Download, Upload
 from rc.worker.terminal import CTTY_SHIM
-from tests.helpers.harness import PY, REPO, Cli, Controller, Worker, base_env, job, pid_alive, wait_until
+from tests.helpers.harness import (
+    PY,
+    REPO,
+    Cli,
+    Controller,
+    Worker,
+    base_env,
+    job,
+    pid_alive,
+    wait_until,
+)
 
 pytestmark = pytest.mark.e2e
 

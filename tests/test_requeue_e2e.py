@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 
 from tests.helpers.harness import BARE_PY, Cli
-from tests.test_health_e2e import gpu_site
 from tests.helpers.worker_kit import device, logs, submit, wait_state
+from tests.test_health_e2e import gpu_site
 
 pytestmark = pytest.mark.e2e
 

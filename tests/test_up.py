@@ -16,7 +16,15 @@ from contextlib import contextmanager
 import pytest
 
 from rc.proto.client import Client
-from tests.helpers.harness import PY, REPO, Cli, pid_alive, short_socket_path, stop_process, wait_until
+from tests.helpers.harness import (
+    PY,
+    REPO,
+    Cli,
+    pid_alive,
+    short_socket_path,
+    stop_process,
+    wait_until,
+)
 
 pytestmark = pytest.mark.e2e
 
