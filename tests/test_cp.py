@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from rc.cli import archive
+from tests.helpers.fleet import Fleet, hold, running_fleet
 from tests.helpers.harness import PY, REPO, SYSTEM_PY, Cli
-from tests.test_relay_e2e import Fleet, hold, running_fleet
 
 ODD_NAMES = ["with space", "ünïcödé", "new\nline", "-dash", "tab\there"]
 

@@ -739,7 +739,7 @@ def test_the_usage_view_draws_the_right_bars_for_a_known_history(browser, tmp_pa
     day with the ledger's device-seconds, bob's 3 device-hours 1.5 times as
     tall as alice's 2; the usage view is screenshotted."""
     from tests.helpers.inprocess import Lab
-    from tests.test_usage import _known_days
+    from tests.helpers.usage_history import _known_days
 
     data = tmp_path / "history"
     today = time.time() // 86400 * 86400

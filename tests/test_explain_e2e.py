@@ -11,8 +11,8 @@ import time
 
 import pytest
 
+from tests.helpers.fleet_users import start_fleet
 from tests.helpers.harness import Cli, job, wait_until
-from tests.test_hold import start_fleet
 
 pytestmark = pytest.mark.e2e
 

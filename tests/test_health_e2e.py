@@ -18,33 +18,13 @@ import pytest
 
 from rc.proto.client import Client
 from rc.proto.errors import ApiError
-from tests.helpers.fake_nvidia_smi import FakeNvidiaSmi, kmsg_xid
+from tests.helpers.fake_nvidia_smi import kmsg_xid
 from tests.helpers.harness import BARE_PY, Cli, wait_until
-from tests.helpers.worker_kit import Site, device, submit, wait_state
+from tests.helpers.worker_kit import device, gpu_site, submit, wait_state
 
 pytestmark = pytest.mark.e2e
 
 HOST = "healthbox"
-
-
-def gpu_site(root, pyz, host: str, gpus: int, serve_flags: tuple[str, ...] = ()) -> Site:
-    """A controller and a worker from the zipapp on `host` with a fake
-    nvidia-smi of `gpus` GPUs (`site.fake`) and a fake kmsg file as its
-    kernel log (`site.kmsg`), probing every second."""
-    s = Site(root, pyz, serve_flags=list(serve_flags))
-    s.fake = FakeNvidiaSmi(root / "fakebin", gpus=gpus)
-    s.kmsg = root / "kmsg"
-    s.kmsg.write_text("6,1,1000,-;Linux version 6.1 (fake)\n")
-    config = (
-        'kill_grace = "1s"\n'
-        'probe_interval = "1s"\n'
-        f'kernel_log = "{s.kmsg}"\n'
-        f'verify_dir = "{root}/no-verify"\n'
-        f'probe_dir = "{root}/no-probes"\n'
-        f'sheet_dir = "{root}/no-sheets"\n'
-    )
-    s.worker(host, config, devices="auto", env=s.fake.path_env(s.env))
-    return s
 
 
 @pytest.fixture(scope="module")

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.helpers.fleet import BASH, Fleet, pty_cli, running_fleet
 from tests.helpers.harness import job, wait_until
-from tests.test_relay_e2e import BASH, Fleet, pty_cli, running_fleet
 
 pytestmark = pytest.mark.e2e
 
@@ -121,7 +121,7 @@ def test_typing_into_its_session_resets_the_clock(fleet, pty_cli):
 def test_bytes_through_a_forward_reset_the_clock(fleet):
     import socket
 
-    from tests.test_forward_e2e import FarServer, forwarding
+    from tests.helpers.forward import FarServer, forwarding
 
     far = FarServer()
     try:

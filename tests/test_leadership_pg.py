@@ -16,7 +16,7 @@ import pytest
 from rc.controller.errors import NotLeader
 from rc.controller.store import leader, pg, tokens
 from rc.proto.model import Role
-from tests.test_schema_pg import _prepare_text
+from tests.helpers.schema_data import _prepare_text
 
 psycopg = pytest.importorskip("psycopg")
 

@@ -20,7 +20,7 @@ from rc.proto.relay import Download, FrameDecoder, Upload
 from rc.proto.wire import DeviceDecl, RegisterRequest
 from tests.helpers.harness import Cli, stop_process, wait_until
 from tests.helpers.inprocess import Lab
-from tests.test_partition import Proxy
+from tests.helpers.proxy import Proxy
 
 
 class Box(Lab):

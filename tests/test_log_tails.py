@@ -24,12 +24,10 @@ from rc.proto.wire import LOG_TAIL_BYTES, WORKER_PROTOCOL
 from rc.worker.logsink import LogSink
 from rc.worker.registration import _tail_bytes
 from rc.worker.reporter import Report, Reporter
+from tests.helpers.asgi import REG, REPORTS, _Uploads, call, lab  # noqa: F401 (a fixture)
 from tests.helpers.fakeclock import FakeClock
 from tests.helpers.harness import wait_until
 from tests.helpers.inprocess import Lab
-from tests.test_long_poll import call
-from tests.test_report_reply import REG, REPORTS, lab  # noqa: F401 (a fixture)
-from tests.test_worker_spool import _Uploads
 
 JOB = 7
 

@@ -12,54 +12,10 @@ import pytest
 from rc.controller.app import build_app
 from rc.controller.auth import Caller, hash_secret
 from rc.proto.model import Role
+from tests.helpers.asgi import SECRET, call
 from tests.helpers.inprocess import Lab
 
 pytestmark = pytest.mark.usefixtures("engine")  # each test on SQLite, then PostgreSQL
-
-SECRET = "worker-secret-for-the-test"
-
-
-async def call(app, method: str, path: str, body=None, query: str = "") -> tuple[int, bytes]:
-    """One HTTP request to the ASGI `app` as the worker of host "again":
-    returns (status, body)."""
-    raw = orjson.dumps(body) if body is not None else b""
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": method,
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "query_string": query.encode(),
-        "root_path": "",
-        "headers": [
-            (b"authorization", f"Bearer {SECRET}".encode()),
-            (b"content-type", b"application/json"),
-            (b"content-length", str(len(raw)).encode()),
-        ],
-        "client": ("127.0.0.1", 1),
-        "server": ("127.0.0.1", 80),
-    }
-    sent = False
-    status, chunks = 0, []
-
-    async def receive():
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": raw, "more_body": False}
-        await asyncio.Event().wait()  # the client never goes away by itself
-
-    async def send(message):
-        nonlocal status
-        if message["type"] == "http.response.start":
-            status = message["status"]
-        elif message["type"] == "http.response.body":
-            chunks.append(message.get("body", b""))
-
-    await app(scope, receive, send)
-    return status, b"".join(chunks)
 
 
 def test_a_poll_parked_before_its_worker_registers_again_hands_out_nothing():

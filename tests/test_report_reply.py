@@ -17,27 +17,18 @@ from rc.controller.auth import Caller, hash_secret
 from rc.controller.store import jobs
 from rc.proto.model import JobState, Role
 from rc.proto.wire import WORKER_PROTOCOL
+from tests.helpers.asgi import (
+    REG,
+    REPORTS,
+    SECRET,
+    call,
+    lab,  # noqa: F401  (fixtures)
+)
 from tests.helpers.inprocess import Lab, local_user
-from tests.test_long_poll import SECRET, call
 
 pytestmark = pytest.mark.usefixtures("engine")  # each test on SQLite, then PostgreSQL
 
-REG = {
-    "host": "again",
-    "devices": [{"name": "cpu0"}],
-    "allow_root_jobs": True,
-    "protocol": WORKER_PROTOCOL,
-}
 POLL = "/v1/workers/again/assignments"
-REPORTS = "/v1/workers/again/reports"
-
-
-@pytest.fixture
-def lab():
-    lab = Lab()
-    lab.ctl.tokens.put_session(hash_secret(SECRET), Caller(0, "w-again", Role.WORKER, "again"))
-    yield lab
-    lab.close()
 
 
 async def submit(lab: Lab) -> int:

@@ -10,8 +10,7 @@ from __future__ import annotations
 import pytest
 
 from tests.helpers.harness import BARE_PY, Cli
-from tests.helpers.worker_kit import device, logs, submit, wait_state
-from tests.test_health_e2e import gpu_site
+from tests.helpers.worker_kit import device, gpu_site, logs, submit, wait_state
 
 pytestmark = pytest.mark.e2e
 

@@ -17,7 +17,7 @@ from rc.controller.store import pg, sqlite
 from rc.controller.store import sql as store_sql
 from rc.proto.model import Condition, JobState
 from tests.helpers.harness import REPO
-from tests.test_schema import CHECKED
+from tests.helpers.schema_data import CHECKED, _prepare_text
 
 psycopg = pytest.importorskip("psycopg")
 
@@ -33,22 +33,6 @@ def conn(pg_cluster):
     with psycopg.connect(dsn, autocommit=True) as c:
         yield c
     drop()
-
-
-def _prepare_text(sql: str) -> str:
-    """psycopg placeholders → $n, for PREPARE (the server infers the types)."""
-    seq, names = [0], {}
-
-    def sub(m: re.Match) -> str:
-        if m.group(0) == "%%":
-            return "%"
-        if m.group(1) is None:
-            seq[0] += 1
-            return f"${seq[0]}"
-        names.setdefault(m.group(1), len(names) + 1)
-        return f"${names[m.group(1)]}"
-
-    return re.sub(r"%%|%\((\w+)\)s|%s", sub, sql)
 
 
 def test_every_query_prepares_on_postgresql(conn):
@@ -344,7 +328,7 @@ def test_an_unreachable_pg_database_is_a_clear_error_without_its_password(tmp_pa
 def test_schema_10_gives_every_old_pg_job_its_owner(pg_cluster, conn):
     """test_schema.py's test of schema 10 on PostgreSQL: the same rows of a
     schema-9 database, the same owners, labels and lease holders."""
-    from tests.test_schema import V9_ROWS, _v10_owners
+    from tests.helpers.schema_data import V9_ROWS, _v10_owners
 
     dsn = pg_cluster.create_database()
     try:
@@ -382,7 +366,7 @@ def test_schema_10_gives_every_old_pg_job_its_owner(pg_cluster, conn):
 def test_schema_11_counts_every_old_pg_jobs_spec_bytes(pg_cluster, conn):
     """test_schema.py's test of schema 11 on PostgreSQL: the same rows of a
     schema-10 database, the same spec bytes."""
-    from tests.test_schema import V10_JOBS, V11_SPEC_BYTES
+    from tests.helpers.schema_data import V10_JOBS, V11_SPEC_BYTES
 
     dsn = pg_cluster.create_database()
     try:

@@ -15,7 +15,7 @@ import pytest
 
 from rc.proto.client import Client
 from tests.helpers.harness import Cli, Worker, wait_until
-from tests.test_standby_e2e import _instance, _is_active, _leader_row, _pair
+from tests.helpers.standby import _instance, _is_active, _leader_row, _pair
 
 pytestmark = pytest.mark.e2e
 

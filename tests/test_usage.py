@@ -11,6 +11,7 @@ from rc.controller.errors import Refused
 from rc.controller.store import usage
 from rc.proto.model import JobKind, JobState
 from tests.helpers.inprocess import T0
+from tests.helpers.usage_history import _known_days
 
 FOUR = {f"cpu{i}": (0, {}) for i in range(4)}
 
@@ -111,25 +112,6 @@ def test_percentile_is_nearest_rank():
     assert usage.percentile([], 0.5) == 0.0
     assert usage.percentile([1.0, 2.0, 3.0, 4.0], 0.5) == 2.0
     assert usage.percentile([float(i) for i in range(1, 101)], 0.95) == 95.0
-
-
-def _known_days(lb, today: float):
-    """alice: 2 devices for 1h two days before `today` (a UTC midnight); bob: 1
-    device for 3h the day before, queued 10 minutes behind a hold."""
-    lb.register("h", {"cpu0": (0, {}), "cpu1": (0, {})})
-    lb.now = today - 2 * 86400 + 36000
-    a, _ = lb.submit("alice", count=2)
-    lb.now += 3600
-    lb.finish(a)
-    lb.now = today - 86400 + 36000
-    hold, _ = lb.submit("carol", kind=JobKind.HOLD, max_runtime_seconds=600, reason="r",
-                        device_id="h:cpu0")  # fmt: skip
-    b, _ = lb.submit("bob", device_id="h:cpu0")
-    lb.now += 600
-    lb.finish(hold)
-    lb.now += 3 * 3600
-    lb.finish(b)
-    lb.now = today + 3600
 
 
 def test_the_usage_picture_draws_the_ledger_of_each_day(lab):

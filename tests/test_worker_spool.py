@@ -17,6 +17,7 @@ import pytest
 from rc.proto import calls
 from rc.worker.logsink import SPILL_AFTER_S, LogSink
 from rc.worker.spool import Spool
+from tests.helpers.asgi import _Uploads
 from tests.helpers.fakeclock import FakeClock
 from tests.helpers.harness import Controller, wait_until
 from tests.helpers.worker_kit import Site, free_port, logs, submit, wait_state
@@ -138,25 +139,6 @@ def test_spool_files_are_fifos_within_one_shared_budget(tmp_path):
 
 
 # -- the log sink's timers, on a fake clock ----------------------------------------------
-
-
-class _Uploads:
-    """The controller's log endpoint as a LogSink sees it (Client.call):
-    keeps each upload's offset and bytes; while `gate` is clear an upload
-    waits (a controller that is slow, not gone)."""
-
-    def __init__(self) -> None:
-        self.got: list[tuple[int, bytes]] = []
-        self.gate = threading.Event()
-        self.gate.set()
-
-    def call(self, route, job_id, *, body, params):
-        assert route is calls.LOG_APPEND
-        assert self.gate.wait(30), "a held upload was never released"
-        self.got.append((params["offset"], bytes(body)))
-
-    def bytes(self) -> bytes:
-        return b"".join(data for _, data in self.got)
 
 
 def test_a_batch_goes_out_batch_seconds_after_its_first_byte():

@@ -8,6 +8,7 @@ import socket
 from pathlib import Path
 
 from rc.proto.client import Client
+from tests.helpers.fake_nvidia_smi import FakeNvidiaSmi
 from tests.helpers.harness import Controller, Worker, base_env, wait_until
 
 TERMINAL = ("succeeded", "failed", "killed", "lost")
@@ -145,3 +146,23 @@ def read_pid(path: Path) -> int:
             lambda: path.exists() and path.read_text().strip(), 20, f"{path.name} to be written"
         )
     )
+
+
+def gpu_site(root, pyz, host: str, gpus: int, serve_flags: tuple[str, ...] = ()) -> Site:
+    """A controller and a worker from the zipapp on `host` with a fake
+    nvidia-smi of `gpus` GPUs (`site.fake`) and a fake kmsg file as its
+    kernel log (`site.kmsg`), probing every second."""
+    s = Site(root, pyz, serve_flags=list(serve_flags))
+    s.fake = FakeNvidiaSmi(root / "fakebin", gpus=gpus)
+    s.kmsg = root / "kmsg"
+    s.kmsg.write_text("6,1,1000,-;Linux version 6.1 (fake)\n")
+    config = (
+        'kill_grace = "1s"\n'
+        'probe_interval = "1s"\n'
+        f'kernel_log = "{s.kmsg}"\n'
+        f'verify_dir = "{root}/no-verify"\n'
+        f'probe_dir = "{root}/no-probes"\n'
+        f'sheet_dir = "{root}/no-sheets"\n'
+    )
+    s.worker(host, config, devices="auto", env=s.fake.path_env(s.env))
+    return s
