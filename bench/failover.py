@@ -32,8 +32,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from rc.proto.client import Client
-from tests.helpers.harness import Controller, Worker, base_env, wait_until
+from tests.helpers.harness import Controller, Worker, base_env
 from tests.helpers.pgcluster import PgCluster, missing_postgres
+from tests.helpers.wait import wait_until
 
 TARGET_S = 10.0
 

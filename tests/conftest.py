@@ -22,10 +22,10 @@ from tests.helpers.harness import (
     Worker,
     base_env,
     ensure_unix_user,
-    wait_until,
 )
 from tests.helpers.inprocess import ENGINE, Lab
 from tests.helpers.pgcluster import PgCluster, missing_postgres
+from tests.helpers.wait import wait_until
 
 # CI is deterministic: the same examples every run, no example database, so a
 # run is red only when the code is. Locally (no CI variable) hypothesis explores

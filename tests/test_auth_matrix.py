@@ -31,7 +31,8 @@ from rc.controller.api.routes import ROUTES
 from rc.proto.client import Client
 from rc.proto.errors import ErrorCode
 from rc.proto.model import Role
-from tests.helpers.harness import Controller, base_env, wait_until
+from tests.helpers.harness import Controller, base_env
+from tests.helpers.wait import wait_until
 
 pytestmark = pytest.mark.e2e
 

@@ -16,7 +16,8 @@ import pytest
 
 from rc.proto.client import Client
 from rc.proto.errors import ApiError
-from tests.helpers.harness import Cli, pid_alive, wait_until
+from tests.helpers.harness import Cli, pid_alive
+from tests.helpers.wait import wait_until
 from tests.helpers.worker_kit import Site, job, quiet_config, read_pid, submit, wait_state
 
 pytestmark = pytest.mark.e2e

@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 from rc.proto.client import Client
 from rc.proto.errors import ApiError
-from tests.helpers.harness import PY, Cli, job, stop_process, wait_until
+from tests.helpers.harness import PY, Cli, job, stop_process
+from tests.helpers.wait import wait_until
 
 pytestmark = pytest.mark.e2e
 

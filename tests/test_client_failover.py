@@ -24,7 +24,7 @@ import pytest
 from rc.cli.credentials import names_controller
 from rc.proto.client import Client, parse_controller_url, parse_controller_urls
 from rc.proto.errors import ApiError, RcError, TransportError
-from tests.helpers.harness import wait_until
+from tests.helpers.wait import wait_until
 
 
 def closed_port() -> int:

@@ -20,7 +20,8 @@ import pytest
 
 from rc.proto.client import Client
 from rc.proto.errors import ApiError, TransportError
-from tests.helpers.harness import Controller, Worker, wait_until
+from tests.helpers.harness import Controller, Worker
+from tests.helpers.wait import wait_until
 
 pytestmark = pytest.mark.e2e
 

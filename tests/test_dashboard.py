@@ -40,8 +40,8 @@ from tests.helpers.harness import (
     base_env,
     device_state,
     job,
-    wait_until,
 )
+from tests.helpers.wait import wait_until
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")

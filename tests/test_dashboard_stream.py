@@ -18,6 +18,7 @@ import pytest
 from rc.controller.app import build_app
 from rc.controller.config import ControllerConfig
 from rc.controller.core import Controller as InProcessController
+from tests.helpers.wait import until
 
 STREAM = "/v1/events/stream"
 
@@ -206,20 +207,17 @@ def in_process(tmp_path, body):
     return asyncio.run(main())
 
 
-async def until(pred, timeout: float = 5.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
-
-
 def test_an_idle_stream_sends_keepalives(tmp_path):
     async def body(ctl, app, b, token):
         b.keepalive_s = 0.05
         r = Reader()
         task = asyncio.create_task(app(scope_for(token), r.receive, r.send))
-        await until(lambda: r.body().count(b": keepalive\n\n") >= 2, what="two keepalives")
+        await until(
+            lambda: r.body().count(b": keepalive\n\n") >= 2,
+            timeout=5.0,
+            interval=0.01,
+            what="two keepalives",
+        )
         r.gone.set()
         await asyncio.wait_for(task, 5)
         assert b.count() == 0
@@ -233,7 +231,12 @@ def test_a_reader_that_stops_reading_is_dropped_and_never_buffers(tmp_path):
         b.frame_interval_s = 0.0
         r = Reader(allow=1)  # takes the hello, then never reads again
         task = asyncio.create_task(app(scope_for(token), r.receive, r.send))
-        await until(lambda: b.count() == 1 and b"hello" in r.body(), what="the hello frame")
+        await until(
+            lambda: b.count() == 1 and b"hello" in r.body(),
+            timeout=5.0,
+            interval=0.01,
+            what="the hello frame",
+        )
         sub = next(iter(b.subs))
         started = time.monotonic()
         most = 0
@@ -254,7 +257,7 @@ def test_streams_past_the_limit_are_refused_in_the_error_shape(tmp_path):
         b.max = 1
         first = Reader()
         task = asyncio.create_task(app(scope_for(token), first.receive, first.send))
-        await until(lambda: b.count() == 1, what="one subscriber")
+        await until(lambda: b.count() == 1, timeout=5.0, interval=0.01, what="one subscriber")
         second = Reader()
         await app(scope_for(token), second.receive, second.send)
         assert second.status() == 503
@@ -269,7 +272,7 @@ def test_shutdown_ends_every_stream_at_once(tmp_path):
     async def body(ctl, app, b, token):
         readers = [Reader() for _ in range(3)]
         tasks = [asyncio.create_task(app(scope_for(token), r.receive, r.send)) for r in readers]
-        await until(lambda: b.count() == 3, what="three subscribers")
+        await until(lambda: b.count() == 3, timeout=5.0, interval=0.01, what="three subscribers")
         ctl.hub.close()
         await asyncio.wait_for(asyncio.gather(*tasks), 2)
         for r in readers:

@@ -11,7 +11,8 @@ import uuid
 
 import pytest
 
-from tests.helpers.harness import Controller, device_state, job, pid_alive, wait_until
+from tests.helpers.harness import Controller, device_state, job, pid_alive
+from tests.helpers.wait import wait_until
 
 pytestmark = pytest.mark.e2e
 

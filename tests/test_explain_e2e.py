@@ -12,7 +12,8 @@ import time
 import pytest
 
 from tests.helpers.fleet_users import start_fleet
-from tests.helpers.harness import Cli, job, wait_until
+from tests.helpers.harness import Cli, job
+from tests.helpers.wait import wait_until
 
 pytestmark = pytest.mark.e2e
 

@@ -14,7 +14,8 @@ import time
 import pytest
 
 from rc.proto.client import Client
-from tests.helpers.harness import Cli, Controller, Worker, job, wait_until
+from tests.helpers.harness import Cli, Controller, Worker, job
+from tests.helpers.wait import wait_until
 
 pytestmark = pytest.mark.e2e
 

@@ -9,7 +9,7 @@ import pytest
 
 from rc.cli.follow import wait_running
 from rc.proto.errors import RcError
-from tests.helpers.harness import wait_until
+from tests.helpers.wait import wait_until
 
 pytestmark = pytest.mark.e2e
 

@@ -21,7 +21,8 @@ import pytest
 from rc.proto.errors import ApiError
 from tests.helpers.fleet import Fleet, hold, running_fleet
 from tests.helpers.forward import FarServer, Lines, _stop, forwarding
-from tests.helpers.harness import PY, Cli, job, wait_until
+from tests.helpers.harness import PY, Cli, job
+from tests.helpers.wait import wait_until
 
 pytestmark = pytest.mark.e2e
 

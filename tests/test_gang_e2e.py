@@ -11,7 +11,8 @@ import pytest
 
 from rc.proto.errors import ApiError
 from tests.helpers.fake_nvidia_smi import QUADS, FakeNvidiaSmi
-from tests.helpers.harness import job, wait_until
+from tests.helpers.harness import job
+from tests.helpers.wait import wait_until
 
 pytestmark = pytest.mark.e2e
 

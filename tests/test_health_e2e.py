@@ -19,7 +19,8 @@ import pytest
 from rc.proto.client import Client
 from rc.proto.errors import ApiError
 from tests.helpers.fake_nvidia_smi import kmsg_xid
-from tests.helpers.harness import BARE_PY, Cli, wait_until
+from tests.helpers.harness import BARE_PY, Cli
+from tests.helpers.wait import wait_until
 from tests.helpers.worker_kit import device, gpu_site, submit, wait_state
 
 pytestmark = pytest.mark.e2e

@@ -12,7 +12,8 @@ import pytest
 
 from rc.proto.errors import ApiError
 from tests.helpers.fleet_users import admin, alice, bob, fleet, read_line  # noqa: F401  (fixtures)
-from tests.helpers.harness import job, stop_process, wait_until
+from tests.helpers.harness import job, stop_process
+from tests.helpers.wait import wait_until
 
 pytestmark = pytest.mark.e2e
 

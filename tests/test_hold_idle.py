@@ -221,7 +221,8 @@ def test_a_cpu_hold_is_busy_while_its_processes_use_a_core(tmp_path):
     import sys
     import time
 
-    from tests.helpers.harness import stop_process, wait_until
+    from tests.helpers.harness import stop_process
+    from tests.helpers.wait import wait_until
 
     marker = {b"RC_WORKER_INSTANCE": b"w-1"}
     env = {**os.environ, "RC_JOB_ID": "77", "RC_WORKER_INSTANCE": "w-1"}

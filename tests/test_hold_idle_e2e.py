@@ -10,7 +10,8 @@ from collections.abc import Iterator
 import pytest
 
 from tests.helpers.fleet import BASH, Fleet, pty_cli, running_fleet
-from tests.helpers.harness import job, wait_until
+from tests.helpers.harness import job
+from tests.helpers.wait import wait_until
 
 pytestmark = pytest.mark.e2e
 

@@ -41,8 +41,8 @@ from tests.helpers.harness import (
     base_env,
     device_state,
     job,
-    wait_until,
 )
+from tests.helpers.wait import wait_until
 
 pytestmark = pytest.mark.e2e
 

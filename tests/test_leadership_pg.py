@@ -17,22 +17,11 @@ from rc.controller.errors import NotLeader
 from rc.controller.store import leader, pg, tokens
 from rc.proto.model import Role
 from tests.helpers.schema_data import _prepare_text
+from tests.helpers.wait import until
 
 psycopg = pytest.importorskip("psycopg")
 
 TTL = 1.0
-
-
-async def _until(coro_fn, timeout: float = 10.0, what: str = "condition"):
-    """Await coro_fn() until it returns something truthy (deadline: timeout s)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        got = await coro_fn()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
 
 
 def test_every_leader_query_prepares_on_postgresql(pg_dsn):
@@ -66,7 +55,7 @@ def test_a_standby_takes_the_lease_only_once_it_has_expired(pg_dsn):
             assert await a.renew()  # renewed: still a's
             assert not await b.take()
             # a stops renewing: b takes over after the expiry, epoch + 1
-            await _until(b.take, what="b's takeover")
+            await until(b.take, interval=0.05, what="b's takeover")
             assert b.lease == leader.Lease("ctl-b", 2)
             assert (await a.peek()) == leader.Active("ctl-b", "http://b:2", 2, True)
             assert not await a.renew()  # lost for good, never taken back by a renewal
@@ -97,7 +86,7 @@ def test_the_active_steps_down_by_its_deadline_when_renewals_cannot_reach_the_da
         b = await leader.Leadership(pg_dsn, "ctl-b", "http://b:2", TTL).open()
         try:
             assert (await b.peek()).holder == "ctl-a"
-            await _until(b.take, what="b's takeover")
+            await until(b.take, interval=0.05, what="b's takeover")
         finally:
             await b.close()
 
@@ -115,7 +104,9 @@ def test_a_write_after_the_lease_passed_on_is_fenced_and_nothing_of_it_commits(p
         b = None
         try:
             await a.write(tokens.create, "before", Role.USER, "h1", "", None, "")
-            await _until(lb.take, what="b's takeover")  # a's lease expired, b holds it
+            await until(
+                lb.take, interval=0.05, what="b's takeover"
+            )  # a's lease expired, b holds it
             b = await pg.PgDatabase(pg_dsn, clock=time.time, lease=lb.lease).open()
             # a's next batch fails whole, each of its functions gets NotLeader
             results = await asyncio.gather(
@@ -205,7 +196,7 @@ def test_a_takeover_waits_for_a_fenced_transaction_and_renewals_do_not(pg_dsn):
             assert await asyncio.wait_for(la.renew(), 5)
             assert time.monotonic() - started < 0.5
             # a stops renewing; its lease expires while the batch is still open
-            await _until(lambda: _expired(lb), what="a's lease to expire")
+            await until(lambda: _expired(lb), interval=0.05, what="a's lease to expire")
             assert not await lb.take()  # waited for the lock, gave up (statement timeout)
             conn.execute("COMMIT")
             assert await lb.take()
@@ -305,7 +296,7 @@ def test_a_take_answered_after_the_lease_length_is_renewed_not_dropped(pg_dsn):
                 async def later() -> bool:
                     return time.monotonic() > thawed_at
 
-                await _until(later, what="a freeze longer than the ttl")
+                await until(later, interval=0.05, what="a freeze longer than the ttl")
             finally:
                 os.kill(pid, signal.SIGCONT)
             assert await asyncio.wait_for(trying, 10)

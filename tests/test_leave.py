@@ -18,9 +18,10 @@ from rc.controller.store import workers
 from rc.proto.model import JobState, RecoveryProof
 from rc.proto.relay import Download, FrameDecoder, Upload
 from rc.proto.wire import DeviceDecl, RegisterRequest
-from tests.helpers.harness import Cli, stop_process, wait_until
+from tests.helpers.harness import Cli, stop_process
 from tests.helpers.inprocess import Lab
 from tests.helpers.proxy import Proxy
+from tests.helpers.wait import wait_until
 
 
 class Box(Lab):

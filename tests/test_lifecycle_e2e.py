@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from tests.helpers.harness import Cli, job, wait_until
+from tests.helpers.harness import Cli, job
+from tests.helpers.wait import wait_until
 
 pytestmark = pytest.mark.e2e
 

@@ -26,8 +26,8 @@ from rc.worker.registration import _tail_bytes
 from rc.worker.reporter import Report, Reporter
 from tests.helpers.asgi import REG, REPORTS, _Uploads, call, lab  # noqa: F401 (a fixture)
 from tests.helpers.fakeclock import FakeClock
-from tests.helpers.harness import wait_until
 from tests.helpers.inprocess import Lab
+from tests.helpers.wait import wait_until
 
 JOB = 7
 

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from tests.helpers.harness import wait_until
+from tests.helpers.wait import wait_until
 
 pytestmark = pytest.mark.e2e
 

@@ -4,7 +4,6 @@ server, so that the test decides the order of requests exactly)."""
 from __future__ import annotations
 
 import asyncio
-import time
 
 import orjson
 import pytest
@@ -14,6 +13,7 @@ from rc.controller.auth import Caller, hash_secret
 from rc.proto.model import Role
 from tests.helpers.asgi import SECRET, call
 from tests.helpers.inprocess import Lab
+from tests.helpers.wait import until
 
 pytestmark = pytest.mark.usefixtures("engine")  # each test on SQLite, then PostgreSQL
 
@@ -34,10 +34,7 @@ def test_a_poll_parked_before_its_worker_registers_again_hands_out_nothing():
         async def scenario():
             assert (await call(app, "POST", "/v1/workers/register", reg))[0] == 200
             stale = asyncio.create_task(call(app, "GET", polls, query="wait=30s"))
-            deadline = time.monotonic() + 10
-            while not lab.ctl.scans.polls.get("again"):  # the stale poll has begun
-                assert time.monotonic() < deadline, "the first poll never began"
-                await asyncio.sleep(0.005)
+            await until(lambda: lab.ctl.scans.polls.get("again"), 10, "the first poll to begin")
             assert (await call(app, "POST", "/v1/workers/register", reg))[0] == 200
             job_id, _ = await lab.submit_async()
             await lab.ctl.kick()

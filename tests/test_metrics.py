@@ -16,7 +16,8 @@ from rc.controller.config import ControllerConfig
 from rc.controller.core import Controller as InProcessController
 from rc.controller.metrics import START_LATENCY_BUCKETS_S
 from rc.proto.client import Client
-from tests.helpers.harness import job, wait_until
+from tests.helpers.harness import job
+from tests.helpers.wait import wait_until
 
 
 def parse(text: str) -> dict[tuple[str, frozenset], float]:

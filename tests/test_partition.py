@@ -9,8 +9,9 @@ import time
 
 import pytest
 
-from tests.helpers.harness import Worker, job, wait_until
+from tests.helpers.harness import Worker, job
 from tests.helpers.proxy import Proxy
+from tests.helpers.wait import wait_until
 
 pytestmark = pytest.mark.e2e
 

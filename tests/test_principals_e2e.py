@@ -28,16 +28,8 @@ import pytest
 
 from rc.proto.client import Client
 from rc.proto.errors import ApiError
-from tests.helpers.harness import (
-    PY,
-    RUNUSER,
-    SYSTEM_PY,
-    UserCli,
-    base_env,
-    ensure_unix_user,
-    job,
-    wait_until,
-)
+from tests.helpers.harness import PY, RUNUSER, SYSTEM_PY, UserCli, base_env, ensure_unix_user, job
+from tests.helpers.wait import wait_until
 
 pytestmark = pytest.mark.e2e
 

@@ -22,7 +22,7 @@ from rc.proto.model import Stdio
 from rc.proto.relay import FrameDecoder, FrameError, data_frame, resize_frame
 from rc.proto.wire import SessionReport, SessionRequest
 from rc.worker.terminal import Terminal
-from tests.helpers.harness import wait_until
+from tests.helpers.wait import wait_until
 
 
 def run(coro):

@@ -27,14 +27,8 @@ from tests.helpers.fleet import (
     pty_cli,  # noqa: F401  (fixtures)
     running_fleet,
 )
-from tests.helpers.harness import (
-    PY,
-    REPO,
-    Cli,
-    job,
-    pid_alive,
-    wait_until,
-)
+from tests.helpers.harness import PY, REPO, Cli, job, pid_alive
+from tests.helpers.wait import wait_until
 
 pytestmark = pytest.mark.e2e
 

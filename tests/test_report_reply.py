@@ -25,6 +25,7 @@ from tests.helpers.asgi import (
     lab,  # noqa: F401  (fixtures)
 )
 from tests.helpers.inprocess import Lab, local_user
+from tests.helpers.wait import until
 
 pytestmark = pytest.mark.usefixtures("engine")  # each test on SQLite, then PostgreSQL
 
@@ -38,10 +39,7 @@ async def submit(lab: Lab) -> int:
 
 async def parked(lab: Lab, job_id: int) -> None:
     """Until a long poll on job `job_id` waits in the controller's hub."""
-    deadline = time.monotonic() + 10
-    while f"job:{job_id}" not in lab.ctl.hub._events:
-        assert time.monotonic() < deadline, f"no long poll on job {job_id} began"
-        await asyncio.sleep(0.005)
+    await until(lambda: f"job:{job_id}" in lab.ctl.hub._events, 10, f"a long poll on job {job_id}")
 
 
 async def finish(lab: Lab, job_id: int) -> None:

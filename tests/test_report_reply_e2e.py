@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers.harness import wait_until
+from tests.helpers.wait import wait_until
 
 pytestmark = pytest.mark.e2e
 

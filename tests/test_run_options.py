@@ -18,7 +18,8 @@ from rc.cli.follow import job_env, read_env_file
 from rc.proto.errors import ApiError
 from rc.proto.selector import conjoin
 from tests.helpers.fleet_users import admin, alice, bob, read_line, start_fleet  # noqa: F401  (fixtures)
-from tests.helpers.harness import PY, Cli, job, stop_process, wait_until
+from tests.helpers.harness import PY, Cli, job, stop_process
+from tests.helpers.wait import wait_until
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,8 @@ import pytest
 
 from rc.proto.client import Client
 from rc.proto.errors import ApiError
-from tests.helpers.harness import Cli, wait_until
+from tests.helpers.harness import Cli
+from tests.helpers.wait import wait_until
 
 pytestmark = pytest.mark.e2e
 

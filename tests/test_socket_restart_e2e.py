@@ -30,7 +30,8 @@ import pytest
 
 from rc.cli.config import write_config
 from rc.proto.client import Client
-from tests.helpers.harness import Cli, Controller, UserCli, Worker, device_state, job, wait_until
+from tests.helpers.harness import Cli, Controller, UserCli, Worker, device_state, job
+from tests.helpers.wait import wait_until
 
 pytestmark = pytest.mark.e2e
 

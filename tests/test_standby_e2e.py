@@ -12,8 +12,9 @@ import signal
 import pytest
 
 from rc.proto import INSTANCE_HEADER
-from tests.helpers.harness import Cli, wait_until
+from tests.helpers.harness import Cli
 from tests.helpers.standby import _instance, _is_active, _leader_row, _pair, _raw
+from tests.helpers.wait import wait_until
 
 pytestmark = pytest.mark.e2e
 

@@ -14,8 +14,9 @@ import time
 import pytest
 
 from rc.proto.client import Client
-from tests.helpers.harness import Cli, Worker, wait_until
+from tests.helpers.harness import Cli, Worker
 from tests.helpers.standby import _instance, _is_active, _leader_row, _pair
+from tests.helpers.wait import wait_until
 
 pytestmark = pytest.mark.e2e
 

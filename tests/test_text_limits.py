@@ -10,7 +10,8 @@ import pytest
 
 from rc.proto.client import Client
 from rc.proto.errors import ApiError
-from tests.helpers.harness import Cli, job, wait_until
+from tests.helpers.harness import Cli, job
+from tests.helpers.wait import wait_until
 
 pytestmark = pytest.mark.e2e
 

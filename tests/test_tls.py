@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 import trustme
 
-from tests.helpers.harness import Cli, Controller, Worker, wait_until
+from tests.helpers.harness import Cli, Controller, Worker
+from tests.helpers.wait import wait_until
 
 pytestmark = pytest.mark.e2e
 

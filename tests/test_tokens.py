@@ -15,8 +15,9 @@ from rc.controller.store.rows import LiveToken
 from rc.controller.submission import validate_submit
 from rc.proto.model import JobKind, JobState, Role, Token
 from rc.proto.wire import SubmitRequest
-from tests.helpers.harness import Cli, job, wait_until
+from tests.helpers.harness import Cli, job
 from tests.helpers.inprocess import Lab
+from tests.helpers.wait import wait_until
 
 
 @pytest.fixture

@@ -16,15 +16,8 @@ from contextlib import contextmanager
 import pytest
 
 from rc.proto.client import Client
-from tests.helpers.harness import (
-    PY,
-    REPO,
-    Cli,
-    pid_alive,
-    short_socket_path,
-    stop_process,
-    wait_until,
-)
+from tests.helpers.harness import PY, REPO, Cli, pid_alive, short_socket_path, stop_process
+from tests.helpers.wait import wait_until
 
 pytestmark = pytest.mark.e2e
 

@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from tests.helpers.harness import wait_until
+from tests.helpers.wait import wait_until
 
 pytestmark = pytest.mark.e2e
 

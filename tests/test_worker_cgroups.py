@@ -14,7 +14,8 @@ import tempfile
 import pytest
 
 from rc.worker import cgroups
-from tests.helpers.harness import Cli, pid_alive, wait_until
+from tests.helpers.harness import Cli, pid_alive
+from tests.helpers.wait import wait_until
 from tests.helpers.worker_kit import Site, quiet_config, read_pid, submit, wait_state
 
 pytestmark = [

@@ -12,7 +12,8 @@ import sys
 import pytest
 
 from tests.helpers.fake_nvidia_smi import FakeNvidiaSmi
-from tests.helpers.harness import Cli, wait_until
+from tests.helpers.harness import Cli
+from tests.helpers.wait import wait_until
 from tests.helpers.worker_kit import Site, device, logs, submit, wait_state
 
 pytestmark = pytest.mark.e2e

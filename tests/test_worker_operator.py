@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.harness import BARE_PY, Worker, wait_until
+from tests.helpers.harness import BARE_PY, Worker
+from tests.helpers.wait import wait_until
 from tests.helpers.worker_kit import submit, wait_state
 
 pytestmark = pytest.mark.e2e

@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 from rc.worker import procfs, supervise
 from rc.worker.launch import label
 from rc.worker.supervise import Outcome
-from tests.helpers.harness import REPO, pid_alive, wait_until
+from tests.helpers.harness import REPO, pid_alive
+from tests.helpers.wait import wait_until
 
 # Captured from a real /proc/PID/stat, then edited to stress the comm field.
 PLAIN = (

@@ -18,7 +18,8 @@ import sys
 import pytest
 
 from rc.worker import procfs
-from tests.helpers.harness import Worker, wait_until
+from tests.helpers.harness import Worker
+from tests.helpers.wait import wait_until
 from tests.helpers.worker_kit import Site, logs, quiet_config, read_pid, submit, wait_state
 
 pytestmark = pytest.mark.e2e

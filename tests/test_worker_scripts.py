@@ -17,7 +17,8 @@ from rc.worker import script, verify
 from rc.worker.config import DeviceConfig, WorkerConfig
 from rc.worker.hooks import DeviceHooks, HookContext, Leases, hook_env
 from tests.helpers.fakeclock import FakeClock
-from tests.helpers.harness import pid_alive, wait_until
+from tests.helpers.harness import pid_alive
+from tests.helpers.wait import wait_until
 
 
 def make_script(path, body: str, mode: int = 0o755):

@@ -19,7 +19,8 @@ from rc.worker.logsink import SPILL_AFTER_S, LogSink
 from rc.worker.spool import Spool
 from tests.helpers.asgi import _Uploads
 from tests.helpers.fakeclock import FakeClock
-from tests.helpers.harness import Controller, wait_until
+from tests.helpers.harness import Controller
+from tests.helpers.wait import wait_until
 from tests.helpers.worker_kit import Site, free_port, logs, submit, wait_state
 
 SPOOL_BYTES = 4 << 20

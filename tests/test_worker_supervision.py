@@ -15,7 +15,8 @@ import time
 
 import pytest
 
-from tests.helpers.harness import pid_alive, wait_until
+from tests.helpers.harness import pid_alive
+from tests.helpers.wait import wait_until
 from tests.helpers.worker_kit import (
     Site,
     device,

@@ -22,7 +22,7 @@ from rc.worker.launch import HOLD_COMMAND, Result
 from rc.worker.reporter import Report
 from rc.worker.watchdog import Fired, Limits, due, reason, runtime_limit
 from tests.helpers.fakeclock import FakeClock
-from tests.helpers.harness import wait_until
+from tests.helpers.wait import wait_until
 
 
 def test_nothing_fires_without_limits():

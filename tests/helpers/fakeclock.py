@@ -25,7 +25,7 @@ import threading
 from collections.abc import Callable
 
 from rc.worker.clock import Clock
-from tests.helpers.harness import wait_until
+from tests.helpers.wait import wait_until
 
 __all__ = ["FakeClock"]
 

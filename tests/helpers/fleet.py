@@ -18,14 +18,8 @@ from pathlib import Path
 import pytest
 
 from rc.worker.terminal import CTTY_SHIM
-from tests.helpers.harness import (
-    PY,
-    Cli,
-    Controller,
-    Worker,
-    base_env,
-    wait_until,
-)
+from tests.helpers.harness import PY, Cli, Controller, Worker, base_env
+from tests.helpers.wait import wait_until
 
 
 @dataclass

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from rc.proto.errors import ApiError
-from tests.helpers.harness import Cli, Controller, Worker, base_env, wait_until
+from tests.helpers.harness import Cli, Controller, Worker, base_env
+from tests.helpers.wait import wait_until
 
 WORKER_TOML = """\
 kill_grace = "1s"

@@ -1,8 +1,7 @@
-"""Test helpers: real processes on loopback, conditions with deadlines.
+"""Test helpers: real processes on loopback (conditions are waited for with
+tests/helpers/wait.py).
 
-`wait_until(predicate, timeout, what)` polls and fails saying what never
-happened. `Controller` runs `python -m rc serve` on port 0 with a fresh data
-dir; `Worker` runs the worker from the built zipapp under `python3 -I`;
+`Controller` runs `python -m rc serve` on port 0 with a fresh data dir; `Worker` runs the worker from the built zipapp under `python3 -I`;
 `Cli.run(...)` runs `python -m rc ...` as a subprocess. Everything started is
 stopped: terminate → wait(timeout) → kill.
 """
@@ -16,7 +15,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,33 +24,6 @@ REPO = Path(__file__).resolve().parents[2]
 PY = sys.executable
 BARE_PY = getattr(sys, "_base_executable", None) or sys.executable
 """The interpreter without this venv's site-packages, like a bare GPU host's python3."""
-
-
-def wait_until(
-    predicate: Callable[[], Any],
-    timeout: float = 10.0,
-    what: str = "condition",
-    interval: float = 0.02,
-) -> Any:
-    """Poll `predicate` until it returns something truthy; return that value.
-
-    Raises AssertionError naming `what` after `timeout` seconds.
-    """
-    deadline = time.monotonic() + timeout
-    last_error: Exception | None = None
-    while True:
-        try:
-            value = predicate()
-            if value:
-                return value
-        except AssertionError:
-            raise
-        except Exception as e:  # noqa: BLE001 - report the last one if we time out
-            last_error = e
-        if time.monotonic() > deadline:
-            extra = f" (last error: {last_error!r})" if last_error else ""
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}{extra}")
-        time.sleep(interval)
 
 
 def stop_process(proc: subprocess.Popen, timeout: float = 15.0, sig: int = signal.SIGTERM) -> int:

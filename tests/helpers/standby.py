@@ -9,7 +9,7 @@ import urllib.parse
 
 import pytest
 
-from tests.helpers.harness import wait_until
+from tests.helpers.wait import wait_until
 
 psycopg = pytest.importorskip("psycopg")
 

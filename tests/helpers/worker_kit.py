@@ -9,7 +9,8 @@ from pathlib import Path
 
 from rc.proto.client import Client
 from tests.helpers.fake_nvidia_smi import FakeNvidiaSmi
-from tests.helpers.harness import Controller, Worker, base_env, wait_until
+from tests.helpers.harness import Controller, Worker, base_env
+from tests.helpers.wait import wait_until
 
 TERMINAL = ("succeeded", "failed", "killed", "lost")
 
