@@ -37,6 +37,18 @@ settings.load_profile(
 )
 
 
+E2E = Path(__file__).resolve().parent / "e2e"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The e2e marker goes by folder: every test under tests/e2e (real
+    controller, worker and CLI processes) is e2e, and no other test is, so
+    `-m e2e` and `-m "not e2e"` split the suite by where a module lives."""
+    for item in items:
+        if item.path.is_relative_to(E2E):
+            item.add_marker(pytest.mark.e2e)
+
+
 @pytest.fixture(autouse=True)
 def _no_local_one_box(monkeypatch) -> None:
     """CLI code run inside pytest never finds this machine's own one-box: with
