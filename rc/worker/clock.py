@@ -41,7 +41,7 @@ kernel read `time` themselves, and only they do:
 Anywhere else in rc/worker a reading or wait that is meant to be real (a
 short tick: the reporter's RUNNING_LINGER_S, a session's look for its hold)
 goes through `SYSTEM`, the real clock, so that it reads as one.
-tests/test_layout.py holds this list and refuses time.time, time.monotonic,
+tests/unit/test_layout.py holds this list and refuses time.time, time.monotonic,
 time.sleep (and their kin) and asyncio.sleep anywhere else in rc/worker.
 """
 

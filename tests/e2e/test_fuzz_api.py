@@ -4,7 +4,7 @@ the document (status, content type, body schema).
 
 Bounded for CI by RC_FUZZ_EXAMPLES (default 15 per operation). A long run:
 
-    RC_FUZZ_EXAMPLES=2000 pytest tests/test_fuzz_api.py
+    RC_FUZZ_EXAMPLES=2000 pytest tests/e2e/test_fuzz_api.py
 
 Endless streams (the SSE feed and the relay halves) are left out; long-poll
 waits are set to 0 and log reads do not follow, so every call returns.

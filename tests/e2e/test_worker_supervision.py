@@ -5,7 +5,7 @@ escapees, trap-and-exit-0 after a kill, zombies and stragglers, a print
 loop that must not look idle, 512 MB of output on one line against the
 worker's memory, and SIGTERM to the worker. The watchdog's timing (idle
 timeout, max runtime, a hold's ttl) is tested with real processes on a fake
-clock in tests/test_worker_watchdog.py."""
+clock in tests/worker/test_worker_watchdog.py."""
 
 from __future__ import annotations
 

@@ -169,7 +169,7 @@ class Worker:
     `shared_account` (the default here): every job runs as the worker's own
     user (root, in CI), whoever submitted it, as the tests' many identities
     (alice, bob, ...) have no Unix accounts of their own. The tests of
-    identity itself (tests/test_identity_e2e.py) give False: jobs run as
+    identity itself (tests/e2e/test_identity_e2e.py) give False: jobs run as
     their real users."""
 
     def __init__(

@@ -1,6 +1,6 @@
 """The PostgreSQL schema is the truth too: store.pg.sql against store.sql and
 the Python enums, its invariants, its migrations, and every named query
-prepared on it (tests/test_schema.py does the same for SQLite)."""
+prepared on it (tests/store/test_schema.py does the same for SQLite)."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ The controllers here are small HTTP servers inside the test, on loopback:
 the real standby controller is built on another branch (the controller
 side of the standby contract), and what is under test is only how the
 client reads the contract's 503 answer. The e2e tests with real controllers
-are in tests/test_failover_e2e.py."""
+are in tests/e2e/test_failover_e2e.py."""
 
 from __future__ import annotations
 

@@ -214,7 +214,7 @@ def test_a_source_that_fails_midway_leaves_nothing_at_the_far_end(tmp_path, publ
     with a block no tar takes (archive.BROKEN_BLOCK), so the remote script
     fails and leaves nothing. The sender runs as nobody when the tests run as
     root (root reads every file); a file unreadable from the start is refused
-    by the scan itself (tests/test_identity_e2e.py)."""
+    by the scan itself (tests/e2e/test_identity_e2e.py)."""
     if not os.path.exists(SYSTEM_PY):
         pytest.skip(f"needs {SYSTEM_PY}, an interpreter every user may run")
     who = {"user": "nobody", "group": "nogroup"} if os.geteuid() == 0 else {}

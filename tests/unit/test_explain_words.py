@@ -1,5 +1,5 @@
 """rc.controller.explain on facts built by hand: every sentence `rc explain
-JOB` can say, without a store (tests/test_explain.py has the same answers
+JOB` can say, without a store (tests/store/test_explain.py has the same answers
 from the real store and plan)."""
 
 from __future__ import annotations

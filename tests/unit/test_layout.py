@@ -171,7 +171,7 @@ def test_every_cli_command_has_help():
     sub = next(a for a in parser._actions if a.dest == "verb")
     summaries = {a.dest: a.help for a in sub._choices_actions}
     for name, p in sub.choices.items():
-        assert p.description and summaries.get(name), name  # tests/test_cli_output.py: args
+        assert p.description and summaries.get(name), name  # tests/unit/test_cli_output.py: args
     assert {
         "run",
         "hold",
@@ -1124,3 +1124,68 @@ def test_the_row_check_sees_each_way_a_row_crosses():
         ("rc/controller/store/jobs.py", 8, "briefs returns a row"),
         ("rc/controller/store/jobs.py", 14, "hands a row to rc.controller.planning.slot_of"),
     ]
+
+
+# -- the test suite's own layout ---------------------------------------------------
+
+TESTS = REPO / "tests"
+
+
+def _test_imports(tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, module) of every import of a `tests.` module in `tree`."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            found += [(node.lineno, n) for n in names[:1] if n.startswith("tests.")]
+        elif isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names if a.name.startswith("tests.")]
+    return found
+
+
+def _shared(module: str) -> bool:
+    return (
+        module == "tests.helpers"
+        or module.startswith("tests.helpers.")
+        or module.endswith("conftest")
+    )
+
+
+def test_no_test_module_imports_another():
+    """What tests share lives in tests/helpers (or a conftest.py): a test
+    module importing another ran that module's fixtures twice and tied two
+    kinds of test together."""
+    bad = []
+    for path in sorted(TESTS.rglob("*.py")):
+        rel = path.relative_to(REPO)
+        for line, module in _test_imports(ast.parse(path.read_text(), str(path))):
+            if not _shared(module):
+                bad.append(f"{rel}:{line} imports {module}")
+    assert not bad, "\n".join(bad)
+
+
+def test_the_test_import_check_sees_each_form():
+    tree = ast.parse(
+        "from tests.e2e.test_cp import x\n"
+        "import tests.unit.test_proto\n"
+        "from tests.helpers.harness import Cli\n"
+        "def f():\n"
+        "    from tests.store.test_schema import CHECKED\n"
+    )
+    assert [(n, m) for n, m in _test_imports(tree) if not _shared(m)] == [
+        (1, "tests.e2e.test_cp"),
+        (2, "tests.unit.test_proto"),
+        (5, "tests.store.test_schema"),
+    ]
+
+
+def test_each_test_module_lives_in_the_folder_of_its_kind():
+    """tests/ holds conftest.py and folders only: unit, store, worker, e2e
+    (tests/conftest.py marks tests/e2e's tests e2e by folder) and helpers."""
+    loose = sorted(
+        p.name for p in TESTS.glob("*.py") if p.name not in ("__init__.py", "conftest.py")
+    )
+    assert not loose, f"test modules outside a folder of their kind: {loose}"
+    kinds = {p.name for p in TESTS.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert kinds == {"unit", "store", "worker", "e2e", "helpers"}
+    assert not list((TESTS / "helpers").glob("test_*.py")), "tests/helpers holds no tests"

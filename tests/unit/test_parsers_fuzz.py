@@ -1,8 +1,8 @@
 """Hypothesis on the parsers that read outside input: TTY input frames, tar
 members in `rc cp`, the worker's TOML config. (Selectors:
-tests/test_selector.py; durations and wire records: tests/test_proto.py;
-/proc and probe output: tests/test_worker_procfs.py and
-tests/test_worker_probes.py.) Each either parses or raises its own error
+tests/unit/test_selector.py; durations and wire records: tests/unit/test_proto.py;
+/proc and probe output: tests/worker/test_worker_procfs.py and
+tests/worker/test_worker_probes.py.) Each either parses or raises its own error
 type, and nothing lands outside a destination."""
 
 from __future__ import annotations

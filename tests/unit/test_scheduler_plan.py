@@ -1,6 +1,6 @@
 """planner.plan(), the pure decision of a pass: priority, FIFO, aging,
 ceilings, the per-user cap. (Jobs on several devices, topology, packing,
-reservation and backfill: tests/test_placement.py.)"""
+reservation and backfill: tests/unit/test_placement.py.)"""
 
 from __future__ import annotations
 
