@@ -25,7 +25,7 @@ With --database each figure is measured on the embedded SQLite file and on
 PostgreSQL, printed side by side ("sqlite: ... | postgresql: ..."): a
 postgresql:// URL names a server (each figure empties the database it is
 given: use a database of its own), `pg` starts a throwaway cluster
-(tests/pgcluster.py, Debian's server binaries) with a fresh database per
+(tests/helpers/pgcluster.py, Debian's server binaries) with a fresh database per
 figure. The controller's RSS is its own process's (the PostgreSQL server's
 memory is not in it).
 """
@@ -68,7 +68,7 @@ class Engine:
         if self.url == "pg":
             if self.cluster is None:
                 sys.path.insert(0, str(ROOT))
-                from tests.pgcluster import PgCluster
+                from tests.helpers.pgcluster import PgCluster
 
                 self.cluster = PgCluster(Path(tempfile.mkdtemp(prefix="rc-bench-pg-")) / "pg")
                 self.cluster.start()

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Failover benchmark (README "More than one box", "Performance").
 
-Starts a throwaway PostgreSQL cluster (tests/pgcluster.py, Debian's server
+Starts a throwaway PostgreSQL cluster (tests/helpers/pgcluster.py, Debian's server
 binaries), two `rc serve` on one database with one log directory, and one
 worker with 2 CPU devices given both URLs. Each round: the active
 controller is killed with SIGKILL while jobs wait in the queue, and the
@@ -32,8 +32,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from rc.proto.client import Client
-from tests.harness import Controller, Worker, base_env, wait_until
-from tests.pgcluster import PgCluster, missing_postgres
+from tests.helpers.harness import Controller, Worker, base_env
+from tests.helpers.pgcluster import PgCluster, missing_postgres
+from tests.helpers.wait import wait_until
 
 TARGET_S = 10.0
 

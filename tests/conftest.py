@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-from tests.harness import (
+from tests.helpers.harness import (
     REPO,
     SYSTEM_PY,
     TEST_USERS,
@@ -22,10 +22,10 @@ from tests.harness import (
     Worker,
     base_env,
     ensure_unix_user,
-    wait_until,
 )
-from tests.inprocess import ENGINE, Lab
-from tests.pgcluster import PgCluster, missing_postgres
+from tests.helpers.inprocess import ENGINE, Lab
+from tests.helpers.pgcluster import PgCluster, missing_postgres
+from tests.helpers.wait import wait_until
 
 # CI is deterministic: the same examples every run, no example database, so a
 # run is red only when the code is. Locally (no CI variable) hypothesis explores
@@ -35,6 +35,18 @@ settings.register_profile("dev")
 settings.load_profile(
     os.environ.get("RC_HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev")
 )
+
+
+E2E = Path(__file__).resolve().parent / "e2e"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The e2e marker goes by folder: every test under tests/e2e (real
+    controller, worker and CLI processes) is e2e, and no other test is, so
+    `-m e2e` and `-m "not e2e"` split the suite by where a module lives."""
+    for item in items:
+        if item.path.is_relative_to(E2E):
+            item.add_marker(pytest.mark.e2e)
 
 
 @pytest.fixture(autouse=True)
@@ -164,7 +176,7 @@ def admin_cli(controller, env, tmp_path) -> Cli:
 
 @pytest.fixture
 def lab(tmp_path):
-    """Factory: an in-process controller on a fake clock (tests.inprocess.Lab)."""
+    """Factory: an in-process controller on a fake clock (tests.helpers.inprocess.Lab)."""
     made = []
 
     def make(**kw) -> Lab:
@@ -179,7 +191,7 @@ def lab(tmp_path):
 
 @pytest.fixture(scope="session")
 def unix_users() -> tuple[str, ...]:
-    """The real Unix users of the identity tests (tests.harness.TEST_USERS),
+    """The real Unix users of the identity tests (tests.helpers.harness.TEST_USERS),
     created with useradd when missing. Needs root, as CI runs (.ci/run)."""
     if os.geteuid() != 0:
         pytest.skip("needs root to create Unix users (CI runs as root)")
@@ -207,7 +219,7 @@ def public_pyz(pyz) -> Iterator[Path]:
 
 @pytest.fixture(scope="session")
 def pg_cluster() -> Iterator[PgCluster]:
-    """A throwaway PostgreSQL cluster for the session (tests/pgcluster.py),
+    """A throwaway PostgreSQL cluster for the session (tests/helpers/pgcluster.py),
     in a directory of its own under /tmp (not pytest's basetemp: another
     pytest run on the machine may prune that while the server runs).
     Skips, with the reason, where the server binaries or psycopg are
@@ -237,7 +249,7 @@ def pg_dsn(pg_cluster) -> Iterator[str]:
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def engine(request) -> Iterator[str]:
-    """Run a test once per store engine: every Lab it makes (tests.inprocess)
+    """Run a test once per store engine: every Lab it makes (tests.helpers.inprocess)
     uses the embedded SQLite file, then a fresh PostgreSQL database of the
     session's cluster. Use it as `pytestmark = pytest.mark.usefixtures("engine")`."""
     if request.param == "postgresql":

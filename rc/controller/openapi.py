@@ -5,7 +5,7 @@ table the app's routes and role checks are built from: who may call each
 route, what it takes and returns (rc.proto.wire records, turned into JSON
 Schema here), and the errors it answers with, each with its status from
 rc.proto.errors.STATUS. So the document cannot drift from the code;
-tests/test_fuzz_api.py (schemathesis) checks the live controller against it.
+tests/e2e/test_fuzz_api.py (schemathesis) checks the live controller against it.
 """
 
 from __future__ import annotations

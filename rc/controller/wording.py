@@ -2,7 +2,7 @@
 and event kind: the one table of its words.
 
 Each table is keyed by the members of an rc.proto.model enum, so a member
-added there without words here fails tests/test_dashboard_words.py.
+added there without words here fails tests/unit/test_dashboard_words.py.
 rc.controller.dashboard puts `vocabulary()` into the page's script when it
 assembles the page; the script keeps no words or enum lists of its own.
 """

@@ -3,7 +3,7 @@
 One `Call` per route the worker (rc.worker) or the CLI (rc.cli) sends: its
 method, its path template, what it takes and what it answers, and the query
 parameters it reads. `request` and `response` are as the route table declares
-them (rc.controller.api.routes.ROUTES, which tests/test_layout.py holds this
+them (rc.controller.api.routes.ROUTES, which tests/unit/test_layout.py holds this
 module equal to): a record of rc.proto.wire, "bytes" (a raw body), "json" (an
 untyped JSON object) or None (no body; a POST without a record sends `{}`, an
 answer without one is `{"ok": true}`).

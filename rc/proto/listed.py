@@ -41,7 +41,7 @@ CUT_MARK = "…"
 TEXT_HEAD_CHARS = LISTED_TEXT_CHARS + 1
 """The characters of a reason or an event's text the store reads for a
 listing: one past the limit says it was longer (queries.sql reads
-substr(text, 1, 257); tests/test_listed.py holds the SQL to it)."""
+substr(text, 1, 257); tests/unit/test_listed.py holds the SQL to it)."""
 
 COMMAND_HEAD_CHARS = 8 * LISTED_TEXT_CHARS
 """The characters of a command's stored JSON text (an array of strings)

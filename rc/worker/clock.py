@@ -3,7 +3,7 @@
 A `Clock` is passed in (as huey's consumer takes `now`), never patched: the
 agent, job runs, hooks, the reporter, the log sink, the script runner, the
 verify pass and the probe pass take one, and tests pass a fake that only
-moves when the test advances it (tests/fakeclock.py).
+moves when the test advances it (tests/helpers/fakeclock.py).
 
 Two readings, never mixed:
 
@@ -41,7 +41,7 @@ kernel read `time` themselves, and only they do:
 Anywhere else in rc/worker a reading or wait that is meant to be real (a
 short tick: the reporter's RUNNING_LINGER_S, a session's look for its hold)
 goes through `SYSTEM`, the real clock, so that it reads as one.
-tests/test_layout.py holds this list and refuses time.time, time.monotonic,
+tests/unit/test_layout.py holds this list and refuses time.time, time.monotonic,
 time.sleep (and their kin) and asyncio.sleep anywhere else in rc/worker.
 """
 

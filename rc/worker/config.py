@@ -96,7 +96,7 @@ MAX_DEVICES = DEVICES_PER_WORKER_MAX
 """Most devices one worker may declare: the controller's limit
 (rc.controller.config Limits.devices_per_worker, which answers more with 400
 limit_exceeded), kept in rc.proto so the CLI's `rc up --devices` checks it
-too; tests/test_worker_operator.py checks that the two agree."""
+too; tests/e2e/test_worker_operator.py checks that the two agree."""
 
 
 class ConfigError(RcError):

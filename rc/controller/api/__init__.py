@@ -116,7 +116,7 @@ def reply(obj: Any, status: int = 200) -> Response:
 
     orjson serializes the records itself (dataclasses, enums, tuples), about four
     times faster than going through rc.proto.codec.encode first; a property test
-    (tests/test_proto.py) holds the two to the same bytes."""
+    (tests/unit/test_proto.py) holds the two to the same bytes."""
     return Response(
         orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS),
         status_code=status,

@@ -6,7 +6,7 @@ parameters and the errors it answers with. From the table come the Starlette
 routes (`Endpoint.route`), the role check that runs before every handler
 (rc.controller.api.authorize), the decoding of a JSON body into the declared
 record (rc.controller.api.json_body) and the OpenAPI document
-(rc.controller.openapi.document). tests/test_auth_matrix.py calls every
+(rc.controller.openapi.document). tests/e2e/test_auth_matrix.py calls every
 route as nine kinds of caller and checks the answers against the same table.
 
 Roles: admin passes every route; `roles` lists the others a route admits

@@ -5,7 +5,7 @@ the token roles it admits (admin always passes), what it takes and returns,
 its query parameters and the errors it answers with. rc.controller.app builds
 the Starlette routes from ROUTES, each behind its role check (the worker
 protocol's come first, from rc.controller.api.worker_routes);
-rc.controller.openapi writes /openapi.json from it; tests/test_auth_matrix.py
+rc.controller.openapi writes /openapi.json from it; tests/e2e/test_auth_matrix.py
 checks every route against nine kinds of caller by it. A code's HTTP status
 is its own in rc.proto.errors.STATUS; `(429, E.LIMIT_EXCEEDED)` names that
 code's second status.

@@ -54,9 +54,9 @@ The contract, for whoever adds to it (or writes a second engine):
 - The boundary. Nothing outside this package calls a Tx query method, uses
   QUERIES, imports sqlite3 or gets a row: a function that answers what it
   read answers records (rc.proto's, the planner's, `rows`'), and no row is
-  handed to code outside the store (tests/test_layout.py checks all of
+  handed to code outside the store (tests/unit/test_layout.py checks all of
   it); every query the code runs exists, is used and has a description
-  (tests/test_schema.py).
+  (tests/store/test_schema.py).
 """
 
 from __future__ import annotations

@@ -30,18 +30,18 @@ max...) is written again under the same name in queries.pg.sql, with the
 same parameters in the same placeholder style: that file (sql/queries.pg.sql)
 holds only such overrides. A column named by a PostgreSQL reserved word (share_weights."user")
 is quoted there: unquoted, `user` prepares and means the session's role.
-tests/test_schema_pg.py prepares every resulting query against the PG
+tests/store/test_schema_pg.py prepares every resulting query against the PG
 schema, so a query that does not port fails there, by name.
 
 How to port (for whoever adds a query or a migration):
 
 - A new named query: add it to sql/queries.sql as usual. Run
-  `python -m pytest -q tests/test_schema_pg.py`; if
+  `python -m pytest -q tests/store/test_schema_pg.py`; if
   test_every_query_prepares_on_postgresql names it, copy it into
   queries.pg.sql under the same `-- name:` and rewrite only the dialect.
 - A new function SQLite gets from Python (sqlite.SQL_FUNCTIONS): the same in SQL
   in rc/store.pg.sql and in the PG migration that first needs it, checked
-  against its Python definition in tests/test_schema_pg.py.
+  against its Python definition in tests/store/test_schema_pg.py.
 - A changed query that has an override: change the override too
   (test_every_override_takes_the_parameters_of_its_query catches a new
   parameter, not a new result column).
@@ -49,7 +49,7 @@ How to port (for whoever adds a query or a migration):
   usual, and the same change in PostgreSQL's dialect as
   sql/migrations/pg/NNNN_x.sql appended to sql.PG_MIGRATIONS (the same
   version number; a Python step in sql.MIGRATION_STEPS runs on both), and
-  rc/store.pg.sql edited to match; tests/test_schema_pg.py checks fresh = oldest PG schema +
+  rc/store.pg.sql edited to match; tests/store/test_schema_pg.py checks fresh = oldest PG schema +
   migrations and that both schema files have the same tables, columns and
   CHECK lists. The PG line starts at version sql.PG_BASELINE (the first
   schema PostgreSQL had); the version is kept in the rc_schema table.

@@ -2,7 +2,7 @@
 the rest of the controller gets (rc.proto records, the planner's records,
 and the few records of the store's own below).
 
-Nothing outside rc/controller/store sees a row (tests/test_layout.py holds
+Nothing outside rc/controller/store sees a row (tests/unit/test_layout.py holds
 it to that): a store function that answers with something read returns one
 of these records, built here, so a column's name and its stored form (JSON
 text, 0/1 for a boolean, an enum's value) are known in the store alone.

@@ -122,7 +122,7 @@ the calls were most of the count's time, and the count most of the
 controller's CPU under a stream of submissions (bench/pyspy.py); inline,
 with the jobs_queue_ask index covering it, and the rule worked out only for
 jobs of a lower priority than the counted one's, a count over 2,000 queued
-jobs takes 0.8 ms instead of 11. tests/test_queue_position.py holds it
+jobs takes 0.8 ms instead of 11. tests/store/test_queue_position.py holds it
 equal to the plan.
 """
 

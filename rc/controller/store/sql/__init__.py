@@ -14,8 +14,8 @@ migrations of both engines. Nothing here talks to a database.
   same numbers from PG_BASELINE on (PG_MIGRATIONS, numbered in the
   rc_schema table), and the Python steps both run after a migration's SQL
   (MIGRATION_STEPS). A new version appends its file to both lists and edits
-  both schema files to match (tests/test_schema.py and
-  tests/test_schema_pg.py prove the two paths agree).
+  both schema files to match (tests/store/test_schema.py and
+  tests/store/test_schema_pg.py prove the two paths agree).
 """
 
 from __future__ import annotations

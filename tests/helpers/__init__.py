@@ -1,0 +1,1 @@
+"""Non-test modules the tests share: the harness, fakes, clusters, waits."""

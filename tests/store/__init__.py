@@ -1,0 +1,1 @@
+"""The store and the controller in-process over it, on both engines."""

@@ -1,0 +1,1 @@
+"""Pure tests: no processes, no database."""

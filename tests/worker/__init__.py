@@ -1,0 +1,1 @@
+"""The worker's parts, in-process or as one child."""
