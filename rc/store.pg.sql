@@ -1,7 +1,7 @@
 -- rc/store.pg.sql: the whole schema of the controller's database on PostgreSQL
 -- (rc serve --database postgresql://...). The same tables, columns, names and
 -- invariants as rc/store.sql, in PostgreSQL's dialect; the two files change
--- together (tests/test_schema_pg.py compares their tables, columns and CHECK
+-- together (tests/store/test_schema_pg.py compares their tables, columns and CHECK
 -- lists). Applied to an empty database, then rc_schema.version is set to the
 -- newest version (the same numbering as SQLite's user_version: PG migrations
 -- live in rc/controller/store/sql/migrations/pg/ under the same numbers).
@@ -276,7 +276,7 @@ CREATE TABLE leadership (
 -- The functions SQLite gets from Python (rc.controller.store.sqlite.SQL_FUNCTIONS),
 -- written again in SQL: rc.controller.planning.aged_priority,
 -- rc.proto.model.Condition.met_by and rc.controller.planning.fairshare.decayed
--- (tests/test_schema_pg.py checks each against its Python definition on a
+-- (tests/store/test_schema_pg.py checks each against its Python definition on a
 -- grid of inputs).
 CREATE FUNCTION effective_priority(priority bigint, queued_at double precision,
                                    now double precision, aging double precision)

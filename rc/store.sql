@@ -2,7 +2,7 @@
 --
 -- Applied to an empty database, then PRAGMA user_version is set to the number
 -- of the newest migration (rc/controller/store/sql/migrations/; each one edits
--- this file to match, and tests/test_schema.py proves the oldest schema plus
+-- this file to match, and tests/store/test_schema.py proves the oldest schema plus
 -- every migration equals it). Invariants the schema holds by itself, not
 -- only by code:
 --   * every enum column has a CHECK listing its values (tests compare them

@@ -226,7 +226,7 @@
   // "killed by NAME[ (admin)][: WHY]" reads "by NAME: WHY" (the actor first,
   // so cutting the free text never hides who), the worker's fixed reasons are
   // reworded, anything else is shown as it is. A browser test
-  // (tests/test_dashboard.py) holds the two to the same words.
+  // (tests/e2e/test_dashboard.py) holds the two to the same words.
   const KILLED_BY = /^killed by ([^\s:]+(?: \(token [^\s:()]+\))?)( \(admin\))?(?:: ([\s\S]*))?$/;
   const REWORDED = [
     [/^idle: no output for (\S+)$/, (m) => `no output for ${m[1]} (idle timeout)`],

@@ -3,7 +3,7 @@
 -- queries.sql runs there as it is, its placeholders translated. Each query
 -- here has the same name, the same parameters in the same placeholder style
 -- (?, ?N or :name) and the same result columns as in queries.sql; only the
--- dialect changes. tests/test_schema_pg.py prepares every query on
+-- dialect changes. tests/store/test_schema_pg.py prepares every query on
 -- PostgreSQL and checks each name here exists in queries.sql.
 --
 -- The dialect, once: SQLite's json_each(x) over an array of ids is

@@ -1,6 +1,6 @@
 -- Named queries of the controller, loaded once by rc.controller.store.sql.
 -- Each starts at a `-- name: NAME` header, then its description: one line
--- (more `--` lines may follow). tests/test_schema.py checks every name the
+-- (more `--` lines may follow). tests/store/test_schema.py checks every name the
 -- code uses is defined here, every query here is used, and each has a
 -- description. Lists travel as JSON arrays through json_each().
 
@@ -319,7 +319,7 @@ JOIN jobs AS a ON a.id = d.after_id WHERE d.job_id = ? ORDER BY d.after_id
 -- whatever it waited: the rule is worked out only for the rest. It is written
 -- inline here, not called as effective_priority(): a call into Python per
 -- queued job was most of the count's time (the rule's one definition is
--- rc.controller.planning.aged_priority; tests/test_queue_position.py holds the
+-- rc.controller.planning.aged_priority; tests/store/test_queue_position.py holds the
 -- two equal). jobs_queue_ask covers the scan and its grouping.
 SELECT j.selector, j.device_ids, j.max_runtime, j.unix_user, j.excluded_device_ids,
        count(*) AS n
