@@ -17,10 +17,14 @@ from tests.helpers.inprocess import Lab
 SECRET = "worker-secret-for-the-test"
 
 
-async def call(app, method: str, path: str, body=None, query: str = "") -> tuple[int, bytes]:
-    """One HTTP request to the ASGI `app` as the worker of host "again":
+async def call(
+    app, method: str, path: str, body=None, query: str = "", token: str | None = SECRET
+) -> tuple[int, bytes]:
+    """One HTTP request to the ASGI `app` with bearer `token` (by default
+    the worker of host "again"'s secret; None: no authorization header):
     returns (status, body)."""
     raw = orjson.dumps(body) if body is not None else b""
+    auth = [(b"authorization", f"Bearer {token}".encode())] if token is not None else []
     scope = {
         "type": "http",
         "asgi": {"version": "3.0"},
@@ -32,7 +36,7 @@ async def call(app, method: str, path: str, body=None, query: str = "") -> tuple
         "query_string": query.encode(),
         "root_path": "",
         "headers": [
-            (b"authorization", f"Bearer {SECRET}".encode()),
+            *auth,
             (b"content-type", b"application/json"),
             (b"content-length", str(len(raw)).encode()),
         ],

@@ -7,7 +7,6 @@ counts per caller are bounded."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +22,7 @@ from rc.controller.signin import (
     SESSION_S,
     SESSIONS_PER_CALLER,
 )
+from tests.helpers.asgi import call
 from tests.helpers.inprocess import T0, Lab
 
 CODE, SESSION = "/v1/dashboard/code", "/v1/dashboard/session"
@@ -37,43 +37,7 @@ class Site:
         self.admin = (lab.data / "admin.token").read_text().strip()
 
     def call(self, method: str, path: str, token: str | None, body=None) -> tuple[int, dict]:
-        raw = orjson.dumps(body) if body is not None else b""
-        headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(raw))]
-        if token is not None:
-            headers.append((b"authorization", f"Bearer {token}".encode()))
-        scope = {
-            "type": "http",
-            "asgi": {"version": "3.0"},
-            "http_version": "1.1",
-            "method": method,
-            "scheme": "http",
-            "path": path,
-            "raw_path": path.encode(),
-            "query_string": b"",
-            "root_path": "",
-            "headers": headers,
-            "client": ("127.0.0.1", 1),
-            "server": ("127.0.0.1", 80),
-        }
-        sent = False
-        status, chunks = 0, []
-
-        async def receive():
-            nonlocal sent
-            if not sent:
-                sent = True
-                return {"type": "http.request", "body": raw, "more_body": False}
-            await asyncio.Event().wait()
-
-        async def send(message):
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            elif message["type"] == "http.response.body":
-                chunks.append(message.get("body", b""))
-
-        self.lab.run(self.app(scope, receive, send))
-        data = b"".join(chunks)
+        status, data = self.lab.run(call(self.app, method, path, body, token=token))
         return status, orjson.loads(data) if data else {}
 
     def token(self, name: str, **kw) -> str:
