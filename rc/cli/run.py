@@ -408,12 +408,13 @@ def _interrupted(c: Client, job: dict, cause: str, kill_on_detach: bool) -> int:
         _kill_running(c, job, cause)
         return 130
     if cause == "Ctrl-C":
-        stderr(
-            f"detached from job {job['id']}; press Ctrl-C again within "
-            f"{DOUBLE_INTERRUPT_S:g} s to kill job {job['id']}"
-        )
         deadline = time.monotonic() + DOUBLE_INTERRUPT_S
-        try:
+        try:  # armed before the line is written: a second Ctrl-C that comes
+            # as it is (the reader acts on it at once) kills too, never exits quietly
+            stderr(
+                f"detached from job {job['id']}; press Ctrl-C again within "
+                f"{DOUBLE_INTERRUPT_S:g} s to kill job {job['id']}"
+            )
             while (left := deadline - time.monotonic()) > 0:
                 time.sleep(left)
         except KeyboardInterrupt as e:
