@@ -31,6 +31,7 @@ from rc.cli.output import (
 )
 from rc.cli.show import array_lines
 from rc.proto import calls
+from rc.proto.names import valid_unix_user
 
 __all__ = [
     "PS_WATCH_S",
@@ -97,6 +98,18 @@ def since_arg(text: str) -> float:
     return at.timestamp()
 
 
+def unix_user_arg(text: str) -> str:
+    """--user's value: a Unix user name (rc.proto.names.valid_unix_user).
+    Raises argparse.ArgumentTypeError naming the rule, so a principal or a
+    typo is refused instead of listing nothing."""
+    if valid_unix_user(text):
+        return text
+    hint = "; for your own jobs use --mine" if text.startswith(("token:", "uid:")) else ""
+    raise argparse.ArgumentTypeError(
+        f"{text!r} is not a Unix user name (the user the jobs run as){hint}"
+    )
+
+
 def add_filter_flags(p: argparse.ArgumentParser) -> None:
     """--mine, --user, --state, --name, --since: which jobs (rc jobs, rc kill)."""
     p.add_argument("--mine", action="store_true", help="only your own jobs (you own them)")
@@ -104,6 +117,7 @@ def add_filter_flags(p: argparse.ArgumentParser) -> None:
         "--user",
         "--submitter",
         dest="submitter",
+        type=unix_user_arg,
         default="",
         metavar="USER",
         help="only the jobs that run as Unix user USER (theirs, by any token or the socket)",

@@ -309,6 +309,9 @@ BAD_INVOCATIONS = [
     (["up", "--listen", "127.0.0.1:８０"], "rc up", "use HOST:PORT"),
     # found by a new user: --expires 0 made a token that never expires, unsaid
     (["token", "create", "bob", "--expires", "0"], "rc token create", "never expires"),
+    # found by a new user: `rc jobs --user token:ci` and a typo listed nothing
+    (["jobs", "--user", "token:ci"], "rc jobs", "not a Unix user name (the user the jobs run"),
+    (["kill", "--user", "no such user"], "rc kill", "'no such user' is not a Unix user name"),
     # found by a new user: `rc jobs --device bad` listed nothing
     (["jobs", "--device", "bad"], "rc jobs", "is not a device id"),
     # found by a new user: a long name was called "not a job name", its length unsaid
