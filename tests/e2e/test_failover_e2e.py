@@ -146,4 +146,5 @@ def test_an_exec_cut_by_the_controller_going_away_says_why(tmp_path, env, pyz, m
         assert b"Traceback" not in err
     finally:
         w.kill9()  # its reports could only wait for the dead controller
+        w.kill_jobs_left()  # the hold's process, which no restarted worker ends
         ctl.stop()

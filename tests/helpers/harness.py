@@ -8,6 +8,7 @@ stopped: terminate → wait(timeout) → kill.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from rc.proto.client import Client
+from rc.worker.cgroups import DEFAULT_ROOTS
 
 REPO = Path(__file__).resolve().parents[2]
 PY = sys.executable
@@ -242,6 +244,18 @@ class Worker:
         if self.proc and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(10)
+
+    def kill_jobs_left(self) -> None:
+        """SIGKILL what this host's jobs left in its cgroups (rc-worker-HOST-*):
+        a worker ended by kill9 ends none of them, and a test that does not
+        start it again would leave them running (a hold's sleep, for ever)."""
+        roots = [Path(r) for r in DEFAULT_ROOTS]
+        for top in (t for r in roots for t in r.glob(f"rc-worker-{self.host}-*")):
+            for procs in top.rglob("cgroup.procs"):
+                with contextlib.suppress(OSError, ValueError):
+                    for pid in procs.read_text().split():
+                        with contextlib.suppress(ProcessLookupError):
+                            os.kill(int(pid), signal.SIGKILL)
 
 
 class Cli:
