@@ -102,7 +102,7 @@ def unix_user_arg(text: str) -> str:
     """--user's value: a Unix user name (rc.proto.names.valid_unix_user).
     Raises argparse.ArgumentTypeError naming the rule, so a principal or a
     typo is refused instead of listing nothing."""
-    if valid_unix_user(text):
+    if not text or valid_unix_user(text):  # "": no filter (argparse types the default too)
         return text
     hint = "; for your own jobs use --mine" if text.startswith(("token:", "uid:")) else ""
     raise argparse.ArgumentTypeError(

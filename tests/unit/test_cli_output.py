@@ -280,6 +280,14 @@ def test_token_help_says_to_prefer_the_environment_or_the_config():
         assert "--token TOKEN" in text and "prefer" in text and "RC_TOKEN" in text, verb
 
 
+def test_jobs_and_kill_parse_with_no_user_given():
+    """argparse types a flag's default too: --user's check refused every
+    `rc jobs` and `rc kill` that gave no --user (the default "")."""
+    for verb in ("jobs", "kill"):
+        args = build_parser(verb).parse_args([verb] + (["1"] if verb == "kill" else []))
+        assert args.submitter == ""
+
+
 BAD_INVOCATIONS = [
     # found by a new user: handler-made usage errors did not name the verb's help
     (["jobs", "-n", "0"], "rc jobs", "0 is out of range (1..1000)"),
