@@ -48,14 +48,14 @@ def test_a_reader_that_stops_reading_is_dropped_and_never_buffers(tmp_path):
             what="the hello frame",
         )
         sub = next(iter(b.subs))
-        started = time.monotonic()
+        deadline = time.monotonic() + 30  # a bound on the test, not a timing claim
         most = 0
-        while not task.done():
+        while not task.done() and time.monotonic() < deadline:
             for _ in range(200):  # commits keep coming; none of them waits for the reader
                 ctl.hub.notify(["devices", "jobs", "events", "log:1", "job:1"])
             most = max(most, len(sub.pending))
             await asyncio.sleep(0.01)
-        assert time.monotonic() - started < 3.0
+        assert task.done(), "the stalled reader was never dropped"
         assert most <= 3
         assert b.count() == 0
 
