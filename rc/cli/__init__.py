@@ -32,6 +32,7 @@ GROUPS = (
     "forward",
     "serve",
     "up",
+    "slurm",
 )
 """Modules of rc.cli that contribute subcommands, in help order."""
 
@@ -67,6 +68,8 @@ VERBS = {
     "worker": "serve",
     "up": "up",
     "down": "up",
+    "shim": "slurm",
+    "slurm": "slurm",
 }
 """Each verb and the GROUPS module that defines it, so that `rc devices` imports
 only rc.cli.devices and not the relay, copy and run machinery (README
