@@ -33,6 +33,7 @@ GROUPS = (
     "serve",
     "up",
     "slurm",
+    "doctor",
 )
 """Modules of rc.cli that contribute subcommands, in help order."""
 
@@ -70,6 +71,7 @@ VERBS = {
     "down": "up",
     "shim": "slurm",
     "slurm": "slurm",
+    "doctor": "doctor",
 }
 """Each verb and the GROUPS module that defines it, so that `rc devices` imports
 only rc.cli.devices and not the relay, copy and run machinery (README
