@@ -212,3 +212,42 @@ def test_the_zipapp_imports_the_api(pyz, box):
     )
     assert got.returncode == 0, got.stderr
     assert got.stdout.decode().strip() == "['box:cpu0', 'box:cpu1']"
+
+
+def test_a_program_that_names_itself_puts_each_write_in_the_feed(box):
+    """Rc-Via (rc.proto.VIA_HEADER): a submit and a kill sent with it are
+    in the feed, under the caller's own label; without it an owner's own
+    submit and kill are not; a malformed value is refused."""
+    from rc.proto import VIA_HEADER, calls
+
+    token = box.token("erin")
+    agent = rc.api.connect(controller=box.url, token=token, headers={VIA_HEADER: "mcp"})
+    plain = rc.api.connect(controller=box.url, token=token)
+    quiet = plain.submit(["sleep", "30"])
+    quiet.kill()
+    job = agent.submit(["sleep", "30"], name="agent-job")
+    agent.job(job.id).kill("agent says stop")
+    job.wait(timeout=30)
+    quiet.wait(timeout=30)
+    feed = box.client().call(calls.EVENTS, params={"limit": 1000})["events"]
+    mine = [(e["kind"], e["job_id"], e["actor"], e["text"]) for e in feed if e["job_id"]]
+    assert mine == [
+        (
+            "job_submitted",
+            job.id,
+            "erin (token erin)",
+            f"erin (token erin) submitted job {job.id} via mcp",
+        ),
+        (
+            "job_killed",
+            job.id,
+            "erin (token erin)",
+            f"erin (token erin) killed their own job {job.id} via mcp",
+        ),
+    ]
+    bad = rc.api.connect(controller=box.url, token=token, headers={VIA_HEADER: "MCP server"})
+    with pytest.raises(ApiError) as refused:
+        bad.submit(["true"])
+    assert refused.value.code == "bad_request" and VIA_HEADER in refused.value.message
+    for c in (agent, plain, bad):
+        c.close()
