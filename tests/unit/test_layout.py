@@ -21,12 +21,14 @@ STDLIB = set(sys.stdlib_module_names) | {"__future__"}
 LIGHT = {
     "rc/proto": {"rc.proto"},
     "rc/worker": {"rc.proto", "rc.worker"},
-    "rc/cli": {"rc.proto", "rc.cli"},
+    "rc/cli": {"rc.proto", "rc.cli", "rc.api"},  # rc.api: rc mcp's tools
     "rc/__init__.py": set(),
     "rc/__main__.py": {"rc.cli", "rc.worker"},
     "rc/api.py": {"rc.proto", "rc.cli"},  # the Python API (README "A Python API"), in the zipapp
 }
-OPTIONAL = {"argcomplete"}
+OPTIONAL = {"argcomplete", "mcp"}
+"""Imported only where present: argcomplete for completion, the MCP SDK
+inside `rc mcp` (the extra rc[mcp]; rc.cli.mcp.require_sdk says so)."""
 
 
 def _python_files(root: str) -> list[Path]:
