@@ -22,6 +22,7 @@ import sys
 from typing import Any
 
 from rc.cli.context import add_client_flags
+from rc.proto import calls
 from rc.proto.codec import encode
 from rc.proto.errors import ApiError, RcError
 
@@ -124,10 +125,7 @@ class Tools:
         return {"jobs": [_job(j.record) for j in got]}
 
     def show_job(self, job_id: int) -> dict:
-        c = self.conn.client
-        from rc.proto import calls
-
-        return c.call(calls.JOB_GET, job_id, params={"detail": "1"})
+        return self.conn.client.call(calls.JOB_GET, job_id, params={"detail": "1"})
 
     def explain_job(self, job_id: int) -> dict:
         return encode(self.conn.job(job_id).explain())
