@@ -185,7 +185,11 @@ class Job:
                 got = self.conn.client.call(
                     calls.JOB_GET,
                     self.id,
-                    params={"wait": f"{poll}s", "state": self.record.state.value, "position": 0},
+                    params={
+                        "wait": f"{poll}s",
+                        "state": self.record.state.value,
+                        "position": self.queue_position,  # answered when either moves
+                    },
                     timeout=poll + 15,
                 )
             except TransportError:

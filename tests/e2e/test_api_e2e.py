@@ -81,6 +81,30 @@ def test_queued_job_is_cancelled_and_explained(alice):
         j.wait(timeout=30)
 
 
+def _client_requests(box) -> float:
+    text = box.client().request("GET", "/metrics").body.decode()
+    line = next(
+        x for x in text.splitlines() if x.startswith('rc_http_requests_total{side="client"}')
+    )
+    return float(line.split()[-1])
+
+
+def test_waiting_on_a_queued_job_is_a_long_poll_not_a_loop(alice, box):
+    """Job.wait sends the queue position it knows: a job that stays at its
+    place in the queue costs one request per long poll, not one per
+    round trip."""
+    blockers = [alice.submit(["sleep", "60"]) for _ in range(2)]
+    queued = alice.submit(["true"])
+    assert queued.state is JobState.QUEUED
+    before = _client_requests(box)
+    with pytest.raises(rc.api.WaitTimeout):
+        queued.wait(timeout=3)
+    assert _client_requests(box) - before <= 6  # 3 polls of 1 s at most, and the scrapes
+    for j in (queued, *blockers):
+        j.kill()
+        j.wait(timeout=30)
+
+
 def test_jobs_devices_explain_usage(alice, box):
     a = alice.submit(["true"], name="listed-a")
     a.wait(timeout=60)
