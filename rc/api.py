@@ -141,18 +141,22 @@ class Job:
 
     @property
     def id(self) -> int:
+        """The job's id."""
         return self.record.id
 
     @property
     def state(self) -> JobState:
+        """Its state as last read (rc.proto.model.JobState)."""
         return self.record.state
 
     @property
     def exit_code(self) -> int | None:
+        """Its exit code once it ended on its own (None before, or when killed before exiting)."""
         return self.record.exit_code
 
     @property
     def name(self) -> str:
+        """Its name ("" for none)."""
         return self.record.name
 
     @property

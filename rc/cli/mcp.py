@@ -94,7 +94,8 @@ class Tools:
     """What each MCP tool does, on `conn` (an rc.api.Connection), as the
     principal `me` (rc.api.Connection.whoami()). Each method returns a dict
     of JSON values, or raises RcError (the server turns it into the tool's
-    error, the controller's code and words kept)."""
+    error, the controller's code and words kept). What each one does, its
+    limits and its costs are its DESCRIPTIONS entry, which the agent reads."""
 
     def __init__(self, conn, allow: frozenset[str] = frozenset()) -> None:
         self.conn = conn
