@@ -447,20 +447,23 @@ def follow_log(c: Client, job_id: int, out, offset: int = 0, follow: bool = True
 def wait_terminal(c: Client, job_id: int, give_up_after: float | None = RECONNECT_MAX_S) -> dict:
     """The job once it has ended, by long poll; transport failures are retried
     (for up to `give_up_after` seconds in a row; None: forever)."""
-    state, failing_since, delay = "", None, 0.5
+    state, position, failing_since, delay = "", 0, None, 0.5
     while True:
         try:
-            job = c.call(
+            view = c.call(
                 calls.JOB_GET,
                 job_id,
-                params={"wait": "50s", "state": state, "position": 0},
+                params={"wait": "50s", "state": state, "position": position},
                 timeout=65,
-            )["job"]
+            )
             raise_pending()
             failing_since, delay = None, 0.5
+            job = view["job"]
             if job["state"] in TERMINAL:
                 return job
-            state = job["state"]
+            # the position too: a job put back in the queue (a requeue) waits at
+            # its place, and a poll naming another position is answered at once
+            state, position = job["state"], view.get("queue_position", 0)
         except TransportError:
             now = time.monotonic()
             failing_since = failing_since or now
