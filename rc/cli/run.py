@@ -51,6 +51,7 @@ from rc.cli.follow import (
     CANCEL_TIMEOUT_S,
     TERMINAL,
     add_env_flags,
+    add_export_flag,
     exit_status,
     follow_log,
     job_env,
@@ -190,6 +191,7 @@ def add_parsers(sub) -> None:
         help="working directory on the device's host (default: the current directory)",
     )
     add_env_flags(p, "the job")
+    add_export_flag(p)
     _name_flag(p, "job")
     _after_flag(p)
     p.add_argument(

@@ -340,6 +340,15 @@ def add_parsers(sub) -> None:
         help="most bytes of job specs (commands, environments) one user may have queued; "
         'past it a submission is refused, 429 queued_spec_bytes (0: no budget; default 256 MiB; README "Limits")',
     )
+    p.add_argument(
+        "--export-default",
+        type=_export_arg,
+        default="ALL",
+        metavar="EXPORT",
+        help="what a job takes of its submitter's shell environment when rc run names no "
+        "--export: ALL (the default, as sbatch), NONE (a clean start) or NAME,... "
+        '(README "Your environment in a job")',
+    )
     p.add_argument("--ready-fd", type=int, default=None, help=argparse.SUPPRESS)
     p.set_defaults(handler="serve:cmd_serve")
 
@@ -351,6 +360,17 @@ def add_parsers(sub) -> None:
     )
     p.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     p.set_defaults(handler="serve:cmd_worker")
+
+
+def _export_arg(text: str) -> str:
+    """argparse type of --export-default: an export (rc.proto.exports), kept as given."""
+    from rc.proto.exports import parse_export
+
+    try:
+        parse_export(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
 
 
 def have_controller() -> bool:
@@ -403,6 +423,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         flap_window=args.flap_window,
         lease_default=args.lease_default,
         lease_grace=args.lease_grace,
+        export_default=args.export_default,
         limits=config.Limits(
             log_cap_bytes=args.log_cap,
             queued_spec_bytes=args.max_queued_spec_bytes,

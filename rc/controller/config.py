@@ -30,9 +30,10 @@ class Limits:
     """Most arguments in a command (400 limit_exceeded)."""
     argv_bytes: int = 256 << 10
     """Most bytes in a command's arguments together (400 limit_exceeded)."""
-    env_items: int = 256
-    """Most environment entries per job (400 limit_exceeded)."""
-    env_bytes: int = 64 << 10
+    env_items: int = 1024
+    """Most environment entries per job, the exported shell's included (400
+    limit_exceeded)."""
+    env_bytes: int = 256 << 10
     """Most bytes in a job's environment together (400 limit_exceeded)."""
     text_bytes: int = 4096
     """Longest free-text field: reason, cwd, selector, names (400 limit_exceeded)."""
@@ -121,6 +122,9 @@ class ControllerConfig:
     max_user_priority: int = 0
     """Highest priority a user (not an admin) may ask for, -10..10; admins
     may ask up to 10, and anyone for a negative one (400 priority_not_allowed)."""
+    export_default: str = "ALL"
+    """What a job takes of its submitter's shell when the request names no
+    export (rc.proto.exports grammar; rc serve --export-default)."""
     fair_share: float = 0.0
     """Half-life of the decayed usage fair share reads, seconds (0: fair share off)."""
     flap_limit: int = 3

@@ -68,7 +68,9 @@ async def submit(request: Request):
     c = ctl(request)
     who = caller(request)
     req = await json_body(request, c.cfg.limits.body_bytes)
-    new = validate_submit(req, who, c.cfg.limits, c.policy.cap, c.cfg.max_user_priority)
+    new = validate_submit(
+        req, who, c.cfg.limits, c.policy.cap, c.cfg.max_user_priority, c.cfg.export_default
+    )
     if c.policy.shares is not None:
         c.policy.shares.note_submitter(new.unix_user or "")
     job_id, created = await c.db.write(jobs.enqueue, new, c.match_cache)

@@ -31,6 +31,10 @@ class SubmitRequest:
     `requeue_on_hardware` (default true): a hardware failure of the job
     (JobReport.hardware_cause) puts it back in the queue, away from the
     faulty devices, at most model.RESTARTS_MAX times (README "GPU health").
+    `export` (rc.proto.exports grammar; "" the controller's default, rc serve
+    --export-default) says what of `caller_env`, the submitting shell's
+    environment as the client sent it, the job takes; `env` goes on top
+    (README "Your environment in a job").
     """
 
     command: tuple[str, ...] = ()
@@ -55,6 +59,8 @@ class SubmitRequest:
     after: tuple[str, ...] = ()
     hold_idle_timeout_seconds: int | None = None
     requeue_on_hardware: bool = True
+    export: str = ""
+    caller_env: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,156 @@
+"""A lab's daily life, tried as lab members on a shared box: a
+one-box started as root (`rc up -d`) and real Unix users on its socket.
+
+- their environment: from an activated venv, `rc run -- python` is the
+  venv's python; secrets, rc's own variables and the device variables stay
+  home; --export NONE is the clean start, and a command it cannot find says
+  the PATH the job had; another user sees none of the values;
+- their scripts: `rc batch` with #SBATCH/#RC directives, run as the user
+  with its arguments, from the script as it was when submitted.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from rc.proto.client import Client
+from tests.helpers.harness import PY, SYSTEM_PY, UserCli, base_env, job
+from tests.helpers.wait import wait_until
+
+HOST = "dbox"
+ALICE, BOB = "rc-test-alice", "rc-test-bob"
+
+
+@dataclass
+class Box:
+    data: Path
+    socket: str
+    admin: Client
+    pyz: Path
+
+    def user(self, name: str, **env: str) -> UserCli:
+        return UserCli(name, self.pyz, {"RC_SOCKET": self.socket, **env})
+
+
+@pytest.fixture(scope="module")
+def box(unix_users, public_pyz, tmp_path_factory) -> Iterator[Box]:
+    root = Path(tempfile.mkdtemp(prefix="rc-daily-", dir="/tmp"))
+    root.chmod(0o755)
+    env = base_env(tmp_path_factory.mktemp("root-home"))
+    env["RC_SOCKET"] = str(root / "rc.sock")
+    data = root / "data"
+    res = subprocess.run(
+        [PY, "-m", "rc", "up", "-d", "--data", str(data), "--listen", "127.0.0.1:0",
+         "--devices", "2", "--host", HOST],
+        env=env, cwd=root, capture_output=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    url = json.loads((data / "up.json").read_text())["url"]
+    admin = Client(url, (data / "admin.token").read_text().strip())
+    try:
+        yield Box(data, env["RC_SOCKET"], admin, public_pyz)
+    finally:
+        subprocess.run(
+            [PY, "-m", "rc", "down", "--data", str(data)],
+            env=env, cwd=root, capture_output=True, timeout=120, check=False,
+        )  # fmt: skip
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _venv(user: UserCli) -> Path:
+    """A venv in the user's home, made as the user (no pip: fast)."""
+    where = Path(user.home) / "venv-daily"
+    if not where.exists():
+        res = subprocess.run(
+            ["/usr/sbin/runuser", "-u", user.name, "--", SYSTEM_PY, "-m", "venv",
+             "--without-pip", str(where)],
+            capture_output=True, timeout=120, check=False, cwd=user.home,
+        )  # fmt: skip
+        assert res.returncode == 0, res.stderr
+    return where
+
+
+def _job_id(stderr: bytes) -> int:
+    return int(re.search(rb"job (\d+)", stderr).group(1))
+
+
+# -- the caller's environment ---------------------------------------------------------
+
+
+def test_from_an_activated_venv_python_is_the_venvs(box):
+    """The issue's first breakage: the README's own `rc run -- python ...`
+    from an activated venv failed (cannot start 'python')."""
+    plain = box.user(ALICE)
+    venv = _venv(plain)
+    alice = box.user(
+        ALICE, PATH=f"{venv}/bin:{plain.env['PATH']}", VIRTUAL_ENV=str(venv), LAB_MODE="train"
+    )
+    res = alice.run("run", "--", "python", "-c", "import sys; print(sys.prefix)", timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.decode().strip() == str(venv)
+    res = alice.run("run", "--", "sh", "-c", 'echo "$LAB_MODE $(id -un)"', timeout=120)
+    assert res.stdout.decode().split() == ["train", ALICE], res.stderr
+
+
+def test_secrets_rc_and_device_variables_stay_home_unless_named(box):
+    alice = box.user(
+        ALICE,
+        HF_TOKEN="hf_secret",
+        RC_KILL_ON_DETACH="0",
+        RC_FAKE="leak",
+        CUDA_VISIBLE_DEVICES="7",
+        SSH_AUTH_SOCK="/tmp/nope",
+    )
+    show = (
+        "import os; print(repr({k: os.environ.get(k) for k in "
+        "('HF_TOKEN', 'RC_FAKE', 'RC_KILL_ON_DETACH', 'CUDA_VISIBLE_DEVICES', "
+        "'SSH_AUTH_SOCK', 'RC_JOB_ID')}))"
+    )
+    res = alice.run("run", "--", SYSTEM_PY, "-c", show, timeout=120)
+    assert res.returncode == 0, res.stderr
+    got = eval(res.stdout.decode())
+    assert got["HF_TOKEN"] is None and got["RC_FAKE"] is None
+    assert got["RC_KILL_ON_DETACH"] is None and got["SSH_AUTH_SOCK"] is None
+    assert got["CUDA_VISIBLE_DEVICES"] != "7" and got["RC_JOB_ID"] == str(_job_id(res.stderr))
+    assert b"look like secrets): HF_TOKEN" in res.stderr
+    res = alice.run("run", "-e", "HF_TOKEN", "--", "sh", "-c", 'echo "$HF_TOKEN"', timeout=120)
+    assert res.stdout.strip() == b"hf_secret", res.stderr
+
+
+def test_export_none_is_the_clean_start_and_a_missing_command_names_the_path(box):
+    alice = box.user(ALICE, LAB_MODE="train")
+    res = alice.run("run", "--export", "NONE", "--", "sh", "-c", 'echo "[$LAB_MODE]"')
+    assert res.stdout.strip() == b"[]", res.stderr
+    res = alice.run("run", "--export", "NONE", "--", "no-such-tool-xyz", timeout=120)
+    assert res.returncode == 127
+    said = res.stdout + res.stderr
+    assert b"not found on the job's PATH=/usr/local/sbin:/usr/local/bin:" in said, said
+    res = alice.run(
+        "run", "--export", "LAB_MODE,EXTRA=1", "--", "sh", "-c", 'echo "$LAB_MODE $EXTRA $PATH"'
+    )
+    assert res.stdout.split()[:2] == [b"train", b"1"], res.stderr
+    assert res.stdout.split()[2].startswith(b"/usr/local/sbin"), res.stdout  # PATH not listed
+    res = alice.run("run", "--export", "RC_TOKEN", "--", "true")
+    assert res.returncode == 2 and b"rc's to set" in res.stderr
+
+
+def test_another_user_sees_names_never_values(box):
+    alice = box.user(ALICE, LAB_DB="postgres://alice:pw@db/lab")
+    res = alice.run("run", "--", "true", timeout=120)
+    assert res.returncode == 0, res.stderr
+    job_id = _job_id(res.stderr)
+    assert job(box.admin, job_id)["env"]["LAB_DB"] == "postgres://alice:pw@db/lab"
+    res = box.user(BOB).run("show", job_id.__str__(), "-o", "json")
+    assert res.returncode == 0, res.stderr
+    env = json.loads(res.stdout)["job"]["env"]
+    assert env["LAB_DB"] == "(hidden)" and "alice:pw" not in res.stdout.decode()
+    wait_until(lambda: job(box.admin, job_id)["state"] == "succeeded", 30, "the job to end")
