@@ -21,6 +21,7 @@ __all__ = ["GROUPS", "VERBS", "build_parser", "main"]
 
 GROUPS = (
     "run",
+    "batch",
     "arrays",
     "jobs",
     "devices",
@@ -40,6 +41,7 @@ VERBS = {
     "hold": "run",
     "release": "run",
     "extend": "run",
+    "batch": "batch",
     "rerun": "arrays",
     "jobs": "jobs",
     "show": "jobs",
@@ -141,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             return 2
     args = parser.parse_args(argv)
+    args.argv_ = list(argv)  # the command line as given (rc.cli.batch: its flags win)
     from rc.cli.output import EscapingStream
 
     sys.stdout, sys.stderr = EscapingStream(sys.stdout), EscapingStream(sys.stderr)

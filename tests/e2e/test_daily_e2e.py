@@ -12,6 +12,7 @@ one-box started as root (`rc up -d`) and real Unix users on its socket.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -154,3 +155,67 @@ def test_another_user_sees_names_never_values(box):
     env = json.loads(res.stdout)["job"]["env"]
     assert env["LAB_DB"] == "(hidden)" and "alice:pw" not in res.stdout.decode()
     wait_until(lambda: job(box.admin, job_id)["state"] == "succeeded", 30, "the job to end")
+
+
+# -- batch scripts ---------------------------------------------------------------------
+
+
+def _owned_by(path: Path, name: str, text: str) -> Path:
+    import pwd
+
+    path.write_text(text)
+    entry = pwd.getpwnam(name)
+    os.chown(path, entry.pw_uid, entry.pw_gid)
+    return path
+
+
+def test_a_batch_script_runs_as_its_user_as_it_was_when_submitted(box):
+    """The issue's "done when": a script with `#SBATCH -J x -t 1:00` runs."""
+    alice = box.user(ALICE)
+    script = _owned_by(
+        Path(alice.home) / "daily-job.sh",
+        ALICE,
+        "#!/bin/bash\n#SBATCH -J x -t 1:00\n#RC -e MODE=batch\n"
+        'echo "$(id -un) $1 $MODE $RC_JOB_NAME $(basename "$0")"\n',
+    )
+    blocker = int(alice.run("run", "--detach", "--", "sleep", "600").stdout)
+    other = int(alice.run("run", "--detach", "--", "sleep", "600").stdout)
+    res = alice.run("batch", "--after", f"{blocker}:any", str(script), "first arg")
+    assert res.returncode == 0, res.stderr
+    job_id = int(res.stdout)
+    script.write_text("#!/bin/bash\necho edited\n")  # after the submit: changes nothing
+    got = job(box.admin, job_id)
+    assert (got["name"], got["max_runtime_seconds"], got["state"]) == ("x", 60, "queued")
+    alice.run("kill", str(blocker), str(other))
+    wait_until(lambda: job(box.admin, job_id)["state"] == "succeeded", 60, "the script to end")
+    out = alice.run("logs", str(job_id)).stdout.decode()
+    assert out == f"{ALICE} first arg batch x daily-job.sh\n"
+
+
+def test_rc_run_script_follows_it_and_the_command_line_wins(box):
+    alice = box.user(ALICE)
+    script = _owned_by(
+        Path(alice.home) / "daily-run.sh",
+        ALICE,
+        '#!/bin/sh\n#SBATCH --job-name=from-script --time=2\necho "$RC_JOB_NAME $1"\nexit 3\n',
+    )
+    res = alice.run("run", "--name", "from-cli", "--script", str(script), "--", "a1", timeout=120)
+    assert res.returncode == 3 and res.stdout == b"from-cli a1\n", res.stderr
+    assert job(box.admin, _job_id(res.stderr))["max_runtime_seconds"] == 120
+
+
+def test_an_unknown_sbatch_option_is_named_or_skipped_when_lenient(box):
+    alice = box.user(ALICE)
+    script = _owned_by(
+        Path(alice.home) / "daily-mem.sh",
+        ALICE,
+        "#!/bin/sh\n#SBATCH --partition=gpu\n#SBATCH --mem=4G\necho ok\n",
+    )
+    res = alice.run("batch", str(script))
+    assert (
+        res.returncode == 2
+        and b"daily-mem.sh:2: #SBATCH --partition is not an option" in res.stderr
+    )
+    res = alice.run("run", "--lenient", "--script", str(script), timeout=120)
+    assert res.returncode == 0 and res.stdout == b"ok\n", res.stderr
+    assert b"skipped #SBATCH --mem: rc does not support it yet" in res.stderr
