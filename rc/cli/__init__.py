@@ -22,6 +22,7 @@ __all__ = ["GROUPS", "VERBS", "build_parser", "main"]
 GROUPS = (
     "run",
     "batch",
+    "queueedit",
     "arrays",
     "jobs",
     "devices",
@@ -42,6 +43,9 @@ VERBS = {
     "release": "run",
     "extend": "run",
     "batch": "batch",
+    "update": "queueedit",
+    "stash": "queueedit",
+    "unstash": "queueedit",
     "rerun": "arrays",
     "jobs": "jobs",
     "show": "jobs",

@@ -63,6 +63,7 @@ SBATCH_FLAGS = {
     "dependency": "--after",
     "priority": "--priority",
     "immediate": "--no-wait",
+    "begin": "--begin",
 }
 """#SBATCH options and the rc run flags they become (long names; SHORT
 maps the letters). -n/--ntasks and -G/--gpus are the number of devices
@@ -86,7 +87,7 @@ SHORT = {
     "q": "qos",
 }
 SBATCH_NOT_YET = frozenset(
-    {"output", "error", "signal", "mem", "cpus-per-task", "begin", "hold", "open-mode"}
+    {"output", "error", "signal", "mem", "cpus-per-task", "hold", "open-mode"}
 )
 """#SBATCH options rc will have and does not yet: refused, naming them."""
 _NO_VALUE = frozenset({"immediate", "hold"})
@@ -185,6 +186,16 @@ def _count(name: str, value: str) -> str:
     return value
 
 
+_SLURM_UNITS = {"": "s", "seconds": "s", "minutes": "m", "hours": "h", "days": "d", "weeks": "w"}
+
+
+def _slurm_begin(value: str) -> str:
+    """sbatch --begin as rc's: now+N[seconds|minutes|hours|days|weeks] is
+    +N with rc's unit; the other forms (HH:MM, YYYY-MM-DD[THH:MM]) are the same."""
+    m = re.fullmatch(r"now\+(\d+)(seconds|minutes|hours|days|weeks)?", value.strip().lower())
+    return f"+{m[1]}{_SLURM_UNITS[m[2] or '']}" if m else value
+
+
 def _after(value: str) -> list[str]:
     """--dependency=afterok:1:2,afterany:3 as --after flags."""
     if "?" in value:
@@ -212,6 +223,8 @@ def _mapped(name: str, value: str) -> list[str]:
         return _after(value)
     if name == "immediate":
         return [flag]
+    if name == "begin":
+        return [flag, _slurm_begin(value)]
     return [flag, value]
 
 

@@ -274,6 +274,8 @@ def submit_run(
         "after": getattr(args, "after", None) or [],
         **export_fields(args),
     }
+    if getattr(args, "begin", 0.0):  # sent only when given: a request without it digests as before
+        body["begin_at"] = args.begin
     if not getattr(args, "requeue_on_hardware", True):  # sent only when off: the default
         body["requeue_on_hardware"] = False
     return submit(c, body), label + once(body["after"])

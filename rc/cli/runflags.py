@@ -17,6 +17,7 @@ from rc.cli.context import (
     whole_seconds_arg,
 )
 from rc.cli.follow import add_env_flags, add_export_flag
+from rc.cli.queueedit import begin_arg
 from rc.proto.model import PRIORITY_MAX, PRIORITY_MIN
 
 __all__ = [
@@ -135,6 +136,14 @@ def add_run_flags(p: argparse.ArgumentParser) -> None:
         "--cwd",
         default=None,
         help="working directory on the device's host (default: the current directory)",
+    )
+    p.add_argument(
+        "--begin",
+        type=begin_arg,
+        default=0.0,
+        metavar="TIME|+D",
+        help="not before TIME (HH:MM, YYYY-MM-DD[THH:MM], local) or +D from now (+2h); "
+        "it waits in its place until then",
     )
     add_env_flags(p, "the job")
     add_export_flag(p)

@@ -86,6 +86,7 @@ DIGEST_DEFAULTS = (
     ("requeue_on_hardware", True),
     ("export", ""),
     ("caller_env", {}),
+    ("begin_at", 0.0),
 )
 """Fields left out of a request's digest when they hold these values: a
 request from before these fields digests as it did."""
@@ -159,6 +160,7 @@ def validate_submit(
         after=after,
         hold_idle=hold_idle,
         requeue_on_hardware=req.requeue_on_hardware,
+        begin_at=req.begin_at,
     )
 
 
@@ -355,7 +357,7 @@ def check_priority(req: SubmitRequest, who: Caller, max_user_priority: int) -> N
 def check_durations(req: SubmitRequest) -> None:
     """The max runtime and idle timeout (seconds) are not negative (400
     bad_request) and at most MAX_SECONDS (400 limit_exceeded)."""
-    if req.max_runtime_seconds < 0 or req.idle_timeout_seconds < 0:
+    if min(req.max_runtime_seconds, req.idle_timeout_seconds, req.begin_at) < 0:
         raise Refused(ErrorCode.BAD_REQUEST, "durations cannot be negative")
     if max(req.max_runtime_seconds, req.idle_timeout_seconds) > MAX_SECONDS:
         raise Refused(ErrorCode.LIMIT_EXCEEDED, "durations are at most 100 years")

@@ -219,3 +219,83 @@ def test_an_unknown_sbatch_option_is_named_or_skipped_when_lenient(box):
     res = alice.run("run", "--lenient", "--script", str(script), timeout=120)
     assert res.returncode == 0 and res.stdout == b"ok\n", res.stderr
     assert b"skipped #SBATCH --mem: rc does not support it yet" in res.stderr
+
+
+# -- the queue, edited -------------------------------------------------------------------
+
+
+def _state(box: Box, job_id: int) -> str:
+    return job(box.admin, job_id)["state"]
+
+
+def _detach(user: UserCli, *args: str) -> int:
+    res = user.run("run", "--detach", *args)
+    assert res.returncode == 0, res.stderr
+    return int(res.stdout)
+
+
+def test_stash_and_unstash_keep_the_order(box):
+    """A stashed job takes no device and keeps its place: unstashed, it goes
+    before the jobs queued after it."""
+    alice = box.user(ALICE)
+    s1, s2 = (_detach(alice, "--", "sleep", "600") for _ in range(2))
+    a, b, c = (_detach(alice, "--", "sleep", "600") for _ in range(3))
+    try:
+        wait_until(lambda: _state(box, s2) == "running", 30, "both devices to be taken")
+        res = alice.run("stash", str(a))
+        assert res.returncode == 0 and b"stashed" in res.stdout, res.stderr
+        shown = alice.run("show", str(a)).stdout.decode()
+        assert f"rc unstash {a} lets it go" in shown, shown
+        said = alice.run("explain", str(a)).stdout.decode()
+        assert "It is stashed" in said, said
+        alice.run("kill", str(s1))
+        wait_until(lambda: _state(box, b) == "running", 30, f"job {b} to pass the stashed {a}")
+        assert _state(box, a) == "queued"
+        assert alice.run("unstash", str(a)).returncode == 0
+        alice.run("kill", str(s2))
+        wait_until(lambda: _state(box, a) == "running", 30, f"job {a} to start before {c}")
+        assert _state(box, c) == "queued"
+        feed = box.admin.get("/v1/events", params={"limit": 1000})["events"]
+        texts = [e["text"] for e in feed if e["kind"] == "job_updated" and e["job_id"] == a]
+        assert texts == [
+            f"job {a} changed by {ALICE}: stashed",
+            f"job {a} changed by {ALICE}: unstashed",
+        ]
+    finally:
+        alice.run("kill", *(str(j) for j in (s1, s2, a, b, c)))
+
+
+def test_begin_waits_and_update_moves_it(box):
+    alice = box.user(ALICE)
+    later = _detach(alice, "--begin", "+1h", "--", "true")
+    said = alice.run("explain", str(later)).stdout.decode()
+    assert "It begins at" in said and "(--begin)" in said, said
+    assert "begins at:" in alice.run("show", str(later)).stdout.decode()
+    assert _state(box, later) == "queued"
+    assert alice.run("update", str(later), "--begin", "now").returncode == 0
+    wait_until(lambda: _state(box, later) == "succeeded", 30, "the job to run once its time came")
+
+
+def test_update_within_the_callers_limits(box):
+    alice, bob = box.user(ALICE), box.user(BOB)
+    j = _detach(alice, "--begin", "+1h", "--max-runtime", "1h", "--", "true")
+    try:
+        res = alice.run("update", str(j), "--name", "renamed", "--max-runtime", "30m")
+        assert res.returncode == 0, res.stderr
+        got = job(box.admin, j)
+        assert (got["name"], got["max_runtime_seconds"]) == ("renamed", 1800)
+        res = alice.run("update", str(j), "--max-runtime", "2h")
+        assert res.returncode == 1 and b"only an admin lengthen it" in res.stderr
+        res = alice.run("update", str(j), "--priority", "5")
+        assert res.returncode == 1 and b"priority_not_allowed" in res.stderr
+        res = bob.run("update", str(j), "--priority", "-1")
+        assert res.returncode == 1 and b"not_job_owner" in res.stderr
+        box.admin.post(f"/v1/jobs/{j}/update", {"max_runtime_seconds": 7200, "priority": 5})
+        got = job(box.admin, j)
+        assert (got["max_runtime_seconds"], got["priority"]) == (7200, 5)
+        res = alice.run("update", str(j))
+        assert res.returncode == 2 and b"say what to change" in res.stderr
+    finally:
+        alice.run("kill", str(j))
+    res = alice.run("update", str(j), "--name", "x")
+    assert res.returncode == 1 and b"only a queued job can be changed" in res.stderr

@@ -25,7 +25,7 @@ from rc.controller.api import (
 from rc.controller.auth import Caller
 from rc.controller.errors import Refused
 from rc.controller.scans import scan_or_refuse, survivors_text
-from rc.controller.store import jobs, views
+from rc.controller.store import edits, jobs, views
 from rc.controller.submission import pinned_devices, validate_submit
 from rc.proto.duration import MAX_SECONDS
 from rc.proto.errors import ErrorCode
@@ -48,6 +48,7 @@ __all__ = [
     "list_jobs",
     "read_logs",
     "submit",
+    "update",
 ]
 
 LOG_READ_CHUNK = 256 << 10
@@ -320,6 +321,18 @@ async def extend(request: Request):
         jobs.extend, job_id, who, req.seconds, c.policy.lease_grace, c.match_cache
     )
     return reply(ExtendResult(job_id, ttl))
+
+
+async def update(request: Request):
+    """POST /v1/jobs/{id}/update (wire.UpdateRequest): the owner or an
+    admin changes a queued job (rc.controller.store.edits.update); replies
+    with its JobView."""
+    c = ctl(request)
+    who = caller(request)
+    job_id = path_int(request)
+    req = await json_body(request, c.cfg.limits.body_bytes)
+    await c.db.write(edits.update, job_id, who, req, c.cfg.max_user_priority, c.match_cache)
+    return reply(await c.db.read(views.job_view, job_id, c.policy))
 
 
 async def _end_remains(c, job_id: int, device_id: str) -> str:

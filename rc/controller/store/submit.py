@@ -78,6 +78,8 @@ class NewJob:
     owner: str = ""
     actor: str = ""
     as_token: str = ""
+    begin_at: float = 0.0
+    """Not to start before then (seconds since the epoch; 0: none)."""
 
 
 def enqueue(tx: Tx, job: NewJob, match_cache: MatchCache) -> tuple[int, bool]:
@@ -233,6 +235,7 @@ def _fields(tx: Tx, job: NewJob, max_runtime: int, pins, unix_user: str, key: st
         "name": job.name,
         "requeue_on_hardware": int(job.requeue_on_hardware),
         "owner": job.owner,
+        "begin_at": job.begin_at,
     }
 
 
