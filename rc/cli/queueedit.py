@@ -34,7 +34,7 @@ from rc.proto.wire import UpdateRequest
 __all__ = ["add_parsers", "begin_arg", "begin_time", "cmd_stash", "cmd_update"]
 
 _CLOCK = re.compile(r"(\d{1,2}):(\d{2})(?::(\d{2}))?")
-_DATE = re.compile(r"(\d{4})-(\d{2})-(\d{2})(?:[T ](\d{1,2}):(\d{2})(?::(\d{2}))?)?")
+_DATE = re.compile(r"(\d{4})-(\d{2})-(\d{2})(?:[t ](\d{1,2}):(\d{2})(?::(\d{2}))?)?")
 
 
 def begin_time(text: str, now: float | None = None) -> float:
@@ -52,7 +52,7 @@ def begin_time(text: str, now: float | None = None) -> float:
         try:
             return now + whole_seconds(rel[1:], "--begin")
         except DurationError as e:
-            raise ValueError(str(e)) from None
+            raise ValueError(f"--begin {text!r}: {e}") from None
     if m := _CLOCK.fullmatch(t):
         hh, mm, ss = int(m[1]), int(m[2]), int(m[3] or 0)
         if hh > 23 or mm > 59 or ss > 59:

@@ -167,3 +167,30 @@ def test_a_bad_rc_directive_names_its_line(tmp_path):
     script.write_text("#!/bin/sh\n#RC echo hi\ntrue\n")
     with pytest.raises(UsageError, match=r"j.sh:2: #RC holds rc run flags only"):
         with_script(args, args.script, [])
+
+
+# -- --begin (rc.cli.queueedit.begin_time) -----------------------------------------------
+
+
+def test_begin_times():
+    import time
+
+    from rc.cli.queueedit import begin_time
+
+    now = time.mktime((2026, 12, 2, 18, 0, 0, 0, 0, -1))
+    assert begin_time("+90m", now) == now + 5400
+    assert begin_time("now+2h", now) == now + 7200
+    assert begin_time("now", now) == now
+    assert begin_time("22:00", now) == now + 4 * 3600
+    assert begin_time("17:00", now) == now + 23 * 3600  # passed today: tomorrow
+    assert begin_time("2026-12-03", now) == now + 6 * 3600
+    assert begin_time("2026-12-03T08:30", now) == now + 14.5 * 3600
+    for bad in ("25:00", "tomorrow", "+5x", "2026-13-01"):
+        with pytest.raises(ValueError, match="--begin"):
+            begin_time(bad, now)
+
+
+def test_sbatch_begin_maps_to_rcs():
+    assert _flags("--begin=now+1hour") == ["--begin", "+1h"]
+    assert _flags("--begin", "now+60") == ["--begin", "+60s"]
+    assert _flags("--begin=16:00") == ["--begin", "16:00"]
