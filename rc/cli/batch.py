@@ -186,13 +186,13 @@ def _count(name: str, value: str) -> str:
     return value
 
 
-_SLURM_UNITS = {"": "s", "seconds": "s", "minutes": "m", "hours": "h", "days": "d", "weeks": "w"}
+_SLURM_UNITS = {"": "s", "second": "s", "minute": "m", "hour": "h", "day": "d", "week": "w"}
 
 
 def _slurm_begin(value: str) -> str:
-    """sbatch --begin as rc's: now+N[seconds|minutes|hours|days|weeks] is
+    """sbatch --begin as rc's: now+N[second|minute|hour|day|week][s] is
     +N with rc's unit; the other forms (HH:MM, YYYY-MM-DD[THH:MM]) are the same."""
-    m = re.fullmatch(r"now\+(\d+)(seconds|minutes|hours|days|weeks)?", value.strip().lower())
+    m = re.fullmatch(r"now\+(\d+)(second|minute|hour|day|week)?s?", value.strip().lower())
     return f"+{m[1]}{_SLURM_UNITS[m[2] or '']}" if m else value
 
 
