@@ -299,3 +299,34 @@ def test_update_within_the_callers_limits(box):
         alice.run("kill", str(j))
     res = alice.run("update", str(j), "--name", "x")
     assert res.returncode == 1 and b"only a queued job can be changed" in res.stderr
+
+
+# -- crowded queues ----------------------------------------------------------------------
+
+
+def test_a_crowded_queue_is_cut_with_who_was_left_out(box):
+    alice, bob = box.user(ALICE), box.user(BOB)
+    s1, s2 = (_detach(alice, "--", "sleep", "600") for _ in range(2))
+    crowd = _detach(alice, "--array", "0-59", "--", "sleep", "600")
+    mine = _detach(bob, "--", "sleep", "600")
+    try:
+        wait_until(lambda: _state(box, s2) == "running", 30, "both devices to be taken")
+        lines = alice.run("ps").stdout.decode().splitlines()
+        queued = [x for x in lines if "queued (#" in x]
+        assert len(queued) == 50, lines
+        assert (
+            lines[-1] == f"... and 11 more queued: 10 by {ALICE}, 1 by {BOB} (-n 0 lists them all)"
+        )
+        lines = bob.run("ps", "--mine").stdout.decode().splitlines()
+        assert [x.split()[0] for x in lines[1:]] == [str(mine)], lines
+        lines = bob.run("ps", "-u", ALICE, "--state", "running").stdout.decode().splitlines()
+        assert sorted(x.split()[0] for x in lines[1:]) == sorted([str(s1), str(s2)]), lines
+        lines = bob.run("ps", "-n", "2", "--state", "queued").stdout.decode().splitlines()
+        assert len(lines) == 4 and lines[-1].startswith("... and 59 more queued: 58 by"), lines
+        st = json.loads(bob.run("ps", "-o", "json").stdout)
+        assert len(st["queued"]) == 61 and st["queued_left_out"] == 0
+        res = bob.run("ps", "--state", "failed")
+        assert res.returncode == 2 and b"rc jobs --state" in res.stderr
+    finally:
+        alice.run("kill", str(s1), str(s2), str(crowd))
+        bob.run("kill", str(mine))
