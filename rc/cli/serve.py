@@ -64,6 +64,8 @@ SCHEDULING_OPTIONS = (
     "fair_share",
     "hold_idle_timeout",
     "hold_idle_timeout_max",
+    "hold_idle_timeout_min",
+    "hold_ttl_max",
 )
 """The scheduling options `rc serve` takes and `rc up` passes on (argparse dests)."""
 
@@ -133,6 +135,26 @@ _SCHEDULING_SPECS = (
         (
             "the longest idle timeout a user may give rc hold; when set, users may "
             "not turn the rule off (admins may; default 0: no maximum)"
+        ),
+    ),
+    (
+        "--hold-idle-timeout-min",
+        _in_range(whole_seconds_arg, 1, 365 * _DAY, "0 (none) or 1s to 365d", True),
+        0,
+        "D",
+        (
+            "the shortest idle timeout a user may give rc hold; when set, users may "
+            'not turn the rule off either (admins may; default 0: none; README "Shared-box defaults")'
+        ),
+    ),
+    (
+        "--hold-ttl-max",
+        _in_range(whole_seconds_arg, 1, 365 * _DAY, "0 (none) or 1s to 365d", True),
+        0,
+        "D",
+        (
+            "the longest ttl a user's hold may have, at rc hold and after rc extend "
+            "(admins may go past it; default 0: the devices' ceiling alone)"
         ),
     ),
 )
@@ -393,7 +415,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             f"--database must be a postgresql:// URL (got {args.database.split('://')[0]!r}); "
             "leave it out for the embedded SQLite file in --data"
         )
-    check_hold_idle(args.hold_idle_timeout, args.hold_idle_timeout_max)
+    check_hold_idle(args.hold_idle_timeout, args.hold_idle_timeout_max, args.hold_idle_timeout_min)
     cfg = config.ControllerConfig(
         data_dir=args.data,
         database=args.database,
@@ -429,6 +451,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             queued_spec_bytes=args.max_queued_spec_bytes,
             hold_idle_timeout=args.hold_idle_timeout,
             hold_idle_timeout_max=args.hold_idle_timeout_max,
+            hold_idle_timeout_min=args.hold_idle_timeout_min,
+            hold_ttl_max=args.hold_ttl_max,
         ),
     )
     return serve.run(cfg, args.ready_fd)
@@ -458,16 +482,27 @@ def advertise_url(text: str) -> str:
     return t
 
 
-def check_hold_idle(default: int, top: int) -> None:
-    """Refuse (UsageError) a default hold idle timeout the maximum forbids:
-    above it, or off while a maximum is set."""
-    if top and (default == 0 or default > top):
-        from rc.proto.duration import format_duration
+def check_hold_idle(default: int, top: int, least: int = 0) -> None:
+    """Refuse (UsageError) a default hold idle timeout the maximum or the
+    minimum forbids (above or below it, or off while either is set), and a
+    minimum above the maximum."""
+    from rc.proto.duration import format_duration
 
-        what = "0 (off)" if default == 0 else format_duration(default)
+    what = "0 (off)" if default == 0 else format_duration(default)
+    if top and (default == 0 or default > top):
         raise UsageError(
             f"--hold-idle-timeout {what} is not allowed by --hold-idle-timeout-max "
             f"{format_duration(top)}: give a default from 1s to the maximum"
+        )
+    if least and top and least > top:
+        raise UsageError(
+            f"--hold-idle-timeout-min {format_duration(least)} is above "
+            f"--hold-idle-timeout-max {format_duration(top)}"
+        )
+    if least and (default == 0 or default < least):
+        raise UsageError(
+            f"--hold-idle-timeout {what} is not allowed by --hold-idle-timeout-min "
+            f"{format_duration(least)}: give a default of at least the minimum"
         )
 
 

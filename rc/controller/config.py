@@ -65,6 +65,15 @@ class Limits:
     """The longest idle timeout a user may ask for, seconds; when set, a user
     may not turn the rule off either (400 limit_exceeded). 0: no maximum.
     Admins are exempt (rc serve --hold-idle-timeout-max)."""
+    hold_idle_timeout_min: int = 0
+    """The shortest idle timeout a user may ask for, seconds; when set, a
+    user may not turn the rule off either (400 limit_exceeded). 0: none.
+    Admins are exempt (rc serve --hold-idle-timeout-min; README "Shared-box
+    defaults")."""
+    hold_ttl_max: int = 0
+    """The longest ttl a user's hold may have, seconds, at submit and after
+    rc extend (400 limit_exceeded). 0: none. Admins are exempt (rc serve
+    --hold-ttl-max)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -391,19 +391,34 @@ def checked_hold(req: SubmitRequest, who: Caller, lim: Limits) -> tuple[tuple[st
         raise Refused(ErrorCode.BAD_REQUEST, "a hold needs a ttl (max_runtime_seconds > 0)")
     if not req.reason.strip():
         raise Refused(ErrorCode.BAD_REQUEST, "a hold needs a reason (say what it is for)")
+    if lim.hold_ttl_max and not who.admin and req.max_runtime_seconds > lim.hold_ttl_max:
+        raise Refused(
+            ErrorCode.LIMIT_EXCEEDED,
+            f"a hold's ttl may be at most {format_duration(lim.hold_ttl_max)} here, not "
+            f"{format_duration(req.max_runtime_seconds)} (rc serve --hold-ttl-max)",
+        )
     return ("hold",), _checked_hold_idle(req.hold_idle_timeout_seconds, who, lim)
 
 
 def _checked_hold_idle(asked: int | None, who: Caller, lim: Limits) -> int:
     """A hold's idle timeout in seconds (0: off) from what was asked (None:
-    the controller's default). Past the admin-set maximum, or off while a
-    maximum is set, a user is refused (400 limit_exceeded); an admin is not."""
+    the controller's default). Below the admin-set minimum, past the
+    maximum, or off while either is set, a user is refused (400
+    limit_exceeded); an admin is not."""
     if asked is None:
         return lim.hold_idle_timeout
     if asked < 0:
         raise Refused(ErrorCode.BAD_REQUEST, "an idle timeout cannot be negative (0 turns it off)")
     if asked > MAX_SECONDS:
         raise Refused(ErrorCode.LIMIT_EXCEEDED, "durations are at most 100 years")
+    least = lim.hold_idle_timeout_min
+    if least and not who.admin and (asked == 0 or asked < least):
+        what = "turned off" if asked == 0 else format_duration(asked)
+        raise Refused(
+            ErrorCode.LIMIT_EXCEEDED,
+            f"a hold's idle timeout must be at least {format_duration(least)} here, not {what} "
+            "(rc serve --hold-idle-timeout-min; an admin may go below it)",
+        )
     top = lim.hold_idle_timeout_max
     if top and not who.admin and (asked == 0 or asked > top):
         what = "turned off" if asked == 0 else format_duration(asked)

@@ -318,7 +318,13 @@ async def extend(request: Request):
     if not 1 <= req.seconds <= MAX_SECONDS:
         raise Refused(ErrorCode.BAD_REQUEST, "seconds must be from 1 to 100 years")
     ttl = await c.db.write(
-        jobs.extend, job_id, who, req.seconds, c.policy.lease_grace, c.match_cache
+        jobs.extend,
+        job_id,
+        who,
+        req.seconds,
+        c.policy.lease_grace,
+        c.match_cache,
+        c.cfg.limits.hold_ttl_max,
     )
     return reply(ExtendResult(job_id, ttl))
 
