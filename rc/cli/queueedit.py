@@ -124,7 +124,10 @@ def _priority(text: str) -> int:
 
 
 def _jobs_arg(p: argparse.ArgumentParser) -> None:
-    attach(p.add_argument("jobs", type=number_in(1), nargs="+", metavar="JOB"), live_jobs)
+    attach(
+        p.add_argument("jobs", type=number_in(1), nargs="+", metavar="JOB", help="queued job ids"),
+        live_jobs,
+    )
 
 
 def _apply(args: argparse.Namespace, body: UpdateRequest) -> int:
