@@ -18,6 +18,7 @@ from rc.cli.context import (
     UsageError,
     add_client_flags,
     client,
+    count_arg,
     job_name_arg,
     number_in,
     stderr,
@@ -93,6 +94,18 @@ def add_parsers(sub) -> None:
     p.add_argument("--priority", type=_priority, default=None, help="-10..10")
     p.add_argument("--name", type=job_name_arg, default=None, help="its new name")
     p.add_argument(
+        "-s",
+        "--select",
+        "--selector",
+        dest="selector",
+        default=None,
+        metavar="SELECTOR",
+        help="its new selector (a job that asked by selector)",
+    )
+    p.add_argument(
+        "-n", "--count", type=count_arg, default=None, metavar="N", help="how many devices (1..64)"
+    )
+    p.add_argument(
         "--max-runtime", type=whole_seconds_arg, default=None, metavar="D", help="e.g. 30m"
     )
     p.add_argument(
@@ -153,8 +166,9 @@ def _apply(args: argparse.Namespace, body: UpdateRequest) -> int:
 
 def cmd_update(args: argparse.Namespace) -> int:
     """`rc update JOB... [--priority P] [--name N] [--max-runtime D] [--begin T]`."""
-    if all(v is None for v in (args.priority, args.name, args.max_runtime, args.begin)):
-        raise UsageError("say what to change: --priority, --name, --max-runtime or --begin")
+    given = (args.priority, args.name, args.max_runtime, args.begin, args.selector, args.count)
+    if all(v is None for v in given):
+        raise UsageError("say what to change: --priority, --name, --max-runtime, --begin, -s or -n")
     begin = args.begin
     if begin is not None and begin <= time.time() + 0.5:
         begin = 0.0  # now: no begin time
@@ -165,6 +179,8 @@ def cmd_update(args: argparse.Namespace) -> int:
             name=args.name,
             max_runtime_seconds=args.max_runtime,
             begin_at=begin,
+            selector=args.selector,
+            count=args.count,
         ),
     )
 

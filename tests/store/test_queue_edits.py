@@ -83,3 +83,25 @@ def test_update_rules(lab):
     lb.kick()
     with pytest.raises(Refused, match="only a queued job can be changed"):
         _edit(lb, j, name="x")
+
+
+def test_a_queued_jobs_target_changes_within_what_the_fleet_has(lab):
+    lb = lab()
+    lb.register("h", {f"cpu{i}": (0, {"kind": "cpu", "model": "x"}) for i in range(2)})
+    lb.submit()
+    lb.submit()
+    lb.kick()  # both devices taken
+    j, _ = lb.submit(selector="model=x")
+    assert _edit(lb, j, selector="kind=cpu", count=2) == [
+        "selector 'model=x' → 'kind=cpu'",
+        "count 1 → 2",
+    ]
+    got = lb.job(j)
+    assert (got.selector, got.count) == ("kind=cpu", 2)
+    with pytest.raises(Refused, match="no device matches|matching"):
+        _edit(lb, j, selector="model=h100")
+    with pytest.raises(Refused, match="bad_selector|selector"):
+        _edit(lb, j, selector="model==")
+    pinned, _ = lb.submit(selector="", device_id="h:cpu0")
+    with pytest.raises(Refused, match="pinned to its devices"):
+        _edit(lb, pinned, count=2)

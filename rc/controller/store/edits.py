@@ -17,9 +17,11 @@ from rc.controller.store import events, queue, rows
 from rc.controller.store.db import Tx
 from rc.controller.store.labels import MatchCache
 from rc.controller.store.submit import check_selector, fits_ceiling
+from rc.proto import selector as selectors
 from rc.proto.duration import MAX_SECONDS, format_duration
 from rc.proto.errors import ErrorCode
 from rc.proto.model import (
+    COUNT_MAX,
     PRIORITY_MAX,
     PRIORITY_MIN,
     EventKind,
@@ -47,8 +49,10 @@ def update(
     priority_out_of_range / priority_not_allowed as a submit would
     (`max_user_priority`, rc serve --max-user-priority); 400 bad_request
     for a bad name, a negative time, or a user lengthening the max runtime
-    (an admin's: 0, the devices' ceiling, is longest); 400
-    runtime_above_ceiling when the new one fits no device it may use."""
+    (an admin's: 0, the devices' ceiling, is longest), or a selector or
+    count for a job pinned to devices; 400 bad_selector; and what a submit
+    of the new ask would be refused for (no_matching_device,
+    runtime_above_ceiling: submit.check_selector)."""
     row = tx.one("job_get", (job_id,))
     if row is None:
         raise Refused(ErrorCode.NOT_FOUND, f"no job {job_id}")
@@ -62,13 +66,19 @@ def update(
             ErrorCode.NOT_CANCELLABLE,
             f"job {job_id} is {row['state']}: only a queued job can be changed",
         )
+    selector, count = _target(req, row)
     new = {
         "priority": _priority(req, who, max_user_priority, row["priority"]),
         "name": _name(req, row["name"]),
-        "max_runtime": _runtime(tx, req, who, row, matches),
+        "selector": selector,
+        "count": count,
+        "max_runtime": _runtime(req, who, row),
         "stashed": row["stashed"] if req.stashed is None else int(req.stashed),
         "begin_at": _begin(req, row["begin_at"]),
     }
+    ask = (new["selector"], new["count"], new["max_runtime"])
+    if ask != (row["selector"], row["count"], row["max_runtime"]):
+        _check_fits(tx, row, *ask, matches)
     said = _changes(row, new)
     if not said:
         return []
@@ -111,9 +121,9 @@ def _name(req: UpdateRequest, have: str) -> str:
     return req.name
 
 
-def _runtime(tx: Tx, req: UpdateRequest, who: Caller, row, matches: MatchCache) -> int:
+def _runtime(req: UpdateRequest, who: Caller, row) -> int:
     """The new max runtime: a user's may only be shorter (0 is the longest:
-    the devices' ceiling); it must fit a device the job may use."""
+    the devices' ceiling)."""
     have = row["max_runtime"]
     asked = req.max_runtime_seconds
     if asked is None or asked == have:
@@ -128,17 +138,46 @@ def _runtime(tx: Tx, req: UpdateRequest, who: Caller, row, matches: MatchCache) 
             f"job {row['id']}'s max runtime is {format_duration(have) if have else 'the ceiling'}; "
             f"a user may shorten it, and only an admin lengthen it (to {shown})",
         )
-    pins = () if row["selector"] else rows.devices_of(row)
-    if row["selector"]:
-        check_selector(tx, row["selector"], row["count"], asked, matches)
-    for d in pins:
+    return asked
+
+
+def _check_fits(tx: Tx, row, selector: str, count: int, runtime: int, matches: MatchCache) -> None:
+    """The job's new ask fits the fleet as a submit's must: a selector
+    matching `count` devices of one host whose ceiling allows `runtime`,
+    or pinned devices that allow it (400, naming the problem)."""
+    if selector:
+        check_selector(tx, selector, count, runtime, matches)
+        return
+    for d in rows.devices_of(row):
         dev = tx.one("device_ceiling", (d,))
-        if dev is not None and not fits_ceiling(asked, dev["max_runtime"]):
+        if dev is not None and not fits_ceiling(runtime, dev["max_runtime"]):
             raise Refused(
                 ErrorCode.RUNTIME_ABOVE_CEILING,
                 f"{d} allows at most {format_duration(dev['max_runtime'])}",
             )
-    return asked
+
+
+def _target(req: UpdateRequest, row) -> tuple[str, int]:
+    """The new selector (normal form) and count of a selector job; a pinned
+    one may change neither (400 bad_request), a bad selector is 400
+    bad_selector naming its term."""
+    if req.selector is None and req.count is None:
+        return row["selector"], row["count"]
+    if not row["selector"]:
+        raise Refused(
+            ErrorCode.BAD_REQUEST,
+            f"job {row['id']} is pinned to its devices: its selector and count cannot change",
+        )
+    sel = row["selector"]
+    if req.selector is not None:
+        try:
+            sel = str(selectors.parse(req.selector))
+        except selectors.SelectorError as e:
+            raise Refused(ErrorCode.BAD_SELECTOR, str(e)) from None
+    count = row["count"] if req.count is None else req.count
+    if not 1 <= count <= COUNT_MAX:
+        raise Refused(ErrorCode.BAD_REQUEST, f"count {count} is outside 1..{COUNT_MAX}")
+    return sel, count
 
 
 def _begin(req: UpdateRequest, have: float) -> float:
@@ -156,6 +195,10 @@ def _changes(row, new: dict) -> list[str]:
         said.append(f"priority {row['priority']} → {new['priority']}")
     if new["name"] != row["name"]:
         said.append(f"name {row['name'] or '-'} → {new['name'] or '-'}")
+    if new["selector"] != row["selector"]:
+        said.append(f"selector {row['selector']!r} → {new['selector']!r}")
+    if new["count"] != row["count"]:
+        said.append(f"count {row['count']} → {new['count']}")
     if new["max_runtime"] != row["max_runtime"]:
         old, now = (
             format_duration(x) if x else "ceiling" for x in (row["max_runtime"], new["max_runtime"])

@@ -172,13 +172,16 @@ class UpdateRequest:
     only shorten it; lengthening, or 0 for the devices' ceiling, is an
     admin's); `stashed` parks it in its place or lets it go again;
     `begin_at` the time before which it may not start (seconds since the
-    epoch; 0: none)."""
+    epoch; 0: none); `selector` and `count` (1..COUNT_MAX) for a job that
+    asked by selector (not one pinned to devices)."""
 
     priority: int | None = None
     name: str | None = None
     max_runtime_seconds: int | None = None
     stashed: bool | None = None
     begin_at: float | None = None
+    selector: str | None = None
+    count: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -85,10 +85,11 @@ FROM jobs INDEXED BY jobs_queued_by_user
 WHERE state = 'queued' AND unix_user = ?
 
 -- name: job_update_queued
--- rc update / stash / unstash: a queued job's priority, name, max runtime (also
--- the runtime it asks for), stash and begin time (rc.controller.store.edits).
-UPDATE jobs SET priority = :priority, name = :name, max_runtime = :max_runtime,
-                runtime_asked = :max_runtime, stashed = :stashed, begin_at = :begin_at
+-- rc update / stash / unstash: a queued job's priority, name, selector, count, max
+-- runtime (also the runtime it asks for), stash and begin time (rc.controller.store.edits).
+UPDATE jobs SET priority = :priority, name = :name, selector = :selector, count = :count,
+                max_runtime = :max_runtime, runtime_asked = :max_runtime, stashed = :stashed,
+                begin_at = :begin_at
 WHERE id = :id AND state = 'queued'
 
 -- name: job_cancel_queued
