@@ -337,7 +337,9 @@ async def update(request: Request):
     who = caller(request)
     job_id = path_int(request)
     req = await json_body(request, c.cfg.limits.body_bytes)
-    await c.db.write(edits.update, job_id, who, req, c.cfg.max_user_priority, c.match_cache)
+    await c.db.write(
+        edits.update, job_id, who, req, c.cfg.max_user_priority, c.match_cache, c.policy.cap
+    )
     return reply(await c.db.read(views.job_view, job_id, c.policy))
 
 

@@ -212,6 +212,8 @@ ROUTES: tuple[Endpoint, ...] = (
             E.PRIORITY_NOT_ALLOWED,
             E.RUNTIME_ABOVE_CEILING,
             E.NO_MATCHING_DEVICE,
+            E.BAD_SELECTOR,
+            E.LIMIT_EXCEEDED,
         ),
     ),
     Endpoint(

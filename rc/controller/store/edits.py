@@ -40,6 +40,7 @@ def update(
     req: UpdateRequest,
     max_user_priority: int,
     matches: MatchCache,
+    cap: int = 0,
 ) -> list[str]:
     """Apply `req` to queued job `job_id`; returns what changed, in words
     ("priority 0 → 5", "stashed"), [] when nothing did.
@@ -52,7 +53,8 @@ def update(
     (an admin's: 0, the devices' ceiling, is longest), or a selector or
     count for a job pinned to devices; 400 bad_selector; and what a submit
     of the new ask would be refused for (no_matching_device,
-    runtime_above_ceiling: submit.check_selector)."""
+    runtime_above_ceiling: submit.check_selector), or a count past the
+    per-user device cap `cap` (0: none; 400 limit_exceeded)."""
     row = tx.one("job_get", (job_id,))
     if row is None:
         raise Refused(ErrorCode.NOT_FOUND, f"no job {job_id}")
@@ -67,6 +69,12 @@ def update(
             f"job {job_id} is {row['state']}: only a queued job can be changed",
         )
     selector, count = _target(req, row)
+    if cap and count > cap and count != row["count"]:
+        raise Refused(
+            ErrorCode.LIMIT_EXCEEDED,
+            f"{count} devices is more than the per-user cap of {cap} (rc serve "
+            "--max-devices-per-user): the job could never start",
+        )
     new = {
         "priority": _priority(req, who, max_user_priority, row["priority"]),
         "name": _name(req, row["name"]),
