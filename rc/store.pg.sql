@@ -230,7 +230,7 @@ CREATE TABLE events (
         'watchdog_trip', 'device_recovered', 'recovery_refused', 'device_cleared',
         'device_retired', 'device_drained', 'device_undrained', 'job_killed',
         'submitted_as', 'token_created', 'token_revoked', 'hold_idle_warning',
-        'hold_reclaimed', 'job_requeued', 'job_updated')),
+        'hold_reclaimed', 'job_requeued', 'job_submitted', 'job_updated')),
     device_id text NOT NULL DEFAULT '',
     job_id    bigint,
     actor     text NOT NULL DEFAULT '',

@@ -29,11 +29,14 @@ GROUPS = (
     "usage",
     "admin",
     "dashboard",
+    "mcp",
     "relay",
     "copy",
     "forward",
     "serve",
     "up",
+    "slurm",
+    "doctor",
 )
 """Modules of rc.cli that contribute subcommands, in help order."""
 
@@ -65,6 +68,7 @@ VERBS = {
     "undrain": "admin",
     "events": "admin",
     "dashboard": "dashboard",
+    "mcp": "mcp",
     "shell": "relay",
     "exec": "relay",
     "cp": "copy",
@@ -73,6 +77,9 @@ VERBS = {
     "worker": "serve",
     "up": "up",
     "down": "up",
+    "shim": "slurm",
+    "slurm": "slurm",
+    "doctor": "doctor",
 }
 """Each verb and the GROUPS module that defines it, so that `rc devices` imports
 only rc.cli.devices and not the relay, copy and run machinery (README

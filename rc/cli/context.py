@@ -31,6 +31,7 @@ __all__ = [
     "interrupt_cause",
     "job_cwd",
     "number_in",
+    "raise_pending",
     "stderr",
     "token_source",
     "whole_number",
@@ -301,18 +302,47 @@ class Hangup(KeyboardInterrupt):
         self.why = why
 
 
+_pending: list[str] = []
+"""Interruptions raised by hangup_interrupts' handlers and not yet taken by
+interrupt_cause: "Ctrl-C", "SIGTERM", "SIGHUP"."""
+
+
 def interrupt_cause(e: KeyboardInterrupt) -> str:
-    """What interrupted: "Ctrl-C", or the signal's name for a Hangup."""
+    """What interrupted: "Ctrl-C", or the signal's name for a Hangup. Taking
+    the cause marks the interruption handled (raise_pending stays quiet)."""
+    _pending.clear()
     return e.why if isinstance(e, Hangup) else "Ctrl-C"
+
+
+def raise_pending() -> None:
+    """Raise again an interruption whose exception was lost: Python ignores
+    an exception raised inside a finalizer, and a signal's handler runs
+    wherever the interpreter is, such as in the close() of an HTTP response
+    being garbage-collected (a SIGHUP right after rc run printed its queue
+    position was lost that way, and rc run waited on). The wait loops call
+    this after every long poll. Raises Hangup or KeyboardInterrupt."""
+    if _pending:
+        why = _pending[-1]
+        raise KeyboardInterrupt() if why == "Ctrl-C" else Hangup(why)
 
 
 def hangup_interrupts() -> None:
     """Make SIGTERM and SIGHUP (a closed terminal, a killed shell) act as
     Ctrl-C (raising Hangup), so a command that cleans up on Ctrl-C (cancel a
-    queued job, release a hold) does the same when its terminal goes away."""
+    queued job, release a hold) does the same when its terminal goes away.
+    Each interruption is also noted until interrupt_cause takes it, so
+    raise_pending can raise it again if its exception was lost."""
 
     def interrupt(signum, frame):
-        raise Hangup(signal.Signals(signum).name)
+        why = signal.Signals(signum).name
+        _pending.append(why)
+        raise Hangup(why)
 
+    def ctrl_c(signum, frame):
+        _pending.append("Ctrl-C")
+        raise KeyboardInterrupt()
+
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not when ignored (nohup, &)
+        signal.signal(signal.SIGINT, ctrl_c)
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, interrupt)

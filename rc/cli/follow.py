@@ -16,7 +16,7 @@ import time
 import uuid
 from collections.abc import Callable
 
-from rc.cli.context import UsageError, interrupt_cause, job_cwd, stderr
+from rc.cli.context import UsageError, interrupt_cause, job_cwd, raise_pending, stderr
 from rc.cli.output import job_state, one_line
 from rc.proto import calls, exports
 from rc.proto.client import Client
@@ -345,6 +345,7 @@ def wait_started(c: Client, job: dict, position: int, label: str) -> dict | None
                     },
                     timeout=QUEUE_POLL_WAIT_S + 15,
                 )
+                raise_pending()
                 outage.over()
             except TransportError:
                 if not outage.wait():
@@ -418,6 +419,7 @@ def _wait_assigned(c: Client, job: dict, what: str) -> dict:
                 params={"wait": f"{QUEUE_POLL_WAIT_S:g}s", "state": "assigned", "position": 0},
                 timeout=QUEUE_POLL_WAIT_S + 15,
             )["job"]
+            raise_pending()
             outage.over()
         except TransportError:
             if not outage.wait():
@@ -468,6 +470,7 @@ def follow_log(c: Client, job_id: int, out, offset: int = 0, follow: bool = True
                 params={"offset": offset, "follow": "1" if follow else "0"},
                 timeout=60.0,
             ):
+                raise_pending()
                 out.write(chunk)
                 out.flush()
                 offset += len(chunk)
@@ -509,6 +512,7 @@ def wait_terminal(c: Client, job_id: int, give_up_after: float | None = RECONNEC
                 params={"wait": "50s", "state": state, "position": 0},
                 timeout=65,
             )["job"]
+            raise_pending()
             failing_since, delay = None, 0.5
             if job["state"] in TERMINAL:
                 return job

@@ -42,6 +42,7 @@ from rc.controller.core import ADMIN_TOKEN_FILE, Controller
 from rc.controller.errors import ControllerError, StartupError
 from rc.controller.localsocket import LocalSocket, LocalUsers
 from rc.proto import pidlock
+from rc.proto.mounts import volatile_warning
 
 __all__ = ["STATE_FILE", "bind", "run"]
 
@@ -354,6 +355,9 @@ def _announce(cfg: ControllerConfig, ctl: Controller, url: str, gate) -> Path:
         flush=True,
     )
     _said_admin_token(ctl, cfg)
+    for path, what in ((cfg.data_dir, "the state directory"), (cfg.log_dir, "the log directory")):
+        if path and (warning := volatile_warning(path, what)):
+            print(f"rc serve: warning: {warning}", file=sys.stderr, flush=True)
     return state
 
 

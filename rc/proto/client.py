@@ -153,6 +153,9 @@ class Client:
         self._lock = threading.Lock()
         self._open: list[http.client.HTTPConnection] = []
         self.instance: str = ""
+        self.headers: dict[str, str] = {}
+        """Headers sent on every request besides Accept and the token (rc mcp
+        names itself with rc.proto.VIA_HEADER)."""
         self.last_response: float = 0.0
         """time.monotonic() of the last response of any status (contact)."""
         self.on_new_instance: Callable[[str], None] | None = None
@@ -311,10 +314,13 @@ class Client:
             pass
 
     def auth_headers(self, extra: dict[str, str] | None) -> dict[str, str]:
-        """The headers every request carries (Accept, the bearer token), plus `extra`."""
+        """The headers every request carries (Accept, the bearer token,
+        `headers`), plus `extra`."""
         h = {"Accept": "application/json"}
         if self.token:
             h["Authorization"] = f"Bearer {self.token}"
+        if self.headers:
+            h.update(self.headers)
         if extra:
             h.update(extra)
         return h

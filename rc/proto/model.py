@@ -280,6 +280,8 @@ class EventKind(enum.StrEnum):
     HOLD_IDLE_WARNING = "hold_idle_warning"
     HOLD_RECLAIMED = "hold_reclaimed"
     JOB_REQUEUED = "job_requeued"
+    JOB_SUBMITTED = "job_submitted"
+    """A submission through a program that named itself (rc.proto.VIA_HEADER)."""
     JOB_UPDATED = "job_updated"
 
 

@@ -90,6 +90,12 @@ UNIX_USER_RE = re.compile(r"[^\s:,/+~-][^\s:,/]*")
 starting with '-', '+' or '~', and no whitespace, ':', ',' or '/'."""
 
 
+HEALTH_UNANSWERED = "unanswered"
+"""The `health` label of a GPU whose nvidia-smi did not answer the last health
+pass in time (a hung driver): the scheduler hands it to no job, and does not
+reserve it, until a pass reads it again (README "GPU health")."""
+
+
 ROOT = "root"
 """The Unix user a token maps to only when an admin says so (--unix-user root)."""
 

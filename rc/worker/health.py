@@ -42,6 +42,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+from rc.proto.names import HEALTH_UNANSWERED
 from rc.worker.health_facts import HEALTH_FIELDS, Query, parse_readings
 from rc.worker.health_rules import (
     Finding,
@@ -192,6 +193,8 @@ class Monitor:
                     out.standing.append(f)
             self.open[name] = now_open
             status = label_status(findings + self.xid_faults.get(name, []), unknown)
+            if readings is None and self.query.unanswered:
+                status = HEALTH_UNANSWERED  # out of the pool until the driver answers
             labels = {"health": status}
             if name not in self.baseline and r is not None:
                 self.baseline[name] = _baseline(status, r, self.kernel.baseline, pci, name)

@@ -65,13 +65,20 @@ class Query:
 
     def __init__(self) -> None:
         self.fields = HEALTH_FIELDS
+        self.unanswered = False
+        """Whether the last read failed because nvidia-smi did not answer in time."""
 
     def read(self) -> dict[int, dict[str, str | None]] | None:
         """The readings (parse_readings), dropping fields this nvidia-smi
         does not know (they read unknown); None when nvidia-smi fails."""
+        self.unanswered = False
         for _ in range(len(HEALTH_FIELDS)):
             try:
                 out = nvidia._run(f"--query-gpu={','.join(self.fields)}", nvidia.TIMEOUT_S)
+            except nvidia.NvidiaTimeout as e:
+                log.warning("health query: %s", e)
+                self.unanswered = True
+                return None
             except nvidia.NvidiaError as e:
                 bad = _INVALID_FIELD.search(str(e))
                 if bad is None or bad.group(1) not in self.fields or bad.group(1) == "index":

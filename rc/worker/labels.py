@@ -34,6 +34,7 @@ import threading
 from dataclasses import dataclass, field
 
 from rc.proto.model import Link
+from rc.proto.names import HEALTH_UNANSWERED
 from rc.proto.selector import valid_label_key
 from rc.proto.wire import DeviceLink
 from rc.worker import health, nvidia, script
@@ -226,10 +227,12 @@ class Prober:
     def _run(self, devices: list[DeviceConfig] | None) -> ProbeResult:
         deadline = self.clock.monotonic() + self.budget
         failed: dict[str, str] = {}
+        hung = False  # nvidia-smi did not answer: no more of it this pass
         try:
             gpus: list[nvidia.GPU] | None = nvidia.query_gpus()
         except nvidia.NvidiaError as e:
             gpus = None
+            hung = isinstance(e, nvidia.NvidiaTimeout)
             if self.nvidia_at_start or nvidia.available():
                 failed["nvidia-smi"] = str(e)
         if devices is None:
@@ -254,10 +257,13 @@ class Prober:
             self.nvidia_covered = covered
         elif "nvidia-smi" in failed:
             omit |= self.nvidia_covered if self.nvidia_covered is not None else gpu_names
-        links = self._topology(sorted(gpu_names, key=_natural), per)
-        checked = self.health.run(
-            {n: int(cuda_index(n) or -1) for n in gpu_names} if nvidia.available() else {}
-        )
+        if hung:  # each query would wait its timeout again: the controller keeps the links
+            links, checked = None, health.Pass()
+        else:
+            links = self._topology(sorted(gpu_names, key=_natural), per)
+            checked = self.health.run(
+                {n: int(cuda_index(n) or -1) for n in gpu_names} if nvidia.available() else {}
+            )
         for n, facts in checked.labels.items():
             per[n].update(facts)
         self._dropins(set(names), host, per, omit, failed, deadline)
@@ -272,10 +278,12 @@ class Prober:
             elif "nvidia-smi" in failed and n in gpu_names and n in self.sent:
                 # what it had, but never "healthy" on a pass that could not look;
                 # an Xid fault stays (a fault ranks before unknown)
+                # (a hung driver's GPUs: out of the pool until it answers)
                 now = checked.labels.get(n, {}).get("health", "")
+                unread = HEALTH_UNANSWERED if hung else "unknown:nvidia-smi"
                 labels[n] = {
                     **self.sent[n],
-                    "health": now if now.startswith("fault:") else "unknown:nvidia-smi",
+                    "health": now if now.startswith("fault:") else unread,
                 }
             if n in labels:
                 self.sent[n] = labels[n]

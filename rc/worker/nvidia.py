@@ -27,6 +27,7 @@ __all__ = [
     "TIMEOUT_S",
     "ComputeApp",
     "NvidiaError",
+    "NvidiaTimeout",
     "Topology",
     "available",
     "link_class",
@@ -57,6 +58,11 @@ UNAVAILABLE = {
 
 class NvidiaError(RcError):
     """nvidia-smi is not on PATH, failed, timed out, or printed nothing usable."""
+
+
+class NvidiaTimeout(NvidiaError):
+    """nvidia-smi did not answer in time (a hung driver): the worker keeps
+    its GPUs out of the pool until it answers again (README "GPU health")."""
 
 
 def _value(text: str) -> str:
@@ -258,7 +264,7 @@ def _nvidia_smi(args: list[str], timeout: float) -> str:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.communicate()
-            raise NvidiaError(f"nvidia-smi did not answer within {timeout:g}s") from None
+            raise NvidiaTimeout(f"nvidia-smi did not answer within {timeout:g}s") from None
     finally:
         reaper.untrack(proc.pid)
     if proc.returncode != 0:

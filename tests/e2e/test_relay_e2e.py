@@ -27,7 +27,7 @@ from tests.helpers.fleet import (
     pty_cli,  # noqa: F401  (fixtures)
     running_fleet,
 )
-from tests.helpers.harness import PY, REPO, Cli, job, pid_alive
+from tests.helpers.harness import PY, REPO, job, pid_alive
 from tests.helpers.wait import wait_until
 
 
@@ -286,39 +286,10 @@ def test_a_command_that_ends_at_once_waits_for_the_output_half(fleet):
         fleet.alice.run("release", str(held))
 
 
-OUT_CTTY = (
-    "import fcntl,os,sys,termios\n"
-    "fcntl.ioctl(1,termios.TIOCSCTTY,0)\n"
-    "os.execvp(sys.argv[1],sys.argv[1:])\n"
-)
-"""Make the terminal on stdout (not stdin) the controlling terminal, then exec."""
-
-
-class PtyOutCli(PtyCli):
-    """`rc ARGS` with stdin from /dev/null and a pseudo-terminal on stdout and
-    stderr, its controlling terminal (so SIGWINCH reaches rc)."""
-
-    def __init__(self, cli: Cli, *args: str, rows: int = 24, cols: int = 80) -> None:
-        self.master, self.slave = os.openpty()
-        self.resize(rows, cols)
-        self.before = termios.tcgetattr(self.slave)
-        self.proc = subprocess.Popen(
-            [PY, "-c", OUT_CTTY, PY, "-m", "rc", *args],
-            stdin=subprocess.DEVNULL,
-            stdout=self.slave,
-            stderr=self.slave,
-            env=cli.env,
-            cwd=cli.cwd,
-            start_new_session=True,
-        )
-        self.buf = b""
-        self.seen = b""
-
-
 def test_resizes_follow_when_only_stdout_is_a_terminal(fleet):
     """Report 18: `rc run --tty < /dev/null` in a terminal window never sent
     a resize (stdin was not a terminal, and its end stopped the input)."""
-    t = PtyOutCli(
+    t = PtyCli(
         fleet.alice,
         "run",
         "--tty",
@@ -330,6 +301,7 @@ def test_resizes_follow_when_only_stdout_is_a_terminal(fleet):
         "i=0; while [ $i -lt 300 ]; do stty size; sleep 0.1; i=$((i+1)); done",
         rows=33,
         cols=101,
+        out_only=True,
     )
     try:
         job_id = int(t.expect(rb"job (\d+) on box:cpu1").group(1))

@@ -15,21 +15,12 @@ import pytest
 from rc.proto.errors import ApiError
 from tests.helpers.fleet_users import admin, alice, bob, read_line, start_fleet  # noqa: F401  (fixtures)
 from tests.helpers.harness import PY, Cli, job, stop_process
+from tests.helpers.run_options import (
+    LOOP,
+    _running,
+    fleet,  # noqa: F401 (fixtures)
+)
 from tests.helpers.wait import wait_until
-
-
-@pytest.fixture(scope="module")
-def fleet(tmp_path_factory, pyz):
-    tmp = tmp_path_factory.mktemp("runopts")
-    ctl, w, env = start_fleet(tmp, pyz, [])
-    yield (
-        ctl,
-        {name: Cli(ctl.url, ctl.token(name), env, tmp) for name in ("alice", "bob")},
-        w.proc.pid,
-    )
-    w.stop()
-    ctl.stop()
-
 
 # -- repeated -s ---------------------------------------------------------------------
 
@@ -139,26 +130,6 @@ def test_a_piped_stdin_is_said_to_be_not_passed_on(alice, admin):
 
 
 # -- Ctrl-C, SIGTERM, SIGHUP on a running job ----------------------------------------------
-
-LOOP = ["--", "sh", "-c", "echo started; while :; do echo tick; sleep 0.1; done"]
-
-
-def _running(cli: Cli, *flags: str, env: dict | None = None) -> tuple[subprocess.Popen, int]:
-    """`rc run FLAGS -- a loop`, once its first output line came (rc is then
-    following the log, its handlers set); returns the process and the job id."""
-    proc = subprocess.Popen(
-        [PY, "-m", "rc", "run", *flags, *LOOP],
-        env={**cli.env, **(env or {})},
-        cwd=cli.cwd,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    started = read_line(proc, 30, "the job's first line")
-    assert started == "started\n", started
-    m = re.fullmatch(r"rc: job (\d+) on box:cpu\d\n", read_line(proc, 10, "the job line", "stderr"))
-    assert m
-    return proc, int(m[1])
 
 
 def test_a_first_ctrl_c_detaches_and_says_a_second_one_kills(alice, admin):

@@ -9,35 +9,14 @@ from __future__ import annotations
 
 import os
 import subprocess
-import uuid
 
 import pytest
 
-from rc.worker import cgroups, supervise
-
-
-@pytest.fixture
-def cgroup():
-    tracker = cgroups.Tracker.detect(f"gate-{uuid.uuid4().hex[:8]}")
-    if tracker.mode == cgroups.SCAN:
-        pytest.skip(f"no writable cgroup hierarchy here: {tracker.why}")
-    cg = tracker.create("job-1")
-    assert cg is not None
-    yield cg
-    cg.kill()
-    cg.remove()
-    tracker.close()
-
-
-def _run(argv, tmp_path, cg, env=None):
-    out = tmp_path / "out"
-    with open(out, "wb") as f:
-        group = supervise.spawn(
-            argv, cwd=str(tmp_path), env=env or {"PATH": os.defpath}, stdout=f, stderr=f, cgroup=cg
-        )
-    outcome = group.wait(10)
-    assert outcome is not None, "the job did not end within 10 s"
-    return group, outcome, out.read_text()
+from rc.worker import supervise
+from tests.helpers.spawn_gate import (
+    _run,
+    cgroup,  # noqa: F401 (fixtures)
+)
 
 
 def test_a_gated_job_is_in_its_cgroup_when_its_program_starts(tmp_path, cgroup):

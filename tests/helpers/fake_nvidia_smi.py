@@ -8,7 +8,8 @@ field=value)` changes one; a field it does not know is "[N/A]"; `refuse(f)`
 makes it reject a field as an older driver does). `kmsg_xid(...)` writes a
 /dev/kmsg record of an Xid for a fake kernel log file. `mode(...)`
 switches it: "healthy", "na" (memory reads "[N/A]"), "broken" (exits 9 like
-a driver that is gone), "gone" (the executable disappears). `add_app(...)`
+a driver that is gone), "hang" (never answers), "gone" (the executable
+disappears). `add_app(...)`
 makes it report a compute process left on a GPU; `utilization(...)` sets
 each GPU's utilization.gpu. `topo` is what `topo -m`
 prints: `topo_matrix(n, link)` builds one (the default: every pair PHB, all
@@ -34,6 +35,9 @@ def read(name, default=""):
     except OSError:
         return default
 mode = read("mode", "healthy").strip()
+if mode == "hang":  # a driver that never answers: the caller's timeout must end it
+    import time
+    time.sleep(3600)
 if mode == "broken":
     print("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.")
     sys.exit(9)

@@ -21,6 +21,13 @@ from rc.worker.terminal import CTTY_SHIM
 from tests.helpers.harness import PY, Cli, Controller, Worker, base_env
 from tests.helpers.wait import wait_until
 
+OUT_CTTY = (
+    "import fcntl,os,sys,termios\n"
+    "fcntl.ioctl(1,termios.TIOCSCTTY,0)\n"
+    "os.execvp(sys.argv[1],sys.argv[1:])\n"
+)
+"""Make the terminal on stdout (not stdin) the controlling terminal, then exec."""
+
 
 @dataclass
 class Fleet:
@@ -87,13 +94,17 @@ class PtyCli:
     """`rc ARGS` with a pseudo-terminal as its controlling terminal; the test
     holds the other end (and the terminal itself, to check its modes)."""
 
-    def __init__(self, cli: Cli, *args: str, rows: int = 24, cols: int = 80) -> None:
+    def __init__(
+        self, cli: Cli, *args: str, rows: int = 24, cols: int = 80, out_only: bool = False
+    ) -> None:
+        """`out_only`: stdin from /dev/null, the terminal on stdout and stderr
+        only (and still the controlling terminal, so SIGWINCH reaches rc)."""
         self.master, self.slave = os.openpty()
         self.resize(rows, cols)
         self.before = termios.tcgetattr(self.slave)
         self.proc = subprocess.Popen(
-            [PY, "-c", CTTY_SHIM, PY, "-m", "rc", *args],
-            stdin=self.slave,
+            [PY, "-c", OUT_CTTY if out_only else CTTY_SHIM, PY, "-m", "rc", *args],
+            stdin=subprocess.DEVNULL if out_only else self.slave,
             stdout=self.slave,
             stderr=self.slave,
             env=cli.env,

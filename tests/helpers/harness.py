@@ -29,7 +29,10 @@ BARE_PY = getattr(sys, "_base_executable", None) or sys.executable
 
 
 def stop_process(proc: subprocess.Popen, timeout: float = 15.0, sig: int = signal.SIGTERM) -> int:
-    """Signal, wait up to `timeout`, then SIGKILL. Returns the exit status."""
+    """Signal, wait up to `timeout`, then SIGKILL; close the pipes it was
+    given (a test that failed mid-read must not leave them to the garbage
+    collector, whose ResourceWarning would fail a later test). Returns the
+    exit status."""
     if proc.poll() is None:
         try:
             proc.send_signal(sig)
@@ -40,6 +43,9 @@ def stop_process(proc: subprocess.Popen, timeout: float = 15.0, sig: int = signa
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(10)
+    for pipe in (proc.stdin, proc.stdout, proc.stderr):
+        if pipe is not None:
+            pipe.close()
     return proc.returncode
 
 

@@ -17,11 +17,19 @@ class Proxy:
         self.port = self.listener.getsockname()[1]
         self.socks: list[socket.socket] = []
         self.closed = False
+        self.dropping = False
+        self.cut = 0  # replies dropped so far
         self._lock = threading.Lock()
         threading.Thread(target=self._accept, daemon=True).start()
 
     def pause(self) -> None:
         self.flowing.clear()
+
+    def drop_next_reply(self) -> None:
+        """The next connection's first reply is cut: the request reaches the
+        controller, and the client's connection is closed as the answer
+        comes back (a client partitioned right after it sent)."""
+        self.dropping = True
 
     def resume(self) -> None:
         self.flowing.set()
@@ -41,8 +49,24 @@ class Proxy:
                     upstream.close()
                     return
                 self.socks += [client, upstream]
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+                drop, self.dropping = self.dropping, False
+            threading.Thread(target=self._pump, args=(client, upstream), daemon=True).start()
+            back = self._cut if drop else self._pump
+            threading.Thread(target=back, args=(upstream, client), daemon=True).start()
+
+    def _cut(self, upstream: socket.socket, client: socket.socket) -> None:
+        """The reply arrives and is dropped: both connections are closed."""
+        try:
+            if upstream.recv(65536):
+                self.cut += 1
+        except OSError:
+            pass
+        for s in (client, upstream):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()
 
     def _pump(self, src: socket.socket, dst: socket.socket) -> None:
         try:

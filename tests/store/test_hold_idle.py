@@ -15,28 +15,13 @@ from rc.proto.errors import ErrorCode
 from rc.proto.model import EventKind, JobKind, JobState, Role
 from rc.proto.wire import SubmitRequest
 from rc.worker import usage
+from tests.helpers.hold_idle import (
+    STAT,
+    _kinds,
+    _running_hold,
+    lab,  # noqa: F401 (fixtures)
+)
 from tests.helpers.inprocess import Lab, local_user
-
-
-@pytest.fixture
-def lab(engine, lab):
-    """conftest's Lab factory, each test on SQLite, then PostgreSQL (the
-    engine fixture)."""
-    return lab
-
-
-def _running_hold(lb, idle=None, who="alice"):
-    lb.register("h", {"cpu0": (0, {}), "gpu1": (0, {})})
-    fields = {"kind": JobKind.HOLD, "max_runtime_seconds": 86400, "reason": "debugging"}
-    if idle is not None:
-        fields["hold_idle_timeout_seconds"] = idle
-    hold_id, _ = lb.submit(who, device_id="h:cpu0", **fields)
-    assert lb.write(jobs.mark_running, hold_id, "h", lb.now)
-    return hold_id
-
-
-def _kinds(lb, hold_id):
-    return [e.kind for e in lb.read(events.after, 0, 100) if e.job_id == hold_id]
 
 
 def test_the_warning_lead_is_ten_minutes_or_half_the_timeout():
@@ -177,9 +162,6 @@ def test_the_clock_starts_no_earlier_than_the_controller(lab):
     assert lb.run(lb.ctl.idle_pass()) == ([], [])
     lb.now += 31
     assert lb.run(lb.ctl.idle_pass()) == ([hold_id], [])
-
-
-STAT = "4242 (python3 (x)) S 1 4242 4242 0 -1 4194560 100 0 0 0 {u} {s} 0 0 20 0 1 0 1 0 0"
 
 
 def test_cpu_ticks_are_read_after_the_last_parenthesis():

@@ -21,11 +21,14 @@ STDLIB = set(sys.stdlib_module_names) | {"__future__"}
 LIGHT = {
     "rc/proto": {"rc.proto"},
     "rc/worker": {"rc.proto", "rc.worker"},
-    "rc/cli": {"rc.proto", "rc.cli"},
+    "rc/cli": {"rc.proto", "rc.cli", "rc.api"},  # rc.api: rc mcp's tools
     "rc/__init__.py": set(),
     "rc/__main__.py": {"rc.cli", "rc.worker"},
+    "rc/api.py": {"rc.proto", "rc.cli"},  # the Python API (README "A Python API"), in the zipapp
 }
-OPTIONAL = {"argcomplete"}
+OPTIONAL = {"argcomplete", "mcp"}
+"""Imported only where present: argcomplete for completion, the MCP SDK
+inside `rc mcp` (the extra rc[mcp]; rc.cli.mcp.require_sdk says so)."""
 
 
 def _python_files(root: str) -> list[Path]:
@@ -100,6 +103,7 @@ def test_zipapp_holds_proto_worker_cli_only(pyz):
     assert any(n.startswith("rc/proto/") for n in names)
     assert not [n for n in names if n.startswith("rc/controller")]
     assert "rc/worker/health_rules.json" in names  # the worker reads it at start
+    assert "rc/api.py" in names  # `import rc.api` works from the zipapp
 
 
 def test_the_zipapp_reads_its_health_rules(pyz, tmp_path):
@@ -527,7 +531,7 @@ def test_the_client_code_writes_no_path():
     the API is written there by hand."""
     bad = [
         f"{path.relative_to(REPO)}:{line}: {text!r}"
-        for root in ("rc/cli", "rc/worker")
+        for root in ("rc/cli", "rc/worker", "rc/api.py")
         for path in _python_files(root)
         for line, text in _path_literals(path.read_text(encoding="utf-8"))
     ]

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import fcntl
 import os
-import textwrap
 
 import pytest
 
@@ -44,24 +43,3 @@ def test_a_taker_that_locked_a_removed_file_sees_it_is_not_the_lock(tmp_path):
     with pytest.raises(pidlock.LockBusy):
         pidlock.take(path)
     pidlock.release(fresh, path, remove=True)
-
-
-CONTENDER = textwrap.dedent("""
-    import os, sys, time
-    from rc.proto import pidlock
-    path, inside, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    held = 0
-    deadline = time.monotonic() + 60
-    while held < rounds and time.monotonic() < deadline:
-        try:
-            fd = pidlock.take(path)
-        except pidlock.LockBusy:
-            continue
-        # nobody else may be inside: the marker must not exist yet
-        marker = os.open(inside, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
-        os.close(marker)
-        os.unlink(inside)
-        pidlock.release(fd, path, remove=True)
-        held += 1
-    print(held)
-""")

@@ -6,9 +6,6 @@ passed on. The e2e tests run a real controller and a worker from the zipapp
 
 from __future__ import annotations
 
-import re
-import subprocess
-
 import pytest
 
 from rc.cli import build_parser
@@ -16,21 +13,7 @@ from rc.cli.context import UsageError
 from rc.cli.follow import job_env, read_env_file
 from rc.proto.selector import conjoin
 from tests.helpers.fleet_users import admin, alice, bob, read_line, start_fleet  # noqa: F401  (fixtures)
-from tests.helpers.harness import PY, Cli
-
-
-@pytest.fixture(scope="module")
-def fleet(tmp_path_factory, pyz):
-    tmp = tmp_path_factory.mktemp("runopts")
-    ctl, w, env = start_fleet(tmp, pyz, [])
-    yield (
-        ctl,
-        {name: Cli(ctl.url, ctl.token(name), env, tmp) for name in ("alice", "bob")},
-        w.proc.pid,
-    )
-    w.stop()
-    ctl.stop()
-
+from tests.helpers.run_options import fleet  # noqa: F401 (fixtures)
 
 # -- repeated -s ---------------------------------------------------------------------
 
@@ -132,26 +115,6 @@ def test_env_file_that_cannot_be_read_is_named(tmp_path):
 
 
 # -- Ctrl-C, SIGTERM, SIGHUP on a running job ----------------------------------------------
-
-LOOP = ["--", "sh", "-c", "echo started; while :; do echo tick; sleep 0.1; done"]
-
-
-def _running(cli: Cli, *flags: str, env: dict | None = None) -> tuple[subprocess.Popen, int]:
-    """`rc run FLAGS -- a loop`, once its first output line came (rc is then
-    following the log, its handlers set); returns the process and the job id."""
-    proc = subprocess.Popen(
-        [PY, "-m", "rc", "run", *flags, *LOOP],
-        env={**cli.env, **(env or {})},
-        cwd=cli.cwd,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    started = read_line(proc, 30, "the job's first line")
-    assert started == "started\n", started
-    m = re.fullmatch(r"rc: job (\d+) on box:cpu\d\n", read_line(proc, 10, "the job line", "stderr"))
-    assert m
-    return proc, int(m[1])
 
 
 # -- a controller that cannot be reached -------------------------------------------

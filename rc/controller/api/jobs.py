@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import re
 import time
 
 from starlette.requests import Request
@@ -27,6 +28,7 @@ from rc.controller.errors import Refused
 from rc.controller.scans import scan_or_refuse, survivors_text
 from rc.controller.store import edits, jobs, views
 from rc.controller.submission import pinned_devices, validate_submit
+from rc.proto import VIA_HEADER, VIA_RE
 from rc.proto.duration import MAX_SECONDS
 from rc.proto.errors import ErrorCode
 from rc.proto.model import JOB_NAME_MAX, JobKind, JobState, Stdio
@@ -59,6 +61,23 @@ TOKEN_RECHECK_S = 1.0
 """A log follow re-checks its caller's token this often (a revoked token stops it)."""
 
 
+_VIA = re.compile(VIA_RE)
+
+
+def via(request: Request) -> str:
+    """The program the caller names with rc.proto.VIA_HEADER ("mcp"), ""
+    without one; 400 bad_request for a value not of VIA_RE's form."""
+    value = request.headers.get(VIA_HEADER)
+    if value is None:
+        return ""
+    if not _VIA.fullmatch(value):
+        raise Refused(
+            ErrorCode.BAD_REQUEST,
+            f"the {VIA_HEADER} header is 1..16 of a-z, 0-9 and '-', starting with a letter",
+        )
+    return value
+
+
 async def submit(request: Request):
     """POST /v1/jobs: 201 with the job (200 for an idempotent replay).
 
@@ -72,6 +91,7 @@ async def submit(request: Request):
     new = validate_submit(
         req, who, c.cfg.limits, c.policy.cap, c.cfg.max_user_priority, c.cfg.export_default
     )
+    new = dataclasses.replace(new, via=via(request))
     if c.policy.shares is not None:
         c.policy.shares.note_submitter(new.unix_user or "")
     job_id, created = await c.db.write(jobs.enqueue, new, c.match_cache)
@@ -257,6 +277,7 @@ async def kill(request: Request):
         who,
         free_text("the kill reason", req.reason, c.cfg.limits.text_bytes),
         c.thresholds.retain,
+        via(request),
     )
     return reply({"ok": True, "message": f"{what} for job {job_id}"})
 

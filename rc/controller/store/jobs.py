@@ -159,13 +159,17 @@ def kill_many(
     return out
 
 
-def kill(tx: Tx, job_id: int, who: Caller, reason: str = "", retain: bool = False) -> str:
+def kill(
+    tx: Tx, job_id: int, who: Caller, reason: str = "", retain: bool = False, via: str = ""
+) -> str:
     """Kill or cancel a job for `who`; returns what happened, in words.
 
     Only its owner or an admin (Caller.owns; 403 not_job_owner otherwise). A queued job
     is cancelled now; an active one gets a kill request the worker picks up
     from its long poll. A terminal job: 409 not_cancellable. An admin killing
-    someone else's job leaves a job_killed event naming both.
+    someone else's job leaves a job_killed event naming both, and so does
+    any kill sent through a program that named itself (`via`, "mcp":
+    rc.proto.VIA_HEADER), saying so.
 
     Retention mode (`retain`, docs/design.md#sweeps-and-leases): when the
     job's worker is silent (device unknown or quarantined worker_lost) the job
@@ -193,14 +197,15 @@ def kill(tx: Tx, job_id: int, who: Caller, reason: str = "", retain: bool = Fals
     state = JobState(row["state"])
     if state.terminal:
         raise Refused(ErrorCode.NOT_CANCELLABLE, f"job {job_id} already ended ({state.value})")
-    if not own:
+    if not own or via:
+        whose = "their own" if own else f"{owner}'s"
         events.record(
             tx,
             EventKind.JOB_KILLED,
             job_id=job_id,
             device_id=row["device_id"],
             actor=caller,
-            text=f"{caller} killed {owner}'s job {job_id}",
+            text=f"{caller} killed {whose} job {job_id}" + (f" via {via}" if via else ""),
         )
     if state is JobState.QUEUED:
         cancel_queued(tx, job_id, why)

@@ -9,12 +9,15 @@ assignment commits with the change that made it possible.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 from rc.controller.planning import LazyMatches, Policy, plan
+from rc.controller.planning.records import Slot
 from rc.controller.store import jobs, leases, queue
 from rc.controller.store.db import Tx
 from rc.controller.store.labels import MatchCache
+from rc.proto.names import HEALTH_UNANSWERED
 
 __all__ = ["schedule"]
 
@@ -41,7 +44,7 @@ def schedule(
     jobs.end_doomed(tx)  # a dependency that can never be met ends its dependent now
     if not queue.anything_to_place(tx):
         return []
-    slots = queue.slots(tx)
+    slots = _answering(queue.slots(tx), match_cache.labels(tx))
     usage = leases.usage(tx) if policy.cap > 0 else {}
     adjust = queue.adjustments(tx, policy)
     queued_at: dict[int, float] = {}
@@ -70,3 +73,15 @@ def schedule(
         for j, _ in done:
             on_wait(tx.now - queued_at[j])
     return done
+
+
+def _answering(slots: dict[str, Slot], labels: dict[str, dict[str, str]]) -> dict[str, Slot]:
+    """The slots, with each GPU whose driver did not answer its worker's last
+    health pass (label health=unanswered) taken out of the pool as a draining
+    one is: handed to no job, reserved for none (README "GPU health")."""
+    return {
+        i: dataclasses.replace(s, draining=True)
+        if labels.get(i, {}).get("health") == HEALTH_UNANSWERED
+        else s
+        for i, s in slots.items()
+    }

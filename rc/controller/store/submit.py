@@ -43,7 +43,8 @@ class NewJob:
 
     `queued_limit` and `queued_spec_limit` are the per-user limits on queued
     jobs and on their spec bytes (rc serve --max-queued-spec-bytes), 0 for
-    none.
+    none. `via`: the program the caller sent it through (rc.proto.VIA_HEADER,
+    "mcp"), "" for none; with one, a job_submitted event records it.
     """
 
     kind: JobKind
@@ -80,6 +81,7 @@ class NewJob:
     as_token: str = ""
     begin_at: float = 0.0
     """Not to start before then (seconds since the epoch; 0: none)."""
+    via: str = ""
 
 
 def enqueue(tx: Tx, job: NewJob, match_cache: MatchCache) -> tuple[int, bool]:
@@ -143,6 +145,17 @@ def enqueue(tx: Tx, job: NewJob, match_cache: MatchCache) -> tuple[int, bool]:
             job_id=job_id,
             actor=job.actor,
             text=f"{job.actor} submitted job {job_id} as {job.submitter} ({job.owner})",
+        )
+    if job.via:  # a program acting for its caller (rc mcp): every write on record
+        who = job.actor or job.submitter
+        n = len(job.array_indices)
+        what = f"array {job_id} ({n} jobs)" if n else f"{job.kind.value} {job_id}"
+        events.record(
+            tx,
+            EventKind.JOB_SUBMITTED,
+            job_id=job_id,
+            actor=who,
+            text=f"{who} submitted {what} via {job.via}",
         )
     tx.schedule = True
     tx.notify("jobs", f"job:{job_id}")

@@ -134,8 +134,9 @@ MIGRATIONS: list[tuple[int, str]] = [
     (10, "0010_principals.sql"),  # owners are principals; keys unique per owner
     (11, "0011_spec_bytes.sql"),  # a job's spec bytes, for the per-user budget of them
     (12, "0012_queue_edits.sql"),  # stashed jobs, begin times; the feed's job_updated
+    (16, "0016_via.sql"),  # the feed's job_submitted (a submission via rc mcp)
 ]
-SCHEMA_VERSION = 1 + len(MIGRATIONS)
+SCHEMA_VERSION = MIGRATIONS[-1][0]
 MIGRATION_STEPS: dict[int, Callable[..., Any]] = {10: owners_by_uid}
 """Python run after a migration's SQL, in its transaction, on both engines
 (version → fn(execute, mark)): what SQL cannot do (schema 10 asks the
@@ -152,7 +153,8 @@ PG_MIGRATIONS: list[tuple[int, str]] = [
     (10, "0010_principals.sql"),  # owners are principals; keys unique per owner
     (11, "0011_spec_bytes.sql"),  # a job's spec bytes, for the per-user budget of them
     (12, "0012_queue_edits.sql"),  # stashed jobs, begin times; the feed's job_updated
+    (16, "0016_via.sql"),  # the feed's job_submitted (a submission via rc mcp)
 ]
 """(version, file) under migrations/pg/, after PG_BASELINE; the same numbers
 as MIGRATIONS."""
-PG_SCHEMA_VERSION = PG_BASELINE + len(PG_MIGRATIONS)
+PG_SCHEMA_VERSION = PG_MIGRATIONS[-1][0]
