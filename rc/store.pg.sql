@@ -104,12 +104,18 @@ CREATE TABLE jobs (
     owner             text NOT NULL CHECK (owner ~ '^(token:[1-9][0-9]*|uid:[0-9]+|name:.+)$'),
     -- schema 11: the bytes its spec takes (rc.controller.store.jobs.spec_bytes)
     spec_bytes        bigint NOT NULL DEFAULT 0 CHECK (spec_bytes >= 0),
+    -- schema 12: parked in the queue (rc stash: it keeps its place, takes
+    -- nothing) and the time before which it may not start (--begin; 0: none)
+    stashed           bigint NOT NULL DEFAULT 0 CHECK (stashed IN (0, 1)),
+    begin_at          double precision NOT NULL DEFAULT 0 CHECK (begin_at >= 0),
     CHECK (selector != '' OR device_id != ''),
     CHECK (kind = 'job' OR (cwd = '' AND env = '{}' AND idle_timeout = 0 AND stdio = '')),
     CHECK ((state IN ('succeeded', 'failed', 'killed', 'lost')) = (finished_at IS NOT NULL))
 );
 
 CREATE INDEX jobs_queue ON jobs (priority DESC, id) WHERE state = 'queued';
+-- schema 12: the stashed jobs and those with a begin time, queued (any_held_queued)
+CREATE INDEX jobs_parked ON jobs (id) WHERE state = 'queued' AND (stashed = 1 OR begin_at > 0);
 -- schema 9: the queue by ask, for the position count (views.queue_position);
 -- schema 10: by Unix user (the account), for the per-user queued limit and
 -- `rc jobs -u USER`, and by owner, for --mine, a revoke and idempotency keys;
@@ -224,7 +230,7 @@ CREATE TABLE events (
         'watchdog_trip', 'device_recovered', 'recovery_refused', 'device_cleared',
         'device_retired', 'device_drained', 'device_undrained', 'job_killed',
         'submitted_as', 'token_created', 'token_revoked', 'hold_idle_warning',
-        'hold_reclaimed', 'job_requeued', 'job_submitted')),
+        'hold_reclaimed', 'job_requeued', 'job_submitted', 'job_updated')),
     device_id text NOT NULL DEFAULT '',
     job_id    bigint,
     actor     text NOT NULL DEFAULT '',

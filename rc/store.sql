@@ -116,12 +116,18 @@ CREATE TABLE jobs (
     -- reason, array item: rc.controller.store.jobs.spec_bytes), summed over
     -- a user's queued jobs for rc serve --max-queued-spec-bytes
     spec_bytes        INTEGER NOT NULL DEFAULT 0 CHECK (spec_bytes >= 0),
+    -- schema 12: parked in the queue (rc stash: it keeps its place, takes
+    -- nothing) and the time before which it may not start (--begin; 0: none)
+    stashed           INTEGER NOT NULL DEFAULT 0 CHECK (stashed IN (0, 1)),
+    begin_at          REAL NOT NULL DEFAULT 0 CHECK (begin_at >= 0),
     CHECK (selector != '' OR device_id != ''),
     CHECK (kind = 'job' OR (cwd = '' AND env = '{}' AND idle_timeout = 0 AND stdio = '')),
     CHECK ((state IN ('succeeded', 'failed', 'killed', 'lost')) = (finished_at IS NOT NULL))
 ) STRICT;
 
 CREATE INDEX jobs_queue ON jobs (priority DESC, id) WHERE state = 'queued';
+-- schema 12: the stashed jobs and those with a begin time, queued (any_held_queued)
+CREATE INDEX jobs_parked ON jobs (id) WHERE state = 'queued' AND (stashed = 1 OR begin_at > 0);
 -- schema 9: the queue by ask, for the position count (views.queue_position);
 -- schema 10: by Unix user (the account), for the per-user queued limit and
 -- `rc jobs -u USER`, and by owner, for --mine, a revoke and idempotency keys;
@@ -246,7 +252,7 @@ CREATE TABLE events (
         'watchdog_trip', 'device_recovered', 'recovery_refused', 'device_cleared',
         'device_retired', 'device_drained', 'device_undrained', 'job_killed',
         'submitted_as', 'token_created', 'token_revoked', 'hold_idle_warning',
-        'hold_reclaimed', 'job_requeued', 'job_submitted')),
+        'hold_reclaimed', 'job_requeued', 'job_submitted', 'job_updated')),
     device_id TEXT NOT NULL DEFAULT '',
     job_id    INTEGER,
     actor     TEXT NOT NULL DEFAULT '',

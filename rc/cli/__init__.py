@@ -21,6 +21,8 @@ __all__ = ["GROUPS", "VERBS", "build_parser", "main"]
 
 GROUPS = (
     "run",
+    "batch",
+    "queueedit",
     "arrays",
     "jobs",
     "devices",
@@ -43,6 +45,10 @@ VERBS = {
     "hold": "run",
     "release": "run",
     "extend": "run",
+    "batch": "batch",
+    "update": "queueedit",
+    "stash": "queueedit",
+    "unstash": "queueedit",
     "rerun": "arrays",
     "jobs": "jobs",
     "show": "jobs",
@@ -148,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             return 2
     args = parser.parse_args(argv)
+    args.argv_ = list(argv)  # the command line as given (rc.cli.batch: its flags win)
     from rc.cli.output import EscapingStream
 
     sys.stdout, sys.stderr = EscapingStream(sys.stdout), EscapingStream(sys.stderr)

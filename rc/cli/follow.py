@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 from rc.cli.context import UsageError, interrupt_cause, job_cwd, raise_pending, stderr
 from rc.cli.output import job_state, one_line
-from rc.proto import calls
+from rc.proto import calls, exports
 from rc.proto.client import Client
 from rc.proto.errors import ApiError, RcError, TransportError
 from rc.proto.model import device_list, valid_env_name
@@ -31,7 +31,10 @@ __all__ = [
     "TERMINAL",
     "Outage",
     "add_env_flags",
+    "add_export_flag",
     "exit_status",
+    "export_arg",
+    "export_fields",
     "follow_log",
     "job_env",
     "once",
@@ -106,6 +109,55 @@ def add_env_flags(p: argparse.ArgumentParser, whose: str) -> None:
         metavar="FILE",
         help="NAME=VALUE lines (# comments and blank lines allowed); -e wins (repeatable)",
     )
+
+
+def add_export_flag(p: argparse.ArgumentParser) -> None:
+    """--export ALL|NONE|[ALL,]NAME[=VALUE],... (rc.proto.exports), read by
+    export_fields()."""
+    p.add_argument(
+        "--export",
+        type=export_arg,
+        default=None,
+        metavar="ALL|NONE|NAMES",
+        help="what the job takes of this shell's environment: ALL (the controller's "
+        "default unless rc serve --export-default says otherwise; secrets and rc's own "
+        "variables stay out), NONE (a clean start), NAME,... (only those), ALL,NAME=V,...; "
+        "-e goes on top",
+    )
+
+
+def export_arg(text: str) -> str:
+    """argparse type of --export: the text, once rc.proto.exports parses it."""
+    try:
+        exports.parse_export(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
+def export_fields(args: argparse.Namespace, environ=None) -> dict:
+    """The submit's "export" and "caller_env": with no --export,
+    what ALL takes of `environ` (this process's environment by default) and
+    no export (the controller's default decides), or nothing at all under
+    --as (the job is someone else's); with --export, that and what it takes.
+    Says on stderr which set variables ALL leaves out as secrets."""
+    environ = os.environ if environ is None else environ
+    text = getattr(args, "export", None)
+    if text is None and getattr(args, "as_user", ""):
+        return {}
+    export = exports.parse_export(text or "ALL")
+    if export.all:
+        secret = sorted(k for k in environ if exports.looks_secret(k) and not exports.reserved(k))
+        secret = [k for k in secret if k not in export.names]
+        if secret:
+            stderr(
+                f"not sent to the job (they look like secrets): {', '.join(secret)}; "
+                "-e NAME sends one"
+            )
+    fields: dict = {"caller_env": exports.taken(export, environ)}
+    if text is not None:
+        fields["export"] = text
+    return fields
 
 
 _NAME_RULE = "letters, digits and '_', not starting with a digit"
@@ -199,7 +251,8 @@ def target(args: argparse.Namespace) -> tuple[dict, str]:
 def submit_run(
     c: Client, args: argparse.Namespace, command: list[str], env: dict[str, str], stdio: str = ""
 ) -> tuple[dict, str]:
-    """Submit what `rc run` was asked for (stdio "" or "tty"); returns the
+    """Submit what `rc run` was asked for (stdio "" or "tty"), with what its
+    --export takes of this shell's environment (export_fields); returns the
     JobView and a label for the target. Raises ApiError as the controller
     refused (--no-wait on a busy target: no_device_available, one line)."""
     where, label = target(args)
@@ -219,7 +272,10 @@ def submit_run(
         "array": getattr(args, "array", None) or "",
         "array_items": getattr(args, "array_items", None) or [],
         "after": getattr(args, "after", None) or [],
+        **export_fields(args),
     }
+    if getattr(args, "begin", 0.0):  # sent only when given: a request without it digests as before
+        body["begin_at"] = args.begin
     if not getattr(args, "requeue_on_hardware", True):  # sent only when off: the default
         body["requeue_on_hardware"] = False
     return submit(c, body), label + once(body["after"])

@@ -16,6 +16,7 @@ from rc.cli.context import (
     device_arg,
     number_in,
     stderr,
+    whole_number,
 )
 from rc.cli.output import (
     add_output_flag,
@@ -34,9 +35,12 @@ from rc.proto import calls
 from rc.proto.names import valid_unix_user
 
 __all__ = [
+    "PS_STATES",
     "PS_WATCH_S",
+    "QUEUED_SHOWN",
     "TAIL_WINDOW_BYTES",
     "add_parsers",
+    "add_ps_flags",
     "filter_params",
     "named_table",
 ]
@@ -163,6 +167,53 @@ def filter_params(args: argparse.Namespace) -> dict:
     }
 
 
+QUEUED_SHOWN = 50
+"""How many queued jobs a `rc ps` table lists unless -n says otherwise."""
+PS_STATES = ("assigned", "running", "queued")
+"""The states `rc ps` lists (finished jobs are `rc jobs`')."""
+
+
+def _states_arg(text: str) -> frozenset[str]:
+    """argparse type of --state: a comma list of PS_STATES."""
+    got = frozenset(s.strip() for s in text.split(",") if s.strip())
+    bad = sorted(got - set(PS_STATES))
+    if not got or bad:
+        raise argparse.ArgumentTypeError(
+            f"{', '.join(bad) or repr(text)}: rc ps lists {', '.join(PS_STATES)} "
+            "(ended jobs: rc jobs --state)"
+        )
+    return got
+
+
+def _count_arg(text: str) -> int:
+    n = whole_number(text)
+    if n < 0:
+        raise argparse.ArgumentTypeError("-n takes 0 (all) or more")
+    return n
+
+
+def add_ps_flags(p: argparse.ArgumentParser) -> None:
+    """rc ps's --mine, -u USER, --state, -n N (rc.cli.ps; README "Crowded queues")."""
+    p.add_argument("--mine", action="store_true", help="only your jobs and holds")
+    p.add_argument("-u", "--user", default="", metavar="USER", help="only those of Unix user USER")
+    p.add_argument(
+        "--state",
+        type=_states_arg,
+        default=None,
+        metavar="STATE[,STATE]",
+        help=f"only jobs in these states ({', '.join(PS_STATES)})",
+    )
+    p.add_argument(
+        "-n",
+        type=_count_arg,
+        default=None,
+        metavar="N",
+        dest="limit",
+        help=f"list at most N queued jobs (default {QUEUED_SHOWN} in a table, all with -o json; "
+        "0: all); a last line says how many more, by user",
+    )
+
+
 def add_parsers(sub) -> None:
     p = sub.add_parser(
         "jobs",
@@ -283,6 +334,7 @@ def add_parsers(sub) -> None:
         help=f"redraw the listing every {PS_WATCH_S:g} s until Ctrl-C (on a pipe: print it "
         "again each time it changes)",
     )
+    add_ps_flags(p)
     add_output_flag(p)
     add_client_flags(p)
     p.set_defaults(handler="ps:cmd_ps")

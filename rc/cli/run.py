@@ -30,27 +30,22 @@ import threading
 import time
 import uuid
 
-from rc.cli.arrays import array_items, array_spec_arg, follow_array
-from rc.cli.complete import attach, devices, holds, label_keys
+from rc.cli.arrays import array_items, follow_array
+from rc.cli.batch import add_lenient_flag, with_script
+from rc.cli.complete import attach, holds
 from rc.cli.context import (
-    SelectorTerms,
     UsageError,
     add_client_flags,
     client,
-    count_arg,
-    device_list_arg,
     hangup_interrupts,
     interrupt_cause,
-    job_name_arg,
     number_in,
     stderr,
-    whole_number,
     whole_seconds_arg,
 )
 from rc.cli.follow import (
     CANCEL_TIMEOUT_S,
     TERMINAL,
-    add_env_flags,
     exit_status,
     follow_log,
     job_env,
@@ -64,11 +59,17 @@ from rc.cli.follow import (
 )
 from rc.cli.output import escape_controls, hold_end, on_devices, print_line, when
 from rc.cli.relay import cmd_run_tty
+from rc.cli.runflags import (
+    add_after_flag,
+    add_name_flag,
+    add_run_flags,
+    add_target_flags,
+    priority_arg,
+)
 from rc.proto import calls
 from rc.proto.client import Client
 from rc.proto.duration import format_duration
 from rc.proto.errors import RcError
-from rc.proto.model import PRIORITY_MAX, PRIORITY_MIN
 from rc.proto.wire import ExtendRequest, KillRequest
 
 __all__ = ["add_parsers", "kill_on_detach_default", "stdin_is_data"]
@@ -79,86 +80,6 @@ EXIT_OUTPUT_CLOSED = 141
 """rc run's exit status when its standard output was closed (128 + SIGPIPE)."""
 
 
-def priority_arg(text: str) -> int:
-    """argparse type: a priority, -10..10 (ASCII digits)."""
-    value = whole_number(text)
-    if not PRIORITY_MIN <= value <= PRIORITY_MAX:
-        raise argparse.ArgumentTypeError(f"{value} is outside {PRIORITY_MIN}..{PRIORITY_MAX}")
-    return value
-
-
-def _target_flags(p: argparse.ArgumentParser) -> None:
-    """-d DEVICE[,DEVICE...] or -s SELECTOR (repeatable); with neither, any
-    device (`*`); -n N devices of one host."""
-    g = p.add_mutually_exclusive_group()
-    attach(
-        g.add_argument(
-            "-d",
-            "--device",
-            type=device_list_arg,
-            metavar="DEVICE",
-            help="a specific device, host:name, or a comma list of one host's devices "
-            "(host:gpu0,gpu1), in the order the job sees them",
-        ),
-        devices,
-    )
-    p.add_argument(
-        "-n",
-        "--count",
-        type=count_arg,
-        default=None,
-        metavar="N",
-        help="N devices (1..64, default 1), all on one host, each matching the "
-        "selector, granted together",
-    )
-    attach(
-        g.add_argument(
-            "-s",
-            "--select",
-            "--selector",
-            dest="selector",
-            action=SelectorTerms,
-            metavar="SELECTOR",
-            help="any device matching the selector, e.g. 'model=h100,vram>=40G' "
-            "(repeated: every one must match)",
-        ),
-        label_keys,
-    )
-
-
-def after_arg(text: str) -> str:
-    """argparse type: JOB[:ok|:notok|:any] (rc.proto.model.parse_after)."""
-    from rc.proto.model import parse_after
-
-    try:
-        job_id, cond = parse_after(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-    return f"{job_id}:{cond.value}"
-
-
-def _after_flag(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--after",
-        type=after_arg,
-        action="append",
-        default=[],
-        metavar="JOB[:ok|:notok|:any]",
-        help="wait until JOB (an array: all its elements) ends: ok (default) when it "
-        "succeeded, notok when it did not, any either way; repeatable, at most 64",
-    )
-
-
-def _name_flag(p: argparse.ArgumentParser, what: str) -> None:
-    p.add_argument(
-        "--name",
-        type=job_name_arg,
-        default=None,
-        metavar="NAME",
-        help=f"a name for the {what}, shown in every listing (RC_JOB_NAME in a job)",
-    )
-
-
 def add_parsers(sub) -> None:
     p = sub.add_parser(
         "run",
@@ -166,80 +87,18 @@ def add_parsers(sub) -> None:
         description="Run CMD on a device matching the target (any device by "
         "default), stream its output, exit with its exit code.",
     )
-    _target_flags(p)
-    p.add_argument(
-        "--priority", type=priority_arg, default=0, help="-10..10, higher first (default 0)"
-    )
-    p.add_argument(
-        "--max-runtime",
-        type=whole_seconds_arg,
-        default=0,
-        metavar="D",
-        help="kill it after D (default: the device's ceiling)",
-    )
-    p.add_argument(
-        "--idle-timeout",
-        type=whole_seconds_arg,
-        default=0,
-        metavar="D",
-        help="kill it after D without output",
-    )
-    p.add_argument(
-        "--cwd",
-        default=None,
-        help="working directory on the device's host (default: the current directory)",
-    )
-    add_env_flags(p, "the job")
-    _name_flag(p, "job")
-    _after_flag(p)
-    p.add_argument(
-        "--array",
-        type=array_spec_arg,
-        default=None,
-        metavar="SPEC[%K]",
-        help="an array: one job per index (0-99, 0-99:2, 1,5,9; at most 10,000), "
-        "at most K running at once with %%K; RC_ARRAY_ID and RC_ARRAY_INDEX in each",
-    )
-    p.add_argument(
-        "--array-file",
-        default=None,
-        metavar="FILE",
-        help="an array of one job per non-empty line of FILE, the line as RC_ARRAY_ITEM "
-        "(--array %%K caps it)",
-    )
-    p.add_argument(
-        "--no-wait", action="store_true", help="fail at once (exit 1) unless a device is free now"
-    )
-    p.add_argument(
-        "--detach", action="store_true", help="print the job id once submitted and return"
-    )
-    p.add_argument(
-        "--kill-on-detach",
-        action="store_true",
-        default=None,
-        help="kill the job whenever rc stops following it: Ctrl-C, SIGHUP, closed "
-        "output (default: RC_KILL_ON_DETACH=1, else only a second Ctrl-C or SIGTERM kills)",
-    )
-    p.add_argument("--tty", action="store_true", help="an interactive terminal on the device")
-    p.add_argument(
-        "--requeue-on-hardware",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="when a GPU fault (an Xid or ECC event on its GPUs) ends the job, put it back "
-        "in the queue away from the faulty device, RC_RESTART_COUNT one higher, at most 3 "
-        "times (default: on)",
-    )
-    p.add_argument(
-        "--as",
-        dest="as_user",
-        default="",
-        metavar="USER|token:NAME",
-        help="submit on someone's behalf (admins only): USER, a Unix user of the controller's "
-        "host (the job is theirs and runs as them), or token:NAME, the API token NAME's",
-    )
+    add_run_flags(p)
     p.add_argument(
         "command", nargs=argparse.REMAINDER, metavar="-- CMD", help="the command and its arguments"
     )
+    p.add_argument(
+        "--script",
+        default=None,
+        metavar="SCRIPT",
+        help="run SCRIPT (its #RC and #SBATCH directives, then the flags here; the "
+        'arguments after -- are its own; README "Batch scripts")',
+    )
+    add_lenient_flag(p)
     add_client_flags(p)
     p.set_defaults(handler="run:cmd_run")
 
@@ -249,7 +108,7 @@ def add_parsers(sub) -> None:
         description="Take a device matching the target (any device by default) for "
         "a person: it stays yours until the ttl, rc release, or Ctrl-C.",
     )
-    _target_flags(p)
+    add_target_flags(p)
     p.add_argument(
         "--ttl",
         type=whole_seconds_arg,
@@ -267,8 +126,8 @@ def add_parsers(sub) -> None:
         "0: never (default: rc serve --hold-idle-timeout)",
     )
     p.add_argument("--priority", type=priority_arg, default=0, help="-10..10 (default 0)")
-    _name_flag(p, "hold")
-    _after_flag(p)
+    add_name_flag(p, "hold")
+    add_after_flag(p)
     p.add_argument(
         "--detach", action="store_true", help="print the hold id once granted and return"
     )
@@ -322,6 +181,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     command = list(args.command)
     if command and command[0] == "--":
         command = command[1:]
+    if getattr(args, "script", None):
+        if args.tty:
+            raise UsageError("--script and --tty do not go together (a script has no terminal)")
+        command = with_script(args, args.script, command)
     if not command and not args.tty:
         raise UsageError("give a command after --, e.g. rc run -- python3 train.py")
     if args.tty and (args.array or args.array_file is not None):
@@ -378,6 +241,19 @@ def cmd_run(args: argparse.Namespace) -> int:
             stderr(f"output closed; {_still_running(job)}")
         return EXIT_OUTPUT_CLOSED
     return exit_status(wait_terminal(c, job["id"]))
+
+
+def cmd_batch(args: argparse.Namespace) -> int:
+    """`rc batch SCRIPT [ARGS]` (rc.cli.batch): rc run --detach --script
+    SCRIPT -- ARGS; prints the job's (or array's) id."""
+    if args.tty:
+        raise UsageError("a batch script has no terminal: rc run --tty -- CMD gives one")
+    if args.kill_on_detach:
+        raise UsageError("rc batch returns once the job is queued: --kill-on-detach has no use")
+    args.command = with_script(args, args.script, args.script_args)
+    args.script = None
+    args.detach = True
+    return cmd_run(args)
 
 
 def kill_on_detach_default() -> bool:

@@ -64,6 +64,8 @@ SCHEDULING_OPTIONS = (
     "fair_share",
     "hold_idle_timeout",
     "hold_idle_timeout_max",
+    "hold_idle_timeout_min",
+    "hold_ttl_max",
 )
 """The scheduling options `rc serve` takes and `rc up` passes on (argparse dests)."""
 
@@ -133,6 +135,26 @@ _SCHEDULING_SPECS = (
         (
             "the longest idle timeout a user may give rc hold; when set, users may "
             "not turn the rule off (admins may; default 0: no maximum)"
+        ),
+    ),
+    (
+        "--hold-idle-timeout-min",
+        _in_range(whole_seconds_arg, 1, 365 * _DAY, "0 (none) or 1s to 365d", True),
+        0,
+        "D",
+        (
+            "the shortest idle timeout a user may give rc hold; when set, users may "
+            'not turn the rule off either (admins may; default 0: none; README "Shared-box defaults")'
+        ),
+    ),
+    (
+        "--hold-ttl-max",
+        _in_range(whole_seconds_arg, 1, 365 * _DAY, "0 (none) or 1s to 365d", True),
+        0,
+        "D",
+        (
+            "the longest ttl a user's hold may have, at rc hold and after rc extend "
+            "(admins may go past it; default 0: the devices' ceiling alone)"
         ),
     ),
 )
@@ -340,6 +362,15 @@ def add_parsers(sub) -> None:
         help="most bytes of job specs (commands, environments) one user may have queued; "
         'past it a submission is refused, 429 queued_spec_bytes (0: no budget; default 256 MiB; README "Limits")',
     )
+    p.add_argument(
+        "--export-default",
+        type=_export_arg,
+        default="ALL",
+        metavar="EXPORT",
+        help="what a job takes of its submitter's shell environment when rc run names no "
+        "--export: ALL (the default, as sbatch), NONE (a clean start) or NAME,... "
+        '(README "Your environment in a job")',
+    )
     p.add_argument("--ready-fd", type=int, default=None, help=argparse.SUPPRESS)
     p.set_defaults(handler="serve:cmd_serve")
 
@@ -351,6 +382,17 @@ def add_parsers(sub) -> None:
     )
     p.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     p.set_defaults(handler="serve:cmd_worker")
+
+
+def _export_arg(text: str) -> str:
+    """argparse type of --export-default: an export (rc.proto.exports), kept as given."""
+    from rc.proto.exports import parse_export
+
+    try:
+        parse_export(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
 
 
 def have_controller() -> bool:
@@ -373,7 +415,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             f"--database must be a postgresql:// URL (got {args.database.split('://')[0]!r}); "
             "leave it out for the embedded SQLite file in --data"
         )
-    check_hold_idle(args.hold_idle_timeout, args.hold_idle_timeout_max)
+    check_hold_idle(args.hold_idle_timeout, args.hold_idle_timeout_max, args.hold_idle_timeout_min)
     cfg = config.ControllerConfig(
         data_dir=args.data,
         database=args.database,
@@ -403,11 +445,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
         flap_window=args.flap_window,
         lease_default=args.lease_default,
         lease_grace=args.lease_grace,
+        export_default=args.export_default,
         limits=config.Limits(
             log_cap_bytes=args.log_cap,
             queued_spec_bytes=args.max_queued_spec_bytes,
             hold_idle_timeout=args.hold_idle_timeout,
             hold_idle_timeout_max=args.hold_idle_timeout_max,
+            hold_idle_timeout_min=args.hold_idle_timeout_min,
+            hold_ttl_max=args.hold_ttl_max,
         ),
     )
     return serve.run(cfg, args.ready_fd)
@@ -437,16 +482,27 @@ def advertise_url(text: str) -> str:
     return t
 
 
-def check_hold_idle(default: int, top: int) -> None:
-    """Refuse (UsageError) a default hold idle timeout the maximum forbids:
-    above it, or off while a maximum is set."""
-    if top and (default == 0 or default > top):
-        from rc.proto.duration import format_duration
+def check_hold_idle(default: int, top: int, least: int = 0) -> None:
+    """Refuse (UsageError) a default hold idle timeout the maximum or the
+    minimum forbids (above or below it, or off while either is set), and a
+    minimum above the maximum."""
+    from rc.proto.duration import format_duration
 
-        what = "0 (off)" if default == 0 else format_duration(default)
+    what = "0 (off)" if default == 0 else format_duration(default)
+    if top and (default == 0 or default > top):
         raise UsageError(
             f"--hold-idle-timeout {what} is not allowed by --hold-idle-timeout-max "
             f"{format_duration(top)}: give a default from 1s to the maximum"
+        )
+    if least and top and least > top:
+        raise UsageError(
+            f"--hold-idle-timeout-min {format_duration(least)} is above "
+            f"--hold-idle-timeout-max {format_duration(top)}"
+        )
+    if least and (default == 0 or default < least):
+        raise UsageError(
+            f"--hold-idle-timeout {what} is not allowed by --hold-idle-timeout-min "
+            f"{format_duration(least)}: give a default of at least the minimum"
         )
 
 

@@ -45,6 +45,16 @@ def cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def _parked(j: dict) -> list[tuple[str, str]]:
+    """A queued job's stash and begin time (README "Editing the queue")."""
+    out = []
+    if j.get("stashed") and j["state"] == "queued":
+        out.append(("stashed", f"yes: it keeps its place; rc unstash {j['id']} lets it go"))
+    if j.get("begin_at") and j["state"] == "queued":
+        out.append(("begins at", when(j["begin_at"])))
+    return out
+
+
 def show_lines(view: dict) -> list[tuple[str, str]]:
     """`rc show`'s lines, (field, value), in reading order."""
     j, d = view["job"], view.get("detail") or {}
@@ -59,6 +69,7 @@ def show_lines(view: dict) -> list[tuple[str, str]]:
         item = f" (item {j['array_item']!r})" if j.get("array_item") else ""
         out.append(("element", f"index {j['array_index']} of array {j['array_id']}{item}"))
     out.append(("state", state))
+    out += _parked(j)
     if j["state"] == "queued" and d.get("explain"):
         out.append(("waiting", d["explain"]))
     out.append(("submitter", j["submitter"]))

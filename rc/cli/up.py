@@ -39,11 +39,13 @@ from rc.cli.output import command_text, escape_controls, on_devices, one_line
 from rc.cli.pool import say_out_of_pool
 from rc.cli.serve import add_scheduling_options, check_hold_idle, have_controller
 from rc.cli.upsettings import (
+    defaults_for,
     differences,
     keep_settings,
     read_state,
     scheduling_given,
     serve_flags,
+    shared_line,
 )
 from rc.proto import calls, pidlock
 from rc.proto.client import Client
@@ -274,6 +276,7 @@ def _checked_flags(args: argparse.Namespace, st: dict) -> str:
     check_hold_idle(
         whole_seconds_arg(args.hold_idle_timeout or "2h"),
         whole_seconds_arg(args.hold_idle_timeout_max or "0"),
+        whole_seconds_arg(args.hold_idle_timeout_min or "0"),
     )
     listen = args.listen or st.get("listen") or UP_LISTEN
     host_port = listen.rpartition(":")
@@ -328,7 +331,11 @@ def _settled_settings(args: argparse.Namespace, data: Path, listen: str) -> _Box
         listen=listen,
         devices=args.devices or st.get("devices") or "auto",
         # the last rc up's options, each given one replacing its own (never the others)
-        scheduling={**dict(st.get("scheduling") or {}), **scheduling_given(args)},
+        scheduling={
+            **defaults_for(os.geteuid() == 0),  # a shared box's safe defaults
+            **dict(st.get("scheduling") or {}),
+            **scheduling_given(args),
+        },
         host=args.host or st.get("host") or "",
         socket=args.socket if args.socket is not None else st.get("socket"),
         serve_pid=serve_pid,
@@ -490,6 +497,9 @@ def _say_up(box: _Box, args: argparse.Namespace, mine: list[dict], points_here: 
         f"{', '.join(d['id'] for d in mine)}; the admin token is in {box.data / 'admin.token'}"
     )
     stderr(_whose_box(box.data))
+    stderr(
+        shared_line(box.scheduling if box.controller is not None else box.st.get("scheduling", {}))
+    )
     say_out_of_pool(mine, box.host, box.data, args, box.url, points_here, not args.detach)
 
 

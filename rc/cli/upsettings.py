@@ -17,6 +17,8 @@ from rc.cli.serve import SCHEDULING_OPTIONS, scheduling_value
 
 __all__ = [
     "SETTINGS",
+    "SHARED_DEFAULTS",
+    "defaults_for",
     "differences",
     "keep_settings",
     "read_state",
@@ -24,11 +26,48 @@ __all__ = [
     "same_value",
     "scheduling_given",
     "serve_flags",
+    "shared_line",
 ]
 
 SETTINGS = ("listen", "devices", "host", "socket", "scheduling")
 """What up.json keeps of an rc up once its processes are stopped, for the next
 one in that data dir (unless given again)."""
+
+
+SHARED_DEFAULTS = {"fair_share": "7d", "hold_ttl_max": "24h", "hold_idle_timeout_min": "10m"}
+"""What `sudo rc up -d` (a one-box every local user shares) runs with unless
+told otherwise: fair share with a 7-day half-life, holds of at most 24 h,
+and idle holds reclaimed after at least 10 min (README "Shared-box
+defaults"). rc up --fair-share 0 (and the like) turns one off."""
+_SHARED_WORDS = {
+    "fair_share": ("fair share", "half-life {}", "off"),
+    "hold_ttl_max": ("a hold's ttl", "at most {}", "up to the devices' ceiling"),
+    "hold_idle_timeout_min": ("a hold's idle timeout", "at least {}", "any, or off"),
+}
+
+
+def defaults_for(root: bool) -> dict[str, str]:
+    """The scheduling options an rc up starts from before up.json's and the
+    flags: SHARED_DEFAULTS for root's shared box, none for a single user's."""
+    return dict(SHARED_DEFAULTS) if root else {}
+
+
+def shared_line(scheduling: dict[str, str]) -> str:
+    """The shared-box settings in words, from the scheduling options a
+    controller runs with: "fair share: half-life 7d; a hold's ttl: at most
+    24h; a hold's idle timeout: at least 10m (change: rc down, then rc up
+    --fair-share D / --hold-ttl-max D / --hold-idle-timeout-min D; 0 turns
+    one off)"."""
+    parts = []
+    for dest, (what, on, off) in _SHARED_WORDS.items():
+        text = scheduling.get(dest, "0")
+        try:
+            value = scheduling_value(dest, text)
+        except argparse.ArgumentTypeError:
+            value = 0
+        parts.append(f"{what}: {on.format(text) if value else off}")
+    flags = " / ".join(f"--{d.replace('_', '-')} D" for d in _SHARED_WORDS)
+    return f"{'; '.join(parts)} (to change: rc down, then rc up {flags}; 0 turns one off)"
 
 
 def keep_settings(path: Path, st: dict) -> None:

@@ -30,9 +30,10 @@ class Limits:
     """Most arguments in a command (400 limit_exceeded)."""
     argv_bytes: int = 256 << 10
     """Most bytes in a command's arguments together (400 limit_exceeded)."""
-    env_items: int = 256
-    """Most environment entries per job (400 limit_exceeded)."""
-    env_bytes: int = 64 << 10
+    env_items: int = 1024
+    """Most environment entries per job, the exported shell's included (400
+    limit_exceeded)."""
+    env_bytes: int = 256 << 10
     """Most bytes in a job's environment together (400 limit_exceeded)."""
     text_bytes: int = 4096
     """Longest free-text field: reason, cwd, selector, names (400 limit_exceeded)."""
@@ -64,6 +65,15 @@ class Limits:
     """The longest idle timeout a user may ask for, seconds; when set, a user
     may not turn the rule off either (400 limit_exceeded). 0: no maximum.
     Admins are exempt (rc serve --hold-idle-timeout-max)."""
+    hold_idle_timeout_min: int = 0
+    """The shortest idle timeout a user may ask for, seconds; when set, a
+    user may not turn the rule off either (400 limit_exceeded). 0: none.
+    Admins are exempt (rc serve --hold-idle-timeout-min; README "Shared-box
+    defaults")."""
+    hold_ttl_max: int = 0
+    """The longest ttl a user's hold may have, seconds, at submit and after
+    rc extend (400 limit_exceeded). 0: none. Admins are exempt (rc serve
+    --hold-ttl-max)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +131,9 @@ class ControllerConfig:
     max_user_priority: int = 0
     """Highest priority a user (not an admin) may ask for, -10..10; admins
     may ask up to 10, and anyone for a negative one (400 priority_not_allowed)."""
+    export_default: str = "ALL"
+    """What a job takes of its submitter's shell when the request names no
+    export (rc.proto.exports grammar; rc serve --export-default)."""
     fair_share: float = 0.0
     """Half-life of the decayed usage fair share reads, seconds (0: fair share off)."""
     flap_limit: int = 3

@@ -22,6 +22,7 @@ could use, why that device is not its now.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 
 from rc.controller.planning import (
@@ -47,6 +48,7 @@ __all__ = [
     "Queued",
     "explanation",
     "not_waiting",
+    "parked_words",
     "priority_terms",
 ]
 
@@ -182,7 +184,12 @@ def explanation(f: Facts) -> JobExplanation:
         if mine is not None
         else None
     )
-    reasons = _held_back(q)
+    parked = parked_words(job, f.now)
+    reasons = [*parked, *_held_back(q)]
+    if parked:  # what devices do says nothing of when it starts
+        return JobExplanation(
+            job.id, "queued", tuple(reasons), q.position, blockers, hosts, None, priority_terms(q)
+        )
     if q.given is None and wants > 1:
         reasons += _no_host_free(hosts, out_of_pool, blockers, wants, f.now)
     elif not free:
@@ -205,6 +212,22 @@ def explanation(f: Facts) -> JobExplanation:
         reservation,
         priority_terms(q),
     )
+
+
+def parked_words(job: Job, now: float) -> list[str]:
+    """What parks a queued job (README "Editing the queue"): stashed, a
+    begin time still to come; [] for neither."""
+    out = []
+    if job.stashed:
+        out.append(
+            f"It is stashed: it keeps its place but takes no device until rc unstash {job.id}."
+        )
+    if job.begin_at > now:
+        at = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(job.begin_at))
+        out.append(
+            f"It begins at {at} (--begin), in {format_duration(max(1.0, round(job.begin_at - now)))}."
+        )
+    return out
 
 
 def not_waiting(job: Job) -> str:

@@ -32,6 +32,7 @@ import orjson
 
 from rc.controller.auth import TOKEN_NAME_RE, Caller
 from rc.controller.config import Limits
+from rc.controller.environment import EXPORT_DEFAULT, check_env, job_environment
 from rc.controller.errors import Refused
 from rc.controller.store import jobs
 from rc.proto import arrayspec, copyjob
@@ -50,7 +51,6 @@ from rc.proto.model import (
     Principal,
     Stdio,
     parse_after,
-    valid_env_name,
     valid_job_name,
     valid_unix_user,
 )
@@ -84,6 +84,9 @@ DIGEST_DEFAULTS = (
     ("after", []),
     ("hold_idle_timeout_seconds", None),
     ("requeue_on_hardware", True),
+    ("export", ""),
+    ("caller_env", {}),
+    ("begin_at", 0.0),
 )
 """Fields left out of a request's digest when they hold these values: a
 request from before these fields digests as it did."""
@@ -95,6 +98,7 @@ def validate_submit(
     lim: Limits,
     cap: int = 0,
     max_user_priority: int = PRIORITY_MAX,
+    export_default: str = EXPORT_DEFAULT,
 ) -> jobs.NewJob:
     """Check a submission and turn it into a NewJob. Raises Refused (400/403).
 
@@ -106,7 +110,9 @@ def validate_submit(
 
     The job is owned by the caller's principal and runs as its Unix user;
     under `as_user` (admins only, 403 otherwise) by the target's
-    (checked_identity), the admin's label kept as its `actor`."""
+    (checked_identity), the admin's label kept as its `actor`. Its
+    environment is rc.controller.environment.job_environment's, with
+    `export_default` (rc serve --export-default) for a request naming none."""
     pins, count = checked_target(req, cap)
     me = checked_identity(req, who)
     check_texts(req, lim)
@@ -118,6 +124,7 @@ def validate_submit(
         command, hold_idle = checked_hold(req, who, lim)
     else:
         command = checked_command(req, lim)
+    env = job_environment(req, lim, export_default) if req.kind is JobKind.JOB else {}
     indices, items, array_cap, spec_text = checked_array(req, lim)
     after = checked_after(req.after)
     sel = checked_selector(req)
@@ -132,7 +139,7 @@ def validate_submit(
         selector=sel,
         device_id=pins[0] if pins else "",
         cwd=req.cwd,
-        env=dict(req.env) if req.kind is JobKind.JOB else {},
+        env=env,
         idempotency_key=req.idempotency_key or None,
         digest=request_digest(req),
         priority=req.priority,
@@ -153,6 +160,7 @@ def validate_submit(
         after=after,
         hold_idle=hold_idle,
         requeue_on_hardware=req.requeue_on_hardware,
+        begin_at=req.begin_at,
     )
 
 
@@ -349,7 +357,7 @@ def check_priority(req: SubmitRequest, who: Caller, max_user_priority: int) -> N
 def check_durations(req: SubmitRequest) -> None:
     """The max runtime and idle timeout (seconds) are not negative (400
     bad_request) and at most MAX_SECONDS (400 limit_exceeded)."""
-    if req.max_runtime_seconds < 0 or req.idle_timeout_seconds < 0:
+    if min(req.max_runtime_seconds, req.idle_timeout_seconds, req.begin_at) < 0:
         raise Refused(ErrorCode.BAD_REQUEST, "durations cannot be negative")
     if max(req.max_runtime_seconds, req.idle_timeout_seconds) > MAX_SECONDS:
         raise Refused(ErrorCode.LIMIT_EXCEEDED, "durations are at most 100 years")
@@ -383,19 +391,34 @@ def checked_hold(req: SubmitRequest, who: Caller, lim: Limits) -> tuple[tuple[st
         raise Refused(ErrorCode.BAD_REQUEST, "a hold needs a ttl (max_runtime_seconds > 0)")
     if not req.reason.strip():
         raise Refused(ErrorCode.BAD_REQUEST, "a hold needs a reason (say what it is for)")
+    if lim.hold_ttl_max and not who.admin and req.max_runtime_seconds > lim.hold_ttl_max:
+        raise Refused(
+            ErrorCode.LIMIT_EXCEEDED,
+            f"a hold's ttl may be at most {format_duration(lim.hold_ttl_max)} here, not "
+            f"{format_duration(req.max_runtime_seconds)} (rc serve --hold-ttl-max)",
+        )
     return ("hold",), _checked_hold_idle(req.hold_idle_timeout_seconds, who, lim)
 
 
 def _checked_hold_idle(asked: int | None, who: Caller, lim: Limits) -> int:
     """A hold's idle timeout in seconds (0: off) from what was asked (None:
-    the controller's default). Past the admin-set maximum, or off while a
-    maximum is set, a user is refused (400 limit_exceeded); an admin is not."""
+    the controller's default). Below the admin-set minimum, past the
+    maximum, or off while either is set, a user is refused (400
+    limit_exceeded); an admin is not."""
     if asked is None:
         return lim.hold_idle_timeout
     if asked < 0:
         raise Refused(ErrorCode.BAD_REQUEST, "an idle timeout cannot be negative (0 turns it off)")
     if asked > MAX_SECONDS:
         raise Refused(ErrorCode.LIMIT_EXCEEDED, "durations are at most 100 years")
+    least = lim.hold_idle_timeout_min
+    if least and not who.admin and (asked == 0 or asked < least):
+        what = "turned off" if asked == 0 else format_duration(asked)
+        raise Refused(
+            ErrorCode.LIMIT_EXCEEDED,
+            f"a hold's idle timeout must be at least {format_duration(least)} here, not {what} "
+            "(rc serve --hold-idle-timeout-min; an admin may go below it)",
+        )
     top = lim.hold_idle_timeout_max
     if top and not who.admin and (asked == 0 or asked > top):
         what = "turned off" if asked == 0 else format_duration(asked)
@@ -409,8 +432,9 @@ def _checked_hold_idle(asked: int | None, who: Caller, lim: Limits) -> int:
 
 def checked_command(req: SubmitRequest, lim: Limits) -> tuple[str, ...]:
     """A job's command (argv; empty only for a terminal session, which runs
-    the user's shell) within the argv limits, and its environment
-    (check_env). No hold_idle_timeout_seconds (a hold's). 400 bad_request
+    the user's shell) within the argv limits (its environment is checked
+    whole: rc.controller.environment). No hold_idle_timeout_seconds (a
+    hold's). 400 bad_request
     or limit_exceeded naming the problem."""
     if req.hold_idle_timeout_seconds is not None:
         raise Refused(
@@ -434,32 +458,7 @@ def checked_command(req: SubmitRequest, lim: Limits) -> tuple[str, ...]:
         raise Refused(ErrorCode.BAD_REQUEST, "a command argument contains a NUL character")
     if command and not command[0]:
         raise Refused(ErrorCode.BAD_REQUEST, "the program name (first argument) is empty")
-    check_env(req.env, lim)
     return command
-
-
-def check_env(env: dict[str, str], lim: Limits) -> None:
-    """A job's environment: at most `lim.env_items` entries and
-    `lim.env_bytes` bytes (names and values, UTF-8; 400 limit_exceeded),
-    valid names and no NUL in a value (400 bad_request, naming the variable)."""
-    if len(env) > lim.env_items:
-        raise Refused(
-            ErrorCode.LIMIT_EXCEEDED,
-            f"{len(env)} environment entries; the limit is {lim.env_items}",
-        )
-    if sum(len(k.encode()) + len(v.encode()) for k, v in env.items()) > lim.env_bytes:
-        raise Refused(ErrorCode.LIMIT_EXCEEDED, f"the environment is over {lim.env_bytes} bytes")
-    for k, v in env.items():
-        if not valid_env_name(k):
-            raise Refused(
-                ErrorCode.BAD_REQUEST,
-                f"environment variable name {k[:40]!r} is not valid "
-                "(letters, digits and '_', not starting with a digit)",
-            )
-        if "\0" in v:
-            raise Refused(
-                ErrorCode.BAD_REQUEST, f"environment variable {k!r} contains a NUL character"
-            )
 
 
 # -- arrays and dependencies ------------------------------------------------------

@@ -139,6 +139,7 @@ EVENTS: dict[EventKind, Shown] = {
     EventKind.HOLD_RECLAIMED: Shown("Idle hold released", tone="info"),
     EventKind.JOB_REQUEUED: Shown("Requeued", tone="info"),
     EventKind.JOB_SUBMITTED: Shown("Submitted via", tone="info"),
+    EventKind.JOB_UPDATED: Shown("Changed", tone="info"),
 }
 
 

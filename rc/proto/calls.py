@@ -71,6 +71,7 @@ __all__ = [
     "JOB_LOGS",
     "JOB_RELAY",
     "JOB_SUBMIT",
+    "JOB_UPDATE",
     "LABELS",
     "LEAVE",
     "LOG_APPEND",
@@ -304,6 +305,7 @@ ARRAY_GET = Call("GET", "/v1/arrays/{array_id}", None, wire.ArraySummary)
 """An array summed up: counts by state, failed indices, wall time (seconds).
 Refusals: not_found."""
 JOB_EXTEND = Call("POST", "/v1/jobs/{job_id}/extend", wire.ExtendRequest, wire.ExtendResult)
+JOB_UPDATE = Call("POST", "/v1/jobs/{job_id}/update", wire.UpdateRequest, wire.JobView)
 """Add `seconds` to a hold's ttl; answers the ttl (seconds from its start).
 Refusals: not_found, not_job_owner, not_a_hold, not_cancellable,
 runtime_above_ceiling, no_matching_device."""

@@ -282,6 +282,7 @@ class EventKind(enum.StrEnum):
     JOB_REQUEUED = "job_requeued"
     JOB_SUBMITTED = "job_submitted"
     """A submission through a program that named itself (rc.proto.VIA_HEADER)."""
+    JOB_UPDATED = "job_updated"
 
 
 @dataclass(frozen=True, slots=True)
@@ -330,7 +331,9 @@ class Job:
     whether a hardware failure puts it back in the queue (README "GPU
     health"); `restart_count` how many times it was (0..RESTARTS_MAX, its
     RC_RESTART_COUNT); `excluded_device_ids` the devices it must not be
-    given again (the faulty ones).
+    given again (the faulty ones). While queued, `stashed`: parked in its
+    place (rc stash), and `begin_at`: not to start before then (seconds
+    since the epoch; 0: no such time) (README "Editing the queue").
     """
 
     id: int
@@ -366,6 +369,8 @@ class Job:
     restart_count: int = 0
     excluded_device_ids: tuple[str, ...] = ()
     owner: str = ""
+    stashed: bool = False
+    begin_at: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -390,9 +390,9 @@ class JobRun:
                 self.watch_pids(group.pid)
                 self.placed = group.joined
             except OSError as e:
-                sink.write(cannot_start_line(argv[0], e))
+                sink.write(cannot_start_line(argv[0], e, env.get("PATH")))
                 sink.close(LOG_FLUSH_S)
-                return cannot_start(e)
+                return cannot_start(e, argv[0], env.get("PATH"))
         finally:
             os.close(w)
         self.ctx.report(Report(a.job_id, "running", started_at=self.started_at, log=sink))

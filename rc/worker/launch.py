@@ -178,13 +178,23 @@ def straggler_note(n: int) -> str:
     return f"{n} straggler{'' if n == 1 else 's'} reaped after exit"
 
 
-def cannot_start(e: OSError) -> Result:
+def cannot_start(e: OSError, program: str = "", path: str | None = None) -> Result:
     """The Result of a process that could not be started: failed, exit code
-    127 for a missing program (as a shell says), else 126."""
+    127 for a missing program (as a shell says), else 126. A `program`
+    looked up on `path` (no '/' in it) that was not found says the PATH
+    the job had (a venv's python is on the submitter's PATH)."""
     code = 127 if isinstance(e, FileNotFoundError) else 126
-    return Result(JobState.FAILED, code, f"cannot start: {e.strerror or e}")
+    return Result(JobState.FAILED, code, f"cannot start: {_why(e, program, path)}")
 
 
-def cannot_start_line(program: str, e: OSError) -> bytes:
-    """The line a job's log gets when `program` could not be started."""
-    return f"rc: cannot start {program!r}: {e.strerror or e}\n".encode()
+def cannot_start_line(program: str, e: OSError, path: str | None = None) -> bytes:
+    """The line a job's log gets when `program` could not be started (with
+    the PATH it was looked up on when it was not found there)."""
+    return f"rc: cannot start {program!r}: {_why(e, program, path)}\n".encode()
+
+
+def _why(e: OSError, program: str, path: str | None) -> str:
+    text = str(e.strerror or e)
+    if isinstance(e, FileNotFoundError) and program and "/" not in program and path is not None:
+        text += f" (not found on the job's PATH={path})"
+    return text

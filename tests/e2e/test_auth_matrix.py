@@ -216,6 +216,11 @@ CALLS = [
         lambda w: (f"/v1/jobs/{w.queued_hold()}/extend", {"seconds": 1}),
     ),
     Call(
+        "POST",
+        "/v1/jobs/{job_id}/update",
+        lambda w: (f"/v1/jobs/{w.queued_job()}/update", {"stashed": True}),
+    ),
+    Call(
         "GET",
         "/v1/jobs/{job_id}/logs",
         lambda w: (f"/v1/jobs/{w.job}/logs?follow=0", None),

@@ -146,8 +146,8 @@ def test_each_local_user_runs_jobs_as_themselves_with_no_token(onebox):
     alice, bob = onebox.alice, onebox.bob
     assert _out(alice.run("whoami")) == f"{ALICE} (user, runs jobs as {ALICE})\n"
     made = Path(alice.home) / f"made-by-job-{uuid.uuid4().hex[:8]}"
-    res = alice.run(
-        "run", "--", "sh", "-c",
+    res = alice.run(  # the clean start: --export ALL (the default) sends the user's PATH
+        "run", "--export", "NONE", "--", "sh", "-c",
         f'id -un; echo "$HOME $USER $LOGNAME $SHELL"; umask; echo "$PATH"; touch {made}',
     )  # fmt: skip
     lines = _out(res).splitlines()

@@ -51,7 +51,7 @@ def test_a_bad_name_is_a_usage_error_and_nothing_is_submitted(fleet, cli, contro
 
 def test_show_tells_everything_about_a_finished_job(fleet, cli, controller):
     res = cli.run(
-        "run", "--name", "eval", "-e", "SECRET=v", "--max-runtime", "1h", "--",
+        "run", "--name", "eval", "--export", "NONE", "-e", "SECRET=v", "--max-runtime", "1h", "--",
         "sh", "-c", "echo hello; exit 3",
     )  # fmt: skip
     assert res.returncode == 3

@@ -132,11 +132,11 @@ def test_another_user_never_sees_a_jobs_environment_values(controller, make_work
     make_worker(controller, host="envbox", devices="cpu:1")
     alice = Cli(controller.url, controller.token("alice3"), env, tmp_path)
     bob = Client(controller.url, controller.token("bob3"))
-    job_id = int(
-        alice.run(
-            "run", "--detach", "-e", "AWS_SECRET_ACCESS_KEY=abc123secret", "--", "sleep", "30"
-        ).stdout
-    )
+    res = alice.run(
+        "run", "--detach", "--export", "NONE", "-e", "AWS_SECRET_ACCESS_KEY=abc123secret", "--",
+        "sleep", "30",
+    )  # fmt: skip
+    job_id = int(res.stdout)
     seen = [
         bob.request("GET", "/v1/jobs").body,
         bob.request("GET", f"/v1/jobs/{job_id}").body,

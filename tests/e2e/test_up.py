@@ -15,6 +15,7 @@ from contextlib import contextmanager
 
 import pytest
 
+from rc.cli.upsettings import defaults_for
 from rc.proto.client import Client
 from tests.helpers.harness import PY, REPO, Cli, pid_alive, short_socket_path, stop_process
 from tests.helpers.wait import wait_until
@@ -29,6 +30,9 @@ def user(env, tmp_path):
     del cli.env["RC_CONTROLLER"], cli.env["RC_TOKEN"]
     yield cli
     cli.run("down", timeout=120)
+
+
+SHARED = defaults_for(os.geteuid() == 0)
 
 
 def _state(env) -> dict:
@@ -597,6 +601,7 @@ def test_up_passes_every_scheduling_option_to_its_controller(user, env):
         "max_devices_per_user": "1",
         "max_user_priority": "3",
         "fair_share": "7d",
+        **SHARED,  # root's box: the shared-box defaults (README "Shared-box defaults")
     }
     again = user.run("up", "-d", "--aging", "1m", timeout=120)
     assert again.returncode == 1 and b"--aging 1m (its controller runs with --aging 5m)" in (
@@ -614,6 +619,7 @@ def test_up_passes_every_scheduling_option_to_its_controller(user, env):
         "max_devices_per_user": "1",
         "max_user_priority": "3",
         "fair_share": "7d",
+        **SHARED,  # root's box: the shared-box defaults (README "Shared-box defaults")
     }
     res = user.run("run", "--detach", "--priority", "4", "--", "true")
     assert res.returncode == 1 and b"limit of 3" in res.stderr, res.stderr

@@ -26,7 +26,7 @@ def cpu_host(n: int, ceiling: int = 0, **labels) -> dict:
 
 
 def queued(lb: Lab) -> list[int]:
-    return lb.read(lambda tx: [r["id"] for r in tx.all("queued_jobs")])
+    return lb.read(lambda tx: [r["id"] for r in tx.all("queued_jobs", {"now": tx.now})])
 
 
 # ---------------------------------------------------------------- refused at submit

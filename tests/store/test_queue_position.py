@@ -41,7 +41,7 @@ def positions(lab: Lab, adjusted: dict[str, int]) -> tuple[dict[str, int], dict[
         planned = views.state(tx, policy).queue_positions
         counted = {
             str(j): views.job_view(tx, j, policy).queue_position
-            for j in (r["id"] for r in tx.all("queued_jobs"))
+            for j in (r["id"] for r in tx.all("queued_jobs", {"now": tx.now}))
         }
         return planned, counted
 

@@ -560,7 +560,7 @@ class SchedulerMachine(RuleBasedStateMachine):
                 "planned": views.state(tx, policy).queue_positions,
                 "counted": {
                     str(j): views.job_view(tx, j, policy).queue_position
-                    for j in (r["id"] for r in tx.all("queued_jobs"))
+                    for j in (r["id"] for r in tx.all("queued_jobs", {"now": tx.now}))
                 },
                 "reservations": {
                     j: (r.devices, r.start_at) for j, r in snap.plan.reservations.items()

@@ -23,6 +23,8 @@ RENAMED = {
     "log_cap": ("limits", "log_cap_bytes"),
     "hold_idle_timeout": ("limits", "hold_idle_timeout"),
     "hold_idle_timeout_max": ("limits", "hold_idle_timeout_max"),
+    "hold_idle_timeout_min": ("limits", "hold_idle_timeout_min"),
+    "hold_ttl_max": ("limits", "hold_ttl_max"),
     "max_queued_spec_bytes": ("limits", "queued_spec_bytes"),
 }
 NOT_CONFIG = {"verb", "handler", "usage_prog", "ready_fd", "rest"}

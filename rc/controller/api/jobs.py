@@ -26,7 +26,7 @@ from rc.controller.api import (
 from rc.controller.auth import Caller
 from rc.controller.errors import Refused
 from rc.controller.scans import scan_or_refuse, survivors_text
-from rc.controller.store import jobs, views
+from rc.controller.store import edits, jobs, views
 from rc.controller.submission import pinned_devices, validate_submit
 from rc.proto import VIA_HEADER, VIA_RE
 from rc.proto.duration import MAX_SECONDS
@@ -50,6 +50,7 @@ __all__ = [
     "list_jobs",
     "read_logs",
     "submit",
+    "update",
 ]
 
 LOG_READ_CHUNK = 256 << 10
@@ -87,7 +88,9 @@ async def submit(request: Request):
     c = ctl(request)
     who = caller(request)
     req = await json_body(request, c.cfg.limits.body_bytes)
-    new = validate_submit(req, who, c.cfg.limits, c.policy.cap, c.cfg.max_user_priority)
+    new = validate_submit(
+        req, who, c.cfg.limits, c.policy.cap, c.cfg.max_user_priority, c.cfg.export_default
+    )
     new = dataclasses.replace(new, via=via(request))
     if c.policy.shares is not None:
         c.policy.shares.note_submitter(new.unix_user or "")
@@ -336,9 +339,29 @@ async def extend(request: Request):
     if not 1 <= req.seconds <= MAX_SECONDS:
         raise Refused(ErrorCode.BAD_REQUEST, "seconds must be from 1 to 100 years")
     ttl = await c.db.write(
-        jobs.extend, job_id, who, req.seconds, c.policy.lease_grace, c.match_cache
+        jobs.extend,
+        job_id,
+        who,
+        req.seconds,
+        c.policy.lease_grace,
+        c.match_cache,
+        c.cfg.limits.hold_ttl_max,
     )
     return reply(ExtendResult(job_id, ttl))
+
+
+async def update(request: Request):
+    """POST /v1/jobs/{id}/update (wire.UpdateRequest): the owner or an
+    admin changes a queued job (rc.controller.store.edits.update); replies
+    with its JobView."""
+    c = ctl(request)
+    who = caller(request)
+    job_id = path_int(request)
+    req = await json_body(request, c.cfg.limits.body_bytes)
+    await c.db.write(
+        edits.update, job_id, who, req, c.cfg.max_user_priority, c.match_cache, c.policy.cap
+    )
+    return reply(await c.db.read(views.job_view, job_id, c.policy))
 
 
 async def _end_remains(c, job_id: int, device_id: str) -> str:

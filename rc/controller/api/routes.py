@@ -195,6 +195,28 @@ ROUTES: tuple[Endpoint, ...] = (
         ),
     ),
     Endpoint(
+        "POST",
+        "/v1/jobs/{job_id}/update",
+        jobs.update,
+        USER,
+        "Change a queued job: priority, name, max runtime (shorter; longer is an admin's), "
+        "stash, begin time (its owner, or an admin)",
+        wire.JobView,
+        request=wire.UpdateRequest,
+        errors=(
+            *BAD,
+            E.NOT_FOUND,
+            E.NOT_JOB_OWNER,
+            E.NOT_CANCELLABLE,
+            E.PRIORITY_OUT_OF_RANGE,
+            E.PRIORITY_NOT_ALLOWED,
+            E.RUNTIME_ABOVE_CEILING,
+            E.NO_MATCHING_DEVICE,
+            E.BAD_SELECTOR,
+            E.LIMIT_EXCEEDED,
+        ),
+    ),
+    Endpoint(
         "GET",
         "/v1/jobs/{job_id}/logs",
         jobs.read_logs,

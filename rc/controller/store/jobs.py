@@ -226,13 +226,17 @@ def kill(
     return "kill requested"
 
 
-def extend(tx: Tx, job_id: int, who: Caller, add: int, lease_grace: float, match_cache) -> int:
+def extend(
+    tx: Tx, job_id: int, who: Caller, add: int, lease_grace: float, match_cache, ttl_max: int = 0
+) -> int:
     """Add `add` seconds to a hold's ttl; returns the new ttl (seconds).
 
     Only its owner or an admin (Caller.owns; 403 not_job_owner); a job is 409
     not_a_hold, an ended hold 409 not_cancellable. The new ttl must fit the
     lowest runtime ceiling of its devices (of the devices its selector
     matches, while queued unplaced): 400 runtime_above_ceiling naming it.
+    A user's new ttl must not pass `ttl_max` either (rc serve --hold-ttl-max;
+    0: none; 400 limit_exceeded); an admin's may.
     The live leases last at least the new ttl plus `lease_grace` from when
     they began; its worker learns the new ttl by its next heartbeat.
     """
@@ -252,6 +256,13 @@ def extend(tx: Tx, job_id: int, who: Caller, add: int, lease_grace: float, match
     if JobState(row["state"]).terminal:
         raise Refused(ErrorCode.NOT_CANCELLABLE, f"hold {job_id} already ended ({row['state']})")
     new = row["max_runtime"] + add
+    if ttl_max and not who.admin and new > ttl_max:
+        raise Refused(
+            ErrorCode.LIMIT_EXCEEDED,
+            f"hold {job_id} may last at most {format_duration(ttl_max)} here (rc serve "
+            f"--hold-ttl-max); it has {format_duration(row['max_runtime'])}, and "
+            f"{format_duration(add)} more would make {format_duration(new)}",
+        )
     devices = rows.devices_of(row)
     if devices:
         ceilings = [

@@ -33,7 +33,7 @@ __all__ = [
 
 def queued(tx: Tx) -> list[QueuedJob]:
     """Every queued job, in id order."""
-    return [rows.queued_job(r) for r in tx.all("queued_jobs")]
+    return [rows.queued_job(r) for r in tx.all("queued_jobs", {"now": tx.now})]
 
 
 def adjustments(tx: Tx, policy: Policy) -> dict[str, int]:

@@ -207,6 +207,8 @@ def _job(r: sqlite3.Row, command: tuple[str, ...], reason: str, kill_reason: str
         restart_count=r["restart_count"],
         excluded_device_ids=tuple(loads(r["excluded_device_ids"])),
         owner=r["owner"],
+        stashed=bool(r["stashed"]),
+        begin_at=r["begin_at"],
     )
 
 

@@ -79,6 +79,8 @@ class NewJob:
     owner: str = ""
     actor: str = ""
     as_token: str = ""
+    begin_at: float = 0.0
+    """Not to start before then (seconds since the epoch; 0: none)."""
     via: str = ""
 
 
@@ -246,6 +248,7 @@ def _fields(tx: Tx, job: NewJob, max_runtime: int, pins, unix_user: str, key: st
         "name": job.name,
         "requeue_on_hardware": int(job.requeue_on_hardware),
         "owner": job.owner,
+        "begin_at": job.begin_at,
     }
 
 

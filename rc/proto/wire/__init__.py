@@ -52,6 +52,7 @@ from rc.proto.wire.jobs import (
     KillRequest,
     ReservationView,
     SubmitRequest,
+    UpdateRequest,
 )
 from rc.proto.wire.relay import (
     SessionReport,
@@ -168,6 +169,7 @@ __all__ = [
     "TokenList",
     "TokenRevoked",
     "UndrainRequest",
+    "UpdateRequest",
     "UsageReport",
     "UsageRow",
     "WhoAmI",

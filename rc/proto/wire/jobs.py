@@ -31,6 +31,11 @@ class SubmitRequest:
     `requeue_on_hardware` (default true): a hardware failure of the job
     (JobReport.hardware_cause) puts it back in the queue, away from the
     faulty devices, at most model.RESTARTS_MAX times (README "GPU health").
+    `export` (rc.proto.exports grammar; "" the controller's default, rc serve
+    --export-default) says what of `caller_env`, the submitting shell's
+    environment as the client sent it, the job takes; `env` goes on top
+    (README "Your environment in a job"). `begin_at`: not before then
+    (seconds since the epoch; 0: as soon as it can; README "Editing the queue").
     """
 
     command: tuple[str, ...] = ()
@@ -55,6 +60,9 @@ class SubmitRequest:
     after: tuple[str, ...] = ()
     hold_idle_timeout_seconds: int | None = None
     requeue_on_hardware: bool = True
+    export: str = ""
+    caller_env: dict[str, str] = field(default_factory=dict)
+    begin_at: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +162,26 @@ class ExtendRequest:
     """POST /v1/jobs/{id}/extend: add `seconds` (1 to 100 years) to a hold's ttl."""
 
     seconds: int
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateRequest:
+    """POST /v1/jobs/{id}/update: change a queued job (README "Editing the
+    queue"); a field left None stays as it is. `priority` within the
+    caller's limit; `name` ("" for none); `max_runtime_seconds` (a user may
+    only shorten it; lengthening, or 0 for the devices' ceiling, is an
+    admin's); `stashed` parks it in its place or lets it go again;
+    `begin_at` the time before which it may not start (seconds since the
+    epoch; 0: none); `selector` and `count` (1..COUNT_MAX) for a job that
+    asked by selector (not one pinned to devices)."""
+
+    priority: int | None = None
+    name: str | None = None
+    max_runtime_seconds: int | None = None
+    stashed: bool | None = None
+    begin_at: float | None = None
+    selector: str | None = None
+    count: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -133,6 +133,7 @@ MIGRATIONS: list[tuple[int, str]] = [
     (9, "0009_queue_ask.sql"),  # the queue indexed by ask (positions) and by submitter
     (10, "0010_principals.sql"),  # owners are principals; keys unique per owner
     (11, "0011_spec_bytes.sql"),  # a job's spec bytes, for the per-user budget of them
+    (12, "0012_queue_edits.sql"),  # stashed jobs, begin times; the feed's job_updated
     (16, "0016_via.sql"),  # the feed's job_submitted (a submission via rc mcp)
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
@@ -151,6 +152,7 @@ PG_MIGRATIONS: list[tuple[int, str]] = [
     (9, "0009_queue_ask.sql"),  # the queue indexed by ask (positions) and by submitter
     (10, "0010_principals.sql"),  # owners are principals; keys unique per owner
     (11, "0011_spec_bytes.sql"),  # a job's spec bytes, for the per-user budget of them
+    (12, "0012_queue_edits.sql"),  # stashed jobs, begin times; the feed's job_updated
     (16, "0016_via.sql"),  # the feed's job_submitted (a submission via rc mcp)
 ]
 """(version, file) under migrations/pg/, after PG_BASELINE; the same numbers

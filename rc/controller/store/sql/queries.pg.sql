@@ -33,7 +33,8 @@ SELECT id, kind, state, submitter, token_name, selector, device_id, worker_id,
        exit_code, substr(kill_reason, 1, 257) AS kill_reason_head, kill_requested,
        kill_delivered_at, submitted_at, queued_at, assigned_at, started_at, finished_at, count,
        device_ids, unix_user, name, array_id, array_index, array_item, sessions,
-       requeue_on_hardware, restart_count, excluded_device_ids, runtime_asked, owner, spec_bytes
+       requeue_on_hardware, restart_count, excluded_device_ids, runtime_asked, owner, spec_bytes,
+       stashed, begin_at
 FROM jobs
 WHERE (:device = '' OR device_id = :device
        OR EXISTS (SELECT 1 FROM jsonb_array_elements_text(jobs.device_ids::jsonb) AS d (value)
@@ -58,7 +59,7 @@ SELECT j.id, j.kind, j.state, j.submitter, j.token_name, j.selector, j.device_id
        j.submitted_at, j.queued_at, j.assigned_at, j.started_at, j.finished_at, j.count,
        j.device_ids, j.unix_user, j.name, j.array_id, j.array_index, j.array_item, j.sessions,
        j.requeue_on_hardware, j.restart_count, j.excluded_device_ids, j.runtime_asked, j.owner,
-       j.spec_bytes
+       j.spec_bytes, j.stashed, j.begin_at
 FROM jobs AS j
 WHERE (j.id IN (SELECT job_id FROM leases WHERE device_id = ?1 ORDER BY job_id DESC LIMIT ?2 * 4)
        OR j.id IN (SELECT id FROM jobs WHERE device_id = ?1 ORDER BY id DESC LIMIT ?2 * 4))
@@ -130,12 +131,12 @@ WITH element AS (
                       env, idempotency_key, request_digest, priority, max_runtime, idle_timeout,
                       reason, stdio, submitted_at, queued_at, count, device_ids, unix_user, name,
                       requeue_on_hardware, runtime_asked, owner, spec_bytes, array_id,
-                      array_index, array_item)
+                      array_index, array_item, begin_at)
     VALUES (:id, :kind, 'queued', :submitter, :token_name, :selector, :device_id, :command,
             :cwd, :env, :idempotency_key, :request_digest, :priority, :max_runtime,
             :idle_timeout, :reason, :stdio, :now, :now, :count, :device_ids, :unix_user,
             :name, :requeue_on_hardware, :max_runtime, :owner, :spec_bytes, :array_id,
-            :array_index, :array_item)
+            :array_index, :array_item, :begin_at)
     RETURNING id
 )
 SELECT setval(pg_get_serial_sequence('jobs', 'id'), id) FROM element
@@ -144,12 +145,13 @@ SELECT setval(pg_get_serial_sequence('jobs', 'id'), id) FROM element
 -- The queue in scheduling order: effective priority (priority plus one step per
 -- :aging seconds waited; :aging 0 turns aging off; minus its Unix user's
 -- fair-share adjustment in :adjust, a JSON object user → steps, '{}' for none), then
--- submission order.
+-- submission order; blocked as in queued_jobs.
 SELECT j.id, j.submitter, j.priority, j.queued_at, j.selector, j.device_id, j.max_runtime,
        j.count, j.device_ids, j.unix_user, j.array_id, coalesce(a.max_running, 0) AS array_cap,
        j.excluded_device_ids,
-       EXISTS (SELECT 1 FROM job_deps AS d JOIN jobs AS a ON a.id = d.after_id
-               WHERE d.job_id = j.id AND NOT dep_met(d.condition, a.state)) AS blocked
+       (j.stashed = 1 OR j.begin_at > :now
+        OR EXISTS (SELECT 1 FROM job_deps AS d JOIN jobs AS a ON a.id = d.after_id
+                   WHERE d.job_id = j.id AND NOT dep_met(d.condition, a.state))) AS blocked
 FROM jobs AS j LEFT JOIN arrays AS a ON a.id = j.array_id
 LEFT JOIN jsonb_each_text(:adjust::jsonb) AS f (key, value) ON f.key = j.unix_user
 WHERE j.state = 'queued'

@@ -12,11 +12,11 @@
 INSERT INTO jobs (kind, state, submitter, token_name, selector, device_id, command, cwd, env,
                   idempotency_key, request_digest, priority, max_runtime, idle_timeout, reason,
                   stdio, submitted_at, queued_at, count, device_ids, unix_user, name,
-                  requeue_on_hardware, runtime_asked, owner, spec_bytes)
+                  requeue_on_hardware, runtime_asked, owner, spec_bytes, begin_at)
 VALUES (:kind, 'queued', :submitter, :token_name, :selector, :device_id, :command, :cwd, :env,
         :idempotency_key, :request_digest, :priority, :max_runtime, :idle_timeout, :reason,
         :stdio, :now, :now, :count, :device_ids, :unix_user, :name,
-        :requeue_on_hardware, :max_runtime, :owner, :spec_bytes)
+        :requeue_on_hardware, :max_runtime, :owner, :spec_bytes, :begin_at)
 RETURNING id
 
 -- name: job_insert_element
@@ -26,12 +26,12 @@ INSERT INTO jobs (id, kind, state, submitter, token_name, selector, device_id, c
                   env, idempotency_key, request_digest, priority, max_runtime, idle_timeout,
                   reason, stdio, submitted_at, queued_at, count, device_ids, unix_user, name,
                   requeue_on_hardware, runtime_asked, owner, spec_bytes, array_id, array_index,
-                  array_item)
+                  array_item, begin_at)
 VALUES (:id, :kind, 'queued', :submitter, :token_name, :selector, :device_id, :command, :cwd,
         :env, :idempotency_key, :request_digest, :priority, :max_runtime, :idle_timeout,
         :reason, :stdio, :now, :now, :count, :device_ids, :unix_user, :name,
         :requeue_on_hardware, :max_runtime, :owner, :spec_bytes, :array_id, :array_index,
-        :array_item)
+        :array_item, :begin_at)
 
 -- name: job_set_array
 -- An array's first element joins its array (array id, index, item).
@@ -83,6 +83,14 @@ SELECT id, request_digest FROM jobs WHERE owner = ? AND idempotency_key = ?
 SELECT count(*) AS n, coalesce(sum(spec_bytes), 0) AS spec_bytes
 FROM jobs INDEXED BY jobs_queued_by_user
 WHERE state = 'queued' AND unix_user = ?
+
+-- name: job_update_queued
+-- rc update / stash / unstash: a queued job's priority, name, selector, count, max
+-- runtime (also the runtime it asks for), stash and begin time (rc.controller.store.edits).
+UPDATE jobs SET priority = :priority, name = :name, selector = :selector, count = :count,
+                max_runtime = :max_runtime, runtime_asked = :max_runtime, stashed = :stashed,
+                begin_at = :begin_at
+WHERE id = :id AND state = 'queued'
 
 -- name: job_cancel_queued
 -- queued → killed with a reason (a cancel); no row when it was no longer queued.
@@ -185,7 +193,8 @@ SELECT id, kind, state, submitter, token_name, selector, device_id, worker_id,
        exit_code, substr(kill_reason, 1, 257) AS kill_reason_head, kill_requested,
        kill_delivered_at, submitted_at, queued_at, assigned_at, started_at, finished_at, count,
        device_ids, unix_user, name, array_id, array_index, array_item, sessions,
-       requeue_on_hardware, restart_count, excluded_device_ids, runtime_asked, owner, spec_bytes
+       requeue_on_hardware, restart_count, excluded_device_ids, runtime_asked, owner, spec_bytes,
+       stashed, begin_at
 FROM jobs
 WHERE (:device = '' OR device_id = :device
        OR EXISTS (SELECT 1 FROM json_each(jobs.device_ids) WHERE value = :device))
@@ -207,7 +216,8 @@ SELECT id, kind, state, submitter, token_name, selector, device_id, worker_id,
        exit_code, substr(kill_reason, 1, 257) AS kill_reason_head, kill_requested,
        kill_delivered_at, submitted_at, queued_at, assigned_at, started_at, finished_at, count,
        device_ids, unix_user, name, array_id, array_index, array_item, sessions,
-       requeue_on_hardware, restart_count, excluded_device_ids, runtime_asked, owner, spec_bytes
+       requeue_on_hardware, restart_count, excluded_device_ids, runtime_asked, owner, spec_bytes,
+       stashed, begin_at
 FROM jobs WHERE state IN ('assigned', 'running') ORDER BY id DESC
 
 -- name: jobs_queued_listed
@@ -218,7 +228,8 @@ SELECT id, kind, state, submitter, token_name, selector, device_id, worker_id,
        exit_code, substr(kill_reason, 1, 257) AS kill_reason_head, kill_requested,
        kill_delivered_at, submitted_at, queued_at, assigned_at, started_at, finished_at, count,
        device_ids, unix_user, name, array_id, array_index, array_item, sessions,
-       requeue_on_hardware, restart_count, excluded_device_ids, runtime_asked, owner, spec_bytes
+       requeue_on_hardware, restart_count, excluded_device_ids, runtime_asked, owner, spec_bytes,
+       stashed, begin_at
 FROM jobs WHERE state = 'queued' ORDER BY priority DESC, id
 
 -- name: jobs_recent_on_device
@@ -233,7 +244,7 @@ SELECT j.id, j.kind, j.state, j.submitter, j.token_name, j.selector, j.device_id
        j.submitted_at, j.queued_at, j.assigned_at, j.started_at, j.finished_at, j.count,
        j.device_ids, j.unix_user, j.name, j.array_id, j.array_index, j.array_item, j.sessions,
        j.requeue_on_hardware, j.restart_count, j.excluded_device_ids, j.runtime_asked, j.owner,
-       j.spec_bytes
+       j.spec_bytes, j.stashed, j.begin_at
 FROM jobs AS j
 WHERE (j.id IN (SELECT job_id FROM leases WHERE device_id = ?1 ORDER BY job_id DESC LIMIT ?2 * 4)
        OR j.id IN (SELECT id FROM jobs WHERE device_id = ?1 ORDER BY id DESC LIMIT ?2 * 4))
@@ -244,12 +255,14 @@ ORDER BY j.id DESC LIMIT ?2
 -- ---------------------------------------------------------------- scheduling
 
 -- name: queued_jobs
--- What the planner needs of every queued job (with its array's cap), in priority then id order.
+-- What the planner needs of every queued job (with its array's cap), in priority then id
+-- order; blocked: stashed, not to begin before a time after :now, or with an unmet dependency.
 SELECT j.id, j.submitter, j.priority, j.queued_at, j.selector, j.device_id, j.max_runtime,
        j.count, j.device_ids, j.unix_user, j.array_id, coalesce(a.max_running, 0) AS array_cap,
        j.excluded_device_ids,
-       EXISTS (SELECT 1 FROM job_deps AS d JOIN jobs AS a ON a.id = d.after_id
-               WHERE d.job_id = j.id AND NOT dep_met(d.condition, a.state)) AS blocked
+       (j.stashed = 1 OR j.begin_at > :now
+        OR EXISTS (SELECT 1 FROM job_deps AS d JOIN jobs AS a ON a.id = d.after_id
+                   WHERE d.job_id = j.id AND NOT dep_met(d.condition, a.state))) AS blocked
 FROM jobs AS j LEFT JOIN arrays AS a ON a.id = j.array_id
 WHERE j.state = 'queued' ORDER BY j.priority DESC, j.id
 
@@ -257,12 +270,13 @@ WHERE j.state = 'queued' ORDER BY j.priority DESC, j.id
 -- The queue in scheduling order: effective priority (priority plus one step per
 -- :aging seconds waited; :aging 0 turns aging off; minus its Unix user's
 -- fair-share adjustment in :adjust, a JSON object user → steps, '{}' for none), then
--- submission order.
+-- submission order; blocked as in queued_jobs.
 SELECT j.id, j.submitter, j.priority, j.queued_at, j.selector, j.device_id, j.max_runtime,
        j.count, j.device_ids, j.unix_user, j.array_id, coalesce(a.max_running, 0) AS array_cap,
        j.excluded_device_ids,
-       EXISTS (SELECT 1 FROM job_deps AS d JOIN jobs AS a ON a.id = d.after_id
-               WHERE d.job_id = j.id AND NOT dep_met(d.condition, a.state)) AS blocked
+       (j.stashed = 1 OR j.begin_at > :now
+        OR EXISTS (SELECT 1 FROM job_deps AS d JOIN jobs AS a ON a.id = d.after_id
+                   WHERE d.job_id = j.id AND NOT dep_met(d.condition, a.state))) AS blocked
 FROM jobs AS j LEFT JOIN arrays AS a ON a.id = j.array_id
 LEFT JOIN json_each(:adjust) AS f ON f.key = j.unix_user
 WHERE j.state = 'queued'
@@ -275,8 +289,9 @@ WHERE j.state IN ('assigned', 'running') AND a.max_running > 0
 GROUP BY j.array_id
 
 -- name: any_held_queued
--- Whether an element of a capped array, or a job with dependencies, is queued
--- (queue positions then come from a plan). Every job's view asks, each submit's
+-- Whether an element of a capped array, a job with dependencies, or a stashed
+-- job or one with a begin time is queued (queue positions then come from a plan;
+-- the last through the partial index jobs_parked). Every job's view asks, each submit's
 -- among them: the capped arrays are looked up from the arrays table (each
 -- through jobs_by_array), and the queue is read for dependencies only when a
 -- job ever had one.
@@ -285,7 +300,9 @@ SELECT EXISTS (
         SELECT 1 FROM jobs AS j WHERE j.array_id = a.id AND j.state = 'queued')
 ) OR (EXISTS (SELECT 1 FROM job_deps) AND EXISTS (
     SELECT 1 FROM job_deps AS d JOIN jobs AS j ON j.id = d.job_id WHERE j.state = 'queued'
-))
+)) OR EXISTS (
+    SELECT 1 FROM jobs WHERE state = 'queued' AND (stashed = 1 OR begin_at > 0)
+)
 
 -- name: dep_insert
 -- A dependency: job ? waits for job ? to end as condition ? says.

@@ -1,3 +1,4 @@
+-- (job_updated: schema 12's, kept: 0012_queue_edits.sql comes first.)
 -- Schema 16: the activity feed gains job_submitted, a submission made
 -- through a program that names itself with the Rc-Via request header (rc
 -- mcp sends "mcp": README "Agents: rc mcp"), so an agent's every write is on
@@ -13,7 +14,7 @@ CREATE TABLE events (
         'watchdog_trip', 'device_recovered', 'recovery_refused', 'device_cleared',
         'device_retired', 'device_drained', 'device_undrained', 'job_killed',
         'submitted_as', 'token_created', 'token_revoked', 'hold_idle_warning',
-        'hold_reclaimed', 'job_requeued', 'job_submitted')),
+        'hold_reclaimed', 'job_requeued', 'job_submitted', 'job_updated')),
     device_id TEXT NOT NULL DEFAULT '',
     job_id    INTEGER,
     actor     TEXT NOT NULL DEFAULT '',
