@@ -133,8 +133,9 @@ MIGRATIONS: list[tuple[int, str]] = [
     (9, "0009_queue_ask.sql"),  # the queue indexed by ask (positions) and by submitter
     (10, "0010_principals.sql"),  # owners are principals; keys unique per owner
     (11, "0011_spec_bytes.sql"),  # a job's spec bytes, for the per-user budget of them
+    (15, "0015_retention.sql"),  # the ledger's daily rollups; leases marked rolled up
 ]
-SCHEMA_VERSION = 1 + len(MIGRATIONS)
+SCHEMA_VERSION = MIGRATIONS[-1][0]
 MIGRATION_STEPS: dict[int, Callable[..., Any]] = {10: owners_by_uid}
 """Python run after a migration's SQL, in its transaction, on both engines
 (version → fn(execute, mark)): what SQL cannot do (schema 10 asks the
@@ -150,7 +151,8 @@ PG_MIGRATIONS: list[tuple[int, str]] = [
     (9, "0009_queue_ask.sql"),  # the queue indexed by ask (positions) and by submitter
     (10, "0010_principals.sql"),  # owners are principals; keys unique per owner
     (11, "0011_spec_bytes.sql"),  # a job's spec bytes, for the per-user budget of them
+    (15, "0015_retention.sql"),  # the ledger's daily rollups; leases marked rolled up
 ]
 """(version, file) under migrations/pg/, after PG_BASELINE; the same numbers
 as MIGRATIONS."""
-PG_SCHEMA_VERSION = PG_BASELINE + len(PG_MIGRATIONS)
+PG_SCHEMA_VERSION = PG_MIGRATIONS[-1][0]
