@@ -140,6 +140,7 @@ CREATE INDEX jobs_kill_pending ON jobs (worker_id) WHERE kill_requested = 1;
 CREATE INDEX jobs_by_name ON jobs (name, id DESC) WHERE name != '';
 CREATE INDEX jobs_by_submitted ON jobs (submitted_at);
 CREATE INDEX jobs_by_finished ON jobs (finished_at) WHERE finished_at IS NOT NULL;
+CREATE INDEX jobs_by_assigned ON jobs (assigned_at) WHERE assigned_at IS NOT NULL;
 CREATE INDEX jobs_by_array ON jobs (array_id, array_index) WHERE array_id IS NOT NULL;
 
 -- Job arrays (schema 4): one row per array, its elements are jobs.
@@ -200,7 +201,7 @@ CREATE INDEX leases_by_job ON leases (job_id);
 CREATE INDEX leases_by_device ON leases (device_id, job_id DESC);
 CREATE INDEX leases_by_released ON leases (released_at);
 CREATE INDEX leases_unrolled ON leases (job_id) WHERE rolled = 0;
-CREATE INDEX leases_rolled_across ON leases (released_at) WHERE rolled = 2;
+CREATE INDEX leases_rolled_across ON leases (released_at, acquired_at, job_id) WHERE rolled = 2;
 CREATE INDEX leases_by_acquired ON leases (acquired_at);
 
 -- The topology of a host's GPUs (schema 2): how each pair of its devices is

@@ -274,11 +274,7 @@ def _shape(c) -> dict:
 
 
 def test_the_oldest_pg_schema_plus_every_pg_migration_is_store_pg_sql(pg_cluster, conn):
-    assert (
-        store_sql.PG_SCHEMA_VERSION
-        == store_sql.PG_MIGRATIONS[-1][0]
-        == store_sql.SCHEMA_VERSION
-    )
+    assert store_sql.PG_SCHEMA_VERSION == store_sql.PG_MIGRATIONS[-1][0] == store_sql.SCHEMA_VERSION
     pg_versions = [v for v, _ in store_sql.PG_MIGRATIONS]
     assert pg_versions == sorted(set(pg_versions)) and pg_versions[0] == store_sql.PG_BASELINE + 1
     dsn = pg_cluster.create_database()

@@ -4,9 +4,10 @@
 ALTER TABLE leases ADD COLUMN rolled bigint NOT NULL DEFAULT 0 CHECK (rolled IN (0, 1, 2));
 
 CREATE INDEX leases_unrolled ON leases (job_id) WHERE rolled = 0;
-CREATE INDEX leases_rolled_across ON leases (released_at) WHERE rolled = 2;
+CREATE INDEX leases_rolled_across ON leases (released_at, acquired_at, job_id) WHERE rolled = 2;
 CREATE INDEX leases_by_acquired ON leases (acquired_at);
 CREATE INDEX jobs_by_finished ON jobs (finished_at) WHERE finished_at IS NOT NULL;
+CREATE INDEX jobs_by_assigned ON jobs (assigned_at) WHERE assigned_at IS NOT NULL;
 CREATE INDEX events_by_job ON events (job_id) WHERE job_id IS NOT NULL;
 
 CREATE TABLE usage_days (
