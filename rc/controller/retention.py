@@ -1,5 +1,5 @@
 """History that ends: the rollups, the retention and the log quota (README
-"History that ends"; issue 31 item 6).
+"History that ends").
 
 Every turn (ControllerConfig.retain_interval seconds; the first soon after
 start) the controller
@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from rc.controller.store import rollups
-from rc.controller.store.db import Database, Tx, dumps
+from rc.controller.store.db import Database
 
 __all__ = ["TURN_BATCHES_MAX", "Retention", "log_sizes"]
 
@@ -33,8 +33,6 @@ log = logging.getLogger("rc.controller.retention")
 
 TURN_BATCHES_MAX = 400
 """Most batches of each kind one turn runs (400 × 500 jobs: 200,000 jobs)."""
-OWNERS_CHUNK = 5000
-"""Job ids asked about in one read by the log quota."""
 
 
 def log_sizes(root: Path) -> dict[int, int]:
@@ -122,15 +120,9 @@ class Retention:
         sizes = await asyncio.to_thread(log_sizes, self.log_root)
         ids = sorted(sizes)
 
-        def owners(tx: Tx) -> list:
-            out = []
-            for start in range(0, len(ids), OWNERS_CHUNK):
-                out += tx.all("log_owners", (dumps(ids[start : start + OWNERS_CHUNK]),))
-            return out
-
         used: dict[str, int] = {}
         done: dict[str, list[tuple[float, int]]] = {}
-        for job_id, user, finished_at in await self.db.read(owners):
+        for job_id, user, finished_at in await self.db.read(rollups.log_owners, ids):
             used[user] = used.get(user, 0) + sizes[job_id]
             if finished_at is not None:
                 done.setdefault(user, []).append((finished_at, job_id))

@@ -1,5 +1,5 @@
 """The ledger's daily rollups and history that ends (rc.controller.store.rollups,
-rc.controller.store.ledger; issue 31 item 6): the same ledger before a
+rc.controller.store.ledger): the same ledger before a
 history is rolled up, after, and after its old jobs are deleted, on both
 engines."""
 

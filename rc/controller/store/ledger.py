@@ -1,5 +1,5 @@
 """The ledger from the daily rollups (README "Who used the devices" and
-"History that ends"; issue 31 item 6, issue 37 item 5).
+"History that ends").
 
 A window [since, now] is read in three parts, none counted twice:
 1. the rollups (rc.controller.store.rollups) of its whole UTC days, from the
@@ -25,12 +25,12 @@ from rc.controller.store.rollups import (
     DAY_S,
     Acc,
     Key,
+    _grouped,
     acc_of_row,
     add_job,
     add_wait,
     bucket_value,
     day_of,
-    grouped,
     week_of,
 )
 from rc.proto.wire import UsageReport, UsageRow
@@ -62,12 +62,12 @@ def gather(tx: Tx, since: float, user: str = "", horizon: float = 0.0) -> dict[K
         ids = sorted({r[0] for r in tx.iter("ledger_edge_jobs", p)})
         for start in range(0, len(ids), 5000):
             rows = tx.all("ledger_job_leases", (dumps(ids[start : start + 5000]),))
-            for leases in grouped(rows, now).values():
+            for leases in _grouped(rows, now).values():
                 add_job(accs, leases, since, edge, whole=True)
         for h, d, k, s, at, wait in tx.iter("ledger_edge_waits", p):
             add_wait(accs, h, d, k, s, at, wait, exact=True)
     p = {"since": since, "now": now, "user": user}
-    for leases in grouped(tx.iter("ledger_unrolled_leases", p), now).values():
+    for leases in _grouped(tx.iter("ledger_unrolled_leases", p), now).values():
         add_job(accs, leases, since, now)
     for h, d, k, s, at, wait in tx.iter("ledger_unrolled_waits", p):
         add_wait(accs, h, d, k, s, at, wait, exact=True)

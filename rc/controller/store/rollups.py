@@ -1,5 +1,5 @@
 """The ledger's daily rollups, and history that ends (schema 15; README
-"History that ends", issue 31 item 6).
+"History that ends").
 
 A finished job's leases are rolled up into `usage_days`: one row per UTC day,
 lease holder (the Unix user), host, kind and final state, holding that day's
@@ -40,7 +40,7 @@ __all__ = [
     "bucket_value",
     "day_of",
     "expire",
-    "grouped",
+    "log_owners",
     "roll_up",
     "week_of",
 ]
@@ -124,7 +124,7 @@ class LeaseRow:
     released: float
 
 
-def grouped(rows: Iterable, now: float) -> dict[int, list[LeaseRow]]:
+def _grouped(rows: Iterable, now: float) -> dict[int, list[LeaseRow]]:
     """job id → its leases, from rows (job_id, holder, device_id, kind, state,
     sessions, acquired_at, released_at or None)."""
     out: dict[int, list[LeaseRow]] = {}
@@ -250,7 +250,7 @@ def roll_up(tx: Tx, limit: int = ROLL_BATCH_JOBS) -> int:
         return 0
     ids_json = dumps(ids)
     accs: dict[Key, Acc] = {}
-    for leases in grouped(tx.all("ledger_job_leases", (ids_json,)), tx.now).values():
+    for leases in _grouped(tx.all("ledger_job_leases", (ids_json,)), tx.now).values():
         add_job(accs, leases)
     for holder, device_id, kind, state, assigned_at, wait in tx.all("rollup_waits", (ids_json,)):
         add_wait(accs, holder, device_id, kind, state, assigned_at, wait, exact=False)
@@ -273,7 +273,7 @@ def expire(tx: Tx, cutoff: float, limit: int = EXPIRE_BATCH_JOBS) -> list[int]:
     still waiting names as a dependency, with their leases, dependencies,
     idle rules and events; and up to `limit` events older than `cutoff`.
     Returns the ids of the jobs deleted (their logs are the caller's)."""
-    ids = [r[0] for r in tx.all("retain_expired_jobs", (cutoff, limit))]
+    ids = [int(r[0]) for r in tx.all("retain_expired_jobs", (cutoff, limit))]
     if ids:
         ids_json = dumps(ids)
         arrays = [r[0] for r in tx.all("retain_arrays_of", (ids_json,))]
@@ -286,3 +286,13 @@ def expire(tx: Tx, cutoff: float, limit: int = EXPIRE_BATCH_JOBS) -> list[int]:
             tx.exec("retain_delete_empty_arrays", (dumps(arrays),))
     tx.exec("retain_delete_events", (cutoff, limit))
     return ids
+
+
+def log_owners(tx: Tx, ids: list[int], chunk: int = 5000) -> list[tuple[int, str, float | None]]:
+    """(job id, Unix user, finished_at or None) of each job of `ids` that
+    exists (the log quota's owners), `chunk` ids per query."""
+    out = []
+    for start in range(0, len(ids), chunk):
+        rows = tx.all("log_owners", (dumps(ids[start : start + chunk]),))
+        out += [(int(r[0]), str(r[1]), None if r[2] is None else float(r[2])) for r in rows]
+    return out
