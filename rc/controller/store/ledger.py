@@ -20,13 +20,12 @@ from __future__ import annotations
 import datetime as dt
 import math
 
-from rc.controller.store.db import Tx, dumps
+from rc.controller.store.db import Tx, dumps, loads
 from rc.controller.store.rollups import (
     DAY_S,
     Acc,
     Key,
     _grouped,
-    acc_of_row,
     add_job,
     add_wait,
     bucket_value,
@@ -41,22 +40,45 @@ COUNT_OF = {"user": "n_user", "host": "n_host", "day": "n_day", "week": "n_week"
 """Which rollup count a view adds up (the total: n_user)."""
 
 
-def gather(tx: Tx, since: float, user: str = "", horizon: float = 0.0) -> dict[Key, Acc]:
+GROUPS = {
+    "user": (0, 1, 0),
+    "host": (0, 0, 1),
+    "day": (1, 0, 0),
+    "week": (1, 0, 0),
+    "daily": (1, 1, 0),
+}
+"""What each view needs of a rollup row, (day, holder, host): the database
+adds up the rollups over the rest (their key has 0.0 or '' there)."""
+
+
+def gather(
+    tx: Tx, since: float, user: str = "", horizon: float = 0.0, view: str = "user"
+) -> dict[Key, Acc]:
     """Every row of the window [since, tx.now] (of holder `user`, "" for all),
-    as the module says; `horizon`: the retention's cutoff (0: none)."""
+    as the module says; `horizon`: the retention's cutoff (0: none). The
+    rollups come added up for `view` (GROUPS): only the parts of a key that
+    view reads are kept."""
     now = tx.now
     day = day_of(since)
     edge = since if since == day else day + DAY_S
     if since < horizon:
         edge = day
     accs: dict[Key, Acc] = {}
-    for r in tx.iter("usage_days_from", {"from": edge, "now": now, "user": user}):
-        k = (r["day"], r["holder"], r["host"], r["kind"], r["state"])
-        a = accs.get(k)
+    g_day, g_holder, g_host = GROUPS[view]
+    p = {"from": edge, "now": now, "user": user, "g_day": g_day, "g_holder": g_holder,
+         "g_host": g_host}  # fmt: skip
+    for d, u, h, kind, state, seconds, idle, n_user, n_host, n_day, n_week in tx.iter(
+        "usage_days_sums", p
+    ):
+        accs[(d, u, h, kind, state)] = Acc(seconds, idle, n_user, n_host, n_day, n_week)
+    for d, u, h, kind, state, many in tx.iter("usage_days_waits", p):
+        a = accs.get((d, u, h, kind, state))
         if a is None:
-            accs[k] = acc_of_row(r)
-        else:
-            a.merge(acc_of_row(r))
+            a = accs[(d, u, h, kind, state)] = Acc()
+        w = a.waits
+        for one in loads(many):
+            for b, n in one.items():
+                w[int(b)] = w.get(int(b), 0) + n
     if edge > since:
         p = {"since": since, "day": day, "edge": edge, "user": user}
         ids = sorted({r[0] for r in tx.iter("ledger_edge_jobs", p)})
@@ -135,7 +157,7 @@ def report(tx: Tx, since: float, by: str, user: str = "", horizon: float = 0.0) 
     rows: dict[str, _Row] = {}
     total = _Row()
     counted = COUNT_OF[by]
-    for (day, holder, host, kind, state), a in gather(tx, since, user, horizon).items():
+    for (day, holder, host, kind, state), a in gather(tx, since, user, horizon, by).items():
         key = holder if by == "user" else host if by == "host" else _name(day, by)
         r = rows.get(key)
         if r is None:
@@ -168,7 +190,7 @@ def daily_seconds(tx: Tx, since: float) -> tuple[dict[tuple[str, str], float], d
     per day name the waits (an Acc): what the dashboard's picture draws."""
     seconds: dict[tuple[str, str], float] = {}
     waits: dict[str, Acc] = {}
-    for (day, holder, _h, _k, _s), a in gather(tx, since).items():
+    for (day, holder, _h, _k, _s), a in gather(tx, since, view="daily").items():
         name = _name(day, "day")
         if a.seconds:
             seconds[(name, holder)] = seconds.get((name, holder), 0.0) + a.seconds

@@ -342,3 +342,25 @@ WHERE id IN (SELECT value::bigint FROM jsonb_array_elements_text(?::jsonb) AS d 
 -- name: log_owners
 -- Of the jobs in the JSON array ?, each one's Unix user and when it finished (NULL: not yet).
 SELECT id, unix_user, finished_at FROM jobs WHERE id IN (SELECT value::bigint FROM jsonb_array_elements_text(?::jsonb) AS d (value))
+
+-- name: usage_days_waits
+-- The wait histograms of usage_days_sums' groups: per group, a JSON array of them (added up by the ledger: far faster than json_each here).
+SELECT CASE WHEN :g_day = 1 THEN day ELSE 0.0 END AS d,
+       CASE WHEN :g_holder = 1 THEN holder ELSE '' END AS u,
+       CASE WHEN :g_host = 1 THEN host ELSE '' END AS h, kind, state,
+       '[' || string_agg(waits, ',') || ']' AS waits
+FROM usage_days
+WHERE day >= :from AND day <= :now AND (:user = '' OR holder = :user) AND waits != '{}'
+GROUP BY d, u, h, kind, state
+
+-- name: usage_days_sums
+-- The rollup rows of the days from :from to :now (of holder :user; '' for all) added up per kind, state and, where :g_day, :g_holder, :g_host are 1, day, holder and host (0 and '' where not).
+SELECT CASE WHEN :g_day = 1 THEN day ELSE 0.0 END AS d,
+       CASE WHEN :g_holder = 1 THEN holder ELSE '' END AS u,
+       CASE WHEN :g_host = 1 THEN host ELSE '' END AS h, kind, state,
+       sum(seconds) AS seconds, sum(idle) AS idle, sum(n_user)::bigint AS n_user,
+       sum(n_host)::bigint AS n_host, sum(n_day)::bigint AS n_day,
+       sum(n_week)::bigint AS n_week
+FROM usage_days
+WHERE day >= :from AND day <= :now AND (:user = '' OR holder = :user)
+GROUP BY d, u, h, kind, state

@@ -944,11 +944,26 @@ UPDATE leases SET rolled = CASE WHEN CAST(acquired_at / 86400 AS INTEGER)
                                      < CAST(released_at / 86400 AS INTEGER) THEN 2 ELSE 1 END
 WHERE job_id IN (SELECT value FROM json_each(?)) AND rolled = 0
 
--- name: usage_days_from
--- The rollup rows of the days from :from to :now (of holder :user; '' for all).
-SELECT day, holder, host, kind, state, seconds, idle, n_user, n_host, n_day, n_week, waits
+-- name: usage_days_sums
+-- The rollup rows of the days from :from to :now (of holder :user; '' for all) added up per kind, state and, where :g_day, :g_holder, :g_host are 1, day, holder and host (0 and '' where not).
+SELECT CASE WHEN :g_day = 1 THEN day ELSE 0.0 END AS d,
+       CASE WHEN :g_holder = 1 THEN holder ELSE '' END AS u,
+       CASE WHEN :g_host = 1 THEN host ELSE '' END AS h, kind, state,
+       sum(seconds) AS seconds, sum(idle) AS idle, sum(n_user) AS n_user,
+       sum(n_host) AS n_host, sum(n_day) AS n_day, sum(n_week) AS n_week
 FROM usage_days
 WHERE day >= :from AND day <= :now AND (:user = '' OR holder = :user)
+GROUP BY d, u, h, kind, state
+
+-- name: usage_days_waits
+-- The wait histograms of usage_days_sums' groups: per group, a JSON array of them (added up by the ledger: far faster than json_each here).
+SELECT CASE WHEN :g_day = 1 THEN day ELSE 0.0 END AS d,
+       CASE WHEN :g_holder = 1 THEN holder ELSE '' END AS u,
+       CASE WHEN :g_host = 1 THEN host ELSE '' END AS h, kind, state,
+       '[' || group_concat(waits, ',') || ']' AS waits
+FROM usage_days
+WHERE day >= :from AND day <= :now AND (:user = '' OR holder = :user) AND waits != '{}'
+GROUP BY d, u, h, kind, state
 
 -- name: ledger_unrolled_leases
 -- The leases not rolled up (of holder :user; '' for all) that overlap [:since, :now], as ledger_job_leases.
