@@ -546,7 +546,10 @@ def _history(db_path: Path, jobs: int, queued: int) -> None:
         "INSERT INTO jobs (kind, state, submitter, selector, command, submitted_at, queued_at, "
         "unix_user, owner) "
         "VALUES ('job', 'queued', ?, 'kind=gpu', '[\"true\"]', ?, ?, ?, 'name:' || ?)",
-        ((f"user{i % 20}", now - i, now - i, f"user{i % 20}", f"user{i % 20}") for i in range(queued)),
+        (
+            (f"user{i % 20}", now - i, now - i, f"user{i % 20}", f"user{i % 20}")
+            for i in range(queued)
+        ),
     )
     db.commit()
     db.close()
