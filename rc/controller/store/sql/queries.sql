@@ -257,14 +257,17 @@ WHERE j.state = 'queued' ORDER BY j.priority DESC, j.id
 -- The queue in scheduling order: effective priority (priority plus one step per
 -- :aging seconds waited; :aging 0 turns aging off; minus its Unix user's
 -- fair-share adjustment in :adjust, a JSON object user → steps, '{}' for none), then
--- submission order.
+-- submission order. The adjustments are a materialized CTE: joined as json_each
+-- they were parsed again for every queued job (10,000 queued, 20 users: 30 ms
+-- against 19 ms).
+WITH f AS MATERIALIZED (SELECT key, value FROM json_each(:adjust))
 SELECT j.id, j.submitter, j.priority, j.queued_at, j.selector, j.device_id, j.max_runtime,
        j.count, j.device_ids, j.unix_user, j.array_id, coalesce(a.max_running, 0) AS array_cap,
        j.excluded_device_ids,
        EXISTS (SELECT 1 FROM job_deps AS d JOIN jobs AS a ON a.id = d.after_id
                WHERE d.job_id = j.id AND NOT dep_met(d.condition, a.state)) AS blocked
 FROM jobs AS j LEFT JOIN arrays AS a ON a.id = j.array_id
-LEFT JOIN json_each(:adjust) AS f ON f.key = j.unix_user
+LEFT JOIN f ON f.key = j.unix_user
 WHERE j.state = 'queued'
 ORDER BY effective_priority(j.priority, j.queued_at, :now, :aging) - coalesce(f.value, 0) DESC, j.id
 
@@ -335,9 +338,10 @@ GROUP BY j.selector, j.device_ids, j.max_runtime, j.unix_user, j.excluded_device
 -- name: queue_ahead_by_ask_adjusted
 -- queue_ahead_by_ask under fair share: each job's effective priority less its
 -- Unix user's adjustment (:adjust as in queued_jobs_ordered).
+WITH f AS MATERIALIZED (SELECT key, value FROM json_each(:adjust))
 SELECT j.selector, j.device_ids, j.max_runtime, j.unix_user, j.excluded_device_ids,
        count(*) AS n
-FROM jobs AS j LEFT JOIN json_each(:adjust) AS f ON f.key = j.unix_user
+FROM jobs AS j LEFT JOIN f ON f.key = j.unix_user
 WHERE j.state = 'queued' AND (
     j.priority - coalesce(f.value, 0) + CASE WHEN :aging > 0
         THEN CAST(max(0.0, :now - j.queued_at) / :aging AS INTEGER) ELSE 0 END > :eff
