@@ -531,9 +531,11 @@ def _history(db_path: Path, jobs: int, queued: int) -> None:
             leases.append((d, i, user, start, start + length + 600, min(now, start + length)))
     db.executemany(
         "INSERT INTO jobs (id, kind, state, submitter, selector, device_id, worker_id, command, "
-        "count, submitted_at, queued_at, assigned_at, started_at, finished_at, exit_code) "
-        "VALUES (?, 'job', 'succeeded', ?, 'kind=gpu', ?, ?, '[\"true\"]', ?, ?, ?, ?, ?, ?, 0)",
-        ((r[0], r[1], r[2], r[3], r[4], r[5], r[5], r[6], r[7], r[8]) for r in rows),
+        "count, submitted_at, queued_at, assigned_at, started_at, finished_at, exit_code, "
+        "unix_user, owner) "
+        "VALUES (?, 'job', 'succeeded', ?, 'kind=gpu', ?, ?, '[\"true\"]', ?, ?, ?, ?, ?, ?, 0, "
+        "?, 'name:' || ?)",
+        ((r[0], r[1], r[2], r[3], r[4], r[5], r[5], r[6], r[7], r[8], r[1], r[1]) for r in rows),
     )
     db.executemany(
         "INSERT INTO leases (device_id, job_id, holder, kind, acquired_at, expires_at, "
@@ -541,12 +543,41 @@ def _history(db_path: Path, jobs: int, queued: int) -> None:
         leases,
     )
     db.executemany(
-        "INSERT INTO jobs (kind, state, submitter, selector, command, submitted_at, queued_at) "
-        "VALUES ('job', 'queued', ?, 'kind=gpu', '[\"true\"]', ?, ?)",
-        ((f"user{i % 20}", now - i, now - i) for i in range(queued)),
+        "INSERT INTO jobs (kind, state, submitter, selector, command, submitted_at, queued_at, "
+        "unix_user, owner) "
+        "VALUES ('job', 'queued', ?, 'kind=gpu', '[\"true\"]', ?, ?, ?, 'name:' || ?)",
+        (
+            (f"user{i % 20}", now - i, now - i, f"user{i % 20}", f"user{i % 20}")
+            for i in range(queued)
+        ),
     )
     db.commit()
     db.close()
+
+
+def _rolled_up(data: Path, timeout: float = 600.0) -> float | None:
+    """Wait until the controller rolled every finished job up (schema 15:
+    no lease of a finished job left with rolled = 0); the seconds it took,
+    or None for a tree from before the rollups (no such column)."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        conn = ENGINE.direct(data)
+        try:
+            try:
+                left = conn.execute(
+                    "SELECT count(*) FROM leases AS l JOIN jobs AS j ON j.id = l.job_id "
+                    "WHERE l.rolled = 0 AND j.finished_at IS NOT NULL"
+                ).fetchone()[0]
+            except Exception as e:  # sqlite3.OperationalError, psycopg's UndefinedColumn
+                if "rolled" in str(e):
+                    return None
+                raise
+        finally:
+            conn.close()
+        if not left:
+            return time.monotonic() - t0
+        time.sleep(0.5)
+    raise AssertionError(f"the history was not rolled up in {timeout:.0f} s")
 
 
 def ledger_and_fair_share(jobs: int, queued: int, runs: int = 7) -> list[str]:
@@ -580,6 +611,12 @@ def ledger_and_fair_share(jobs: int, queued: int, runs: int = 7) -> list[str]:
         _history(data / "rc.db", jobs, queued)
         proc, url, admin = start_controller(data, "--fair-share", "7d")
         try:
+            rolled = _rolled_up(data)
+            if rolled is not None:
+                out.append(
+                    f"rolled the history up into daily rollups in {rolled:.1f} s after start "
+                    "(the controller's retention turn, in batches of 500 jobs)"
+                )
             env = {k: v for k, v in os.environ.items() if not k.startswith("RC_")}
             env.update(RC_CONTROLLER=url, RC_TOKEN=admin.token, PYTHONPATH=str(ROOT))
             walls, serves = [], []

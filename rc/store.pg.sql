@@ -133,6 +133,8 @@ CREATE UNIQUE INDEX jobs_owner_key ON jobs (owner, idempotency_key) WHERE idempo
 CREATE INDEX jobs_kill_pending ON jobs (worker_id) WHERE kill_requested = 1;
 CREATE INDEX jobs_by_name ON jobs (name, id DESC) WHERE name != '';
 CREATE INDEX jobs_by_submitted ON jobs (submitted_at);
+CREATE INDEX jobs_by_finished ON jobs (finished_at) WHERE finished_at IS NOT NULL;
+CREATE INDEX jobs_by_assigned ON jobs (assigned_at) WHERE assigned_at IS NOT NULL;
 CREATE INDEX jobs_by_array ON jobs (array_id, array_index) WHERE array_id IS NOT NULL;
 
 CREATE TABLE arrays (
@@ -179,7 +181,9 @@ CREATE TABLE leases (
     reason      text NOT NULL DEFAULT '',
     acquired_at double precision NOT NULL,
     expires_at  double precision NOT NULL,
-    released_at double precision
+    released_at double precision,
+    -- schema 15: rolled up into usage_days (1; 2: and it crosses a UTC midnight)
+    rolled      bigint NOT NULL DEFAULT 0 CHECK (rolled IN (0, 1, 2))
 );
 
 CREATE UNIQUE INDEX leases_one_live_per_device ON leases (device_id) WHERE released_at IS NULL;
@@ -187,6 +191,9 @@ CREATE INDEX leases_live_expiry ON leases (expires_at) WHERE released_at IS NULL
 CREATE INDEX leases_by_job ON leases (job_id);
 CREATE INDEX leases_by_device ON leases (device_id, job_id DESC);
 CREATE INDEX leases_by_released ON leases (released_at);
+CREATE INDEX leases_unrolled ON leases (job_id) WHERE rolled = 0;
+CREATE INDEX leases_rolled_across ON leases (released_at, acquired_at, job_id) WHERE rolled = 2;
+CREATE INDEX leases_by_acquired ON leases (acquired_at);
 
 CREATE TABLE device_links (
     host text NOT NULL,
@@ -238,6 +245,7 @@ CREATE TABLE events (
 );
 
 CREATE INDEX events_by_time ON events (at);
+CREATE INDEX events_by_job ON events (job_id) WHERE job_id IS NOT NULL;
 
 -- A hold's idle rule (schema 6): its idle timeout in seconds, 0 for off.
 CREATE TABLE hold_idle (
@@ -339,3 +347,22 @@ BEGIN
     RETURN out || '$';
 END;
 $$;
+
+-- The ledger's daily rollups (schema 15, README "History that ends"): per UTC
+-- day, lease holder, host, kind and final state of the finished jobs rolled up
+-- (rc.controller.store.rollups); waits a JSON histogram (bucket -> count).
+CREATE TABLE usage_days (
+    day     double precision NOT NULL,
+    holder  text NOT NULL,
+    host    text NOT NULL,
+    kind    text NOT NULL CHECK (kind IN ('job', 'hold')),
+    state   text NOT NULL CHECK (state IN ('succeeded', 'failed', 'killed', 'lost')),
+    seconds double precision NOT NULL DEFAULT 0 CHECK (seconds >= 0),
+    idle    double precision NOT NULL DEFAULT 0 CHECK (idle >= 0),
+    n_user  bigint NOT NULL DEFAULT 0 CHECK (n_user >= 0),
+    n_host  bigint NOT NULL DEFAULT 0 CHECK (n_host >= 0),
+    n_day   bigint NOT NULL DEFAULT 0 CHECK (n_day >= 0),
+    n_week  bigint NOT NULL DEFAULT 0 CHECK (n_week >= 0),
+    waits   text NOT NULL DEFAULT '{}',
+    PRIMARY KEY (day, holder, host, kind, state)
+);

@@ -145,6 +145,8 @@ CREATE UNIQUE INDEX jobs_owner_key ON jobs (owner, idempotency_key) WHERE idempo
 CREATE INDEX jobs_kill_pending ON jobs (worker_id) WHERE kill_requested = 1;
 CREATE INDEX jobs_by_name ON jobs (name, id DESC) WHERE name != '';
 CREATE INDEX jobs_by_submitted ON jobs (submitted_at);
+CREATE INDEX jobs_by_finished ON jobs (finished_at) WHERE finished_at IS NOT NULL;
+CREATE INDEX jobs_by_assigned ON jobs (assigned_at) WHERE assigned_at IS NOT NULL;
 CREATE INDEX jobs_by_array ON jobs (array_id, array_index) WHERE array_id IS NOT NULL;
 
 -- Job arrays (schema 4): one row per array, its elements are jobs.
@@ -191,7 +193,9 @@ CREATE TABLE leases (
     reason      TEXT NOT NULL DEFAULT '',
     acquired_at REAL NOT NULL,
     expires_at  REAL NOT NULL,
-    released_at REAL
+    released_at REAL,
+    -- schema 15: rolled up into usage_days (1; 2: and it crosses a UTC midnight)
+    rolled      INTEGER NOT NULL DEFAULT 0 CHECK (rolled IN (0, 1, 2))
 ) STRICT;
 
 -- The core invariant: at most one live lease per device. A job has one live
@@ -202,6 +206,9 @@ CREATE INDEX leases_live_expiry ON leases (expires_at) WHERE released_at IS NULL
 CREATE INDEX leases_by_job ON leases (job_id);
 CREATE INDEX leases_by_device ON leases (device_id, job_id DESC);
 CREATE INDEX leases_by_released ON leases (released_at);
+CREATE INDEX leases_unrolled ON leases (job_id) WHERE rolled = 0;
+CREATE INDEX leases_rolled_across ON leases (released_at, acquired_at, job_id) WHERE rolled = 2;
+CREATE INDEX leases_by_acquired ON leases (acquired_at);
 
 -- The topology of a host's GPUs (schema 2): how each pair of its devices is
 -- connected (rc.proto.model.Link, from `nvidia-smi topo -m`), as its worker
@@ -260,6 +267,7 @@ CREATE TABLE events (
 ) STRICT;
 
 CREATE INDEX events_by_time ON events (at);
+CREATE INDEX events_by_job ON events (job_id) WHERE job_id IS NOT NULL;
 
 -- A hold's idle rule (schema 6, README "Holds: the idle rule"): its idle
 -- timeout in seconds, 0 for off. A hold with no row has no rule (a job's
@@ -304,3 +312,22 @@ CREATE TABLE leadership (
     epoch      INTEGER NOT NULL CHECK (epoch >= 0), -- +1 at every takeover
     expires_at REAL NOT NULL                        -- by the database's clock
 ) STRICT;
+
+-- The ledger's daily rollups (schema 15, README "History that ends"): per UTC
+-- day, lease holder, host, kind and final state of the finished jobs rolled up
+-- (rc.controller.store.rollups); waits a JSON histogram (bucket -> count).
+CREATE TABLE usage_days (
+    day     REAL NOT NULL,                        -- its UTC midnight, seconds since the epoch
+    holder  TEXT NOT NULL,
+    host    TEXT NOT NULL,
+    kind    TEXT NOT NULL CHECK (kind IN ('job', 'hold')),
+    state   TEXT NOT NULL CHECK (state IN ('succeeded', 'failed', 'killed', 'lost')),
+    seconds REAL NOT NULL DEFAULT 0 CHECK (seconds >= 0),
+    idle    REAL NOT NULL DEFAULT 0 CHECK (idle >= 0),
+    n_user  INTEGER NOT NULL DEFAULT 0 CHECK (n_user >= 0),
+    n_host  INTEGER NOT NULL DEFAULT 0 CHECK (n_host >= 0),
+    n_day   INTEGER NOT NULL DEFAULT 0 CHECK (n_day >= 0),
+    n_week  INTEGER NOT NULL DEFAULT 0 CHECK (n_week >= 0),
+    waits   TEXT NOT NULL DEFAULT '{}',
+    PRIMARY KEY (day, holder, host, kind, state)
+) STRICT, WITHOUT ROWID;

@@ -55,6 +55,24 @@ def _integer(text: str) -> int:
 
 _DAY = 86400.0
 _D = duration_seconds
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def size_bytes(text: str) -> int:
+    """A size: a whole number of bytes, or of KiB, MiB, GiB or TiB with the
+    suffix K, M, G or T (an optional "iB" or "B" after it: "10G", "512MiB")."""
+    t = text.strip().upper().replace("_", "")
+    for tail in ("IB", "B"):
+        if t.endswith(tail) and t[: -len(tail)][-1:] in "KMGT" and len(t) > len(tail):
+            t = t[: -len(tail)]
+            break
+    unit = t[-1:] if t[-1:] in "KMGT" else ""
+    digits = t[: len(t) - len(unit)]
+    if not (digits.isascii() and digits.isdigit()):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a size (a whole number of bytes, or with K, M, G or T: 10G)"
+        )
+    return int(digits, 10) * _UNITS[unit]
 
 
 SCHEDULING_OPTIONS = (
@@ -66,6 +84,8 @@ SCHEDULING_OPTIONS = (
     "hold_idle_timeout_max",
     "hold_idle_timeout_min",
     "hold_ttl_max",
+    "retain",
+    "log_quota",
 )
 """The scheduling options `rc serve` takes and `rc up` passes on (argparse dests)."""
 
@@ -155,6 +175,26 @@ _SCHEDULING_SPECS = (
         (
             "the longest ttl a user's hold may have, at rc hold and after rc extend "
             "(admins may go past it; default 0: the devices' ceiling alone)"
+        ),
+    ),
+    (
+        "--retain",
+        _in_range(_D, 1, 3660 * _DAY, "0 (keep everything) or 1s to 3660d", True),
+        90 * _DAY,
+        "D",
+        (
+            "delete finished jobs, their logs and events, and events, older than D; "
+            'the ledger keeps their usage as daily rollups (0: keep everything; default 90d; README "History that ends")'
+        ),
+    ),
+    (
+        "--log-quota",
+        _in_range(size_bytes, 1 << 20, 1 << 50, "0 (no quota) or 1M to 1024T", True),
+        0,
+        "SIZE",
+        (
+            "most bytes of job logs per user (10G, 512M); past it the logs of their "
+            "finished jobs are deleted, oldest first (0: no quota, the default)"
         ),
     ),
 )
@@ -371,6 +411,13 @@ def add_parsers(sub) -> None:
         "--export: ALL (the default, as sbatch), NONE (a clean start) or NAME,... "
         '(README "Your environment in a job")',
     )
+    p.add_argument(
+        "--retain-interval",
+        type=_in_range(_D, 1, _DAY, "1s to 1d"),
+        default=60.0,
+        metavar="D",
+        help="how often finished jobs are rolled up, and --retain and --log-quota applied (1m)",
+    )
     p.add_argument("--ready-fd", type=int, default=None, help=argparse.SUPPRESS)
     p.set_defaults(handler="serve:cmd_serve")
 
@@ -446,6 +493,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         lease_default=args.lease_default,
         lease_grace=args.lease_grace,
         export_default=args.export_default,
+        retain=args.retain,
+        log_quota=args.log_quota,
+        retain_interval=args.retain_interval,
         limits=config.Limits(
             log_cap_bytes=args.log_cap,
             queued_spec_bytes=args.max_queued_spec_bytes,

@@ -55,6 +55,30 @@ def _parked(j: dict) -> list[tuple[str, str]]:
     return out
 
 
+def _history(kind: str, d: dict) -> list[tuple[str, str]]:
+    """The log's size (and the log quota), and how long the controller keeps
+    the job (README "History that ends"; a controller without --retain says
+    nothing of it)."""
+    out = []
+    if kind == "job":
+        quota = d.get("log_quota_bytes") or 0
+        per = f" (a quota of {quota:,} bytes per user: rc serve --log-quota)" if quota else ""
+        out.append(("log", f"{d.get('log_bytes', 0)} bytes{per}"))
+    if "retain_seconds" in d:
+        out.append(("kept", _kept(d)))
+    return out
+
+
+def _kept(d: dict) -> str:
+    """How long the controller keeps the job (rc serve --retain)."""
+    retain = d.get("retain_seconds") or 0
+    if not retain:
+        return "for ever (rc serve --retain 0)"
+    if d.get("removed_at"):
+        return f"until {when(d['removed_at'])} (rc serve --retain {duration(retain)})"
+    return f"{duration(retain)} after it ends (rc serve --retain)"
+
+
 def show_lines(view: dict) -> list[tuple[str, str]]:
     """`rc show`'s lines, (field, value), in reading order."""
     j, d = view["job"], view.get("detail") or {}
@@ -128,8 +152,7 @@ def show_lines(view: dict) -> list[tuple[str, str]]:
         out.append(("exit code", str(j["exit_code"])))
     if j.get("kill_reason"):
         out.append(("end reason", j["kill_reason"]))
-    if kind == "job":
-        out.append(("log", f"{d.get('log_bytes', 0)} bytes"))
+    out += _history(kind, d)
     for dep in d.get("after") or []:
         code = f", exit {dep['exit_code']}" if dep.get("exit_code") is not None else ""
         met = "met" if dep["met"] else "not met"

@@ -146,4 +146,14 @@ class ControllerConfig:
     webhook_queue: int = 256
     log_follow_check: float = 0.5
     relay_alone_timeout: float = 60.0
+    retain: float = 90 * 86400.0
+    """Finished jobs, their leases, events and logs, and events, older than
+    this are deleted, seconds (0: kept for ever; rc serve --retain; README
+    "History that ends"). The ledger keeps their usage as daily rollups."""
+    log_quota: int = 0
+    """Most bytes of logs per Unix user; past it the logs of their finished
+    jobs go, oldest first (0: no quota; rc serve --log-quota)."""
+    retain_interval: float = 60.0
+    """How often the rollups, the retention and the log quota run, seconds
+    (rc.controller.retention)."""
     limits: Limits = Limits()

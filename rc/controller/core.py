@@ -10,7 +10,9 @@ Background loops (each turn reads the clock once, every wait has a deadline):
   pass that follows every submit, release and registration;
 - the sweeper: `store.workers.sweep` every `sweep_interval` seconds;
 - the idle watch: `idle_pass` every `IDLE_TICK_S` (README "Holds: the idle
-  rule"): warns, then releases, holds left idle past their idle timeout.
+  rule"): warns, then releases, holds left idle past their idle timeout;
+- history that ends: `retention.turn` every `retain_interval` seconds
+  (rc.controller.retention: rollups, --retain, --log-quota).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from rc.controller.hub import Hub
 from rc.controller.logstore import LogStore
 from rc.controller.metrics import Metrics
 from rc.controller.relay import Relay
+from rc.controller.retention import Retention
 from rc.controller.scans import Scans
 from rc.controller.signin import SignIn
 from rc.controller.store import jobs, queue, schedule, tokens, usage, views, workers
@@ -53,6 +56,9 @@ PLAN_MAX_AGE_S = 1.0
 IDLE_TICK_S = 1.0
 """How often the idle watch looks at the running holds (a hold is warned
 and released within this of its time)."""
+RETAIN_FIRST_S = 5.0
+"""The first retention turn runs this soon after start (then every
+retain_interval)."""
 DB_FILE = "rc.db"
 LOG_DIR = "logs"
 """Job logs live in DATA/logs (rc.controller.logstore) unless rc serve --log-dir."""
@@ -154,6 +160,8 @@ class Controller:
         """Where job logs live (DATA/logs unless rc serve --log-dir)."""
         self.metrics = Metrics(self.db, self.log_dir)
         """Prometheus registry and hooks (`metrics.relay_sessions`, `metrics.webhook_dropped`)."""
+        self.retention = Retention(self.db, self.log_dir, config.retain, config.log_quota, clock)
+        """The rollups, the retention and the log quota (rc.controller.retention)."""
         self.relay = Relay(
             config.relay_alone_timeout,
             config.limits.relay_sessions_per_user,
@@ -201,6 +209,7 @@ class Controller:
                 asyncio.create_task(self._tick_loop(), name="rc-schedule-tick"),
                 asyncio.create_task(self._sweep_loop(), name="rc-sweeper"),
                 asyncio.create_task(self._idle_loop(), name="rc-idle-watch"),
+                asyncio.create_task(self._retain_loop(), name="rc-retention"),
             ]
             if self.cfg.heartbeat_flush > 0:
                 self._loops.append(asyncio.create_task(self._beat_loop(), name="rc-beats"))
@@ -335,6 +344,18 @@ class Controller:
                 _fenced("sweep failed", e)
             except Exception:
                 log.exception("sweep failed")
+
+    async def _retain_loop(self) -> None:
+        delay = min(RETAIN_FIRST_S, self.cfg.retain_interval)
+        while True:
+            await asyncio.sleep(delay)
+            delay = self.cfg.retain_interval
+            try:
+                await self.retention.turn()
+            except NotLeader as e:
+                _fenced("retention turn failed", e)
+            except Exception:
+                log.exception("retention turn failed")
 
     async def _idle_loop(self) -> None:
         while True:

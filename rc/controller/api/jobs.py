@@ -158,6 +158,11 @@ async def get_job(request: Request):
         view = await c.job_view(job_id)
         job = view.job
         more = await c.db.read(views.job_detail, job, c.policy, c.logs.size(job_id))
+        retain = c.cfg.retain
+        removed_at = job.finished_at + retain if retain > 0 and job.finished_at else 0.0
+        more = dataclasses.replace(
+            more, retain_seconds=retain, removed_at=removed_at, log_quota_bytes=c.cfg.log_quota
+        )
         if job.array_id is not None:
             summary = await c.db.read(jobs.array_summary, job.array_id)
             more = dataclasses.replace(more, array=summary)

@@ -71,7 +71,9 @@ async def get_usage(request: Request):
     seconds = since_of(request.query_params.get("since"))
     by = request.query_params.get("by", "user")
     user = _user_param(request)
-    got = await c.db.read(lambda tx: usage.report(tx, tx.now - seconds, by, user))
+    got = await c.db.read(
+        lambda tx: usage.report(tx, tx.now - seconds, by, user, c.retention.horizon(tx.now))
+    )
     return reply(got)
 
 

@@ -16,10 +16,10 @@ from __future__ import annotations
 import datetime as dt
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 
 from rc.controller.errors import Refused
 from rc.controller.planning import fairshare
+from rc.controller.store import ledger
 from rc.controller.store.db import Tx
 from rc.proto.errors import ErrorCode
 from rc.proto.model import SHARE_WEIGHT_MAX, SHARE_WEIGHT_MIN
@@ -61,145 +61,39 @@ def _day(t: float) -> str:
     return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%d")
 
 
-def _week(t: float) -> str:
-    d = dt.datetime.fromtimestamp(t, dt.UTC).date()
-    return (d - dt.timedelta(days=d.weekday())).isoformat()
-
-
-def _pieces(a: float, r: float, by: str) -> Iterable[tuple[str, float]]:
-    """[a, r) cut at UTC day (or week) boundaries: (key, seconds) for each piece."""
-    step = DAY_S if by == "day" else 7 * DAY_S
-    # weeks start on Monday; the epoch (1970-01-01) was a Thursday
-    offset = 0.0 if by == "day" else 3 * DAY_S
-    t = a
-    while t < r:
-        edge = (math.floor((t + offset) / step) + 1) * step - offset
-        end = min(r, edge)
-        yield (_day(t) if by == "day" else _week(t)), end - t
-        t = end
-
-
-@dataclass
-class _Acc:
-    seconds: float = 0.0
-    idle: float = 0.0
-    jobs: dict[int, str] = field(default_factory=dict)
-    holds: dict[int, str] = field(default_factory=dict)
-    waits: list[float] = field(default_factory=list)
-
-    def row(self, key: str) -> UsageRow:
-        waits = sorted(self.waits)
-        return UsageRow(
-            key=key,
-            device_seconds=round(self.seconds, 3),
-            jobs=_by_state(self.jobs.values()),
-            holds=_by_state(self.holds.values()),
-            idle_hold_seconds=round(self.idle, 3),
-            waits=len(waits),
-            wait_p50_seconds=round(percentile(waits, 0.50), 3),
-            wait_p95_seconds=round(percentile(waits, 0.95), 3),
-        )
-
-
-def _by_state(states: Iterable[str]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for s in states:
-        out[s] = out.get(s, 0) + 1
-    return dict(sorted(out.items()))
-
-
-def _key(by: str, holder: str, device_id: str) -> str:
-    if by == "user":
-        return holder
-    if by == "host":
-        return device_id.partition(":")[0]
-    return device_id
-
-
-def report(tx: Tx, since: float, by: str = "user", user: str = "") -> UsageReport:
+def report(
+    tx: Tx, since: float, by: str = "user", user: str = "", horizon: float = 0.0
+) -> UsageReport:
     """The ledger over [since, tx.now] (seconds since the epoch), one row per
     `by` key (BY), only `user`'s when given. A lease open across the window's
     edge counts only its time inside the window; a lease still held counts
-    up to now. Raises Refused (400) for a `by` not in BY."""
+    up to now. Read from the daily rollups and the leases not rolled up
+    (rc.controller.store.ledger); `by` device from the leases kept, which
+    `rc serve --retain` deletes (`horizon`: its cutoff, 0 for none). Raises
+    Refused (400) for a `by` not in BY."""
     if by not in BY:
         raise Refused(ErrorCode.BAD_REQUEST, f"by {by!r} is not one of {', '.join(BY)}")
-    if by not in ("day", "week"):
+    if by == "device":
         return _summed(tx, since, by, user)
-    now = tx.now
-    params = {"since": since, "now": now, "user": user}
-    accs: dict[str, _Acc] = {}
-    total = _Acc()
-    split = by in ("day", "week")
-    for holder, device_id, job_id, kind, a, r, state, sessions in tx.iter("usage_leases", params):
-        if r <= a:
-            continue
-        pieces = _pieces(a, r, by) if split else ((_key(by, holder, device_id), r - a),)
-        for key, secs in pieces:
-            acc = accs.get(key)
-            if acc is None:
-                acc = accs[key] = _Acc()
-            acc.seconds += secs
-            if kind == "hold":
-                acc.holds[job_id] = state
-                if not sessions:
-                    acc.idle += secs
-            else:
-                acc.jobs[job_id] = state
-        total.seconds += r - a
-        if kind == "hold":
-            total.holds[job_id] = state
-            if not sessions:
-                total.idle += r - a
-        else:
-            total.jobs[job_id] = state
-    for account, device_id, assigned_at, wait in tx.iter("usage_waits", params):
-        if by == "user":
-            key = account
-        elif split:
-            key = _day(assigned_at) if by == "day" else _week(assigned_at)
-        else:
-            key = _key(by, account, device_id)
-        acc = accs.get(key)
-        if acc is None:
-            acc = accs[key] = _Acc()
-        acc.waits.append(wait)
-        total.waits.append(wait)
-    if split:
-        keys = sorted(accs)
-    else:
-        keys = sorted(accs, key=lambda k: (-accs[k].seconds, k))
-    return UsageReport(
-        by=by,
-        since=since,
-        until=now,
-        rows=tuple(accs[k].row(k) for k in keys),
-        total=total.row("total"),
-        user=user,
-    )
+    return ledger.report(tx, since, by, user, horizon)
 
 
 def daily(
     tx: Tx, days: int
 ) -> tuple[list[str], dict[tuple[str, str], float], dict[str, tuple[float, float]]]:
     """The last `days` UTC days (today included), oldest first; device-seconds
-    per (day, user) from the leases, cut at midnight as report(by="day")
-    cuts them; and per day the (p50, p95) wait of the grants that day (a day
-    without grants left out). What the dashboard's usage picture draws."""
+    per (day, user), cut at midnight as report(by="day") cuts them; and per
+    day the (p50, p95) wait of the grants that day (a day without grants left
+    out). What the dashboard's usage picture draws."""
     today = math.floor(tx.now / DAY_S) * DAY_S
     since = today - (days - 1) * DAY_S
     names = [_day(since + i * DAY_S) for i in range(days)]
-    params = {"since": since, "now": tx.now, "user": ""}
-    seconds: dict[tuple[str, str], float] = {}
-    for holder, _d, _j, _k, a, r, _s, _n in tx.iter("usage_leases", params):
-        for key, secs in _pieces(a, r, "day") if r > a else ():
-            seconds[(key, holder)] = seconds.get((key, holder), 0.0) + secs
-    per_day: dict[str, list[float]] = {}
-    for _sub, _d, assigned_at, wait in tx.iter("usage_waits", params):
-        per_day.setdefault(_day(assigned_at), []).append(wait)
+    seconds, per_day = ledger.daily_seconds(tx, since)
     waits = {}
-    for d, ws in per_day.items():
-        ws.sort()
-        waits[d] = (percentile(ws, 0.5), percentile(ws, 0.95))
+    for d, acc in per_day.items():
+        n, p50, p95 = ledger.percentiles(acc)
+        if n:
+            waits[d] = (p50, p95)
     return names, seconds, waits
 
 
@@ -285,9 +179,12 @@ def _summed(tx: Tx, since: float, by: str, user: str) -> UsageReport:
 
 
 def device_seconds_by_user(tx: Tx) -> dict[str, float]:
-    """Every lease holder's device-seconds ever, leases still held counted up
-    to now (the counter rc_device_seconds_total of /metrics)."""
-    return {r["holder"]: r["seconds"] for r in tx.all("device_seconds_by_holder", {"now": tx.now})}
+    """Every lease holder's device-seconds ever (the rollups and the leases
+    not rolled up), leases still held counted up to now (the counter rc_device_seconds_total of /metrics)."""
+    out = {r["holder"]: r["seconds"] or 0.0 for r in tx.all("rolled_seconds_by_holder")}
+    for r in tx.all("device_seconds_by_holder", {"now": tx.now}):
+        out[r["holder"]] = out.get(r["holder"], 0.0) + r["seconds"]
+    return dict(sorted(out.items()))
 
 
 # -- fair share ---------------------------------------------------------------

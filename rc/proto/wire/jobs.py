@@ -124,6 +124,10 @@ class JobDetail:
     runtime ceiling of its devices (of its pinned ones while queued; 0:
     none, or not known yet). log_bytes: the stored log's size. explain: for a
     queued job, the first sentence of `rc explain JOB` ("" otherwise).
+    The controller's history settings (README "History that ends"):
+    retain_seconds (rc serve --retain, 0: kept for ever), removed_at (when a
+    finished job will be deleted, seconds since the epoch; 0: not finished or
+    kept for ever) and log_quota_bytes (rc serve --log-quota, 0: none).
     """
 
     waited_seconds: float | None = None
@@ -134,6 +138,9 @@ class JobDetail:
     array: ArraySummary | None = None
     after: tuple[Dependency, ...] = ()
     idle: HoldIdle | None = None
+    retain_seconds: float = 0.0
+    removed_at: float = 0.0
+    log_quota_bytes: int = 0
 
 
 @dataclass(frozen=True, slots=True)

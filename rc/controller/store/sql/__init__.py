@@ -102,11 +102,22 @@ QUERIES: dict[str, str] = {name: sql for name, (_doc, sql) in _PARSED.items()}
 """Every named query of queries.sql: name → statement."""
 DESCRIPTIONS: dict[str, str] = {name: doc for name, (doc, _sql) in _PARSED.items()}
 """Every named query's description: name → text (one line, or a few joined)."""
-WRITES: frozenset[str] = frozenset(
-    name for name, sql in QUERIES.items() if sql.split(None, 1)[0].upper() != "SELECT"
-)
-"""The named queries that are not a plain SELECT (INSERT, UPDATE, DELETE, and WITH,
-which could be either): any of them run counts as a write (Tx.wrote)."""
+_CHANGES = re.compile(r"\b(INSERT|UPDATE|DELETE|REPLACE)\b", re.IGNORECASE)
+
+
+def _writes(sql: str) -> bool:
+    """Whether a statement may change rows: anything but a SELECT, and a
+    WITH whose text names INSERT, UPDATE, DELETE or REPLACE."""
+    verb = sql.split(None, 1)[0].upper()
+    if verb == "SELECT":
+        return False
+    return verb != "WITH" or _CHANGES.search(sql) is not None
+
+
+WRITES: frozenset[str] = frozenset(name for name, sql in QUERIES.items() if _writes(sql))
+"""The named queries that may change rows (INSERT, UPDATE, DELETE, and a WITH
+that names one of them; a WITH ... SELECT is a read): any of them run counts
+as a write (Tx.wrote)."""
 PG_OVERRIDES: dict[str, str] = load_queries(_read(__name__, "queries.pg.sql"))
 """The queries queries.pg.sql writes again for PostgreSQL: name → statement
 (in SQLite's placeholder style: rc.controller.store.pg translates them)."""
@@ -134,6 +145,7 @@ MIGRATIONS: list[tuple[int, str]] = [
     (10, "0010_principals.sql"),  # owners are principals; keys unique per owner
     (11, "0011_spec_bytes.sql"),  # a job's spec bytes, for the per-user budget of them
     (12, "0012_queue_edits.sql"),  # stashed jobs, begin times; the feed's job_updated
+    (15, "0015_retention.sql"),  # the ledger's daily rollups; leases marked rolled up
     (16, "0016_via.sql"),  # the feed's job_submitted (a submission via rc mcp)
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
@@ -153,6 +165,7 @@ PG_MIGRATIONS: list[tuple[int, str]] = [
     (10, "0010_principals.sql"),  # owners are principals; keys unique per owner
     (11, "0011_spec_bytes.sql"),  # a job's spec bytes, for the per-user budget of them
     (12, "0012_queue_edits.sql"),  # stashed jobs, begin times; the feed's job_updated
+    (15, "0015_retention.sql"),  # the ledger's daily rollups; leases marked rolled up
     (16, "0016_via.sql"),  # the feed's job_submitted (a submission via rc mcp)
 ]
 """(version, file) under migrations/pg/, after PG_BASELINE; the same numbers

@@ -216,28 +216,11 @@ ON CONFLICT ("user") DO UPDATE SET weight = excluded.weight, updated_at = exclud
 -- User ? goes back to the default weight (1).
 DELETE FROM share_weights WHERE "user" = ?
 
--- name: usage_leases
--- Every lease that overlaps [:since, :now] (of holder :user; '' for all), clipped to
--- it, with its job's kind, state and sessions.
-SELECT l.holder, l.device_id, l.job_id, l.kind,
-       greatest(l.acquired_at, :since) AS a, least(coalesce(l.released_at, :now), :now) AS r,
-       j.state, j.sessions
-FROM leases AS l JOIN jobs AS j ON j.id = l.job_id
-WHERE (l.released_at IS NULL OR l.released_at > :since) AND l.acquired_at < :now
-  AND (:user = '' OR l.holder = :user)
-
--- name: usage_waits
--- Jobs and holds granted devices in [:since, :now] (run as Unix user :user; '' for
--- all): whose, when, on which first device, and how long they were queued.
-SELECT unix_user, device_id, assigned_at, greatest(0.0, assigned_at - queued_at) AS wait
-FROM jobs
-WHERE assigned_at >= :since AND assigned_at <= :now AND (:user = '' OR unix_user = :user)
-
 -- name: device_seconds_by_holder
--- Each lease holder's device-seconds ever, leases still held counted up to :now.
+-- Each lease holder's device-seconds of the leases not rolled up (rolled_seconds_by_holder has the others), leases still held counted up to :now.
 SELECT holder,
        sum(greatest(0.0, least(coalesce(released_at, :now), :now) - acquired_at)) AS seconds
-FROM leases GROUP BY holder ORDER BY holder
+FROM leases WHERE rolled = 0 GROUP BY holder ORDER BY holder
 
 -- name: usage_sums
 -- The ledger over [:since, :now] of holder :user ('' for all), per key (:by user,
@@ -294,3 +277,92 @@ FROM jobs j JOIN hold_idle h ON h.job_id = j.id
 WHERE j.state IN ('assigned', 'running') AND j.state = 'running' AND j.kind = 'hold'
   AND h.timeout > 0 AND j.kill_requested = 0
 ORDER BY j.id
+
+-- name: ledger_job_leases
+-- The leases of the jobs in the JSON array ?, each with its job's kind, state and sessions, by job.
+SELECT l.job_id, l.holder, l.device_id, l.kind, j.state, j.sessions, l.acquired_at, l.released_at
+FROM leases AS l JOIN jobs AS j ON j.id = l.job_id
+WHERE l.job_id IN (SELECT value::bigint FROM jsonb_array_elements_text(?::jsonb) AS d (value))
+ORDER BY l.job_id, l.id
+
+-- name: rollup_waits
+-- Of the jobs in the JSON array ?, those granted devices: Unix user, first device, kind, state, when granted and how long queued.
+SELECT unix_user, device_id, kind, state, assigned_at, greatest(0.0, assigned_at - queued_at) AS wait
+FROM jobs WHERE id IN (SELECT value::bigint FROM jsonb_array_elements_text(?::jsonb) AS d (value)) AND assigned_at IS NOT NULL
+
+-- name: leases_mark_rolled
+-- The leases of the jobs in the JSON array ? are rolled up: 2 for one across a UTC midnight, else 1.
+UPDATE leases SET rolled = CASE WHEN floor(acquired_at / 86400)
+                                     < floor(released_at / 86400) THEN 2 ELSE 1 END
+WHERE job_id IN (SELECT value::bigint FROM jsonb_array_elements_text(?::jsonb) AS d (value)) AND rolled = 0
+
+-- name: ledger_unrolled_waits
+-- Jobs with a lease not rolled up granted devices in [:since, :now] (run as :user; '' for all), as rollup_waits.
+SELECT unix_user, device_id, kind, state, assigned_at, greatest(0.0, assigned_at - queued_at) AS wait
+FROM jobs
+WHERE id IN (SELECT job_id FROM leases WHERE rolled = 0)
+  AND assigned_at >= :since AND assigned_at <= :now AND (:user = '' OR unix_user = :user)
+
+-- name: ledger_edge_waits
+-- Jobs rolled up (no lease left that is not) granted devices in [:since, :edge) (run as :user; '' for all), as rollup_waits.
+SELECT unix_user, device_id, kind, state, assigned_at, greatest(0.0, assigned_at - queued_at) AS wait
+FROM jobs
+WHERE assigned_at >= :since AND assigned_at < :edge AND (:user = '' OR unix_user = :user)
+  AND NOT EXISTS (SELECT 1 FROM leases WHERE job_id = jobs.id AND rolled = 0)
+
+-- name: retain_arrays_of
+-- The arrays the jobs in the JSON array ? are elements of.
+SELECT DISTINCT array_id FROM jobs
+WHERE id IN (SELECT value::bigint FROM jsonb_array_elements_text(?::jsonb) AS d (value)) AND array_id IS NOT NULL
+
+-- name: retain_delete_deps
+-- Forget the dependencies of and on the jobs in the JSON array ?.
+DELETE FROM job_deps
+WHERE job_id IN (SELECT value::bigint FROM jsonb_array_elements_text(?1::jsonb) AS d (value)) OR after_id IN (SELECT value::bigint FROM jsonb_array_elements_text(?1::jsonb) AS d (value))
+
+-- name: retain_delete_hold_idle
+-- Forget the idle rules of the holds in the JSON array ?.
+DELETE FROM hold_idle WHERE job_id IN (SELECT value::bigint FROM jsonb_array_elements_text(?::jsonb) AS d (value))
+
+-- name: retain_delete_leases
+-- Delete the leases of the jobs in the JSON array ?.
+DELETE FROM leases WHERE job_id IN (SELECT value::bigint FROM jsonb_array_elements_text(?::jsonb) AS d (value))
+
+-- name: retain_delete_job_events
+-- Delete the events about the jobs in the JSON array ?.
+DELETE FROM events WHERE job_id IN (SELECT value::bigint FROM jsonb_array_elements_text(?::jsonb) AS d (value))
+
+-- name: retain_delete_jobs
+-- Delete the jobs in the JSON array ?.
+DELETE FROM jobs WHERE id IN (SELECT value::bigint FROM jsonb_array_elements_text(?::jsonb) AS d (value))
+
+-- name: retain_delete_empty_arrays
+-- Delete the arrays in the JSON array ? that have no element left.
+DELETE FROM arrays
+WHERE id IN (SELECT value::bigint FROM jsonb_array_elements_text(?::jsonb) AS d (value)) AND NOT EXISTS (SELECT 1 FROM jobs WHERE array_id = arrays.id)
+
+-- name: log_owners
+-- Of the jobs in the JSON array ?, each one's Unix user and when it finished (NULL: not yet).
+SELECT id, unix_user, finished_at FROM jobs WHERE id IN (SELECT value::bigint FROM jsonb_array_elements_text(?::jsonb) AS d (value))
+
+-- name: usage_days_waits
+-- The wait histograms of usage_days_sums' groups: per group, a JSON array of them (added up by the ledger: far faster than json_each here).
+SELECT CASE WHEN :g_day = 1 THEN day ELSE 0.0 END AS d,
+       CASE WHEN :g_holder = 1 THEN holder ELSE '' END AS u,
+       CASE WHEN :g_host = 1 THEN host ELSE '' END AS h, kind, state,
+       '[' || string_agg(waits, ',') || ']' AS waits
+FROM usage_days
+WHERE day >= :from AND day <= :now AND (:user = '' OR holder = :user) AND waits != '{}'
+GROUP BY d, u, h, kind, state
+
+-- name: usage_days_sums
+-- The rollup rows of the days from :from to :now (of holder :user; '' for all) added up per kind, state and, where :g_day, :g_holder, :g_host are 1, day, holder and host (0 and '' where not).
+SELECT CASE WHEN :g_day = 1 THEN day ELSE 0.0 END AS d,
+       CASE WHEN :g_holder = 1 THEN holder ELSE '' END AS u,
+       CASE WHEN :g_host = 1 THEN host ELSE '' END AS h, kind, state,
+       sum(seconds) AS seconds, sum(idle) AS idle, sum(n_user)::bigint AS n_user,
+       sum(n_host)::bigint AS n_host, sum(n_day)::bigint AS n_day,
+       sum(n_week)::bigint AS n_week
+FROM usage_days
+WHERE day >= :from AND day <= :now AND (:user = '' OR holder = :user)
+GROUP BY d, u, h, kind, state

@@ -270,7 +270,10 @@ WHERE j.state = 'queued' ORDER BY j.priority DESC, j.id
 -- The queue in scheduling order: effective priority (priority plus one step per
 -- :aging seconds waited; :aging 0 turns aging off; minus its Unix user's
 -- fair-share adjustment in :adjust, a JSON object user → steps, '{}' for none), then
--- submission order; blocked as in queued_jobs.
+-- submission order; blocked as in queued_jobs. The adjustments are a materialized CTE: joined as json_each
+-- they were parsed again for every queued job (10,000 queued, 20 users: 30 ms
+-- against 19 ms).
+WITH f AS MATERIALIZED (SELECT key, value FROM json_each(:adjust))
 SELECT j.id, j.submitter, j.priority, j.queued_at, j.selector, j.device_id, j.max_runtime,
        j.count, j.device_ids, j.unix_user, j.array_id, coalesce(a.max_running, 0) AS array_cap,
        j.excluded_device_ids,
@@ -278,7 +281,7 @@ SELECT j.id, j.submitter, j.priority, j.queued_at, j.selector, j.device_id, j.ma
         OR EXISTS (SELECT 1 FROM job_deps AS d JOIN jobs AS a ON a.id = d.after_id
                    WHERE d.job_id = j.id AND NOT dep_met(d.condition, a.state))) AS blocked
 FROM jobs AS j LEFT JOIN arrays AS a ON a.id = j.array_id
-LEFT JOIN json_each(:adjust) AS f ON f.key = j.unix_user
+LEFT JOIN f ON f.key = j.unix_user
 WHERE j.state = 'queued'
 ORDER BY effective_priority(j.priority, j.queued_at, :now, :aging) - coalesce(f.value, 0) DESC, j.id
 
@@ -352,9 +355,10 @@ GROUP BY j.selector, j.device_ids, j.max_runtime, j.unix_user, j.excluded_device
 -- name: queue_ahead_by_ask_adjusted
 -- queue_ahead_by_ask under fair share: each job's effective priority less its
 -- Unix user's adjustment (:adjust as in queued_jobs_ordered).
+WITH f AS MATERIALIZED (SELECT key, value FROM json_each(:adjust))
 SELECT j.selector, j.device_ids, j.max_runtime, j.unix_user, j.excluded_device_ids,
        count(*) AS n
-FROM jobs AS j LEFT JOIN json_each(:adjust) AS f ON f.key = j.unix_user
+FROM jobs AS j LEFT JOIN f ON f.key = j.unix_user
 WHERE j.state = 'queued' AND (
     j.priority - coalesce(f.value, 0) + CASE WHEN :aging > 0
         THEN CAST(max(0.0, :now - j.queued_at) / :aging AS INTEGER) ELSE 0 END > :eff
@@ -855,31 +859,14 @@ ON CONFLICT (user) DO UPDATE SET weight = excluded.weight, updated_at = excluded
 -- User ? goes back to the default weight (1).
 DELETE FROM share_weights WHERE user = ?
 
--- name: usage_leases
--- Every lease that overlaps [:since, :now] (of holder :user; '' for all), clipped to
--- it, with its job's kind, state and sessions.
-SELECT l.holder, l.device_id, l.job_id, l.kind,
-       max(l.acquired_at, :since) AS a, min(coalesce(l.released_at, :now), :now) AS r,
-       j.state, j.sessions
-FROM leases AS l JOIN jobs AS j ON j.id = l.job_id
-WHERE (l.released_at IS NULL OR l.released_at > :since) AND l.acquired_at < :now
-  AND (:user = '' OR l.holder = :user)
-
--- name: usage_waits
--- Jobs and holds granted devices in [:since, :now] (run as Unix user :user; '' for
--- all): whose, when, on which first device, and how long they were queued.
-SELECT unix_user, device_id, assigned_at, max(0.0, assigned_at - queued_at) AS wait
-FROM jobs
-WHERE assigned_at >= :since AND assigned_at <= :now AND (:user = '' OR unix_user = :user)
-
 -- name: hold_session_opened
 -- A session was opened in hold ?.
 UPDATE jobs SET sessions = sessions + 1 WHERE id = ? AND kind = 'hold'
 
 -- name: device_seconds_by_holder
--- Each lease holder's device-seconds ever, leases still held counted up to :now.
+-- Each lease holder's device-seconds of the leases not rolled up (rolled_seconds_by_holder has the others), leases still held counted up to :now.
 SELECT holder, sum(max(0.0, min(coalesce(released_at, :now), :now) - acquired_at)) AS seconds
-FROM leases GROUP BY holder ORDER BY holder
+FROM leases WHERE rolled = 0 GROUP BY holder ORDER BY holder
 
 -- name: usage_sums
 -- The ledger over [:since, :now] of holder :user ('' for all), per key (:by user,
@@ -937,3 +924,148 @@ FROM jobs j INDEXED BY jobs_active JOIN hold_idle h ON h.job_id = j.id
 WHERE j.state IN ('assigned', 'running') AND j.state = 'running' AND j.kind = 'hold'
   AND h.timeout > 0 AND j.kill_requested = 0
 ORDER BY j.id
+
+-- name: rollup_candidates
+-- Up to ? finished jobs and holds with a lease not rolled up and none still held (rc.controller.store.rollups.roll_up).
+SELECT DISTINCT l.job_id FROM leases AS l JOIN jobs AS j ON j.id = l.job_id
+WHERE l.rolled = 0 AND j.finished_at IS NOT NULL
+  AND NOT EXISTS (SELECT 1 FROM leases AS o WHERE o.job_id = l.job_id AND o.released_at IS NULL)
+ORDER BY l.job_id LIMIT ?
+
+-- name: ledger_job_leases
+-- The leases of the jobs in the JSON array ?, each with its job's kind, state and sessions, by job.
+SELECT l.job_id, l.holder, l.device_id, l.kind, j.state, j.sessions, l.acquired_at, l.released_at
+FROM leases AS l JOIN jobs AS j ON j.id = l.job_id
+WHERE l.job_id IN (SELECT value FROM json_each(?))
+ORDER BY l.job_id, l.id
+
+-- name: rollup_waits
+-- Of the jobs in the JSON array ?, those granted devices: Unix user, first device, kind, state, when granted and how long queued.
+SELECT unix_user, device_id, kind, state, assigned_at, max(0.0, assigned_at - queued_at) AS wait
+FROM jobs WHERE id IN (SELECT value FROM json_each(?)) AND assigned_at IS NOT NULL
+
+-- name: usage_day_get
+-- One rollup row by its key (day, holder, host, kind, state).
+SELECT seconds, idle, n_user, n_host, n_day, n_week, waits FROM usage_days
+WHERE day = ? AND holder = ? AND host = ? AND kind = ? AND state = ?
+
+-- name: usage_day_put
+-- A rollup row, whole: key (day, holder, host, kind, state), sums, counts and waits.
+INSERT INTO usage_days (day, holder, host, kind, state, seconds, idle, n_user, n_host, n_day,
+                        n_week, waits)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (day, holder, host, kind, state) DO UPDATE SET
+    seconds = excluded.seconds, idle = excluded.idle, n_user = excluded.n_user,
+    n_host = excluded.n_host, n_day = excluded.n_day, n_week = excluded.n_week,
+    waits = excluded.waits
+
+-- name: leases_mark_rolled
+-- The leases of the jobs in the JSON array ? are rolled up: 2 for one across a UTC midnight, else 1.
+UPDATE leases SET rolled = CASE WHEN CAST(acquired_at / 86400 AS INTEGER)
+                                     < CAST(released_at / 86400 AS INTEGER) THEN 2 ELSE 1 END
+WHERE job_id IN (SELECT value FROM json_each(?)) AND rolled = 0
+
+-- name: usage_days_sums
+-- The rollup rows of the days from :from to :now (of holder :user; '' for all) added up per kind, state and, where :g_day, :g_holder, :g_host are 1, day, holder and host (0 and '' where not).
+SELECT CASE WHEN :g_day = 1 THEN day ELSE 0.0 END AS d,
+       CASE WHEN :g_holder = 1 THEN holder ELSE '' END AS u,
+       CASE WHEN :g_host = 1 THEN host ELSE '' END AS h, kind, state,
+       sum(seconds) AS seconds, sum(idle) AS idle, sum(n_user) AS n_user,
+       sum(n_host) AS n_host, sum(n_day) AS n_day, sum(n_week) AS n_week
+FROM usage_days
+WHERE day >= :from AND day <= :now AND (:user = '' OR holder = :user)
+GROUP BY d, u, h, kind, state
+
+-- name: usage_days_waits
+-- The wait histograms of usage_days_sums' groups: per group, a JSON array of them (added up by the ledger: far faster than json_each here).
+SELECT CASE WHEN :g_day = 1 THEN day ELSE 0.0 END AS d,
+       CASE WHEN :g_holder = 1 THEN holder ELSE '' END AS u,
+       CASE WHEN :g_host = 1 THEN host ELSE '' END AS h, kind, state,
+       '[' || group_concat(waits, ',') || ']' AS waits
+FROM usage_days
+WHERE day >= :from AND day <= :now AND (:user = '' OR holder = :user) AND waits != '{}'
+GROUP BY d, u, h, kind, state
+
+-- name: ledger_unrolled_leases
+-- The leases not rolled up (of holder :user; '' for all) that overlap [:since, :now], as ledger_job_leases.
+SELECT l.job_id, l.holder, l.device_id, l.kind, j.state, j.sessions, l.acquired_at, l.released_at
+FROM leases AS l JOIN jobs AS j ON j.id = l.job_id
+WHERE l.rolled = 0 AND (:user = '' OR l.holder = :user)
+  AND (l.released_at IS NULL OR l.released_at >= :since) AND l.acquired_at <= :now
+ORDER BY l.job_id, l.id
+
+-- name: ledger_unrolled_waits
+-- Jobs with a lease not rolled up granted devices in [:since, :now] (run as :user; '' for all), as rollup_waits.
+SELECT unix_user, device_id, kind, state, assigned_at, max(0.0, assigned_at - queued_at) AS wait
+FROM jobs
+WHERE id IN (SELECT job_id FROM leases WHERE rolled = 0)
+  AND assigned_at >= :since AND assigned_at <= :now AND (:user = '' OR unix_user = :user)
+
+-- name: ledger_edge_jobs
+-- Jobs rolled up that held a device in [:since, :edge), the ledger's first partial day (:day its midnight; of :user, '' for all).
+SELECT job_id FROM leases
+WHERE rolled != 0 AND acquired_at >= :day AND acquired_at < :edge AND released_at > :since
+  AND (:user = '' OR holder = :user)
+UNION
+SELECT job_id FROM leases
+WHERE rolled = 2 AND released_at > :since AND acquired_at < :day
+  AND (:user = '' OR holder = :user)
+
+-- name: ledger_edge_waits
+-- Jobs rolled up (no lease left that is not) granted devices in [:since, :edge) (run as :user; '' for all), as rollup_waits.
+SELECT unix_user, device_id, kind, state, assigned_at, max(0.0, assigned_at - queued_at) AS wait
+FROM jobs
+WHERE assigned_at >= :since AND assigned_at < :edge AND (:user = '' OR unix_user = :user)
+  AND NOT EXISTS (SELECT 1 FROM leases WHERE job_id = jobs.id AND rolled = 0)
+
+-- name: rolled_seconds_by_holder
+-- Each holder's device-seconds rolled up (the counter of /metrics adds the leases not rolled up).
+SELECT holder, sum(seconds) AS seconds FROM usage_days GROUP BY holder
+
+-- name: retain_expired_jobs
+-- Up to ?2 jobs and holds finished before ?1, oldest first, whose leases are all rolled up and that no unfinished job depends on.
+SELECT id FROM jobs
+WHERE finished_at IS NOT NULL AND finished_at < ?1
+  AND NOT EXISTS (SELECT 1 FROM leases WHERE job_id = jobs.id AND rolled = 0)
+  AND NOT EXISTS (SELECT 1 FROM job_deps AS d JOIN jobs AS w ON w.id = d.job_id
+                  WHERE d.after_id = jobs.id AND w.finished_at IS NULL)
+ORDER BY finished_at LIMIT ?2
+
+-- name: retain_arrays_of
+-- The arrays the jobs in the JSON array ? are elements of.
+SELECT DISTINCT array_id FROM jobs
+WHERE id IN (SELECT value FROM json_each(?)) AND array_id IS NOT NULL
+
+-- name: retain_delete_deps
+-- Forget the dependencies of and on the jobs in the JSON array ?.
+DELETE FROM job_deps
+WHERE job_id IN (SELECT value FROM json_each(?1)) OR after_id IN (SELECT value FROM json_each(?1))
+
+-- name: retain_delete_hold_idle
+-- Forget the idle rules of the holds in the JSON array ?.
+DELETE FROM hold_idle WHERE job_id IN (SELECT value FROM json_each(?))
+
+-- name: retain_delete_leases
+-- Delete the leases of the jobs in the JSON array ?.
+DELETE FROM leases WHERE job_id IN (SELECT value FROM json_each(?))
+
+-- name: retain_delete_job_events
+-- Delete the events about the jobs in the JSON array ?.
+DELETE FROM events WHERE job_id IN (SELECT value FROM json_each(?))
+
+-- name: retain_delete_jobs
+-- Delete the jobs in the JSON array ?.
+DELETE FROM jobs WHERE id IN (SELECT value FROM json_each(?))
+
+-- name: retain_delete_empty_arrays
+-- Delete the arrays in the JSON array ? that have no element left.
+DELETE FROM arrays
+WHERE id IN (SELECT value FROM json_each(?)) AND NOT EXISTS (SELECT 1 FROM jobs WHERE array_id = arrays.id)
+
+-- name: retain_delete_events
+-- Delete up to ?2 events older than ?1, oldest first.
+DELETE FROM events WHERE id IN (SELECT id FROM events WHERE at < ?1 ORDER BY id LIMIT ?2)
+
+-- name: log_owners
+-- Of the jobs in the JSON array ?, each one's Unix user and when it finished (NULL: not yet).
+SELECT id, unix_user, finished_at FROM jobs WHERE id IN (SELECT value FROM json_each(?))

@@ -24,3 +24,4 @@ INSERT INTO events (id, at, kind, device_id, job_id, actor, text)
     SELECT id, at, kind, device_id, job_id, actor, text FROM events_before_0016;
 DROP TABLE events_before_0016;
 CREATE INDEX events_by_time ON events (at);
+CREATE INDEX events_by_job ON events (job_id) WHERE job_id IS NOT NULL;
