@@ -100,10 +100,38 @@ def _slurm_time(text: str, prog: str) -> str:
 
 
 def sbatch(c, argv: list[str]) -> int:
-    """sbatch [--parsable] [--wrap CMD | SCRIPT [ARGS]] (script on stdin when
-    neither): `rc batch`'s #SBATCH subset; prints "Submitted batch job ID"
-    (submitit reads it) or, with --parsable, the id alone (batchspawner)."""
-    raise SlurmError("sbatch: error: rc's sbatch needs rc batch, which this rc does not have yet")
+    """sbatch [--parsable] [--wrap CMD | SCRIPT [ARGS]] (the script on stdin
+    when neither, as batchspawner sends it): `rc batch`, whose #SBATCH subset
+    reads the script's directives; prints "Submitted batch job ID" (submitit
+    reads it) or, with --parsable, the id alone (batchspawner)."""
+    p = parser("sbatch")
+    p.add_argument("--parsable", action="store_true")
+    p.add_argument("--wrap")
+    p.add_argument("script", nargs="?")
+    p.add_argument("args", nargs=argparse.REMAINDER)
+    args = p.parse_args(argv)
+    import contextlib
+    import io
+    import tempfile
+
+    from rc.cli import main
+
+    with tempfile.TemporaryDirectory(prefix="rc-sbatch-") as tmp:
+        script = args.script
+        if args.wrap is not None or script is None:
+            text = f"#!/bin/sh\n{args.wrap}\n" if args.wrap is not None else sys.stdin.read()
+            if not text.strip():
+                raise SlurmError("sbatch: error: no script given (a file, --wrap or stdin)")
+            script = os.path.join(tmp, "script.sh")
+            Path(script).write_text(text)
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            code = main(["batch", script, *args.args])
+    if code != 0:
+        return code
+    job_id = out.getvalue().strip().splitlines()[-1]
+    print(job_id if args.parsable else f"Submitted batch job {job_id}")
+    return 0
 
 
 EMULATIONS: dict[str, Callable] = {

@@ -119,3 +119,29 @@ def test_srun_inside_a_job_runs_there(alice, admin, shims):
     res = alice.run("run", "-d", "box:cpu1", "--", "sh", "-c", script, timeout=60)
     assert res.returncode == 0, res.stderr
     assert res.stdout.decode().startswith("in job ")
+
+
+def test_sbatch_as_submitit_and_batchspawner_send_it(alice, admin, shims, tmp_path):
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/sh\n#SBATCH -J from-sbatch\n#SBATCH -t 1:00\necho hi $1\n")
+    res = slurm(alice, shims, "sbatch", str(script), "there")
+    assert res.returncode == 0, res.stderr
+    out = res.stdout.decode()
+    assert out.startswith("Submitted batch job "), out
+    first = int(out.split()[-1])
+    res = subprocess.run(
+        [str(shims / "sbatch"), "--parsable"],
+        input=b"#!/bin/sh\n#SBATCH -J spawner\necho from stdin\n",
+        env=alice.env,
+        cwd=alice.cwd,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert res.returncode == 0, res.stderr
+    second = int(res.stdout)
+    for i in (first, second):
+        wait_until(lambda i=i: job(admin, i)["finished_at"] is not None, 60, f"job {i}")
+    assert job(admin, first)["name"] == "from-sbatch"
+    assert job(admin, first)["max_runtime_seconds"] == 60
+    assert job(admin, second)["state"] == "succeeded"
