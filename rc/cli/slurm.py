@@ -20,11 +20,14 @@ TIMEOUT (TO) when its max runtime ended it, lost → NODE_FAIL (NF).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import os
 import re
 import shlex
 import stat
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -110,11 +113,7 @@ def sbatch(c, argv: list[str]) -> int:
     p.add_argument("script", nargs="?")
     p.add_argument("args", nargs=argparse.REMAINDER)
     args = p.parse_args(argv)
-    import contextlib
-    import io
-    import tempfile
-
-    from rc.cli import main
+    from rc.cli import main  # the verbs' table imports this module: main only when run
 
     with tempfile.TemporaryDirectory(prefix="rc-sbatch-") as tmp:
         script = args.script

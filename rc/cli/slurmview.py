@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 from rc.cli.context import stderr
 from rc.proto import calls
 from rc.proto.errors import ApiError, RcError
+from rc.proto.wire.jobs import KillManyRequest
 
 __all__ = [
     "SlurmError",
@@ -467,9 +468,7 @@ def scancel(c, argv: list[str]) -> int:
     return 0
 
 
-def _kill_many(ids: list[int]):
-    from rc.proto.wire.jobs import KillManyRequest
-
+def _kill_many(ids: list[int]) -> KillManyRequest:
     return KillManyRequest(tuple(ids), "scancel (rc's Slurm shim)")
 
 
